@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const fixtures = "../../numa/testdata"
+
+// runCLI runs the pinfold command line in-process.
+func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(args, strings.NewReader(stdin), &o, &e)
+	return o.String(), e.String(), code
+}
+
+// TestTopologyFixtures runs `pinfold topology` on every fixture, in both
+// formats, and checks the JSON fields scripts rely on.
+func TestTopologyFixtures(t *testing.T) {
+	t.Parallel()
+	dirs, _ := filepath.Glob(filepath.Join(fixtures, "sysfs", "*"))
+	if len(dirs) < 8 {
+		t.Fatalf("found %d fixtures", len(dirs))
+	}
+	for _, dir := range dirs {
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			args := []string{"topology", "--sysfs-root", dir}
+			if _, err := os.Stat(filepath.Join(fixtures, "proc", name)); err == nil {
+				args = append(args, "--proc-root", filepath.Join(fixtures, "proc", name))
+			}
+			out, errOut, code := runCLI(t, "", append(args, "-o", "json")...)
+			if code != 0 {
+				t.Fatalf("pinfold %v = exit %d, stderr %s", args, code, errOut)
+			}
+			var doc struct {
+				NUMANodes []struct {
+					ID          *int           `json:"id"`
+					CPUs        *string        `json:"cpus"`
+					MemoryBytes *int64         `json:"memory_bytes"`
+					Distances   map[string]int `json:"distances"`
+				} `json:"numa_nodes"`
+				CPUs []struct {
+					ID        *int    `json:"id"`
+					CoreID    *int    `json:"core_id"`
+					PackageID *int    `json:"package_id"`
+					NUMANode  *int    `json:"numa_node"`
+					Siblings  *string `json:"siblings"`
+					L3        *string `json:"l3"`
+				} `json:"cpus"`
+				Online *string `json:"online"`
+			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out)
+			}
+			if doc.Online == nil || *doc.Online == "" || len(doc.NUMANodes) == 0 || len(doc.CPUs) == 0 {
+				t.Fatalf("JSON lacks online/numa_nodes/cpus: %s", out)
+			}
+			for _, n := range doc.NUMANodes {
+				if n.ID == nil || n.CPUs == nil || n.MemoryBytes == nil || *n.MemoryBytes <= 0 || n.Distances[""+itoa(*n.ID)] != 10 {
+					t.Errorf("numa node entry incomplete: %+v", n)
+				}
+			}
+			for _, c := range doc.CPUs {
+				if c.ID == nil || c.CoreID == nil || c.PackageID == nil || c.NUMANode == nil || c.Siblings == nil || c.L3 == nil {
+					t.Errorf("cpu entry incomplete: %+v", c)
+				}
+			}
+			table, errOut, code := runCLI(t, "", args...)
+			if code != 0 || !strings.Contains(table, "NUMA NODE") || !strings.Contains(table, "SIBLINGS") {
+				t.Errorf("table output exit %d: %s %s", code, table, errOut)
+			}
+		})
+	}
+}
+
+func itoa(i int) string {
+	b, _ := json.Marshal(i)
+	return string(b)
+}
+
+func TestTopologyErrors(t *testing.T) {
+	t.Parallel()
+	broken := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(broken, "devices/system/cpu"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, "devices/system/cpu/online"), []byte("0-3,,\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantErr  string
+	}{
+		{"missing root", []string{"topology", "--sysfs-root", "/no/such/dir"}, 2, `--sysfs-root "/no/such/dir": not a readable directory`},
+		{"malformed tree", []string{"topology", "--sysfs-root", broken}, 2, `devices/system/cpu/online: bad value "0-3,,"`},
+		{"bad output", []string{"topology", "-o", "yaml"}, 2, `--output "yaml"`},
+		{"unknown flag", []string{"topology", "--frobnicate"}, 2, "unknown flag"},
+		{"extra argument", []string{"topology", "extra"}, 2, "unknown command"},
+		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out, errOut, code := runCLI(t, "", tt.args...)
+			if code != tt.wantCode || !strings.Contains(errOut, tt.wantErr) || out != "" {
+				t.Errorf("pinfold %v = exit %d, stdout %q, stderr %q; want exit %d, stderr containing %q", tt.args, code, out, errOut, tt.wantCode, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestHelpTeaches(t *testing.T) {
+	t.Parallel()
+	out, _, code := runCLI(t, "", "topology", "--help")
+	if code != 0 || !strings.Contains(out, "--sysfs-root") || !strings.Contains(out, "Examples:") {
+		t.Errorf("topology --help = exit %d:\n%s", code, out)
+	}
+}

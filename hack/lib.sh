@@ -1,0 +1,26 @@
+# Shared helpers for hack/*.sh; source it, don't run it.
+
+# ensure_go puts a Go toolchain on PATH: the machine's own (/usr/local/go), or
+# Debian's golang-go, which then fetches the go.mod toolchain through the Go
+# module proxy (GOTOOLCHAIN=auto needs Go >= 1.21).
+ensure_go() {
+  export PATH=$PATH:/usr/local/go/bin:$HOME/go/bin
+  if ! command -v go >/dev/null 2>&1; then
+    echo "hack: no Go toolchain found; installing Debian's golang-go" >&2
+    apt_install golang-go
+  fi
+  export GOTOOLCHAIN=${GOTOOLCHAIN:-auto} GOFLAGS=${GOFLAGS:--buildvcs=false}
+  go version >/dev/null || { echo "hack: go does not run" >&2; exit 1; }
+}
+
+# apt_install PKG… installs the Debian packages that are not installed yet.
+apt_install() {
+  local need=() p
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+  ((${#need[@]})) || return 0
+  local sudo=; [ "$(id -u)" = 0 ] || sudo=sudo
+  if [ -z "$(ls /var/lib/apt/lists/ 2>/dev/null | grep -i _Packages | head -1)" ]; then
+    $sudo apt-get update -q
+  fi
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${need[@]}"
+}
