@@ -80,7 +80,7 @@ Exit codes: 0 ok, 1 request cannot be met, 2 bad input or unreadable host.`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = false
-	root.AddCommand(newTopologyCmd(), newVersionCmd())
+	root.AddCommand(newTopologyCmd(), newPlanCmd(), newVersionCmd())
 	return root
 }
 

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/cpuset"
+)
+
+func newPlanCmd() *cobra.Command {
+	var (
+		out  outputFlag
+		file string
+	)
+	cmd := &cobra.Command{
+		Use:   "plan -f FILE|-",
+		Short: "Dry-run a deploy or a resize against hosts described in a file",
+		Long: `Plan new instances (or one resize) offline, without a planner: how many
+instances each host could take, which hosts get how many under the chosen
+strategy, and which CPUs, pieces, NUMA node and memory each instance gets.
+Nothing is changed anywhere; use it for capacity planning.
+
+The file (JSON) holds "hosts" and either a "request" or a "resize"; see
+docs/PLAN.md for every field. CPUs are worth share_base pieces (default 100):
+a request of 1.7 CPUs bound gets 1 whole CPU plus 70 pieces of one more.
+
+Strategies: auto (level the service's counts), each (N on every host that can
+take N), fill (top every host up to N, all or nothing), global (least used
+share first), drained (smallest remaining capacity first).
+
+Exit codes: 0 planned; 1 the request cannot be met (the error names what ran
+out on which hosts); 2 invalid input (the message names the field and value).`,
+		Example: `  pinfold plan -f plan.json
+  pinfold plan -f plan.json -o json | jq .placements
+  cat plan.json | pinfold plan -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if file == "" {
+				return badInput("--file is required (a path, or - for standard input)")
+			}
+			r := cmd.InOrStdin()
+			if file != "-" {
+				f, err := os.Open(file)
+				if err != nil {
+					return badInput("--file %q: %v", file, errors.Unwrap(err))
+				}
+				defer f.Close()
+				r = f
+			}
+			return runPlan(cmd.OutOrStdout(), r, out.json())
+		},
+	}
+	out.register(cmd)
+	cmd.Flags().StringVarP(&file, "file", "f", "", "plan file (JSON), or - for standard input")
+	return cmd
+}
+
+func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
+	in, err := alloc.DecodeFile(r)
+	if err != nil {
+		return &exitError{code: exitBadInput, err: err}
+	}
+	var o alloc.Output
+	if in.Request != nil {
+		res, err := alloc.Plan(in.Params, in.Hosts, *in.Request)
+		var ae *alloc.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == alloc.CodeInvalid:
+			return &exitError{code: exitBadInput, err: err}
+		case errors.As(err, &ae):
+			caps := map[string]int{}
+			total := 0
+			for _, h := range in.Hosts {
+				c := alloc.HostCapacity(in.Params, h, *in.Request)
+				caps[h.Name] = c.Count
+				total += c.Count
+			}
+			o = alloc.NewOutput(in.Params, caps, total, nil, ae)
+		case err != nil:
+			return err
+		default:
+			o = alloc.NewOutput(in.Params, res.Capacity, res.TotalCapacity, res.Placements, nil)
+		}
+	} else {
+		h := in.Hosts[slices.IndexFunc(in.Hosts, func(h *alloc.Host) bool { return h.Name == in.Resize.Host })]
+		pl, err := alloc.PlanResize(in.Params, h, *in.Resize)
+		var ae *alloc.Error
+		switch {
+		case errors.As(err, &ae) && ae.Code == alloc.CodeInvalid:
+			return &exitError{code: exitBadInput, err: err}
+		case errors.As(err, &ae):
+			o = alloc.NewOutput(in.Params, nil, 0, nil, ae)
+		case err != nil:
+			return err
+		default:
+			o = alloc.NewOutput(in.Params, nil, 0, []alloc.Placement{pl}, nil)
+		}
+	}
+	if asJSON {
+		if err := writeJSON(w, o); err != nil {
+			return err
+		}
+	} else if err := printPlan(w, in, o); err != nil {
+		return err
+	}
+	if o.Error != nil {
+		return &exitError{code: exitUnmet, err: o.Error}
+	}
+	return nil
+}
+
+func printPlan(w io.Writer, in *alloc.Input, o alloc.Output) error {
+	sb := in.Params.ShareBase
+	newOn := map[string]int{}
+	for _, p := range o.Placements {
+		newOn[p.Host]++
+	}
+	if in.Request != nil {
+		fmt.Fprintf(w, "Request: %d × %s of %s CPUs (%s), %s memory, strategy %s\n\n", in.Request.Count, in.Request.Service,
+			alloc.FormatPieces(in.Request.Pieces, sb), bindWord(in.Request.Bind), formatBytes(in.Request.MemoryBytes), in.Request.Strategy)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "HOST\tCAPACITY\tEXISTING\tNEW")
+		for _, h := range in.Hosts {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", h.Name, o.Capacity[h.Name], h.Instances[in.Request.Service], newOn[h.Name])
+		}
+		fmt.Fprintf(tw, "total\t%d\t\t%d\n", o.TotalCapacity, len(o.Placements))
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(w, "Resize on host %s: %+s CPUs, %+d bytes, %s after\n", in.Resize.Host,
+			alloc.FormatPieces(in.Resize.CPUDelta, sb), in.Resize.MemoryDelta, bindWord(in.Resize.Bind))
+	}
+	if o.Error != nil {
+		fmt.Fprintf(w, "\nNOT PLACED (%s): %s\n", o.Error.Code, o.Error.Message)
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "#\tHOST\tNUMA NODE\tCPUS (id:pieces)\tCPU QUOTA\tMEMORY")
+	for i, p := range o.Placements {
+		quota := "-"
+		if p.CPUQuota != nil {
+			quota = string(*p.CPUQuota)
+		}
+		numa := "cross"
+		if p.NUMANode >= 0 {
+			numa = fmt.Sprint(p.NUMANode)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i+1, p.Host, numa, orDash(cpuPieces(p.CPUs)), quota, formatBytes(p.MemoryBytes))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, h := range in.Hosts {
+		if newOn[h.Name] == 0 || len(o.Placements) == 0 || len(o.Placements[0].CPUs) == 0 {
+			continue
+		}
+		printCPUMap(w, h, o.Placements, sb)
+	}
+	return nil
+}
+
+// printCPUMap shows, per NUMA node, who holds how many pieces of each CPU.
+func printCPUMap(w io.Writer, h *alloc.Host, pls []alloc.OutputPlacement, sb int) {
+	fmt.Fprintf(w, "\nCPU map of %s (%d pieces per CPU; used = held before this plan, #N = new instance N):\n", h.Name, sb)
+	holders := map[cpuset.CPUID][]string{}
+	for i, p := range pls {
+		if p.Host != h.Name {
+			continue
+		}
+		for _, id := range slices.Sorted(maps.Keys(p.CPUs)) {
+			holders[id] = append(holders[id], fmt.Sprintf("#%d %d", i+1, p.CPUs[id]))
+		}
+	}
+	groups := h.NUMANodes
+	if len(groups) == 0 {
+		var ids []cpuset.CPUID
+		for _, c := range h.CPUs {
+			ids = append(ids, c.ID)
+		}
+		groups = []alloc.NUMANode{{ID: -1, CPUs: cpuset.Of(ids...)}}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NUMA NODE\tCPU\tHOLDERS\tFREE")
+	for _, g := range groups {
+		label := fmt.Sprint(g.ID)
+		if g.ID < 0 {
+			label = "-"
+		}
+		for _, c := range h.CPUs {
+			if !g.CPUs.Contains(c.ID) {
+				continue
+			}
+			parts := []string{}
+			if c.Used > 0 {
+				parts = append(parts, fmt.Sprintf("used %d", c.Used))
+			}
+			parts = append(parts, holders[c.ID]...)
+			free := c.Capacity - c.Used
+			for _, hld := range holders[c.ID] {
+				var n, v int
+				fmt.Sscanf(hld, "#%d %d", &n, &v)
+				free -= v
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\n", label, c.ID, orDash(strings.Join(parts, ", ")), free)
+		}
+	}
+	_ = tw.Flush()
+}
+
+func cpuPieces(m map[cpuset.CPUID]int) string {
+	var parts []string
+	for _, id := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%d:%d", id, m[id]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func bindWord(b bool) string {
+	if b {
+		return "bound"
+	}
+	return "memory-first"
+}

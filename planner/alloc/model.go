@@ -1,0 +1,122 @@
+package alloc
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/topology"
+)
+
+// Share base bounds: 10 pieces (1/10 CPU) to 10000 (1/10000 CPU).
+const (
+	MinShareBase     = 10
+	MaxShareBase     = 10000
+	DefaultShareBase = 100
+)
+
+// Params are the planner-wide settings.
+type Params struct {
+	// ShareBase is how many pieces one logical CPU is worth.
+	ShareBase int
+	// MaxFragmentCores caps how many CPUs of a host may carry fragments
+	// (partly used CPUs); -1 means no cap.
+	MaxFragmentCores int
+}
+
+// DefaultParams are ShareBase 100 and no fragment cap.
+func DefaultParams() Params { return Params{ShareBase: DefaultShareBase, MaxFragmentCores: -1} }
+
+// Validate checks the ranges.
+func (p Params) Validate() error {
+	if p.ShareBase < MinShareBase || p.ShareBase > MaxShareBase {
+		return invalid("share_base", p.ShareBase, "want %d..%d", MinShareBase, MaxShareBase)
+	}
+	if p.MaxFragmentCores < -1 {
+		return invalid("max_fragment_cores", p.MaxFragmentCores, "want -1 (no cap) or a count >= 0")
+	}
+	return nil
+}
+
+// CPU is one logical CPU of a host as the planner accounts it.
+type CPU struct {
+	ID       cpuset.CPUID
+	Capacity int // pieces; more than ShareBase means deliberately oversold
+	Used     int // pieces held by instances
+}
+
+// NUMANode is one NUMA node of a host as the planner accounts it.
+type NUMANode struct {
+	ID          cpuset.NUMANodeID
+	CPUs        cpuset.CPUs
+	MemoryBytes int64
+	MemoryUsed  int64
+}
+
+// Host is one host's capacity and usage. CPUs and NUMANodes are sorted by ID.
+// A host without NUMANodes is planned as one pool, and its placements report
+// NUMA node -1.
+type Host struct {
+	Name        string
+	CPUs        []CPU
+	MemoryBytes int64
+	MemoryUsed  int64
+	NUMANodes   []NUMANode
+	// Topology, when known, lets whole CPUs be taken as whole physical cores
+	// inside one L3 group. Only siblings and L3 groups are read.
+	Topology *topology.Topology
+	// Instances counts the running instances of each service on the host.
+	Instances map[string]int
+}
+
+// Request asks for Count new instances of Service.
+type Request struct {
+	Service string
+	Count   int
+	// Pieces is the CPU asked for, in pieces: round(cpu × ShareBase).
+	Pieces int
+	// Bind selects CPU-bind mode; false is memory-first mode.
+	Bind        bool
+	MemoryBytes int64
+	Strategy    Strategy
+	// MaxPerHost caps the service's resulting instance count on any host; 0 = no cap.
+	MaxPerHost int
+}
+
+// Placement is one instance's allocation on a host.
+type Placement struct {
+	Host string `json:"host"`
+	// CPUs maps each bound CPU to the pieces the instance holds on it;
+	// empty for a memory-first instance.
+	CPUs map[cpuset.CPUID]int `json:"cpus"`
+	// NUMANode is the NUMA node holding all CPUs and memory; -1 for a
+	// cross-node plan, a memory-first instance or a host without NUMA info.
+	NUMANode    cpuset.NUMANodeID `json:"numa_node"`
+	MemoryBytes int64             `json:"memory_bytes"`
+	// CPUQuota is the memory-first CPU quota in pieces; 0 when bound.
+	CPUQuota int `json:"-"`
+}
+
+// PiecesOf converts a decimal CPU amount to pieces, rounding to the nearest
+// piece (0.29 at base 100 is 29, not 28). It rejects NaN, infinities,
+// negatives and amounts beyond 1,000,000 CPUs.
+func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
+	if math.IsNaN(cpu) || math.IsInf(cpu, 0) || cpu < 0 || cpu > 1e6 {
+		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
+	}
+	return int(math.Round(cpu * float64(shareBase))), nil
+}
+
+// FormatPieces renders pieces as a decimal CPU amount ("1.7").
+func FormatPieces(pieces, shareBase int) string {
+	whole, frac := pieces/shareBase, pieces%shareBase
+	if frac == 0 {
+		return fmt.Sprint(whole)
+	}
+	digits := len(fmt.Sprint(shareBase)) - 1
+	s := fmt.Sprintf("%d.%0*d", whole, digits, frac)
+	for s[len(s)-1] == '0' {
+		s = s[:len(s)-1]
+	}
+	return s
+}

@@ -1,0 +1,216 @@
+package alloc
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+)
+
+// This file picks concrete CPUs. For k instances in one CPU set:
+//  1. Convert the same number of whole-capable CPUs into fragment CPUs as
+//     capacity.go counted (the fewest), choosing among equal values the CPUs
+//     whose core has the highest ID first, both threads of a core together,
+//     so fragments stay packed on as few physical cores as possible.
+//  2. Whole CPUs of each instance: when no CPU is oversold, inside the L3
+//     group with the fewest free CPUs that still holds all X (best fit);
+//     within it, whole free physical cores first (all SMT siblings), then
+//     CPUs of cores that are already broken, then breaking a new core; ties
+//     by lowest core ID, then CPU ID. On a host with oversold CPUs, the X CPUs
+//     with the most free pieces (ties by CPU ID), which keeps the count exact.
+//  3. The fragment: the CPU with the fewest free pieces that still holds F
+//     (best fit, so already-fragmented CPUs fill up first); ties prefer the
+//     instance's own L3 group, then the lowest CPU ID.
+// Steps 1-3 consume the same multiset of free values as counter.residual,
+// so a count from capacity.go can always be placed.
+
+// placeHost places k instances of a CPU-bound request on the host: NUMA nodes
+// in ascending ID order, each up to its capacity, then cross-node.
+func (s *hostState) placeHost(sh shape, k int) ([]Placement, error) {
+	out := make([]Placement, 0, k)
+	memN := func(free int64) int { return int(min(free/sh.mem, unlimited)) }
+	for i, set := range s.sets {
+		if k == 0 {
+			break
+		}
+		c := newCounter(sh, s.values(set), s.convAllowance)
+		n, _ := c.max(memN(min(s.numaFree[i], s.memFree)))
+		t := min(n, k)
+		pl, err := s.placeSet(sh, set, t, s.h.NUMANodes[i].ID)
+		if err != nil {
+			return nil, err
+		}
+		s.numaFree[i] -= int64(t) * sh.mem
+		out = append(out, pl...)
+		k -= t
+	}
+	if k > 0 {
+		pl, err := s.placeSet(sh, s.all, k, -1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, pl...)
+	}
+	return out, nil
+}
+
+// placeSet places k instances inside one CPU set and charges host memory.
+func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeID) ([]Placement, error) {
+	if k == 0 {
+		return nil, nil
+	}
+	c := newCounter(sh, s.values(set), s.convAllowance)
+	j, ok := c.feasible(k)
+	if !ok || int64(k)*sh.mem > s.memFree {
+		return nil, fmt.Errorf("alloc: internal error: %d instances do not fit where capacity said they would (host %s, NUMA node %d)", k, s.h.Name, numa)
+	}
+	var whole, frag []int32
+	for _, p := range set {
+		switch v := s.free[p]; {
+		case v <= 0:
+		case v%sh.sb == 0:
+			whole = append(whole, p)
+		default:
+			frag = append(frag, p)
+		}
+	}
+	// 1. Conversions: smallest value first, then highest core, then highest ID.
+	slices.SortFunc(whole, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(s.free[a], s.free[b]), cmp.Compare(s.coreKey[b], s.coreKey[a]), cmp.Compare(s.ids[b], s.ids[a]))
+	})
+	if sh.f > 0 {
+		frag = append(frag, whole[:j]...)
+	}
+	whole = whole[j:]
+	if s.convAllowance >= 0 {
+		s.convAllowance -= j
+	}
+	// Topology order for step 2: by L3 group, then core, then CPU.
+	slices.SortFunc(whole, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(s.l3Key[a], s.l3Key[b]), cmp.Compare(s.coreKey[a], s.coreKey[b]), cmp.Compare(s.ids[a], s.ids[b]))
+	})
+	out := make([]Placement, 0, k)
+	picked := make([]int32, 0, sh.x)
+	for range k {
+		picked = picked[:0]
+		if c.single {
+			picked = s.pickWholeTopo(whole, sh.x, picked)
+		} else {
+			picked = s.pickWholeMost(whole, sh.x, picked)
+		}
+		if len(picked) < sh.x {
+			return nil, fmt.Errorf("alloc: internal error: found %d of %d whole CPUs on host %s", len(picked), sh.x, s.h.Name)
+		}
+		pl := Placement{Host: s.h.Name, CPUs: make(map[cpuset.CPUID]int, sh.x+1), NUMANode: numa, MemoryBytes: sh.mem}
+		for _, p := range picked {
+			s.free[p] -= sh.sb
+			pl.CPUs[s.ids[p]] = sh.sb
+		}
+		if sh.f > 0 {
+			l3 := cpuset.CPUID(-2)
+			if len(picked) > 0 {
+				l3 = s.l3Key[picked[0]]
+			}
+			p, ok := s.pickFragment(frag, sh.f, l3)
+			if !ok {
+				return nil, fmt.Errorf("alloc: internal error: no fragment CPU with %d free pieces on host %s", sh.f, s.h.Name)
+			}
+			s.free[p] -= sh.f
+			pl.CPUs[s.ids[p]] = sh.f
+		}
+		s.memFree -= sh.mem
+		out = append(out, pl)
+	}
+	return out, nil
+}
+
+// pickWholeTopo is step 2 for hosts without oversold CPUs. pool is in
+// topology order; CPUs with free >= ShareBase are candidates.
+func (s *hostState) pickWholeTopo(pool []int32, x int, picked []int32) []int32 {
+	if x == 0 {
+		return picked
+	}
+	sb := s.p.ShareBase
+	// Best-fit L3 group: the run with the fewest candidates that still has x.
+	lo, hi, best := 0, len(pool), -1
+	for i := 0; i < len(pool); {
+		j, n := i, 0
+		for ; j < len(pool) && s.l3Key[pool[j]] == s.l3Key[pool[i]]; j++ {
+			if s.free[pool[j]] >= sb {
+				n++
+			}
+		}
+		if n >= x && (best < 0 || n < best) {
+			lo, hi, best = i, j, n
+		}
+		i = j
+	}
+	sel := pool[lo:hi]
+	need := x
+	take := func(p int32) {
+		s.free[p] -= sb // mark taken; restored by the caller's accounting below
+		picked = append(picked, p)
+		need--
+	}
+	// Walk the core runs: pass 0 whole free cores, pass 1 broken cores, pass 2 anything.
+	for pass := 0; pass < 3 && need > 0; pass++ {
+		for i := 0; i < len(sel) && need > 0; {
+			j, n := i, 0
+			for ; j < len(sel) && s.coreKey[sel[j]] == s.coreKey[sel[i]]; j++ {
+				if s.free[sel[j]] >= sb {
+					n++
+				}
+			}
+			size := s.coreSize[sel[i]]
+			full := n == size
+			if (pass == 0 && full && need >= size) || (pass == 1 && !full && n > 0) || pass == 2 {
+				for q := i; q < j && need > 0; q++ {
+					if s.free[sel[q]] >= sb {
+						take(sel[q])
+					}
+				}
+			}
+			i = j
+		}
+	}
+	for _, p := range picked { // undo the marks; placeSet charges the pieces
+		s.free[p] += sb
+	}
+	return picked
+}
+
+// pickWholeMost is step 2 on hosts with oversold CPUs: the x candidates with
+// the most free pieces, ties by CPU ID.
+func (s *hostState) pickWholeMost(pool []int32, x int, picked []int32) []int32 {
+	cand := make([]int32, 0, len(pool))
+	for _, p := range pool {
+		if s.free[p] >= s.p.ShareBase {
+			cand = append(cand, p)
+		}
+	}
+	slices.SortFunc(cand, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(s.free[b], s.free[a]), cmp.Compare(s.ids[a], s.ids[b]))
+	})
+	return append(picked, cand[:min(x, len(cand))]...)
+}
+
+// pickFragment is step 3.
+func (s *hostState) pickFragment(pool []int32, f int, l3 cpuset.CPUID) (int32, bool) {
+	best := int32(-1)
+	better := func(a, b int32) bool { // is a better than b?
+		if s.free[a] != s.free[b] {
+			return s.free[a] < s.free[b]
+		}
+		if (s.l3Key[a] == l3) != (s.l3Key[b] == l3) {
+			return s.l3Key[a] == l3
+		}
+		return s.ids[a] < s.ids[b]
+	}
+	for _, p := range pool {
+		if s.free[p] >= f && (best < 0 || better(p, best)) {
+			best = p
+		}
+	}
+	return best, best >= 0
+}

@@ -1,0 +1,115 @@
+package alloc
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+)
+
+// Result is the outcome of Plan.
+type Result struct {
+	// Capacity is how many instances each host could take (before
+	// max_per_host), and TotalCapacity their sum.
+	Capacity      map[string]int
+	TotalCapacity int
+	// Placements has one entry per new instance, by host name, then in the
+	// order the host's instances were planned.
+	Placements []Placement
+}
+
+// ValidateRequest checks a request's fields against p.
+func ValidateRequest(p Params, r Request) error {
+	switch {
+	case r.Service == "":
+		return invalid("request.service", r.Service, "a service name is required")
+	case r.Count < 1 && r.Strategy != Fill:
+		return invalid("request.count", r.Count, "want at least 1")
+	case r.Count < 0:
+		return invalid("request.count", r.Count, "want 0 or more")
+	case r.Bind && r.Pieces <= 0:
+		return invalid("request.cpu", FormatPieces(r.Pieces, p.ShareBase), "a CPU-bound request needs at least 1 piece (1/%d CPU)", p.ShareBase)
+	case r.MemoryBytes <= 0:
+		return invalid("request.memory_bytes", r.MemoryBytes, "want more than 0 bytes")
+	case r.MaxPerHost < 0:
+		return invalid("request.max_per_host", r.MaxPerHost, "want 0 (no cap) or more")
+	}
+	if _, err := ParseStrategy("request.strategy", string(r.Strategy)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Plan decides where Count new instances of r go on hosts (already filtered
+// to the hosts that may take work) and which resources each gets. It does not
+// change hosts. The error is an *Error: CodeInvalid for bad input, otherwise
+// it names what ran out on which hosts.
+func Plan(p Params, hosts []*Host, r Request) (*Result, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if r.Strategy == "" {
+		r.Strategy = Auto
+	}
+	if err := ValidateRequest(p, r); err != nil {
+		return nil, err
+	}
+	order := slices.Clone(hosts)
+	slices.SortFunc(order, func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) })
+	sh := shapeOf(p, r)
+	res := &Result{Capacity: make(map[string]int, len(order))}
+	states := make(map[string]*hostState, len(order))
+	cands := make([]*candidate, 0, len(order))
+	for _, h := range order {
+		s := newHostState(p, h)
+		states[h.Name] = s
+		c := s.capacity(sh, r.Bind)
+		res.Capacity[h.Name] = c.Count
+		res.TotalCapacity += c.Count
+		cand := &candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service]}
+		if r.MaxPerHost > 0 && cand.existing+cand.room > r.MaxPerHost {
+			cand.room, cand.capped = max(r.MaxPerHost-cand.existing, 0), true
+		}
+		cand.used, cand.total = usage(p, h, r.Bind)
+		cands = append(cands, cand)
+	}
+	per := uint64(r.Pieces)
+	if !r.Bind {
+		per = uint64(r.MemoryBytes)
+	}
+	counts, serr := spread(r, per, cands)
+	if serr != nil {
+		return nil, serr
+	}
+	for _, h := range order {
+		n := counts[h.Name]
+		if n == 0 {
+			continue
+		}
+		if !r.Bind {
+			for range n {
+				res.Placements = append(res.Placements, Placement{Host: h.Name, CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, MemoryBytes: r.MemoryBytes, CPUQuota: r.Pieces})
+			}
+			continue
+		}
+		pl, err := states[h.Name].placeHost(sh, n)
+		if err != nil {
+			return nil, err
+		}
+		res.Placements = append(res.Placements, pl...)
+	}
+	return res, nil
+}
+
+// usage returns the used and total amounts Global compares: CPU pieces for
+// bound requests, memory bytes for memory-first ones.
+func usage(p Params, h *Host, bind bool) (used, total uint64) {
+	if !bind {
+		return uint64(max(h.MemoryUsed, 0)), uint64(max(h.MemoryBytes, 1))
+	}
+	for _, c := range h.CPUs {
+		used += uint64(max(c.Used, 0))
+		total += uint64(max(c.Capacity, 0))
+	}
+	return used, max(total, 1)
+}

@@ -1,0 +1,196 @@
+package alloc
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+)
+
+// Strategy is a deploy strategy from seed 004: how a request's count is
+// spread over the hosts that can take it.
+type Strategy string
+
+const (
+	// Auto levels the service's instance counts: each new instance goes to
+	// the host with the fewest instances of the service (ties: more remaining
+	// capacity, then host name).
+	Auto Strategy = "auto"
+	// Each puts Count on every host that can take Count.
+	Each Strategy = "each"
+	// Fill tops every host up to Count instances, all or nothing; hosts that
+	// already have Count are left alone.
+	Fill Strategy = "fill"
+	// Global puts each new instance where the share of capacity used after
+	// one more is lowest (ties: host name).
+	Global Strategy = "global"
+	// Drained fills the hosts with the least remaining capacity first.
+	Drained Strategy = "drained"
+)
+
+// Strategies lists the strategies in documentation order.
+var Strategies = []Strategy{Auto, Each, Fill, Global, Drained}
+
+// ParseStrategy accepts a strategy name; "" means Auto.
+func ParseStrategy(field, s string) (Strategy, error) {
+	if s == "" {
+		return Auto, nil
+	}
+	if slices.Contains(Strategies, Strategy(s)) {
+		return Strategy(s), nil
+	}
+	return "", invalid(field, s, "want one of auto, each, fill, global, drained")
+}
+
+// candidate is one host as the strategies see it.
+type candidate struct {
+	name     string
+	cap      Capacity
+	room     int    // instances it may still take: capacity, capped by max_per_host
+	existing int    // the service's instances already there
+	capped   bool   // room is limited by max_per_host
+	used     uint64 // for Global: used amount of the planned resource
+	total    uint64 // for Global: total amount of it
+}
+
+// spread decides how many new instances each candidate gets.
+func spread(r Request, per uint64, cands []*candidate) (map[string]int, *Error) {
+	counts := map[string]int{}
+	switch r.Strategy {
+	case Each:
+		for _, c := range cands {
+			if c.room >= r.Count {
+				counts[c.name] = r.Count
+			}
+		}
+		if len(counts) == 0 {
+			return nil, shortage(CodeNoHost, fmt.Sprintf("no host can take %d instances of %s (strategy each)", r.Count, r.Service), cands, r.Count)
+		}
+	case Fill:
+		var short []*candidate
+		for _, c := range cands {
+			if need := r.Count - c.existing; need > 0 {
+				if c.room < need {
+					short = append(short, c)
+				}
+				counts[c.name] = need
+			}
+		}
+		if len(short) > 0 {
+			return nil, shortage(CodeFillImpossible, fmt.Sprintf("cannot fill every host up to %d instances of %s; nothing was placed", r.Count, r.Service), short, 0)
+		}
+	case Drained:
+		if err := enough(r, cands); err != nil {
+			return nil, err
+		}
+		order := slices.Clone(cands)
+		slices.SortStableFunc(order, func(a, b *candidate) int { return cmp.Compare(a.room, b.room) })
+		left := r.Count
+		for _, c := range order {
+			if t := min(left, c.room); t > 0 {
+				counts[c.name] = t
+				left -= t
+			}
+		}
+	case Auto, Global:
+		if err := enough(r, cands); err != nil {
+			return nil, err
+		}
+		h := &candHeap{global: r.Strategy == Global, per: per, counts: counts}
+		for _, c := range cands {
+			if c.room > 0 {
+				h.items = append(h.items, c)
+			}
+		}
+		heap.Init(h)
+		for range r.Count {
+			c := h.items[0]
+			counts[c.name]++
+			c.used += per
+			if counts[c.name] == c.room {
+				heap.Pop(h)
+			} else {
+				heap.Fix(h, 0)
+			}
+		}
+	}
+	return counts, nil
+}
+
+func enough(r Request, cands []*candidate) *Error {
+	total := 0
+	for _, c := range cands {
+		total += c.room
+	}
+	if total >= r.Count {
+		return nil
+	}
+	return shortage(CodeInsufficient, fmt.Sprintf("need %d instances of %s, the hosts can take %d", r.Count, r.Service, total), cands, r.Count)
+}
+
+// shortage builds an error naming, per host, how many it can take and what
+// runs out; at most 20 hosts are listed by name in the message.
+func shortage(code Code, head string, cands []*candidate, _ int) *Error {
+	e := &Error{Code: code}
+	var parts []string
+	for _, c := range cands {
+		e.Hosts = append(e.Hosts, c.name)
+		if len(parts) < 20 {
+			why := c.cap.Limit()
+			if c.capped {
+				why = "max_per_host"
+			}
+			parts = append(parts, fmt.Sprintf("%s takes %d (%s)", c.name, c.room, why))
+		}
+	}
+	if len(cands) == 0 {
+		parts = append(parts, "no hosts")
+	}
+	if len(cands) > len(parts) && len(cands) > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more hosts", len(cands)-len(parts)))
+	}
+	e.Message = head + ": " + strings.Join(parts, ", ")
+	return e
+}
+
+// candHeap orders candidates for Auto (fewest instances of the service, then
+// most room, then name) and Global (lowest share used after one more, then name).
+type candHeap struct {
+	items  []*candidate
+	global bool
+	per    uint64
+	counts map[string]int
+}
+
+func (h *candHeap) Len() int      { return len(h.items) }
+func (h *candHeap) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *candHeap) Push(x any)    { h.items = append(h.items, x.(*candidate)) }
+func (h *candHeap) Pop() any {
+	x := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return x
+}
+
+func (h *candHeap) Less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	if h.global {
+		// (a.used+per)/a.total < (b.used+per)/b.total, exactly, in 128 bits.
+		ah, al := bits.Mul64(a.used+h.per, b.total)
+		bh, bl := bits.Mul64(b.used+h.per, a.total)
+		if ah != bh || al != bl {
+			return ah < bh || (ah == bh && al < bl)
+		}
+		return a.name < b.name
+	}
+	na, nb := a.existing+h.counts[a.name], b.existing+h.counts[b.name]
+	if na != nb {
+		return na < nb
+	}
+	ra, rb := a.room-h.counts[a.name], b.room-h.counts[b.name]
+	if ra != rb {
+		return ra > rb
+	}
+	return a.name < b.name
+}
