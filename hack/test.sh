@@ -17,4 +17,7 @@ go test -race -count=1 ./...
 echo "== fuzz (short)"
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/cpuset
 go test -run '^$' -fuzz '^FuzzDiscoverFiles$' -fuzztime 15s ./numa
+go test -run '^$' -fuzz '^FuzzDecodeFile$' -fuzztime 15s ./planner/alloc
+echo "== benchmarks run once (figures in docs/BENCHMARKS.md; no timing is asserted)"
+go test -run '^$' -bench . -benchtime 1x ./planner/...
 echo "== all tiers passed in $(( $(date +%s) - T0 )) s"

@@ -45,6 +45,9 @@ func (e *Error) Unwrap() error {
 	return ErrInsufficient
 }
 
+// raw is a value shown as is, not quoted ("[]", "null").
+type raw string
+
 func invalid(field string, value any, reason string, args ...any) *Error {
 	v := fmt.Sprint(value)
 	if s, ok := value.(string); ok {

@@ -140,7 +140,7 @@ func (f *File) Validate() (*Input, error) {
 	}
 	sb := in.Params.ShareBase
 	if len(f.Hosts) == 0 {
-		return nil, invalid("hosts", "[]", "at least one host is required")
+		return nil, invalid("hosts", raw("[]"), "at least one host is required")
 	}
 	seen := map[string]bool{}
 	for i, fh := range f.Hosts {
@@ -156,9 +156,9 @@ func (f *File) Validate() (*Input, error) {
 	}
 	switch {
 	case f.Request == nil && f.Resize == nil:
-		return nil, invalid("request", "null", "the file needs a request or a resize")
+		return nil, invalid("request", raw("null"), "the file needs a request or a resize")
 	case f.Request != nil && f.Resize != nil:
-		return nil, invalid("resize", "{…}", "give a request or a resize, not both")
+		return nil, invalid("resize", raw("{…}"), "give a request or a resize, not both")
 	case f.Request != nil:
 		r, err := f.Request.build(in.Params)
 		if err != nil {
@@ -191,7 +191,7 @@ func (fh *FileHost) build(at string, sb int) (*Host, error) {
 	h := &Host{Name: fh.Name, MemoryBytes: fh.Capacity.MemoryBytes, MemoryUsed: fh.Used.MemoryBytes,
 		Topology: fh.Topology, Instances: map[string]int{}}
 	if len(fh.Capacity.CPUs) == 0 {
-		return nil, invalid(at+".capacity.cpus", "{}", "a host needs at least one CPU")
+		return nil, invalid(at+".capacity.cpus", raw("{}"), "a host needs at least one CPU")
 	}
 	for _, k := range slices.Sorted(maps.Keys(fh.Capacity.CPUs)) {
 		field := fmt.Sprintf("%s.capacity.cpus[%q]", at, k)
@@ -278,7 +278,7 @@ func (fh *FileHost) build(at string, sb int) (*Host, error) {
 	}
 	if t := fh.Topology; t != nil {
 		if err := t.Validate(); err != nil {
-			return nil, invalid(at+".topology", "{…}", "%v", err)
+			return nil, invalid(at+".topology", raw("{…}"), "%v", err)
 		}
 	}
 	for _, svc := range slices.Sorted(maps.Keys(fh.Instances)) {
@@ -299,7 +299,7 @@ func ptrString(p *int) string {
 
 func (fr *FileReq) build(p Params) (*Request, error) {
 	if fr.CPU == nil {
-		return nil, invalid("request.cpu", "null", "a CPU amount is required (0 is allowed for memory-first)")
+		return nil, invalid("request.cpu", raw("null"), "a CPU amount is required (0 is allowed for memory-first)")
 	}
 	pieces, err := PiecesOf("request.cpu", *fr.CPU, p.ShareBase)
 	if err != nil {
@@ -354,7 +354,7 @@ func (fz *FileResize) build(p Params, hosts []*Host) (*Resize, error) {
 		rz.Current.CPUs[id] = fz.Current.CPUs[k]
 	}
 	if curBind && len(rz.Current.CPUs) == 0 {
-		return nil, invalid("resize.current.cpus", "{}", "a bound instance holds at least one CPU (set current.bind to false for memory-first)")
+		return nil, invalid("resize.current.cpus", raw("{}"), "a bound instance holds at least one CPU (set current.bind to false for memory-first)")
 	}
 	if !curBind {
 		q, err := PiecesOf("resize.current.cpu_quota", fz.Current.CPUQuota, p.ShareBase)
@@ -363,7 +363,7 @@ func (fz *FileResize) build(p Params, hosts []*Host) (*Resize, error) {
 		}
 		rz.Current.CPUQuota = q
 		if len(rz.Current.CPUs) > 0 {
-			return nil, invalid("resize.current.cpus", "{…}", "a memory-first instance holds no CPUs")
+			return nil, invalid("resize.current.cpus", raw("{…}"), "a memory-first instance holds no CPUs")
 		}
 	}
 	return rz, nil

@@ -18,6 +18,9 @@ type Result struct {
 	Placements []Placement
 }
 
+// MaxCount bounds the instances one request may ask for.
+const MaxCount = 1_000_000
+
 // ValidateRequest checks a request's fields against p.
 func ValidateRequest(p Params, r Request) error {
 	switch {
@@ -25,8 +28,8 @@ func ValidateRequest(p Params, r Request) error {
 		return invalid("request.service", r.Service, "a service name is required")
 	case r.Count < 1 && r.Strategy != Fill:
 		return invalid("request.count", r.Count, "want at least 1")
-	case r.Count < 0:
-		return invalid("request.count", r.Count, "want 0 or more")
+	case r.Count < 0 || r.Count > MaxCount:
+		return invalid("request.count", r.Count, "want 0..%d", MaxCount)
 	case r.Bind && r.Pieces <= 0:
 		return invalid("request.cpu", FormatPieces(r.Pieces, p.ShareBase), "a CPU-bound request needs at least 1 piece (1/%d CPU)", p.ShareBase)
 	case r.MemoryBytes <= 0:

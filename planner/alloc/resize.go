@@ -238,7 +238,22 @@ func (s *hostState) pickKeeping(sh shape, set []int32, numa cpuset.NUMANodeID, k
 			}
 			var ok bool
 			if frag, ok = s.pickFragment(pool, sh.f, -2); !ok {
-				return Placement{}, false // needs a conversion: leave it to placeSet
+				// Convert a whole-capable CPU, in placeSet's conversion order
+				// (highest core, then highest ID), if the allowance permits.
+				if s.convAllowance == 0 {
+					return Placement{}, false
+				}
+				for _, p := range set {
+					if _, used := pl.CPUs[s.ids[p]]; used || s.free[p] < sh.f {
+						continue
+					}
+					if frag < 0 || s.coreKey[p] > s.coreKey[frag] || (s.coreKey[p] == s.coreKey[frag] && s.ids[p] > s.ids[frag]) {
+						frag = p
+					}
+				}
+				if frag < 0 {
+					return Placement{}, false
+				}
 			}
 		}
 		pl.CPUs[s.ids[frag]] = sh.f

@@ -23,7 +23,7 @@ func TestParse(t *testing.T) {
 		{in: "\n", want: "", wantLen: 0},
 		{in: "0", want: "0", wantLen: 1},
 		{in: "0-3,8,10-11\n", want: "0-3,8,10-11", wantLen: 7}, // sysfs trailing newline
-		{in: "5,1,2,3", want: "1-3,5", wantLen: 4},            // canonical order and ranges
+		{in: "5,1,2,3", want: "1-3,5", wantLen: 4},             // canonical order and ranges
 		{in: "1-1", want: "1", wantLen: 1},
 		{in: "0-2,1-5", want: "0-5", wantLen: 6}, // overlaps merge
 		{in: "63,64", want: "63-64", wantLen: 2}, // word boundary

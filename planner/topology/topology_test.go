@@ -23,7 +23,9 @@ func TestValidate(t *testing.T) {
 		{"nodes unsorted", func(tp *topology.Topology) { tp.NUMANodes[0], tp.NUMANodes[1] = tp.NUMANodes[1], tp.NUMANodes[0] }, "numa_nodes[1].id"},
 		{"cpus unsorted", func(tp *topology.Topology) { tp.CPUs[0], tp.CPUs[1] = tp.CPUs[1], tp.CPUs[0] }, "cpus[1].id"},
 		{"negative memory", func(tp *topology.Topology) { tp.NUMANodes[1].MemoryBytes = -1 }, "numa_nodes[1].memory_bytes"},
-		{"cpu in two nodes", func(tp *topology.Topology) { tp.NUMANodes[1].CPUs = tp.NUMANodes[1].CPUs.Union(cpuset.Of[cpuset.CPUID](0)) }, "numa_nodes[1].cpus"},
+		{"cpu in two nodes", func(tp *topology.Topology) {
+			tp.NUMANodes[1].CPUs = tp.NUMANodes[1].CPUs.Union(cpuset.Of[cpuset.CPUID](0))
+		}, "numa_nodes[1].cpus"},
 		{"cpu on wrong node", func(tp *topology.Topology) { tp.CPUs[0].NUMANode = 1 }, "cpus[0].numa_node"},
 		{"cpu on unknown node", func(tp *topology.Topology) { tp.CPUs[0].NUMANode = 7 }, "cpus[0].numa_node"},
 		{"online differs", func(tp *topology.Topology) { tp.Online = cpuset.MustParseCPUs("0-78") }, "online"},

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+const issueExample = `{"share_base": 100, "max_fragment_cores": -1,
+ "hosts": [{"name": "h1",
+            "capacity": {"cpus": {"0": 100, "1": 100, "2": 100, "3": 100}, "memory_bytes": 4294967296},
+            "used": {"cpus": {"1": 30}, "memory_bytes": 1073741824, "numa_memory_bytes": {"0": 1073741824}},
+            "numa_nodes": [{"id": 0, "cpus": "0-1", "memory_bytes": 2147483648}, {"id": 1, "cpus": "2-3", "memory_bytes": 2147483648}],
+            "instances": {"web": 2}}],
+ "request": {"service": "web", "count": 2, "cpu": 1.7, "bind": true, "memory_bytes": 536870912, "strategy": "auto", "max_per_host": 0}}`
+
+func TestPlanIssueExample(t *testing.T) {
+	t.Parallel()
+	out, errOut, code := runCLI(t, issueExample, "plan", "-f", "-", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var got map[string]any
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"capacity":{"h1":2},"error":null,"placements":[{"cpus":{"0":100,"1":70},"host":"h1","memory_bytes":536870912,"numa_node":0},{"cpus":{"2":100,"3":70},"host":"h1","memory_bytes":536870912,"numa_node":1}],"total_capacity":2}`
+	if b, _ := json.Marshal(got); string(b) != want {
+		t.Errorf("plan -o json =\n%s\nwant\n%s", b, want)
+	}
+	table, _, code := runCLI(t, issueExample, "plan", "-f", "-")
+	if code != 0 || !strings.Contains(table, "CPU map of h1") || !strings.Contains(table, "used 30, #1 70") {
+		t.Errorf("table output (exit %d):\n%s", code, table)
+	}
+}
+
+func TestPlanUnmet(t *testing.T) {
+	t.Parallel()
+	in := strings.Replace(issueExample, `"count": 2`, `"count": 3`, 1)
+	out, errOut, code := runCLI(t, in, "plan", "-f", "-", "-o", "json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1: %s", code, errOut)
+	}
+	var o struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(out), &o); err != nil || o.Error.Code != "insufficient_capacity" || !strings.Contains(o.Error.Message, "h1 takes 2 (cpu)") {
+		t.Errorf("unmet output = %s (%v)", out, err)
+	}
+	table, _, code := runCLI(t, in, "plan", "-f", "-")
+	if code != 1 || !strings.Contains(table, "NOT PLACED (insufficient_capacity)") {
+		t.Errorf("table (exit %d):\n%s", code, table)
+	}
+}
+
+func TestPlanResizeFile(t *testing.T) {
+	t.Parallel()
+	in := `{"hosts": [{"name": "h1", "capacity": {"cpus": {"0": 100, "1": 100, "2": 100, "3": 100}, "memory_bytes": 4294967296},
+	  "used": {"cpus": {"0": 100, "1": 30}, "memory_bytes": 1073741824}}],
+	 "resize": {"host": "h1", "current": {"cpus": {"0": 100, "1": 30}, "numa_node": -1, "memory_bytes": 1073741824, "bind": true},
+	            "cpu_delta": 0.7, "memory_delta_bytes": 0, "bind": true}}`
+	out, errOut, code := runCLI(t, in, "plan", "-f", "-", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, `"0": 100`) || !strings.Contains(out, `"1": 100`) || strings.Count(out, `"host"`) != 1 {
+		t.Errorf("resize 1.3 + 0.7 should keep CPUs 0 and 1 whole:\n%s", out)
+	}
+}
+
+func TestPlanBadInput(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, from, to, wantErr string
+	}{
+		{"negative cpu", `"cpu": 1.7`, `"cpu": -1`, "request.cpu = -1"},
+		{"memory 0 with bind", `"memory_bytes": 536870912`, `"memory_bytes": 0`, "request.memory_bytes = 0"},
+		{"unknown strategy", `"strategy": "auto"`, `"strategy": "random"`, `request.strategy = "random"`},
+		{"cpu not in host", `"used": {"cpus": {"1": 30}`, `"used": {"cpus": {"9": 30}`, `hosts["h1"].used.cpus["9"] = 30: CPU 9 is not in the host's capacity`},
+		{"used above capacity", `"used": {"cpus": {"1": 30}`, `"used": {"cpus": {"1": 130}`, `hosts["h1"].used.cpus["1"] = 130`},
+		{"numa cpus outside host", `"cpus": "2-3"`, `"cpus": "2-5"`, `hosts["h1"].numa_nodes[1].cpus = "2-5"`},
+		{"bad cpu list", `"cpus": "2-3"`, `"cpus": "3-2"`, `hosts["h1"].numa_nodes[1].cpus = "3-2"`},
+		{"share base", `"share_base": 100`, `"share_base": 7`, "share_base = 7: want 10..10000"},
+		{"unknown field", `"max_per_host": 0`, `"max_per_hots": 0`, `unknown field "max_per_hots"`},
+		{"malformed json", `"count": 2,`, `"count": 2,,`, "not valid JSON (line 7)"},
+		{"wrong type", `"count": 2`, `"count": "two"`, "request.count: got a JSON string, want int"},
+		{"zero pieces", `"cpu": 1.7`, `"cpu": 0.001`, "rounds to 0 pieces"},
+		{"cpu key junk", `"0": 100, "1": 100`, `"x": 100, "1": 100`, `hosts["h1"].capacity.cpus["x"] = "x": a CPU id must be a decimal number`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			in := strings.Replace(issueExample, tt.from, tt.to, 1)
+			if in == issueExample {
+				t.Fatalf("replacement %q not found", tt.from)
+			}
+			out, errOut, code := runCLI(t, in, "plan", "-f", "-", "-o", "json")
+			if code != 2 || out != "" || !strings.Contains(errOut, tt.wantErr) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 and %q", code, out, errOut, tt.wantErr)
+			}
+		})
+	}
+	_, errOut, code := runCLI(t, "", "plan", "-f", "/no/such/file.json")
+	if code != 2 || !strings.Contains(errOut, `--file "/no/such/file.json"`) {
+		t.Errorf("missing file: exit %d, %s", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "", "plan")
+	if code != 2 || !strings.Contains(errOut, "--file is required") {
+		t.Errorf("no file: exit %d, %s", code, errOut)
+	}
+}

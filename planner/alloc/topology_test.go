@@ -1,0 +1,94 @@
+package alloc_test
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/topology"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// topoHost makes an allocation host of a topology fixture, 100 pieces a CPU.
+func topoHost(t *topology.Topology) *alloc.Host {
+	h := &alloc.Host{Name: "h", Topology: t, MemoryBytes: t.MemoryBytes(), Instances: map[string]int{}}
+	for _, c := range t.CPUs {
+		h.CPUs = append(h.CPUs, alloc.CPU{ID: c.ID, Capacity: 100})
+	}
+	for _, n := range t.NUMANodes {
+		h.NUMANodes = append(h.NUMANodes, alloc.NUMANode{ID: n.ID, CPUs: n.CPUs, MemoryBytes: n.MemoryBytes})
+	}
+	return h
+}
+
+func cpusOf(p alloc.Placement) cpuset.CPUs { return cpuset.Of(slices.Collect(maps.Keys(p.CPUs))...) }
+
+// TestWholeCoresFirst: on an SMT host, 2 whole CPUs are one physical core
+// (both siblings), and 3 whole CPUs lie inside one L3 group (a CCX).
+func TestWholeCoresFirst(t *testing.T) {
+	t.Parallel()
+	tp := topologytest.EPYC7402().Topology() // siblings i, i+48; CCX of 3 cores
+	h := topoHost(tp)
+	res, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{h}, alloc.Request{Service: "s", Count: 2, Pieces: 200, Bind: true, MemoryBytes: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range res.Placements {
+		c, _ := tp.CPU(cpusOf(p).Slice()[0])
+		if !cpusOf(p).Equal(c.Siblings) {
+			t.Errorf("2 CPUs = %s, want one whole core", cpusOf(p))
+		}
+	}
+	// 3 CPUs + fragment: whole CPUs inside one L3 group, fragment in it too.
+	res, err = alloc.Plan(alloc.DefaultParams(), []*alloc.Host{topoHost(tp)}, alloc.Request{Service: "s", Count: 1, Pieces: 350, Bind: true, MemoryBytes: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := cpusOf(res.Placements[0])
+	c, _ := tp.CPU(got.Slice()[0])
+	if !got.IsSubsetOf(c.L3) {
+		t.Errorf("3.5 CPUs = %s, not inside one L3 group %s", got, c.L3)
+	}
+}
+
+// TestSingleCPUsPackCores: 1-CPU instances fill both threads of a core before
+// breaking the next one, so whole cores stay free for bigger requests.
+func TestSingleCPUsPackCores(t *testing.T) {
+	t.Parallel()
+	tp := topologytest.Laptop().Topology() // siblings (0,4) (1,5) (2,6) (3,7)
+	h := topoHost(tp)
+	res, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{h}, alloc.Request{Service: "s", Count: 4, Pieces: 100, Bind: true, MemoryBytes: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all cpuset.CPUs
+	for _, p := range res.Placements {
+		all = all.Union(cpusOf(p))
+	}
+	if all.String() != "0-1,4-5" {
+		t.Errorf("4 single CPUs = %s, want two whole cores 0-1,4-5", all)
+	}
+}
+
+// TestFragmentsPackOnFragmentedCPUs: fragments go to CPUs already
+// fragmented first, and converted CPUs are whole cores' both threads.
+func TestFragmentsPackOnFragmentedCPUs(t *testing.T) {
+	t.Parallel()
+	tp := topologytest.Laptop().Topology()
+	h := topoHost(tp)
+	h.CPUs[2].Used = 50 // CPU 2 already carries a fragment
+	res, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{h}, alloc.Request{Service: "s", Count: 3, Pieces: 30, Bind: true, MemoryBytes: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []cpuset.CPUID
+	for _, p := range res.Placements {
+		on = append(on, cpusOf(p).Slice()...)
+	}
+	// 50 free on CPU 2 holds one 30; the next two go to one converted CPU.
+	if on[0] != 2 || on[1] != on[2] {
+		t.Errorf("fragments on %v, want CPU 2 first then one converted CPU twice", on)
+	}
+}
