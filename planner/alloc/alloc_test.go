@@ -167,7 +167,7 @@ func TestSeedEach(t *testing.T) {
 func TestSeedFill(t *testing.T) {
 	t.Parallel()
 	type hc struct {
-		name            string
+		name           string
 		room, existing int
 	}
 	tests := []struct {
@@ -210,8 +210,8 @@ func TestGlobalAndDrained(t *testing.T) {
 	t.Parallel()
 	mk := func() []*alloc.Host {
 		a := host("a", 4, 100, map[int]int{0: 100, 1: 100}, 8*GiB) // 50% CPU used
-		b := host("b", 4, 100, nil, 8*GiB)                          // 0%
-		c := host("c", 8, 100, nil, 8*GiB)                          // 0%, twice as big
+		b := host("b", 4, 100, nil, 8*GiB)                         // 0%
+		c := host("c", 8, 100, nil, 8*GiB)                         // 0%, twice as big
 		return []*alloc.Host{a, b, c}
 	}
 	res, err := alloc.Plan(alloc.DefaultParams(), mk(), alloc.Request{Service: "s", Count: 4, Pieces: 100, Bind: true, MemoryBytes: GiB, Strategy: alloc.Global})
