@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Every test tier pinfold has, from a fresh clone: installs what it needs,
-# then runs lint, the unit and fake-tree tiers (go test ./...), and short
-# fuzzing of the parsers. A tier that is asked for and cannot run fails.
+# then runs lint, the unit and fake-tree tiers (go test ./...), short fuzzing
+# of the parsers, the benchmarks once, and the kernel tier in the QEMU guest
+# (hack/vm: 2 NUMA nodes, cgroup v2, dockerd). A tier that is asked for and
+# cannot run fails; it never skips.
 #
 #   hack/test.sh
 set -euo pipefail
@@ -20,4 +22,16 @@ go test -run '^$' -fuzz '^FuzzDiscoverFiles$' -fuzztime 15s ./numa
 go test -run '^$' -fuzz '^FuzzDecodeFile$' -fuzztime 15s ./planner/alloc
 echo "== benchmarks run once (figures in docs/BENCHMARKS.md; no timing is asserted)"
 go test -run '^$' -bench . -benchtime 1x ./planner/...
+echo "== kernel tier (QEMU guest: 2 NUMA nodes, cgroup v2, Debian docker.io)"
+hack/vm/build >/dev/null
+kernel_pkgs=(./numa/ ./cgroup/ ./docker/)
+log=$(mktemp)
+# -p 1: one guest at a time, so the cpu.max measurement has the host's CPUs.
+CGO_ENABLED=0 go test -p 1 -count=1 -v -tags kernel -run '^TestKernel' \
+  -exec "$PWD/hack/vm/run --docker --timeout 600" "${kernel_pkgs[@]}" 2>&1 | tee "$log" | grep -vE '^(=== |pinfold-vm: time=)'
+rc=${PIPESTATUS[0]}
+[ "$rc" = 0 ] || { echo "kernel tier failed (exit $rc)"; exit 1; }
+if grep -q 'no tests to run' "$log" || [ "$(grep -c '^--- PASS: TestKernel' "$log")" -lt "${#kernel_pkgs[@]}" ]; then
+  echo "kernel tier ran no tests in some package: it must not skip"; exit 1
+fi
 echo "== all tiers passed in $(( $(date +%s) - T0 )) s"

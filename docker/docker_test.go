@@ -1,0 +1,223 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-cmp/cmp"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/system"
+	mobyclient "github.com/moby/moby/client"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+)
+
+func TestResourcesFor(t *testing.T) {
+	t.Parallel()
+	r := Resources{CPUs: cpuset.MustParseCPUs("2-3"), Mems: cpuset.MustParseMems("1"), CPUShares: 717, MemoryBytes: 128 << 20, MemoryReservation: 64 << 20}
+	want := container.Resources{CpusetCpus: "2-3", CpusetMems: "1", CPUShares: 717, CPUPeriod: 100000, CPUQuota: -1,
+		Memory: 128 << 20, MemorySwap: 128 << 20, MemoryReservation: 64 << 20}
+	if diff := cmp.Diff(want, resourcesFor(r)); diff != "" {
+		t.Errorf("resourcesFor (-want +got):\n%s", diff)
+	}
+	r.CPUQuota, r.CPUShares = 170000, 0
+	got := resourcesFor(r)
+	if got.CPUQuota != 170000 || got.CPUShares != 1024 || got.NanoCPUs != 0 {
+		t.Errorf("quota/shares: %+v", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ok := Resources{CPUs: cpuset.MustParseCPUs("0"), Mems: cpuset.MustParseMems("0"), MemoryBytes: MinMemory}
+	if err := ok.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		change func(*Resources)
+		want   string
+	}{
+		{func(r *Resources) { r.MemoryBytes = 4 << 20 }, "memory = 4194304: Docker's minimum memory limit is 6 MiB"},
+		{func(r *Resources) { r.CPUs = cpuset.CPUs{} }, "cpus"},
+		{func(r *Resources) { r.Mems = cpuset.Mems{} }, "mems"},
+		{func(r *Resources) { r.CPUShares = 1 }, "cpu_shares = 1"},
+		{func(r *Resources) { r.CPUQuota = 500 }, "cpu_quota = 500"},
+		{func(r *Resources) { r.MemoryReservation = 1 << 20 }, "memory_reservation"},
+		{func(r *Resources) { r.MemoryReservation = 1 << 30 }, "above the memory limit"},
+	}
+	for _, tt := range tests {
+		r := ok
+		tt.change(&r)
+		if err := r.Validate(); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", r, err, tt.want)
+		}
+	}
+}
+
+func TestCgroupPath(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ driver, parent, want string }{
+		{"cgroupfs", "", "docker/abc"},
+		{"cgroupfs", "/pinfold", "pinfold/abc"},
+		{"systemd", "", "system.slice/docker-abc.scope"},
+		{"systemd", "pinfold.slice", "pinfold.slice/docker-abc.scope"},
+	} {
+		if got, err := CgroupPath(tt.driver, tt.parent, "abc"); err != nil || got != tt.want {
+			t.Errorf("CgroupPath(%q, %q) = %q, %v; want %q", tt.driver, tt.parent, got, err, tt.want)
+		}
+	}
+	if _, err := CgroupPath("none", "", "abc"); err == nil {
+		t.Errorf("unknown driver accepted")
+	}
+}
+
+// fakeEngine is an in-memory engine for the calls the adapter makes.
+type fakeEngine struct {
+	containers map[string]*container.InspectResponse
+	updates    []container.Resources
+	next       int
+}
+
+var _ engineAPI = (*fakeEngine)(nil)
+var _ engineAPI = (*mobyclient.Client)(nil)
+
+func newFake() *fakeEngine { return &fakeEngine{containers: map[string]*container.InspectResponse{}} }
+
+func (f *fakeEngine) Ping(context.Context, mobyclient.PingOptions) (mobyclient.PingResult, error) {
+	return mobyclient.PingResult{APIVersion: "1.41"}, nil
+}
+func (f *fakeEngine) ClientVersion() string { return "1.41" }
+func (f *fakeEngine) Info(context.Context, mobyclient.InfoOptions) (mobyclient.SystemInfoResult, error) {
+	return mobyclient.SystemInfoResult{Info: system.Info{CgroupDriver: "cgroupfs", CgroupVersion: "2", ServerVersion: "20.10.24"}}, nil
+}
+func (f *fakeEngine) ContainerCreate(_ context.Context, o mobyclient.ContainerCreateOptions) (mobyclient.ContainerCreateResult, error) {
+	f.next++
+	id := fmt.Sprintf("%064d", f.next)
+	hc := *o.HostConfig
+	f.containers[id] = &container.InspectResponse{ID: id, Name: "/" + o.Name, Config: o.Config, HostConfig: &hc,
+		State: &container.State{Status: "created"}}
+	return mobyclient.ContainerCreateResult{ID: id}, nil
+}
+func (f *fakeEngine) get(id string) (*container.InspectResponse, error) {
+	c, ok := f.containers[id]
+	if !ok {
+		return nil, errdefs.ErrNotFound.WithMessage("No such container: " + id)
+	}
+	return c, nil
+}
+func (f *fakeEngine) ContainerStart(_ context.Context, id string, _ mobyclient.ContainerStartOptions) (mobyclient.ContainerStartResult, error) {
+	c, err := f.get(id)
+	if err == nil {
+		c.State = &container.State{Status: "running", Running: true, Pid: 4242}
+	}
+	return mobyclient.ContainerStartResult{}, err
+}
+func (f *fakeEngine) ContainerInspect(_ context.Context, id string, _ mobyclient.ContainerInspectOptions) (mobyclient.ContainerInspectResult, error) {
+	c, err := f.get(id)
+	if err != nil {
+		return mobyclient.ContainerInspectResult{}, err
+	}
+	return mobyclient.ContainerInspectResult{Container: *c}, nil
+}
+func (f *fakeEngine) ContainerList(context.Context, mobyclient.ContainerListOptions) (mobyclient.ContainerListResult, error) {
+	var out mobyclient.ContainerListResult
+	for id, c := range f.containers {
+		if c.Config.Labels[LabelManaged] == "true" {
+			out.Items = append(out.Items, container.Summary{ID: id})
+		}
+	}
+	return out, nil
+}
+func (f *fakeEngine) ContainerUpdate(_ context.Context, id string, o mobyclient.ContainerUpdateOptions) (mobyclient.ContainerUpdateResult, error) {
+	c, err := f.get(id)
+	if err != nil {
+		return mobyclient.ContainerUpdateResult{}, err
+	}
+	f.updates = append(f.updates, *o.Resources)
+	c.HostConfig.Resources = *o.Resources
+	return mobyclient.ContainerUpdateResult{}, nil
+}
+func (f *fakeEngine) ContainerPause(_ context.Context, id string, _ mobyclient.ContainerPauseOptions) (mobyclient.ContainerPauseResult, error) {
+	_, err := f.get(id)
+	return mobyclient.ContainerPauseResult{}, err
+}
+func (f *fakeEngine) ContainerUnpause(_ context.Context, id string, _ mobyclient.ContainerUnpauseOptions) (mobyclient.ContainerUnpauseResult, error) {
+	_, err := f.get(id)
+	return mobyclient.ContainerUnpauseResult{}, err
+}
+func (f *fakeEngine) ContainerStop(_ context.Context, id string, _ mobyclient.ContainerStopOptions) (mobyclient.ContainerStopResult, error) {
+	_, err := f.get(id)
+	return mobyclient.ContainerStopResult{}, err
+}
+func (f *fakeEngine) ContainerRemove(_ context.Context, id string, _ mobyclient.ContainerRemoveOptions) (mobyclient.ContainerRemoveResult, error) {
+	if _, err := f.get(id); err != nil {
+		return mobyclient.ContainerRemoveResult{}, err
+	}
+	delete(f.containers, id)
+	return mobyclient.ContainerRemoveResult{}, nil
+}
+
+func TestAdapterWithFake(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFake()
+	a, err := newAdapter(ctx, f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Resources{CPUs: cpuset.MustParseCPUs("2-3"), Mems: cpuset.MustParseMems("1"), MemoryBytes: 128 << 20}
+	id, err := a.Create(ctx, CreateSpec{Name: "web-1", Image: "img", Service: "web", Instance: "web-1", Resources: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	c, err := a.Inspect(ctx, id)
+	if err != nil || c.CgroupPath != "docker/"+id || c.Service != "web" || c.PID != 4242 || !c.Applied.CPUs.Equal(res.CPUs) {
+		t.Fatalf("Inspect = %+v, %v", c, err)
+	}
+	res.MemoryBytes = 256 << 20
+	if _, err := a.Update(ctx, id, res); err != nil {
+		t.Fatal(err)
+	}
+	if u := f.updates[len(f.updates)-1]; u.Memory != 256<<20 || u.MemorySwap != 256<<20 || u.CpusetCpus != "2-3" {
+		t.Errorf("update sent %+v; want Memory and MemorySwap together and the full cpuset", u)
+	}
+	// Bad input changes nothing: no update call reaches the engine.
+	n := len(f.updates)
+	if _, err := a.Update(ctx, id, Resources{CPUs: res.CPUs, Mems: res.Mems, MemoryBytes: 4 << 20}); err == nil || !strings.Contains(err.Error(), "6 MiB") {
+		t.Errorf("4 MiB update = %v", err)
+	}
+	if _, err := a.Update(ctx, "vanished", res); !errors.Is(err, ErrNotFound) {
+		t.Errorf("update of a vanished container = %v, want ErrNotFound", err)
+	}
+	foreign, _ := f.ContainerCreate(ctx, mobyclient.ContainerCreateOptions{Name: "theirs", Config: &container.Config{Image: "x"}, HostConfig: &container.HostConfig{}})
+	for name, op := range map[string]func() error{
+		"update": func() error { _, err := a.Update(ctx, foreign.ID, res); return err },
+		"stop":   func() error { return a.Stop(ctx, foreign.ID, 0) },
+		"remove": func() error { return a.Remove(ctx, foreign.ID) },
+		"pause":  func() error { return a.Pause(ctx, foreign.ID) },
+	} {
+		if err := op(); !errors.Is(err, ErrNotOwned) {
+			t.Errorf("%s of a foreign container = %v, want ErrNotOwned", name, err)
+		}
+	}
+	if len(f.updates) != n {
+		t.Errorf("refused updates reached the engine")
+	}
+	list, err := a.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != id {
+		t.Errorf("List = %+v, %v; want only pinfold's container", list, err)
+	}
+	if err := a.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Remove(ctx, id); err != nil {
+		t.Errorf("second Remove = %v, want nil (already gone)", err)
+	}
+}
