@@ -34,4 +34,11 @@ rc=${PIPESTATUS[0]}
 if grep -q 'no tests to run' "$log" || [ "$(grep -c '^--- PASS: TestKernel' "$log")" -lt "${#kernel_pkgs[@]}" ]; then
   echo "kernel tier ran no tests in some package: it must not skip"; exit 1
 fi
+echo "== e2e tier (built binaries in the QEMU guest)"
+CGO_ENABLED=0 go build -o bin/pinfold ./cmd/pinfold
+PINFOLD_VM_ENV="PINFOLD_BIN=$PWD/bin/pinfold" CGO_ENABLED=0 go test -p 1 -count=1 -v -tags e2e -run '^TestE2E' \
+  -exec "$PWD/hack/vm/run --docker --timeout 600" ./test/e2e/ 2>&1 | tee "$log" | grep -vE '^(=== |pinfold-vm: time=)'
+rc=${PIPESTATUS[0]}
+[ "$rc" = 0 ] || { echo "e2e tier failed (exit $rc)"; exit 1; }
+grep -q '^--- PASS: TestE2E' "$log" || { echo "e2e tier ran no tests: it must not skip"; exit 1; }
 echo "== all tiers passed in $(( $(date +%s) - T0 )) s"

@@ -1,0 +1,91 @@
+//go:build linux && e2e
+
+package e2e_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/pinfold/pinfold/test/testenv"
+)
+
+func pinfold(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	bin := os.Getenv("PINFOLD_BIN")
+	if bin == "" {
+		t.Fatalf("e2e tier: PINFOLD_BIN is not set (hack/test.sh builds bin/pinfold and sets it)")
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// TestE2ETopologyAndPlanOnGuest: the built binary discovers the guest's two
+// NUMA nodes, and a plan against that very topology packs 1.5-CPU instances
+// NUMA-locally, one per node, then one across nodes.
+func TestE2ETopologyAndPlanOnGuest(t *testing.T) {
+	testenv.RequireKernel(t)
+	testenv.RequireNUMANodes(t, 2)
+	out, errOut, code := pinfold(t, "", "topology", "-o", "json")
+	if code != 0 {
+		t.Fatalf("pinfold topology: exit %d: %s", code, errOut)
+	}
+	var top struct {
+		NUMANodes []struct {
+			ID          int    `json:"id"`
+			CPUs        string `json:"cpus"`
+			MemoryBytes int64  `json:"memory_bytes"`
+		} `json:"numa_nodes"`
+		Online string `json:"online"`
+	}
+	if err := json.Unmarshal([]byte(out), &top); err != nil || len(top.NUMANodes) != 2 {
+		t.Fatalf("topology JSON = %s (%v), want 2 NUMA nodes", out, err)
+	}
+	// A plan file built from the discovered host: 100 pieces per CPU.
+	var cpus []string
+	for i := 0; i < 4; i++ {
+		cpus = append(cpus, fmt.Sprintf("%q: 100", fmt.Sprint(i)))
+	}
+	plan := fmt.Sprintf(`{"hosts": [{"name": "guest", "capacity": {"cpus": {%s}, "memory_bytes": %d},
+	  "numa_nodes": [{"id": 0, "cpus": %q, "memory_bytes": %d}, {"id": 1, "cpus": %q, "memory_bytes": %d}],
+	  "topology": %s}],
+	 "request": {"service": "web", "count": 3, "cpu": 1.5, "memory_bytes": 67108864}}`,
+		strings.Join(cpus, ", "), top.NUMANodes[0].MemoryBytes+top.NUMANodes[1].MemoryBytes,
+		top.NUMANodes[0].CPUs, top.NUMANodes[0].MemoryBytes, top.NUMANodes[1].CPUs, top.NUMANodes[1].MemoryBytes, out)
+	out, errOut, code = pinfold(t, plan, "plan", "-f", "-", "-o", "json")
+	if code != 1 {
+		t.Fatalf("3 × 1.5 CPU on 4 CPUs: exit %d, want 1 (only 2 fit): %s %s", code, out, errOut)
+	}
+	plan = strings.Replace(plan, `"count": 3`, `"count": 2`, 1)
+	out, errOut, code = pinfold(t, plan, "plan", "-f", "-", "-o", "json")
+	if code != 0 {
+		t.Fatalf("pinfold plan: exit %d: %s", code, errOut)
+	}
+	var res struct {
+		Placements []struct {
+			NUMANode int            `json:"numa_node"`
+			CPUs     map[string]int `json:"cpus"`
+		} `json:"placements"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Placements) != 2 {
+		t.Fatalf("plan JSON = %s (%v)", out, err)
+	}
+	if res.Placements[0].NUMANode != 0 || res.Placements[1].NUMANode != 1 {
+		t.Errorf("placements on NUMA nodes %d and %d, want 0 and 1", res.Placements[0].NUMANode, res.Placements[1].NUMANode)
+	}
+	t.Logf("guest plan: %v", res.Placements)
+}
