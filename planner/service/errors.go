@@ -1,0 +1,57 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+)
+
+// Code classifies errors for the API (they map onto gRPC/Connect codes).
+type Code string
+
+const (
+	Invalid    Code = "invalid_argument"
+	NotFound   Code = "not_found"
+	Exists     Code = "already_exists"
+	Precond    Code = "failed_precondition"
+	Exhausted  Code = "resource_exhausted"
+	Conflicted Code = "aborted"
+)
+
+// Error is a service error with a code and a message naming the field or
+// object and the value.
+type Error struct {
+	Code    Code
+	Message string
+	// Alloc carries the engine's error (codes, hosts) when there is one.
+	Alloc *alloc.Error
+}
+
+func (e *Error) Error() string { return e.Message }
+
+func errf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// fromAlloc wraps an allocation engine error.
+func fromAlloc(err error) error {
+	var ae *alloc.Error
+	if !errors.As(err, &ae) {
+		return err
+	}
+	code := Exhausted
+	if ae.Code == alloc.CodeInvalid {
+		code = Invalid
+	}
+	return &Error{Code: code, Message: ae.Message, Alloc: ae}
+}
+
+// CodeOf returns err's code ("" for internal errors).
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}

@@ -1,0 +1,249 @@
+package service_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/state/statetest"
+	"github.com/pinfold/pinfold/planner/topology"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+const GiB = int64(1) << 30
+
+func newService(t *testing.T, c *statetest.Cluster, endpoints ...string) *service.Service {
+	t.Helper()
+	st, err := state.Open(context.Background(), c.Client(t, endpoints...), state.Config{ShareBase: 100, MaxFragmentCores: -1}, service.Protocol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return service.New(st, nil)
+}
+
+func register(t *testing.T, s *service.Service, name string, top *topology.Topology) state.HostView {
+	t.Helper()
+	v, err := s.RegisterHost(context.Background(), service.RegisterHostRequest{Name: name, Topology: top, Settings: state.CapacitySettings{MemoryShare: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func verify(t *testing.T, s *service.Service) {
+	t.Helper()
+	if bad := service.Verify(s.Store(), 100); len(bad) > 0 {
+		t.Fatalf("store invariants violated:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+func TestDeployResizeRemove(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.Laptop().Topology())
+	register(t, s, "h2", topologytest.Laptop().Topology())
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Image: "busybox", Count: 4, Pieces: 170, Bind: true, Memory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := map[string]int{}
+	for _, in := range ins {
+		per[in.Host]++
+		if len(in.CPUs) != 2 || in.NUMANode != 0 {
+			t.Errorf("instance %s: cpus %v numa %d", in.ID, in.CPUs, in.NUMANode)
+		}
+	}
+	if per["h1"] != 2 || per["h2"] != 2 {
+		t.Errorf("auto spread = %v, want 2 and 2", per)
+	}
+	verify(t, s)
+	// Resize one instance +0.3 CPU +512 MiB in place.
+	got, err := s.Resize(ctx, service.ResizeRequest{Target: ins[0].ID, CPUDelta: 30, MemoryDelta: GiB / 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Generation != 2 || got[0].Memory != GiB+GiB/2 || len(got[0].CPUs) != 2 {
+		t.Errorf("resized = %+v", got[0])
+	}
+	verify(t, s)
+	// A resize that cannot fit changes nothing.
+	before := s.Store().Instances("")
+	if _, err := s.Resize(ctx, service.ResizeRequest{Target: "web", CPUDelta: 500}); service.CodeOf(err) != service.Exhausted {
+		t.Errorf("oversized resize = %v, want resource_exhausted", err)
+	}
+	if after := s.Store().Instances(""); len(after) != len(before) || after[0].Rev != before[0].Rev {
+		t.Errorf("a failed resize changed the store")
+	}
+	// Shrinking below zero is invalid.
+	if _, err := s.Resize(ctx, service.ResizeRequest{Target: ins[1].ID, CPUDelta: -500}); service.CodeOf(err) != service.Invalid {
+		t.Errorf("resize below zero = %v", err)
+	}
+	ids, err := s.Remove(ctx, "web")
+	if err != nil || len(ids) != 4 {
+		t.Fatalf("Remove(web) = %v, %v", ids, err)
+	}
+	verify(t, s)
+	if v, _ := s.Store().Host("h1"); len(v.Alloc.Used) != 0 || v.Alloc.MemoryUsed != 0 {
+		t.Errorf("h1 after remove: %+v", v.Alloc)
+	}
+}
+
+func TestHostRulesAndBadInput(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.Laptop().Topology())
+	// Re-registering with another topology is refused unless forced.
+	_, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "h1", Topology: topologytest.FlatVM().Topology()})
+	if service.CodeOf(err) != service.Exists {
+		t.Errorf("re-register with another topology = %v", err)
+	}
+	bad := topologytest.Laptop().Topology()
+	bad.CPUs[0].NUMANode = 9
+	if _, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "h2", Topology: bad}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), "cpus[0].numa_node") {
+		t.Errorf("invalid topology = %v", err)
+	}
+	if _, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "bad name", Topology: topologytest.Laptop().Topology()}); service.CodeOf(err) != service.Invalid {
+		t.Errorf("bad host name = %v", err)
+	}
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Count: 1, Pieces: 100, Bind: true, Memory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := cpuset.Of(cpusOf(ins[0])...)
+	// Removing CPUs an instance uses is refused, naming the instance.
+	_, err = s.SetHost(ctx, service.SetHostRequest{Name: "h1", RemoveCPUs: held})
+	if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), ins[0].ID) {
+		t.Errorf("remove busy CPUs = %v", err)
+	}
+	// Removing free CPUs and adding memory works and keeps instances.
+	v, err := s.SetHost(ctx, service.SetHostRequest{Name: "h1", RemoveCPUs: cpuset.MustParseCPUs("7"), MemoryDelta: GiB})
+	if err != nil || len(v.Host.CPUs) != 7 {
+		t.Fatalf("SetHost = %v, %v", v.Host.CPUs, err)
+	}
+	neg := int64(-5)
+	if _, err := s.SetHost(ctx, service.SetHostRequest{Name: "h1", MemoryBytes: &neg}); service.CodeOf(err) != service.Invalid {
+		t.Errorf("negative memory = %v", err)
+	}
+	if _, err := s.SetHost(ctx, service.SetHostRequest{Name: "nope"}); service.CodeOf(err) != service.NotFound {
+		t.Errorf("unknown host = %v", err)
+	}
+	// A disabled host takes nothing new.
+	if _, err := s.SetEnabled(ctx, "h1", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Count: 1, Pieces: 100, Bind: true, Memory: GiB}); service.CodeOf(err) != service.Exhausted {
+		t.Errorf("deploy with the only host disabled = %v", err)
+	}
+	if len(s.Store().Schedulable()) != 0 {
+		t.Errorf("disabled host still in the schedulable index")
+	}
+	if _, err := s.SetEnabled(ctx, "h1", true); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []service.DeployRequest{
+		{Service: "", Count: 1, Pieces: 100, Bind: true, Memory: GiB},
+		{Service: "x", Count: 1, Pieces: -1, Bind: true, Memory: GiB},
+		{Service: "x", Count: 1, Pieces: 100, Bind: true, Memory: 0},
+		{Service: "x", Count: 1, Pieces: 100, Bind: true, Memory: GiB, Strategy: "best"},
+		{Service: "x", Count: 1, Pieces: 100, Bind: true, Memory: GiB, MemorySoft: 2 * GiB},
+	} {
+		if _, err := s.Deploy(ctx, r); service.CodeOf(err) != service.Invalid {
+			t.Errorf("Deploy(%+v) = %v, want invalid_argument", r, err)
+		}
+	}
+	if err := s.RemoveHost(ctx, "h1"); service.CodeOf(err) != service.Precond {
+		t.Errorf("remove a host with instances = %v", err)
+	}
+	if _, err := s.Remove(ctx, "nothing"); service.CodeOf(err) != service.NotFound {
+		t.Errorf("remove unknown = %v", err)
+	}
+	verify(t, s)
+}
+
+func cpusOf(in state.Instance) []cpuset.CPUID {
+	var out []cpuset.CPUID
+	for id := range in.CPUs {
+		out = append(out, id)
+	}
+	return out
+}
+
+// TestHeartbeat: an agent-managed host is planned on only while its lease
+// lives; a disable recorded while it is down holds when it returns.
+func TestHeartbeat(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.Laptop().Topology())
+	if err := s.Heartbeat(ctx, "h1", "test", service.Protocol, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Live && v.Host.Agent }, "host live")
+	if len(s.Store().Schedulable()) != 1 {
+		t.Fatalf("live host not schedulable")
+	}
+	// No more heartbeats: the lease expires and the host goes down.
+	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return state.HostState(v.Host, v.Live) == "down" }, "host down")
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "w", Count: 1, Pieces: 100, Bind: true, Memory: GiB}); service.CodeOf(err) != service.Exhausted {
+		t.Errorf("deploy onto a down host = %v", err)
+	}
+	if _, err := s.SetEnabled(ctx, "h1", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat(ctx, "h1", "test", service.Protocol, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Live }, "host back")
+	if v, _ := s.Store().Host("h1"); state.HostState(v.Host, v.Live) != "disabled" || len(s.Store().Schedulable()) != 0 {
+		t.Errorf("host came back %s; the recorded disable must hold", state.HostState(v.Host, v.Live))
+	}
+	// An agent speaking another protocol gets no new work.
+	if _, err := s.SetEnabled(ctx, "h1", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Heartbeat(ctx, "h1", "future", service.Protocol+1, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Host.Protocol == service.Protocol+1 }, "protocol recorded")
+	if len(s.Store().Schedulable()) != 0 {
+		t.Errorf("a host whose agent speaks protocol %d is still schedulable", service.Protocol+1)
+	}
+	if err := s.Heartbeat(ctx, "nope", "x", 1, time.Second); service.CodeOf(err) != service.NotFound {
+		t.Errorf("heartbeat of an unknown host = %v", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRestartLosesNothing: a new planner over the same etcd data directory
+// sees every host and instance.
+func TestRestartLosesNothing(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 10, Pieces: 130, Bind: true, Memory: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newService(t, c)
+	if n := len(s2.Store().Instances("")); n != 10 {
+		t.Errorf("a second planner sees %d instances, want 10", n)
+	}
+	verify(t, s2)
+}

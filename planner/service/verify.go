@@ -1,0 +1,53 @@
+package service
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// Verify re-checks the store's invariants from its documents: every host's
+// allocation document equals the sum of its instances, no CPU holds more
+// pieces than its capacity, memory (host and NUMA node) is not oversold, and
+// no instance gets more than ShareBase pieces of one CPU. It returns every
+// violation found.
+func Verify(st *state.Store, shareBase int) []string {
+	var bad []string
+	for _, v := range st.Hosts() {
+		name := v.Host.Name
+		sum := state.NewAlloc()
+		for _, iv := range st.Instances(name) {
+			sum.Add(iv.Instance, +1)
+			for id, p := range iv.Instance.CPUs {
+				if p > shareBase {
+					bad = append(bad, fmt.Sprintf("instance %s holds %d pieces of CPU %d", iv.Instance.ID, p, id))
+				}
+			}
+		}
+		if !maps.Equal(sum.Used, v.Alloc.Used) || sum.MemoryUsed != v.Alloc.MemoryUsed || !maps.Equal(sum.NUMAUsed, v.Alloc.NUMAUsed) || !maps.Equal(sum.Instances, v.Alloc.Instances) {
+			bad = append(bad, fmt.Sprintf("host %s: allocation document %+v != sum of instances %+v", name, v.Alloc, sum))
+		}
+		for _, id := range slices.Sorted(maps.Keys(sum.Used)) {
+			if sum.Used[id] > v.Host.CPUs[id] {
+				bad = append(bad, fmt.Sprintf("host %s: CPU %d oversold: %d of %d pieces", name, id, sum.Used[id], v.Host.CPUs[id]))
+			}
+		}
+		if sum.MemoryUsed > v.Host.MemoryBytes {
+			bad = append(bad, fmt.Sprintf("host %s: memory oversold: %d of %d", name, sum.MemoryUsed, v.Host.MemoryBytes))
+		}
+		for n, m := range sum.NUMAUsed {
+			if m > v.Host.NUMAMemory[n] {
+				bad = append(bad, fmt.Sprintf("host %s: NUMA node %d memory oversold: %d of %d", name, n, m, v.Host.NUMAMemory[n]))
+			}
+		}
+	}
+	return bad
+}

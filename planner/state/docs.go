@@ -1,0 +1,246 @@
+package state
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/topology"
+)
+
+// Key prefixes.
+const (
+	Prefix          = "/pinfold/v1/"
+	ConfigKey       = Prefix + "config"
+	HostsPrefix     = Prefix + "hosts/"
+	AllocPrefix     = Prefix + "alloc/"
+	InstancesPrefix = Prefix + "instances/"
+	StatusPrefix    = Prefix + "status/"
+	ServicesPrefix  = Prefix + "services/"
+	LivePrefix      = Prefix + "live/"
+)
+
+// HostKey and friends build keys.
+func HostKey(h string) string              { return HostsPrefix + h }
+func AllocKey(h string) string             { return AllocPrefix + h }
+func InstanceKey(h, id string) string      { return InstancesPrefix + h + "/" + id }
+func StatusKey(h, id string) string        { return StatusPrefix + h + "/" + id }
+func ServiceKey(s string) string           { return ServicesPrefix + s }
+func LiveKey(h string) string              { return LivePrefix + h }
+func InstancesOfHostPrefix(h string) string { return InstancesPrefix + h + "/" }
+
+// Config is planner-wide and fixed once the store is initialised.
+type Config struct {
+	ShareBase int `json:"share_base"`
+	// MaxFragmentCores caps fragment CPUs per host (-1: none).
+	MaxFragmentCores int `json:"max_fragment_cores"`
+}
+
+// Params returns the allocation parameters.
+func (c Config) Params() alloc.Params {
+	return alloc.Params{ShareBase: c.ShareBase, MaxFragmentCores: c.MaxFragmentCores}
+}
+
+// Host is a registered host.
+type Host struct {
+	Name     string             `json:"name"`
+	Topology *topology.Topology `json:"topology"`
+	// CPUs is the capacity in pieces per CPU (reserved CPUs are absent).
+	CPUs map[cpuset.CPUID]int `json:"cpus"`
+	// MemoryBytes is the planned memory; NUMAMemory per NUMA node.
+	MemoryBytes  int64                       `json:"memory_bytes"`
+	NUMAMemory   map[cpuset.NUMANodeID]int64 `json:"numa_memory_bytes"`
+	ReservedCPUs cpuset.CPUs                 `json:"reserved_cpus"`
+	ReservedMem  int64                       `json:"reserved_memory_bytes"`
+	Disabled     bool                        `json:"disabled"`
+	// Agent is true once an agent registered the host (then a missing
+	// heartbeat means the host is down); hosts added by hand have none.
+	Agent        bool   `json:"agent"`
+	AgentVersion string `json:"agent_version,omitempty"`
+	Protocol     int    `json:"protocol,omitempty"`
+}
+
+// Alloc is a host's usage.
+type Alloc struct {
+	Used       map[cpuset.CPUID]int        `json:"used"`
+	MemoryUsed int64                       `json:"memory_used"`
+	NUMAUsed   map[cpuset.NUMANodeID]int64 `json:"numa_memory_used"`
+	Instances  map[string]int              `json:"instances"`
+}
+
+// Instance is a desired instance.
+type Instance struct {
+	ID       string               `json:"id"`
+	Service  string               `json:"service"`
+	Host     string               `json:"host"`
+	Bind     bool                 `json:"bind"`
+	CPUs     map[cpuset.CPUID]int `json:"cpus"`
+	CPUQuota int                  `json:"cpu_quota"` // pieces, memory-first only
+	NUMANode cpuset.NUMANodeID    `json:"numa_node"`
+	Memory   int64                `json:"memory_bytes"`
+	// MemorySoft is the soft limit (reservation) in bytes; 0 = none.
+	MemorySoft int64    `json:"memory_soft_bytes"`
+	Image      string   `json:"image"`
+	Command    []string `json:"command,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	// Desired is "running" or "replacing"; Generation grows with each change.
+	Desired    string `json:"desired"`
+	Generation int64  `json:"generation"`
+}
+
+// Status is what the agent observed.
+type Status struct {
+	State       string `json:"state"` // pending, running, exited, oom_killed, error
+	ContainerID string `json:"container_id,omitempty"`
+	PID         int    `json:"pid,omitempty"`
+	Generation  int64  `json:"generation"`
+	Error       string `json:"error,omitempty"`
+}
+
+// Service is a deployed service's spec.
+type Service struct {
+	Name       string   `json:"name"`
+	Image      string   `json:"image"`
+	Command    []string `json:"command,omitempty"`
+	Env        []string `json:"env,omitempty"`
+	Pieces     int      `json:"cpu_pieces"`
+	Bind       bool     `json:"bind"`
+	Memory     int64    `json:"memory_bytes"`
+	MemorySoft int64    `json:"memory_soft_bytes"`
+	Strategy   string   `json:"strategy"`
+	MaxPerHost int      `json:"max_per_host"`
+}
+
+// NewAlloc is an empty usage document.
+func NewAlloc() Alloc {
+	return Alloc{Used: map[cpuset.CPUID]int{}, NUMAUsed: map[cpuset.NUMANodeID]int64{}, Instances: map[string]int{}}
+}
+
+// Clone deep-copies a.
+func (a Alloc) Clone() Alloc {
+	return Alloc{Used: maps.Clone(a.Used), MemoryUsed: a.MemoryUsed, NUMAUsed: maps.Clone(a.NUMAUsed), Instances: maps.Clone(a.Instances)}
+}
+
+// Add charges (sign +1) or releases (-1) an instance's resources.
+func (a *Alloc) Add(in Instance, sign int) {
+	if a.Used == nil {
+		*a = NewAlloc()
+	}
+	for id, v := range in.CPUs {
+		a.Used[id] += sign * v
+		if a.Used[id] == 0 {
+			delete(a.Used, id)
+		}
+	}
+	a.MemoryUsed += int64(sign) * in.Memory
+	if in.NUMANode >= 0 {
+		a.NUMAUsed[in.NUMANode] += int64(sign) * in.Memory
+		if a.NUMAUsed[in.NUMANode] == 0 {
+			delete(a.NUMAUsed, in.NUMANode)
+		}
+	}
+	a.Instances[in.Service] += sign
+	if a.Instances[in.Service] == 0 {
+		delete(a.Instances, in.Service)
+	}
+}
+
+// CapacitySettings turn a topology into planned capacity.
+type CapacitySettings struct {
+	PiecesPerCPU   int         // 0 = the share base
+	ReservedCPUs   cpuset.CPUs // kept for the system
+	ReservedMemory int64       // bytes kept for the system
+	MemoryShare    float64     // share of MemTotal offered (0 = 0.9)
+}
+
+// NewHost computes a host's capacity from its topology.
+func NewHost(name string, t *topology.Topology, cfg Config, s CapacitySettings) (Host, error) {
+	if err := ValidateHostName(name); err != nil {
+		return Host{}, err
+	}
+	if t == nil {
+		return Host{}, fmt.Errorf("state: host %s: topology is required", name)
+	}
+	if err := t.Validate(); err != nil {
+		return Host{}, fmt.Errorf("state: host %s: %w", name, err)
+	}
+	pieces := s.PiecesPerCPU
+	if pieces == 0 {
+		pieces = cfg.ShareBase
+	}
+	if pieces < 1 || pieces > 100*cfg.ShareBase {
+		return Host{}, fmt.Errorf("state: host %s: pieces per CPU = %d: want 1..%d", name, pieces, 100*cfg.ShareBase)
+	}
+	if !s.ReservedCPUs.IsSubsetOf(t.Online) {
+		return Host{}, fmt.Errorf("state: host %s: reserved CPUs = %q: %s are not online", name, s.ReservedCPUs, s.ReservedCPUs.Difference(t.Online))
+	}
+	share := s.MemoryShare
+	if share == 0 {
+		share = 0.9
+	}
+	if share <= 0 || share > 1 {
+		return Host{}, fmt.Errorf("state: host %s: memory share = %v: want more than 0 and at most 1", name, share)
+	}
+	total := t.MemoryBytes()
+	if s.ReservedMemory < 0 || s.ReservedMemory >= total {
+		return Host{}, fmt.Errorf("state: host %s: reserved memory = %d: want 0..%d", name, s.ReservedMemory, total-1)
+	}
+	h := Host{Name: name, Topology: t, CPUs: map[cpuset.CPUID]int{}, NUMAMemory: map[cpuset.NUMANodeID]int64{},
+		ReservedCPUs: s.ReservedCPUs, ReservedMem: s.ReservedMemory}
+	for id := range t.Online.Difference(s.ReservedCPUs).All() {
+		h.CPUs[id] = pieces
+	}
+	if len(h.CPUs) == 0 {
+		return Host{}, fmt.Errorf("state: host %s: no CPU left after reserving %s", name, s.ReservedCPUs)
+	}
+	usable := int64(float64(total)*share) - s.ReservedMemory
+	if usable <= 0 {
+		return Host{}, fmt.Errorf("state: host %s: no memory left (MemTotal %d × %v − reserved %d)", name, total, share, s.ReservedMemory)
+	}
+	h.MemoryBytes = usable
+	for _, n := range t.NUMANodes {
+		if total > 0 {
+			h.NUMAMemory[n.ID] = int64(float64(usable) * float64(n.MemoryBytes) / float64(total))
+		}
+	}
+	return h, nil
+}
+
+// ValidateHostName accepts DNS-like names (letters, digits, - . _), 1..253 bytes.
+func ValidateHostName(name string) error {
+	if name == "" || len(name) > 253 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") != "" || strings.HasPrefix(name, ".") {
+		return fmt.Errorf("state: host name %q: want 1..253 letters, digits, '-', '.' or '_'", name)
+	}
+	return nil
+}
+
+// ValidateServiceName is like ValidateHostName without dots, at most 63 bytes.
+func ValidateServiceName(name string) error {
+	if name == "" || len(name) > 63 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+		return fmt.Errorf("service name %q: want 1..63 letters, digits, '-' or '_'", name)
+	}
+	return nil
+}
+
+// AllocHost builds the allocation engine's view of a host.
+func AllocHost(h Host, a Alloc) *alloc.Host {
+	out := &alloc.Host{Name: h.Name, MemoryBytes: h.MemoryBytes, MemoryUsed: a.MemoryUsed,
+		Topology: h.Topology, Instances: maps.Clone(a.Instances)}
+	for _, id := range slices.Sorted(maps.Keys(h.CPUs)) {
+		out.CPUs = append(out.CPUs, alloc.CPU{ID: id, Capacity: h.CPUs[id], Used: a.Used[id]})
+	}
+	if h.Topology != nil && h.Topology.NUMASource == topology.SourceSysfs {
+		all := cpuset.Of(slices.Sorted(maps.Keys(h.CPUs))...)
+		for _, n := range h.Topology.NUMANodes {
+			cpus := n.CPUs.Intersect(all)
+			if cpus.IsEmpty() {
+				continue // memory-only nodes and nodes whose CPUs are all reserved
+			}
+			out.NUMANodes = append(out.NUMANodes, alloc.NUMANode{ID: n.ID, CPUs: cpus, MemoryBytes: h.NUMAMemory[n.ID], MemoryUsed: a.NUMAUsed[n.ID]})
+		}
+	}
+	return out
+}

@@ -1,0 +1,66 @@
+package state
+
+import (
+	"fmt"
+	"net/url"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+)
+
+// EmbedConfig describes one embedded etcd member.
+type EmbedConfig struct {
+	Name      string // member name
+	Dir       string // data directory
+	ClientURL string // e.g. http://127.0.0.1:2379
+	PeerURL   string // e.g. http://127.0.0.1:2380
+	// InitialCluster is "name=peerURL,…" for a multi-member cluster; empty
+	// means a single-member cluster of this member.
+	InitialCluster string
+	// LogLevel is etcd's own log level (default "error"; "fatal" is quiet).
+	LogLevel string
+}
+
+// StartEmbedded starts an etcd member in this process and waits until it
+// serves. Transactions and requests may be large (a batch deploy is one
+// transaction), so the limits are raised above etcd's defaults.
+func StartEmbedded(c EmbedConfig) (*embed.Etcd, error) {
+	cfg := embed.NewConfig()
+	cfg.Name, cfg.Dir = c.Name, c.Dir
+	cu, err := url.Parse(c.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("state: etcd client URL %q: %w", c.ClientURL, err)
+	}
+	pu, err := url.Parse(c.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("state: etcd peer URL %q: %w", c.PeerURL, err)
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = c.InitialCluster
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = c.Name + "=" + c.PeerURL
+	}
+	cfg.InitialClusterToken = "pinfold"
+	cfg.LogLevel = "error"
+	if c.LogLevel != "" {
+		cfg.LogLevel = c.LogLevel
+	}
+	cfg.MaxTxnOps = 1 << 20
+	cfg.MaxRequestBytes = 64 << 20
+	cfg.QuotaBackendBytes = 8 << 30
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("state: start embedded etcd in %s: %w", c.Dir, err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return e, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("state: embedded etcd: %w", err)
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("state: embedded etcd in %s not ready after 60 s", c.Dir)
+	}
+}

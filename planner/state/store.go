@@ -1,0 +1,415 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Doc is a cached document with its etcd revision.
+type Doc[T any] struct {
+	Value T
+	Rev   int64 // ModRevision; 0 when the key does not exist
+}
+
+// Store caches the whole /pinfold/v1/ prefix from one etcd watch and commits
+// changes with revision-guarded transactions.
+type Store struct {
+	cli *clientv3.Client
+	log *slog.Logger
+	cfg Config
+
+	mu        sync.RWMutex
+	changed   *sync.Cond
+	rev       int64
+	hosts     map[string]Doc[Host]
+	allocs    map[string]Doc[Alloc]
+	instances map[string]map[string]Doc[Instance] // host → id
+	statuses  map[string]map[string]Doc[Status]
+	services  map[string]Doc[Service]
+	live      map[string]bool
+	// schedulable is the index of hosts that may take new work: enabled,
+	// and up (a live heartbeat) when an agent manages them, speaking the
+	// current protocol. Planning reads only these, never scans the rest.
+	schedulable map[string]bool
+	protocol    int
+	werr        error
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+// Open loads the store, initialises or checks the planner config, and
+// starts the watch. protocol is the agent protocol version this planner speaks.
+func Open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Params().Validate(); err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(cfg)
+	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(ConfigKey), "=", 0)).
+		Then(clientv3.OpPut(ConfigKey, string(b))).Else(clientv3.OpGet(ConfigKey)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("state: initialise %s: %w", ConfigKey, err)
+	}
+	if !resp.Succeeded {
+		var have Config
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &have) != nil {
+			return nil, fmt.Errorf("state: %s is unreadable", ConfigKey)
+		}
+		if have.ShareBase != cfg.ShareBase {
+			return nil, fmt.Errorf("state: the store was created with share_base %d; this planner was started with %d", have.ShareBase, cfg.ShareBase)
+		}
+		cfg = have
+	}
+	s := &Store{cli: cli, log: log, cfg: cfg, protocol: protocol, done: make(chan struct{})}
+	s.changed = sync.NewCond(&s.mu)
+	get, err := cli.Get(ctx, Prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("state: load %s: %w", Prefix, err)
+	}
+	s.reset()
+	for _, kv := range get.Kvs {
+		s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
+	}
+	s.rev = get.Header.Revision
+	s.reindexAll()
+	wctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go s.watch(wctx, get.Header.Revision+1)
+	return s, nil
+}
+
+// Close stops the watch.
+func (s *Store) Close() {
+	s.cancel()
+	<-s.done
+}
+
+// Client is the etcd client (for leases and agent watches).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Config is the planner-wide configuration.
+func (s *Store) Config() Config { return s.cfg }
+
+func (s *Store) reset() {
+	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
+	s.instances, s.statuses = map[string]map[string]Doc[Instance]{}, map[string]map[string]Doc[Status]{}
+	s.live, s.schedulable = map[string]bool{}, map[string]bool{}
+}
+
+func (s *Store) watch(ctx context.Context, from int64) {
+	defer close(s.done)
+	for {
+		wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), Prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithPrevKV())
+		for wr := range wc {
+			if err := wr.Err(); err != nil {
+				s.log.Warn("store watch interrupted", "err", err)
+				break
+			}
+			s.mu.Lock()
+			for _, ev := range wr.Events {
+				s.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision, ev.Type == clientv3.EventTypeDelete)
+			}
+			s.rev = wr.Header.Revision
+			from = s.rev + 1
+			s.changed.Broadcast()
+			s.mu.Unlock()
+		}
+		if ctx.Err() != nil {
+			s.mu.Lock()
+			s.werr = ctx.Err()
+			s.changed.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		// Compacted or lost leader: reload everything and watch again.
+		get, err := s.cli.Get(ctx, Prefix, clientv3.WithPrefix())
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		s.reset()
+		for _, kv := range get.Kvs {
+			s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
+		}
+		s.rev = get.Header.Revision
+		s.reindexAll()
+		from = s.rev + 1
+		s.changed.Broadcast()
+		s.mu.Unlock()
+	}
+}
+
+func decode[T any](b []byte) (T, bool) {
+	var v T
+	return v, json.Unmarshal(b, &v) == nil
+}
+
+// apply updates the cache for one key; the caller holds mu.
+func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
+	rest, ok := strings.CutPrefix(key, Prefix)
+	if !ok {
+		return
+	}
+	kind, name, _ := strings.Cut(rest, "/")
+	switch kind {
+	case "hosts":
+		if deleted {
+			delete(s.hosts, name)
+		} else if h, ok := decode[Host](val); ok {
+			s.hosts[name] = Doc[Host]{h, rev}
+		}
+		s.reindex(name)
+	case "alloc":
+		if deleted {
+			delete(s.allocs, name)
+		} else if a, ok := decode[Alloc](val); ok {
+			s.allocs[name] = Doc[Alloc]{a, rev}
+		}
+	case "instances", "status":
+		host, id, _ := strings.Cut(name, "/")
+		if kind == "instances" {
+			setNested(s.instances, host, id, val, rev, deleted)
+		} else {
+			setNested(s.statuses, host, id, val, rev, deleted)
+		}
+	case "services":
+		if deleted {
+			delete(s.services, name)
+		} else if v, ok := decode[Service](val); ok {
+			s.services[name] = Doc[Service]{v, rev}
+		}
+	case "live":
+		s.live[name] = !deleted
+		if deleted {
+			delete(s.live, name)
+		}
+		s.reindex(name)
+	}
+}
+
+func setNested[T any](m map[string]map[string]Doc[T], host, id string, val []byte, rev int64, deleted bool) {
+	if deleted {
+		delete(m[host], id)
+		if len(m[host]) == 0 {
+			delete(m, host)
+		}
+		return
+	}
+	v, ok := decode[T](val)
+	if !ok {
+		return
+	}
+	if m[host] == nil {
+		m[host] = map[string]Doc[T]{}
+	}
+	m[host][id] = Doc[T]{v, rev}
+}
+
+func (s *Store) reindexAll() {
+	for name := range s.hosts {
+		s.reindex(name)
+	}
+}
+
+// reindex keeps the schedulable index right for one host.
+func (s *Store) reindex(name string) {
+	h, ok := s.hosts[name]
+	if ok && HostState(h.Value, s.live[name]) == "up" && (!h.Value.Agent || h.Value.Protocol == s.protocol) {
+		s.schedulable[name] = true
+	} else {
+		delete(s.schedulable, name)
+	}
+}
+
+// HostState is up, down or disabled.
+func HostState(h Host, live bool) string {
+	switch {
+	case h.Disabled:
+		return "disabled"
+	case h.Agent && !live:
+		return "down"
+	}
+	return "up"
+}
+
+// HostView is a host with its usage and the revisions a plan was made from.
+type HostView struct {
+	Host     Host
+	HostRev  int64
+	Alloc    Alloc
+	AllocRev int64
+	Live     bool
+}
+
+// Schedulable returns the hosts that may take new work, sorted by name,
+// read from the index (disabled and down hosts are never visited).
+func (s *Store) Schedulable() []HostView {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]HostView, 0, len(s.schedulable))
+	for _, name := range slices.Sorted(maps.Keys(s.schedulable)) {
+		out = append(out, s.viewLocked(name))
+	}
+	return out
+}
+
+func (s *Store) viewLocked(name string) HostView {
+	h := s.hosts[name]
+	a, ok := s.allocs[name]
+	if !ok {
+		a.Value = NewAlloc()
+	}
+	return HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name]}
+}
+
+// Host returns one host's view.
+func (s *Store) Host(name string) (HostView, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if _, ok := s.hosts[name]; !ok {
+		return HostView{}, false
+	}
+	return s.viewLocked(name), true
+}
+
+// Hosts returns every host's view, sorted by name.
+func (s *Store) Hosts() []HostView {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]HostView, 0, len(s.hosts))
+	for _, name := range slices.Sorted(maps.Keys(s.hosts)) {
+		out = append(out, s.viewLocked(name))
+	}
+	return out
+}
+
+// InstanceView is an instance with its revision and observed status.
+type InstanceView struct {
+	Instance Instance
+	Rev      int64
+	Status   *Status
+}
+
+// Instances returns instances, sorted by host then ID; host "" means all.
+func (s *Store) Instances(host string) []InstanceView {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []InstanceView
+	hosts := []string{host}
+	if host == "" {
+		hosts = slices.Sorted(maps.Keys(s.instances))
+	}
+	for _, h := range hosts {
+		for _, id := range slices.Sorted(maps.Keys(s.instances[h])) {
+			d := s.instances[h][id]
+			v := InstanceView{Instance: d.Value, Rev: d.Rev}
+			if st, ok := s.statuses[h][id]; ok {
+				stv := st.Value
+				v.Status = &stv
+			}
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Instance finds an instance by ID.
+func (s *Store) Instance(id string) (InstanceView, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for h, m := range s.instances {
+		if d, ok := m[id]; ok {
+			v := InstanceView{Instance: d.Value, Rev: d.Rev}
+			if st, ok := s.statuses[h][id]; ok {
+				stv := st.Value
+				v.Status = &stv
+			}
+			return v, true
+		}
+	}
+	return InstanceView{}, false
+}
+
+// Service returns a service spec.
+func (s *Store) Service(name string) (Doc[Service], bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	d, ok := s.services[name]
+	return d, ok
+}
+
+// Rev is the revision the cache has caught up to.
+func (s *Store) Rev() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.rev
+}
+
+// WaitRev blocks until the cache has seen revision rev (or ctx ends).
+func (s *Store) WaitRev(ctx context.Context, rev int64) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.changed.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.rev < rev {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if s.werr != nil {
+			return s.werr
+		}
+		s.changed.Wait()
+	}
+	return nil
+}
+
+// ErrConflict means a compared document changed since it was read.
+var ErrConflict = errors.New("state: conflict: a host changed since it was read")
+
+// Commit runs one transaction: if every compare holds, all ops apply. On a
+// conflict it waits until the cache has seen the newer state and returns
+// ErrConflict, so the caller can re-plan from fresh state. On success it
+// waits until the cache reflects the commit.
+func (s *Store) Commit(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op) (int64, error) {
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+	if err != nil {
+		return 0, fmt.Errorf("state: commit: %w", err)
+	}
+	if err := s.WaitRev(ctx, resp.Header.Revision); err != nil {
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, ErrConflict
+	}
+	return resp.Header.Revision, nil
+}
+
+// ModRevIs compares a key's ModRevision (0: the key must not exist).
+func ModRevIs(key string, rev int64) clientv3.Cmp {
+	return clientv3.Compare(clientv3.ModRevision(key), "=", rev)
+}
+
+// PutJSON marshals v into a put op.
+func PutJSON(key string, v any) clientv3.Op {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("state: marshal %s: %v", key, err)) // our own types always marshal
+	}
+	return clientv3.OpPut(key, string(b))
+}
