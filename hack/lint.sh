@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 . hack/lib.sh
 ensure_go
 fail=0
-unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+unformatted=$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "lint: gofmt would change:"; echo "$unformatted"; fail=1; fi
 go vet ./... || fail=1
 go vet -tags kernel,e2e ./... || fail=1

@@ -24,12 +24,12 @@ const (
 )
 
 // HostKey and friends build keys.
-func HostKey(h string) string              { return HostsPrefix + h }
-func AllocKey(h string) string             { return AllocPrefix + h }
-func InstanceKey(h, id string) string      { return InstancesPrefix + h + "/" + id }
-func StatusKey(h, id string) string        { return StatusPrefix + h + "/" + id }
-func ServiceKey(s string) string           { return ServicesPrefix + s }
-func LiveKey(h string) string              { return LivePrefix + h }
+func HostKey(h string) string               { return HostsPrefix + h }
+func AllocKey(h string) string              { return AllocPrefix + h }
+func InstanceKey(h, id string) string       { return InstancesPrefix + h + "/" + id }
+func StatusKey(h, id string) string         { return StatusPrefix + h + "/" + id }
+func ServiceKey(s string) string            { return ServicesPrefix + s }
+func LiveKey(h string) string               { return LivePrefix + h }
 func InstancesOfHostPrefix(h string) string { return InstancesPrefix + h + "/" }
 
 // Config is planner-wide and fixed once the store is initialised.

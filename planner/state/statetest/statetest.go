@@ -49,8 +49,8 @@ func Start(t testing.TB, n int) *Cluster {
 		c.Endpoints = append(c.Endpoints, cfg.ClientURL)
 	}
 	type result struct {
-		i int
-		e *embed.Etcd
+		i   int
+		e   *embed.Etcd
 		err error
 	}
 	ch := make(chan result, n)
