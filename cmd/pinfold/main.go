@@ -80,7 +80,8 @@ Exit codes: 0 ok, 1 request cannot be met, 2 bad input or unreadable host.`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = false
-	root.AddCommand(newTopologyCmd(), newPlanCmd(), newVersionCmd())
+	root.AddCommand(newTopologyCmd(), newPlanCmd(), newPlannerCmd(), newUpCmd(), newHostCmd(),
+		newDeployCmd(), newResizeCmd(), newRemoveCmd(), newPsCmd(), newCapacityCmd(), newVersionCmd())
 	return root
 }
 

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+)
+
+// DefaultPlanner is where the planner listens unless told otherwise.
+const DefaultPlanner = "127.0.0.1:7878"
+
+// clientFlags are the flags of every command that talks to a planner.
+type clientFlags struct {
+	addr  string
+	tlsCA string
+}
+
+func (c *clientFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&c.addr, "planner", envOr("PINFOLD_PLANNER", DefaultPlanner), "planner address (host:port, http:// or https:// URL; env PINFOLD_PLANNER)")
+	cmd.Flags().StringVar(&c.tlsCA, "tls-ca", "", "CA certificate to verify an https:// planner")
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func (c *clientFlags) client() (pinfoldv1connect.PlannerServiceClient, error) {
+	base := c.addr
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	hc := &http.Client{Timeout: 5 * time.Minute}
+	if strings.HasPrefix(base, "https://") && c.tlsCA != "" {
+		pem, err := os.ReadFile(c.tlsCA)
+		if err != nil {
+			return nil, badInput("--tls-ca %q: %v", c.tlsCA, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, badInput("--tls-ca %q: no PEM certificate in it", c.tlsCA)
+		}
+		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
+	return pinfoldv1connect.NewPlannerServiceClient(hc, strings.TrimSuffix(base, "/")), nil
+}
+
+// apiError turns an API error into the CLI's exit codes: invalid input,
+// unknown or duplicate names and precondition failures are exit 2 (nothing
+// was changed); capacity shortages are exit 1; an unreachable planner is 1.
+func apiError(err error) error {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return err
+	}
+	msg := ce.Message()
+	switch ce.Code() {
+	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
+		return &exitError{code: exitBadInput, err: errors.New(msg)}
+	case connect.CodeResourceExhausted:
+		return &exitError{code: exitUnmet, err: fmt.Errorf("not placed: %s", msg)}
+	case connect.CodeUnavailable:
+		return &exitError{code: exitUnmet, err: fmt.Errorf("planner unreachable (is `pinfold planner` running?): %s", msg)}
+	}
+	return &exitError{code: exitUnmet, err: fmt.Errorf("%s: %s", ce.Code(), msg)}
+}
+
+// parseSize reads a byte size: a plain number is bytes; K, M, G, T (and
+// KB, MB, GB, TB) are powers of 1000; Ki, Mi, Gi, Ti (and KiB, MiB, GiB,
+// TiB) are powers of 1024. Decimals are allowed ("1.5GiB"). With signed,
+// a leading + or - is allowed (for deltas).
+func parseSize(flag, s string, signed bool) (int64, error) {
+	in := strings.TrimSpace(s)
+	sign := int64(1)
+	if signed && (strings.HasPrefix(in, "+") || strings.HasPrefix(in, "-")) {
+		if in[0] == '-' {
+			sign = -1
+		}
+		in = in[1:]
+	}
+	i := 0
+	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
+		i++
+	}
+	num, unit := in[:i], strings.TrimSpace(in[i:])
+	mult := map[string]float64{"": 1, "B": 1,
+		"K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+		"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20, "Gi": 1 << 30, "GiB": 1 << 30, "Ti": 1 << 40, "TiB": 1 << 40}
+	m, ok := mult[unit]
+	if num == "" || strings.Count(num, ".") > 1 || !ok {
+		return 0, badInput("%s %q: want a size such as 512MiB, 1.5GiB or 1G (K/M/G/T = 1000s, Ki/Mi/Gi/Ti = 1024s)", flag, s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f*m > math.MaxInt64/2 {
+		return 0, badInput("%s %q: not a size pinfold can hold", flag, s)
+	}
+	return sign * int64(math.Round(f*m)), nil
+}
+
+// parseCPU checks a decimal CPU amount ("1.7", "+0.5", "-0.3") before it
+// is sent; the planner rounds it to pieces.
+func parseCPU(flag, s string, signed bool) (string, error) {
+	t := strings.TrimSpace(s)
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || (!signed && f < 0) || (!signed && strings.HasPrefix(t, "+")) {
+		what := "a number of CPUs such as 1.7"
+		if signed {
+			what = "a signed number of CPUs such as +0.7 or -0.5"
+		}
+		return "", badInput("%s %q: want %s", flag, s, what)
+	}
+	return strings.TrimPrefix(t, "+"), nil
+}

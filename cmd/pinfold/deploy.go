@@ -1,0 +1,363 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+)
+
+// instanceJSON is the -o json form of an instance.
+type instanceJSON struct {
+	ID         string           `json:"id"`
+	Service    string           `json:"service"`
+	Host       string           `json:"host"`
+	CPUs       map[string]int32 `json:"cpus"`
+	CPUQuota   string           `json:"cpu_quota,omitempty"`
+	NUMANode   int32            `json:"numa_node"`
+	Memory     int64            `json:"memory_bytes"`
+	MemorySoft int64            `json:"memory_soft_bytes,omitempty"`
+	Bind       bool             `json:"bind"`
+	Image      string           `json:"image,omitempty"`
+	State      string           `json:"state"`
+	Generation int64            `json:"generation"`
+	Container  string           `json:"container_id,omitempty"`
+	PID        int32            `json:"pid,omitempty"`
+}
+
+func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
+	return instanceJSON{ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: in.CpuQuota,
+		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, Image: in.Image,
+		State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid}
+}
+
+func instancesJSON(ins []*pinfoldv1.Instance) []instanceJSON {
+	out := []instanceJSON{}
+	for _, in := range ins {
+		out = append(out, toInstanceJSON(in))
+	}
+	return out
+}
+
+func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSERVICE\tHOST\tNUMA NODE\tCPUS (id:pieces)\tQUOTA\tMEMORY\tSTATE")
+	for _, in := range ins {
+		numa := "cross"
+		if in.NumaNode >= 0 {
+			numa = fmt.Sprint(in.NumaNode)
+		}
+		if !in.Bind {
+			numa = "-"
+		}
+		var cpus []string
+		for _, id := range slices.Sorted(maps.Keys(in.Cpus)) {
+			cpus = append(cpus, fmt.Sprintf("%d:%d", id, in.Cpus[id]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
+			orDash(in.CpuQuota), formatBytes(in.MemoryBytes), in.State)
+	}
+	return tw.Flush()
+}
+
+func newDeployCmd() *cobra.Command {
+	var (
+		c          clientFlags
+		out        outputFlag
+		count      int
+		cpu        string
+		bind       bool
+		memory     string
+		memorySoft string
+		strategy   string
+		maxPerHost int
+		image      string
+		env        []string
+	)
+	cmd := &cobra.Command{
+		Use:   "deploy SERVICE [-- COMMAND ARGS…]",
+		Short: "Place new instances of a service (all or nothing)",
+		Long: `Place --count new instances. With --bind each instance gets X whole CPUs plus
+at most one CPU shared in pieces (1.7 = 1 CPU + 70 pieces of another),
+NUMA-local when it fits; without --bind, memory decides and the CPU amount is
+a quota over the host's shared CPUs. The whole request is one transaction:
+either every instance is placed or none.
+
+Strategies: auto (level the service's instance counts), each (N on every
+host that can take N), fill (top every host up to N), global (least used
+share first), drained (smallest remaining capacity first).`,
+		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
+  pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB
+  pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			cpuS, err := parseCPU("--cpu", cpu, false)
+			if err != nil {
+				return err
+			}
+			mem, err := parseSize("--memory", memory, false)
+			if err != nil {
+				return err
+			}
+			soft := int64(0)
+			if memorySoft != "" {
+				if soft, err = parseSize("--memory-soft", memorySoft, false); err != nil {
+					return err
+				}
+			}
+			if _, err := alloc.ParseStrategy("--strategy", strategy); err != nil {
+				return badInput("--strategy %q: want auto, each, fill, global or drained", strategy)
+			}
+			if count < 1 && strategy != "fill" {
+				return badInput("--count %d: want at least 1", count)
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			t0 := time.Now()
+			if !out.json() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "placing %d × %s (%s CPUs %s, %s)…\n", count, args[0], cpuS, bindWord(bind), formatBytes(mem))
+			}
+			resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(&pinfoldv1.DeployRequest{Service: args[0], Image: image,
+				Command: args[1:], Env: env, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
+				Strategy: strategy, MaxPerHost: int32(maxPerHost)}))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+			}
+			hosts := map[string]bool{}
+			for _, in := range resp.Msg.Instances {
+				hosts[in.Host] = true
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "placed %d instances on %d hosts in %s\n", len(resp.Msg.Instances), len(hosts), time.Since(t0).Round(time.Millisecond))
+			return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	f := cmd.Flags()
+	f.IntVar(&count, "count", 1, "instances to place (per host for each and fill)")
+	f.StringVar(&cpu, "cpu", "1", "CPUs per instance, a decimal (1.7)")
+	f.BoolVar(&bind, "bind", false, "bind CPUs (cpuset) instead of a memory-first CPU quota")
+	f.StringVar(&memory, "memory", "", "memory per instance (hard limit), e.g. 512MiB, 1.5GiB, 1G")
+	f.StringVar(&memorySoft, "memory-soft", "", "soft memory limit (reservation), at most --memory")
+	f.StringVar(&strategy, "strategy", "auto", "auto, each, fill, global or drained")
+	f.IntVar(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
+	f.StringVar(&image, "image", "", "container image")
+	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
+	_ = cmd.MarkFlagRequired("memory")
+	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"auto", "each", "fill", "global", "drained"}, cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func bindFlag(cmd *cobra.Command, bind, unbind bool) (*bool, error) {
+	switch {
+	case bind && unbind:
+		return nil, badInput("--bind and --no-bind exclude each other")
+	case bind:
+		return &bind, nil
+	case unbind:
+		f := false
+		return &f, nil
+	}
+	return nil, nil
+}
+
+func newResizeCmd() *cobra.Command {
+	var (
+		c            clientFlags
+		out          outputFlag
+		cpu, memory  string
+		bind, noBind bool
+	)
+	cmd := &cobra.Command{
+		Use:   "resize (SERVICE|INSTANCE)",
+		Short: "Change CPU and memory of running instances by deltas, in place",
+		Long: `Resize by deltas (seed 004: pass the difference, not the target). The
+instance keeps its CPUs wherever possible; --bind/--no-bind switch between
+CPU-bound and memory-first. For a service every instance is resized, all or
+nothing.`,
+		Example: `  pinfold resize web-3f2a9c0d1e --cpu +0.7 --memory +64MiB
+  pinfold resize web --cpu -0.5
+  pinfold resize cache --no-bind`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			req := &pinfoldv1.ResizeRequest{Target: args[0]}
+			var err error
+			if cpu != "" {
+				if req.CpuDelta, err = parseCPU("--cpu", cpu, true); err != nil {
+					return err
+				}
+			}
+			if memory != "" {
+				if req.MemoryDeltaBytes, err = parseSize("--memory", memory, true); err != nil {
+					return err
+				}
+			}
+			if req.Bind, err = bindFlag(cmd, bind, noBind); err != nil {
+				return err
+			}
+			if cpu == "" && memory == "" && req.Bind == nil {
+				return badInput("nothing to change: give --cpu, --memory, --bind or --no-bind")
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.Resize(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+			}
+			return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVar(&cpu, "cpu", "", "CPU delta, e.g. +0.7 or -0.5")
+	cmd.Flags().StringVar(&memory, "memory", "", "memory delta, e.g. +64MiB or -1GiB")
+	cmd.Flags().BoolVar(&bind, "bind", false, "switch to CPU-bound")
+	cmd.Flags().BoolVar(&noBind, "no-bind", false, "switch to memory-first")
+	return cmd
+}
+
+func newRemoveCmd() *cobra.Command {
+	var (
+		c   clientFlags
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "remove (SERVICE|INSTANCE)",
+		Short: "Remove an instance, or a whole service, releasing its resources",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.Remove(cmd.Context(), connect.NewRequest(&pinfoldv1.RemoveRequest{Target: args[0]}))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), map[string][]string{"removed": append([]string{}, resp.Msg.Ids...)})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %d instances: %s\n", len(resp.Msg.Ids), strings.Join(resp.Msg.Ids, " "))
+			return nil
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	return cmd
+}
+
+func newPsCmd() *cobra.Command {
+	var (
+		c             clientFlags
+		out           outputFlag
+		host, service string
+	)
+	cmd := &cobra.Command{
+		Use:   "ps",
+		Short: "List instances with their CPUs, NUMA node, memory and state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.ListInstances(cmd.Context(), connect.NewRequest(&pinfoldv1.ListInstancesRequest{Host: host, Service: service}))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+			}
+			return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVar(&host, "host", "", "only this host")
+	cmd.Flags().StringVar(&service, "service", "", "only this service")
+	return cmd
+}
+
+func newCapacityCmd() *cobra.Command {
+	var (
+		c           clientFlags
+		out         outputFlag
+		cpu, memory string
+		bind        bool
+	)
+	cmd := &cobra.Command{
+		Use:     "capacity --cpu X --memory SIZE [--bind]",
+		Short:   "How many instances of a size the live hosts could take (dry run)",
+		Example: `  pinfold capacity --cpu 1.7 --bind --memory 1GiB`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			cpuS, err := parseCPU("--cpu", cpu, false)
+			if err != nil {
+				return err
+			}
+			mem, err := parseSize("--memory", memory, false)
+			if err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.Capacity(cmd.Context(), connect.NewRequest(&pinfoldv1.CapacityRequest{Cpu: cpuS, Bind: bind, MemoryBytes: mem}))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"capacity": resp.Msg.Capacity, "total_capacity": resp.Msg.Total, "limit": resp.Msg.Limit})
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "HOST\tCAPACITY\tLIMITED BY")
+			for _, h := range slices.Sorted(maps.Keys(resp.Msg.Capacity)) {
+				fmt.Fprintf(tw, "%s\t%d\t%s\n", h, resp.Msg.Capacity[h], resp.Msg.Limit[h])
+			}
+			fmt.Fprintf(tw, "total\t%d\t\n", resp.Msg.Total)
+			return tw.Flush()
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVar(&cpu, "cpu", "1", "CPUs per instance")
+	cmd.Flags().StringVar(&memory, "memory", "", "memory per instance")
+	cmd.Flags().BoolVar(&bind, "bind", false, "CPU-bound instances")
+	_ = cmd.MarkFlagRequired("memory")
+	return cmd
+}

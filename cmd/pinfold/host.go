@@ -1,0 +1,456 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/topology"
+)
+
+func newHostCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "host",
+		Short: "Register, list, inspect, change, disable and remove hosts",
+		Long: `Hosts are the machines the planner places instances on. A host's agent
+registers it with its discovered topology; 'host add' registers one by hand
+from a 'pinfold topology -o json' file (deploys onto it stay pending until an
+agent runs there).`,
+	}
+	cmd.AddCommand(newHostAddCmd(), newHostListCmd(), newHostShowCmd(), newHostSetCmd(),
+		newHostEnableCmd(true), newHostEnableCmd(false), newHostRemoveCmd())
+	return cmd
+}
+
+// hostJSON is the -o json form of a host.
+type hostJSON struct {
+	Name      string             `json:"name"`
+	State     string             `json:"state"`
+	Capacity  resourcesJSON      `json:"capacity"`
+	Used      resourcesJSON      `json:"used"`
+	NUMANodes []numaJSON         `json:"numa_nodes"`
+	Instances map[string]int32   `json:"instances"`
+	Agent     bool               `json:"agent"`
+	Version   string             `json:"agent_version,omitempty"`
+	Topology  *topology.Topology `json:"topology,omitempty"`
+}
+
+type resourcesJSON struct {
+	CPUs        map[string]int32 `json:"cpus"`
+	MemoryBytes int64            `json:"memory_bytes"`
+}
+
+type numaJSON struct {
+	ID          int32  `json:"id"`
+	CPUs        string `json:"cpus"`
+	MemoryBytes int64  `json:"memory_bytes"`
+	UsedBytes   int64  `json:"used_memory_bytes"`
+}
+
+func cpuMapJSON(m map[int32]int32) map[string]int32 {
+	out := make(map[string]int32, len(m))
+	for k, v := range m {
+		out[strconv.Itoa(int(k))] = v
+	}
+	return out
+}
+
+func toHostJSON(h *pinfoldv1.Host) hostJSON {
+	out := hostJSON{Name: h.Name, State: h.State, Agent: h.Agent, Version: h.AgentVersion, Instances: h.Instances,
+		Capacity: resourcesJSON{cpuMapJSON(h.CapacityCpus), h.CapacityMemoryBytes},
+		Used:     resourcesJSON{cpuMapJSON(h.UsedCpus), h.UsedMemoryBytes}, NUMANodes: []numaJSON{}}
+	if out.Instances == nil {
+		out.Instances = map[string]int32{}
+	}
+	for _, n := range h.NumaNodes {
+		out.NUMANodes = append(out.NUMANodes, numaJSON{n.Id, n.Cpus, n.MemoryBytes, n.UsedMemoryBytes})
+	}
+	if len(h.TopologyJson) > 0 {
+		var t topology.Topology
+		if json.Unmarshal(h.TopologyJson, &t) == nil {
+			out.Topology = &t
+		}
+	}
+	return out
+}
+
+func sumPieces(m map[int32]int32) int64 {
+	var s int64
+	for _, v := range m {
+		s += int64(v)
+	}
+	return s
+}
+
+func cpuAmount(pieces int64, sb int32) string {
+	if sb <= 0 {
+		sb = 100
+	}
+	return strconv.FormatFloat(float64(pieces)/float64(sb), 'f', -1, 64)
+}
+
+func newHostAddCmd() *cobra.Command {
+	var (
+		c        clientFlags
+		out      outputFlag
+		file     string
+		pieces   int
+		reserved string
+		resMem   string
+		share    float64
+		force    bool
+	)
+	cmd := &cobra.Command{
+		Use:   "add NAME --topology FILE",
+		Short: "Register a host by hand from a topology file",
+		Example: `  pinfold topology -o json > h1.json
+  pinfold host add h1 --topology h1.json --reserved-cpus 0 --reserved-memory 2GiB`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if file == "" {
+				return badInput("--topology is required (the output of `pinfold topology -o json`)")
+			}
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return badInput("--topology %q: %v", file, err)
+			}
+			var t topology.Topology
+			dec := json.NewDecoder(strings.NewReader(string(b)))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&t); err != nil {
+				return badInput("--topology %q: %v", file, err)
+			}
+			if err := t.Validate(); err != nil {
+				return badInput("--topology %q: %v", file, err)
+			}
+			if _, err := cpuset.ParseCPUs(reserved); err != nil {
+				return badInput("--reserved-cpus %q: %v", reserved, err)
+			}
+			mem := int64(0)
+			if resMem != "" {
+				if mem, err = parseSize("--reserved-memory", resMem, false); err != nil {
+					return err
+				}
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.RegisterHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: args[0], TopologyJson: b,
+				PiecesPerCpu: int32(pieces), ReservedCpus: reserved, ReservedMemoryBytes: mem, MemoryShare: share, Force: force}))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
+			}
+			h := resp.Msg.Host
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s registered: %d CPUs (%s CPUs of capacity), %s memory, %d NUMA nodes, state %s\n",
+				h.Name, len(h.CapacityCpus), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), h.State)
+			return nil
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVar(&file, "topology", "", "topology JSON (the output of `pinfold topology -o json`)")
+	cmd.Flags().IntVar(&pieces, "pieces-per-cpu", 0, "capacity of each CPU in pieces (default: the share base; more oversells on purpose)")
+	cmd.Flags().StringVar(&reserved, "reserved-cpus", "", "CPUs kept for the system, e.g. 0,64")
+	cmd.Flags().StringVar(&resMem, "reserved-memory", "", "memory kept for the system, e.g. 2GiB")
+	cmd.Flags().Float64Var(&share, "memory-share", 0, "share of MemTotal offered to instances (default 0.9)")
+	cmd.Flags().BoolVar(&force, "force", false, "replace a registration that has a different topology")
+	return cmd
+}
+
+func newHostListCmd() *cobra.Command {
+	var (
+		c   clientFlags
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:     "list",
+		Aliases: []string{"ls"},
+		Short:   "List hosts with their state, capacity and use",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.ListHosts(cmd.Context(), connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				list := []hostJSON{}
+				for _, h := range resp.Msg.Hosts {
+					list = append(list, toHostJSON(h))
+				}
+				return writeJSON(cmd.OutOrStdout(), list)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tNUMA NODES\tINSTANCES\tAGENT")
+			for _, h := range resp.Msg.Hosts {
+				n := int32(0)
+				for _, v := range h.Instances {
+					n += v
+				}
+				agent := "none (pending)"
+				if h.Agent {
+					agent = orDash(h.AgentVersion)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%d\t%d\t%s\n", h.Name, h.State,
+					cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
+					formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), n, agent)
+			}
+			return tw.Flush()
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	return cmd
+}
+
+func newHostShowCmd() *cobra.Command {
+	var (
+		c   clientFlags
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "show NAME",
+		Short: "Show a host's CPU map: which instance holds how many pieces of which CPU",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: args[0]}))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				type showJSON struct {
+					hostJSON
+					InstanceList []instanceJSON `json:"instance_list"`
+				}
+				s := showJSON{hostJSON: toHostJSON(resp.Msg.Host), InstanceList: []instanceJSON{}}
+				for _, in := range resp.Msg.Instances {
+					s.InstanceList = append(s.InstanceList, toInstanceJSON(in))
+				}
+				return writeJSON(cmd.OutOrStdout(), s)
+			}
+			return printHostMap(cmd.OutOrStdout(), resp.Msg.Host, resp.Msg.Instances)
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	return cmd
+}
+
+func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) error {
+	fmt.Fprintf(w, "Host %s: %s, %s of %s CPUs used, %s of %s memory used, agent %v %s\n", h.Name, h.State,
+		cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
+		formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), h.Agent, h.AgentVersion)
+	holders := map[int32][]string{}
+	for _, in := range ins {
+		for _, id := range slices.Sorted(maps.Keys(in.Cpus)) {
+			holders[id] = append(holders[id], fmt.Sprintf("%s %d", in.Id, in.Cpus[id]))
+		}
+	}
+	fmt.Fprintf(w, "\nCPU map (%d pieces per CPU):\n", h.ShareBase)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NUMA NODE\tCPU\tCAPACITY\tHOLDERS (instance pieces)\tFREE")
+	seen := map[int32]bool{}
+	row := func(node string, id int32) {
+		c, ok := h.CapacityCpus[id]
+		if !ok {
+			fmt.Fprintf(tw, "%s\t%d\treserved\t-\t-\n", node, id)
+			return
+		}
+		seen[id] = true
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\n", node, id, c, orDash(strings.Join(holders[id], ", ")), c-h.UsedCpus[id])
+	}
+	for _, n := range h.NumaNodes {
+		cpus, _ := cpuset.ParseCPUs(n.Cpus)
+		for id := range cpus.All() {
+			row(fmt.Sprintf("%d (%s/%s)", n.Id, formatBytes(n.UsedMemoryBytes), formatBytes(n.MemoryBytes)), int32(id))
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(h.CapacityCpus)) {
+		if !seen[id] {
+			row("-", id)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(ins) > 0 {
+		fmt.Fprintln(w)
+		return printInstances(w, ins)
+	}
+	return nil
+}
+
+func newHostSetCmd() *cobra.Command {
+	var (
+		c        clientFlags
+		out      outputFlag
+		addCPUs  string
+		pieces   int
+		rmCPUs   string
+		memory   string
+		numaMems []string
+	)
+	cmd := &cobra.Command{
+		Use:   "set NAME",
+		Short: "Change a host's capacity (running instances are not touched)",
+		Long: `Change capacity by absolute values or deltas. Removing CPUs that instances use
+is refused with the list of instances; memory cannot go below what is in use.`,
+		Example: `  pinfold host set h1 --remove-cpus 7
+  pinfold host set h1 --add-cpus 7 --pieces 100
+  pinfold host set h1 --memory +4GiB
+  pinfold host set h1 --memory 60GiB --numa-memory 0=30GiB --numa-memory 1=30GiB`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			req := &pinfoldv1.SetHostRequest{Name: args[0], AddCpus: map[int32]int32{}, NumaMemoryBytes: map[int32]int64{}}
+			if addCPUs != "" {
+				set, err := cpuset.ParseCPUs(addCPUs)
+				if err != nil {
+					return badInput("--add-cpus %q: %v", addCPUs, err)
+				}
+				if pieces <= 0 {
+					return badInput("--pieces %d: want the pieces of each added CPU (e.g. 100)", pieces)
+				}
+				for id := range set.All() {
+					req.AddCpus[int32(id)] = int32(pieces)
+				}
+			}
+			if _, err := cpuset.ParseCPUs(rmCPUs); err != nil {
+				return badInput("--remove-cpus %q: %v", rmCPUs, err)
+			}
+			req.RemoveCpus = rmCPUs
+			if memory != "" {
+				if strings.HasPrefix(memory, "+") || strings.HasPrefix(memory, "-") {
+					d, err := parseSize("--memory", memory, true)
+					if err != nil {
+						return err
+					}
+					req.MemoryDeltaBytes = d
+				} else {
+					m, err := parseSize("--memory", memory, false)
+					if err != nil {
+						return err
+					}
+					req.MemoryBytes = &m
+				}
+			}
+			for _, nm := range numaMems {
+				k, v, ok := strings.Cut(nm, "=")
+				id, err := strconv.Atoi(k)
+				if !ok || err != nil || id < 0 {
+					return badInput("--numa-memory %q: want NODE=SIZE, e.g. 0=30GiB", nm)
+				}
+				b, err := parseSize("--numa-memory", v, false)
+				if err != nil {
+					return err
+				}
+				req.NumaMemoryBytes[int32(id)] = b
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.SetHost(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
+			}
+			h := resp.Msg.Host
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s: %d CPUs (%s CPUs of capacity), %s memory\n", h.Name, len(h.CapacityCpus),
+				cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase), formatBytes(h.CapacityMemoryBytes))
+			return nil
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVar(&addCPUs, "add-cpus", "", "CPUs to add to capacity (list format)")
+	cmd.Flags().IntVar(&pieces, "pieces", 0, "pieces for each CPU of --add-cpus")
+	cmd.Flags().StringVar(&rmCPUs, "remove-cpus", "", "CPUs to take out of capacity (list format)")
+	cmd.Flags().StringVar(&memory, "memory", "", "memory capacity: SIZE (absolute) or +SIZE/-SIZE (delta)")
+	cmd.Flags().StringArrayVar(&numaMems, "numa-memory", nil, "NUMA node memory, NODE=SIZE (repeatable)")
+	return cmd
+}
+
+func newHostEnableCmd(enable bool) *cobra.Command {
+	var c clientFlags
+	use, short := "disable NAME", "Stop placing new work on a host (its instances keep running)"
+	if enable {
+		use, short = "enable NAME", "Let a disabled host take new work again"
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.SetHostEnabled(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostEnabledRequest{Name: args[0], Enabled: enable}))
+			if err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s\n", args[0], resp.Msg.Host.State)
+			return nil
+		},
+	}
+	c.register(cmd)
+	return cmd
+}
+
+func newHostRemoveCmd() *cobra.Command {
+	var c clientFlags
+	cmd := &cobra.Command{
+		Use:   "remove NAME",
+		Short: "Unregister a host that runs no instances",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			if _, err := cl.RemoveHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RemoveHostRequest{Name: args[0]})); err != nil {
+				return apiError(err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s removed\n", args[0])
+			return nil
+		},
+	}
+	c.register(cmd)
+	return cmd
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pinfold/pinfold/numa"
+	"github.com/pinfold/pinfold/planner/api"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+type plannerFlags struct {
+	dataDir, listen, etcdEndpoints, etcdClient, etcdPeer string
+	tlsCert, tlsKey, tlsCA                               string
+	shareBase, maxFragmentCores                          int
+	logLevel                                             string
+}
+
+func (f *plannerFlags) register(cmd *cobra.Command) {
+	home, _ := os.UserHomeDir()
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", filepath.Join(home, ".local/share/pinfold"), "directory for the embedded etcd's data")
+	cmd.Flags().StringVar(&f.listen, "listen", DefaultPlanner, "address the API listens on (gRPC and JSON over HTTP)")
+	cmd.Flags().StringVar(&f.etcdEndpoints, "etcd-endpoints", "", "use this external etcd cluster (comma-separated URLs) instead of the embedded one")
+	cmd.Flags().StringVar(&f.etcdClient, "etcd-listen-client", "http://127.0.0.1:12379", "embedded etcd: client URL")
+	cmd.Flags().StringVar(&f.etcdPeer, "etcd-listen-peer", "http://127.0.0.1:12380", "embedded etcd: peer URL")
+	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM)")
+	cmd.Flags().StringVar(&f.tlsKey, "tls-key", "", "private key of --tls-cert (PEM)")
+	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "require client certificates signed by this CA (PEM)")
+	cmd.Flags().IntVar(&f.shareBase, "share-base", 100, "pieces per CPU (10..10000); fixed when the store is created")
+	cmd.Flags().IntVar(&f.maxFragmentCores, "max-fragment-cores", -1, "CPUs per host that may carry fragments (-1: no cap)")
+	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// runningPlanner is a started planner.
+type runningPlanner struct {
+	svc   *service.Service
+	srv   *http.Server
+	close func()
+	addr  string
+}
+
+func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*runningPlanner, error) {
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return nil, badInput("--tls-cert and --tls-key go together")
+	}
+	if _, _, err := net.SplitHostPort(f.listen); err != nil {
+		return nil, badInput("--listen %q: %v", f.listen, err)
+	}
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	endpoints := strings.Split(f.etcdEndpoints, ",")
+	if f.etcdEndpoints == "" {
+		if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
+			return nil, badInput("--data-dir %q: %v", f.dataDir, err)
+		}
+		e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: filepath.Join(f.dataDir, "etcd"), ClientURL: f.etcdClient, PeerURL: f.etcdPeer})
+		if err != nil {
+			return nil, err
+		}
+		closers = append(closers, e.Close)
+		endpoints = []string{f.etcdClient}
+		log.Info("embedded etcd ready", "dir", filepath.Join(f.dataDir, "etcd"), "client_url", f.etcdClient)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second})
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
+	}
+	closers = append(closers, func() { cli.Close() })
+	st, err := state.Open(ctx, cli, state.Config{ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores}, service.Protocol, log)
+	if err != nil {
+		closeAll()
+		return nil, &exitError{code: exitBadInput, err: err}
+	}
+	closers = append(closers, st.Close)
+	svc := service.New(st, log)
+	srv := &http.Server{Addr: f.listen, Handler: api.Handler(svc), ReadHeaderTimeout: 10 * time.Second}
+	srv.Protocols = new(http.Protocols)
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetHTTP2(true)
+	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC over h2c on loopback
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	if f.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			ln.Close()
+			closeAll()
+			return nil, badInput("--tls-cert/--tls-key: %v", err)
+		}
+		tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+		if f.tlsCA != "" {
+			pem, err := os.ReadFile(f.tlsCA)
+			pool := x509.NewCertPool()
+			if err != nil || !pool.AppendCertsFromPEM(pem) {
+				ln.Close()
+				closeAll()
+				return nil, badInput("--tls-ca %q: no readable PEM certificate", f.tlsCA)
+			}
+			tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+		}
+		ln = tls.NewListener(ln, tc)
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("API server stopped", "err", err)
+		}
+	}()
+	log.Info("planner listening", "addr", ln.Addr().String(), "tls", f.tlsCert != "", "share_base", f.shareBase)
+	return &runningPlanner{svc: svc, srv: srv, addr: ln.Addr().String(), close: func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		closeAll()
+	}}, nil
+}
+
+func newLogger(level string, w *os.File) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, badInput("--log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func newPlannerCmd() *cobra.Command {
+	var f plannerFlags
+	cmd := &cobra.Command{
+		Use:   "planner",
+		Short: "Run the central planner (API + embedded etcd by default)",
+		Long: `Run the planner: the API (gRPC and JSON over HTTP on --listen) over state in
+etcd. By default etcd runs embedded under --data-dir, so one command gives a
+working planner. With --etcd-endpoints the planner uses an external etcd
+cluster instead; several planners may share one cluster (every change is one
+transaction guarded by revisions, so nothing is ever allocated twice).`,
+		Example: `  pinfold planner
+  pinfold planner --data-dir /var/lib/pinfold --listen 127.0.0.1:7878
+  pinfold planner --etcd-endpoints http://10.0.0.1:2379,http://10.0.0.2:2379 --listen :7878 --tls-cert c.pem --tls-key k.pem`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(f.logLevel, os.Stderr)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			p, err := f.start(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			<-ctx.Done()
+			log.Info("planner stopping")
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newUpCmd() *cobra.Command {
+	var f plannerFlags
+	var host string
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "All in one: a planner with embedded etcd, and this host registered",
+		Long: `Start a planner with embedded etcd under --data-dir and register this host
+(topology discovered from /sys). Until the node agent runs here, instances
+deployed onto this host are recorded as pending. Stop with Ctrl-C; the state
+stays in --data-dir.`,
+		Example: `  pinfold up
+  # in another terminal:
+  pinfold host list
+  pinfold deploy web --count 2 --cpu 0.5 --bind --memory 64MiB
+  pinfold ps`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(f.logLevel, os.Stderr)
+			if err != nil {
+				return err
+			}
+			if host == "" {
+				host, _ = os.Hostname()
+			}
+			top, err := numa.DiscoverHost()
+			if err != nil {
+				return &exitError{code: exitBadInput, err: err}
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			p, err := f.start(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer p.close()
+			tj, _ := json.Marshal(top)
+			c := &clientFlags{addr: p.addr}
+			cl, _ := c.client()
+			if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: host, TopologyJson: tj})); err != nil {
+				var ce *connect.Error
+				if !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists {
+					return apiError(err)
+				}
+				log.Warn("this host is registered with another topology; keeping the stored one", "host", host)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes). Ctrl-C stops it.\n",
+				p.addr, host, len(top.CPUs), len(top.NUMANodes))
+			<-ctx.Done()
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&host, "host", "", "name to register this host under (default: the hostname)")
+	return cmd
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startPlanner runs a planner with embedded etcd in this process.
+func startPlanner(t *testing.T) string {
+	t.Helper()
+	f := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
+		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t)}
+	log, _ := newLogger("error", os.Stderr)
+	p, err := f.start(context.Background(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.close)
+	return p.addr
+}
+
+func TestPlannerCLI(t *testing.T) {
+	addr := startPlanner(t)
+	topo := filepath.Join(t.TempDir(), "h.json")
+	out, errOut, code := runCLI(t, "", "topology", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230", "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	if err := os.WriteFile(topo, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pl := []string{"--planner", addr}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, pl...)...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s", args, code, errOut)
+		}
+		return out
+	}
+	must("host", "add", "h1", "--topology", topo, "--memory-share", "1")
+	must("host", "add", "h2", "--topology", topo, "--reserved-cpus", "0,40", "--reserved-memory", "2GiB")
+
+	// host list -o json has the fields scripts rely on.
+	var hosts []struct {
+		Name     string `json:"name"`
+		State    string `json:"state"`
+		Capacity struct {
+			CPUs        map[string]int `json:"cpus"`
+			MemoryBytes int64          `json:"memory_bytes"`
+		} `json:"capacity"`
+		Used struct {
+			CPUs        map[string]int `json:"cpus"`
+			MemoryBytes *int64         `json:"memory_bytes"`
+		} `json:"used"`
+	}
+	if err := json.Unmarshal([]byte(must("host", "list", "-o", "json")), &hosts); err != nil || len(hosts) != 2 {
+		t.Fatalf("host list -o json: %v %+v", err, hosts)
+	}
+	if hosts[0].Name != "h1" || hosts[0].State != "up" || len(hosts[0].Capacity.CPUs) != 80 || hosts[0].Capacity.CPUs["0"] != 100 ||
+		hosts[1].Capacity.CPUs["0"] != 0 || len(hosts[1].Capacity.CPUs) != 78 || hosts[0].Used.MemoryBytes == nil || hosts[0].Used.CPUs == nil {
+		t.Errorf("host list = %+v", hosts)
+	}
+	dep := must("deploy", "web", "--count", "4", "--cpu", "1.7", "--bind", "--memory", "1GiB", "--image", "busybox", "-o", "json")
+	var ins []struct {
+		ID       string         `json:"id"`
+		Service  string         `json:"service"`
+		Host     string         `json:"host"`
+		CPUs     map[string]int `json:"cpus"`
+		NUMANode *int           `json:"numa_node"`
+		Memory   int64          `json:"memory_bytes"`
+		State    string         `json:"state"`
+	}
+	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &ins); err != nil || len(ins) != 4 {
+		t.Fatalf("ps -o json: %v\n%s", err, dep)
+	}
+	for _, in := range ins {
+		sum := 0
+		for _, v := range in.CPUs {
+			sum += v
+		}
+		if in.Service != "web" || sum != 170 || in.NUMANode == nil || *in.NUMANode < 0 || in.Memory != 1<<30 || in.State != "pending" {
+			t.Errorf("instance %+v", in)
+		}
+	}
+	show := must("host", "show", ins[0].Host)
+	if !strings.Contains(show, ins[0].ID) || !strings.Contains(show, "CPU map") {
+		t.Errorf("host show lacks the CPU map:\n%s", show)
+	}
+	must("resize", ins[0].ID, "--cpu", "+0.3", "--memory", "+64MiB")
+	must("capacity", "--cpu", "1", "--bind", "--memory", "1GiB")
+	// Bad input: exit 2, nothing changed.
+	before := must("ps", "-o", "json")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"deploy", "web", "--cpu", "1.5.3", "--memory", "1GiB"}, `--cpu "1.5.3"`},
+		{[]string{"deploy", "web", "--cpu", "1", "--memory", "1.5.3GiB"}, `--memory "1.5.3GiB"`},
+		{[]string{"deploy", "web", "--cpu", "1", "--memory", "-1GiB"}, `--memory "-1GiB"`},
+		{[]string{"deploy", "bad name", "--cpu", "1", "--memory", "1GiB"}, `service name "bad name"`},
+		{[]string{"resize", "nosuch", "--cpu", "+1"}, `no instance or service named "nosuch"`},
+		{[]string{"resize", ins[1].ID, "--cpu", "-9"}, "must keep more than 0"},
+		{[]string{"host", "set", "nosuch", "--memory", "+1GiB"}, `host "nosuch" is not registered`},
+		{[]string{"host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json"}, "different topology"},
+		{[]string{"host", "remove", ins[0].Host}, "runs"},
+		{[]string{"remove", "ghost"}, `no instance or service named "ghost"`},
+	} {
+		_, errOut, code := runCLI(t, "", append(tt.args, pl...)...)
+		if code != 2 || !strings.Contains(errOut, tt.want) {
+			t.Errorf("pinfold %v: exit %d, stderr %q; want exit 2 with %q", tt.args, code, errOut, tt.want)
+		}
+	}
+	if after := must("ps", "-o", "json"); after != before {
+		t.Errorf("bad input changed the instances")
+	}
+	_, errOut, code = runCLI(t, "", append([]string{"deploy", "huge", "--cpu", "200", "--bind", "--memory", "1GiB"}, pl...)...)
+	if code != 1 || !strings.Contains(errOut, "h1 takes 0 (cpu)") {
+		t.Errorf("unmet deploy: exit %d %s", code, errOut)
+	}
+	_, errOut, code = runCLI(t, "", "ps", "--planner", freeAddr(t))
+	if code != 1 || !strings.Contains(errOut, "unreachable") {
+		t.Errorf("unreachable planner: exit %d %s", code, errOut)
+	}
+	out = must("remove", "web", "-o", "json")
+	if !strings.Contains(out, ins[0].ID) {
+		t.Errorf("remove web: %s", out)
+	}
+}
+
+// TestWatchInstances: the agent's stream sends the host's set at once and
+// again after each change to that host only.
+func TestWatchInstances(t *testing.T) {
+	addr := startPlanner(t)
+	c := clientFlags{addr: addr}
+	cl, _ := c.client()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, _ := os.ReadFile("../../numa/testdata/want/laptop-i7-1185g7.json")
+	for _, h := range []string{"a", "b"} {
+		if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: h, TopologyJson: b})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stream, err := cl.WatchInstances(ctx, connect.NewRequest(&pinfoldv1.WatchInstancesRequest{Host: "a"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() || len(stream.Msg().Instances) != 0 {
+		t.Fatalf("first message: %v %v", stream.Msg(), stream.Err())
+	}
+	if _, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: "w", Count: 2, Cpu: "1", Bind: true, MemoryBytes: 1 << 30})); err != nil {
+		t.Fatal(err)
+	}
+	if !stream.Receive() {
+		t.Fatal(stream.Err())
+	}
+	got := stream.Msg().Instances
+	if len(got) != 1 || got[0].Host != "a" {
+		t.Errorf("host a's stream after deploying 2 over a and b: %v", got)
+	}
+}

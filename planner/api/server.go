@@ -1,0 +1,345 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/topology"
+)
+
+// Server implements the PlannerService over a service.Service.
+type Server struct {
+	svc *service.Service
+}
+
+var _ pinfoldv1connect.PlannerServiceHandler = (*Server)(nil)
+
+// Handler returns the HTTP handler serving the API (gRPC, gRPC-Web and
+// Connect JSON/proto) plus gRPC reflection.
+func Handler(svc *service.Service) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc}))
+	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
+	mux.Handle(grpcreflect.NewHandlerV1(r))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(r))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	return mux
+}
+
+// toConnect maps service errors onto gRPC codes.
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	codes := map[service.Code]connect.Code{
+		service.Invalid: connect.CodeInvalidArgument, service.NotFound: connect.CodeNotFound,
+		service.Exists: connect.CodeAlreadyExists, service.Precond: connect.CodeFailedPrecondition,
+		service.Exhausted: connect.CodeResourceExhausted, service.Conflicted: connect.CodeAborted,
+	}
+	if c, ok := codes[service.CodeOf(err)]; ok {
+		return connect.NewError(c, errors.New(err.Error()))
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}
+
+func invalid(format string, args ...any) error {
+	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
+}
+
+// pieces parses a decimal CPU amount ("1.7", "-0.3") into pieces.
+func pieces(field, s string, shareBase int, allowNegative bool) (int, error) {
+	if strings.TrimSpace(s) == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil {
+		return 0, invalid("%s = %q: not a decimal number of CPUs", field, s)
+	}
+	sign := 1
+	if f < 0 {
+		if !allowNegative {
+			return 0, invalid("%s = %q: must not be negative", field, s)
+		}
+		sign, f = -1, -f
+	}
+	p, err := alloc.PiecesOf(field, f, shareBase)
+	if err != nil {
+		return 0, invalid("%s = %q: %v", field, s, err)
+	}
+	return sign * p, nil
+}
+
+func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
+	h := &pinfoldv1.Host{Name: v.Host.Name, State: state.HostState(v.Host, v.Live),
+		CapacityCpus: map[int32]int32{}, CapacityMemoryBytes: v.Host.MemoryBytes,
+		UsedCpus: map[int32]int32{}, UsedMemoryBytes: v.Alloc.MemoryUsed,
+		Agent: v.Host.Agent, AgentVersion: v.Host.AgentVersion, Protocol: int32(v.Host.Protocol),
+		Instances: map[string]int32{}, ReservedCpus: v.Host.ReservedCPUs.String(), ReservedMemoryBytes: v.Host.ReservedMem,
+		ShareBase: int32(shareBase)}
+	for id, p := range v.Host.CPUs {
+		h.CapacityCpus[int32(id)] = int32(p)
+	}
+	for id, p := range v.Alloc.Used {
+		h.UsedCpus[int32(id)] = int32(p)
+	}
+	for svc, n := range v.Alloc.Instances {
+		h.Instances[svc] = int32(n)
+	}
+	if t := v.Host.Topology; t != nil {
+		h.TopologyJson, _ = json.Marshal(t)
+		for _, n := range t.NUMANodes {
+			h.NumaNodes = append(h.NumaNodes, &pinfoldv1.NUMANode{Id: int32(n.ID), Cpus: n.CPUs.String(),
+				MemoryBytes: v.Host.NUMAMemory[n.ID], UsedMemoryBytes: v.Alloc.NUMAUsed[n.ID]})
+		}
+	}
+	return h
+}
+
+func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.Instance {
+	m := &pinfoldv1.Instance{Id: in.ID, Service: in.Service, Host: in.Host, Cpus: map[int32]int32{},
+		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind,
+		Image: in.Image, Command: in.Command, Env: in.Env, Desired: in.Desired, Generation: in.Generation, State: "pending"}
+	for id, p := range in.CPUs {
+		m.Cpus[int32(id)] = int32(p)
+	}
+	if !in.Bind {
+		m.CpuQuota = alloc.FormatPieces(in.CPUQuota, shareBase)
+	}
+	if st != nil {
+		m.State, m.ContainerId, m.Pid, m.Error = st.State, st.ContainerID, int32(st.PID), st.Error
+		if st.Generation < in.Generation && st.State == "running" {
+			m.State = "updating"
+		}
+	}
+	return m
+}
+
+func (s *Server) sb() int { return s.svc.Params().ShareBase }
+
+func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.RegisterHostRequest]) (*connect.Response[pinfoldv1.RegisterHostResponse], error) {
+	m := r.Msg
+	var t topology.Topology
+	dec := json.NewDecoder(strings.NewReader(string(m.TopologyJson)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return nil, invalid("topology_json: %v", err)
+	}
+	reserved, err := cpuset.ParseCPUs(m.ReservedCpus)
+	if err != nil {
+		return nil, invalid("reserved_cpus = %q: %v", m.ReservedCpus, err)
+	}
+	v, err := s.svc.RegisterHost(ctx, service.RegisterHostRequest{Name: m.Name, Topology: &t, Force: m.Force, Agent: m.Agent,
+		AgentVersion: m.AgentVersion, Protocol: int(m.Protocol), Settings: state.CapacitySettings{
+			PiecesPerCPU: int(m.PiecesPerCpu), ReservedCPUs: reserved, ReservedMemory: m.ReservedMemoryBytes, MemoryShare: m.MemoryShare}})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.RegisterHostResponse{Host: hostMsg(v, s.sb())}), nil
+}
+
+func (s *Server) ListHosts(context.Context, *connect.Request[pinfoldv1.ListHostsRequest]) (*connect.Response[pinfoldv1.ListHostsResponse], error) {
+	out := &pinfoldv1.ListHostsResponse{}
+	for _, v := range s.svc.Store().Hosts() {
+		h := hostMsg(v, s.sb())
+		h.TopologyJson = nil // list stays small; GetHost carries it
+		out.Hosts = append(out.Hosts, h)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) GetHost(_ context.Context, r *connect.Request[pinfoldv1.GetHostRequest]) (*connect.Response[pinfoldv1.GetHostResponse], error) {
+	v, ok := s.svc.Store().Host(r.Msg.Name)
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", r.Msg.Name))
+	}
+	out := &pinfoldv1.GetHostResponse{Host: hostMsg(v, s.sb())}
+	for _, iv := range s.svc.Store().Instances(r.Msg.Name) {
+		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) SetHost(ctx context.Context, r *connect.Request[pinfoldv1.SetHostRequest]) (*connect.Response[pinfoldv1.SetHostResponse], error) {
+	m := r.Msg
+	remove, err := cpuset.ParseCPUs(m.RemoveCpus)
+	if err != nil {
+		return nil, invalid("remove_cpus = %q: %v", m.RemoveCpus, err)
+	}
+	req := service.SetHostRequest{Name: m.Name, RemoveCPUs: remove, MemoryBytes: m.MemoryBytes, MemoryDelta: m.MemoryDeltaBytes,
+		AddCPUs: map[cpuset.CPUID]int{}, NUMAMemory: map[cpuset.NUMANodeID]int64{}}
+	for id, p := range m.AddCpus {
+		req.AddCPUs[cpuset.CPUID(id)] = int(p)
+	}
+	for id, b := range m.NumaMemoryBytes {
+		req.NUMAMemory[cpuset.NUMANodeID(id)] = b
+	}
+	v, err := s.svc.SetHost(ctx, req)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.SetHostResponse{Host: hostMsg(v, s.sb())}), nil
+}
+
+func (s *Server) SetHostEnabled(ctx context.Context, r *connect.Request[pinfoldv1.SetHostEnabledRequest]) (*connect.Response[pinfoldv1.SetHostEnabledResponse], error) {
+	v, err := s.svc.SetEnabled(ctx, r.Msg.Name, r.Msg.Enabled)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.SetHostEnabledResponse{Host: hostMsg(v, s.sb())}), nil
+}
+
+func (s *Server) RemoveHost(ctx context.Context, r *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
+	if err := s.svc.RemoveHost(ctx, r.Msg.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.RemoveHostResponse{}), nil
+}
+
+func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {
+	m := r.Msg
+	p, err := pieces("cpu", m.Cpu, s.sb(), false)
+	if err != nil {
+		return nil, err
+	}
+	st, err := alloc.ParseStrategy("strategy", m.Strategy)
+	if err != nil {
+		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
+	}
+	ins, err := s.svc.Deploy(ctx, service.DeployRequest{Service: m.Service, Image: m.Image, Command: m.Command, Env: m.Env,
+		Count: int(m.Count), Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost)})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &pinfoldv1.DeployResponse{}
+	for _, in := range ins {
+		out.Instances = append(out.Instances, instanceMsg(in, nil, s.sb()))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error) {
+	m := r.Msg
+	d, err := pieces("cpu_delta", m.CpuDelta, s.sb(), true)
+	if err != nil {
+		return nil, err
+	}
+	ins, err := s.svc.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &pinfoldv1.ResizeResponse{}
+	for _, in := range ins {
+		out.Instances = append(out.Instances, instanceMsg(in, nil, s.sb()))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error) {
+	ids, err := s.svc.Remove(ctx, r.Msg.Target)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.RemoveResponse{Ids: ids}), nil
+}
+
+func (s *Server) ListInstances(_ context.Context, r *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
+	out := &pinfoldv1.ListInstancesResponse{}
+	for _, iv := range s.svc.Store().Instances(r.Msg.Host) {
+		if r.Msg.Service != "" && iv.Instance.Service != r.Msg.Service {
+			continue
+		}
+		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error) {
+	p, err := pieces("cpu", r.Msg.Cpu, s.sb(), false)
+	if err != nil {
+		return nil, err
+	}
+	caps, err := s.svc.Capacity(service.DeployRequest{Pieces: p, Bind: r.Msg.Bind, Memory: r.Msg.MemoryBytes})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &pinfoldv1.CapacityResponse{Capacity: map[string]int32{}, Limit: map[string]string{}}
+	for _, h := range slices.Sorted(maps.Keys(caps)) {
+		c := caps[h]
+		out.Capacity[h] = int32(min(c.Count, 1<<30))
+		out.Total += int64(min(c.Count, 1<<30))
+		out.Limit[h] = c.Limit()
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {
+	ttl := time.Duration(r.Msg.TtlSeconds) * time.Second
+	if err := s.svc.Heartbeat(ctx, r.Msg.Host, r.Msg.AgentVersion, int(r.Msg.Protocol), ttl); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.HeartbeatResponse{PlannerProtocol: service.Protocol}), nil
+}
+
+func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
+	m := r.Msg
+	err := s.svc.ReportStatus(ctx, m.Host, m.Id, state.Status{State: m.State, ContainerID: m.ContainerId, PID: int(m.Pid), Generation: m.Generation, Error: m.Error})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.ReportStatusResponse{}), nil
+}
+
+// WatchInstances sends the host's desired set, then again after each change
+// to the host's instances, until the client goes away.
+func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv1.WatchInstancesRequest], stream *connect.ServerStream[pinfoldv1.WatchInstancesResponse]) error {
+	host := r.Msg.Host
+	st := s.svc.Store()
+	if _, ok := st.Host(host); !ok {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", host))
+	}
+	send := func(rev int64) error {
+		if err := st.WaitRev(ctx, rev); err != nil {
+			return err
+		}
+		msg := &pinfoldv1.WatchInstancesResponse{Revision: st.Rev()}
+		for _, iv := range st.Instances(host) {
+			msg.Instances = append(msg.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
+		}
+		return stream.Send(msg)
+	}
+	rev := st.Rev()
+	if err := send(rev); err != nil {
+		return err
+	}
+	wc := st.Client().Watch(clientv3.WithRequireLeader(ctx), state.InstancesOfHostPrefix(host), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	for wr := range wc {
+		if err := wr.Err(); err != nil {
+			return connect.NewError(connect.CodeUnavailable, err)
+		}
+		if err := send(wr.Header.Revision); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
