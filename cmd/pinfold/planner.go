@@ -19,7 +19,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinfold/pinfold/numa"
 	"github.com/pinfold/pinfold/planner/api"
@@ -84,7 +83,7 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*runningPla
 		endpoints = []string{f.etcdClient}
 		log.Info("embedded etcd ready", "dir", filepath.Join(f.dataDir, "etcd"), "client_url", f.etcdClient)
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second})
+	cli, err := state.NewClient(endpoints)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)

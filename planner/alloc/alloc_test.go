@@ -231,6 +231,35 @@ func TestGlobalAndDrained(t *testing.T) {
 	}
 }
 
+// TestSeedSpreadsTies: with a seed, equally good hosts are ordered by a hash
+// of (seed, name): deterministic per seed, different across seeds.
+func TestSeedSpreadsTies(t *testing.T) {
+	t.Parallel()
+	var hosts []*alloc.Host
+	for _, n := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		hosts = append(hosts, memHost(n, 10, 0))
+	}
+	first := map[string]bool{}
+	for seed := uint64(0); seed < 16; seed++ {
+		r := alloc.Request{Service: "web", Count: 1, MemoryBytes: GiB, Seed: seed}
+		res, err := alloc.Plan(alloc.DefaultParams(), hosts, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, _ := alloc.Plan(alloc.DefaultParams(), hosts, r)
+		if again.Placements[0].Host != res.Placements[0].Host {
+			t.Fatalf("seed %d not deterministic", seed)
+		}
+		if seed == 0 && res.Placements[0].Host != "a" {
+			t.Errorf("seed 0 picked %s, want a (name order)", res.Placements[0].Host)
+		}
+		first[res.Placements[0].Host] = true
+	}
+	if len(first) < 4 {
+		t.Errorf("16 seeds picked only %d distinct hosts among 8 equal ones", len(first))
+	}
+}
+
 func TestMaxPerHost(t *testing.T) {
 	t.Parallel()
 	hosts := []*alloc.Host{memHost("A", 10, 3), memHost("B", 10, 0)}

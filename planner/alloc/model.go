@@ -81,6 +81,11 @@ type Request struct {
 	Strategy    Strategy
 	// MaxPerHost caps the service's resulting instance count on any host; 0 = no cap.
 	MaxPerHost int
+	// Seed breaks ties between equally good hosts: 0 orders them by name;
+	// any other value by a hash of (Seed, name), so concurrent requests
+	// with different seeds spread over equal hosts instead of colliding on
+	// the first. The result stays a pure function of the request.
+	Seed uint64
 }
 
 // Placement is one instance's allocation on a host.

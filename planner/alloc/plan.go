@@ -69,7 +69,7 @@ func Plan(p Params, hosts []*Host, r Request) (*Result, error) {
 		c := s.capacity(sh, r.Bind)
 		res.Capacity[h.Name] = c.Count
 		res.TotalCapacity += c.Count
-		cand := &candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service]}
+		cand := &candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service], tie: tieKey(r.Seed, h.Name)}
 		if r.MaxPerHost > 0 && cand.existing+cand.room > r.MaxPerHost {
 			cand.room, cand.capped = max(r.MaxPerHost-cand.existing, 0), true
 		}

@@ -53,6 +53,30 @@ type candidate struct {
 	capped   bool   // room is limited by max_per_host
 	used     uint64 // for Global: used amount of the planned resource
 	total    uint64 // for Global: total amount of it
+	tie      uint64 // tie-break key from Request.Seed (0: by name)
+}
+
+// tieKey hashes (seed, name) with FNV-1a; seed 0 gives 0 (name order).
+func tieKey(seed uint64, name string) uint64 {
+	if seed == 0 {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < 8; i++ {
+		h = (h ^ (seed >> (8 * i) & 0xff)) * 1099511628211
+	}
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * 1099511628211
+	}
+	return h
+}
+
+// tieLess orders two candidates that are otherwise equal.
+func tieLess(a, b *candidate) bool {
+	if a.tie != b.tie {
+		return a.tie < b.tie
+	}
+	return a.name < b.name
 }
 
 // spread decides how many new instances each candidate gets.
@@ -86,7 +110,15 @@ func spread(r Request, per uint64, cands []*candidate) (map[string]int, *Error) 
 			return nil, err
 		}
 		order := slices.Clone(cands)
-		slices.SortStableFunc(order, func(a, b *candidate) int { return cmp.Compare(a.room, b.room) })
+		slices.SortStableFunc(order, func(a, b *candidate) int {
+			if a.room != b.room {
+				return cmp.Compare(a.room, b.room)
+			}
+			if tieLess(a, b) {
+				return -1
+			}
+			return 1
+		})
 		left := r.Count
 		for _, c := range order {
 			if t := min(left, c.room); t > 0 {
@@ -182,7 +214,7 @@ func (h *candHeap) Less(i, j int) bool {
 		if ah != bh || al != bl {
 			return ah < bh || (ah == bh && al < bl)
 		}
-		return a.name < b.name
+		return tieLess(a, b)
 	}
 	na, nb := a.existing+h.counts[a.name], b.existing+h.counts[b.name]
 	if na != nb {
@@ -192,5 +224,5 @@ func (h *candHeap) Less(i, j int) bool {
 	if ra != rb {
 		return ra > rb
 	}
-	return a.name < b.name
+	return tieLess(a, b)
 }

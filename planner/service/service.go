@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -308,6 +309,11 @@ func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]state.Instance
 		return nil, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
 	}
 	req := alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory, Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}
+	// A random seed per request spreads concurrent requests over equally
+	// good hosts, so they rarely collide on one host's revision.
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	req.Seed = binary.LittleEndian.Uint64(seed[:]) | 1
 	if req.Strategy == "" {
 		req.Strategy = alloc.Auto
 	}

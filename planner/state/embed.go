@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -19,6 +20,18 @@ type EmbedConfig struct {
 	InitialCluster string
 	// LogLevel is etcd's own log level (default "error"; "fatal" is quiet).
 	LogLevel string
+	// UnsafeNoFsync skips fsync (benchmarks of the planner, never production).
+	UnsafeNoFsync bool
+}
+
+// MaxMessageBytes bounds one etcd request or response from pinfold's client
+// (a 10,000-instance deploy is one ~3 MiB transaction).
+const MaxMessageBytes = 64 << 20
+
+// NewClient connects to etcd endpoints with pinfold's message limits.
+func NewClient(endpoints []string) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second,
+		MaxCallSendMsgSize: MaxMessageBytes, MaxCallRecvMsgSize: MaxMessageBytes})
 }
 
 // StartEmbedded starts an etcd member in this process and waits until it
@@ -46,8 +59,9 @@ func StartEmbedded(c EmbedConfig) (*embed.Etcd, error) {
 	if c.LogLevel != "" {
 		cfg.LogLevel = c.LogLevel
 	}
+	cfg.UnsafeNoFsync = c.UnsafeNoFsync
 	cfg.MaxTxnOps = 1 << 20
-	cfg.MaxRequestBytes = 64 << 20
+	cfg.MaxRequestBytes = MaxMessageBytes
 	cfg.QuotaBackendBytes = 8 << 30
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,8 @@ import (
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pinfold/pinfold/planner/topology"
 )
 
 // Doc is a cached document with its etcd revision.
@@ -41,6 +44,9 @@ type Store struct {
 	// current protocol. Planning reads only these, never scans the rest.
 	schedulable map[string]bool
 	protocol    int
+	// topologies interns decoded topologies by their JSON: hosts of one
+	// model share one copy (10,000 identical hosts cost one topology).
+	topologies map[[32]byte]*topology.Topology
 	werr        error
 	cancel      context.CancelFunc
 	done        chan struct{}
@@ -106,6 +112,7 @@ func (s *Store) reset() {
 	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
 	s.instances, s.statuses = map[string]map[string]Doc[Instance]{}, map[string]map[string]Doc[Status]{}
 	s.live, s.schedulable = map[string]bool{}, map[string]bool{}
+	s.topologies = map[[32]byte]*topology.Topology{}
 }
 
 func (s *Store) watch(ctx context.Context, from int64) {
@@ -167,7 +174,7 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 	case "hosts":
 		if deleted {
 			delete(s.hosts, name)
-		} else if h, ok := decode[Host](val); ok {
+		} else if h, ok := s.decodeHost(val); ok {
 			s.hosts[name] = Doc[Host]{h, rev}
 		}
 		s.reindex(name)
@@ -197,6 +204,32 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 		}
 		s.reindex(name)
 	}
+}
+
+// decodeHost decodes a host document, sharing the topology with any other
+// host whose topology JSON is identical.
+func (s *Store) decodeHost(val []byte) (Host, bool) {
+	var w struct {
+		Host
+		Topology json.RawMessage `json:"topology"`
+	}
+	if json.Unmarshal(val, &w) != nil {
+		return Host{}, false
+	}
+	h := w.Host
+	if len(w.Topology) > 0 && string(w.Topology) != "null" {
+		key := sha256.Sum256(w.Topology)
+		t, ok := s.topologies[key]
+		if !ok {
+			t = new(topology.Topology)
+			if json.Unmarshal(w.Topology, t) != nil {
+				return Host{}, false
+			}
+			s.topologies[key] = t
+		}
+		h.Topology = t
+	}
+	return h, true
 }
 
 func setNested[T any](m map[string]map[string]Doc[T], host, id string, val []byte, rev int64, deleted bool) {
