@@ -47,9 +47,9 @@ type Store struct {
 	// topologies interns decoded topologies by their JSON: hosts of one
 	// model share one copy (10,000 identical hosts cost one topology).
 	topologies map[[32]byte]*topology.Topology
-	werr        error
-	cancel      context.CancelFunc
-	done        chan struct{}
+	werr       error
+	cancel     context.CancelFunc
+	done       chan struct{}
 }
 
 // Open loads the store, initialises or checks the planner config, and
