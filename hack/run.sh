@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The main job on this host: build pinfold and run it with embedded defaults.
-# For now that is `pinfold topology` (what the planner will register for this
-# host); later issues grow it into `pinfold up` (planner + agent).
+# The main job on this host: build pinfold and run it with embedded defaults:
+# `pinfold up`, a planner with embedded etcd under ~/.local/share/pinfold and
+# this host registered (the node agent joins it when its issue lands).
+# It prints the host's topology first. Stop it with Ctrl-C; state is kept.
 #
-#   hack/run.sh [pinfold topology flags…]
+#   hack/run.sh [pinfold up flags…]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . hack/lib.sh
 ensure_go
 go build -o bin/pinfold ./cmd/pinfold
-exec bin/pinfold topology "$@"
+bin/pinfold topology
+exec bin/pinfold up "$@"

@@ -96,6 +96,14 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*runningPla
 	}
 	closers = append(closers, st.Close)
 	svc := service.New(st, log)
+	bg, stopBG := context.WithCancel(context.Background())
+	bgDone := make(chan struct{})
+	go func() {
+		defer close(bgDone)
+		host, _ := os.Hostname()
+		_ = svc.RunBackground(bg, host+"/"+f.listen, 10*time.Second, 30*time.Second, nil)
+	}()
+	closers = append(closers, func() { stopBG(); <-bgDone })
 	srv := &http.Server{Addr: f.listen, Handler: api.Handler(svc), ReadHeaderTimeout: 10 * time.Second}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
