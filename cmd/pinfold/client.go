@@ -23,13 +23,16 @@ const DefaultPlanner = "127.0.0.1:7878"
 
 // clientFlags are the flags of every command that talks to a planner.
 type clientFlags struct {
-	addr  string
-	tlsCA string
+	addr            string
+	tlsCA           string
+	tlsCert, tlsKey string
 }
 
 func (c *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.addr, "planner", envOr("PINFOLD_PLANNER", DefaultPlanner), "planner address (host:port, http:// or https:// URL; env PINFOLD_PLANNER)")
 	cmd.Flags().StringVar(&c.tlsCA, "tls-ca", "", "CA certificate to verify an https:// planner")
+	cmd.Flags().StringVar(&c.tlsCert, "tls-cert", "", "client certificate for a planner that requires one (PEM)")
+	cmd.Flags().StringVar(&c.tlsKey, "tls-key", "", "private key of --tls-cert (PEM)")
 }
 
 func envOr(k, def string) string {
@@ -45,16 +48,29 @@ func (c *clientFlags) client() (pinfoldv1connect.PlannerServiceClient, error) {
 		base = "http://" + base
 	}
 	hc := &http.Client{Timeout: 5 * time.Minute}
-	if strings.HasPrefix(base, "https://") && c.tlsCA != "" {
-		pem, err := os.ReadFile(c.tlsCA)
-		if err != nil {
-			return nil, badInput("--tls-ca %q: %v", c.tlsCA, err)
+	if (c.tlsCert == "") != (c.tlsKey == "") {
+		return nil, badInput("--tls-cert and --tls-key go together")
+	}
+	if strings.HasPrefix(base, "https://") {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if c.tlsCA != "" {
+			pem, err := os.ReadFile(c.tlsCA)
+			if err != nil {
+				return nil, badInput("--tls-ca %q: %v", c.tlsCA, err)
+			}
+			tc.RootCAs = x509.NewCertPool()
+			if !tc.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, badInput("--tls-ca %q: no PEM certificate in it", c.tlsCA)
+			}
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, badInput("--tls-ca %q: no PEM certificate in it", c.tlsCA)
+		if c.tlsCert != "" {
+			cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+			if err != nil {
+				return nil, badInput("--tls-cert/--tls-key: %v", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
 		}
-		hc.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+		hc.Transport = &http.Transport{TLSClientConfig: tc}
 	}
 	return pinfoldv1connect.NewPlannerServiceClient(hc, strings.TrimSuffix(base, "/")), nil
 }

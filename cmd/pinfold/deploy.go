@@ -241,6 +241,53 @@ nothing.`,
 	return cmd
 }
 
+func newReplaceCmd() *cobra.Command {
+	var (
+		c     clientFlags
+		out   outputFlag
+		image string
+	)
+	cmd := &cobra.Command{
+		Use:   "replace (SERVICE|INSTANCE) --image IMG [-- COMMAND ARGS…]",
+		Short: "Replace containers blue-green with a new image, on the same CPUs and memory",
+		Long: `Record a new image (and optionally command) for an instance or a whole
+service. No resources are planned: each host's agent pauses the old
+container, starts the new one on the same allocation, and removes the old
+one only after the new one is healthy (otherwise it rolls back).`,
+		Example: `  pinfold replace web --image nginx:1.27`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if image == "" {
+				return badInput("--image is required")
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			var command []string
+			if len(args) > 1 {
+				command = args[1:]
+			}
+			resp, err := cl.Replace(cmd.Context(), connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: args[0], Image: image, Command: command}))
+			if err != nil {
+				return apiError(err)
+			}
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d instances will be replaced with %s by their hosts' agents\n", len(resp.Msg.Instances), image)
+			return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVar(&image, "image", "", "the new image")
+	return cmd
+}
+
 func newRemoveCmd() *cobra.Command {
 	var (
 		c   clientFlags

@@ -32,6 +32,7 @@ type plannerFlags struct {
 	tlsCert, tlsKey, tlsCA                               string
 	shareBase, maxFragmentCores                          int
 	logLevel                                             string
+	etcdLogLevel                                         string // tests: "fatal"
 }
 
 func (f *plannerFlags) register(cmd *cobra.Command) {
@@ -75,7 +76,7 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*runningPla
 		if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 			return nil, badInput("--data-dir %q: %v", f.dataDir, err)
 		}
-		e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: filepath.Join(f.dataDir, "etcd"), ClientURL: f.etcdClient, PeerURL: f.etcdPeer})
+		e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: filepath.Join(f.dataDir, "etcd"), ClientURL: f.etcdClient, PeerURL: f.etcdPeer, LogLevel: f.etcdLogLevel})
 		if err != nil {
 			return nil, err
 		}

@@ -29,7 +29,7 @@ func freeAddr(t *testing.T) string {
 func startPlanner(t *testing.T) string {
 	t.Helper()
 	f := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
-		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t)}
+		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t), etcdLogLevel: "fatal"}
 	log, _ := newLogger("error", os.Stderr)
 	p, err := f.start(context.Background(), log)
 	if err != nil {
@@ -109,6 +109,13 @@ func TestPlannerCLI(t *testing.T) {
 	}
 	must("resize", ins[0].ID, "--cpu", "+0.3", "--memory", "+64MiB")
 	must("capacity", "--cpu", "1", "--bind", "--memory", "1GiB")
+	var replaced []struct {
+		Image      string `json:"image"`
+		Generation int    `json:"generation"`
+	}
+	if err := json.Unmarshal([]byte(must("replace", "web", "--image", "busybox:2", "-o", "json")), &replaced); err != nil || len(replaced) != 4 || replaced[1].Image != "busybox:2" || replaced[1].Generation != 2 {
+		t.Errorf("replace web = %+v, %v", replaced, err)
+	}
 	// Bad input: exit 2, nothing changed.
 	before := must("ps", "-o", "json")
 	for _, tt := range []struct {
@@ -122,7 +129,9 @@ func TestPlannerCLI(t *testing.T) {
 		{[]string{"resize", "nosuch", "--cpu", "+1"}, `no instance or service named "nosuch"`},
 		{[]string{"resize", ins[1].ID, "--cpu", "-9"}, "must keep more than 0"},
 		{[]string{"host", "set", "nosuch", "--memory", "+1GiB"}, `host "nosuch" is not registered`},
-		{[]string{"host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json"}, "different topology"},
+		{[]string{"host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json"}, "host h1 is already registered"},
+		{[]string{"replace", "web"}, "--image is required"},
+		{[]string{"replace", "ghost", "--image", "x"}, `no instance or service named "ghost"`},
 		{[]string{"host", "remove", ins[0].Host}, "runs"},
 		{[]string{"remove", "ghost"}, `no instance or service named "ghost"`},
 	} {

@@ -255,6 +255,18 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	return connect.NewResponse(out), nil
 }
 
+func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
+	ins, err := s.svc.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &pinfoldv1.ReplaceResponse{}
+	for _, in := range ins {
+		out.Instances = append(out.Instances, instanceMsg(in, nil, s.sb()))
+	}
+	return connect.NewResponse(out), nil
+}
+
 func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error) {
 	ids, err := s.svc.Remove(ctx, r.Msg.Target)
 	if err != nil {

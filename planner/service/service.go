@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -91,6 +92,9 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 	h.Agent, h.AgentVersion, h.Protocol = r.Agent, r.AgentVersion, r.Protocol
 	return retry(ctx, func() (state.HostView, error) {
 		old, exists := s.st.Host(r.Name)
+		if exists && !r.Agent && !r.Force {
+			return state.HostView{}, errf(Exists, "host %s is already registered; use --force to replace its registration", r.Name)
+		}
 		if exists {
 			if !sameTopology(old.Host.Topology, r.Topology) && !r.Force {
 				return state.HostView{}, errf(Exists, "host %s is registered with a different topology (online %s vs %s); use --force to replace it",
@@ -368,6 +372,56 @@ func newID(service string) string {
 	var b [5]byte
 	_, _ = rand.Read(b[:])
 	return service + "-" + hex.EncodeToString(b[:])
+}
+
+// ReplaceRequest asks for a blue-green replacement of an instance or of every
+// instance of a service with a new image (and optionally command): the
+// allocation stays, the generation grows, and each host's agent swaps the
+// containers (the new one must pass its health check before the old goes).
+type ReplaceRequest struct {
+	Target  string
+	Image   string
+	Command []string
+}
+
+// Replace records the new image, all or nothing; no resources are planned.
+func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]state.Instance, error) {
+	if strings.TrimSpace(r.Image) == "" {
+		return nil, errf(Invalid, "image = %q: a replacement needs an image", r.Image)
+	}
+	return retry(ctx, func() ([]state.Instance, error) {
+		targets, err := s.targets(r.Target)
+		if err != nil {
+			return nil, err
+		}
+		var cmps []clientv3.Cmp
+		var ops []clientv3.Op
+		var out []state.Instance
+		for _, t := range targets {
+			next := t.Instance
+			next.Image = r.Image
+			if r.Command != nil {
+				next.Command = r.Command
+			}
+			next.Generation++
+			cmps = append(cmps, state.ModRevIs(state.InstanceKey(next.Host, next.ID), t.Rev))
+			ops = append(ops, state.PutJSON(state.InstanceKey(next.Host, next.ID), next))
+			out = append(out, next)
+		}
+		if d, ok := s.st.Service(out[0].Service); ok && r.Target == out[0].Service {
+			svc := d.Value
+			svc.Image = r.Image
+			if r.Command != nil {
+				svc.Command = r.Command
+			}
+			cmps = append(cmps, state.ModRevIs(state.ServiceKey(svc.Name), d.Rev))
+			ops = append(ops, state.PutJSON(state.ServiceKey(svc.Name), svc))
+		}
+		if _, err := s.st.Commit(ctx, cmps, ops); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
 }
 
 // ResizeRequest changes instances by deltas: one instance (ID) or every

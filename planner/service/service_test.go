@@ -84,6 +84,30 @@ func TestDeployResizeRemove(t *testing.T) {
 	if _, err := s.Resize(ctx, service.ResizeRequest{Target: ins[1].ID, CPUDelta: -500}); service.CodeOf(err) != service.Invalid {
 		t.Errorf("resize below zero = %v", err)
 	}
+	// Replace keeps the allocation and bumps the generation.
+	prev := map[string]state.Instance{}
+	for _, v := range s.Store().Instances("") {
+		prev[v.Instance.ID] = v.Instance
+	}
+	rep, err := s.Replace(ctx, service.ReplaceRequest{Target: "web", Image: "busybox:2"})
+	if err != nil || len(rep) != 4 {
+		t.Fatalf("Replace = %v, %v", rep, err)
+	}
+	for _, in := range rep {
+		old := prev[in.ID]
+		if in.Image != "busybox:2" || in.Generation != old.Generation+1 || len(in.CPUs) != len(old.CPUs) || in.Memory != old.Memory {
+			t.Errorf("replaced %+v, was %+v", in, old)
+		}
+		for id, p := range old.CPUs {
+			if in.CPUs[id] != p {
+				t.Errorf("replace moved instance %s off CPU %d", in.ID, id)
+			}
+		}
+	}
+	if _, err := s.Replace(ctx, service.ReplaceRequest{Target: "web"}); service.CodeOf(err) != service.Invalid {
+		t.Errorf("replace without image = %v", err)
+	}
+	verify(t, s)
 	ids, err := s.Remove(ctx, "web")
 	if err != nil || len(ids) != 4 {
 		t.Fatalf("Remove(web) = %v, %v", ids, err)

@@ -1348,6 +1348,110 @@ func (x *ResizeResponse) GetInstances() []*Instance {
 	return nil
 }
 
+type ReplaceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"` // instance id or service name
+	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Command       []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplaceRequest) Reset() {
+	*x = ReplaceRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplaceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplaceRequest) ProtoMessage() {}
+
+func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplaceRequest.ProtoReflect.Descriptor instead.
+func (*ReplaceRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReplaceRequest) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *ReplaceRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ReplaceRequest) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+type ReplaceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplaceResponse) Reset() {
+	*x = ReplaceResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplaceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplaceResponse) ProtoMessage() {}
+
+func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
+func (*ReplaceResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ReplaceResponse) GetInstances() []*Instance {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
 type RemoveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
@@ -1357,7 +1461,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1473,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1486,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -1401,7 +1505,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1517,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1530,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -1446,7 +1550,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1562,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1575,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -1497,7 +1601,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1613,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1626,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -1543,7 +1647,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1659,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1672,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -1603,7 +1707,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1719,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1732,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -1664,7 +1768,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1780,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1793,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -1729,7 +1833,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +1845,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +1858,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -1779,7 +1883,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1895,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1908,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -1864,7 +1968,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1876,7 +1980,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1889,7 +1993,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
 }
 
 type WatchInstancesRequest struct {
@@ -1901,7 +2005,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2017,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2030,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -1946,7 +2050,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2062,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2075,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -2122,6 +2226,12 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01B\a\n" +
 	"\x05_bind\"D\n" +
 	"\x0eResizeResponse\x122\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"X\n" +
+	"\x0eReplaceRequest\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\"E\n" +
+	"\x0fReplaceResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\"\"\n" +
@@ -2170,7 +2280,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\tR\x04host\"h\n" +
 	"\x16WatchInstancesResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision2\xb3\b\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision2\xf7\b\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -2181,7 +2291,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"RemoveHost\x12\x1d.pinfold.v1.RemoveHostRequest\x1a\x1e.pinfold.v1.RemoveHostResponse\x12?\n" +
 	"\x06Deploy\x12\x19.pinfold.v1.DeployRequest\x1a\x1a.pinfold.v1.DeployResponse\x12?\n" +
 	"\x06Resize\x12\x19.pinfold.v1.ResizeRequest\x1a\x1a.pinfold.v1.ResizeResponse\x12?\n" +
-	"\x06Remove\x12\x19.pinfold.v1.RemoveRequest\x1a\x1a.pinfold.v1.RemoveResponse\x12T\n" +
+	"\x06Remove\x12\x19.pinfold.v1.RemoveRequest\x1a\x1a.pinfold.v1.RemoveResponse\x12B\n" +
+	"\aReplace\x12\x1a.pinfold.v1.ReplaceRequest\x1a\x1b.pinfold.v1.ReplaceResponse\x12T\n" +
 	"\rListInstances\x12 .pinfold.v1.ListInstancesRequest\x1a!.pinfold.v1.ListInstancesResponse\x12E\n" +
 	"\bCapacity\x12\x1b.pinfold.v1.CapacityRequest\x1a\x1c.pinfold.v1.CapacityResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.pinfold.v1.HeartbeatRequest\x1a\x1d.pinfold.v1.HeartbeatResponse\x12Q\n" +
@@ -2200,7 +2311,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),               // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                   // 1: pinfold.v1.Host
@@ -2221,80 +2332,85 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*DeployResponse)(nil),         // 16: pinfold.v1.DeployResponse
 	(*ResizeRequest)(nil),          // 17: pinfold.v1.ResizeRequest
 	(*ResizeResponse)(nil),         // 18: pinfold.v1.ResizeResponse
-	(*RemoveRequest)(nil),          // 19: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),         // 20: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),   // 21: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),  // 22: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),        // 23: pinfold.v1.CapacityRequest
-	(*CapacityResponse)(nil),       // 24: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),       // 25: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 26: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),    // 27: pinfold.v1.ReportStatusRequest
-	(*ReportStatusResponse)(nil),   // 28: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),  // 29: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil), // 30: pinfold.v1.WatchInstancesResponse
-	nil,                            // 31: pinfold.v1.Host.CapacityCpusEntry
-	nil,                            // 32: pinfold.v1.Host.UsedCpusEntry
-	nil,                            // 33: pinfold.v1.Host.InstancesEntry
-	nil,                            // 34: pinfold.v1.Instance.CpusEntry
-	nil,                            // 35: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                            // 36: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                            // 37: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                            // 38: pinfold.v1.CapacityResponse.LimitEntry
+	(*ReplaceRequest)(nil),         // 19: pinfold.v1.ReplaceRequest
+	(*ReplaceResponse)(nil),        // 20: pinfold.v1.ReplaceResponse
+	(*RemoveRequest)(nil),          // 21: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),         // 22: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),   // 23: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),  // 24: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),        // 25: pinfold.v1.CapacityRequest
+	(*CapacityResponse)(nil),       // 26: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),       // 27: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 28: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),    // 29: pinfold.v1.ReportStatusRequest
+	(*ReportStatusResponse)(nil),   // 30: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),  // 31: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil), // 32: pinfold.v1.WatchInstancesResponse
+	nil,                            // 33: pinfold.v1.Host.CapacityCpusEntry
+	nil,                            // 34: pinfold.v1.Host.UsedCpusEntry
+	nil,                            // 35: pinfold.v1.Host.InstancesEntry
+	nil,                            // 36: pinfold.v1.Instance.CpusEntry
+	nil,                            // 37: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                            // 38: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                            // 39: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                            // 40: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	31, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	32, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	33, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	34, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	33, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
-	34, // 4: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	35, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	36, // 4: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	1,  // 5: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 6: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
 	1,  // 7: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
 	2,  // 8: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	35, // 9: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	36, // 10: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	37, // 9: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	38, // 10: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
 	1,  // 11: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 12: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
 	2,  // 13: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
 	2,  // 14: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	2,  // 15: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	37, // 16: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	38, // 17: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	2,  // 18: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	3,  // 19: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	5,  // 20: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	7,  // 21: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	9,  // 22: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	11, // 23: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	13, // 24: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	15, // 25: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	17, // 26: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	19, // 27: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	21, // 28: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	23, // 29: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	25, // 30: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	27, // 31: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	29, // 32: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	4,  // 33: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	6,  // 34: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	8,  // 35: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	10, // 36: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	12, // 37: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	14, // 38: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	16, // 39: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	18, // 40: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	20, // 41: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	22, // 42: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	24, // 43: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	26, // 44: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	28, // 45: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	30, // 46: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	33, // [33:47] is the sub-list for method output_type
-	19, // [19:33] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	2,  // 15: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	2,  // 16: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	39, // 17: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	40, // 18: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	2,  // 19: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	3,  // 20: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	5,  // 21: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	7,  // 22: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	9,  // 23: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	11, // 24: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	13, // 25: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	15, // 26: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	17, // 27: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	21, // 28: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	19, // 29: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	23, // 30: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	25, // 31: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	27, // 32: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	29, // 33: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	31, // 34: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	4,  // 35: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	6,  // 36: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	8,  // 37: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	10, // 38: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	12, // 39: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	14, // 40: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	16, // 41: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	18, // 42: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	22, // 43: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	20, // 44: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	24, // 45: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	26, // 46: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	28, // 47: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	30, // 48: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	32, // 49: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	35, // [35:50] is the sub-list for method output_type
+	20, // [20:35] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -2310,7 +2426,7 @@ func file_pinfold_v1_planner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   39,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -58,6 +58,8 @@ const (
 	PlannerServiceResizeProcedure = "/pinfold.v1.PlannerService/Resize"
 	// PlannerServiceRemoveProcedure is the fully-qualified name of the PlannerService's Remove RPC.
 	PlannerServiceRemoveProcedure = "/pinfold.v1.PlannerService/Remove"
+	// PlannerServiceReplaceProcedure is the fully-qualified name of the PlannerService's Replace RPC.
+	PlannerServiceReplaceProcedure = "/pinfold.v1.PlannerService/Replace"
 	// PlannerServiceListInstancesProcedure is the fully-qualified name of the PlannerService's
 	// ListInstances RPC.
 	PlannerServiceListInstancesProcedure = "/pinfold.v1.PlannerService/ListInstances"
@@ -87,6 +89,9 @@ type PlannerServiceClient interface {
 	Deploy(context.Context, *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error)
 	Resize(context.Context, *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error)
 	Remove(context.Context, *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error)
+	// Replace records a new image for an instance or a service (blue-green,
+	// carried out by each host's agent on the same allocation).
+	Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error)
 	ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error)
 	Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error)
 	// Agents.
@@ -162,6 +167,12 @@ func NewPlannerServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(plannerServiceMethods.ByName("Remove")),
 			connect.WithClientOptions(opts...),
 		),
+		replace: connect.NewClient[pinfoldv1.ReplaceRequest, pinfoldv1.ReplaceResponse](
+			httpClient,
+			baseURL+PlannerServiceReplaceProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("Replace")),
+			connect.WithClientOptions(opts...),
+		),
 		listInstances: connect.NewClient[pinfoldv1.ListInstancesRequest, pinfoldv1.ListInstancesResponse](
 			httpClient,
 			baseURL+PlannerServiceListInstancesProcedure,
@@ -206,6 +217,7 @@ type plannerServiceClient struct {
 	deploy         *connect.Client[pinfoldv1.DeployRequest, pinfoldv1.DeployResponse]
 	resize         *connect.Client[pinfoldv1.ResizeRequest, pinfoldv1.ResizeResponse]
 	remove         *connect.Client[pinfoldv1.RemoveRequest, pinfoldv1.RemoveResponse]
+	replace        *connect.Client[pinfoldv1.ReplaceRequest, pinfoldv1.ReplaceResponse]
 	listInstances  *connect.Client[pinfoldv1.ListInstancesRequest, pinfoldv1.ListInstancesResponse]
 	capacity       *connect.Client[pinfoldv1.CapacityRequest, pinfoldv1.CapacityResponse]
 	heartbeat      *connect.Client[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse]
@@ -258,6 +270,11 @@ func (c *plannerServiceClient) Remove(ctx context.Context, req *connect.Request[
 	return c.remove.CallUnary(ctx, req)
 }
 
+// Replace calls pinfold.v1.PlannerService.Replace.
+func (c *plannerServiceClient) Replace(ctx context.Context, req *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
+	return c.replace.CallUnary(ctx, req)
+}
+
 // ListInstances calls pinfold.v1.PlannerService.ListInstances.
 func (c *plannerServiceClient) ListInstances(ctx context.Context, req *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
 	return c.listInstances.CallUnary(ctx, req)
@@ -296,6 +313,9 @@ type PlannerServiceHandler interface {
 	Deploy(context.Context, *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error)
 	Resize(context.Context, *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error)
 	Remove(context.Context, *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error)
+	// Replace records a new image for an instance or a service (blue-green,
+	// carried out by each host's agent on the same allocation).
+	Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error)
 	ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error)
 	Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error)
 	// Agents.
@@ -367,6 +387,12 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 		connect.WithSchema(plannerServiceMethods.ByName("Remove")),
 		connect.WithHandlerOptions(opts...),
 	)
+	plannerServiceReplaceHandler := connect.NewUnaryHandler(
+		PlannerServiceReplaceProcedure,
+		svc.Replace,
+		connect.WithSchema(plannerServiceMethods.ByName("Replace")),
+		connect.WithHandlerOptions(opts...),
+	)
 	plannerServiceListInstancesHandler := connect.NewUnaryHandler(
 		PlannerServiceListInstancesProcedure,
 		svc.ListInstances,
@@ -417,6 +443,8 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 			plannerServiceResizeHandler.ServeHTTP(w, r)
 		case PlannerServiceRemoveProcedure:
 			plannerServiceRemoveHandler.ServeHTTP(w, r)
+		case PlannerServiceReplaceProcedure:
+			plannerServiceReplaceHandler.ServeHTTP(w, r)
 		case PlannerServiceListInstancesProcedure:
 			plannerServiceListInstancesHandler.ServeHTTP(w, r)
 		case PlannerServiceCapacityProcedure:
@@ -470,6 +498,10 @@ func (UnimplementedPlannerServiceHandler) Resize(context.Context, *connect.Reque
 
 func (UnimplementedPlannerServiceHandler) Remove(context.Context, *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Remove is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Replace is not implemented"))
 }
 
 func (UnimplementedPlannerServiceHandler) ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
