@@ -121,6 +121,7 @@ type CreateSpec struct {
 // Container is what the adapter reports about one container.
 type Container struct {
 	ID, Name, Image   string
+	Cmd               []string
 	Service, Instance string
 	Labels            map[string]string
 	PID               int
@@ -188,7 +189,7 @@ func (a *Adapter) Inspect(ctx context.Context, id string) (Container, error) {
 func (a *Adapter) fromInspect(in container.InspectResponse) (Container, error) {
 	c := Container{ID: in.ID, Name: strings.TrimPrefix(in.Name, "/")}
 	if in.Config != nil {
-		c.Image, c.Labels = in.Config.Image, in.Config.Labels
+		c.Image, c.Labels, c.Cmd = in.Config.Image, in.Config.Labels, in.Config.Cmd
 		c.Service, c.Instance = c.Labels[LabelService], c.Labels[LabelInstance]
 	}
 	if st := in.State; st != nil {

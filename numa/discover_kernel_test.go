@@ -5,6 +5,7 @@ package numa_test
 import (
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/pinfold/pinfold/numa"
@@ -17,21 +18,24 @@ import (
 func TestKernelDiscoverGuest(t *testing.T) {
 	testenv.RequireKernel(t)
 	testenv.RequireNUMANodes(t, 2)
-	cpn, _ := strconv.Atoi(os.Getenv("PINFOLD_VM_CPUS_PER_NODE"))
+	spec := os.Getenv("PINFOLD_VM_CPUS_PER_NODE") // "N" or "N0,N1"
+	n0, _ := strconv.Atoi(strings.Split(spec, ",")[0])
+	n1, _ := strconv.Atoi(spec[strings.LastIndex(spec, ",")+1:])
+	cpn := []int{n0, n1}
 	mpn, _ := strconv.Atoi(os.Getenv("PINFOLD_VM_MEM_PER_NODE"))
-	if cpn == 0 || mpn == 0 {
-		t.Fatalf("PINFOLD_VM_CPUS_PER_NODE/MEM_PER_NODE not set: not in the pinfold guest")
+	if n0 == 0 || n1 == 0 || mpn == 0 {
+		t.Fatalf("PINFOLD_VM_CPUS_PER_NODE=%q/MEM_PER_NODE not set: not in the pinfold guest", spec)
 	}
 	top, err := numa.DiscoverHost()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(top.NUMANodes) != 2 || len(top.CPUs) != 2*cpn {
-		t.Fatalf("guest: %d NUMA nodes, %d CPUs; want 2 and %d", len(top.NUMANodes), len(top.CPUs), 2*cpn)
+	if len(top.NUMANodes) != 2 || len(top.CPUs) != n0+n1 {
+		t.Fatalf("guest: %d NUMA nodes, %d CPUs; want 2 and %d", len(top.NUMANodes), len(top.CPUs), n0+n1)
 	}
 	for i, n := range top.NUMANodes {
-		if n.CPUs.Len() != cpn {
-			t.Errorf("NUMA node %d CPUs %s, want %d CPUs", n.ID, n.CPUs, cpn)
+		if n.CPUs.Len() != cpn[i] {
+			t.Errorf("NUMA node %d CPUs %s, want %d CPUs", n.ID, n.CPUs, cpn[i])
 		}
 		// The kernel keeps some memory for itself: expect 80..100% of the node.
 		if lo, hi := int64(mpn)<<20*8/10, int64(mpn)<<20; n.MemoryBytes < lo || n.MemoryBytes > hi {

@@ -32,12 +32,13 @@ type instanceJSON struct {
 	Generation int64            `json:"generation"`
 	Container  string           `json:"container_id,omitempty"`
 	PID        int32            `json:"pid,omitempty"`
+	Error      string           `json:"error,omitempty"`
 }
 
 func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	return instanceJSON{ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: in.CpuQuota,
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, Image: in.Image,
-		State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid}
+		State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error}
 }
 
 func instancesJSON(ins []*pinfoldv1.Instance) []instanceJSON {
@@ -63,8 +64,12 @@ func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 		for _, id := range slices.Sorted(maps.Keys(in.Cpus)) {
 			cpus = append(cpus, fmt.Sprintf("%d:%d", id, in.Cpus[id]))
 		}
+		state := in.State
+		if in.Error != "" {
+			state += " (" + in.Error + ")"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
-			orDash(in.CpuQuota), formatBytes(in.MemoryBytes), in.State)
+			orDash(in.CpuQuota), formatBytes(in.MemoryBytes), state)
 	}
 	return tw.Flush()
 }

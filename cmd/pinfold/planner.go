@@ -194,13 +194,15 @@ transaction guarded by revisions, so nothing is ever allocated twice).`,
 
 func newUpCmd() *cobra.Command {
 	var f plannerFlags
-	var host string
+	var ag agentFlags
+	var noAgent bool
 	cmd := &cobra.Command{
 		Use:   "up",
-		Short: "All in one: a planner with embedded etcd, and this host registered",
-		Long: `Start a planner with embedded etcd under --data-dir and register this host
-(topology discovered from /sys). Until the node agent runs here, instances
-deployed onto this host are recorded as pending. Stop with Ctrl-C; the state
+		Short: "All in one: a planner with embedded etcd and an agent for this host",
+		Long: `Start a planner with embedded etcd under --data-dir and a node agent for this
+host (topology discovered from /sys, containers through the local Docker
+engine). Without a reachable Docker engine the host is registered by hand and
+its instances stay pending; the agent retries. Stop with Ctrl-C; the state
 stays in --data-dir.`,
 		Example: `  pinfold up
   # in another terminal:
@@ -213,9 +215,10 @@ stays in --data-dir.`,
 			if err != nil {
 				return err
 			}
-			if host == "" {
-				host, _ = os.Hostname()
+			if ag.host == "" {
+				ag.host, _ = os.Hostname()
 			}
+			host := ag.host
 			top, err := numa.DiscoverHost()
 			if err != nil {
 				return &exitError{code: exitBadInput, err: err}
@@ -235,15 +238,20 @@ stays in --data-dir.`,
 				if !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists {
 					return apiError(err)
 				}
-				log.Warn("this host is registered with another topology; keeping the stored one", "host", host)
+				log.Info("this host was registered before; keeping its registration", "host", host)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes). Ctrl-C stops it.\n",
-				p.addr, host, len(top.CPUs), len(top.NUMANodes))
+			if !noAgent {
+				ag.client.addr = p.addr
+				startAgentInBackground(ctx, &ag, log)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes), agent %v. Ctrl-C stops it.\n",
+				p.addr, host, len(top.CPUs), len(top.NUMANodes), !noAgent)
 			<-ctx.Done()
 			return nil
 		},
 	}
 	f.register(cmd)
-	cmd.Flags().StringVar(&host, "host", "", "name to register this host under (default: the hostname)")
+	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run the planner only")
+	ag.register(cmd, false)
 	return cmd
 }

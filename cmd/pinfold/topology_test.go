@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/spf13/cobra"
 )
 
 const fixtures = "../../numa/testdata"
@@ -115,6 +117,31 @@ func TestTopologyErrors(t *testing.T) {
 				t.Errorf("pinfold %v = exit %d, stdout %q, stderr %q; want exit %d, stderr containing %q", tt.args, code, out, errOut, tt.wantCode, tt.wantErr)
 			}
 		})
+	}
+}
+
+// TestEveryCommandHasHelp builds the whole command tree (a duplicated flag
+// panics here) and checks each command's --help.
+func TestEveryCommandHasHelp(t *testing.T) {
+	t.Parallel()
+	var walk func(prefix []string, c interface {
+		Commands() []*cobra.Command
+	})
+	n := 0
+	walk = func(prefix []string, c interface{ Commands() []*cobra.Command }) {
+		for _, sub := range c.Commands() {
+			args := append(append([]string{}, prefix...), sub.Name())
+			out, errOut, code := runCLI(t, "", append(args, "--help")...)
+			if code != 0 || !strings.Contains(out, "Usage:") {
+				t.Errorf("pinfold %v --help: exit %d %s", args, code, errOut)
+			}
+			n++
+			walk(args, sub)
+		}
+	}
+	walk(nil, newRootCmd())
+	if n < 20 {
+		t.Errorf("only %d commands", n)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/test/testenv"
 )
 
@@ -57,20 +58,24 @@ func TestE2ETopologyAndPlanOnGuest(t *testing.T) {
 	}
 	// A plan file built from the discovered host: 100 pieces per CPU.
 	var cpus []string
-	for i := 0; i < 4; i++ {
-		cpus = append(cpus, fmt.Sprintf("%q: 100", fmt.Sprint(i)))
+	online, err := cpuset.ParseCPUs(top.Online)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for id := range online.All() {
+		cpus = append(cpus, fmt.Sprintf("%q: 100", fmt.Sprint(id)))
 	}
 	plan := fmt.Sprintf(`{"hosts": [{"name": "guest", "capacity": {"cpus": {%s}, "memory_bytes": %d},
 	  "numa_nodes": [{"id": 0, "cpus": %q, "memory_bytes": %d}, {"id": 1, "cpus": %q, "memory_bytes": %d}],
 	  "topology": %s}],
-	 "request": {"service": "web", "count": 3, "cpu": 1.5, "memory_bytes": 67108864}}`,
+	 "request": {"service": "web", "count": 100, "cpu": 1.5, "memory_bytes": 67108864}}`,
 		strings.Join(cpus, ", "), top.NUMANodes[0].MemoryBytes+top.NUMANodes[1].MemoryBytes,
 		top.NUMANodes[0].CPUs, top.NUMANodes[0].MemoryBytes, top.NUMANodes[1].CPUs, top.NUMANodes[1].MemoryBytes, out)
 	out, errOut, code = pinfold(t, plan, "plan", "-f", "-", "-o", "json")
 	if code != 1 {
-		t.Fatalf("3 × 1.5 CPU on 4 CPUs: exit %d, want 1 (only 2 fit): %s %s", code, out, errOut)
+		t.Fatalf("100 × 1.5 CPU on %s: exit %d, want 1 (they cannot fit): %s %s", top.Online, code, out, errOut)
 	}
-	plan = strings.Replace(plan, `"count": 3`, `"count": 2`, 1)
+	plan = strings.Replace(plan, `"count": 100`, `"count": 2`, 1)
 	out, errOut, code = pinfold(t, plan, "plan", "-f", "-", "-o", "json")
 	if code != 0 {
 		t.Fatalf("pinfold plan: exit %d: %s", code, errOut)

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/cgroup"
+	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/nodeagent"
+	"github.com/pinfold/pinfold/numa"
+)
+
+type agentFlags struct {
+	client                                 clientFlags
+	host, sysfsRoot, procRoot, cgroupRoot  string
+	dockerHost, stateDir, scheme, logLevel string
+	ttl, resync, health                    time.Duration
+}
+
+func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
+	home, _ := os.UserHomeDir()
+	if withClient {
+		f.client.register(cmd)
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.host, "host", "", "name of this host in the planner (default: the hostname)")
+	fl.StringVar(&f.sysfsRoot, "sysfs-root", "/sys", "sysfs to discover the topology from")
+	fl.StringVar(&f.procRoot, "proc-root", "/proc", "procfs (MemTotal on hosts without NUMA information)")
+	fl.StringVar(&f.cgroupRoot, "cgroup-root", cgroup.HostMount, "cgroup v2 mount")
+	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine (default: DOCKER_HOST or the local socket)")
+	fl.StringVar(&f.stateDir, "state-dir", filepath.Join(home, ".local/state/pinfold-agent"), "where the agent keeps its checkpoint")
+	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.SchemeQuota), "how a shared CPU is split: quota (cpu.max = pieces, measured closer) or weight (Eru's cpu.weight only)")
+	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
+	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
+	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement container must keep running this long")
+	if withClient {
+		fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	}
+}
+
+func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
+	if f.scheme != string(nodeagent.SchemeQuota) && f.scheme != string(nodeagent.SchemeWeight) {
+		return badInput("--fragment-scheme %q: want quota or weight", f.scheme)
+	}
+	if f.host == "" {
+		f.host, _ = os.Hostname()
+	}
+	topo, err := numa.Discover(os.DirFS(f.sysfsRoot), os.DirFS(f.procRoot))
+	if err != nil {
+		return &exitError{code: exitBadInput, err: err}
+	}
+	cg, err := cgroup.Open(f.cgroupRoot, "pinfold", cgroup.WithLogger(log))
+	if err != nil {
+		return &exitError{code: exitBadInput, err: err}
+	}
+	defer cg.Close()
+	eng, err := docker.Connect(ctx, f.dockerHost, log)
+	if err != nil {
+		return &exitError{code: exitUnmet, err: err}
+	}
+	cl, err := f.client.client()
+	if err != nil {
+		return err
+	}
+	a := nodeagent.New(nodeagent.Config{Host: f.host, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
+		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health}, cl, eng, cg, topo, log)
+	err = a.Run(ctx)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func newAgentCmd() *cobra.Command {
+	var f agentFlags
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent: register this host and enforce its instances",
+		Long: `The node agent discovers this host's topology, registers it with the planner,
+holds its heartbeat, watches the host's desired instances and converges
+Docker containers and their cgroup v2 files to them: creates, resizes live,
+removes, repairs drift (a hand-made docker update is reverted within
+--resync), and replaces containers blue-green. It only touches containers
+labelled as pinfold's.`,
+		Example: `  pinfold agent --planner 10.0.0.5:7878
+  pinfold agent --planner 127.0.0.1:7878 --host vm1 --state-dir /var/lib/pinfold-agent`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(f.logLevel, os.Stderr)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return f.run(ctx, log)
+		},
+	}
+	f.register(cmd, true)
+	return cmd
+}
+
+// startAgentInBackground runs an agent for `pinfold up`; failures are logged
+// (a host without Docker still gets a planner).
+func startAgentInBackground(ctx context.Context, f *agentFlags, log *slog.Logger) {
+	go func() {
+		for ctx.Err() == nil {
+			err := f.run(ctx, log)
+			if ctx.Err() != nil {
+				return
+			}
+			log.Warn("agent stopped; retrying in 10 s (instances stay pending without one)", "err", err)
+			select {
+			case <-time.After(10 * time.Second):
+			case <-ctx.Done():
+			}
+		}
+	}()
+}

@@ -1,0 +1,128 @@
+package nodeagent
+
+import (
+	"cmp"
+	"slices"
+	"strconv"
+
+	"github.com/pinfold/pinfold/docker"
+)
+
+// Container labels the agent adds beside docker's own.
+const (
+	LabelGeneration = "io.pinfold.generation"
+)
+
+// Kind is what an action does.
+type Kind string
+
+const (
+	Create        Kind = "create"         // create and start a container
+	Update        Kind = "update"         // docker update (resize, or drift back)
+	Start         Kind = "start"          // start a stopped container
+	Unpause       Kind = "unpause"        // resume a paused container
+	Replace       Kind = "replace"        // blue-green: pause old, start new, check health, remove old
+	FinishReplace Kind = "finish-replace" // a replace was interrupted after the new container started
+	Remove        Kind = "remove"         // remove an orphan (or a failed new container)
+	Reassert      Kind = "reassert"       // rewrite the cgroup files Docker cannot express
+)
+
+// Action is one step of convergence.
+type Action struct {
+	Kind      Kind
+	Instance  *Instance // nil for orphans
+	Container string    // the container acted on (old one for Replace)
+	New       string    // FinishReplace: the new container
+	Want      Want
+	Reason    string
+}
+
+// Observed is one pinfold container as seen in Docker.
+type Observed struct {
+	docker.Container
+	Generation int64
+}
+
+// observe annotates containers with their generation label.
+func observe(cs []docker.Container) []Observed {
+	out := make([]Observed, 0, len(cs))
+	for _, c := range cs {
+		g, _ := strconv.ParseInt(c.Labels[LabelGeneration], 10, 64)
+		out = append(out, Observed{Container: c, Generation: g})
+	}
+	return out
+}
+
+// Diff compares what the planner wants with what Docker has and returns the
+// actions that converge them, ordered by instance ID (orphans last). Pure.
+// failed holds, per instance, the generation whose replace already failed
+// and was rolled back: it is not retried (a new generation is).
+//
+// Per desired instance: no container → Create; two containers (a replace in
+// flight) → FinishReplace when the newer one (generation label = desired)
+// runs, else Remove the newer one and Unpause the old; one container whose
+// image or command differs → Replace; resources differ → Update (a resize,
+// or drift such as a hand-made docker update); stopped → Start; paused →
+// Unpause; and always Reassert the direct cgroup files (idempotent: equal
+// values are not rewritten). Containers of no desired instance → Remove.
+func Diff(h Host, desired []Instance, observed []Observed, scheme Scheme, failed map[string]int64) []Action {
+	shared := pool(h, desired)
+	byInst := map[string][]Observed{}
+	for _, o := range observed {
+		byInst[o.Instance] = append(byInst[o.Instance], o)
+	}
+	ds := slices.Clone(desired)
+	slices.SortFunc(ds, func(a, b Instance) int { return cmp.Compare(a.ID, b.ID) })
+	var out []Action
+	for i := range ds {
+		in := &ds[i]
+		want := Map(h, *in, scheme, shared)
+		cs := byInst[in.ID]
+		delete(byInst, in.ID)
+		slices.SortFunc(cs, func(a, b Observed) int {
+			return cmp.Or(cmp.Compare(a.Generation, b.Generation), cmp.Compare(a.ID, b.ID))
+		})
+		switch {
+		case len(cs) == 0:
+			out = append(out, Action{Kind: Create, Instance: in, Want: want, Reason: "no container"})
+			continue
+		case len(cs) > 1:
+			newest := cs[len(cs)-1]
+			if newest.Generation == in.Generation && newest.Running && !newest.Paused {
+				out = append(out, Action{Kind: FinishReplace, Instance: in, Container: cs[0].ID, New: newest.ID, Want: want, Reason: "replace in flight: new container runs"})
+			} else {
+				out = append(out, Action{Kind: Remove, Instance: in, Container: newest.ID, Reason: "replace in flight: new container not running"})
+				if cs[0].Paused {
+					out = append(out, Action{Kind: Unpause, Instance: in, Container: cs[0].ID, Want: want, Reason: "roll back the interrupted replace"})
+				}
+			}
+			for _, extra := range cs[1 : len(cs)-1] {
+				out = append(out, Action{Kind: Remove, Instance: in, Container: extra.ID, Reason: "a third container for one instance"})
+			}
+			continue
+		}
+		c := cs[0]
+		switch {
+		case (c.Image != in.Image || (in.Command != nil && !slices.Equal(c.Cmd, in.Command))) && failed[in.ID] != in.Generation:
+			out = append(out, Action{Kind: Replace, Instance: in, Container: c.ID, Want: want, Reason: "image or command changed"})
+			continue
+		case !sameResources(c.Applied, want.Resources):
+			out = append(out, Action{Kind: Update, Instance: in, Container: c.ID, Want: want, Reason: "resources differ"})
+		case c.Paused:
+			out = append(out, Action{Kind: Unpause, Instance: in, Container: c.ID, Want: want, Reason: "paused"})
+		}
+		if !c.Running && !c.Paused {
+			out = append(out, Action{Kind: Start, Instance: in, Container: c.ID, Want: want, Reason: "not running (" + c.Status + ")"})
+		}
+		out = append(out, Action{Kind: Reassert, Instance: in, Container: c.ID, Want: want})
+	}
+	var orphans []Observed
+	for _, cs := range byInst {
+		orphans = append(orphans, cs...)
+	}
+	slices.SortFunc(orphans, func(a, b Observed) int { return cmp.Compare(a.ID, b.ID) })
+	for _, o := range orphans {
+		out = append(out, Action{Kind: Remove, Container: o.ID, Reason: "no desired instance " + o.Instance})
+	}
+	return out
+}

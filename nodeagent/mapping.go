@@ -1,0 +1,133 @@
+package nodeagent
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/planner/cpuset"
+)
+
+// Instance is a desired instance as the agent needs it.
+type Instance struct {
+	ID, Service string
+	Bind        bool
+	CPUs        map[cpuset.CPUID]int // pieces
+	CPUQuota    int                  // pieces, memory-first
+	NUMANode    cpuset.NUMANodeID    // -1: all NUMA nodes
+	Memory      int64
+	MemorySoft  int64
+	Image       string
+	Command     []string
+	Env         []string
+	Generation  int64
+}
+
+// Scheme is how a CPU-bound instance's share of its fragment CPU is enforced
+// (research kernel-and-libs.md §7: cpu.weight is one value for the whole
+// cgroup, so weights alone do not split a shared CPU by pieces).
+type Scheme string
+
+const (
+	// SchemeQuota: cpuset = the instance's CPUs, cpu.max = all its pieces
+	// as CPU time (1.7 → 170000/100000), cpu.weight ∝ its pieces. The quota
+	// caps the total, so with its whole CPUs saturated the instance can take
+	// only its pieces of the shared CPU.
+	SchemeQuota Scheme = "quota"
+	// SchemeWeight: Eru's mapping: cpuset, no CFS quota, cpu.weight ∝ the
+	// fragment's pieces (integer instances 100).
+	SchemeWeight Scheme = "weight"
+)
+
+// Host is what the mapping needs to know about the host.
+type Host struct {
+	CPUs      cpuset.CPUs // online CPUs
+	Mems      cpuset.Mems // NUMA nodes with memory
+	ShareBase int
+}
+
+// Want is what an instance's container should have: the Docker resources
+// and the cgroup files written directly (exact cpu.weight, cpu.max.burst,
+// memory.high), re-asserted after every Docker update.
+type Want struct {
+	Resources docker.Resources
+	CPUWeight uint64
+}
+
+// pool is the memory-first shared pool: host CPUs no bound instance holds
+// a whole CPU of; all host CPUs if that leaves none.
+func pool(h Host, desired []Instance) cpuset.CPUs {
+	var bound []cpuset.CPUID
+	for _, in := range desired {
+		if !in.Bind {
+			continue
+		}
+		for id, p := range in.CPUs {
+			if p >= h.ShareBase {
+				bound = append(bound, id)
+			}
+		}
+	}
+	p := h.CPUs.Difference(cpuset.Of(bound...))
+	if p.IsEmpty() {
+		return h.CPUs
+	}
+	return p
+}
+
+// Map computes what in's container should have. It is pure.
+func Map(h Host, in Instance, scheme Scheme, sharedPool cpuset.CPUs) Want {
+	sb := h.ShareBase
+	r := docker.Resources{MemoryBytes: in.Memory, CPUShares: 1024}
+	if in.MemorySoft >= docker.MinMemory && in.MemorySoft <= in.Memory {
+		r.MemoryReservation = in.MemorySoft
+	}
+	w := Want{}
+	if !in.Bind {
+		r.CPUs, r.Mems = sharedPool, h.Mems
+		r.CPUQuota = int64(in.CPUQuota) * docker.Period / int64(sb)
+		if r.CPUQuota > 0 && r.CPUQuota < 1000 {
+			r.CPUQuota = 1000
+		}
+		w.CPUWeight = weightOf(in.CPUQuota, sb)
+		w.Resources = r
+		return w
+	}
+	r.CPUs = cpuset.Of(slices.Sorted(maps.Keys(in.CPUs))...)
+	r.Mems = h.Mems
+	if in.NUMANode >= 0 {
+		r.Mems = cpuset.Of(in.NUMANode)
+	}
+	total, frag := 0, 0
+	for _, p := range in.CPUs {
+		total += p
+		if p < sb {
+			frag = p
+		}
+	}
+	switch scheme {
+	case SchemeWeight:
+		w.CPUWeight = 100
+		if frag > 0 {
+			w.CPUWeight = uint64(max(1, frag*100/sb))
+		}
+	default:
+		if frag > 0 {
+			r.CPUQuota = int64(total) * docker.Period / int64(sb)
+		}
+		w.CPUWeight = weightOf(total, sb)
+	}
+	w.Resources = r
+	return w
+}
+
+// weightOf is cpu.weight proportional to pieces: 100 per CPU, within 1..10000.
+func weightOf(pieces, sb int) uint64 {
+	return uint64(min(max(pieces*100/sb, 1), 10000))
+}
+
+// sameResources reports whether Docker already holds r.
+func sameResources(a, b docker.Resources) bool {
+	return a.CPUs.Equal(b.CPUs) && a.Mems.Equal(b.Mems) && a.CPUQuota == b.CPUQuota &&
+		a.MemoryBytes == b.MemoryBytes && a.MemoryReservation == b.MemoryReservation
+}
