@@ -24,7 +24,7 @@ echo "== benchmarks run once (figures in docs/BENCHMARKS.md; no timing is assert
 go test -run '^$' -bench . -benchtime 1x ./planner/...
 echo "== kernel tier (QEMU guest: 2 NUMA nodes, cgroup v2, Debian docker.io)"
 hack/vm/build >/dev/null
-kernel_pkgs=(./numa/ ./cgroup/ ./docker/)
+kernel_pkgs=(./numa/ ./cgroup/ ./docker/ ./nodeagent/)
 log=$(mktemp)
 # -p 1: one guest at a time, so the cpu.max measurement has the host's CPUs.
 CGO_ENABLED=0 go test -p 1 -count=1 -v -tags kernel -run '^TestKernel' \

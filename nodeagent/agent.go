@@ -94,7 +94,7 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 		cfg.HealthWait = 3 * time.Second
 	}
 	if cfg.Scheme == "" {
-		cfg.Scheme = SchemeQuota
+		cfg.Scheme = DefaultScheme
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -37,7 +37,17 @@ const (
 	// SchemeWeight: Eru's mapping: cpuset, no CFS quota, cpu.weight ∝ the
 	// fragment's pieces (integer instances 100).
 	SchemeWeight Scheme = "weight"
+	// SchemeCapped: cpu.weight ∝ the fragment's pieces, as SchemeWeight, and
+	// cpu.max = all its pieces as a cap, as SchemeQuota.
+	SchemeCapped Scheme = "capped"
 )
+
+// DefaultScheme is the scheme that came closest to the plan when measured
+// on a real kernel (nodeagent TestKernelFragmentShares; docs/AGENT.md).
+const DefaultScheme = SchemeWeight
+
+// Schemes lists the fragment schemes.
+var Schemes = []Scheme{SchemeQuota, SchemeWeight, SchemeCapped}
 
 // Host is what the mapping needs to know about the host.
 type Host struct {
@@ -106,10 +116,13 @@ func Map(h Host, in Instance, scheme Scheme, sharedPool cpuset.CPUs) Want {
 		}
 	}
 	switch scheme {
-	case SchemeWeight:
+	case SchemeWeight, SchemeCapped:
 		w.CPUWeight = 100
 		if frag > 0 {
 			w.CPUWeight = uint64(max(1, frag*100/sb))
+			if scheme == SchemeCapped {
+				r.CPUQuota = int64(total) * docker.Period / int64(sb)
+			}
 		}
 	default:
 		if frag > 0 {

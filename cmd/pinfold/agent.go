@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -36,7 +37,7 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.StringVar(&f.cgroupRoot, "cgroup-root", cgroup.HostMount, "cgroup v2 mount")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine (default: DOCKER_HOST or the local socket)")
 	fl.StringVar(&f.stateDir, "state-dir", filepath.Join(home, ".local/state/pinfold-agent"), "where the agent keeps its checkpoint")
-	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.SchemeQuota), "how a shared CPU is split: quota (cpu.max = pieces, measured closer) or weight (Eru's cpu.weight only)")
+	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: weight (cpu.weight ∝ fragment pieces; measured closest), capped (weight + cpu.max = pieces) or quota (cpu.max = pieces)")
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
 	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement container must keep running this long")
@@ -46,8 +47,8 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 }
 
 func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
-	if f.scheme != string(nodeagent.SchemeQuota) && f.scheme != string(nodeagent.SchemeWeight) {
-		return badInput("--fragment-scheme %q: want quota or weight", f.scheme)
+	if !slices.Contains(nodeagent.Schemes, nodeagent.Scheme(f.scheme)) {
+		return badInput("--fragment-scheme %q: want weight, capped or quota", f.scheme)
 	}
 	if f.host == "" {
 		f.host, _ = os.Hostname()

@@ -176,7 +176,7 @@ func TestE2EAgent(t *testing.T) {
 			t.Errorf("%s on CPUs %s, NUMA node %d: not NUMA-local", e.ID, cpus, e.NUMANode)
 		}
 		want := map[string]string{"cpuset.cpus": cpus, "cpuset.mems": fmt.Sprint(e.NUMANode), "memory.max": fmt.Sprint(128 << 20),
-			"cpu.max": "130000 100000", "cpu.weight": "130", "memory.swap.max": "0"}
+			"cpu.max": "max 100000", "cpu.weight": "30", "memory.swap.max": "0"} // the default (weight) fragment scheme
 		for f, v := range want {
 			if got := cg(t, e.Container, f); got != v {
 				t.Errorf("%s %s = %q, want %q", e.ID, f, got, v)
@@ -220,7 +220,7 @@ func TestE2EAgent(t *testing.T) {
 	if got := cg(t, a.Container, "cpu.max"); got != "max 100000" || cg(t, a.Container, "cpuset.cpus") != cpuList(e.CPUs) {
 		t.Errorf("after +0.7 (2.0 CPUs, no fragment) cpu.max = %q, cpuset %q (want %s)", got, cg(t, a.Container, "cpuset.cpus"), cpuList(e.CPUs))
 	}
-	e = resize(a.ID, []string{"--cpu", "-0.5"}, "cpu.max", "150000 100000")
+	e = resize(a.ID, []string{"--cpu", "-0.5"}, "cpu.weight", "50")
 	if cg(t, a.Container, "cpuset.cpus") != cpuList(e.CPUs) {
 		t.Errorf("after -0.5 cpuset %q, want %s", cg(t, a.Container, "cpuset.cpus"), cpuList(e.CPUs))
 	}
@@ -293,8 +293,4 @@ func TestE2EAgent(t *testing.T) {
 		out, _ := exec.Command("docker", "inspect", "-f", "{{.State.Running}} {{json .Config.Cmd}}", ids[0]).Output()
 		return strings.TrimSpace(string(out)) == `true ["sleep","7300"]`, string(out)
 	})
-}
-
-func execCommand(name string, args ...string) ([]byte, error) {
-	return exec.Command(name, args...).CombinedOutput()
 }
