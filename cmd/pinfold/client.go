@@ -75,10 +75,23 @@ func (c *clientFlags) client() (pinfoldv1connect.PlannerServiceClient, error) {
 	return pinfoldv1connect.NewPlannerServiceClient(hc, strings.TrimSuffix(base, "/")), nil
 }
 
+// call connects to the planner and runs f, mapping the API errors it
+// returns onto the CLI's exit codes (see apiError).
+func (c *clientFlags) call(f func(cl pinfoldv1connect.PlannerServiceClient) error) error {
+	cl, err := c.client()
+	if err != nil {
+		return err
+	}
+	return apiError(f(cl))
+}
+
 // apiError turns an API error into the CLI's exit codes: invalid input,
 // unknown or duplicate names and precondition failures are exit 2 (nothing
 // was changed); capacity shortages are exit 1; an unreachable planner is 1.
 func apiError(err error) error {
+	if err == nil {
+		return nil
+	}
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
 		return err

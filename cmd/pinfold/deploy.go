@@ -14,6 +14,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 )
 
 // instanceJSON is the -o json form of an instance.
@@ -128,29 +129,27 @@ share first), drained (smallest remaining capacity first).`,
 			if count < 1 && strategy != "fill" {
 				return badInput("--count %d: want at least 1", count)
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			t0 := time.Now()
-			if !out.json() {
-				fmt.Fprintf(cmd.ErrOrStderr(), "placing %d × %s (%s CPUs %s, %s)…\n", count, args[0], cpuS, bindWord(bind), formatBytes(mem))
-			}
-			resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(&pinfoldv1.DeployRequest{Service: args[0], Image: image,
-				Command: args[1:], Env: env, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
-				Strategy: strategy, MaxPerHost: int32(maxPerHost)}))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
-			}
-			hosts := map[string]bool{}
-			for _, in := range resp.Msg.Instances {
-				hosts[in.Host] = true
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "placed %d instances on %d hosts in %s\n", len(resp.Msg.Instances), len(hosts), time.Since(t0).Round(time.Millisecond))
-			return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				t0 := time.Now()
+				if !out.json() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "placing %d × %s (%s CPUs %s, %s)…\n", count, args[0], cpuS, bindWord(bind), formatBytes(mem))
+				}
+				resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(&pinfoldv1.DeployRequest{Service: args[0], Image: image,
+					Command: args[1:], Env: env, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
+					Strategy: strategy, MaxPerHost: int32(maxPerHost)}))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+				}
+				hosts := map[string]bool{}
+				for _, in := range resp.Msg.Instances {
+					hosts[in.Host] = true
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "placed %d instances on %d hosts in %s\n", len(resp.Msg.Instances), len(hosts), time.Since(t0).Round(time.Millisecond))
+				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+			})
 		},
 	}
 	c.register(cmd)
@@ -170,7 +169,7 @@ share first), drained (smallest remaining capacity first).`,
 	return cmd
 }
 
-func bindFlag(cmd *cobra.Command, bind, unbind bool) (*bool, error) {
+func bindFlag(bind, unbind bool) (*bool, error) {
 	switch {
 	case bind && unbind:
 		return nil, badInput("--bind and --no-bind exclude each other")
@@ -217,24 +216,22 @@ nothing.`,
 					return err
 				}
 			}
-			if req.Bind, err = bindFlag(cmd, bind, noBind); err != nil {
+			if req.Bind, err = bindFlag(bind, noBind); err != nil {
 				return err
 			}
 			if cpu == "" && memory == "" && req.Bind == nil {
 				return badInput("nothing to change: give --cpu, --memory, --bind or --no-bind")
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.Resize(cmd.Context(), connect.NewRequest(req))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
-			}
-			return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.Resize(cmd.Context(), connect.NewRequest(req))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+				}
+				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+			})
 		},
 	}
 	c.register(cmd)
@@ -268,23 +265,21 @@ one only after the new one is healthy (otherwise it rolls back).`,
 			if image == "" {
 				return badInput("--image is required")
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			var command []string
-			if len(args) > 1 {
-				command = args[1:]
-			}
-			resp, err := cl.Replace(cmd.Context(), connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: args[0], Image: image, Command: command}))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "%d instances will be replaced with %s by their hosts' agents\n", len(resp.Msg.Instances), image)
-			return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				var command []string
+				if len(args) > 1 {
+					command = args[1:]
+				}
+				resp, err := cl.Replace(cmd.Context(), connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: args[0], Image: image, Command: command}))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%d instances will be replaced with %s by their hosts' agents\n", len(resp.Msg.Instances), image)
+				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+			})
 		},
 	}
 	c.register(cmd)
@@ -306,19 +301,17 @@ func newRemoveCmd() *cobra.Command {
 			if err := out.validate(); err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.Remove(cmd.Context(), connect.NewRequest(&pinfoldv1.RemoveRequest{Target: args[0]}))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), map[string][]string{"removed": append([]string{}, resp.Msg.Ids...)})
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "removed %d instances: %s\n", len(resp.Msg.Ids), strings.Join(resp.Msg.Ids, " "))
-			return nil
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.Remove(cmd.Context(), connect.NewRequest(&pinfoldv1.RemoveRequest{Target: args[0]}))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), map[string][]string{"removed": append([]string{}, resp.Msg.Ids...)})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %d instances: %s\n", len(resp.Msg.Ids), strings.Join(resp.Msg.Ids, " "))
+				return nil
+			})
 		},
 	}
 	c.register(cmd)
@@ -340,18 +333,16 @@ func newPsCmd() *cobra.Command {
 			if err := out.validate(); err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.ListInstances(cmd.Context(), connect.NewRequest(&pinfoldv1.ListInstancesRequest{Host: host, Service: service}))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
-			}
-			return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.ListInstances(cmd.Context(), connect.NewRequest(&pinfoldv1.ListInstancesRequest{Host: host, Service: service}))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+				}
+				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+			})
 		},
 	}
 	c.register(cmd)
@@ -385,24 +376,22 @@ func newCapacityCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.Capacity(cmd.Context(), connect.NewRequest(&pinfoldv1.CapacityRequest{Cpu: cpuS, Bind: bind, MemoryBytes: mem}))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"capacity": resp.Msg.Capacity, "total_capacity": resp.Msg.Total, "limit": resp.Msg.Limit})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "HOST\tCAPACITY\tLIMITED BY")
-			for _, h := range slices.Sorted(maps.Keys(resp.Msg.Capacity)) {
-				fmt.Fprintf(tw, "%s\t%d\t%s\n", h, resp.Msg.Capacity[h], resp.Msg.Limit[h])
-			}
-			fmt.Fprintf(tw, "total\t%d\t\n", resp.Msg.Total)
-			return tw.Flush()
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.Capacity(cmd.Context(), connect.NewRequest(&pinfoldv1.CapacityRequest{Cpu: cpuS, Bind: bind, MemoryBytes: mem}))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"capacity": resp.Msg.Capacity, "total_capacity": resp.Msg.Total, "limit": resp.Msg.Limit})
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "HOST\tCAPACITY\tLIMITED BY")
+				for _, h := range slices.Sorted(maps.Keys(resp.Msg.Capacity)) {
+					fmt.Fprintf(tw, "%s\t%d\t%s\n", h, resp.Msg.Capacity[h], resp.Msg.Limit[h])
+				}
+				fmt.Fprintf(tw, "total\t%d\t\n", resp.Msg.Total)
+				return tw.Flush()
+			})
 		},
 	}
 	c.register(cmd)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/topology"
 )
@@ -146,22 +147,20 @@ func newHostAddCmd() *cobra.Command {
 					return err
 				}
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.RegisterHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: args[0], TopologyJson: b,
-				PiecesPerCpu: int32(pieces), ReservedCpus: reserved, ReservedMemoryBytes: mem, MemoryShare: share, Force: force}))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
-			}
-			h := resp.Msg.Host
-			fmt.Fprintf(cmd.OutOrStdout(), "host %s registered: %d CPUs (%s CPUs of capacity), %s memory, %d NUMA nodes, state %s\n",
-				h.Name, len(h.CapacityCpus), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), h.State)
-			return nil
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.RegisterHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: args[0], TopologyJson: b,
+					PiecesPerCpu: int32(pieces), ReservedCpus: reserved, ReservedMemoryBytes: mem, MemoryShare: share, Force: force}))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
+				}
+				h := resp.Msg.Host
+				fmt.Fprintf(cmd.OutOrStdout(), "host %s registered: %d CPUs (%s CPUs of capacity), %s memory, %d NUMA nodes, state %s\n",
+					h.Name, len(h.CapacityCpus), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), h.State)
+				return nil
+			})
 		},
 	}
 	c.register(cmd)
@@ -189,37 +188,35 @@ func newHostListCmd() *cobra.Command {
 			if err := out.validate(); err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.ListHosts(cmd.Context(), connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				list := []hostJSON{}
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.ListHosts(cmd.Context(), connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					list := []hostJSON{}
+					for _, h := range resp.Msg.Hosts {
+						list = append(list, toHostJSON(h))
+					}
+					return writeJSON(cmd.OutOrStdout(), list)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tNUMA NODES\tINSTANCES\tAGENT")
 				for _, h := range resp.Msg.Hosts {
-					list = append(list, toHostJSON(h))
+					n := int32(0)
+					for _, v := range h.Instances {
+						n += v
+					}
+					agent := "none (pending)"
+					if h.Agent {
+						agent = orDash(h.AgentVersion)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%d\t%d\t%s\n", h.Name, h.State,
+						cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
+						formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), n, agent)
 				}
-				return writeJSON(cmd.OutOrStdout(), list)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tNUMA NODES\tINSTANCES\tAGENT")
-			for _, h := range resp.Msg.Hosts {
-				n := int32(0)
-				for _, v := range h.Instances {
-					n += v
-				}
-				agent := "none (pending)"
-				if h.Agent {
-					agent = orDash(h.AgentVersion)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%d\t%d\t%s\n", h.Name, h.State,
-					cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
-					formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), n, agent)
-			}
-			return tw.Flush()
+				return tw.Flush()
+			})
 		},
 	}
 	c.register(cmd)
@@ -240,26 +237,24 @@ func newHostShowCmd() *cobra.Command {
 			if err := out.validate(); err != nil {
 				return err
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: args[0]}))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				type showJSON struct {
-					hostJSON
-					InstanceList []instanceJSON `json:"instance_list"`
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: args[0]}))
+				if err != nil {
+					return err
 				}
-				s := showJSON{hostJSON: toHostJSON(resp.Msg.Host), InstanceList: []instanceJSON{}}
-				for _, in := range resp.Msg.Instances {
-					s.InstanceList = append(s.InstanceList, toInstanceJSON(in))
+				if out.json() {
+					type showJSON struct {
+						hostJSON
+						InstanceList []instanceJSON `json:"instance_list"`
+					}
+					s := showJSON{hostJSON: toHostJSON(resp.Msg.Host), InstanceList: []instanceJSON{}}
+					for _, in := range resp.Msg.Instances {
+						s.InstanceList = append(s.InstanceList, toInstanceJSON(in))
+					}
+					return writeJSON(cmd.OutOrStdout(), s)
 				}
-				return writeJSON(cmd.OutOrStdout(), s)
-			}
-			return printHostMap(cmd.OutOrStdout(), resp.Msg.Host, resp.Msg.Instances)
+				return printHostMap(cmd.OutOrStdout(), resp.Msg.Host, resp.Msg.Instances)
+			})
 		},
 	}
 	c.register(cmd)
@@ -379,21 +374,19 @@ is refused with the list of instances; memory cannot go below what is in use.`,
 				}
 				req.NumaMemoryBytes[int32(id)] = b
 			}
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.SetHost(cmd.Context(), connect.NewRequest(req))
-			if err != nil {
-				return apiError(err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
-			}
-			h := resp.Msg.Host
-			fmt.Fprintf(cmd.OutOrStdout(), "host %s: %d CPUs (%s CPUs of capacity), %s memory\n", h.Name, len(h.CapacityCpus),
-				cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase), formatBytes(h.CapacityMemoryBytes))
-			return nil
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.SetHost(cmd.Context(), connect.NewRequest(req))
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
+				}
+				h := resp.Msg.Host
+				fmt.Fprintf(cmd.OutOrStdout(), "host %s: %d CPUs (%s CPUs of capacity), %s memory\n", h.Name, len(h.CapacityCpus),
+					cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase), formatBytes(h.CapacityMemoryBytes))
+				return nil
+			})
 		},
 	}
 	c.register(cmd)
@@ -417,16 +410,14 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			resp, err := cl.SetHostEnabled(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostEnabledRequest{Name: args[0], Enabled: enable}))
-			if err != nil {
-				return apiError(err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s\n", args[0], resp.Msg.Host.State)
-			return nil
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.SetHostEnabled(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostEnabledRequest{Name: args[0], Enabled: enable}))
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s\n", args[0], resp.Msg.Host.State)
+				return nil
+			})
 		},
 	}
 	c.register(cmd)
@@ -440,15 +431,13 @@ func newHostRemoveCmd() *cobra.Command {
 		Short: "Unregister a host that runs no instances",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cl, err := c.client()
-			if err != nil {
-				return err
-			}
-			if _, err := cl.RemoveHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RemoveHostRequest{Name: args[0]})); err != nil {
-				return apiError(err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "host %s removed\n", args[0])
-			return nil
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				if _, err := cl.RemoveHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RemoveHostRequest{Name: args[0]})); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "host %s removed\n", args[0])
+				return nil
+			})
 		},
 	}
 	c.register(cmd)

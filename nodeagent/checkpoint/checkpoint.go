@@ -30,8 +30,6 @@ type Applied struct {
 	CPUQuota    int64  `json:"cpu_quota"`
 	CPUWeight   uint64 `json:"cpu_weight"`
 	Memory      int64  `json:"memory_bytes"`
-	// ReplacingFrom is the old container while a replace is in flight.
-	ReplacingFrom string `json:"replacing_from,omitempty"`
 }
 
 // State is the checkpoint's content.

@@ -291,8 +291,12 @@ type HostView struct {
 func (s *Store) Schedulable() []HostView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]HostView, 0, len(s.schedulable))
-	for _, name := range slices.Sorted(maps.Keys(s.schedulable)) {
+	return s.viewsLocked(slices.Sorted(maps.Keys(s.schedulable)))
+}
+
+func (s *Store) viewsLocked(names []string) []HostView {
+	out := make([]HostView, 0, len(names))
+	for _, name := range names {
 		out = append(out, s.viewLocked(name))
 	}
 	return out
@@ -321,11 +325,7 @@ func (s *Store) Host(name string) (HostView, bool) {
 func (s *Store) Hosts() []HostView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]HostView, 0, len(s.hosts))
-	for _, name := range slices.Sorted(maps.Keys(s.hosts)) {
-		out = append(out, s.viewLocked(name))
-	}
-	return out
+	return s.viewsLocked(slices.Sorted(maps.Keys(s.hosts)))
 }
 
 // InstanceView is an instance with its revision and observed status.
