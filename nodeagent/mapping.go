@@ -44,7 +44,7 @@ const (
 
 // DefaultScheme is the scheme that came closest to the plan when measured
 // on a real kernel (nodeagent TestKernelFragmentShares; docs/AGENT.md).
-const DefaultScheme = SchemeWeight
+const DefaultScheme = SchemeCapped
 
 // Schemes lists the fragment schemes.
 var Schemes = []Scheme{SchemeQuota, SchemeWeight, SchemeCapped}

@@ -37,7 +37,7 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.StringVar(&f.cgroupRoot, "cgroup-root", cgroup.HostMount, "cgroup v2 mount")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine (default: DOCKER_HOST or the local socket)")
 	fl.StringVar(&f.stateDir, "state-dir", filepath.Join(home, ".local/state/pinfold-agent"), "where the agent keeps its checkpoint")
-	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: weight (cpu.weight ∝ fragment pieces; measured closest), capped (weight + cpu.max = pieces) or quota (cpu.max = pieces)")
+	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: capped (cpu.weight ∝ fragment pieces + cpu.max = pieces; measured closest), weight (Eru: cpu.weight only) or quota (cpu.max = pieces)")
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
 	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement container must keep running this long")

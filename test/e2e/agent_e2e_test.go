@@ -176,7 +176,7 @@ func TestE2EAgent(t *testing.T) {
 			t.Errorf("%s on CPUs %s, NUMA node %d: not NUMA-local", e.ID, cpus, e.NUMANode)
 		}
 		want := map[string]string{"cpuset.cpus": cpus, "cpuset.mems": fmt.Sprint(e.NUMANode), "memory.max": fmt.Sprint(128 << 20),
-			"cpu.max": "max 100000", "cpu.weight": "30", "memory.swap.max": "0"} // the default (weight) fragment scheme
+			"cpu.max": "130000 100000", "cpu.weight": "30", "memory.swap.max": "0"} // the default (capped) fragment scheme
 		for f, v := range want {
 			if got := cg(t, e.Container, f); got != v {
 				t.Errorf("%s %s = %q, want %q", e.ID, f, got, v)
