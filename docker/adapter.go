@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +37,9 @@ type engineAPI interface {
 	ContainerUnpause(ctx context.Context, id string, o mobyclient.ContainerUnpauseOptions) (mobyclient.ContainerUnpauseResult, error)
 	ContainerStop(ctx context.Context, id string, o mobyclient.ContainerStopOptions) (mobyclient.ContainerStopResult, error)
 	ContainerRemove(ctx context.Context, id string, o mobyclient.ContainerRemoveOptions) (mobyclient.ContainerRemoveResult, error)
+	ExecCreate(ctx context.Context, id string, o mobyclient.ExecCreateOptions) (mobyclient.ExecCreateResult, error)
+	ExecStart(ctx context.Context, execID string, o mobyclient.ExecStartOptions) (mobyclient.ExecStartResult, error)
+	ExecInspect(ctx context.Context, execID string, o mobyclient.ExecInspectOptions) (mobyclient.ExecInspectResult, error)
 }
 
 // Adapter talks to one Docker engine.
@@ -131,6 +135,11 @@ type Container struct {
 	ExitCode          int
 	Applied           Resources // as the daemon stored them
 	CgroupPath        string    // relative to the cgroup2 mount
+	// Health is the image's HEALTHCHECK state: "" (none), starting,
+	// healthy or unhealthy.
+	Health string
+	// IP is the container's first network address ("" without a network).
+	IP string
 }
 
 // Create creates (does not start) a container with pinfold's labels.
@@ -194,6 +203,17 @@ func (a *Adapter) fromInspect(in container.InspectResponse) (Container, error) {
 	}
 	if st := in.State; st != nil {
 		c.PID, c.Status, c.Running, c.Paused, c.OOMKilled, c.ExitCode = st.Pid, string(st.Status), st.Running, st.Paused, st.OOMKilled, st.ExitCode
+		if st.Health != nil {
+			c.Health = string(st.Health.Status)
+		}
+	}
+	if ns := in.NetworkSettings; ns != nil {
+		for _, name := range slices.Sorted(maps.Keys(ns.Networks)) {
+			if ep := ns.Networks[name]; ep != nil && ep.IPAddress.IsValid() {
+				c.IP = ep.IPAddress.String()
+				break
+			}
+		}
 	}
 	applied, err := appliedFrom(in.HostConfig)
 	if err != nil {
@@ -256,6 +276,38 @@ func (a *Adapter) Update(ctx context.Context, id string, r Resources) (Container
 	}
 	a.log.Debug("container updated", "container_id", short(id), "cpus", r.CPUs, "mems", r.Mems, "took", time.Since(t0))
 	return a.Inspect(ctx, id)
+}
+
+// Exec runs cmd in a running pinfold container and waits for it (a health
+// probe): it returns the exit code.
+func (a *Adapter) Exec(ctx context.Context, id string, cmd []string) (int, error) {
+	if len(cmd) == 0 {
+		return 0, &Error{Container: id, Field: "exec", Value: "[]", Reason: "a command is required"}
+	}
+	if _, err := a.owned(ctx, id); err != nil {
+		return 0, err
+	}
+	ex, err := a.api.ExecCreate(ctx, id, mobyclient.ExecCreateOptions{Cmd: cmd})
+	if err != nil {
+		return 0, a.wrap(id, "exec create", err)
+	}
+	if _, err := a.api.ExecStart(ctx, ex.ID, mobyclient.ExecStartOptions{Detach: true}); err != nil {
+		return 0, a.wrap(id, "exec start", err)
+	}
+	for {
+		r, err := a.api.ExecInspect(ctx, ex.ID, mobyclient.ExecInspectOptions{})
+		if err != nil {
+			return 0, a.wrap(id, "exec inspect", err)
+		}
+		if !r.Running {
+			return r.ExitCode, nil
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 }
 
 // Pause freezes a pinfold container; Unpause thaws it.

@@ -127,6 +127,21 @@ func TestKernelDockerLiveResize(t *testing.T) {
 	if err := a.Remove(ctx, foreign); !errors.Is(err, docker.ErrNotOwned) {
 		t.Errorf("remove of a foreign container = %v", err)
 	}
+	// Exec (health probes) reports the command's exit code.
+	for _, tc := range []struct {
+		cmd  []string
+		want int
+	}{{[]string{"true"}, 0}, {[]string{"false"}, 1}, {[]string{"sh", "-c", "exit 3"}, 3}} {
+		if code, err := a.Exec(ctx, id, tc.cmd); err != nil || code != tc.want {
+			t.Errorf("Exec(%q) = %d, %v; want exit code %d", tc.cmd, code, err, tc.want)
+		}
+	}
+	if _, err := a.Exec(ctx, foreign, []string{"true"}); !errors.Is(err, docker.ErrNotOwned) {
+		t.Errorf("exec in a foreign container = %v, want ErrNotOwned", err)
+	}
+	if c, _ := a.Inspect(ctx, id); c.Health != "" {
+		t.Errorf("health of a container whose image declares no HEALTHCHECK = %q, want empty", c.Health)
+	}
 	list, err := a.List(ctx)
 	if err != nil || len(list) != 1 || list[0].ID != id {
 		t.Errorf("List = %d containers, %v; want only pinfold's", len(list), err)

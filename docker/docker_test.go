@@ -80,6 +80,7 @@ type fakeEngine struct {
 	containers map[string]*container.InspectResponse
 	updates    []container.Resources
 	next       int
+	execs      map[string][]string
 }
 
 var _ engineAPI = (*fakeEngine)(nil)
@@ -161,6 +162,29 @@ func (f *fakeEngine) ContainerRemove(_ context.Context, id string, _ mobyclient.
 	return mobyclient.ContainerRemoveResult{}, nil
 }
 
+// ExecCreate records the command; ExecInspect exits 0 for "true", else 1.
+func (f *fakeEngine) ExecCreate(_ context.Context, id string, o mobyclient.ExecCreateOptions) (mobyclient.ExecCreateResult, error) {
+	if _, err := f.get(id); err != nil {
+		return mobyclient.ExecCreateResult{}, err
+	}
+	if f.execs == nil {
+		f.execs = map[string][]string{}
+	}
+	eid := fmt.Sprintf("exec%d", len(f.execs))
+	f.execs[eid] = o.Cmd
+	return mobyclient.ExecCreateResult{ID: eid}, nil
+}
+func (f *fakeEngine) ExecStart(context.Context, string, mobyclient.ExecStartOptions) (mobyclient.ExecStartResult, error) {
+	return mobyclient.ExecStartResult{}, nil
+}
+func (f *fakeEngine) ExecInspect(_ context.Context, eid string, _ mobyclient.ExecInspectOptions) (mobyclient.ExecInspectResult, error) {
+	code := 1
+	if f.execs[eid][0] == "true" {
+		code = 0
+	}
+	return mobyclient.ExecInspectResult{ID: eid, ExitCode: code}, nil
+}
+
 func TestAdapterWithFake(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -187,6 +211,18 @@ func TestAdapterWithFake(t *testing.T) {
 	}
 	if u := f.updates[len(f.updates)-1]; u.Memory != 256<<20 || u.MemorySwap != 256<<20 || u.CpusetCpus != "2-3" {
 		t.Errorf("update sent %+v; want Memory and MemorySwap together and the full cpuset", u)
+	}
+	for cmd, want := range map[string]int{"true": 0, "false": 1} {
+		if code, err := a.Exec(ctx, id, []string{cmd}); err != nil || code != want {
+			t.Errorf("Exec(%s) = %d, %v; want %d", cmd, code, err, want)
+		}
+	}
+	if _, err := a.Exec(ctx, id, nil); err == nil || !strings.Contains(err.Error(), "exec") {
+		t.Errorf("Exec without a command = %v", err)
+	}
+	f.containers[id].State.Health = &container.Health{Status: container.Unhealthy}
+	if c, _ := a.Inspect(ctx, id); c.Health != "unhealthy" {
+		t.Errorf("health = %q, want unhealthy", c.Health)
 	}
 	// Bad input changes nothing: no update call reaches the engine.
 	n := len(f.updates)

@@ -44,11 +44,14 @@ type engine interface {
 	Pause(ctx context.Context, id string) error
 	Unpause(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
+	Exec(ctx context.Context, id string, cmd []string) (int, error)
 }
 
-// cgroupWriter writes the files Docker cannot express. Apply is idempotent.
+// cgroupWriter writes the files Docker cannot express (Apply is
+// idempotent) and reads what the kernel reports (memory.current).
 type cgroupWriter interface {
 	Apply(ctx context.Context, s cgroup.Spec) error
+	Read(p cgroup.Path, name string) (string, error)
 }
 
 // Config configures an Agent.
@@ -59,7 +62,12 @@ type Config struct {
 	Scheme       Scheme
 	HeartbeatTTL time.Duration // default 10s
 	Resync       time.Duration // level-triggered pass at least this often; default 2s
-	HealthWait   time.Duration // a replacement must keep running this long; default 3s
+	HealthWait   time.Duration // a replacement without a check must keep running this long; default 3s
+	// HealthTimeout bounds a HEALTHCHECK or probe that sets no timeout;
+	// default 30s.
+	HealthTimeout time.Duration
+	// Metrics measures the host (load, memory); nil = gopsutil.
+	Metrics func(context.Context) (*pinfoldv1.HostMetrics, error)
 }
 
 // Agent is the node agent of one host.
@@ -78,7 +86,9 @@ type Agent struct {
 	errs     map[string]string // instance → last apply error
 	failed   map[string]int64  // instance → generation whose replace was rolled back
 	failMsg  map[string]string // instance → why that replace was rolled back
+	refused  map[string]int64  // instance → generation the host refused to apply
 	reported map[string]string // instance → last status sent
+	memSent  map[string]int64  // instance → memory.current last sent
 	kick     chan struct{}
 }
 
@@ -92,6 +102,12 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 	}
 	if cfg.HealthWait == 0 {
 		cfg.HealthWait = 3 * time.Second
+	}
+	if cfg.HealthTimeout == 0 {
+		cfg.HealthTimeout = 30 * time.Second
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = HostMetrics
 	}
 	if cfg.Scheme == "" {
 		cfg.Scheme = DefaultScheme
@@ -107,7 +123,7 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 	}
 	return &Agent{cfg: cfg, planner: planner, eng: eng, cg: cg, topo: topo, log: log,
 		host: Host{CPUs: topo.Online, Mems: cpuset.Of(mems...), ShareBase: 100},
-		errs: map[string]string{}, failed: map[string]int64{}, failMsg: map[string]string{}, reported: map[string]string{}, kick: make(chan struct{}, 1)}
+		errs: map[string]string{}, failed: map[string]int64{}, failMsg: map[string]string{}, refused: map[string]int64{}, reported: map[string]string{}, memSent: map[string]int64{}, kick: make(chan struct{}, 1)}
 }
 
 // Run registers the host, then heartbeats, watches and reconciles until ctx
@@ -177,16 +193,31 @@ func (a *Agent) register(ctx context.Context) error {
 	}
 }
 
+// heartbeats keeps the lease alive and sends the host's metrics when they
+// changed enough to matter (or every metricsEvery), so a large fleet does
+// not write to etcd on every beat.
 func (a *Agent) heartbeats(ctx context.Context) {
 	every := a.cfg.HeartbeatTTL / 3
+	var sent *pinfoldv1.HostMetrics
+	var sentAt time.Time
 	for i := 0; ctx.Err() == nil; {
-		_, err := a.planner.Heartbeat(ctx, connect.NewRequest(&pinfoldv1.HeartbeatRequest{Host: a.cfg.Host, AgentVersion: a.cfg.Version,
-			Protocol: Protocol, TtlSeconds: int32(a.cfg.HeartbeatTTL / time.Second)}))
+		req := &pinfoldv1.HeartbeatRequest{Host: a.cfg.Host, AgentVersion: a.cfg.Version,
+			Protocol: Protocol, TtlSeconds: int32(a.cfg.HeartbeatTTL / time.Second)}
+		m, err := a.cfg.Metrics(ctx)
+		if err != nil {
+			a.log.Debug("host metrics unavailable", "err", err)
+		} else if MetricsChanged(sent, m) || time.Since(sentAt) > metricsEvery {
+			req.Metrics = m
+		}
+		_, err = a.planner.Heartbeat(ctx, connect.NewRequest(req))
 		if err != nil {
 			a.log.Warn("heartbeat failed", "err", err)
 			i++
 			backoff(ctx, i)
 			continue
+		}
+		if req.Metrics != nil {
+			sent, sentAt = req.Metrics, time.Now()
 		}
 		i = 0
 		select {
@@ -221,7 +252,8 @@ func (a *Agent) setDesired(msgs []*pinfoldv1.Instance) {
 	var ds []Instance
 	for _, m := range msgs {
 		in := Instance{ID: m.Id, Service: m.Service, Bind: m.Bind, CPUs: map[cpuset.CPUID]int{}, NUMANode: cpuset.NUMANodeID(m.NumaNode),
-			Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Image: m.Image, Command: m.Command, Env: m.Env, Generation: m.Generation}
+			Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Image: m.Image, Command: m.Command, Env: m.Env, Generation: m.Generation,
+			Health: probeOf(m.Health)}
 		for id, p := range m.Cpus {
 			in.CPUs[cpuset.CPUID(id)] = int(p)
 		}
@@ -263,6 +295,22 @@ func (a *Agent) Reconcile(ctx context.Context) {
 	failed := maps.Clone(a.failed)
 	a.mu.Unlock()
 	actions := Diff(a.host, desired, observe(cs), a.cfg.Scheme, failed)
+	// An instance with nothing left to do has converged: an error from an
+	// earlier pass (say, a size that was since rolled back) no longer holds.
+	pending := map[string]bool{}
+	for _, act := range actions {
+		if act.Instance != nil && act.Kind != Reassert {
+			pending[act.Instance.ID] = true
+		}
+	}
+	a.mu.Lock()
+	for _, in := range desired {
+		if !pending[in.ID] {
+			delete(a.errs, in.ID)
+			delete(a.refused, in.ID)
+		}
+	}
+	a.mu.Unlock()
 	for _, act := range actions {
 		id := ""
 		if act.Instance != nil {
@@ -280,8 +328,12 @@ func (a *Agent) Reconcile(ctx context.Context) {
 				a.failed[id], a.failMsg[id] = act.Instance.Generation, err.Error()
 			case err != nil:
 				a.errs[id] = err.Error()
+				if act.Kind == Update && refusal(err) {
+					a.refused[id] = act.Instance.Generation
+				}
 			case act.Kind != Reassert:
 				delete(a.errs, id)
+				delete(a.refused, id)
 			}
 			a.mu.Unlock()
 		}
@@ -329,7 +381,7 @@ func (a *Agent) apply(ctx context.Context, act Action) error {
 	case Replace:
 		return a.replace(ctx, in, act.Container, act.Want)
 	case FinishReplace:
-		if err := a.healthy(ctx, act.New); err != nil {
+		if err := a.healthy(ctx, act.New, in.Health); err != nil {
 			_ = a.eng.Remove(ctx, act.New)
 			_ = a.eng.Unpause(ctx, act.Container)
 			return fmt.Errorf("replace rolled back: %w", err)
@@ -362,7 +414,7 @@ func (a *Agent) replace(ctx context.Context, in *Instance, old string, want Want
 	if err := a.eng.Start(ctx, id); err != nil {
 		return rollback(id, err)
 	}
-	if err := a.healthy(ctx, id); err != nil {
+	if err := a.healthy(ctx, id, in.Health); err != nil {
 		return rollback(id, err)
 	}
 	if err := a.reassert(ctx, id, want); err != nil {
@@ -371,10 +423,16 @@ func (a *Agent) replace(ctx context.Context, in *Instance, old string, want Want
 	return a.eng.Remove(ctx, old)
 }
 
-// healthy waits HealthWait and requires the container to be running (and
-// healthy, when its image declares a health check).
-func (a *Agent) healthy(ctx context.Context, id string) error {
-	deadline := time.Now().Add(a.cfg.HealthWait)
+// healthy decides whether a new container may replace the old one: the
+// image's HEALTHCHECK must report healthy, or the instance's probe must pass,
+// within the timeout; without either, it must keep running HealthWait.
+func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
+	timeout := a.cfg.HealthTimeout
+	if p != nil && p.Timeout > 0 {
+		timeout = p.Timeout
+	}
+	start := time.Now()
+	last := "no answer yet"
 	for {
 		c, err := a.eng.Inspect(ctx, id)
 		if err != nil {
@@ -383,8 +441,24 @@ func (a *Agent) healthy(ctx context.Context, id string) error {
 		if !c.Running {
 			return fmt.Errorf("the new container is %s (exit code %d)", c.Status, c.ExitCode)
 		}
-		if time.Now().After(deadline) {
+		switch {
+		case p != nil:
+			err := p.check(ctx, a.eng, c)
+			if err == nil {
+				return nil
+			}
+			last = err.Error()
+		case c.Health == "healthy":
 			return nil
+		case c.Health == "unhealthy":
+			return fmt.Errorf("the new container's HEALTHCHECK reports unhealthy")
+		case c.Health != "":
+			last = "HEALTHCHECK " + c.Health
+		case time.Since(start) >= a.cfg.HealthWait:
+			return nil
+		}
+		if time.Since(start) >= timeout {
+			return fmt.Errorf("health check did not pass within %s (last: %s)", timeout, last)
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):
@@ -442,16 +516,22 @@ func (a *Agent) checkpointAndReport(ctx context.Context, desired []Instance) {
 			} else {
 				st.Generation = gen
 			}
+			if c.Running {
+				st.MemoryCurrentBytes = a.memoryCurrent(c)
+			}
 			cp.Applied[in.ID] = checkpoint.Applied{ContainerID: c.ID, Generation: st.Generation, CPUs: c.Applied.CPUs.String(),
 				Mems: c.Applied.Mems.String(), CPUQuota: c.Applied.CPUQuota, CPUWeight: want.CPUWeight, Memory: c.Applied.MemoryBytes}
 		}
 		a.mu.Lock()
 		st.Error = a.errs[in.ID]
+		if g := a.refused[in.ID]; g == in.Generation {
+			st.RefusedGeneration = g
+		}
 		if st.Error == "" && a.failed[in.ID] == in.Generation {
 			st.Error = a.failMsg[in.ID]
 		}
-		key := fmt.Sprintf("%s|%s|%d|%d|%s", st.State, st.ContainerId, st.Pid, st.Generation, st.Error)
-		changed := a.reported[in.ID] != key
+		key := fmt.Sprintf("%s|%s|%d|%d|%s|%d", st.State, st.ContainerId, st.Pid, st.Generation, st.Error, st.RefusedGeneration)
+		changed := a.reported[in.ID] != key || memoryMoved(a.memSent[in.ID], st.MemoryCurrentBytes)
 		a.mu.Unlock()
 		if !changed {
 			continue
@@ -461,13 +541,15 @@ func (a *Agent) checkpointAndReport(ctx context.Context, desired []Instance) {
 			continue
 		}
 		a.mu.Lock()
-		a.reported[in.ID] = key
+		a.reported[in.ID], a.memSent[in.ID] = key, st.MemoryCurrentBytes
 		a.mu.Unlock()
 	}
 	a.mu.Lock()
 	for id := range maps.Clone(a.reported) {
 		if !slices.ContainsFunc(desired, func(in Instance) bool { return in.ID == id }) {
 			delete(a.reported, id)
+			delete(a.memSent, id)
+			delete(a.refused, id)
 		}
 	}
 	a.mu.Unlock()

@@ -21,6 +21,7 @@ type Instance struct {
 	Command     []string
 	Env         []string
 	Generation  int64
+	Health      *Probe // nil: the image's HEALTHCHECK, else keeps running
 }
 
 // Scheme is how a CPU-bound instance's share of its fragment CPU is enforced

@@ -22,7 +22,7 @@ type agentFlags struct {
 	client                                 clientFlags
 	host, sysfsRoot, procRoot, cgroupRoot  string
 	dockerHost, stateDir, scheme, logLevel string
-	ttl, resync, health                    time.Duration
+	ttl, resync, health, healthTimeout     time.Duration
 }
 
 func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
@@ -40,7 +40,8 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: capped (cpu.weight ∝ fragment pieces + cpu.max = pieces; measured closest), weight (Eru: cpu.weight only) or quota (cpu.max = pieces)")
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
-	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement container must keep running this long")
+	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement without a health check must keep running this long")
+	fl.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long a replacement's HEALTHCHECK or probe may take to pass, unless the probe sets its own")
 	if withClient {
 		fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	}
@@ -49,6 +50,11 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if !slices.Contains(nodeagent.Schemes, nodeagent.Scheme(f.scheme)) {
 		return badInput("--fragment-scheme %q: want weight, capped or quota", f.scheme)
+	}
+	for name, d := range map[string]time.Duration{"--heartbeat-ttl": f.ttl, "--resync": f.resync, "--health-wait": f.health, "--health-timeout": f.healthTimeout} {
+		if d <= 0 {
+			return badInput("%s %s: want more than 0", name, d)
+		}
 	}
 	if f.host == "" {
 		f.host, _ = os.Hostname()
@@ -71,7 +77,7 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	a := nodeagent.New(nodeagent.Config{Host: f.host, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
-		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health}, cl, eng, cg, topo, log)
+		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout}, cl, eng, cg, topo, log)
 	err = a.Run(ctx)
 	if ctx.Err() != nil {
 		return nil

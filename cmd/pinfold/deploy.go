@@ -34,12 +34,16 @@ type instanceJSON struct {
 	Container  string           `json:"container_id,omitempty"`
 	PID        int32            `json:"pid,omitempty"`
 	Error      string           `json:"error,omitempty"`
+	Observed   int64            `json:"observed_generation"`
+	MemoryUsed int64            `json:"memory_current_bytes,omitempty"`
+	RolledBack string           `json:"rolled_back,omitempty"`
 }
 
 func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	return instanceJSON{ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: in.CpuQuota,
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, Image: in.Image,
-		State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error}
+		State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
+		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}
 }
 
 func instancesJSON(ins []*pinfoldv1.Instance) []instanceJSON {
@@ -69,6 +73,9 @@ func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 		if in.Error != "" {
 			state += " (" + in.Error + ")"
 		}
+		if in.RolledBack != "" {
+			state += " [" + in.RolledBack + "]"
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
 			orDash(in.CpuQuota), formatBytes(in.MemoryBytes), state)
 	}
@@ -88,6 +95,7 @@ func newDeployCmd() *cobra.Command {
 		maxPerHost int
 		image      string
 		env        []string
+		health     healthFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "deploy SERVICE [-- COMMAND ARGS…]",
@@ -129,6 +137,10 @@ share first), drained (smallest remaining capacity first).`,
 			if count < 1 && strategy != "fill" {
 				return badInput("--count %d: want at least 1", count)
 			}
+			hc, err := health.msg()
+			if err != nil {
+				return err
+			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				t0 := time.Now()
 				if !out.json() {
@@ -136,7 +148,7 @@ share first), drained (smallest remaining capacity first).`,
 				}
 				resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(&pinfoldv1.DeployRequest{Service: args[0], Image: image,
 					Command: args[1:], Env: env, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
-					Strategy: strategy, MaxPerHost: int32(maxPerHost)}))
+					Strategy: strategy, MaxPerHost: int32(maxPerHost), Health: hc}))
 				if err != nil {
 					return err
 				}
@@ -164,6 +176,7 @@ share first), drained (smallest remaining capacity first).`,
 	f.IntVar(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
 	f.StringVar(&image, "image", "", "container image")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
+	health.register(cmd)
 	_ = cmd.MarkFlagRequired("memory")
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"auto", "each", "fill", "global", "drained"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -188,6 +201,8 @@ func newResizeCmd() *cobra.Command {
 		out          outputFlag
 		cpu, memory  string
 		bind, noBind bool
+		force        bool
+		wait         time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "resize (SERVICE|INSTANCE)",
@@ -195,10 +210,20 @@ func newResizeCmd() *cobra.Command {
 		Long: `Resize by deltas (seed 004: pass the difference, not the target). The
 instance keeps its CPUs wherever possible; --bind/--no-bind switch between
 CPU-bound and memory-first. For a service every instance is resized, all or
-nothing.`,
+nothing.
+
+Lowering memory below what an instance uses now (memory.current, reported by
+its agent) is refused: the kernel would reclaim and may OOM-kill it. --force
+lowers it anyway.
+
+The command waits (--wait) until every agent has applied the change. If a
+host refuses it (Docker or the kernel says no), the planner rolls the
+instance back to its previous allocation and the command fails with the
+host's reason (exit 1).`,
 		Example: `  pinfold resize web-3f2a9c0d1e --cpu +0.7 --memory +64MiB
   pinfold resize web --cpu -0.5
-  pinfold resize cache --no-bind`,
+  pinfold resize cache --no-bind
+  pinfold resize db --memory -2GiB --force`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
@@ -222,15 +247,37 @@ nothing.`,
 			if cpu == "" && memory == "" && req.Bind == nil {
 				return badInput("nothing to change: give --cpu, --memory, --bind or --no-bind")
 			}
+			if wait < 0 {
+				return badInput("--wait %s: want 0 (do not wait) or more", wait)
+			}
+			req.Force = force
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.Resize(cmd.Context(), connect.NewRequest(req))
 				if err != nil {
 					return err
 				}
-				if out.json() {
-					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+				ins := resp.Msg.Instances
+				var werr error
+				if wait > 0 {
+					var progress io.Writer
+					if !out.json() {
+						progress = cmd.ErrOrStderr()
+						fmt.Fprintf(progress, "resized %d instances in the plan; waiting for their hosts…\n", len(ins))
+					}
+					if got, err := waitApplied(cmd.Context(), cl, generations(ins), waitResize, wait, progress); got != nil {
+						ins, werr = got, err
+					} else {
+						werr = err
+					}
 				}
-				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+				if out.json() {
+					if err := writeJSON(cmd.OutOrStdout(), instancesJSON(ins)); err != nil {
+						return err
+					}
+				} else if err := printInstances(cmd.OutOrStdout(), ins); err != nil {
+					return err
+				}
+				return werr
 			})
 		},
 	}
@@ -240,14 +287,19 @@ nothing.`,
 	cmd.Flags().StringVar(&memory, "memory", "", "memory delta, e.g. +64MiB or -1GiB")
 	cmd.Flags().BoolVar(&bind, "bind", false, "switch to CPU-bound")
 	cmd.Flags().BoolVar(&noBind, "no-bind", false, "switch to memory-first")
+	cmd.Flags().BoolVar(&force, "force", false, "lower memory even below the instance's current use")
+	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "wait this long for the hosts to apply the change (0: return once planned)")
 	return cmd
 }
 
 func newReplaceCmd() *cobra.Command {
 	var (
-		c     clientFlags
-		out   outputFlag
-		image string
+		c      clientFlags
+		out    outputFlag
+		image  string
+		batch  int
+		wait   time.Duration
+		health healthFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "replace (SERVICE|INSTANCE) --image IMG [-- COMMAND ARGS…]",
@@ -255,9 +307,19 @@ func newReplaceCmd() *cobra.Command {
 		Long: `Record a new image (and optionally command) for an instance or a whole
 service. No resources are planned: each host's agent pauses the old
 container, starts the new one on the same allocation, and removes the old
-one only after the new one is healthy (otherwise it rolls back).`,
-		Example: `  pinfold replace web --image nginx:1.27`,
-		Args:    cobra.MinimumNArgs(1),
+one only after the new one is healthy; otherwise it removes the new one and
+resumes the old.
+
+Healthy means: the probe given here (--health-cmd, --health-tcp or
+--health-http) passes within --health-timeout; else the image's own
+HEALTHCHECK reports healthy; else the container keeps running for 3s.
+
+A service is replaced host by host: --batch N hosts at a time (0: all at
+once), each batch waited for before the next starts; the first failure
+stops the rollout (exit 1) and leaves later hosts untouched.`,
+		Example: `  pinfold replace web --image nginx:1.27 --batch 1 --health-http 80/
+  pinfold replace web-3f2a9c0d1e --image nginx:1.27 --health-cmd "test -f /run/ready"`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
 				return err
@@ -265,27 +327,87 @@ one only after the new one is healthy (otherwise it rolls back).`,
 			if image == "" {
 				return badInput("--image is required")
 			}
+			if batch < 0 {
+				return badInput("--batch %d: want 0 (all hosts at once) or more", batch)
+			}
+			if wait < 0 {
+				return badInput("--wait %s: want 0 (do not wait) or more", wait)
+			}
+			hc, err := health.msg()
+			if err != nil {
+				return err
+			}
+			var command []string
+			if len(args) > 1 {
+				command = args[1:]
+			}
+			var progress io.Writer
+			if !out.json() {
+				progress = cmd.ErrOrStderr()
+			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				var command []string
-				if len(args) > 1 {
-					command = args[1:]
-				}
-				resp, err := cl.Replace(cmd.Context(), connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: args[0], Image: image, Command: command}))
+				ctx := cmd.Context()
+				cur, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{Service: args[0]}))
 				if err != nil {
 					return err
 				}
-				if out.json() {
-					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+				groups := [][]string{nil} // an instance, or all hosts at once
+				if len(cur.Msg.Instances) > 0 && batch > 0 {
+					groups = batches(cur.Msg.Instances, batch)
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "%d instances will be replaced with %s by their hosts' agents\n", len(resp.Msg.Instances), image)
-				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+				var all []*pinfoldv1.Instance
+				for i, hosts := range groups {
+					resp, err := cl.Replace(ctx, connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: args[0], Image: image, Command: command,
+						Health: hc, Hosts: hosts}))
+					if err != nil {
+						return err
+					}
+					ins := resp.Msg.Instances
+					if progress != nil {
+						where := "their hosts"
+						if hosts != nil {
+							where = strings.Join(hosts, ", ")
+						}
+						fmt.Fprintf(progress, "batch %d/%d: replacing %d instances on %s with %s…\n", i+1, len(groups), len(ins), where, image)
+					}
+					if wait > 0 {
+						t0 := time.Now()
+						got, err := waitApplied(ctx, cl, generations(ins), waitReplace, wait, progress)
+						if got != nil {
+							ins = got
+						}
+						if err != nil {
+							all = append(all, ins...)
+							if progress != nil && i+1 < len(groups) {
+								fmt.Fprintf(progress, "stopped: %d later batches not started\n", len(groups)-i-1)
+							}
+							_ = showInstances(cmd, out, all)
+							return err
+						}
+						if progress != nil {
+							fmt.Fprintf(progress, "batch %d/%d done in %s\n", i+1, len(groups), time.Since(t0).Round(time.Millisecond))
+						}
+					}
+					all = append(all, ins...)
+				}
+				return showInstances(cmd, out, all)
 			})
 		},
 	}
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVar(&image, "image", "", "the new image")
+	cmd.Flags().IntVar(&batch, "batch", 0, "hosts replaced at a time for a service (0: all at once)")
+	cmd.Flags().DurationVar(&wait, "wait", 5*time.Minute, "wait this long for each batch (0: return once recorded)")
+	health.register(cmd)
 	return cmd
+}
+
+func showInstances(cmd *cobra.Command, out outputFlag, ins []*pinfoldv1.Instance) error {
+	if out.json() {
+		return writeJSON(cmd.OutOrStdout(), instancesJSON(ins))
+	}
+	return printInstances(cmd.OutOrStdout(), ins)
 }
 
 func newRemoveCmd() *cobra.Command {

@@ -44,7 +44,17 @@ type hostJSON struct {
 	Instances map[string]int32   `json:"instances"`
 	Agent     bool               `json:"agent"`
 	Version   string             `json:"agent_version,omitempty"`
+	Metrics   *metricsJSON       `json:"metrics,omitempty"`
 	Topology  *topology.Topology `json:"topology,omitempty"`
+}
+
+// metricsJSON is what the host's agent measured (gopsutil).
+type metricsJSON struct {
+	Load1        float64 `json:"load1"`
+	Load5        float64 `json:"load5"`
+	Load15       float64 `json:"load15"`
+	MemTotal     uint64  `json:"mem_total_bytes"`
+	MemAvailable uint64  `json:"mem_available_bytes"`
 }
 
 type resourcesJSON struct {
@@ -76,6 +86,9 @@ func toHostJSON(h *pinfoldv1.Host) hostJSON {
 	}
 	for _, n := range h.NumaNodes {
 		out.NUMANodes = append(out.NUMANodes, numaJSON{n.Id, n.Cpus, n.MemoryBytes, n.UsedMemoryBytes})
+	}
+	if m := h.Metrics; m != nil {
+		out.Metrics = &metricsJSON{m.Load1, m.Load5, m.Load15, m.MemTotalBytes, m.MemAvailableBytes}
 	}
 	if len(h.TopologyJson) > 0 {
 		var t topology.Topology
@@ -266,6 +279,10 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 	fmt.Fprintf(w, "Host %s: %s, %s of %s CPUs used, %s of %s memory used, agent %v %s\n", h.Name, h.State,
 		cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
 		formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), h.Agent, h.AgentVersion)
+	if m := h.Metrics; m != nil {
+		fmt.Fprintf(w, "Measured by the agent: load average %.2f %.2f %.2f, memory %s available of %s\n", m.Load1, m.Load5, m.Load15,
+			formatBytes(int64(m.MemAvailableBytes)), formatBytes(int64(m.MemTotalBytes)))
+	}
 	holders := map[int32][]string{}
 	for _, in := range ins {
 		for _, id := range slices.Sorted(maps.Keys(in.Cpus)) {

@@ -97,6 +97,9 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 		Agent: v.Host.Agent, AgentVersion: v.Host.AgentVersion, Protocol: int32(v.Host.Protocol),
 		Instances: map[string]int32{}, ReservedCpus: v.Host.ReservedCPUs.String(), ReservedMemoryBytes: v.Host.ReservedMem,
 		ShareBase: int32(shareBase)}
+	if m := v.Metrics; m != nil {
+		h.Metrics = &pinfoldv1.HostMetrics{Load1: m.Load1, Load5: m.Load5, Load15: m.Load15, MemTotalBytes: m.MemTotal, MemAvailableBytes: m.MemAvailable}
+	}
 	for id, p := range v.Host.CPUs {
 		h.CapacityCpus[int32(id)] = int32(p)
 	}
@@ -119,7 +122,8 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.Instance {
 	m := &pinfoldv1.Instance{Id: in.ID, Service: in.Service, Host: in.Host, Cpus: map[int32]int32{},
 		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind,
-		Image: in.Image, Command: in.Command, Env: in.Env, Desired: in.Desired, Generation: in.Generation, State: "pending"}
+		Image: in.Image, Command: in.Command, Env: in.Env, Desired: in.Desired, Generation: in.Generation, State: "pending",
+		RolledBack: in.RolledBack, Health: healthMsg(in.Health)}
 	for id, p := range in.CPUs {
 		m.Cpus[int32(id)] = int32(p)
 	}
@@ -128,11 +132,26 @@ func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.
 	}
 	if st != nil {
 		m.State, m.ContainerId, m.Pid, m.Error = st.State, st.ContainerID, int32(st.PID), st.Error
+		m.ObservedGeneration, m.MemoryCurrentBytes = st.Generation, st.MemoryCurrent
 		if st.Generation < in.Generation && st.State == "running" {
 			m.State = "updating"
 		}
 	}
 	return m
+}
+
+func healthMsg(h *state.HealthCheck) *pinfoldv1.HealthCheck {
+	if h == nil {
+		return nil
+	}
+	return &pinfoldv1.HealthCheck{Exec: h.Exec, Tcp: int32(h.TCP), Http: h.HTTP, Timeout: h.Timeout}
+}
+
+func healthDoc(m *pinfoldv1.HealthCheck) *state.HealthCheck {
+	if m == nil || len(m.Exec) == 0 && m.Tcp == 0 && m.Http == "" && m.Timeout == "" {
+		return nil
+	}
+	return &state.HealthCheck{Exec: m.Exec, TCP: int(m.Tcp), HTTP: m.Http, Timeout: m.Timeout}
 }
 
 func (s *Server) sb() int { return s.svc.Params().ShareBase }
@@ -227,7 +246,8 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
 	ins, err := s.svc.Deploy(ctx, service.DeployRequest{Service: m.Service, Image: m.Image, Command: m.Command, Env: m.Env,
-		Count: int(m.Count), Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost)})
+		Count: int(m.Count), Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
+		Health: healthDoc(m.Health)})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -244,7 +264,7 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	if err != nil {
 		return nil, err
 	}
-	ins, err := s.svc.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind})
+	ins, err := s.svc.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind, Force: m.Force})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -256,7 +276,8 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 }
 
 func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
-	ins, err := s.svc.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command})
+	ins, err := s.svc.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command,
+		Health: healthDoc(r.Msg.Health), Hosts: r.Msg.Hosts})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -307,7 +328,11 @@ func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.Capaci
 
 func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {
 	ttl := time.Duration(r.Msg.TtlSeconds) * time.Second
-	if err := s.svc.Heartbeat(ctx, r.Msg.Host, r.Msg.AgentVersion, int(r.Msg.Protocol), ttl); err != nil {
+	var met *state.Metrics
+	if m := r.Msg.Metrics; m != nil {
+		met = &state.Metrics{Load1: m.Load1, Load5: m.Load5, Load15: m.Load15, MemTotal: m.MemTotalBytes, MemAvailable: m.MemAvailableBytes}
+	}
+	if err := s.svc.Heartbeat(ctx, r.Msg.Host, r.Msg.AgentVersion, int(r.Msg.Protocol), ttl, met); err != nil {
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&pinfoldv1.HeartbeatResponse{PlannerProtocol: service.Protocol}), nil
@@ -315,7 +340,8 @@ func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.Hea
 
 func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
 	m := r.Msg
-	err := s.svc.ReportStatus(ctx, m.Host, m.Id, state.Status{State: m.State, ContainerID: m.ContainerId, PID: int(m.Pid), Generation: m.Generation, Error: m.Error})
+	err := s.svc.ReportStatus(ctx, m.Host, m.Id, state.Status{State: m.State, ContainerID: m.ContainerId, PID: int(m.Pid), Generation: m.Generation, Error: m.Error,
+		Refused: m.RefusedGeneration, MemoryCurrent: m.MemoryCurrentBytes})
 	if err != nil {
 		return nil, toConnect(err)
 	}

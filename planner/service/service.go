@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -302,6 +303,40 @@ type DeployRequest struct {
 	MemorySoft int64
 	Strategy   alloc.Strategy
 	MaxPerHost int
+	Health     *state.HealthCheck
+}
+
+// ValidateHealth checks a health check's fields.
+func ValidateHealth(h *state.HealthCheck) error {
+	if h == nil {
+		return nil
+	}
+	n := 0
+	if len(h.Exec) > 0 {
+		n++
+	}
+	if h.TCP != 0 {
+		n++
+		if h.TCP < 1 || h.TCP > 65535 {
+			return errf(Invalid, "health tcp = %d: want a port 1..65535", h.TCP)
+		}
+	}
+	if h.HTTP != "" {
+		n++
+		port, _, _ := strings.Cut(h.HTTP, "/")
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return errf(Invalid, "health http = %q: want PORT[/PATH], e.g. 8080/healthz", h.HTTP)
+		}
+	}
+	if n != 1 {
+		return errf(Invalid, "health check: want exactly one of exec, tcp, http (got %d)", n)
+	}
+	if h.Timeout != "" {
+		if d, err := time.ParseDuration(h.Timeout); err != nil || d <= 0 || d > time.Hour {
+			return errf(Invalid, "health timeout = %q: want a duration in (0, 1h], e.g. 30s", h.Timeout)
+		}
+	}
+	return nil
 }
 
 // Deploy plans and commits new instances, all or nothing.
@@ -311,6 +346,9 @@ func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]state.Instance
 	}
 	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
 		return nil, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
+	}
+	if err := ValidateHealth(r.Health); err != nil {
+		return nil, err
 	}
 	req := alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory, Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}
 	// A random seed per request spreads concurrent requests over equally
@@ -349,7 +387,7 @@ func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]state.Instance
 			}
 			in := state.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Bind: r.Bind, CPUs: p.CPUs,
 				CPUQuota: p.CPUQuota, NUMANode: p.NUMANode, Memory: p.MemoryBytes, MemorySoft: r.MemorySoft,
-				Image: r.Image, Command: r.Command, Env: r.Env, Desired: "running", Generation: 1}
+				Image: r.Image, Command: r.Command, Env: r.Env, Desired: "running", Generation: 1, Health: r.Health}
 			a.Add(in, +1)
 			allocs[p.Host] = a
 			ops = append(ops, state.PutJSON(state.InstanceKey(p.Host, in.ID), in))
@@ -382,6 +420,10 @@ type ReplaceRequest struct {
 	Target  string
 	Image   string
 	Command []string
+	Health  *state.HealthCheck // nil keeps each instance's check
+	// Hosts limits a service's replacement to instances on these hosts (a
+	// batch of a rolling replace); empty means every host.
+	Hosts []string
 }
 
 // Replace records the new image, all or nothing; no resources are planned.
@@ -389,10 +431,19 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]state.Instan
 	if strings.TrimSpace(r.Image) == "" {
 		return nil, errf(Invalid, "image = %q: a replacement needs an image", r.Image)
 	}
+	if err := ValidateHealth(r.Health); err != nil {
+		return nil, err
+	}
 	return retry(ctx, func() ([]state.Instance, error) {
 		targets, err := s.targets(r.Target)
 		if err != nil {
 			return nil, err
+		}
+		if len(r.Hosts) > 0 {
+			targets = slices.DeleteFunc(targets, func(t state.InstanceView) bool { return !slices.Contains(r.Hosts, t.Instance.Host) })
+			if len(targets) == 0 {
+				return nil, errf(NotFound, "%q has no instances on hosts %s", r.Target, strings.Join(r.Hosts, ", "))
+			}
 		}
 		var cmps []clientv3.Cmp
 		var ops []clientv3.Op
@@ -402,6 +453,9 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]state.Instan
 			next.Image = r.Image
 			if r.Command != nil {
 				next.Command = r.Command
+			}
+			if r.Health != nil {
+				next.Health = r.Health
 			}
 			next.Generation++
 			cmps = append(cmps, state.ModRevIs(state.InstanceKey(next.Host, next.ID), t.Rev))
@@ -431,6 +485,9 @@ type ResizeRequest struct {
 	CPUDelta    int   // pieces
 	MemoryDelta int64 // bytes
 	Bind        *bool // nil keeps the mode
+	// Force lowers memory below the instance's current use (the kernel
+	// then reclaims, and may OOM-kill).
+	Force bool
 }
 
 // Resize resizes in place, all or nothing: if any instance does not fit,
@@ -470,12 +527,19 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]state.Instance
 				return nil, fromAlloc(err)
 			}
 			a.Add(in, -1)
+			if st := t.Status; st != nil && pl.MemoryBytes < st.MemoryCurrent && !r.Force {
+				return nil, errf(Precond, "memory of %s: %s is below its current use %s (memory.current, reported by host %s); the kernel would reclaim and may OOM-kill it: use --force to lower it anyway",
+					in.ID, fmtBytes(pl.MemoryBytes), fmtBytes(st.MemoryCurrent), in.Host)
+			}
 			next := in
 			next.CPUs, next.CPUQuota, next.NUMANode, next.Memory, next.Bind = pl.CPUs, pl.CPUQuota, pl.NUMANode, pl.MemoryBytes, bind
 			if next.MemorySoft > next.Memory {
 				next.MemorySoft = next.Memory
 			}
 			next.Generation++
+			next.Previous = &state.Previous{Generation: next.Generation, Bind: in.Bind, CPUs: in.CPUs, CPUQuota: in.CPUQuota,
+				NUMANode: in.NUMANode, Memory: in.Memory, MemorySoft: in.MemorySoft}
+			next.RolledBack = ""
 			a.Add(next, +1)
 			allocs[in.Host] = a
 			cmps = append(cmps, state.ModRevIs(state.InstanceKey(in.Host, in.ID), t.Rev))
@@ -579,7 +643,7 @@ func (s *Service) Capacity(r DeployRequest) (map[string]alloc.Capacity, error) {
 // agent stops calling is marked down when the lease expires. It also records
 // the agent's version and protocol (an incompatible protocol keeps the host
 // out of planning).
-func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration) error {
+func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error {
 	v, ok := s.st.Host(host)
 	if !ok {
 		return errf(NotFound, "host %q is not registered", host)
@@ -601,9 +665,20 @@ func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol 
 	s.mu.Lock()
 	lease, ok := s.leases[host]
 	s.mu.Unlock()
+	live := version
+	if m != nil {
+		m.AgentVersion = version
+		live = string(mustJSON(m))
+	}
 	if ok {
 		if _, err := cli.KeepAliveOnce(ctx, lease); err == nil {
+			if v.Live && m == nil {
+				return nil
+			}
 			if v.Live {
+				if _, err := cli.Put(ctx, state.LiveKey(host), live, clientv3.WithLease(lease)); err != nil {
+					return fmt.Errorf("heartbeat %s: metrics: %w", host, err)
+				}
 				return nil
 			}
 		}
@@ -612,7 +687,7 @@ func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol 
 	if err != nil {
 		return fmt.Errorf("heartbeat %s: grant lease: %w", host, err)
 	}
-	if _, err := cli.Put(ctx, state.LiveKey(host), version, clientv3.WithLease(g.ID)); err != nil {
+	if _, err := cli.Put(ctx, state.LiveKey(host), live, clientv3.WithLease(g.ID)); err != nil {
 		return fmt.Errorf("heartbeat %s: %w", host, err)
 	}
 	s.mu.Lock()
@@ -630,6 +705,64 @@ func (s *Service) ReportStatus(ctx context.Context, host, id string, st state.St
 	if !ok || v.Instance.Host != host {
 		return errf(NotFound, "instance %q is not on host %s", id, host)
 	}
-	_, err := s.st.Client().Put(ctx, state.StatusKey(host, id), string(mustJSON(st)))
+	if _, err := s.st.Client().Put(ctx, state.StatusKey(host, id), string(mustJSON(st))); err != nil {
+		return err
+	}
+	if in := v.Instance; st.Refused != 0 && st.Refused == in.Generation && in.Previous != nil && in.Previous.Generation == in.Generation {
+		return s.rollBack(ctx, id, st.Error)
+	}
+	return nil
+}
+
+// rollBack undoes a resize its host refused: the instance gets its previous
+// allocation back (if that still fits; a deploy may have taken what the
+// resize released), under a new generation, and records why.
+func (s *Service) rollBack(ctx context.Context, id, why string) error {
+	_, err := retry(ctx, func() (struct{}, error) {
+		v, ok := s.st.Instance(id)
+		if !ok || v.Instance.Previous == nil {
+			return struct{}{}, nil
+		}
+		in := v.Instance
+		h, ok := s.st.Host(in.Host)
+		if !ok {
+			return struct{}{}, nil
+		}
+		p := in.Previous
+		a := h.Alloc.Clone()
+		a.Add(in, -1)
+		next := in
+		next.Bind, next.CPUs, next.CPUQuota, next.NUMANode, next.Memory, next.MemorySoft = p.Bind, p.CPUs, p.CPUQuota, p.NUMANode, p.Memory, p.MemorySoft
+		next.Previous = nil
+		next.Generation++
+		if err := a.Fits(h.Host, next); err != nil {
+			// Keep the refused allocation; the host keeps reporting why.
+			s.log.Warn("resize refused by host, and the previous allocation no longer fits", "instance", id, "host", in.Host, "refusal", why, "err", err)
+			next = in
+			next.Previous = nil
+			next.RolledBack = fmt.Sprintf("resize to generation %d refused by host %s (%s); the previous allocation no longer fits (%v)", in.Generation, in.Host, why, err)
+			_, err := s.st.Commit(ctx, []clientv3.Cmp{state.ModRevIs(state.InstanceKey(in.Host, id), v.Rev)}, []clientv3.Op{state.PutJSON(state.InstanceKey(in.Host, id), next)})
+			return struct{}{}, err
+		}
+		a.Add(next, +1)
+		next.RolledBack = fmt.Sprintf("resize to generation %d refused by host %s: %s; rolled back to the previous allocation", in.Generation, in.Host, why)
+		_, err := s.st.Commit(ctx, []clientv3.Cmp{state.ModRevIs(state.InstanceKey(in.Host, id), v.Rev), state.ModRevIs(state.AllocKey(in.Host), h.AllocRev)},
+			[]clientv3.Op{state.PutJSON(state.InstanceKey(in.Host, id), next), state.PutJSON(state.AllocKey(in.Host), a)})
+		if err == nil {
+			s.log.Warn("resize refused by host; rolled back", "instance", id, "host", in.Host, "refusal", why)
+		}
+		return struct{}{}, err
+	})
 	return err
+}
+
+func fmtBytes(b int64) string {
+	switch {
+	case b >= 1<<30 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", b>>30)
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20))
+	default:
+		return fmt.Sprintf("%dB", b)
+	}
 }

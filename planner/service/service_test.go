@@ -206,10 +206,14 @@ func TestHeartbeat(t *testing.T) {
 	s := newService(t, c)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
-	if err := s.Heartbeat(ctx, "h1", "test", service.Protocol, 2*time.Second); err != nil {
+	met := &state.Metrics{Load1: 0.5, Load5: 0.25, Load15: 0.125, MemTotal: 8 << 30, MemAvailable: 6 << 30}
+	if err := s.Heartbeat(ctx, "h1", "test", service.Protocol, 2*time.Second, met); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Live && v.Host.Agent }, "host live")
+	if v, _ := s.Store().Host("h1"); v.Metrics == nil || v.Metrics.Load1 != 0.5 || v.Metrics.MemAvailable != 6<<30 || v.Metrics.AgentVersion != "test" {
+		t.Errorf("metrics = %+v, want load1 0.5, 6 GiB available, version test", v.Metrics)
+	}
 	if len(s.Store().Schedulable()) != 1 {
 		t.Fatalf("live host not schedulable")
 	}
@@ -221,7 +225,7 @@ func TestHeartbeat(t *testing.T) {
 	if _, err := s.SetEnabled(ctx, "h1", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Heartbeat(ctx, "h1", "test", service.Protocol, 2*time.Second); err != nil {
+	if err := s.Heartbeat(ctx, "h1", "test", service.Protocol, 2*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Live }, "host back")
@@ -232,14 +236,14 @@ func TestHeartbeat(t *testing.T) {
 	if _, err := s.SetEnabled(ctx, "h1", true); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Heartbeat(ctx, "h1", "future", service.Protocol+1, 2*time.Second); err != nil {
+	if err := s.Heartbeat(ctx, "h1", "future", service.Protocol+1, 2*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Host.Protocol == service.Protocol+1 }, "protocol recorded")
 	if len(s.Store().Schedulable()) != 0 {
 		t.Errorf("a host whose agent speaks protocol %d is still schedulable", service.Protocol+1)
 	}
-	if err := s.Heartbeat(ctx, "nope", "x", 1, time.Second); service.CodeOf(err) != service.NotFound {
+	if err := s.Heartbeat(ctx, "nope", "x", 1, time.Second, nil); service.CodeOf(err) != service.NotFound {
 		t.Errorf("heartbeat of an unknown host = %v", err)
 	}
 }

@@ -89,6 +89,44 @@ type Instance struct {
 	// Desired is "running" or "replacing"; Generation grows with each change.
 	Desired    string `json:"desired"`
 	Generation int64  `json:"generation"`
+	// Health is the check a replacement must pass (nil: keeps running, or
+	// the image's own HEALTHCHECK).
+	Health *HealthCheck `json:"health,omitempty"`
+	// Previous is the allocation before the last resize, kept so that a
+	// resize the host refuses can be rolled back.
+	Previous *Previous `json:"previous,omitempty"`
+	// RolledBack says why the last resize was undone ("" = it was not).
+	RolledBack string `json:"rolled_back,omitempty"`
+}
+
+// Previous is an instance's allocation before a resize.
+type Previous struct {
+	Generation int64                `json:"generation"` // the resize's generation
+	Bind       bool                 `json:"bind"`
+	CPUs       map[cpuset.CPUID]int `json:"cpus"`
+	CPUQuota   int                  `json:"cpu_quota"`
+	NUMANode   cpuset.NUMANodeID    `json:"numa_node"`
+	Memory     int64                `json:"memory_bytes"`
+	MemorySoft int64                `json:"memory_soft_bytes"`
+}
+
+// HealthCheck is a probe a new container must pass before it replaces the
+// old one: exactly one of Exec, TCP, HTTP.
+type HealthCheck struct {
+	Exec    []string `json:"exec,omitempty"` // run in the container; exit 0 = healthy
+	TCP     int      `json:"tcp,omitempty"`  // port on the container's address
+	HTTP    string   `json:"http,omitempty"` // port/path, e.g. "8080/healthz": 2xx/3xx = healthy
+	Timeout string   `json:"timeout,omitempty"`
+}
+
+// Metrics are a host's measured load and memory, as its agent last sent them.
+type Metrics struct {
+	AgentVersion string  `json:"agent_version"`
+	Load1        float64 `json:"load1"`
+	Load5        float64 `json:"load5"`
+	Load15       float64 `json:"load15"`
+	MemTotal     uint64  `json:"mem_total"`
+	MemAvailable uint64  `json:"mem_available"`
 }
 
 // Status is what the agent observed.
@@ -98,6 +136,10 @@ type Status struct {
 	PID         int    `json:"pid,omitempty"`
 	Generation  int64  `json:"generation"`
 	Error       string `json:"error,omitempty"`
+	// Refused is the generation the host refused to apply (0 = none).
+	Refused int64 `json:"refused_generation,omitempty"`
+	// MemoryCurrent is the container's memory.current in bytes.
+	MemoryCurrent int64 `json:"memory_current_bytes,omitempty"`
 }
 
 // Service is a deployed service's spec.
@@ -146,6 +188,23 @@ func (a *Alloc) Add(in Instance, sign int) {
 	if a.Instances[in.Service] == 0 {
 		delete(a.Instances, in.Service)
 	}
+}
+
+// Fits reports whether in can be added to a host h with usage a, naming the
+// first resource that would be oversold.
+func (a Alloc) Fits(h Host, in Instance) error {
+	for _, id := range slices.Sorted(maps.Keys(in.CPUs)) {
+		if a.Used[id]+in.CPUs[id] > h.CPUs[id] {
+			return fmt.Errorf("CPU %d: %d pieces used + %d > capacity %d", id, a.Used[id], in.CPUs[id], h.CPUs[id])
+		}
+	}
+	if a.MemoryUsed+in.Memory > h.MemoryBytes {
+		return fmt.Errorf("memory: %d bytes used + %d > capacity %d", a.MemoryUsed, in.Memory, h.MemoryBytes)
+	}
+	if in.NUMANode >= 0 && a.NUMAUsed[in.NUMANode]+in.Memory > h.NUMAMemory[in.NUMANode] {
+		return fmt.Errorf("NUMA node %d memory: %d bytes used + %d > capacity %d", in.NUMANode, a.NUMAUsed[in.NUMANode], in.Memory, h.NUMAMemory[in.NUMANode])
+	}
+	return nil
 }
 
 // CapacitySettings turn a topology into planned capacity.

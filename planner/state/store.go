@@ -39,6 +39,7 @@ type Store struct {
 	statuses  map[string]map[string]Doc[Status]
 	services  map[string]Doc[Service]
 	live      map[string]bool
+	metrics   map[string]Metrics // from the live key's value
 	// schedulable is the index of hosts that may take new work: enabled,
 	// and up (a live heartbeat) when an agent manages them, speaking the
 	// current protocol. Planning reads only these, never scans the rest.
@@ -111,7 +112,7 @@ func (s *Store) Config() Config { return s.cfg }
 func (s *Store) reset() {
 	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
 	s.instances, s.statuses = map[string]map[string]Doc[Instance]{}, map[string]map[string]Doc[Status]{}
-	s.live, s.schedulable = map[string]bool{}, map[string]bool{}
+	s.live, s.schedulable, s.metrics = map[string]bool{}, map[string]bool{}, map[string]Metrics{}
 	s.topologies = map[[32]byte]*topology.Topology{}
 }
 
@@ -199,8 +200,11 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 		}
 	case "live":
 		s.live[name] = !deleted
+		delete(s.metrics, name)
 		if deleted {
 			delete(s.live, name)
+		} else if m, ok := decode[Metrics](val); ok {
+			s.metrics[name] = m
 		}
 		s.reindex(name)
 	}
@@ -284,6 +288,7 @@ type HostView struct {
 	Alloc    Alloc
 	AllocRev int64
 	Live     bool
+	Metrics  *Metrics // nil until the agent sent some
 }
 
 // Schedulable returns the hosts that may take new work, sorted by name,
@@ -308,7 +313,11 @@ func (s *Store) viewLocked(name string) HostView {
 	if !ok {
 		a.Value = NewAlloc()
 	}
-	return HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name]}
+	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name]}
+	if m, ok := s.metrics[name]; ok {
+		v.Metrics = &m
+	}
+	return v
 }
 
 // Host returns one host's view.

@@ -109,6 +109,7 @@ type Host struct {
 	ReservedCpus        string                 `protobuf:"bytes,13,opt,name=reserved_cpus,json=reservedCpus,proto3" json:"reserved_cpus,omitempty"`
 	ReservedMemoryBytes int64                  `protobuf:"varint,14,opt,name=reserved_memory_bytes,json=reservedMemoryBytes,proto3" json:"reserved_memory_bytes,omitempty"`
 	ShareBase           int32                  `protobuf:"varint,15,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"`
+	Metrics             *HostMetrics           `protobuf:"bytes,16,opt,name=metrics,proto3" json:"metrics,omitempty"` // absent until the agent sent some
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -248,33 +249,191 @@ func (x *Host) GetShareBase() int32 {
 	return 0
 }
 
+func (x *Host) GetMetrics() *HostMetrics {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
+// HostMetrics are measured by the host's agent (gopsutil).
+type HostMetrics struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	Load1             float64                `protobuf:"fixed64,1,opt,name=load1,proto3" json:"load1,omitempty"`
+	Load5             float64                `protobuf:"fixed64,2,opt,name=load5,proto3" json:"load5,omitempty"`
+	Load15            float64                `protobuf:"fixed64,3,opt,name=load15,proto3" json:"load15,omitempty"`
+	MemTotalBytes     uint64                 `protobuf:"varint,4,opt,name=mem_total_bytes,json=memTotalBytes,proto3" json:"mem_total_bytes,omitempty"`
+	MemAvailableBytes uint64                 `protobuf:"varint,5,opt,name=mem_available_bytes,json=memAvailableBytes,proto3" json:"mem_available_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *HostMetrics) Reset() {
+	*x = HostMetrics{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostMetrics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostMetrics) ProtoMessage() {}
+
+func (x *HostMetrics) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostMetrics.ProtoReflect.Descriptor instead.
+func (*HostMetrics) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HostMetrics) GetLoad1() float64 {
+	if x != nil {
+		return x.Load1
+	}
+	return 0
+}
+
+func (x *HostMetrics) GetLoad5() float64 {
+	if x != nil {
+		return x.Load5
+	}
+	return 0
+}
+
+func (x *HostMetrics) GetLoad15() float64 {
+	if x != nil {
+		return x.Load15
+	}
+	return 0
+}
+
+func (x *HostMetrics) GetMemTotalBytes() uint64 {
+	if x != nil {
+		return x.MemTotalBytes
+	}
+	return 0
+}
+
+func (x *HostMetrics) GetMemAvailableBytes() uint64 {
+	if x != nil {
+		return x.MemAvailableBytes
+	}
+	return 0
+}
+
+// HealthCheck is what a replacement container must pass before the old one
+// is removed: exactly one of exec, tcp, http.
+type HealthCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Exec          []string               `protobuf:"bytes,1,rep,name=exec,proto3" json:"exec,omitempty"`       // run in the container, exit 0 = healthy
+	Tcp           int32                  `protobuf:"varint,2,opt,name=tcp,proto3" json:"tcp,omitempty"`        // port on the container's address
+	Http          string                 `protobuf:"bytes,3,opt,name=http,proto3" json:"http,omitempty"`       // "PORT[/PATH]": a 2xx or 3xx answer = healthy
+	Timeout       string                 `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"` // Go duration; default 30s
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthCheck) Reset() {
+	*x = HealthCheck{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthCheck) ProtoMessage() {}
+
+func (x *HealthCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
+func (*HealthCheck) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *HealthCheck) GetExec() []string {
+	if x != nil {
+		return x.Exec
+	}
+	return nil
+}
+
+func (x *HealthCheck) GetTcp() int32 {
+	if x != nil {
+		return x.Tcp
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetHttp() string {
+	if x != nil {
+		return x.Http
+	}
+	return ""
+}
+
+func (x *HealthCheck) GetTimeout() string {
+	if x != nil {
+		return x.Timeout
+	}
+	return ""
+}
+
 type Instance struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Service         string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
-	Host            string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
-	Cpus            map[int32]int32        `protobuf:"bytes,4,rep,name=cpus,proto3" json:"cpus,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // CPU id -> pieces
-	NumaNode        int32                  `protobuf:"varint,5,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`                                                    // -1: cross-node or memory-first
-	MemoryBytes     int64                  `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	MemorySoftBytes int64                  `protobuf:"varint,7,opt,name=memory_soft_bytes,json=memorySoftBytes,proto3" json:"memory_soft_bytes,omitempty"`
-	Bind            bool                   `protobuf:"varint,8,opt,name=bind,proto3" json:"bind,omitempty"`
-	CpuQuota        string                 `protobuf:"bytes,9,opt,name=cpu_quota,json=cpuQuota,proto3" json:"cpu_quota,omitempty"` // decimal CPUs, memory-first only
-	Image           string                 `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
-	Command         []string               `protobuf:"bytes,11,rep,name=command,proto3" json:"command,omitempty"`
-	Env             []string               `protobuf:"bytes,12,rep,name=env,proto3" json:"env,omitempty"`
-	Desired         string                 `protobuf:"bytes,13,opt,name=desired,proto3" json:"desired,omitempty"`
-	State           string                 `protobuf:"bytes,14,opt,name=state,proto3" json:"state,omitempty"` // observed: pending, running, exited, oom_killed, error
-	Generation      int64                  `protobuf:"varint,15,opt,name=generation,proto3" json:"generation,omitempty"`
-	ContainerId     string                 `protobuf:"bytes,16,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	Pid             int32                  `protobuf:"varint,17,opt,name=pid,proto3" json:"pid,omitempty"`
-	Error           string                 `protobuf:"bytes,18,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Id                 string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Service            string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Host               string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	Cpus               map[int32]int32        `protobuf:"bytes,4,rep,name=cpus,proto3" json:"cpus,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // CPU id -> pieces
+	NumaNode           int32                  `protobuf:"varint,5,opt,name=numa_node,json=numaNode,proto3" json:"numa_node,omitempty"`                                                    // -1: cross-node or memory-first
+	MemoryBytes        int64                  `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	MemorySoftBytes    int64                  `protobuf:"varint,7,opt,name=memory_soft_bytes,json=memorySoftBytes,proto3" json:"memory_soft_bytes,omitempty"`
+	Bind               bool                   `protobuf:"varint,8,opt,name=bind,proto3" json:"bind,omitempty"`
+	CpuQuota           string                 `protobuf:"bytes,9,opt,name=cpu_quota,json=cpuQuota,proto3" json:"cpu_quota,omitempty"` // decimal CPUs, memory-first only
+	Image              string                 `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
+	Command            []string               `protobuf:"bytes,11,rep,name=command,proto3" json:"command,omitempty"`
+	Env                []string               `protobuf:"bytes,12,rep,name=env,proto3" json:"env,omitempty"`
+	Desired            string                 `protobuf:"bytes,13,opt,name=desired,proto3" json:"desired,omitempty"`
+	State              string                 `protobuf:"bytes,14,opt,name=state,proto3" json:"state,omitempty"` // observed: pending, running, exited, oom_killed, error
+	Generation         int64                  `protobuf:"varint,15,opt,name=generation,proto3" json:"generation,omitempty"`
+	ContainerId        string                 `protobuf:"bytes,16,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	Pid                int32                  `protobuf:"varint,17,opt,name=pid,proto3" json:"pid,omitempty"`
+	Error              string                 `protobuf:"bytes,18,opt,name=error,proto3" json:"error,omitempty"`
+	RolledBack         string                 `protobuf:"bytes,19,opt,name=rolled_back,json=rolledBack,proto3" json:"rolled_back,omitempty"` // why the last resize was undone
+	Health             *HealthCheck           `protobuf:"bytes,20,opt,name=health,proto3" json:"health,omitempty"`
+	MemoryCurrentBytes int64                  `protobuf:"varint,21,opt,name=memory_current_bytes,json=memoryCurrentBytes,proto3" json:"memory_current_bytes,omitempty"` // observed memory.current
+	ObservedGeneration int64                  `protobuf:"varint,22,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`   // the generation the host runs
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[2]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -286,7 +445,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[2]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -299,7 +458,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{2}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Instance) GetId() string {
@@ -428,6 +587,34 @@ func (x *Instance) GetError() string {
 	return ""
 }
 
+func (x *Instance) GetRolledBack() string {
+	if x != nil {
+		return x.RolledBack
+	}
+	return ""
+}
+
+func (x *Instance) GetHealth() *HealthCheck {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *Instance) GetMemoryCurrentBytes() int64 {
+	if x != nil {
+		return x.MemoryCurrentBytes
+	}
+	return 0
+}
+
+func (x *Instance) GetObservedGeneration() int64 {
+	if x != nil {
+		return x.ObservedGeneration
+	}
+	return 0
+}
+
 type RegisterHostRequest struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -446,7 +633,7 @@ type RegisterHostRequest struct {
 
 func (x *RegisterHostRequest) Reset() {
 	*x = RegisterHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[3]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -458,7 +645,7 @@ func (x *RegisterHostRequest) String() string {
 func (*RegisterHostRequest) ProtoMessage() {}
 
 func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[3]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -471,7 +658,7 @@ func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostRequest.ProtoReflect.Descriptor instead.
 func (*RegisterHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{3}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterHostRequest) GetName() string {
@@ -553,7 +740,7 @@ type RegisterHostResponse struct {
 
 func (x *RegisterHostResponse) Reset() {
 	*x = RegisterHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[4]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +752,7 @@ func (x *RegisterHostResponse) String() string {
 func (*RegisterHostResponse) ProtoMessage() {}
 
 func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[4]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +765,7 @@ func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostResponse.ProtoReflect.Descriptor instead.
 func (*RegisterHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{4}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RegisterHostResponse) GetHost() *Host {
@@ -596,7 +783,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[5]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +795,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[5]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +808,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{5}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{7}
 }
 
 type ListHostsResponse struct {
@@ -633,7 +820,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[6]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -645,7 +832,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[6]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -658,7 +845,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{6}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -677,7 +864,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[7]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +876,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[7]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +889,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{7}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetHostRequest) GetName() string {
@@ -722,7 +909,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[8]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +921,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[8]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +934,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{8}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetHostResponse) GetHost() *Host {
@@ -778,7 +965,7 @@ type SetHostRequest struct {
 
 func (x *SetHostRequest) Reset() {
 	*x = SetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[9]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +977,7 @@ func (x *SetHostRequest) String() string {
 func (*SetHostRequest) ProtoMessage() {}
 
 func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[9]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +990,7 @@ func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostRequest.ProtoReflect.Descriptor instead.
 func (*SetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{9}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetHostRequest) GetName() string {
@@ -857,7 +1044,7 @@ type SetHostResponse struct {
 
 func (x *SetHostResponse) Reset() {
 	*x = SetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[10]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +1056,7 @@ func (x *SetHostResponse) String() string {
 func (*SetHostResponse) ProtoMessage() {}
 
 func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[10]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +1069,7 @@ func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostResponse.ProtoReflect.Descriptor instead.
 func (*SetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{10}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetHostResponse) GetHost() *Host {
@@ -902,7 +1089,7 @@ type SetHostEnabledRequest struct {
 
 func (x *SetHostEnabledRequest) Reset() {
 	*x = SetHostEnabledRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[11]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -914,7 +1101,7 @@ func (x *SetHostEnabledRequest) String() string {
 func (*SetHostEnabledRequest) ProtoMessage() {}
 
 func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[11]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -927,7 +1114,7 @@ func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{11}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetHostEnabledRequest) GetName() string {
@@ -953,7 +1140,7 @@ type SetHostEnabledResponse struct {
 
 func (x *SetHostEnabledResponse) Reset() {
 	*x = SetHostEnabledResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[12]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1152,7 @@ func (x *SetHostEnabledResponse) String() string {
 func (*SetHostEnabledResponse) ProtoMessage() {}
 
 func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[12]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1165,7 @@ func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{12}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetHostEnabledResponse) GetHost() *Host {
@@ -997,7 +1184,7 @@ type RemoveHostRequest struct {
 
 func (x *RemoveHostRequest) Reset() {
 	*x = RemoveHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[13]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1196,7 @@ func (x *RemoveHostRequest) String() string {
 func (*RemoveHostRequest) ProtoMessage() {}
 
 func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[13]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1209,7 @@ func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostRequest.ProtoReflect.Descriptor instead.
 func (*RemoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{13}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveHostRequest) GetName() string {
@@ -1040,7 +1227,7 @@ type RemoveHostResponse struct {
 
 func (x *RemoveHostResponse) Reset() {
 	*x = RemoveHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1239,7 @@ func (x *RemoveHostResponse) String() string {
 func (*RemoveHostResponse) ProtoMessage() {}
 
 func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1252,7 @@ func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
 }
 
 type DeployRequest struct {
@@ -1081,13 +1268,14 @@ type DeployRequest struct {
 	MemorySoftBytes int64                  `protobuf:"varint,9,opt,name=memory_soft_bytes,json=memorySoftBytes,proto3" json:"memory_soft_bytes,omitempty"`
 	Strategy        string                 `protobuf:"bytes,10,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	MaxPerHost      int32                  `protobuf:"varint,11,opt,name=max_per_host,json=maxPerHost,proto3" json:"max_per_host,omitempty"`
+	Health          *HealthCheck           `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1287,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1300,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeployRequest) GetService() string {
@@ -1192,6 +1380,13 @@ func (x *DeployRequest) GetMaxPerHost() int32 {
 	return 0
 }
 
+func (x *DeployRequest) GetHealth() *HealthCheck {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
 type DeployResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -1201,7 +1396,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1213,7 +1408,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1226,7 +1421,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeployResponse) GetInstances() []*Instance {
@@ -1242,13 +1437,14 @@ type ResizeRequest struct {
 	CpuDelta         string                 `protobuf:"bytes,2,opt,name=cpu_delta,json=cpuDelta,proto3" json:"cpu_delta,omitempty"` // decimal CPUs, may be negative
 	MemoryDeltaBytes int64                  `protobuf:"varint,3,opt,name=memory_delta_bytes,json=memoryDeltaBytes,proto3" json:"memory_delta_bytes,omitempty"`
 	Bind             *bool                  `protobuf:"varint,4,opt,name=bind,proto3,oneof" json:"bind,omitempty"`
+	Force            bool                   `protobuf:"varint,5,opt,name=force,proto3" json:"force,omitempty"` // lower memory below the current use
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1456,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1469,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResizeRequest) GetTarget() string {
@@ -1304,6 +1500,13 @@ func (x *ResizeRequest) GetBind() bool {
 	return false
 }
 
+func (x *ResizeRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type ResizeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -1313,7 +1516,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1325,7 +1528,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1338,7 +1541,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResizeResponse) GetInstances() []*Instance {
@@ -1353,13 +1556,15 @@ type ReplaceRequest struct {
 	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"` // instance id or service name
 	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
 	Command       []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	Health        *HealthCheck           `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
+	Hosts         []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"` // only instances on these hosts (a rolling batch)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplaceRequest) Reset() {
 	*x = ReplaceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1576,7 @@ func (x *ReplaceRequest) String() string {
 func (*ReplaceRequest) ProtoMessage() {}
 
 func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1589,7 @@ func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReplaceRequest) GetTarget() string {
@@ -1408,6 +1613,20 @@ func (x *ReplaceRequest) GetCommand() []string {
 	return nil
 }
 
+func (x *ReplaceRequest) GetHealth() *HealthCheck {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *ReplaceRequest) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
 type ReplaceResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -1417,7 +1636,7 @@ type ReplaceResponse struct {
 
 func (x *ReplaceResponse) Reset() {
 	*x = ReplaceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1648,7 @@ func (x *ReplaceResponse) String() string {
 func (*ReplaceResponse) ProtoMessage() {}
 
 func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1661,7 @@ func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReplaceResponse) GetInstances() []*Instance {
@@ -1461,7 +1680,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1473,7 +1692,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1486,7 +1705,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -1505,7 +1724,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1736,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1749,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -1550,7 +1769,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1562,7 +1781,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1575,7 +1794,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -1601,7 +1820,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1832,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1845,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -1647,7 +1866,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1878,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1891,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -1707,7 +1926,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1938,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1951,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -1762,13 +1981,14 @@ type HeartbeatRequest struct {
 	AgentVersion  string                 `protobuf:"bytes,2,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	Protocol      int32                  `protobuf:"varint,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
 	TtlSeconds    int32                  `protobuf:"varint,4,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	Metrics       *HostMetrics           `protobuf:"bytes,5,opt,name=metrics,proto3" json:"metrics,omitempty"` // sent when they changed
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +2000,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +2013,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -1824,6 +2044,13 @@ func (x *HeartbeatRequest) GetTtlSeconds() int32 {
 	return 0
 }
 
+func (x *HeartbeatRequest) GetMetrics() *HostMetrics {
+	if x != nil {
+		return x.Metrics
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	PlannerProtocol int32                  `protobuf:"varint,1,opt,name=planner_protocol,json=plannerProtocol,proto3" json:"planner_protocol,omitempty"`
@@ -1833,7 +2060,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +2072,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +2085,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -1869,21 +2096,23 @@ func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
 }
 
 type ReportStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Host          string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
-	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
-	ContainerId   string                 `protobuf:"bytes,4,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
-	Pid           int32                  `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"`
-	Generation    int64                  `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
-	Error         string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Host               string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	Id                 string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	State              string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	ContainerId        string                 `protobuf:"bytes,4,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	Pid                int32                  `protobuf:"varint,5,opt,name=pid,proto3" json:"pid,omitempty"`
+	Generation         int64                  `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	Error              string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	RefusedGeneration  int64                  `protobuf:"varint,8,opt,name=refused_generation,json=refusedGeneration,proto3" json:"refused_generation,omitempty"` // the desired generation the host refused
+	MemoryCurrentBytes int64                  `protobuf:"varint,9,opt,name=memory_current_bytes,json=memoryCurrentBytes,proto3" json:"memory_current_bytes,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +2124,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +2137,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -1960,6 +2189,20 @@ func (x *ReportStatusRequest) GetError() string {
 	return ""
 }
 
+func (x *ReportStatusRequest) GetRefusedGeneration() int64 {
+	if x != nil {
+		return x.RefusedGeneration
+	}
+	return 0
+}
+
+func (x *ReportStatusRequest) GetMemoryCurrentBytes() int64 {
+	if x != nil {
+		return x.MemoryCurrentBytes
+	}
+	return 0
+}
+
 type ReportStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1968,7 +2211,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2223,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2236,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
 }
 
 type WatchInstancesRequest struct {
@@ -2005,7 +2248,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2260,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2273,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -2050,7 +2293,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2305,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2318,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -2102,7 +2345,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\tR\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12*\n" +
-	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xba\x06\n" +
+	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xed\x06\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12G\n" +
@@ -2121,7 +2364,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\rreserved_cpus\x18\r \x01(\tR\freservedCpus\x122\n" +
 	"\x15reserved_memory_bytes\x18\x0e \x01(\x03R\x13reservedMemoryBytes\x12\x1d\n" +
 	"\n" +
-	"share_base\x18\x0f \x01(\x05R\tshareBase\x1a?\n" +
+	"share_base\x18\x0f \x01(\x05R\tshareBase\x121\n" +
+	"\ametrics\x18\x10 \x01(\v2\x17.pinfold.v1.HostMetricsR\ametrics\x1a?\n" +
 	"\x11CapacityCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a;\n" +
@@ -2130,7 +2374,18 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a<\n" +
 	"\x0eInstancesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xaf\x04\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xa9\x01\n" +
+	"\vHostMetrics\x12\x14\n" +
+	"\x05load1\x18\x01 \x01(\x01R\x05load1\x12\x14\n" +
+	"\x05load5\x18\x02 \x01(\x01R\x05load5\x12\x16\n" +
+	"\x06load15\x18\x03 \x01(\x01R\x06load15\x12&\n" +
+	"\x0fmem_total_bytes\x18\x04 \x01(\x04R\rmemTotalBytes\x12.\n" +
+	"\x13mem_available_bytes\x18\x05 \x01(\x04R\x11memAvailableBytes\"a\n" +
+	"\vHealthCheck\x12\x12\n" +
+	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
+	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
+	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xe4\x05\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -2152,7 +2407,12 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"generation\x12!\n" +
 	"\fcontainer_id\x18\x10 \x01(\tR\vcontainerId\x12\x10\n" +
 	"\x03pid\x18\x11 \x01(\x05R\x03pid\x12\x14\n" +
-	"\x05error\x18\x12 \x01(\tR\x05error\x1a7\n" +
+	"\x05error\x18\x12 \x01(\tR\x05error\x12\x1f\n" +
+	"\vrolled_back\x18\x13 \x01(\tR\n" +
+	"rolledBack\x12/\n" +
+	"\x06health\x18\x14 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x120\n" +
+	"\x14memory_current_bytes\x18\x15 \x01(\x03R\x12memoryCurrentBytes\x12/\n" +
+	"\x13observed_generation\x18\x16 \x01(\x03R\x12observedGeneration\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xdd\x02\n" +
@@ -2202,7 +2462,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"'\n" +
 	"\x11RemoveHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
-	"\x12RemoveHostResponse\"\xb4\x02\n" +
+	"\x12RemoveHostResponse\"\xe5\x02\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -2216,21 +2476,25 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\bstrategy\x18\n" +
 	" \x01(\tR\bstrategy\x12 \n" +
 	"\fmax_per_host\x18\v \x01(\x05R\n" +
-	"maxPerHost\"D\n" +
+	"maxPerHost\x12/\n" +
+	"\x06health\x18\f \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\"D\n" +
 	"\x0eDeployResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\x94\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xaa\x01\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
 	"\x12memory_delta_bytes\x18\x03 \x01(\x03R\x10memoryDeltaBytes\x12\x17\n" +
-	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01B\a\n" +
+	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01\x12\x14\n" +
+	"\x05force\x18\x05 \x01(\bR\x05forceB\a\n" +
 	"\x05_bind\"D\n" +
 	"\x0eResizeResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"X\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\x9f\x01\n" +
 	"\x0eReplaceRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
-	"\acommand\x18\x03 \x03(\tR\acommand\"E\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x12/\n" +
+	"\x06health\x18\x04 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x12\x14\n" +
+	"\x05hosts\x18\x05 \x03(\tR\x05hosts\"E\n" +
 	"\x0fReplaceResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
@@ -2256,15 +2520,16 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\n" +
 	"LimitEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x88\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbb\x01\n" +
 	"\x10HeartbeatRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12#\n" +
 	"\ragent_version\x18\x02 \x01(\tR\fagentVersion\x12\x1a\n" +
 	"\bprotocol\x18\x03 \x01(\x05R\bprotocol\x12\x1f\n" +
 	"\vttl_seconds\x18\x04 \x01(\x05R\n" +
-	"ttlSeconds\">\n" +
+	"ttlSeconds\x121\n" +
+	"\ametrics\x18\x05 \x01(\v2\x17.pinfold.v1.HostMetricsR\ametrics\">\n" +
 	"\x11HeartbeatResponse\x12)\n" +
-	"\x10planner_protocol\x18\x01 \x01(\x05R\x0fplannerProtocol\"\xba\x01\n" +
+	"\x10planner_protocol\x18\x01 \x01(\x05R\x0fplannerProtocol\"\x9b\x02\n" +
 	"\x13ReportStatusRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
@@ -2274,7 +2539,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x06 \x01(\x03R\n" +
 	"generation\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\x16\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12-\n" +
+	"\x12refused_generation\x18\b \x01(\x03R\x11refusedGeneration\x120\n" +
+	"\x14memory_current_bytes\x18\t \x01(\x03R\x12memoryCurrentBytes\"\x16\n" +
 	"\x14ReportStatusResponse\"+\n" +
 	"\x15WatchInstancesRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\"h\n" +
@@ -2311,106 +2578,113 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),               // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                   // 1: pinfold.v1.Host
-	(*Instance)(nil),               // 2: pinfold.v1.Instance
-	(*RegisterHostRequest)(nil),    // 3: pinfold.v1.RegisterHostRequest
-	(*RegisterHostResponse)(nil),   // 4: pinfold.v1.RegisterHostResponse
-	(*ListHostsRequest)(nil),       // 5: pinfold.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),      // 6: pinfold.v1.ListHostsResponse
-	(*GetHostRequest)(nil),         // 7: pinfold.v1.GetHostRequest
-	(*GetHostResponse)(nil),        // 8: pinfold.v1.GetHostResponse
-	(*SetHostRequest)(nil),         // 9: pinfold.v1.SetHostRequest
-	(*SetHostResponse)(nil),        // 10: pinfold.v1.SetHostResponse
-	(*SetHostEnabledRequest)(nil),  // 11: pinfold.v1.SetHostEnabledRequest
-	(*SetHostEnabledResponse)(nil), // 12: pinfold.v1.SetHostEnabledResponse
-	(*RemoveHostRequest)(nil),      // 13: pinfold.v1.RemoveHostRequest
-	(*RemoveHostResponse)(nil),     // 14: pinfold.v1.RemoveHostResponse
-	(*DeployRequest)(nil),          // 15: pinfold.v1.DeployRequest
-	(*DeployResponse)(nil),         // 16: pinfold.v1.DeployResponse
-	(*ResizeRequest)(nil),          // 17: pinfold.v1.ResizeRequest
-	(*ResizeResponse)(nil),         // 18: pinfold.v1.ResizeResponse
-	(*ReplaceRequest)(nil),         // 19: pinfold.v1.ReplaceRequest
-	(*ReplaceResponse)(nil),        // 20: pinfold.v1.ReplaceResponse
-	(*RemoveRequest)(nil),          // 21: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),         // 22: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),   // 23: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),  // 24: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),        // 25: pinfold.v1.CapacityRequest
-	(*CapacityResponse)(nil),       // 26: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),       // 27: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 28: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),    // 29: pinfold.v1.ReportStatusRequest
-	(*ReportStatusResponse)(nil),   // 30: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),  // 31: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil), // 32: pinfold.v1.WatchInstancesResponse
-	nil,                            // 33: pinfold.v1.Host.CapacityCpusEntry
-	nil,                            // 34: pinfold.v1.Host.UsedCpusEntry
-	nil,                            // 35: pinfold.v1.Host.InstancesEntry
-	nil,                            // 36: pinfold.v1.Instance.CpusEntry
-	nil,                            // 37: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                            // 38: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                            // 39: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                            // 40: pinfold.v1.CapacityResponse.LimitEntry
+	(*HostMetrics)(nil),            // 2: pinfold.v1.HostMetrics
+	(*HealthCheck)(nil),            // 3: pinfold.v1.HealthCheck
+	(*Instance)(nil),               // 4: pinfold.v1.Instance
+	(*RegisterHostRequest)(nil),    // 5: pinfold.v1.RegisterHostRequest
+	(*RegisterHostResponse)(nil),   // 6: pinfold.v1.RegisterHostResponse
+	(*ListHostsRequest)(nil),       // 7: pinfold.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),      // 8: pinfold.v1.ListHostsResponse
+	(*GetHostRequest)(nil),         // 9: pinfold.v1.GetHostRequest
+	(*GetHostResponse)(nil),        // 10: pinfold.v1.GetHostResponse
+	(*SetHostRequest)(nil),         // 11: pinfold.v1.SetHostRequest
+	(*SetHostResponse)(nil),        // 12: pinfold.v1.SetHostResponse
+	(*SetHostEnabledRequest)(nil),  // 13: pinfold.v1.SetHostEnabledRequest
+	(*SetHostEnabledResponse)(nil), // 14: pinfold.v1.SetHostEnabledResponse
+	(*RemoveHostRequest)(nil),      // 15: pinfold.v1.RemoveHostRequest
+	(*RemoveHostResponse)(nil),     // 16: pinfold.v1.RemoveHostResponse
+	(*DeployRequest)(nil),          // 17: pinfold.v1.DeployRequest
+	(*DeployResponse)(nil),         // 18: pinfold.v1.DeployResponse
+	(*ResizeRequest)(nil),          // 19: pinfold.v1.ResizeRequest
+	(*ResizeResponse)(nil),         // 20: pinfold.v1.ResizeResponse
+	(*ReplaceRequest)(nil),         // 21: pinfold.v1.ReplaceRequest
+	(*ReplaceResponse)(nil),        // 22: pinfold.v1.ReplaceResponse
+	(*RemoveRequest)(nil),          // 23: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),         // 24: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),   // 25: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),  // 26: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),        // 27: pinfold.v1.CapacityRequest
+	(*CapacityResponse)(nil),       // 28: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),       // 29: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),      // 30: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),    // 31: pinfold.v1.ReportStatusRequest
+	(*ReportStatusResponse)(nil),   // 32: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),  // 33: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil), // 34: pinfold.v1.WatchInstancesResponse
+	nil,                            // 35: pinfold.v1.Host.CapacityCpusEntry
+	nil,                            // 36: pinfold.v1.Host.UsedCpusEntry
+	nil,                            // 37: pinfold.v1.Host.InstancesEntry
+	nil,                            // 38: pinfold.v1.Instance.CpusEntry
+	nil,                            // 39: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                            // 40: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                            // 41: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                            // 42: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	33, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	34, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	35, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	36, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	35, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
-	36, // 4: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
-	1,  // 5: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 6: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
-	1,  // 7: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
-	2,  // 8: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	37, // 9: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	38, // 10: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	1,  // 11: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 12: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
-	2,  // 13: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	2,  // 14: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	2,  // 15: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	2,  // 16: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	39, // 17: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	40, // 18: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	2,  // 19: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	3,  // 20: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	5,  // 21: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	7,  // 22: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	9,  // 23: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	11, // 24: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	13, // 25: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	15, // 26: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	17, // 27: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	21, // 28: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	19, // 29: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	23, // 30: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	25, // 31: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	27, // 32: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	29, // 33: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	31, // 34: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	4,  // 35: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	6,  // 36: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	8,  // 37: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	10, // 38: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	12, // 39: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	14, // 40: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	16, // 41: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	18, // 42: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	22, // 43: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	20, // 44: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	24, // 45: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	26, // 46: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	28, // 47: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	30, // 48: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	32, // 49: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	35, // [35:50] is the sub-list for method output_type
-	20, // [20:35] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	37, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	2,  // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
+	38, // 5: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	3,  // 6: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
+	1,  // 7: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 8: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
+	1,  // 9: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
+	4,  // 10: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
+	39, // 11: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	40, // 12: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	1,  // 13: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 14: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
+	3,  // 15: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	4,  // 16: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	4,  // 17: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	3,  // 18: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	4,  // 19: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	4,  // 20: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	41, // 21: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	42, // 22: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	2,  // 23: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	4,  // 24: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	5,  // 25: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	7,  // 26: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	9,  // 27: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	11, // 28: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	13, // 29: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	15, // 30: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	17, // 31: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	19, // 32: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	23, // 33: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	21, // 34: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	25, // 35: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	27, // 36: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	29, // 37: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	31, // 38: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	33, // 39: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	6,  // 40: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	8,  // 41: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	10, // 42: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	12, // 43: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	14, // 44: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	16, // 45: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	18, // 46: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	20, // 47: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	24, // 48: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	22, // 49: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	26, // 50: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	28, // 51: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	30, // 52: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	32, // 53: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	34, // 54: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	40, // [40:55] is the sub-list for method output_type
+	25, // [25:40] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -2418,15 +2692,15 @@ func file_pinfold_v1_planner_proto_init() {
 	if File_pinfold_v1_planner_proto != nil {
 		return
 	}
-	file_pinfold_v1_planner_proto_msgTypes[9].OneofWrappers = []any{}
-	file_pinfold_v1_planner_proto_msgTypes[17].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[11].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

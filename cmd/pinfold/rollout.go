@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+)
+
+// healthFlags are a replacement's health check: one of a shell command run
+// in the container, a TCP port, or an HTTP PORT/PATH.
+type healthFlags struct {
+	cmd, http, timeout string
+	tcp                int
+}
+
+func (h *healthFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&h.cmd, "health-cmd", "", `health probe: a shell command run in the new container (exit 0 = healthy), e.g. "test -f /ready"`)
+	f.IntVar(&h.tcp, "health-tcp", 0, "health probe: a TCP port on the new container that must accept a connection")
+	f.StringVar(&h.http, "health-http", "", "health probe: PORT[/PATH] that must answer 2xx or 3xx, e.g. 8080/healthz")
+	f.StringVar(&h.timeout, "health-timeout", "", "how long the new container has to pass its check (default 30s)")
+}
+
+// msg returns the check, nil when no probe flag was given (then the image's
+// HEALTHCHECK decides, or the container must keep running).
+func (h *healthFlags) msg() (*pinfoldv1.HealthCheck, error) {
+	n := 0
+	for _, set := range []bool{h.cmd != "", h.tcp != 0, h.http != ""} {
+		if set {
+			n++
+		}
+	}
+	if n > 1 {
+		return nil, badInput("--health-cmd, --health-tcp and --health-http exclude each other")
+	}
+	if h.timeout != "" {
+		if d, err := time.ParseDuration(h.timeout); err != nil || d <= 0 {
+			return nil, badInput("--health-timeout %q: want a duration such as 30s", h.timeout)
+		}
+		if n == 0 {
+			return nil, badInput("--health-timeout %q needs --health-cmd, --health-tcp or --health-http", h.timeout)
+		}
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	m := &pinfoldv1.HealthCheck{Tcp: int32(h.tcp), Http: h.http, Timeout: h.timeout}
+	if h.cmd != "" {
+		m.Exec = []string{"sh", "-c", h.cmd}
+	}
+	return m, nil
+}
+
+// waitMode is what a wait is for: it decides what counts as a failure.
+type waitMode int
+
+const (
+	waitResize  waitMode = iota // failure: the planner rolled the resize back
+	waitReplace                 // failure: the agent rolled the replacement back
+)
+
+// waitApplied polls until every instance in want (ID → generation) runs at
+// least that generation on its host, one fails, or the timeout passes.
+// Instances on hosts without an agent are not waited for.
+func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want map[string]int64, mode waitMode, timeout time.Duration, progress io.Writer) ([]*pinfoldv1.Instance, error) {
+	hosts, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	agent := map[string]bool{}
+	for _, h := range hosts.Msg.Hosts {
+		agent[h.Name] = h.Agent
+	}
+	deadline := time.Now().Add(timeout)
+	lastDone := -1
+	for {
+		resp, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{}))
+		if err != nil {
+			return nil, err
+		}
+		var got []*pinfoldv1.Instance
+		var failed []string
+		done, total := 0, 0
+		for _, in := range resp.Msg.Instances {
+			gen, ok := want[in.Id]
+			if !ok {
+				continue
+			}
+			got = append(got, in)
+			if !agent[in.Host] {
+				continue
+			}
+			total++
+			switch {
+			case mode == waitResize && in.RolledBack != "" && in.Generation > gen:
+				failed = append(failed, fmt.Sprintf("%s: %s", in.Id, in.RolledBack))
+			case mode == waitReplace && in.Error != "" && in.ObservedGeneration < gen && strings.Contains(in.Error, "rolled back"):
+				failed = append(failed, fmt.Sprintf("%s: %s", in.Id, in.Error))
+			case in.ObservedGeneration >= gen && in.State == "running":
+				done++
+			}
+		}
+		if len(failed) > 0 {
+			return got, &exitError{code: exitUnmet, err: fmt.Errorf("%d of %d instances failed:\n  %s", len(failed), total, strings.Join(failed, "\n  "))}
+		}
+		if progress != nil && done != lastDone {
+			fmt.Fprintf(progress, "  applied on %d/%d instances\n", done, total)
+			lastDone = done
+		}
+		if done == total {
+			return got, nil
+		}
+		if time.Now().After(deadline) {
+			return got, &exitError{code: exitUnmet, err: fmt.Errorf("only %d of %d instances applied within %s (see `pinfold ps`)", done, total, timeout)}
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return got, ctx.Err()
+		}
+	}
+}
+
+func generations(ins []*pinfoldv1.Instance) map[string]int64 {
+	m := map[string]int64{}
+	for _, in := range ins {
+		m[in.Id] = in.Generation
+	}
+	return m
+}
+
+// batches splits a service's hosts, sorted by name, into groups of n.
+func batches(ins []*pinfoldv1.Instance, n int) [][]string {
+	var hosts []string
+	for _, in := range ins {
+		if !slices.Contains(hosts, in.Host) {
+			hosts = append(hosts, in.Host)
+		}
+	}
+	slices.Sort(hosts)
+	if n <= 0 {
+		n = len(hosts)
+	}
+	var out [][]string
+	for len(hosts) > 0 {
+		k := min(n, len(hosts))
+		out = append(out, hosts[:k])
+		hosts = hosts[k:]
+	}
+	return out
+}

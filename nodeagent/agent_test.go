@@ -1,0 +1,373 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/pinfold/pinfold/cgroup"
+	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// fakeEngine keeps containers in memory. updateErr, when set, is what
+// Update returns; health is what Inspect reports as HEALTHCHECK state;
+// execCode is the exit code of every exec.
+type fakeEngine struct {
+	mu        sync.Mutex
+	cs        map[string]*docker.Container
+	n         int
+	updateErr error
+	health    string
+	execCode  int
+	execs     [][]string
+	exitOnRun bool // new containers exit at once
+}
+
+func newFakeEngine() *fakeEngine { return &fakeEngine{cs: map[string]*docker.Container{}} }
+
+func (f *fakeEngine) List(context.Context) ([]docker.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []docker.Container
+	for _, c := range f.cs {
+		out = append(out, *c)
+	}
+	return out, nil
+}
+func (f *fakeEngine) Create(_ context.Context, s docker.CreateSpec) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	id := fmt.Sprintf("c%d", f.n)
+	labels := map[string]string{docker.LabelManaged: "true"}
+	for k, v := range s.Labels {
+		labels[k] = v
+	}
+	f.cs[id] = &docker.Container{ID: id, Name: s.Name, Image: s.Image, Cmd: s.Cmd, Service: s.Service, Instance: s.Instance,
+		Labels: labels, Status: "created", Applied: s.Resources, CgroupPath: "docker/" + id}
+	return id, nil
+}
+func (f *fakeEngine) get(id string) (*docker.Container, error) {
+	c, ok := f.cs[id]
+	if !ok {
+		return nil, docker.ErrNotFound
+	}
+	return c, nil
+}
+func (f *fakeEngine) Start(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := f.get(id)
+	if err == nil {
+		c.Running, c.Status, c.PID = !f.exitOnRun, "running", 100+f.n
+		if f.exitOnRun {
+			c.Status, c.ExitCode = "exited", 1
+		}
+	}
+	return err
+}
+func (f *fakeEngine) Inspect(_ context.Context, id string) (docker.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := f.get(id)
+	if err != nil {
+		return docker.Container{}, err
+	}
+	out := *c
+	out.Health = f.health
+	return out, nil
+}
+func (f *fakeEngine) Update(_ context.Context, id string, r docker.Resources) (docker.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.updateErr != nil {
+		return docker.Container{}, f.updateErr
+	}
+	c, err := f.get(id)
+	if err != nil {
+		return docker.Container{}, err
+	}
+	c.Applied = r
+	return *c, nil
+}
+func (f *fakeEngine) setPaused(id string, p bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := f.get(id)
+	if err == nil {
+		c.Paused = p
+	}
+	return err
+}
+func (f *fakeEngine) Pause(_ context.Context, id string) error   { return f.setPaused(id, true) }
+func (f *fakeEngine) Unpause(_ context.Context, id string) error { return f.setPaused(id, false) }
+func (f *fakeEngine) Remove(_ context.Context, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.cs, id)
+	return nil
+}
+func (f *fakeEngine) Exec(_ context.Context, id string, cmd []string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.execs = append(f.execs, cmd)
+	return f.execCode, nil
+}
+
+// fakeCgroup records applies and reports memory.current from mem.
+type fakeCgroup struct {
+	mu  sync.Mutex
+	mem map[string]int64 // cgroup path → memory.current
+}
+
+func (f *fakeCgroup) Apply(context.Context, cgroup.Spec) error { return nil }
+func (f *fakeCgroup) Read(p cgroup.Path, name string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if name != "memory.current" {
+		return "", errors.New("unexpected read of " + name)
+	}
+	return strconv.FormatInt(f.mem[p.String()], 10), nil
+}
+
+// fakePlanner records status reports and heartbeats.
+type fakePlanner struct {
+	mu      sync.Mutex
+	reports []*pinfoldv1.ReportStatusRequest
+	beats   []*pinfoldv1.HeartbeatRequest
+}
+
+func (f *fakePlanner) RegisterHost(context.Context, *connect.Request[pinfoldv1.RegisterHostRequest]) (*connect.Response[pinfoldv1.RegisterHostResponse], error) {
+	return connect.NewResponse(&pinfoldv1.RegisterHostResponse{Host: &pinfoldv1.Host{ShareBase: 100}}), nil
+}
+func (f *fakePlanner) Heartbeat(_ context.Context, r *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.beats = append(f.beats, r.Msg)
+	return connect.NewResponse(&pinfoldv1.HeartbeatResponse{}), nil
+}
+func (f *fakePlanner) ReportStatus(_ context.Context, r *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reports = append(f.reports, r.Msg)
+	return connect.NewResponse(&pinfoldv1.ReportStatusResponse{}), nil
+}
+func (f *fakePlanner) WatchInstances(context.Context, *connect.Request[pinfoldv1.WatchInstancesRequest]) (*connect.ServerStreamForClient[pinfoldv1.WatchInstancesResponse], error) {
+	return nil, errors.New("not in this test")
+}
+func (f *fakePlanner) last(id string) *pinfoldv1.ReportStatusRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := len(f.reports) - 1; i >= 0; i-- {
+		if f.reports[i].Id == id {
+			return f.reports[i]
+		}
+	}
+	return nil
+}
+
+func newTestAgent(t *testing.T) (*Agent, *fakeEngine, *fakeCgroup, *fakePlanner) {
+	t.Helper()
+	eng, cg, pl := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}, &fakePlanner{}
+	a := New(Config{Host: "h", HealthWait: 50 * time.Millisecond, HealthTimeout: 600 * time.Millisecond}, pl, eng, cg,
+		topologytest.Laptop().Topology(), nil)
+	return a, eng, cg, pl
+}
+
+func memInst(gen int64, mem int64) Instance {
+	return Instance{ID: "db-1", Service: "db", Bind: true, CPUs: map[cpuset.CPUID]int{0: 100}, NUMANode: 0, Memory: mem,
+		Image: "img", Command: []string{"sleep", "1"}, Generation: gen}
+}
+
+// TestRefusalAndMemoryReported: a resize Docker refuses is reported with
+// the refused generation (so the planner rolls it back); a transient
+// failure is not; memory.current is reported and re-sent only when it moved.
+func TestRefusalAndMemoryReported(t *testing.T) {
+	a, eng, cg, pl := newTestAgent(t)
+	ctx := context.Background()
+	a.SetDesired([]Instance{memInst(1, 128<<20)})
+	a.Reconcile(ctx)
+	r := pl.last("db-1")
+	if r == nil || r.State != "running" || r.Generation != 1 {
+		t.Fatalf("after create: %+v", r)
+	}
+	cg.mu.Lock()
+	cg.mem["docker/c1"] = 40 << 20
+	cg.mu.Unlock()
+	a.Reconcile(ctx)
+	if r := pl.last("db-1"); r.MemoryCurrentBytes != 40<<20 {
+		t.Errorf("memory.current reported %d, want %d", r.MemoryCurrentBytes, 40<<20)
+	}
+	n := len(pl.reports)
+	cg.mu.Lock()
+	cg.mem["docker/c1"] = 40<<20 + 4096
+	cg.mu.Unlock()
+	a.Reconcile(ctx)
+	if len(pl.reports) != n {
+		t.Errorf("a 4 KiB move in memory use was reported again")
+	}
+
+	for _, tc := range []struct {
+		name        string
+		err         error
+		wantRefused int64
+	}{
+		{"transient: engine unreachable", &docker.Error{Reason: "update refused by the engine", Err: errors.New("dial unix /run/docker.sock: connect: connection refused")}, 0},
+		{"refused: invalid resources", &docker.Error{Field: "memory", Value: "4194304", Reason: "below Docker's minimum of 6 MiB"}, 2},
+		{"refused: the kernel", &cgroup.ApplyError{File: "cpu.max", Value: "1 100000", Err: errors.New("invalid argument")}, 2},
+	} {
+		eng.mu.Lock()
+		eng.updateErr = tc.err
+		eng.mu.Unlock()
+		a.mu.Lock()
+		delete(a.refused, "db-1")
+		a.mu.Unlock()
+		a.SetDesired([]Instance{memInst(2, 4<<20)})
+		a.Reconcile(ctx)
+		r := pl.last("db-1")
+		if r.RefusedGeneration != tc.wantRefused || r.Error == "" || r.Generation != 1 {
+			t.Errorf("%s: report %+v, want refused generation %d with the error, observed generation 1", tc.name, r, tc.wantRefused)
+		}
+	}
+	// The planner rolls back (generation 3, the old size): the refusal clears.
+	eng.mu.Lock()
+	eng.updateErr = nil
+	eng.mu.Unlock()
+	a.SetDesired([]Instance{memInst(3, 128<<20)})
+	a.Reconcile(ctx)
+	if r := pl.last("db-1"); r.RefusedGeneration != 0 || r.Error != "" || r.Generation != 3 {
+		t.Errorf("after the rollback: %+v", r)
+	}
+}
+
+// TestHealthy: each kind of health check passes and fails as it should.
+func TestHealthy(t *testing.T) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcp.Close()
+	go func() {
+		for {
+			c, err := tcp.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	tcpPort := tcp.Addr().(*net.TCPAddr).Port
+	closed, _ := net.Listen("tcp", "127.0.0.1:0")
+	closedPort := closed.Addr().(*net.TCPAddr).Port
+	closed.Close()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	_, httpPort, _ := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
+
+	for _, tc := range []struct {
+		name     string
+		probe    *Probe
+		health   string
+		execCode int
+		exits    bool
+		want     string // "" = healthy, else a part of the error
+	}{
+		{"no check, keeps running", nil, "", 0, false, ""},
+		{"no check, exits", nil, "", 0, true, "exited"},
+		{"HEALTHCHECK healthy", nil, "healthy", 0, false, ""},
+		{"HEALTHCHECK unhealthy", nil, "unhealthy", 0, false, "unhealthy"},
+		{"HEALTHCHECK stuck starting", nil, "starting", 0, false, "did not pass within"},
+		{"exec passes", &Probe{Exec: []string{"true"}}, "", 0, false, ""},
+		{"exec fails", &Probe{Exec: []string{"false"}, Timeout: 300 * time.Millisecond}, "", 1, false, "exited 1"},
+		{"probe beats an unhealthy HEALTHCHECK", &Probe{Exec: []string{"true"}}, "unhealthy", 0, false, ""},
+		{"tcp open", &Probe{TCP: tcpPort}, "", 0, false, ""},
+		{"tcp closed", &Probe{TCP: closedPort, Timeout: 300 * time.Millisecond}, "", 0, false, "tcp"},
+		{"http 200", &Probe{HTTP: httpPort + "/healthz"}, "", 0, false, ""},
+		{"http 503", &Probe{HTTP: httpPort + "/other", Timeout: 300 * time.Millisecond}, "", 0, false, "status 503"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, eng, _, _ := newTestAgent(t)
+			eng.health, eng.execCode, eng.exitOnRun = tc.health, tc.execCode, tc.exits
+			id, _ := eng.Create(context.Background(), docker.CreateSpec{Name: "x", Image: "img", Service: "s", Instance: "s-1"})
+			_ = eng.Start(context.Background(), id)
+			err := a.healthy(context.Background(), id, tc.probe)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("healthy = %v, want nil", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("healthy = %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestReplaceRollsBackOnProbe: a replacement whose probe fails is removed
+// and the old container resumes; the failure is reported.
+func TestReplaceRollsBackOnProbe(t *testing.T) {
+	a, eng, _, pl := newTestAgent(t)
+	ctx := context.Background()
+	a.SetDesired([]Instance{memInst(1, 128<<20)})
+	a.Reconcile(ctx)
+	next := memInst(2, 128<<20)
+	next.Image, next.Health = "img:2", &Probe{Exec: []string{"test", "-f", "/ready"}, Timeout: 300 * time.Millisecond}
+	eng.execCode = 1
+	a.SetDesired([]Instance{next})
+	a.Reconcile(ctx)
+	cs, _ := eng.List(ctx)
+	if len(cs) != 1 || cs[0].ID != "c1" || cs[0].Paused || !cs[0].Running {
+		t.Errorf("after a failed probe: %+v, want only c1, running, not paused", cs)
+	}
+	if r := pl.last("db-1"); !strings.Contains(r.Error, "rolled back") || !strings.Contains(r.Error, "exited 1") {
+		t.Errorf("report %+v, want the rollback and the probe's exit code", r)
+	}
+	if len(eng.execs) == 0 || eng.execs[0][0] != "test" {
+		t.Errorf("probe not run in the container: %v", eng.execs)
+	}
+}
+
+// TestMetrics: gopsutil measures this machine; MetricsChanged filters noise.
+func TestMetrics(t *testing.T) {
+	m, err := HostMetrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.MemTotalBytes == 0 || m.MemAvailableBytes == 0 || m.MemAvailableBytes > m.MemTotalBytes || m.Load1 < 0 {
+		t.Errorf("HostMetrics = %+v", m)
+	}
+	base := &pinfoldv1.HostMetrics{Load1: 1, MemTotalBytes: 1000, MemAvailableBytes: 500}
+	for _, tc := range []struct {
+		m    *pinfoldv1.HostMetrics
+		want bool
+	}{
+		{&pinfoldv1.HostMetrics{Load1: 1.1, MemTotalBytes: 1000, MemAvailableBytes: 510}, false},
+		{&pinfoldv1.HostMetrics{Load1: 1.3, MemTotalBytes: 1000, MemAvailableBytes: 500}, true},
+		{&pinfoldv1.HostMetrics{Load1: 1, MemTotalBytes: 1000, MemAvailableBytes: 560}, true},
+		{&pinfoldv1.HostMetrics{Load1: 1, MemTotalBytes: 2000, MemAvailableBytes: 500}, true},
+	} {
+		if got := MetricsChanged(base, tc.m); got != tc.want {
+			t.Errorf("MetricsChanged(%+v) = %v, want %v", tc.m, got, tc.want)
+		}
+	}
+	if !MetricsChanged(nil, base) {
+		t.Errorf("first metrics not sent")
+	}
+}

@@ -1,0 +1,82 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+)
+
+// Probe is a configured health check: exactly one of Exec, TCP, HTTP.
+type Probe struct {
+	Exec    []string      // run in the container; exit 0 = healthy
+	TCP     int           // port on the container's address accepts a connection
+	HTTP    string        // "PORT[/PATH]": GET answers 2xx or 3xx
+	Timeout time.Duration // 0: Config.HealthTimeout
+}
+
+func probeOf(m *pinfoldv1.HealthCheck) *Probe {
+	if m == nil || len(m.Exec) == 0 && m.Tcp == 0 && m.Http == "" {
+		return nil
+	}
+	p := &Probe{Exec: m.Exec, TCP: int(m.Tcp), HTTP: m.Http}
+	p.Timeout, _ = time.ParseDuration(m.Timeout) // validated by the planner
+	return p
+}
+
+// probeAttempt bounds one attempt; the probe is retried until its timeout.
+const probeAttempt = 2 * time.Second
+
+// check runs the probe once against container c.
+func (p *Probe) check(ctx context.Context, eng engine, c docker.Container) error {
+	ctx, cancel := context.WithTimeout(ctx, probeAttempt)
+	defer cancel()
+	// Without a network of its own the container shares an address with
+	// the host (network mode host) or has none (then TCP/HTTP fail).
+	addr := c.IP
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
+	switch {
+	case len(p.Exec) > 0:
+		code, err := eng.Exec(ctx, c.ID, p.Exec)
+		if err != nil {
+			return fmt.Errorf("exec %q: %w", p.Exec, err)
+		}
+		if code != 0 {
+			return fmt.Errorf("exec %q exited %d", p.Exec, code)
+		}
+		return nil
+	case p.TCP != 0:
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(addr, strconv.Itoa(p.TCP)))
+		if err != nil {
+			return fmt.Errorf("tcp %d: %w", p.TCP, err)
+		}
+		return conn.Close()
+	case p.HTTP != "":
+		port, path, _ := strings.Cut(p.HTTP, "/")
+		url := "http://" + net.JoinHostPort(addr, port) + "/" + path
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("http %s: %w", url, err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("http %s: %w", url, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode < 200 || resp.StatusCode >= 400 {
+			return fmt.Errorf("http %s: status %d", url, resp.StatusCode)
+		}
+		return nil
+	}
+	return errors.New("empty probe")
+}

@@ -1,0 +1,92 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shirou/gopsutil/v4/load"
+	"github.com/shirou/gopsutil/v4/mem"
+
+	"github.com/pinfold/pinfold/cgroup"
+	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+)
+
+// metricsEvery is how often metrics are sent even when nothing moved.
+const metricsEvery = 30 * time.Second
+
+// HostMetrics measures the host's load average and memory with gopsutil.
+func HostMetrics(ctx context.Context) (*pinfoldv1.HostMetrics, error) {
+	l, err := load.AvgWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := mem.VirtualMemoryWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pinfoldv1.HostMetrics{Load1: l.Load1, Load5: l.Load5, Load15: l.Load15, MemTotalBytes: m.Total, MemAvailableBytes: m.Available}, nil
+}
+
+// MetricsChanged reports whether m differs from what was last sent enough to
+// be worth a write: load1 by 0.25 (or 10%), available memory by 5% of total.
+func MetricsChanged(sent, m *pinfoldv1.HostMetrics) bool {
+	if sent == nil {
+		return m != nil
+	}
+	if m == nil {
+		return false
+	}
+	dl := math.Abs(m.Load1 - sent.Load1)
+	if dl >= 0.25 && dl >= 0.1*sent.Load1 {
+		return true
+	}
+	dm := math.Abs(float64(m.MemAvailableBytes) - float64(sent.MemAvailableBytes))
+	return m.MemTotalBytes != sent.MemTotalBytes || dm >= 0.05*float64(m.MemTotalBytes)
+}
+
+// memoryCurrent reads the container's memory.current (0 when unreadable).
+func (a *Agent) memoryCurrent(c docker.Container) int64 {
+	p, err := cgroup.ParsePath(c.CgroupPath)
+	if err != nil {
+		return 0
+	}
+	s, err := a.cg.Read(p, "memory.current")
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// memoryMoved reports whether memory use moved enough since it was last
+// sent (1 MiB and 10%) to be sent again.
+func memoryMoved(sent, now int64) bool {
+	d := now - sent
+	if d < 0 {
+		d = -d
+	}
+	return d >= 1<<20 && d*10 >= sent
+}
+
+// refusal tells a host's refusal (invalid resources, the engine or the
+// kernel saying no) from a transient failure (engine unreachable, timeout),
+// which is retried rather than rolled back.
+func refusal(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, docker.ErrNotFound) {
+		return false
+	}
+	var de *docker.Error
+	if errors.As(err, &de) {
+		return de.Err == nil || !strings.Contains(de.Err.Error(), "connect")
+	}
+	var ce *cgroup.ApplyError
+	return errors.As(err, &ce)
+}

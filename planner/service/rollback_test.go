@@ -1,0 +1,169 @@
+package service_test
+
+import (
+	"context"
+	"maps"
+	"strings"
+	"testing"
+
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/state/statetest"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// TestResizeGuardsAndRollback: lowering memory below what the agent reported
+// in memory.current is refused unless forced, and a resize the host refuses
+// is rolled back to the previous allocation with the reason recorded.
+func TestResizeGuardsAndRollback(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.Laptop().Topology())
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Image: "busybox", Count: 1, Pieces: 130, Bind: true, Memory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ins[0]
+	report := func(st state.Status) {
+		t.Helper()
+		if err := s.ReportStatus(ctx, "h1", in.ID, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(state.Status{State: "running", Generation: 1, MemoryCurrent: 700 << 20})
+	waitFor(t, func() bool {
+		v, _ := s.Store().Instance(in.ID)
+		return v.Status != nil && v.Status.MemoryCurrent == 700<<20
+	}, "status seen")
+
+	// 1 GiB - 512 MiB = 512 MiB < 700 MiB in use: refused, nothing changes.
+	_, err = s.Resize(ctx, service.ResizeRequest{Target: in.ID, MemoryDelta: -GiB / 2})
+	if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), "memory.current") || !strings.Contains(err.Error(), "--force") {
+		t.Fatalf("shrink below memory.current = %v, want failed_precondition naming memory.current and --force", err)
+	}
+	if v, _ := s.Store().Instance(in.ID); v.Instance.Generation != 1 || v.Instance.Memory != GiB {
+		t.Fatalf("a refused resize changed the instance: %+v", v.Instance)
+	}
+	// Above current use it goes through; forced, below it too.
+	if _, err := s.Resize(ctx, service.ResizeRequest{Target: in.ID, MemoryDelta: -GiB / 8}); err != nil {
+		t.Fatalf("shrink to 896 MiB (700 MiB in use) = %v", err)
+	}
+	got, err := s.Resize(ctx, service.ResizeRequest{Target: in.ID, MemoryDelta: -GiB / 4, CPUDelta: 70, Force: true})
+	if err != nil {
+		t.Fatalf("forced shrink = %v", err)
+	}
+	resized := got[0]
+	if resized.Generation != 3 || resized.Memory != 640<<20 || resized.Previous == nil || resized.Previous.Memory != 896<<20 {
+		t.Fatalf("forced resize = %+v (previous %+v)", resized, resized.Previous)
+	}
+	verify(t, s)
+	waitFor(t, func() bool { v, _ := s.Store().Instance(in.ID); return v.Instance.Generation == 3 }, "resize seen")
+
+	// The host refuses generation 3: the planner rolls back to generation 2's
+	// allocation under generation 4 and says why.
+	report(state.Status{State: "running", Generation: 2, Refused: 3, Error: "docker update: invalid argument"})
+	waitFor(t, func() bool { v, _ := s.Store().Instance(in.ID); return v.Instance.Generation == 4 }, "rollback")
+	v, _ := s.Store().Instance(in.ID)
+	back := v.Instance
+	if back.Memory != 896<<20 || !maps.Equal(back.CPUs, in.CPUs) || back.Previous != nil {
+		t.Errorf("rolled back to %+v, want 896 MiB on %v", back, in.CPUs)
+	}
+	if !strings.Contains(back.RolledBack, "generation 3") || !strings.Contains(back.RolledBack, "invalid argument") {
+		t.Errorf("rolled_back = %q, want the generation and the host's reason", back.RolledBack)
+	}
+	verify(t, s)
+	// A repeated report of the same refusal does nothing more.
+	report(state.Status{State: "running", Generation: 2, Refused: 3, Error: "docker update: invalid argument"})
+	if v, _ := s.Store().Instance(in.ID); v.Instance.Generation != 4 {
+		t.Errorf("a stale refusal rolled back again: generation %d", v.Instance.Generation)
+	}
+}
+
+// TestRollbackWhenReleasedCPUsWereTaken: a shrink releases CPUs, a deploy
+// takes them, then the host refuses the shrink: the old allocation no longer
+// fits, so the planner keeps the new one and records why, overselling nothing.
+func TestRollbackWhenReleasedCPUsWereTaken(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.Laptop().Topology()) // 8 CPUs
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "big", Image: "busybox", Count: 1, Pieces: 800, Bind: true, Memory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Resize(ctx, service.ResizeRequest{Target: ins[0].ID, CPUDelta: -400}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "other", Image: "busybox", Count: 1, Pieces: 400, Bind: true, Memory: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReportStatus(ctx, "h1", ins[0].ID, state.Status{State: "running", Generation: 1, Refused: 2, Error: "kernel said no"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { v, _ := s.Store().Instance(ins[0].ID); return v.Instance.RolledBack != "" }, "refusal recorded")
+	v, _ := s.Store().Instance(ins[0].ID)
+	if len(v.Instance.CPUs) != 4 || !strings.Contains(v.Instance.RolledBack, "no longer fits") {
+		t.Errorf("instance = %+v, want its 4 CPUs kept and the reason recorded", v.Instance)
+	}
+	verify(t, s)
+}
+
+// TestHealthChecksAndBatchReplace: health checks are validated field by
+// field, and a replace limited to some hosts touches only those.
+func TestHealthChecksAndBatchReplace(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.Laptop().Topology())
+	register(t, s, "h2", topologytest.Laptop().Topology())
+	for _, tc := range []struct {
+		h    state.HealthCheck
+		want string
+	}{
+		{state.HealthCheck{}, "exactly one"},
+		{state.HealthCheck{TCP: 70000}, "health tcp = 70000"},
+		{state.HealthCheck{HTTP: "x/healthz"}, `health http = "x/healthz"`},
+		{state.HealthCheck{Exec: []string{"true"}, TCP: 80}, "exactly one"},
+		{state.HealthCheck{Exec: []string{"true"}, Timeout: "soon"}, `health timeout = "soon"`},
+	} {
+		_, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Image: "busybox", Count: 1, Pieces: 100, Memory: GiB, Health: &tc.h})
+		if service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("health %+v: err = %v, want invalid naming %q", tc.h, err, tc.want)
+		}
+	}
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Image: "busybox", Count: 4, Pieces: 100, Memory: GiB,
+		Health: &state.HealthCheck{HTTP: "8080/healthz", Timeout: "5s"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ins[0].Health == nil || ins[0].Health.HTTP != "8080/healthz" {
+		t.Errorf("instance health = %+v", ins[0].Health)
+	}
+	rep, err := s.Replace(ctx, service.ReplaceRequest{Target: "web", Image: "busybox:2", Hosts: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range rep {
+		if in.Host != "h2" {
+			t.Errorf("replace of batch [h2] touched %s on %s", in.ID, in.Host)
+		}
+	}
+	waitFor(t, func() bool {
+		n := 0
+		for _, v := range s.Store().Instances("") {
+			if v.Instance.Image == "busybox:2" {
+				n++
+			}
+		}
+		return n == len(rep)
+	}, "batch seen")
+	for _, v := range s.Store().Instances("h1") {
+		if v.Instance.Image != "busybox" || v.Instance.Generation != 1 {
+			t.Errorf("instance %s on h1 changed: %+v", v.Instance.ID, v.Instance)
+		}
+	}
+	if _, err := s.Replace(ctx, service.ReplaceRequest{Target: "web", Image: "x", Hosts: []string{"h9"}}); service.CodeOf(err) != service.NotFound {
+		t.Errorf("replace on a host without instances = %v", err)
+	}
+}
