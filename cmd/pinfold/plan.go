@@ -14,6 +14,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/placement"
 )
 
 func newPlanCmd() *cobra.Command {
@@ -68,18 +69,19 @@ out on which hosts); 2 invalid input (the message names the field and value).`,
 }
 
 func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
-	in, err := alloc.DecodeFile(r)
+	pin, err := placement.DecodeFile(r)
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
+	in := pin.Input
 	var o alloc.Output
-	if in.Request != nil {
-		res, err := alloc.Plan(in.Params, in.Hosts, *in.Request)
-		var ae *alloc.Error
+	if pin.Request != nil {
+		res, err := placement.Plan(in.Params, pin.Settings, pin.Hosts, *pin.Request)
+		var pe *placement.Error
 		switch {
-		case errors.As(err, &ae) && ae.Code == alloc.CodeInvalid:
+		case errors.As(err, &pe) && pe.Invalid:
 			return &exitError{code: exitBadInput, err: err}
-		case errors.As(err, &ae):
+		case errors.As(err, &pe):
 			caps := map[string]int{}
 			total := 0
 			for _, h := range in.Hosts {
@@ -87,11 +89,12 @@ func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
 				caps[h.Name] = c.Count
 				total += c.Count
 			}
-			o = alloc.NewOutput(in.Params, caps, total, nil, ae)
+			o = alloc.NewOutput(in.Params, caps, total, nil, pe.AllocError())
 		case err != nil:
 			return err
 		default:
 			o = alloc.NewOutput(in.Params, res.Capacity, res.TotalCapacity, res.Placements, nil)
+			o.DomainSpread, o.Violations = string(res.Spread), res.Violations
 		}
 	} else {
 		h := in.Hosts[slices.IndexFunc(in.Hosts, func(h *alloc.Host) bool { return h.Name == in.Resize.Host })]
@@ -145,7 +148,13 @@ func printPlan(w io.Writer, in *alloc.Input, o alloc.Output) error {
 	}
 	if o.Error != nil {
 		fmt.Fprintf(w, "\nNOT PLACED (%s): %s\n", o.Error.Code, o.Error.Message)
-		return nil
+		return printEliminations(w, o.Error.Eliminations)
+	}
+	if o.DomainSpread != "" {
+		fmt.Fprintf(w, "\nFault and upgrade domains: %s rule\n", o.DomainSpread)
+	}
+	for _, v := range o.Violations {
+		fmt.Fprintf(w, "WARNING: soft rule %s gave way: %s\n", v.Rule, v.Detail)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -171,6 +180,25 @@ func printPlan(w io.Writer, in *alloc.Input, o alloc.Output) error {
 		printCPUMap(w, h, o.Placements, sb)
 	}
 	return nil
+}
+
+// printEliminations is the elimination report (seed 001): rule by rule, in
+// the order applied, which hosts each removed.
+func printEliminations(w io.Writer, es []alloc.Elimination) error {
+	if len(es) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nElimination sequence (rules in the order applied):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tELIMINATED\tHOSTS")
+	for _, e := range es {
+		hosts := strings.Join(e.Hosts, " ")
+		if len(e.Hosts) > 20 {
+			hosts = strings.Join(e.Hosts[:20], " ") + fmt.Sprintf(" … and %d more", len(e.Hosts)-20)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", e.Rule, len(e.Hosts), orDash(hosts))
+	}
+	return tw.Flush()
 }
 
 // printCPUMap shows, per NUMA node, who holds how many pieces of each CPU.

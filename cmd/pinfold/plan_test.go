@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 )
@@ -107,5 +108,64 @@ func TestPlanBadInput(t *testing.T) {
 	_, errOut, code = runCLI(t, "", "plan")
 	if code != 2 || !strings.Contains(errOut, "--file is required") {
 		t.Errorf("no file: exit %d, %s", code, errOut)
+	}
+}
+
+// TestPlanPlacementRules: seed 000's 8-host FD/UD layout from
+// docs/examples: adaptive spread goes quorum-safe and uses N6–N8; a
+// constraint nothing can meet prints the elimination sequence.
+func TestPlanPlacementRules(t *testing.T) {
+	t.Parallel()
+	b, err := os.ReadFile("../../docs/examples/plan-seed-domains.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := string(b)
+	out, errOut, code := runCLI(t, in, "plan", "-f", "-", "-o", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var o struct {
+		Spread     string `json:"domain_spread"`
+		Placements []struct {
+			Host string `json:"host"`
+		} `json:"placements"`
+	}
+	if err := json.Unmarshal([]byte(out), &o); err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, p := range o.Placements {
+		used[p.Host] = true
+	}
+	if o.Spread != "quorum_safe" || len(o.Placements) != 5 || !used["N6"] || !used["N7"] || !used["N8"] {
+		t.Errorf("plan = %s", out)
+	}
+	// HasSSD is true on N1, N3, N5, N7; NodeColor blue on N7, N8: nothing
+	// has both, and 1 CPU on a 4-CPU host with a 25% buffer leaves 3 each.
+	bad := strings.Replace(in, `"domain_spread": "adaptive"`, `"domain_spread": "adaptive", "constraint": "HasSSD == true && NodeColor == blue && SomeProperty > 7"`, 1)
+	table, _, code := runCLI(t, bad, "plan", "-f", "-")
+	if code != 1 || !strings.Contains(table, "Elimination sequence") || !strings.Contains(table, "PlacementConstraint  8") {
+		t.Errorf("unmet constraint (exit %d):\n%s", code, table)
+	}
+	js, _, _ := runCLI(t, bad, "plan", "-f", "-", "-o", "json")
+	if !strings.Contains(js, `"eliminations"`) || !strings.Contains(js, `"rule": "PlacementConstraint"`) {
+		t.Errorf("json error without eliminations:\n%s", js)
+	}
+	// Bad input names the field: a constraint that does not parse, a
+	// buffer and overbooking on one resource, a bad fault domain.
+	for name, tc := range map[string]struct{ from, to, want string }{
+		"constraint": {`"domain_spread": "adaptive"`, `"constraint": "HasSSD = true"`, `request.constraint = "HasSSD = true": column 8`},
+		"both":       {`"buffer_percent": {`, `"overbooking_percent": {"cpu": 0.1}, "buffer_percent": {`, "a resource has a buffer or overbooking, never both"},
+		"fd":         {`"fault_domain": "fd:/FD0"`, `"fault_domain": "rack1"`, `hosts["N1"].fault_domain = "rack1"`},
+		"property": {`"SomeProperty": 1
+`, `"SomeProperty": 1.5
+`, `hosts["N1"].properties["SomeProperty"] = 1.5`},
+		"policy": {`"placement_policy": "nodes_order"`, `"placement_policy": "random"`, `request.placement_policy = "random"`},
+	} {
+		_, errOut, code := runCLI(t, strings.Replace(in, tc.from, tc.to, 1), "plan", "-f", "-")
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, %q; want exit 2 naming %q", name, code, errOut, tc.want)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/topology"
@@ -89,23 +90,32 @@ const maxFileSize = 256 << 20
 // DecodeFile reads and validates a plan file. Unknown fields, trailing data
 // and out-of-range values are *Error values with CodeInvalid naming the field.
 func DecodeFile(r io.Reader) (*Input, error) {
+	var f File
+	if err := DecodeJSON(r, &f); err != nil {
+		return nil, err
+	}
+	return f.Validate()
+}
+
+// DecodeJSON reads one strict JSON object (no unknown fields, no trailing
+// data, at most 256 MiB) into v; errors are *Error with CodeInvalid.
+func DecodeJSON(r io.Reader, v any) error {
 	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
 	if err != nil {
-		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("read plan file: %v", err)}
+		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("read plan file: %v", err)}
 	}
 	if len(b) > maxFileSize {
-		return nil, &Error{Code: CodeInvalid, Message: fmt.Sprintf("plan file larger than %d bytes", maxFileSize)}
+		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("plan file larger than %d bytes", maxFileSize)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var f File
-	if err := dec.Decode(&f); err != nil {
-		return nil, jsonError(b, err)
+	if err := dec.Decode(v); err != nil {
+		return jsonError(b, err)
 	}
 	if dec.More() {
-		return nil, &Error{Code: CodeInvalid, Message: "plan file: trailing data after the JSON object"}
+		return &Error{Code: CodeInvalid, Message: "plan file: trailing data after the JSON object"}
 	}
-	return f.Validate()
+	return nil
 }
 
 // jsonError turns encoding/json errors into messages with a line and field.
@@ -117,8 +127,17 @@ func jsonError(b []byte, err error) *Error {
 		line := bytes.Count(b[:min(int(se.Offset), len(b))], []byte("\n")) + 1
 		return &Error{Code: CodeInvalid, Message: fmt.Sprintf("plan file is not valid JSON (line %d): %v", line, se)}
 	case errors.As(err, &te):
-		return &Error{Code: CodeInvalid, Field: te.Field, Value: te.Value,
-			Message: fmt.Sprintf("%s: got a JSON %s, want %s", te.Field, te.Value, te.Type)}
+		// Embedded Go structs appear in the path by type name (request.FileReq.count):
+		// keep only the JSON keys, which are all lower case.
+		var path []string
+		for _, p := range strings.Split(te.Field, ".") {
+			if p != "" && !unicode.IsUpper(rune(p[0])) {
+				path = append(path, p)
+			}
+		}
+		field := strings.Join(path, ".")
+		return &Error{Code: CodeInvalid, Field: field, Value: te.Value,
+			Message: fmt.Sprintf("%s: got a JSON %s, want %s", field, te.Value, te.Type)}
 	case errors.Is(err, io.EOF):
 		return &Error{Code: CodeInvalid, Message: "plan file is empty"}
 	}
@@ -374,7 +393,11 @@ type Output struct {
 	Capacity      map[string]int    `json:"capacity"`
 	TotalCapacity int               `json:"total_capacity"`
 	Placements    []OutputPlacement `json:"placements"`
-	Error         *Error            `json:"error"`
+	// DomainSpread and Violations come from the placement layer: the fault
+	// and upgrade domain rule used, and the soft rules that gave way.
+	DomainSpread string      `json:"domain_spread,omitempty"`
+	Violations   []Violation `json:"violations,omitempty"`
+	Error        *Error      `json:"error"`
 }
 
 // OutputPlacement is a Placement with the quota as a decimal CPU amount.

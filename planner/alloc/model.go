@@ -86,6 +86,17 @@ type Request struct {
 	// with different seeds spread over equal hosts instead of colliding on
 	// the first. The result stays a pure function of the request.
 	Seed uint64
+	// Rank orders equally good hosts before Seed does: a lower rank is
+	// preferred; hosts without a rank come after ranked ones. The placement
+	// layer sets it from a placement policy (nodes_order, load_avg, spread).
+	Rank map[string]int
+	// Limit, when set, caps the new instances each listed host may take
+	// (the placement layer's capacity buffer).
+	Limit map[string]int
+	// Fixed, when set, is how many new instances each host gets (the
+	// placement layer decided them, e.g. to spread over fault domains); the
+	// strategy is not consulted and Count must equal their sum.
+	Fixed map[string]int
 }
 
 // Placement is one instance's allocation on a host.

@@ -2,6 +2,7 @@ package alloc
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
@@ -69,7 +70,13 @@ func Plan(p Params, hosts []*Host, r Request) (*Result, error) {
 		c := s.capacity(sh, r.Bind)
 		res.Capacity[h.Name] = c.Count
 		res.TotalCapacity += c.Count
-		cand := &candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service], tie: tieKey(r.Seed, h.Name)}
+		cand := &candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service], tie: tieKey(r.Seed, h.Name), rank: len(r.Rank)}
+		if rk, ok := r.Rank[h.Name]; ok {
+			cand.rank = rk
+		}
+		if l, ok := r.Limit[h.Name]; ok && l < cand.room {
+			cand.room = max(l, 0)
+		}
 		if r.MaxPerHost > 0 && cand.existing+cand.room > r.MaxPerHost {
 			cand.room, cand.capped = max(r.MaxPerHost-cand.existing, 0), true
 		}
@@ -80,9 +87,25 @@ func Plan(p Params, hosts []*Host, r Request) (*Result, error) {
 	if !r.Bind {
 		per = uint64(r.MemoryBytes)
 	}
-	counts, serr := spread(r, per, cands)
-	if serr != nil {
-		return nil, serr
+	var counts map[string]int
+	if r.Fixed != nil {
+		sum := 0
+		for _, c := range cands {
+			n := r.Fixed[c.name]
+			if n > c.room {
+				return nil, shortage(CodeInsufficient, fmt.Sprintf("host %s cannot take the %d instances of %s it was given", c.name, n, r.Service), []*candidate{c}, n)
+			}
+			sum += n
+		}
+		if sum != r.Count {
+			return nil, invalid("request.fixed", sum, "want the counts to add up to request.count (%d)", r.Count)
+		}
+		counts = r.Fixed
+	} else {
+		var serr *Error
+		if counts, serr = spread(r, per, cands); serr != nil {
+			return nil, serr
+		}
 	}
 	for _, h := range order {
 		n := counts[h.Name]

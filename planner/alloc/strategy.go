@@ -15,8 +15,8 @@ type Strategy string
 
 const (
 	// Auto levels the service's instance counts: each new instance goes to
-	// the host with the fewest instances of the service (ties: more remaining
-	// capacity, then host name).
+	// the host with the fewest instances of the service (ties: the placement
+	// policy's rank, more remaining capacity, then host name).
 	Auto Strategy = "auto"
 	// Each puts Count on every host that can take Count.
 	Each Strategy = "each"
@@ -53,6 +53,7 @@ type candidate struct {
 	capped   bool   // room is limited by max_per_host
 	used     uint64 // for Global: used amount of the planned resource
 	total    uint64 // for Global: total amount of it
+	rank     int    // from Request.Rank: lower first
 	tie      uint64 // tie-break key from Request.Seed (0: by name)
 }
 
@@ -73,6 +74,9 @@ func tieKey(seed uint64, name string) uint64 {
 
 // tieLess orders two candidates that are otherwise equal.
 func tieLess(a, b *candidate) bool {
+	if a.rank != b.rank {
+		return a.rank < b.rank
+	}
 	if a.tie != b.tie {
 		return a.tie < b.tie
 	}
@@ -219,6 +223,9 @@ func (h *candHeap) Less(i, j int) bool {
 	na, nb := a.existing+h.counts[a.name], b.existing+h.counts[b.name]
 	if na != nb {
 		return na < nb
+	}
+	if a.rank != b.rank { // a placement policy ranks before remaining room
+		return a.rank < b.rank
 	}
 	ra, rb := a.room-h.counts[a.name], b.room-h.counts[b.name]
 	if ra != rb {

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -140,7 +141,7 @@ func compare(v Value, op string, l literal) bool {
 		if err != nil {
 			return op == "!="
 		}
-		c = cmp(v.I, i)
+		c = cmp.Compare(v.I, i)
 	case v.Kind == Bool && !l.quoted && (l.text == "true" || l.text == "false"):
 		if op != "==" && op != "!=" {
 			return false
@@ -167,16 +168,6 @@ func compare(v Value, op string, l literal) bool {
 		return c <= 0
 	}
 	return false
-}
-
-func cmp(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // MaxExprLen bounds a constraint's length (and so its nesting).

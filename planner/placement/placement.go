@@ -1,0 +1,560 @@
+package placement
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+)
+
+// Rule names a placement rule, in the order rules are applied; the names
+// are those of seed 001's constraint elimination sequence.
+type Rule = string
+
+const (
+	RuleDisabled            Rule = "Disabled"
+	RuleMaintenance         Rule = "Maintenance"
+	RulePlacementConstraint Rule = "PlacementConstraint"
+	RuleAffinity            Rule = "Affinity"
+	RuleCapacity            Rule = "NodeCapacity"
+	RuleFaultDomain         Rule = "FaultDomain"
+	RuleUpgradeDomain       Rule = "UpgradeDomain"
+	RulePreferredLocation   Rule = "PreferredLocation"
+)
+
+// Priority is how strictly a rule holds (seed 001).
+type Priority int
+
+const (
+	Off          Priority = -1
+	Hard         Priority = 0
+	Soft         Priority = 1
+	Optimization Priority = 2
+)
+
+// DefaultPriorities are seed 001's defaults. Disabled and Maintenance are
+// always hard.
+var DefaultPriorities = map[Rule]Priority{
+	RulePlacementConstraint: Hard, RuleCapacity: Hard, RuleAffinity: Hard,
+	RuleFaultDomain: Hard, RuleUpgradeDomain: Soft, RulePreferredLocation: Optimization,
+}
+
+// Host is one host as the placement rules see it.
+type Host struct {
+	Name          string
+	Type          string           // the built-in HostType
+	Properties    map[string]Value // besides HostName and HostType
+	FaultDomain   string           // fd:/dc1/rack2
+	UpgradeDomain string
+	Disabled      bool
+	Maintenance   bool // keeps its instances, receives nothing new
+	LoadAvg       float64
+	// Resources is the host for the allocation engine; its Instances is
+	// every service's instance count there (for affinity and domains).
+	Resources *alloc.Host
+}
+
+// Props returns the host's properties with the built-ins.
+func (h *Host) Props() map[string]Value {
+	p := make(map[string]Value, len(h.Properties)+2)
+	for k, v := range h.Properties {
+		p[k] = v
+	}
+	p["HostName"] = Str(h.Name)
+	if h.Type != "" {
+		p["HostType"] = Str(h.Type)
+	}
+	return p
+}
+
+// Affinity lists services, hard and soft.
+type Affinity struct {
+	Hard []string `json:"hard"`
+	Soft []string `json:"soft"`
+}
+
+// Policy ranks the hosts the rules allow (seed 003).
+type Policy string
+
+const (
+	NodesOrder Policy = "nodes_order" // HostsOrder first, in that order
+	LoadAvg    Policy = "load_avg"    // lowest load average first
+	SpreadRank Policy = "spread"      // a stable pseudo-random ranking seeded by the service name
+)
+
+// Request is an allocation request with its placement rules.
+type Request struct {
+	alloc.Request
+	Constraint   string
+	Affinity     Affinity
+	AntiAffinity Affinity
+	Policy       Policy
+	HostsOrder   []string
+	DomainSpread Spread
+	// UseBuffer lets the request use the hosts' buffered capacity (it
+	// replaces failed instances, or runs during an upgrade).
+	UseBuffer bool
+}
+
+// Settings are cluster-wide: per resource ("cpu", "memory") a buffer or an
+// overbooking percentage (as fractions: 0.15), and rule priorities.
+type Settings struct {
+	Buffer      map[string]float64
+	Overbooking map[string]float64 // -1 = unlimited
+	Priorities  map[Rule]Priority
+}
+
+// Resources the buffer and overbooking settings apply to.
+var Resources = []string{"cpu", "memory"}
+
+// Validate checks the settings field by field.
+func (s Settings) Validate() error {
+	for k, v := range s.Buffer {
+		if !slices.Contains(Resources, k) {
+			return fmt.Errorf("buffer_percent.%s: unknown resource; want cpu or memory", k)
+		}
+		if !(v >= 0 && v < 1) {
+			return fmt.Errorf("buffer_percent.%s = %v: want 0 ≤ buffer < 1 (0.15 = 15%%)", k, v)
+		}
+		if _, ok := s.Overbooking[k]; ok {
+			return fmt.Errorf("buffer_percent.%s and overbooking_percent.%s: a resource has a buffer or overbooking, never both", k, k)
+		}
+	}
+	for k, v := range s.Overbooking {
+		if !slices.Contains(Resources, k) {
+			return fmt.Errorf("overbooking_percent.%s: unknown resource; want cpu or memory", k)
+		}
+		if !(v >= 0 && v <= 100) && v != -1 {
+			return fmt.Errorf("overbooking_percent.%s = %v: want ≥ 0 (0.2 = 20%%) or -1 (unlimited)", k, v)
+		}
+	}
+	for r, p := range s.Priorities {
+		if _, ok := DefaultPriorities[r]; !ok {
+			return fmt.Errorf("constraint_priorities.%s: unknown rule; want one of PlacementConstraint, NodeCapacity, Affinity, FaultDomain, UpgradeDomain, PreferredLocation", r)
+		}
+		if p < Off || p > Optimization {
+			return fmt.Errorf("constraint_priorities.%s = %d: want -1 (off), 0 (hard), 1 (soft) or 2 (optimization)", r, p)
+		}
+	}
+	return nil
+}
+
+func (s Settings) priority(r Rule) Priority {
+	if p, ok := s.Priorities[r]; ok {
+		return p
+	}
+	return DefaultPriorities[r]
+}
+
+// Elimination is the hosts one rule removed.
+type Elimination = alloc.Elimination
+
+// Violation is a soft rule that gave way.
+type Violation = alloc.Violation
+
+// Result is a successful placement.
+type Result struct {
+	*alloc.Result
+	Spread       Spread        `json:"domain_spread,omitempty"` // the rule used ("" = domains not involved)
+	Violations   []Violation   `json:"violations,omitempty"`
+	Eliminations []Elimination `json:"eliminations"`
+}
+
+// Error is a request that cannot be placed, with the elimination report.
+type Error struct {
+	Invalid      bool // bad input rather than no room
+	Message      string
+	Eliminations []Elimination
+	Alloc        *alloc.Error // what the allocation engine said, if it ran
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Report renders the elimination sequence for people, one rule a line.
+func Report(elims []Elimination) string {
+	var b strings.Builder
+	for _, e := range elims {
+		hosts := "-"
+		if len(e.Hosts) > 0 {
+			hosts = strings.Join(e.Hosts, " ")
+		}
+		fmt.Fprintf(&b, "  %-20s %d eliminated: %s\n", e.Rule, len(e.Hosts), hosts)
+	}
+	return b.String()
+}
+
+// adjust returns host h as a request may use it (seed 000): normal
+// placement stays within the unbuffered capacity, capacity × (1 − buffer)
+// with a buffer, the capacity itself with overbooking; a request that may
+// use the buffer (replacing failed instances, upgrades) gets the total,
+// the capacity with a buffer, capacity × (1 + overbooking) with
+// overbooking (-1: unlimited, taken as ×1000). Memory is scaled directly;
+// CPU overbooking scales each CPU's pieces (Eru's oversold CPUs), a CPU
+// buffer caps the total pieces in use (cpuCap; -1 = none).
+func (s Settings) adjust(h *alloc.Host, useBuffer bool) (out *alloc.Host, cpuCap int64) {
+	out = cloneHost(h)
+	cpuCap = -1
+	scaleMem := func(f float64) {
+		out.MemoryBytes = int64(math.Min(math.Floor(float64(out.MemoryBytes)*f), math.MaxInt64/4))
+		for i := range out.NUMANodes {
+			out.NUMANodes[i].MemoryBytes = int64(math.Min(math.Floor(float64(out.NUMANodes[i].MemoryBytes)*f), math.MaxInt64/4))
+		}
+	}
+	if useBuffer {
+		factor := func(o float64) float64 {
+			if o == -1 {
+				return 1000
+			}
+			return 1 + o
+		}
+		if o, ok := s.Overbooking["cpu"]; ok {
+			for i := range out.CPUs {
+				out.CPUs[i].Capacity = int(math.Floor(float64(out.CPUs[i].Capacity) * factor(o)))
+			}
+		}
+		if o, ok := s.Overbooking["memory"]; ok {
+			scaleMem(factor(o))
+		}
+		return out, -1
+	}
+	if b, ok := s.Buffer["memory"]; ok {
+		scaleMem(1 - b)
+	}
+	if b, ok := s.Buffer["cpu"]; ok {
+		total := int64(0)
+		for _, c := range out.CPUs {
+			total += int64(c.Capacity)
+		}
+		cpuCap = int64(math.Floor(float64(total) * (1 - b)))
+	}
+	return out, cpuCap
+}
+
+func cloneHost(h *alloc.Host) *alloc.Host {
+	c := *h
+	c.CPUs = slices.Clone(h.CPUs)
+	c.NUMANodes = slices.Clone(h.NUMANodes)
+	return &c
+}
+
+// Plan applies the rules in order, ranks what is left, and lets the
+// allocation engine place the request on it. It is pure.
+func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error) {
+	bad := func(format string, args ...any) error {
+		return &Error{Invalid: true, Message: fmt.Sprintf(format, args...)}
+	}
+	if err := s.Validate(); err != nil {
+		return nil, bad("%v", err)
+	}
+	expr, err := Parse(r.Constraint)
+	if err != nil {
+		return nil, &Error{Invalid: true, Message: err.Error()}
+	}
+	if _, err := ParseSpread(string(r.DomainSpread)); err != nil {
+		return nil, bad("%v", err)
+	}
+	switch r.Policy {
+	case "", NodesOrder, LoadAvg, SpreadRank:
+	default:
+		return nil, bad("placement_policy = %q: want nodes_order, load_avg or spread", r.Policy)
+	}
+	if r.Strategy == "" {
+		r.Strategy = alloc.Auto
+	}
+	if err := alloc.ValidateRequest(p, r.Request); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Error()}
+	}
+	sorted := slices.Clone(hosts)
+	slices.SortFunc(sorted, func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) })
+
+	res := &Result{}
+	left := sorted
+	elim := func(rule Rule, keep func(*Host) bool) {
+		var kept []*Host
+		e := Elimination{Rule: rule, Hosts: []string{}}
+		for _, h := range left {
+			if keep(h) {
+				kept = append(kept, h)
+			} else {
+				e.Hosts = append(e.Hosts, h.Name)
+			}
+		}
+		res.Eliminations = append(res.Eliminations, e)
+		left = kept
+	}
+	// soft applies a rule that gives way when it would leave no host.
+	soft := func(rule Rule, prio Priority, keep func(*Host) bool, detail string) {
+		if prio == Off {
+			return
+		}
+		before := left
+		elim(rule, keep)
+		if len(left) == 0 && prio >= Soft && len(before) > 0 {
+			left = before
+			res.Eliminations[len(res.Eliminations)-1].Hosts = []string{}
+			res.Violations = append(res.Violations, Violation{Rule: rule, Detail: detail})
+		}
+	}
+	fail := func(msg string) error {
+		return &Error{Message: msg, Eliminations: res.Eliminations}
+	}
+
+	elim(RuleDisabled, func(h *Host) bool { return !h.Disabled })
+	elim(RuleMaintenance, func(h *Host) bool { return !h.Maintenance })
+	soft(RulePlacementConstraint, s.priority(RulePlacementConstraint), func(h *Host) bool { return expr.Match(h.Props()) },
+		fmt.Sprintf("no host matches %q", r.Constraint))
+	has := func(h *Host, svc string) bool { return h.Resources.Instances[svc] > 0 }
+	hardAff := func(h *Host) bool {
+		for _, svc := range r.Affinity.Hard {
+			if !has(h, svc) {
+				return false
+			}
+		}
+		for _, svc := range r.AntiAffinity.Hard {
+			if has(h, svc) {
+				return false
+			}
+		}
+		return true
+	}
+	soft(RuleAffinity, s.priority(RuleAffinity), hardAff, "no host satisfies the hard affinity rules")
+	if len(left) == 0 {
+		return nil, fail(fmt.Sprintf("no host may take %s: every host was eliminated", r.Service))
+	}
+
+	// Capacity, under buffer and overbooking.
+	capPrio := s.priority(RuleCapacity)
+	useBuffer := r.UseBuffer || capPrio == Soft
+	adj := map[string]*alloc.Host{}
+	room := map[string]int{}
+	for _, h := range left {
+		ah, cpuCap := s.adjust(h.Resources, useBuffer)
+		adj[h.Name] = ah
+		n := alloc.HostCapacity(p, ah, r.Request).Count
+		if cpuCap >= 0 && r.Bind && r.Pieces > 0 {
+			used := int64(0)
+			for _, c := range ah.CPUs {
+				used += int64(c.Used)
+			}
+			n = min(n, int(max(0, (cpuCap-used)/int64(r.Pieces))))
+		}
+		if r.MaxPerHost > 0 {
+			n = min(n, max(0, r.MaxPerHost-h.Resources.Instances[r.Service]))
+		}
+		room[h.Name] = n
+	}
+	if capPrio != Off {
+		elim(RuleCapacity, func(h *Host) bool {
+			return room[h.Name] > 0 || r.Strategy == alloc.Fill && h.Resources.Instances[r.Service] >= r.Count
+		})
+	}
+	if len(left) == 0 {
+		return nil, fail(fmt.Sprintf("no host has room for an instance of %s (%s CPUs, %d bytes)", r.Service, alloc.FormatPieces(r.Pieces, p.ShareBase), r.MemoryBytes))
+	}
+
+	// Rank (seed 003 policies; nodes_order is also the preferred location).
+	rank := rankHosts(r, left)
+	slices.SortStableFunc(left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
+
+	// Soft affinity gives way only when nothing else is left.
+	softAff := func(h *Host) bool {
+		for _, svc := range r.Affinity.Soft {
+			if !has(h, svc) {
+				return false
+			}
+		}
+		for _, svc := range r.AntiAffinity.Soft {
+			if has(h, svc) {
+				return false
+			}
+		}
+		return true
+	}
+	allowed := left
+	if len(r.Affinity.Soft)+len(r.AntiAffinity.Soft) > 0 {
+		var pref []*Host
+		for _, h := range left {
+			if softAff(h) {
+				pref = append(pref, h)
+			}
+		}
+		if len(pref) > 0 {
+			if out, err := place(p, s, r, pref, adj, room, rank, res); err == nil {
+				return out, nil
+			}
+		}
+		res.Violations = append(res.Violations, Violation{Rule: RuleAffinity, Detail: "soft affinity gave way: the hosts that satisfy it cannot take the request"})
+	}
+	return place(p, s, r, allowed, adj, room, rank, res)
+}
+
+// place runs the domain rules (when the hosts have domains) and the
+// allocation engine on hosts, which are ranked.
+func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]*alloc.Host, room map[string]int, rank map[string]int, res *Result) (*Result, error) {
+	out := *res
+	out.Violations = slices.Clone(res.Violations)
+	out.Eliminations = slices.Clone(res.Eliminations)
+	ah := make([]*alloc.Host, len(hosts))
+	for i, h := range hosts {
+		ah[i] = adj[h.Name]
+	}
+	req := r.Request
+	req.Rank = rank
+	req.Limit = map[string]int{}
+	for _, h := range hosts {
+		req.Limit[h.Name] = room[h.Name]
+	}
+	spread, _ := ParseSpread(string(r.DomainSpread))
+	domains := spread != SpreadOff && slices.ContainsFunc(hosts, func(h *Host) bool { return h.FaultDomain != "" || h.UpgradeDomain != "" })
+	if domains && r.Strategy != alloc.Each && r.Strategy != alloc.Fill {
+		fixed, used, vio, err := domainCounts(s, r, hosts, room, spread)
+		if err != nil {
+			var pe *Error
+			if errors.As(err, &pe) {
+				pe.Eliminations = append(slices.Clone(out.Eliminations), pe.Eliminations...)
+			}
+			return nil, err
+		}
+		req.Fixed, out.Spread = fixed, used
+		out.Violations = append(out.Violations, vio...)
+	}
+	ar, err := alloc.Plan(p, ah, req)
+	if err != nil {
+		var ae *alloc.Error
+		if errors.As(err, &ae) && ae.Code != alloc.CodeInvalid {
+			e := &Error{Message: ae.Message, Eliminations: out.Eliminations, Alloc: ae}
+			e.Eliminations = append(e.Eliminations, Elimination{Rule: RuleCapacity, Hosts: slices.Clone(ae.Hosts)})
+			return nil, e
+		}
+		return nil, &Error{Invalid: true, Message: err.Error(), Alloc: ae}
+	}
+	// Report capacity as the rules allow it (the CPU buffer caps hosts
+	// through Limit, which the engine's raw capacity does not show).
+	ar.TotalCapacity = 0
+	for name, c := range ar.Capacity {
+		if l, ok := req.Limit[name]; ok && l < c {
+			ar.Capacity[name] = l
+		}
+		ar.TotalCapacity += ar.Capacity[name]
+	}
+	out.Result = ar
+	return &out, nil
+}
+
+// domainCounts spreads the request over fault and upgrade domains. The
+// fault domain rule (and the host itself, the finest fault domain) and the
+// upgrade domain rule are checked together; if that is impossible and the
+// upgrade domain rule is soft, it gives way.
+func domainCounts(s Settings, r Request, hosts []*Host, room map[string]int, spread Spread) (map[string]int, Spread, []Violation, error) {
+	total := r.Count
+	var fds, uds []string
+	depth := 0
+	for _, h := range hosts {
+		total += h.Resources.Instances[r.Service]
+		fds = append(fds, h.FaultDomain)
+		uds = append(uds, h.UpgradeDomain)
+		depth = max(depth, len(FaultLevels(h.FaultDomain)))
+	}
+	mode := chooseSpread(spread, total, fds, uds)
+	build := func(withFD, withUD bool) []domainHost {
+		out := make([]domainHost, len(hosts))
+		for i, h := range hosts {
+			var lv []string
+			if withFD {
+				lv = append(lv, faultKeys(h.FaultDomain, depth)...)
+				lv = append(lv, "H:"+h.Name)
+			}
+			if withUD {
+				lv = append(lv, "UD:"+h.UpgradeDomain)
+			}
+			out[i] = domainHost{name: h.Name, levels: lv, existing: h.Resources.Instances[r.Service], room: room[h.Name]}
+		}
+		return out
+	}
+	fdPrio, udPrio := s.priority(RuleFaultDomain), s.priority(RuleUpgradeDomain)
+	tries := []struct {
+		fd, ud bool
+		vio    []Violation
+	}{{fdPrio != Off, udPrio != Off, nil}}
+	if udPrio >= Soft {
+		tries = append(tries, struct {
+			fd, ud bool
+			vio    []Violation
+		}{fdPrio != Off, false, []Violation{{Rule: RuleUpgradeDomain, Detail: fmt.Sprintf("%s could not hold: instances packed into too few upgrade domains", mode)}}})
+	}
+	if fdPrio >= Soft {
+		tries = append(tries, struct {
+			fd, ud bool
+			vio    []Violation
+		}{false, false, []Violation{{Rule: RuleFaultDomain, Detail: fmt.Sprintf("%s could not hold: instances packed into too few fault domains", mode)}}})
+	}
+	for _, t := range tries {
+		counts, ok := search(build(t.fd, t.ud), r.Count, mode == QuorumSafe)
+		if !ok {
+			continue
+		}
+		fixed := map[string]int{}
+		for i, h := range hosts {
+			if counts[i] > 0 {
+				fixed[h.Name] = counts[i]
+			}
+		}
+		return fixed, mode, t.vio, nil
+	}
+	// Which rule made it impossible: the fault domains alone, or with the
+	// upgrade domains.
+	rule := RuleUpgradeDomain
+	if _, ok := search(build(fdPrio != Off, false), r.Count, mode == QuorumSafe); !ok {
+		rule = RuleFaultDomain
+	}
+	var names []string
+	for _, h := range hosts {
+		names = append(names, h.Name)
+	}
+	return nil, mode, nil, &Error{Message: fmt.Sprintf("%d instances of %s cannot be spread over the domains of %d hosts under the %s rule (%s)",
+		r.Count, r.Service, len(hosts), mode, rule), Eliminations: []Elimination{{Rule: rule, Hosts: names}}}
+}
+
+// rankHosts orders hosts by the request's policy; ties by name.
+func rankHosts(r Request, hosts []*Host) map[string]int {
+	order := slices.Clone(hosts)
+	switch r.Policy {
+	case NodesOrder:
+		pos := map[string]int{}
+		for i, n := range r.HostsOrder {
+			if _, ok := pos[n]; !ok {
+				pos[n] = i
+			}
+		}
+		at := func(h *Host) int {
+			if i, ok := pos[h.Name]; ok {
+				return i
+			}
+			return len(r.HostsOrder)
+		}
+		slices.SortStableFunc(order, func(a, b *Host) int { return cmp.Compare(at(a), at(b)) })
+	case LoadAvg:
+		slices.SortStableFunc(order, func(a, b *Host) int { return cmp.Compare(a.LoadAvg, b.LoadAvg) })
+	case SpreadRank:
+		key := func(h *Host) uint64 {
+			f := fnv.New64a()
+			f.Write([]byte(r.Service))
+			f.Write([]byte{0})
+			f.Write([]byte(h.Name))
+			return f.Sum64()
+		}
+		slices.SortStableFunc(order, func(a, b *Host) int { return cmp.Compare(key(a), key(b)) })
+	default:
+		return nil
+	}
+	rank := make(map[string]int, len(order))
+	for i, h := range order {
+		rank[h.Name] = i
+	}
+	return rank
+}
