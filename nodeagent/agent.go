@@ -524,8 +524,8 @@ func (a *Agent) checkpointAndReport(ctx context.Context, desired []Instance) {
 		}
 		a.mu.Lock()
 		st.Error = a.errs[in.ID]
-		if g := a.refused[in.ID]; g == in.Generation {
-			st.RefusedGeneration = g
+		if a.refused[in.ID] == in.Generation || a.failed[in.ID] == in.Generation {
+			st.RefusedGeneration = in.Generation
 		}
 		if st.Error == "" && a.failed[in.ID] == in.Generation {
 			st.Error = a.failMsg[in.ID]

@@ -336,7 +336,7 @@ func TestReplaceRollsBackOnProbe(t *testing.T) {
 	if len(cs) != 1 || cs[0].ID != "c1" || cs[0].Paused || !cs[0].Running {
 		t.Errorf("after a failed probe: %+v, want only c1, running, not paused", cs)
 	}
-	if r := pl.last("db-1"); !strings.Contains(r.Error, "rolled back") || !strings.Contains(r.Error, "exited 1") {
+	if r := pl.last("db-1"); !strings.Contains(r.Error, "rolled back") || !strings.Contains(r.Error, "exited 1") || r.RefusedGeneration != 2 {
 		t.Errorf("report %+v, want the rollback and the probe's exit code", r)
 	}
 	if len(eng.execs) == 0 || eng.execs[0][0] != "test" {

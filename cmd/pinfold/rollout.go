@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -103,24 +104,30 @@ func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 			switch {
 			case mode == waitResize && in.RolledBack != "" && in.Generation > gen:
 				failed = append(failed, fmt.Sprintf("%s: %s", in.Id, in.RolledBack))
-			case mode == waitReplace && in.Error != "" && in.ObservedGeneration < gen && strings.Contains(in.Error, "rolled back"):
+			case mode == waitReplace && in.RefusedGeneration == gen:
 				failed = append(failed, fmt.Sprintf("%s: %s", in.Id, in.Error))
 			case in.ObservedGeneration >= gen && in.State == "running":
 				done++
 			}
 		}
-		if len(failed) > 0 {
-			return got, &exitError{code: exitUnmet, err: fmt.Errorf("%d of %d instances failed:\n  %s", len(failed), total, strings.Join(failed, "\n  "))}
-		}
 		if progress != nil && done != lastDone {
 			fmt.Fprintf(progress, "  applied on %d/%d instances\n", done, total)
 			lastDone = done
 		}
-		if done == total {
+		// A batch settles before it is judged: every instance applied or
+		// failed, so no replacement is still in flight when this returns.
+		if done+len(failed) == total {
+			if len(failed) > 0 {
+				return got, &exitError{code: exitUnmet, err: fmt.Errorf("%d of %d instances failed:\n  %s", len(failed), total, strings.Join(failed, "\n  "))}
+			}
 			return got, nil
 		}
 		if time.Now().After(deadline) {
-			return got, &exitError{code: exitUnmet, err: fmt.Errorf("only %d of %d instances applied within %s (see `pinfold ps`)", done, total, timeout)}
+			msg := fmt.Sprintf("only %d of %d instances applied within %s (see `pinfold ps`)", done, total, timeout)
+			if len(failed) > 0 {
+				msg += "; failed:\n  " + strings.Join(failed, "\n  ")
+			}
+			return got, &exitError{code: exitUnmet, err: errors.New(msg)}
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):

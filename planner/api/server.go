@@ -132,7 +132,7 @@ func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.
 	}
 	if st != nil {
 		m.State, m.ContainerId, m.Pid, m.Error = st.State, st.ContainerID, int32(st.PID), st.Error
-		m.ObservedGeneration, m.MemoryCurrentBytes = st.Generation, st.MemoryCurrent
+		m.ObservedGeneration, m.MemoryCurrentBytes, m.RefusedGeneration = st.Generation, st.MemoryCurrent, st.Refused
 		if st.Generation < in.Generation && st.State == "running" {
 			m.State = "updating"
 		}

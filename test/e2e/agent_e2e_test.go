@@ -32,6 +32,9 @@ type psEntry struct {
 	Container  string         `json:"container_id"`
 	PID        int            `json:"pid"`
 	Bind       bool           `json:"bind"`
+	RolledBack string         `json:"rolled_back"`
+	// MemoryCurrent is memory.current as the agent last reported it.
+	MemoryCurrent int64 `json:"memory_current_bytes"`
 }
 
 // daemon starts a pinfold subcommand in the background, killed at cleanup.
@@ -198,7 +201,7 @@ func TestE2EAgent(t *testing.T) {
 	resize := func(target string, args []string, file, want string) psEntry {
 		t.Helper()
 		t0 := time.Now()
-		if _, errOut, code := pinfold(t, "", append(append([]string{"resize", target}, args...), "--planner", plannerAddr)...); code != 0 {
+		if _, errOut, code := pinfold(t, "", append(append([]string{"resize", target}, args...), "--wait", "0", "--planner", plannerAddr)...); code != 0 {
 			t.Fatalf("resize %v: %s", args, errOut)
 		}
 		eventually(t, 60*time.Second, fmt.Sprintf("%s %s = %s", target, file, want), func() (bool, string) {
@@ -228,9 +231,34 @@ func TestE2EAgent(t *testing.T) {
 	if e.Bind || e.CPUQuota != "1.5" || cg(t, a.Container, "cpu.max") != "150000 100000" {
 		t.Errorf("after unbinding: %+v, cpu.max %q", e, cg(t, a.Container, "cpu.max"))
 	}
+	// More samples of the apply latency: memory up and down by 16 MiB.
+	for i := 0; i < 20; i++ {
+		sign, mem := "+", 208<<20
+		if i%2 == 1 {
+			sign, mem = "-", 192<<20
+		}
+		t0 := time.Now()
+		if _, errOut, code := pinfold(t, "", "resize", a.ID, "--memory", sign+"16MiB", "--wait", "0", "--planner", plannerAddr); code != 0 {
+			t.Fatalf("resize %s16MiB: %s", sign, errOut)
+		}
+		eventually(t, 60*time.Second, fmt.Sprintf("memory.max = %d", mem), func() (bool, string) {
+			got := cg(t, a.Container, "memory.max")
+			return got == fmt.Sprint(mem), got
+		})
+		latencies = append(latencies, time.Since(t0))
+	}
 	slices.Sort(latencies)
-	t.Logf("apply latency (CLI resize returned → cgroup file changed), %d samples: min %s, median %s, max %s",
-		len(latencies), latencies[0].Round(time.Millisecond), latencies[len(latencies)/2].Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond))
+	p99 := latencies[min(len(latencies)-1, len(latencies)*99/100)]
+	t.Logf("apply latency (planner committed, CLI returned → cgroup file changed), %d samples: min %s, median %s, p90 %s, p99 %s, max %s",
+		len(latencies), latencies[0].Round(time.Millisecond), latencies[len(latencies)/2].Round(time.Millisecond),
+		latencies[len(latencies)*9/10].Round(time.Millisecond), p99.Round(time.Millisecond), latencies[len(latencies)-1].Round(time.Millisecond))
+	// Without --wait 0 the CLI returns only once the host applied it.
+	if _, errOut, code := pinfold(t, "", "resize", a.ID, "--memory", "+8MiB", "--planner", plannerAddr); code != 0 {
+		t.Fatalf("resize --memory +8MiB (waiting): %s", errOut)
+	}
+	if got := cg(t, a.Container, "memory.max"); got != fmt.Sprint(200<<20) {
+		t.Errorf("memory.max right after a waiting resize returned = %s, want %d", got, 200<<20)
+	}
 
 	// 3. Drift: a hand-made docker update is reverted.
 	wantCPUs := cg(t, b.Container, "cpuset.cpus")
@@ -246,7 +274,7 @@ func TestE2EAgent(t *testing.T) {
 	t.Logf("manual docker update --cpuset-cpus %s reverted to %s in %s", other, wantCPUs, time.Since(t0).Round(time.Millisecond))
 
 	// 4. Replace, unhealthy: the new container exits, the old one resumes.
-	if _, errOut, code := pinfold(t, "", "replace", b.ID, "--image", image, "--planner", plannerAddr, "--", "false"); code != 0 {
+	if _, errOut, code := pinfold(t, "", "replace", b.ID, "--image", image, "--wait", "0", "--planner", plannerAddr, "--", "false"); code != 0 {
 		t.Fatalf("replace: %s", errOut)
 	}
 	eventually(t, 60*time.Second, "the failed replace to roll back", func() (bool, string) {
@@ -259,7 +287,7 @@ func TestE2EAgent(t *testing.T) {
 	}
 	// 5. Replace, healthy, on the same CPUs.
 	cCPUs := cg(t, c.Container, "cpuset.cpus")
-	if _, errOut, code := pinfold(t, "", "replace", c.ID, "--image", image, "--planner", plannerAddr, "--", "sleep", "7200"); code != 0 {
+	if _, errOut, code := pinfold(t, "", "replace", c.ID, "--image", image, "--wait", "0", "--planner", plannerAddr, "--", "sleep", "7200"); code != 0 {
 		t.Fatalf("replace: %s", errOut)
 	}
 	var newC string
@@ -275,7 +303,7 @@ func TestE2EAgent(t *testing.T) {
 		t.Errorf("replacement on CPUs %s, the old one had %s", got, cCPUs)
 	}
 	// 6. Kill the agent mid-replace, restart it: it converges.
-	if _, errOut, code := pinfold(t, "", "replace", c.ID, "--image", image, "--planner", plannerAddr, "--", "sleep", "7300"); code != 0 {
+	if _, errOut, code := pinfold(t, "", "replace", c.ID, "--image", image, "--wait", "0", "--planner", plannerAddr, "--", "sleep", "7300"); code != 0 {
 		t.Fatalf("replace: %s", errOut)
 	}
 	eventually(t, 60*time.Second, "the replacement to start", func() (bool, string) {
@@ -293,4 +321,135 @@ func TestE2EAgent(t *testing.T) {
 		out, _ := exec.Command("docker", "inspect", "-f", "{{.State.Running}} {{json .Config.Cmd}}", ids[0]).Output()
 		return strings.TrimSpace(string(out)) == `true ["sleep","7300"]`, string(out)
 	})
+
+	testMemoryGuardsAndRollback(t, image)
+	testHealthChecks(t, image)
+	// The agent reports the host's load and memory (gopsutil).
+	out, _, _ := pinfold(t, "", "host", "show", "vm", "-o", "json", "--planner", plannerAddr)
+	var h struct {
+		Metrics *struct {
+			Load1    float64 `json:"load1"`
+			MemTotal uint64  `json:"mem_total_bytes"`
+			MemAvail uint64  `json:"mem_available_bytes"`
+		} `json:"metrics"`
+	}
+	if err := json.Unmarshal([]byte(out), &h); err != nil || h.Metrics == nil || h.Metrics.MemTotal == 0 || h.Metrics.MemAvail > h.Metrics.MemTotal {
+		t.Errorf("host show: metrics = %+v (%v)\n%s", h.Metrics, err, tail(out, 20))
+	} else {
+		t.Logf("host metrics from the agent: load1 %.2f, memory %d of %d bytes available", h.Metrics.Load1, h.Metrics.MemAvail, h.Metrics.MemTotal)
+	}
 }
+
+// testMemoryGuardsAndRollback: shrinking memory below memory.current is
+// refused up front; a forced resize the host refuses (below Docker's 6 MiB
+// minimum) is rolled back by the planner and the CLI says why.
+func testMemoryGuardsAndRollback(t *testing.T, image string) {
+	if _, errOut, code := pinfold(t, "", "deploy", "mem", "--count", "1", "--cpu", "0.5", "--memory", "128MiB", "--image", image,
+		"--planner", plannerAddr, "--", "sh", "-c", "head -c 41943040 /dev/zero > /dev/shm/fill; sleep 3600"); code != 0 {
+		t.Fatalf("deploy mem: %s", errOut)
+	}
+	var m psEntry
+	eventually(t, 120*time.Second, "mem to run and report ≥ 40 MiB in use", func() (bool, string) {
+		for _, e := range ps(t) {
+			if e.ID != "" && strings.HasPrefix(e.ID, "mem-") {
+				m = e
+			}
+		}
+		return m.State == "running" && m.MemoryCurrent >= 40<<20, fmt.Sprintf("%+v", m)
+	})
+	t.Logf("mem-instance memory.current reported: %d bytes", m.MemoryCurrent)
+	_, errOut, code := pinfold(t, "", "resize", m.ID, "--memory", "-100MiB", "--planner", plannerAddr)
+	if code != 2 || !strings.Contains(errOut, "memory.current") || !strings.Contains(errOut, "--force") {
+		t.Errorf("shrink to 28 MiB with 40 MiB in use: exit %d, %q; want exit 2 naming memory.current and --force", code, errOut)
+	}
+	if got := cg(t, m.Container, "memory.max"); got != fmt.Sprint(128<<20) {
+		t.Errorf("memory.max after a refused shrink = %s", got)
+	}
+	_, errOut, code = pinfold(t, "", "resize", m.ID, "--memory", "-124MiB", "--force", "--planner", plannerAddr)
+	if code != 1 || !strings.Contains(errOut, "refused by host vm") || !strings.Contains(errOut, "6 MiB") {
+		t.Errorf("forced resize to 4 MiB: exit %d, %q; want exit 1 with the host's refusal", code, errOut)
+	}
+	e := byID(ps(t), m.ID)
+	if e.Memory != 128<<20 || e.Generation != m.Generation+2 || !strings.Contains(e.RolledBack, "rolled back") {
+		t.Errorf("after the refusal: %+v, want 128 MiB back at generation %d", e, m.Generation+2)
+	}
+	if got := cg(t, m.Container, "memory.max"); got != fmt.Sprint(128<<20) {
+		t.Errorf("memory.max after the rollback = %s", got)
+	}
+	if _, errOut, code := pinfold(t, "", "remove", "mem", "--planner", plannerAddr); code != 0 {
+		t.Errorf("remove mem: %s", errOut)
+	}
+}
+
+// testHealthChecks: a rolling replace of a service with an exec probe that
+// passes, one that fails (rolled back, exit 1), and an image whose own
+// HEALTHCHECK decides.
+func testHealthChecks(t *testing.T, image string) {
+	before := map[string]string{}
+	for _, e := range ps(t) {
+		if strings.HasPrefix(e.ID, "web-") {
+			before[e.ID] = e.Container
+		}
+	}
+	// Failing probe: the first batch rolls back, nothing else is touched.
+	_, errOut, code := pinfold(t, "", "replace", "web", "--image", image, "--batch", "1", "--health-cmd", "test -f /nonexistent",
+		"--health-timeout", "3s", "--planner", plannerAddr, "--", "sleep", "3601")
+	if code != 1 || !strings.Contains(errOut, "rolled back") || !strings.Contains(errOut, "batch 1/1") {
+		t.Errorf("replace with a failing probe: exit %d, %q; want exit 1, rolled back", code, errOut)
+	}
+	for id, c := range before {
+		if ids := dockerPS(t, id); len(ids) != 1 || ids[0] != c {
+			t.Errorf("%s after the failed replace runs %v, want its old container %s", id, ids, short(c))
+		}
+	}
+	// Passing probe: every instance swapped, progress shown.
+	t0 := time.Now()
+	_, errOut, code = pinfold(t, "", "replace", "web", "--image", image, "--batch", "1", "--health-cmd", "test -d /proc/1",
+		"--planner", plannerAddr, "--", "sleep", "3602")
+	if code != 0 || !strings.Contains(errOut, "batch 1/1 done") {
+		t.Errorf("replace with a passing probe: exit %d, %q", code, errOut)
+	}
+	t.Logf("rolling replace of %d instances with an exec probe took %s", len(before), time.Since(t0).Round(time.Millisecond))
+	for id, c := range before {
+		if ids := dockerPS(t, id); len(ids) != 1 || ids[0] == c {
+			t.Errorf("%s after the healthy replace runs %v (old %s)", id, ids, short(c))
+		}
+	}
+	// The image's own HEALTHCHECK: built here from the test image.
+	build := exec.Command("docker", "build", "-q", "-t", "pinfold/hc:test", "-")
+	build.Stdin = strings.NewReader("FROM " + image + "\nHEALTHCHECK --interval=2s --timeout=20s --retries=2 CMD test -f /healthy\n")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("docker build: %v %s", err, out)
+	}
+	// A fresh service (no probe of its own), replaced with that image.
+	if _, errOut, code := pinfold(t, "", "deploy", "hc", "--count", "1", "--cpu", "0.2", "--memory", "32MiB", "--image", image,
+		"--planner", plannerAddr, "--", "sleep", "3600"); code != 0 {
+		t.Fatalf("deploy hc: %s", errOut)
+	}
+	var one string
+	eventually(t, 120*time.Second, "hc to run", func() (bool, string) {
+		for _, e := range ps(t) {
+			if strings.HasPrefix(e.ID, "hc-") && e.State == "running" {
+				one = e.ID
+			}
+		}
+		return one != "", ""
+	})
+	_, errOut, code = pinfold(t, "", "replace", one, "--image", "pinfold/hc:test", "--planner", plannerAddr, "--", "sleep", "3603")
+	if code != 1 || !strings.Contains(errOut, "HEALTHCHECK reports unhealthy") {
+		t.Errorf("replace with an image that turns unhealthy: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = pinfold(t, "", "replace", one, "--image", "pinfold/hc:test", "--planner", plannerAddr, "--", "sh", "-c", "echo ok > /healthy; sleep 3604")
+	if code != 0 {
+		t.Errorf("replace with an image that turns healthy: exit %d, %q", code, errOut)
+	}
+	ids := dockerPS(t, one)
+	if len(ids) != 1 {
+		t.Fatalf("%s runs %v", one, ids)
+	}
+	if out, _ := exec.Command("docker", "inspect", "-f", "{{.State.Health.Status}}", ids[0]).Output(); strings.TrimSpace(string(out)) != "healthy" {
+		t.Errorf("the HEALTHCHECK replacement is %q, want healthy", out)
+	}
+}
+
+func short(id string) string { return id[:min(12, len(id))] }

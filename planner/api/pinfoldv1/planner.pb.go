@@ -427,6 +427,7 @@ type Instance struct {
 	Health             *HealthCheck           `protobuf:"bytes,20,opt,name=health,proto3" json:"health,omitempty"`
 	MemoryCurrentBytes int64                  `protobuf:"varint,21,opt,name=memory_current_bytes,json=memoryCurrentBytes,proto3" json:"memory_current_bytes,omitempty"` // observed memory.current
 	ObservedGeneration int64                  `protobuf:"varint,22,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`   // the generation the host runs
+	RefusedGeneration  int64                  `protobuf:"varint,23,opt,name=refused_generation,json=refusedGeneration,proto3" json:"refused_generation,omitempty"`      // the generation the host refused or rolled back
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -611,6 +612,13 @@ func (x *Instance) GetMemoryCurrentBytes() int64 {
 func (x *Instance) GetObservedGeneration() int64 {
 	if x != nil {
 		return x.ObservedGeneration
+	}
+	return 0
+}
+
+func (x *Instance) GetRefusedGeneration() int64 {
+	if x != nil {
+		return x.RefusedGeneration
 	}
 	return 0
 }
@@ -2385,7 +2393,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xe4\x05\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\x93\x06\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -2412,7 +2420,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"rolledBack\x12/\n" +
 	"\x06health\x18\x14 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x120\n" +
 	"\x14memory_current_bytes\x18\x15 \x01(\x03R\x12memoryCurrentBytes\x12/\n" +
-	"\x13observed_generation\x18\x16 \x01(\x03R\x12observedGeneration\x1a7\n" +
+	"\x13observed_generation\x18\x16 \x01(\x03R\x12observedGeneration\x12-\n" +
+	"\x12refused_generation\x18\x17 \x01(\x03R\x11refusedGeneration\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xdd\x02\n" +
