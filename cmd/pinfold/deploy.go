@@ -96,6 +96,7 @@ func newDeployCmd() *cobra.Command {
 		image      string
 		env        []string
 		health     healthFlags
+		rules      ruleFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "deploy SERVICE [-- COMMAND ARGS…]",
@@ -108,10 +109,25 @@ either every instance is placed or none.
 
 Strategies: auto (level the service's instance counts), each (N on every
 host that can take N), fill (top every host up to N), global (least used
-share first), drained (smallest remaining capacity first).`,
+share first), drained (smallest remaining capacity first).
+
+Placement rules decide which hosts may take the instances before the
+strategy decides how many each gets (seeds 000-003): disabled and
+maintenance hosts are left out, then --constraint (an expression over host
+properties: == != > >= < <=, && || !, parentheses, in (a b)), then
+--affinity/--anti-affinity to other services' instances (hard; the --soft-
+forms give way only when nothing else is left), then capacity (with the
+cluster's buffer and overbooking, see 'pinfold settings'), then the fault
+and upgrade domain spread (--domain-spread adaptive, max_difference,
+quorum_safe or off). --placement-policy ranks what is left: nodes_order
+(--hosts-order), load_avg (agent-measured) or spread (stable, seeded by the
+service name). When nothing can be placed, the error lists rule by rule
+which hosts each rule eliminated.`,
 		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
   pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB
-  pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB`,
+  pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB
+  pinfold deploy db --count 5 --cpu 2 --bind --memory 8GiB --constraint "HasSSD == true && SomeProperty >= 4" \
+      --anti-affinity batch --placement-policy load_avg`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
@@ -141,16 +157,28 @@ share first), drained (smallest remaining capacity first).`,
 			if err != nil {
 				return err
 			}
+			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image,
+				Command: args[1:], Env: env, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
+				Strategy: strategy, MaxPerHost: int32(maxPerHost), Health: hc}
+			if err := rules.apply(dreq); err != nil {
+				return err
+			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				t0 := time.Now()
 				if !out.json() {
 					fmt.Fprintf(cmd.ErrOrStderr(), "placing %d × %s (%s CPUs %s, %s)…\n", count, args[0], cpuS, bindWord(bind), formatBytes(mem))
 				}
-				resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(&pinfoldv1.DeployRequest{Service: args[0], Image: image,
-					Command: args[1:], Env: env, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
-					Strategy: strategy, MaxPerHost: int32(maxPerHost), Health: hc}))
+				resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(dreq))
 				if err != nil {
 					return err
+				}
+				if !out.json() {
+					if resp.Msg.DomainSpread != "" {
+						fmt.Fprintf(cmd.ErrOrStderr(), "fault and upgrade domains: %s rule\n", resp.Msg.DomainSpread)
+					}
+					for _, v := range resp.Msg.Violations {
+						fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: soft rule %s gave way: %s\n", v.Rule, v.Detail)
+					}
 				}
 				if out.json() {
 					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
@@ -177,6 +205,7 @@ share first), drained (smallest remaining capacity first).`,
 	f.StringVar(&image, "image", "", "container image")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
 	health.register(cmd)
+	rules.register(cmd)
 	_ = cmd.MarkFlagRequired("memory")
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"auto", "each", "fill", "global", "drained"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd

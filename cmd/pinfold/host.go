@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -17,6 +18,7 @@ import (
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
 )
 
@@ -30,22 +32,28 @@ from a 'pinfold topology -o json' file (deploys onto it stay pending until an
 agent runs there).`,
 	}
 	cmd.AddCommand(newHostAddCmd(), newHostListCmd(), newHostShowCmd(), newHostSetCmd(),
-		newHostEnableCmd(true), newHostEnableCmd(false), newHostRemoveCmd())
+		newHostEnableCmd(true), newHostEnableCmd(false), newHostMaintenanceCmd(), newHostRemoveCmd())
 	return cmd
 }
 
 // hostJSON is the -o json form of a host.
 type hostJSON struct {
-	Name      string             `json:"name"`
-	State     string             `json:"state"`
-	Capacity  resourcesJSON      `json:"capacity"`
-	Used      resourcesJSON      `json:"used"`
-	NUMANodes []numaJSON         `json:"numa_nodes"`
-	Instances map[string]int32   `json:"instances"`
-	Agent     bool               `json:"agent"`
-	Version   string             `json:"agent_version,omitempty"`
-	Metrics   *metricsJSON       `json:"metrics,omitempty"`
-	Topology  *topology.Topology `json:"topology,omitempty"`
+	Name      string           `json:"name"`
+	State     string           `json:"state"`
+	Capacity  resourcesJSON    `json:"capacity"`
+	Used      resourcesJSON    `json:"used"`
+	NUMANodes []numaJSON       `json:"numa_nodes"`
+	Instances map[string]int32 `json:"instances"`
+	Agent     bool             `json:"agent"`
+	Version   string           `json:"agent_version,omitempty"`
+	Metrics   *metricsJSON     `json:"metrics,omitempty"`
+	// Placement.
+	HostType         string             `json:"host_type,omitempty"`
+	Properties       map[string]string  `json:"properties,omitempty"`
+	FaultDomain      string             `json:"fault_domain,omitempty"`
+	UpgradeDomain    string             `json:"upgrade_domain,omitempty"`
+	MaintenanceUntil string             `json:"maintenance_until,omitempty"`
+	Topology         *topology.Topology `json:"topology,omitempty"`
 }
 
 // metricsJSON is what the host's agent measured (gopsutil).
@@ -79,6 +87,7 @@ func cpuMapJSON(m map[int32]int32) map[string]int32 {
 
 func toHostJSON(h *pinfoldv1.Host) hostJSON {
 	out := hostJSON{Name: h.Name, State: h.State, Agent: h.Agent, Version: h.AgentVersion, Instances: h.Instances,
+		HostType: h.HostType, Properties: h.Properties, FaultDomain: h.FaultDomain, UpgradeDomain: h.UpgradeDomain, MaintenanceUntil: h.MaintenanceUntil,
 		Capacity: resourcesJSON{cpuMapJSON(h.CapacityCpus), h.CapacityMemoryBytes},
 		Used:     resourcesJSON{cpuMapJSON(h.UsedCpus), h.UsedMemoryBytes}, NUMANodes: []numaJSON{}}
 	if out.Instances == nil {
@@ -214,7 +223,7 @@ func newHostListCmd() *cobra.Command {
 					return writeJSON(cmd.OutOrStdout(), list)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tNUMA NODES\tINSTANCES\tAGENT")
+				fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tNUMA NODES\tINSTANCES\tFAULT DOMAIN\tUPGRADE DOMAIN\tAGENT")
 				for _, h := range resp.Msg.Hosts {
 					n := int32(0)
 					for _, v := range h.Instances {
@@ -224,9 +233,10 @@ func newHostListCmd() *cobra.Command {
 					if h.Agent {
 						agent = orDash(h.AgentVersion)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%d\t%d\t%s\n", h.Name, h.State,
+					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%d\t%d\t%s\t%s\t%s\n", h.Name, h.State,
 						cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
-						formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), n, agent)
+						formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), n,
+						orDash(h.FaultDomain), orDash(h.UpgradeDomain), agent)
 				}
 				return tw.Flush()
 			})
@@ -279,6 +289,17 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 	fmt.Fprintf(w, "Host %s: %s, %s of %s CPUs used, %s of %s memory used, agent %v %s\n", h.Name, h.State,
 		cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
 		formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), h.Agent, h.AgentVersion)
+	if h.FaultDomain != "" || h.UpgradeDomain != "" || h.HostType != "" || len(h.Properties) > 0 {
+		var props []string
+		for _, k := range slices.Sorted(maps.Keys(h.Properties)) {
+			props = append(props, k+"="+h.Properties[k])
+		}
+		fmt.Fprintf(w, "Placement: type %s, fault domain %s, upgrade domain %s, properties %s\n", orDash(h.HostType), orDash(h.FaultDomain),
+			orDash(h.UpgradeDomain), orDash(strings.Join(props, " ")))
+	}
+	if h.MaintenanceUntil != "" {
+		fmt.Fprintf(w, "In maintenance: keeps its instances, takes nothing new; grace until %s\n", h.MaintenanceUntil)
+	}
 	if m := h.Metrics; m != nil {
 		fmt.Fprintf(w, "Measured by the agent: load average %.2f %.2f %.2f, memory %s available of %s\n", m.Load1, m.Load5, m.Load15,
 			formatBytes(int64(m.MemAvailableBytes)), formatBytes(int64(m.MemTotalBytes)))
@@ -332,13 +353,27 @@ func newHostSetCmd() *cobra.Command {
 		rmCPUs   string
 		memory   string
 		numaMems []string
+		props    []string
+		rmProps  []string
+		fd, ud   string
+		hostType string
 	)
 	cmd := &cobra.Command{
 		Use:   "set NAME",
-		Short: "Change a host's capacity (running instances are not touched)",
+		Short: "Change a host's capacity and placement properties (running instances are not touched)",
 		Long: `Change capacity by absolute values or deltas. Removing CPUs that instances use
-is refused with the list of instances; memory cannot go below what is in use.`,
-		Example: `  pinfold host set h1 --remove-cpus 7
+is refused with the list of instances; memory cannot go below what is in use.
+
+Placement: --property K=V sets a typed property that deploy constraints
+read (true/false are booleans, integers are integers, anything else a
+string); --fault-domain fd:/dc1/rack2 (hierarchical) and --upgrade-domain
+UD1 place the host for the domain spread rules; --host-type sets the
+built-in HostType. 'pinfold health' then reports instances left in
+violation.`,
+		Example: `  pinfold host set h1 --property HasSSD=true --property NodeColor=green --property SomeProperty=5
+  pinfold host set h1 --fault-domain fd:/dc1/rack2 --upgrade-domain UD1 --host-type NodeType01
+  pinfold host set h1 --remove-property NodeColor
+  pinfold host set h1 --remove-cpus 7
   pinfold host set h1 --add-cpus 7 --pieces 100
   pinfold host set h1 --memory +4GiB
   pinfold host set h1 --memory 60GiB --numa-memory 0=30GiB --numa-memory 1=30GiB`,
@@ -391,6 +426,33 @@ is refused with the list of instances; memory cannot go below what is in use.`,
 				}
 				req.NumaMemoryBytes[int32(id)] = b
 			}
+			if len(props) > 0 {
+				req.SetProperties = map[string]string{}
+			}
+			for _, kv := range props {
+				k, v, ok := strings.Cut(kv, "=")
+				if !ok || k == "" {
+					return badInput("--property %q: want KEY=VALUE, e.g. HasSSD=true", kv)
+				}
+				if err := placement.ValidatePropertyName(k); err != nil {
+					return badInput("--property %q: %v", kv, err)
+				}
+				req.SetProperties[k] = v
+			}
+			req.RemoveProperties = rmProps
+			f := cmd.Flags()
+			if f.Changed("fault-domain") {
+				if err := placement.ValidateFaultDomain(fd); err != nil {
+					return badInput("--fault-domain: %v", err)
+				}
+				req.FaultDomain = &fd
+			}
+			if f.Changed("upgrade-domain") {
+				req.UpgradeDomain = &ud
+			}
+			if f.Changed("host-type") {
+				req.HostType = &hostType
+			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.SetHost(cmd.Context(), connect.NewRequest(req))
 				if err != nil {
@@ -413,6 +475,64 @@ is refused with the list of instances; memory cannot go below what is in use.`,
 	cmd.Flags().StringVar(&rmCPUs, "remove-cpus", "", "CPUs to take out of capacity (list format)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory capacity: SIZE (absolute) or +SIZE/-SIZE (delta)")
 	cmd.Flags().StringArrayVar(&numaMems, "numa-memory", nil, "NUMA node memory, NODE=SIZE (repeatable)")
+	cmd.Flags().StringArrayVar(&props, "property", nil, "placement property KEY=VALUE (repeatable)")
+	cmd.Flags().StringArrayVar(&rmProps, "remove-property", nil, "remove a placement property (repeatable)")
+	cmd.Flags().StringVar(&fd, "fault-domain", "", `fault domain, e.g. fd:/dc1/rack2 ("" clears it)`)
+	cmd.Flags().StringVar(&ud, "upgrade-domain", "", `upgrade domain, e.g. UD1 ("" clears it)`)
+	cmd.Flags().StringVar(&hostType, "host-type", "", "the built-in HostType property")
+	return cmd
+}
+
+func newHostMaintenanceCmd() *cobra.Command {
+	var (
+		c     clientFlags
+		out   outputFlag
+		grace time.Duration
+		off   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "maintenance NAME (--grace DURATION | --off)",
+		Short: "Put a host in maintenance (keeps its instances, takes nothing new) or end it",
+		Long: `A host in maintenance (seed 003) keeps its instances and receives nothing new.
+Its agent may stop heartbeating (a reboot, a daemon upgrade) for up to the
+grace period without the host being reported down; past it, 'pinfold health'
+warns that its instances are not running. --off ends the maintenance.`,
+		Example: `  pinfold host maintenance h1 --grace 10m
+  pinfold host maintenance h1 --off`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if off == (grace != 0) {
+				return badInput("give --grace DURATION (e.g. 10m) or --off")
+			}
+			if grace < 0 {
+				return badInput("--grace %s: want a positive duration", grace)
+			}
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.SetHostMaintenance(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostMaintenanceRequest{Name: args[0],
+					GraceSeconds: int64(grace / time.Second), Off: off}))
+				if err != nil {
+					return err
+				}
+				h := resp.Msg.Host
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
+				}
+				if off {
+					fmt.Fprintf(cmd.OutOrStdout(), "host %s: maintenance ended, state %s\n", h.Name, h.State)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "host %s: in maintenance until %s (keeps its instances, takes nothing new)\n", h.Name, h.MaintenanceUntil)
+				}
+				return nil
+			})
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().DurationVar(&grace, "grace", 0, "how long the host may be away without being reported down")
+	cmd.Flags().BoolVar(&off, "off", false, "end the maintenance")
 	return cmd
 }
 

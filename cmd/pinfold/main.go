@@ -81,7 +81,8 @@ Exit codes: 0 ok, 1 request cannot be met, 2 bad input or unreadable host.`,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = false
 	root.AddCommand(newTopologyCmd(), newPlanCmd(), newPlannerCmd(), newAgentCmd(), newUpCmd(), newHostCmd(),
-		newDeployCmd(), newResizeCmd(), newRemoveCmd(), newReplaceCmd(), newPsCmd(), newCapacityCmd(), newVersionCmd())
+		newDeployCmd(), newResizeCmd(), newRemoveCmd(), newReplaceCmd(), newPsCmd(), newCapacityCmd(),
+		newHealthCmd(), newSettingsCmd(), newVersionCmd())
 	return root
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/topology"
@@ -55,7 +56,18 @@ func toConnect(err error) error {
 		service.Exhausted: connect.CodeResourceExhausted, service.Conflicted: connect.CodeAborted,
 	}
 	if c, ok := codes[service.CodeOf(err)]; ok {
-		return connect.NewError(c, errors.New(err.Error()))
+		ce := connect.NewError(c, errors.New(err.Error()))
+		var se *service.Error
+		if errors.As(err, &se) && len(se.Eliminations) > 0 {
+			pf := &pinfoldv1.PlacementFailure{}
+			for _, e := range se.Eliminations {
+				pf.Eliminations = append(pf.Eliminations, &pinfoldv1.Elimination{Rule: e.Rule, Hosts: e.Hosts})
+			}
+			if d, derr := connect.NewErrorDetail(pf); derr == nil {
+				ce.AddDetail(d)
+			}
+		}
+		return ce
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
@@ -97,6 +109,16 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 		Agent: v.Host.Agent, AgentVersion: v.Host.AgentVersion, Protocol: int32(v.Host.Protocol),
 		Instances: map[string]int32{}, ReservedCpus: v.Host.ReservedCPUs.String(), ReservedMemoryBytes: v.Host.ReservedMem,
 		ShareBase: int32(shareBase)}
+	h.HostType, h.FaultDomain, h.UpgradeDomain = v.Host.Type, v.Host.FaultDomain, v.Host.UpgradeDomain
+	if !v.Host.MaintenanceUntil.IsZero() {
+		h.MaintenanceUntil = v.Host.MaintenanceUntil.Format(time.RFC3339)
+	}
+	if len(v.Host.Properties) > 0 {
+		h.Properties = map[string]string{}
+		for k, p := range v.Host.Properties {
+			h.Properties[k] = p.String()
+		}
+	}
 	if m := v.Metrics; m != nil {
 		h.Metrics = &pinfoldv1.HostMetrics{Load1: m.Load1, Load5: m.Load5, Load15: m.Load15, MemTotalBytes: m.MemTotal, MemAvailableBytes: m.MemAvailable}
 	}
@@ -206,7 +228,14 @@ func (s *Server) SetHost(ctx context.Context, r *connect.Request[pinfoldv1.SetHo
 		return nil, invalid("remove_cpus = %q: %v", m.RemoveCpus, err)
 	}
 	req := service.SetHostRequest{Name: m.Name, RemoveCPUs: remove, MemoryBytes: m.MemoryBytes, MemoryDelta: m.MemoryDeltaBytes,
-		AddCPUs: map[cpuset.CPUID]int{}, NUMAMemory: map[cpuset.NUMANodeID]int64{}}
+		AddCPUs: map[cpuset.CPUID]int{}, NUMAMemory: map[cpuset.NUMANodeID]int64{}, RemoveProperties: m.RemoveProperties,
+		FaultDomain: m.FaultDomain, UpgradeDomain: m.UpgradeDomain, Type: m.HostType}
+	if len(m.SetProperties) > 0 {
+		req.SetProperties = map[string]placement.Value{}
+		for k, v := range m.SetProperties {
+			req.SetProperties[k] = placement.ParseValue(v)
+		}
+	}
 	for id, p := range m.AddCpus {
 		req.AddCPUs[cpuset.CPUID(id)] = int(p)
 	}
@@ -228,6 +257,53 @@ func (s *Server) SetHostEnabled(ctx context.Context, r *connect.Request[pinfoldv
 	return connect.NewResponse(&pinfoldv1.SetHostEnabledResponse{Host: hostMsg(v, s.sb())}), nil
 }
 
+func (s *Server) SetHostMaintenance(ctx context.Context, r *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error) {
+	grace := time.Duration(r.Msg.GraceSeconds) * time.Second
+	if r.Msg.Off {
+		grace = -1
+	}
+	v, err := s.svc.SetMaintenance(ctx, r.Msg.Name, grace)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.SetHostMaintenanceResponse{Host: hostMsg(v, s.sb())}), nil
+}
+
+func settingsMsg(ps placement.Settings) *pinfoldv1.PlacementSettings {
+	m := &pinfoldv1.PlacementSettings{BufferPercent: ps.Buffer, OverbookingPercent: ps.Overbooking, ConstraintPriorities: map[string]int32{}}
+	for r, p := range ps.Priorities {
+		m.ConstraintPriorities[r] = int32(p)
+	}
+	return m
+}
+
+func (s *Server) GetPlacementSettings(context.Context, *connect.Request[pinfoldv1.GetPlacementSettingsRequest]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
+	return connect.NewResponse(settingsMsg(s.svc.Store().PlacementSettings())), nil
+}
+
+func (s *Server) SetPlacementSettings(ctx context.Context, r *connect.Request[pinfoldv1.PlacementSettings]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
+	ps := placement.Settings{Buffer: r.Msg.BufferPercent, Overbooking: r.Msg.OverbookingPercent}
+	if len(r.Msg.ConstraintPriorities) > 0 {
+		ps.Priorities = map[placement.Rule]placement.Priority{}
+		for k, v := range r.Msg.ConstraintPriorities {
+			ps.Priorities[k] = placement.Priority(v)
+		}
+	}
+	out, err := s.svc.SetPlacementSettings(ctx, ps)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(settingsMsg(out)), nil
+}
+
+func (s *Server) Health(context.Context, *connect.Request[pinfoldv1.HealthRequest]) (*connect.Response[pinfoldv1.HealthResponse], error) {
+	out := &pinfoldv1.HealthResponse{}
+	for _, w := range s.svc.Health(time.Now()) {
+		out.Warnings = append(out.Warnings, &pinfoldv1.HealthWarning{Kind: w.Kind, Subject: w.Subject, Detail: w.Detail})
+	}
+	return connect.NewResponse(out), nil
+}
+
 func (s *Server) RemoveHost(ctx context.Context, r *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
 	if err := s.svc.RemoveHost(ctx, r.Msg.Name); err != nil {
 		return nil, toConnect(err)
@@ -245,15 +321,21 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	if err != nil {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
-	ins, err := s.svc.Deploy(ctx, service.DeployRequest{Service: m.Service, Image: m.Image, Command: m.Command, Env: m.Env,
+	res, err := s.svc.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Image: m.Image, Command: m.Command, Env: m.Env,
 		Count: int(m.Count), Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
-		Health: healthDoc(m.Health)})
+		Health: healthDoc(m.Health), UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
+			Affinity:     placement.Affinity{Hard: m.AffinityHard, Soft: m.AffinitySoft},
+			AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard, Soft: m.AntiAffinitySoft},
+			Policy:       m.PlacementPolicy, HostsOrder: m.HostsOrder, DomainSpread: m.DomainSpread}})
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &pinfoldv1.DeployResponse{}
-	for _, in := range ins {
+	out := &pinfoldv1.DeployResponse{DomainSpread: res.DomainSpread}
+	for _, in := range res.Instances {
 		out.Instances = append(out.Instances, instanceMsg(in, nil, s.sb()))
+	}
+	for _, v := range res.Violations {
+		out.Violations = append(out.Violations, &pinfoldv1.Violation{Rule: v.Rule, Detail: v.Detail})
 	}
 	return connect.NewResponse(out), nil
 }

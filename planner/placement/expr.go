@@ -468,3 +468,36 @@ func canonical(name string) string {
 	}
 	return name
 }
+
+// MarshalJSON writes the value as a JSON string, boolean or number.
+func (v Value) MarshalJSON() ([]byte, error) {
+	switch v.Kind {
+	case Bool:
+		return []byte(strconv.FormatBool(v.B)), nil
+	case Int:
+		return []byte(strconv.FormatInt(v.I, 10)), nil
+	}
+	return []byte(strconv.Quote(v.S)), nil
+}
+
+// UnmarshalJSON reads a JSON string, boolean or integer.
+func (v *Value) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	switch {
+	case s == "true" || s == "false":
+		*v = BoolVal(s == "true")
+	case strings.HasPrefix(s, `"`):
+		u, err := strconv.Unquote(s)
+		if err != nil {
+			return err
+		}
+		*v = Str(u)
+	default:
+		i, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("property value %s: want a string, a boolean or a signed integer", s)
+		}
+		*v = IntVal(i)
+	}
+	return nil
+}

@@ -306,7 +306,7 @@ func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error)
 
 	elim(RuleDisabled, func(h *Host) bool { return !h.Disabled })
 	elim(RuleMaintenance, func(h *Host) bool { return !h.Maintenance })
-	soft(RulePlacementConstraint, s.priority(RulePlacementConstraint), func(h *Host) bool { return expr.Match(h.Props()) },
+	soft(RulePlacementConstraint, s.priority(RulePlacementConstraint), func(h *Host) bool { return expr.root == nil || expr.Match(h.Props()) },
 		fmt.Sprintf("no host matches %q", r.Constraint))
 	has := func(h *Host, svc string) bool { return h.Resources.Instances[svc] > 0 }
 	hardAff := func(h *Host) bool {
@@ -332,29 +332,43 @@ func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error)
 	useBuffer := r.UseBuffer || capPrio == Soft
 	adj := map[string]*alloc.Host{}
 	room := map[string]int{}
+	why := map[string]string{}
 	for _, h := range left {
 		ah, cpuCap := s.adjust(h.Resources, useBuffer)
 		adj[h.Name] = ah
-		n := alloc.HostCapacity(p, ah, r.Request).Count
+		c := alloc.HostCapacity(p, ah, r.Request)
+		n := c.Count
+		why[h.Name] = c.Limit()
 		if cpuCap >= 0 && r.Bind && r.Pieces > 0 {
 			used := int64(0)
 			for _, c := range ah.CPUs {
 				used += int64(c.Used)
 			}
-			n = min(n, int(max(0, (cpuCap-used)/int64(r.Pieces))))
+			if b := int(max(0, (cpuCap-used)/int64(r.Pieces))); b < n {
+				n, why[h.Name] = b, "cpu buffer"
+			}
 		}
-		if r.MaxPerHost > 0 {
-			n = min(n, max(0, r.MaxPerHost-h.Resources.Instances[r.Service]))
+		if r.MaxPerHost > 0 && r.MaxPerHost-h.Resources.Instances[r.Service] < n {
+			n, why[h.Name] = max(0, r.MaxPerHost-h.Resources.Instances[r.Service]), "max_per_host"
 		}
 		room[h.Name] = n
 	}
+	before := left
 	if capPrio != Off {
 		elim(RuleCapacity, func(h *Host) bool {
 			return room[h.Name] > 0 || r.Strategy == alloc.Fill && h.Resources.Instances[r.Service] >= r.Count
 		})
 	}
 	if len(left) == 0 {
-		return nil, fail(fmt.Sprintf("no host has room for an instance of %s (%s CPUs, %d bytes)", r.Service, alloc.FormatPieces(r.Pieces, p.ShareBase), r.MemoryBytes))
+		var parts []string
+		for _, h := range before[:min(len(before), 20)] {
+			parts = append(parts, fmt.Sprintf("%s takes 0 (%s)", h.Name, why[h.Name]))
+		}
+		if len(before) > 20 {
+			parts = append(parts, fmt.Sprintf("and %d more hosts", len(before)-20))
+		}
+		return nil, fail(fmt.Sprintf("no host has room for an instance of %s (%s CPUs, %d bytes): %s", r.Service,
+			alloc.FormatPieces(r.Pieces, p.ShareBase), r.MemoryBytes, strings.Join(parts, ", ")))
 	}
 
 	// Rank (seed 003 policies; nodes_order is also the preferred location).

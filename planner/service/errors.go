@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/placement"
 )
 
 // Code classifies errors for the API (they map onto gRPC/Connect codes).
@@ -26,6 +27,9 @@ type Error struct {
 	Message string
 	// Alloc carries the engine's error (codes, hosts) when there is one.
 	Alloc *alloc.Error
+	// Eliminations is the placement rules' report when a deploy could not
+	// be placed: rule by rule, the hosts each removed.
+	Eliminations []placement.Elimination
 }
 
 func (e *Error) Error() string { return e.Message }

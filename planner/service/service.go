@@ -19,6 +19,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/topology"
 )
@@ -108,6 +109,8 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 				}
 			}
 			h.Disabled = old.Host.Disabled
+			h.Type, h.Properties, h.FaultDomain, h.UpgradeDomain, h.MaintenanceUntil = old.Host.Type, old.Host.Properties,
+				old.Host.FaultDomain, old.Host.UpgradeDomain, old.Host.MaintenanceUntil
 			if used := cpusInUse(old.Alloc, h); len(used) > 0 {
 				return state.HostView{}, errf(Precond, "host %s: CPUs %s are used by %s and missing from the new registration",
 					r.Name, cpuset.Of(used...), s.holders(r.Name, used))
@@ -183,6 +186,13 @@ type SetHostRequest struct {
 	MemoryDelta int64
 	// NUMAMemory sets a NUMA node's memory (absolute).
 	NUMAMemory map[cpuset.NUMANodeID]int64
+	// Placement: properties to set and to remove, domains and the host
+	// type (nil keeps them).
+	SetProperties    map[string]placement.Value
+	RemoveProperties []string
+	FaultDomain      *string
+	UpgradeDomain    *string
+	Type             *string
 }
 
 // SetHost applies r.
@@ -245,6 +255,37 @@ func (s *Service) SetHost(ctx context.Context, r SetHostRequest) (state.HostView
 			}
 			h.NUMAMemory[n] = m
 		}
+		h.Properties = maps.Clone(h.Properties)
+		if h.Properties == nil {
+			h.Properties = map[string]placement.Value{}
+		}
+		for _, k := range slices.Sorted(maps.Keys(r.SetProperties)) {
+			if err := placement.ValidatePropertyName(k); err != nil {
+				return state.HostView{}, errf(Invalid, "host %s: property %q: %v", r.Name, k, err)
+			}
+			h.Properties[k] = r.SetProperties[k]
+		}
+		for _, k := range r.RemoveProperties {
+			if _, ok := h.Properties[k]; !ok {
+				return state.HostView{}, errf(Invalid, "host %s: remove property %q: the host has no such property", r.Name, k)
+			}
+			delete(h.Properties, k)
+		}
+		if r.FaultDomain != nil {
+			if err := placement.ValidateFaultDomain(*r.FaultDomain); err != nil {
+				return state.HostView{}, errf(Invalid, "host %s: %v", r.Name, err)
+			}
+			h.FaultDomain = *r.FaultDomain
+		}
+		if r.UpgradeDomain != nil {
+			if strings.ContainsAny(*r.UpgradeDomain, " \t/") {
+				return state.HostView{}, errf(Invalid, "host %s: upgrade domain %q: no blanks or slashes", r.Name, *r.UpgradeDomain)
+			}
+			h.UpgradeDomain = *r.UpgradeDomain
+		}
+		if r.Type != nil {
+			h.Type = *r.Type
+		}
 		if _, err := s.st.Commit(ctx, []clientv3.Cmp{state.ModRevIs(state.HostKey(r.Name), v.HostRev), state.ModRevIs(state.AllocKey(r.Name), v.AllocRev)},
 			[]clientv3.Op{state.PutJSON(state.HostKey(r.Name), h)}); err != nil {
 			return state.HostView{}, err
@@ -271,6 +312,43 @@ func (s *Service) SetEnabled(ctx context.Context, name string, enabled bool) (st
 		nv, _ := s.st.Host(name)
 		return nv, nil
 	})
+}
+
+// SetMaintenance puts a host in maintenance until now+grace (it keeps its
+// instances, takes nothing new, and is not reported down before the grace
+// ends), or ends it (grace < 0).
+func (s *Service) SetMaintenance(ctx context.Context, name string, grace time.Duration) (state.HostView, error) {
+	if grace == 0 || grace > 30*24*time.Hour {
+		return state.HostView{}, errf(Invalid, "maintenance grace = %s: want 1s..720h", grace)
+	}
+	return retry(ctx, func() (state.HostView, error) {
+		v, ok := s.st.Host(name)
+		if !ok {
+			return state.HostView{}, errf(NotFound, "host %q is not registered", name)
+		}
+		h := v.Host
+		h.MaintenanceUntil = time.Time{}
+		if grace > 0 {
+			h.MaintenanceUntil = time.Now().Add(grace).UTC().Truncate(time.Second)
+		}
+		if _, err := s.st.Commit(ctx, []clientv3.Cmp{state.ModRevIs(state.HostKey(name), v.HostRev)},
+			[]clientv3.Op{state.PutJSON(state.HostKey(name), h)}); err != nil {
+			return state.HostView{}, err
+		}
+		nv, _ := s.st.Host(name)
+		return nv, nil
+	})
+}
+
+// SetPlacementSettings validates and stores the cluster's placement settings.
+func (s *Service) SetPlacementSettings(ctx context.Context, ps placement.Settings) (placement.Settings, error) {
+	if err := ps.Validate(); err != nil {
+		return ps, errf(Invalid, "%v", err)
+	}
+	if _, err := s.st.Commit(ctx, nil, []clientv3.Op{state.PutJSON(state.PlacementKey, ps)}); err != nil {
+		return ps, err
+	}
+	return ps, nil
 }
 
 // RemoveHost unregisters a host that runs no instances.
@@ -304,6 +382,15 @@ type DeployRequest struct {
 	Strategy   alloc.Strategy
 	MaxPerHost int
 	Health     *state.HealthCheck
+	Rules      state.Rules
+	UseBuffer  bool
+}
+
+// DeployResult is a deploy's instances and what the placement rules said.
+type DeployResult struct {
+	Instances    []state.Instance
+	DomainSpread string
+	Violations   []placement.Violation
 }
 
 // ValidateHealth checks a health check's fields.
@@ -341,16 +428,29 @@ func ValidateHealth(h *state.HealthCheck) error {
 
 // Deploy plans and commits new instances, all or nothing.
 func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]state.Instance, error) {
-	if err := state.ValidateServiceName(r.Service); err != nil {
-		return nil, errf(Invalid, "service: %v", err)
-	}
-	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
-		return nil, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
-	}
-	if err := ValidateHealth(r.Health); err != nil {
+	res, err := s.DeployWithRules(ctx, r)
+	if err != nil {
 		return nil, err
 	}
-	req := alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory, Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}
+	return res.Instances, nil
+}
+
+// DeployWithRules plans through the placement rules and commits, all or
+// nothing; a request the rules cannot place fails with a *PlacementError
+// carrying the elimination report.
+func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployResult, error) {
+	if err := state.ValidateServiceName(r.Service); err != nil {
+		return DeployResult{}, errf(Invalid, "service: %v", err)
+	}
+	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
+		return DeployResult{}, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
+	}
+	if err := ValidateHealth(r.Health); err != nil {
+		return DeployResult{}, err
+	}
+	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory,
+		Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
+		Policy: placement.Policy(r.Rules.Policy), HostsOrder: r.Rules.HostsOrder, DomainSpread: placement.Spread(r.Rules.DomainSpread), UseBuffer: r.UseBuffer}
 	// A random seed per request spreads concurrent requests over equally
 	// good hosts, so they rarely collide on one host's revision.
 	var seed [8]byte
@@ -359,20 +459,29 @@ func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]state.Instance
 	if req.Strategy == "" {
 		req.Strategy = alloc.Auto
 	}
-	if err := alloc.ValidateRequest(s.params, req); err != nil {
-		return nil, fromAlloc(err)
+	if err := alloc.ValidateRequest(s.params, req.Request); err != nil {
+		return DeployResult{}, fromAlloc(err)
 	}
-	return retry(ctx, func() ([]state.Instance, error) {
+	if err := req.Validate(); err != nil {
+		return DeployResult{}, fromAlloc(err)
+	}
+	var rules *state.Rules
+	if r.Rules.Constraint != "" || r.Rules.Policy != "" || r.Rules.DomainSpread != "" || len(r.Rules.Affinity.Hard)+len(r.Rules.Affinity.Soft)+
+		len(r.Rules.AntiAffinity.Hard)+len(r.Rules.AntiAffinity.Soft) > 0 {
+		rr := r.Rules
+		rules = &rr
+	}
+	return retry(ctx, func() (DeployResult, error) {
 		views := s.st.Schedulable()
-		hosts := make([]*alloc.Host, len(views))
+		hosts := make([]*placement.Host, len(views))
 		byName := make(map[string]state.HostView, len(views))
 		for i, v := range views {
-			hosts[i] = state.AllocHost(v.Host, v.Alloc)
+			hosts[i] = PlacementHost(v)
 			byName[v.Host.Name] = v
 		}
-		res, err := alloc.Plan(s.params, hosts, req)
+		res, err := placement.Plan(s.params, s.st.PlacementSettings(), hosts, req)
 		if err != nil {
-			return nil, fromAlloc(err)
+			return DeployResult{}, s.placementError(err)
 		}
 		var cmps []clientv3.Cmp
 		var ops []clientv3.Op
@@ -397,13 +506,58 @@ func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]state.Instance
 			ops = append(ops, state.PutJSON(state.AllocKey(h), allocs[h]))
 		}
 		ops = append(ops, state.PutJSON(state.ServiceKey(r.Service), state.Service{Name: r.Service, Image: r.Image, Command: r.Command, Env: r.Env,
-			Pieces: r.Pieces, Bind: r.Bind, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost}))
+			Pieces: r.Pieces, Bind: r.Bind, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost, Rules: rules}))
 		if _, err := s.st.Commit(ctx, cmps, ops); err != nil {
-			return nil, err
+			return DeployResult{}, err
 		}
-		s.log.Info("deployed", "service", r.Service, "instances", len(out), "hosts", len(allocs))
-		return out, nil
+		s.log.Info("deployed", "service", r.Service, "instances", len(out), "hosts", len(allocs), "domain_spread", res.Spread, "violations", len(res.Violations))
+		return DeployResult{Instances: out, DomainSpread: string(res.Spread), Violations: res.Violations}, nil
 	})
+}
+
+// PlacementHost is a host as the placement rules see it.
+func PlacementHost(v state.HostView) *placement.Host {
+	h := &placement.Host{Name: v.Host.Name, Type: v.Host.Type, Properties: v.Host.Properties, FaultDomain: v.Host.FaultDomain,
+		UpgradeDomain: v.Host.UpgradeDomain, Disabled: v.Host.Disabled, Maintenance: !v.Host.MaintenanceUntil.IsZero(),
+		Resources: state.AllocHost(v.Host, v.Alloc)}
+	if v.Metrics != nil {
+		h.LoadAvg = v.Metrics.Load1
+	}
+	return h
+}
+
+// placementError turns a placement failure into an error carrying the
+// elimination report; the hosts the schedulable index left out are listed
+// under Disabled, Maintenance and Down.
+func (s *Service) placementError(err error) error {
+	var pe *placement.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	if pe.Invalid {
+		return errf(Invalid, "%s", pe.Message)
+	}
+	un := s.st.Unschedulable()
+	var elims []placement.Elimination
+	for _, e := range pe.Eliminations {
+		switch e.Rule {
+		case placement.RuleDisabled:
+			e.Hosts = append(e.Hosts, un["disabled"]...)
+		case placement.RuleMaintenance:
+			e.Hosts = append(e.Hosts, un["maintenance"]...)
+			elims = append(elims, e)
+			e = placement.Elimination{Rule: "Down", Hosts: append(slices.Clone(un["down"]), un["protocol"]...)}
+		}
+		if e.Hosts == nil {
+			e.Hosts = []string{}
+		}
+		elims = append(elims, e)
+	}
+	var b strings.Builder
+	b.WriteString(pe.Message)
+	b.WriteString("\nElimination sequence (rules in the order applied):\n")
+	b.WriteString(placement.Report(elims))
+	return &Error{Code: Exhausted, Message: strings.TrimRight(b.String(), "\n"), Eliminations: elims}
 }
 
 func newID(service string) string {

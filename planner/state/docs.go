@@ -5,9 +5,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
 )
 
@@ -21,6 +23,8 @@ const (
 	StatusPrefix    = Prefix + "status/"
 	ServicesPrefix  = Prefix + "services/"
 	LivePrefix      = Prefix + "live/"
+	// PlacementKey holds the cluster's placement settings.
+	PlacementKey = Prefix + "settings/placement"
 )
 
 // HostKey and friends build keys.
@@ -61,6 +65,13 @@ type Host struct {
 	Agent        bool   `json:"agent"`
 	AgentVersion string `json:"agent_version,omitempty"`
 	Protocol     int    `json:"protocol,omitempty"`
+	// Placement: the built-in HostType, typed properties, fault and
+	// upgrade domains, and a maintenance window (zero: none).
+	Type             string                     `json:"host_type,omitempty"`
+	Properties       map[string]placement.Value `json:"properties,omitempty"`
+	FaultDomain      string                     `json:"fault_domain,omitempty"`
+	UpgradeDomain    string                     `json:"upgrade_domain,omitempty"`
+	MaintenanceUntil time.Time                  `json:"maintenance_until,omitzero"`
 }
 
 // Alloc is a host's usage.
@@ -154,6 +165,18 @@ type Service struct {
 	MemorySoft int64    `json:"memory_soft_bytes"`
 	Strategy   string   `json:"strategy"`
 	MaxPerHost int      `json:"max_per_host"`
+	Rules      *Rules   `json:"rules,omitempty"`
+}
+
+// Rules are a service's placement rules, kept so that health checks can
+// tell when a host change leaves an instance in violation.
+type Rules struct {
+	Constraint   string             `json:"constraint,omitempty"`
+	Affinity     placement.Affinity `json:"affinity"`
+	AntiAffinity placement.Affinity `json:"anti_affinity"`
+	Policy       string             `json:"placement_policy,omitempty"`
+	HostsOrder   []string           `json:"hosts_order,omitempty"`
+	DomainSpread string             `json:"domain_spread,omitempty"`
 }
 
 // NewAlloc is an empty usage document.

@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
 )
 
@@ -40,6 +41,7 @@ type Store struct {
 	services  map[string]Doc[Service]
 	live      map[string]bool
 	metrics   map[string]Metrics // from the live key's value
+	placement placement.Settings
 	// schedulable is the index of hosts that may take new work: enabled,
 	// and up (a live heartbeat) when an agent manages them, speaking the
 	// current protocol. Planning reads only these, never scans the rest.
@@ -113,6 +115,7 @@ func (s *Store) reset() {
 	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
 	s.instances, s.statuses = map[string]map[string]Doc[Instance]{}, map[string]map[string]Doc[Status]{}
 	s.live, s.schedulable, s.metrics = map[string]bool{}, map[string]bool{}, map[string]Metrics{}
+	s.placement = placement.Settings{}
 	s.topologies = map[[32]byte]*topology.Topology{}
 }
 
@@ -198,6 +201,15 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 		} else if v, ok := decode[Service](val); ok {
 			s.services[name] = Doc[Service]{v, rev}
 		}
+	case "settings":
+		if name == "placement" {
+			s.placement = placement.Settings{}
+			if !deleted {
+				if v, ok := decode[placement.Settings](val); ok {
+					s.placement = v
+				}
+			}
+		}
 	case "live":
 		s.live[name] = !deleted
 		delete(s.metrics, name)
@@ -270,11 +282,14 @@ func (s *Store) reindex(name string) {
 	}
 }
 
-// HostState is up, down or disabled.
+// HostState is up, down, disabled or maintenance (a host in maintenance
+// keeps its instances and takes nothing new, live or not).
 func HostState(h Host, live bool) string {
 	switch {
 	case h.Disabled:
 		return "disabled"
+	case !h.MaintenanceUntil.IsZero():
+		return "maintenance"
 	case h.Agent && !live:
 		return "down"
 	}
@@ -289,6 +304,33 @@ type HostView struct {
 	AllocRev int64
 	Live     bool
 	Metrics  *Metrics // nil until the agent sent some
+}
+
+// PlacementSettings returns the cluster's placement settings.
+func (s *Store) PlacementSettings() placement.Settings {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.placement
+}
+
+// Unschedulable returns the hosts that may not take new work, by reason
+// (disabled, maintenance, down, protocol), each list sorted.
+func (s *Store) Unschedulable() map[string][]string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := map[string][]string{}
+	for _, name := range slices.Sorted(maps.Keys(s.hosts)) {
+		if s.schedulable[name] {
+			continue
+		}
+		h := s.hosts[name].Value
+		why := HostState(h, s.live[name])
+		if why == "up" {
+			why = "protocol"
+		}
+		out[why] = append(out[why], name)
+	}
+	return out
 }
 
 // Schedulable returns the hosts that may take new work, sorted by name,

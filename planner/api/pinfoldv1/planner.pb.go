@@ -110,6 +110,11 @@ type Host struct {
 	ReservedMemoryBytes int64                  `protobuf:"varint,14,opt,name=reserved_memory_bytes,json=reservedMemoryBytes,proto3" json:"reserved_memory_bytes,omitempty"`
 	ShareBase           int32                  `protobuf:"varint,15,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"`
 	Metrics             *HostMetrics           `protobuf:"bytes,16,opt,name=metrics,proto3" json:"metrics,omitempty"` // absent until the agent sent some
+	HostType            string                 `protobuf:"bytes,17,opt,name=host_type,json=hostType,proto3" json:"host_type,omitempty"`
+	Properties          map[string]string      `protobuf:"bytes,18,rep,name=properties,proto3" json:"properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // typed by form: true/false, integers, else strings
+	FaultDomain         string                 `protobuf:"bytes,19,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`                                                      // fd:/dc1/rack2
+	UpgradeDomain       string                 `protobuf:"bytes,20,opt,name=upgrade_domain,json=upgradeDomain,proto3" json:"upgrade_domain,omitempty"`
+	MaintenanceUntil    string                 `protobuf:"bytes,21,opt,name=maintenance_until,json=maintenanceUntil,proto3" json:"maintenance_until,omitempty"` // RFC 3339; empty: not in maintenance
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -256,6 +261,531 @@ func (x *Host) GetMetrics() *HostMetrics {
 	return nil
 }
 
+func (x *Host) GetHostType() string {
+	if x != nil {
+		return x.HostType
+	}
+	return ""
+}
+
+func (x *Host) GetProperties() map[string]string {
+	if x != nil {
+		return x.Properties
+	}
+	return nil
+}
+
+func (x *Host) GetFaultDomain() string {
+	if x != nil {
+		return x.FaultDomain
+	}
+	return ""
+}
+
+func (x *Host) GetUpgradeDomain() string {
+	if x != nil {
+		return x.UpgradeDomain
+	}
+	return ""
+}
+
+func (x *Host) GetMaintenanceUntil() string {
+	if x != nil {
+		return x.MaintenanceUntil
+	}
+	return ""
+}
+
+type SetHostMaintenanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	GraceSeconds  int64                  `protobuf:"varint,2,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"` // how long it keeps its instances while away
+	Off           bool                   `protobuf:"varint,3,opt,name=off,proto3" json:"off,omitempty"`                                       // end the maintenance
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHostMaintenanceRequest) Reset() {
+	*x = SetHostMaintenanceRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostMaintenanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostMaintenanceRequest) ProtoMessage() {}
+
+func (x *SetHostMaintenanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostMaintenanceRequest.ProtoReflect.Descriptor instead.
+func (*SetHostMaintenanceRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SetHostMaintenanceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetHostMaintenanceRequest) GetGraceSeconds() int64 {
+	if x != nil {
+		return x.GraceSeconds
+	}
+	return 0
+}
+
+func (x *SetHostMaintenanceRequest) GetOff() bool {
+	if x != nil {
+		return x.Off
+	}
+	return false
+}
+
+type SetHostMaintenanceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          *Host                  `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHostMaintenanceResponse) Reset() {
+	*x = SetHostMaintenanceResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHostMaintenanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHostMaintenanceResponse) ProtoMessage() {}
+
+func (x *SetHostMaintenanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHostMaintenanceResponse.ProtoReflect.Descriptor instead.
+func (*SetHostMaintenanceResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetHostMaintenanceResponse) GetHost() *Host {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+type PlacementSettings struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	BufferPercent        map[string]float64     `protobuf:"bytes,1,rep,name=buffer_percent,json=bufferPercent,proto3" json:"buffer_percent,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`                     // cpu, memory: 0.15 = 15%
+	OverbookingPercent   map[string]float64     `protobuf:"bytes,2,rep,name=overbooking_percent,json=overbookingPercent,proto3" json:"overbooking_percent,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`      // -1 = unlimited
+	ConstraintPriorities map[string]int32       `protobuf:"bytes,3,rep,name=constraint_priorities,json=constraintPriorities,proto3" json:"constraint_priorities,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // rule -> -1 off, 0 hard, 1 soft, 2 optimization
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *PlacementSettings) Reset() {
+	*x = PlacementSettings{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementSettings) ProtoMessage() {}
+
+func (x *PlacementSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementSettings.ProtoReflect.Descriptor instead.
+func (*PlacementSettings) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PlacementSettings) GetBufferPercent() map[string]float64 {
+	if x != nil {
+		return x.BufferPercent
+	}
+	return nil
+}
+
+func (x *PlacementSettings) GetOverbookingPercent() map[string]float64 {
+	if x != nil {
+		return x.OverbookingPercent
+	}
+	return nil
+}
+
+func (x *PlacementSettings) GetConstraintPriorities() map[string]int32 {
+	if x != nil {
+		return x.ConstraintPriorities
+	}
+	return nil
+}
+
+type GetPlacementSettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPlacementSettingsRequest) Reset() {
+	*x = GetPlacementSettingsRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPlacementSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPlacementSettingsRequest) ProtoMessage() {}
+
+func (x *GetPlacementSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPlacementSettingsRequest.ProtoReflect.Descriptor instead.
+func (*GetPlacementSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{5}
+}
+
+type HealthRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthRequest) Reset() {
+	*x = HealthRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthRequest) ProtoMessage() {}
+
+func (x *HealthRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
+func (*HealthRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{6}
+}
+
+type HealthWarning struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`       // NodeCapacity, FaultDomain, UpgradeDomain, PlacementConstraint, Maintenance, Down
+	Subject       string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"` // a host or a service
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthWarning) Reset() {
+	*x = HealthWarning{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthWarning) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthWarning) ProtoMessage() {}
+
+func (x *HealthWarning) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthWarning.ProtoReflect.Descriptor instead.
+func (*HealthWarning) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *HealthWarning) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *HealthWarning) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *HealthWarning) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type HealthResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Warnings      []*HealthWarning       `protobuf:"bytes,1,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthResponse) Reset() {
+	*x = HealthResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthResponse) ProtoMessage() {}
+
+func (x *HealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
+func (*HealthResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *HealthResponse) GetWarnings() []*HealthWarning {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
+}
+
+// Elimination is the hosts one placement rule removed (seed 001).
+type Elimination struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Hosts         []string               `protobuf:"bytes,2,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Elimination) Reset() {
+	*x = Elimination{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Elimination) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Elimination) ProtoMessage() {}
+
+func (x *Elimination) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Elimination.ProtoReflect.Descriptor instead.
+func (*Elimination) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Elimination) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Elimination) GetHosts() []string {
+	if x != nil {
+		return x.Hosts
+	}
+	return nil
+}
+
+// PlacementFailure is the detail of a deploy the rules could not place.
+type PlacementFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Eliminations  []*Elimination         `protobuf:"bytes,1,rep,name=eliminations,proto3" json:"eliminations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementFailure) Reset() {
+	*x = PlacementFailure{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementFailure) ProtoMessage() {}
+
+func (x *PlacementFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementFailure.ProtoReflect.Descriptor instead.
+func (*PlacementFailure) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *PlacementFailure) GetEliminations() []*Elimination {
+	if x != nil {
+		return x.Eliminations
+	}
+	return nil
+}
+
+type Violation struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Detail        string                 `protobuf:"bytes,2,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Violation) Reset() {
+	*x = Violation{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Violation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Violation) ProtoMessage() {}
+
+func (x *Violation) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Violation.ProtoReflect.Descriptor instead.
+func (*Violation) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Violation) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Violation) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 // HostMetrics are measured by the host's agent (gopsutil).
 type HostMetrics struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
@@ -270,7 +800,7 @@ type HostMetrics struct {
 
 func (x *HostMetrics) Reset() {
 	*x = HostMetrics{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[2]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +812,7 @@ func (x *HostMetrics) String() string {
 func (*HostMetrics) ProtoMessage() {}
 
 func (x *HostMetrics) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[2]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +825,7 @@ func (x *HostMetrics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostMetrics.ProtoReflect.Descriptor instead.
 func (*HostMetrics) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{2}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HostMetrics) GetLoad1() float64 {
@@ -347,7 +877,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[3]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -359,7 +889,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[3]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -372,7 +902,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{3}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HealthCheck) GetExec() []string {
@@ -434,7 +964,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[4]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +976,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[4]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +989,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{4}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Instance) GetId() string {
@@ -641,7 +1171,7 @@ type RegisterHostRequest struct {
 
 func (x *RegisterHostRequest) Reset() {
 	*x = RegisterHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[5]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +1183,7 @@ func (x *RegisterHostRequest) String() string {
 func (*RegisterHostRequest) ProtoMessage() {}
 
 func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[5]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +1196,7 @@ func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostRequest.ProtoReflect.Descriptor instead.
 func (*RegisterHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{5}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterHostRequest) GetName() string {
@@ -748,7 +1278,7 @@ type RegisterHostResponse struct {
 
 func (x *RegisterHostResponse) Reset() {
 	*x = RegisterHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[6]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -760,7 +1290,7 @@ func (x *RegisterHostResponse) String() string {
 func (*RegisterHostResponse) ProtoMessage() {}
 
 func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[6]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -773,7 +1303,7 @@ func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostResponse.ProtoReflect.Descriptor instead.
 func (*RegisterHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{6}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterHostResponse) GetHost() *Host {
@@ -791,7 +1321,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[7]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +1333,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[7]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +1346,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{7}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
 }
 
 type ListHostsResponse struct {
@@ -828,7 +1358,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[8]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1370,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[8]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1383,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{8}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -872,7 +1402,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[9]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1414,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[9]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1427,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{9}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetHostRequest) GetName() string {
@@ -917,7 +1447,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[10]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1459,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[10]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1472,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{10}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetHostResponse) GetHost() *Host {
@@ -967,13 +1497,18 @@ type SetHostRequest struct {
 	MemoryBytes      *int64                 `protobuf:"varint,4,opt,name=memory_bytes,json=memoryBytes,proto3,oneof" json:"memory_bytes,omitempty"`
 	MemoryDeltaBytes int64                  `protobuf:"varint,5,opt,name=memory_delta_bytes,json=memoryDeltaBytes,proto3" json:"memory_delta_bytes,omitempty"`
 	NumaMemoryBytes  map[int32]int64        `protobuf:"bytes,6,rep,name=numa_memory_bytes,json=numaMemoryBytes,proto3" json:"numa_memory_bytes,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	SetProperties    map[string]string      `protobuf:"bytes,7,rep,name=set_properties,json=setProperties,proto3" json:"set_properties,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // typed by form
+	RemoveProperties []string               `protobuf:"bytes,8,rep,name=remove_properties,json=removeProperties,proto3" json:"remove_properties,omitempty"`
+	FaultDomain      *string                `protobuf:"bytes,9,opt,name=fault_domain,json=faultDomain,proto3,oneof" json:"fault_domain,omitempty"`
+	UpgradeDomain    *string                `protobuf:"bytes,10,opt,name=upgrade_domain,json=upgradeDomain,proto3,oneof" json:"upgrade_domain,omitempty"`
+	HostType         *string                `protobuf:"bytes,11,opt,name=host_type,json=hostType,proto3,oneof" json:"host_type,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SetHostRequest) Reset() {
 	*x = SetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[11]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1520,7 @@ func (x *SetHostRequest) String() string {
 func (*SetHostRequest) ProtoMessage() {}
 
 func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[11]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1533,7 @@ func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostRequest.ProtoReflect.Descriptor instead.
 func (*SetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{11}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetHostRequest) GetName() string {
@@ -1043,6 +1578,41 @@ func (x *SetHostRequest) GetNumaMemoryBytes() map[int32]int64 {
 	return nil
 }
 
+func (x *SetHostRequest) GetSetProperties() map[string]string {
+	if x != nil {
+		return x.SetProperties
+	}
+	return nil
+}
+
+func (x *SetHostRequest) GetRemoveProperties() []string {
+	if x != nil {
+		return x.RemoveProperties
+	}
+	return nil
+}
+
+func (x *SetHostRequest) GetFaultDomain() string {
+	if x != nil && x.FaultDomain != nil {
+		return *x.FaultDomain
+	}
+	return ""
+}
+
+func (x *SetHostRequest) GetUpgradeDomain() string {
+	if x != nil && x.UpgradeDomain != nil {
+		return *x.UpgradeDomain
+	}
+	return ""
+}
+
+func (x *SetHostRequest) GetHostType() string {
+	if x != nil && x.HostType != nil {
+		return *x.HostType
+	}
+	return ""
+}
+
 type SetHostResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Host          *Host                  `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
@@ -1052,7 +1622,7 @@ type SetHostResponse struct {
 
 func (x *SetHostResponse) Reset() {
 	*x = SetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[12]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1064,7 +1634,7 @@ func (x *SetHostResponse) String() string {
 func (*SetHostResponse) ProtoMessage() {}
 
 func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[12]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1077,7 +1647,7 @@ func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostResponse.ProtoReflect.Descriptor instead.
 func (*SetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{12}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetHostResponse) GetHost() *Host {
@@ -1097,7 +1667,7 @@ type SetHostEnabledRequest struct {
 
 func (x *SetHostEnabledRequest) Reset() {
 	*x = SetHostEnabledRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[13]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1679,7 @@ func (x *SetHostEnabledRequest) String() string {
 func (*SetHostEnabledRequest) ProtoMessage() {}
 
 func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[13]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1692,7 @@ func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{13}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetHostEnabledRequest) GetName() string {
@@ -1148,7 +1718,7 @@ type SetHostEnabledResponse struct {
 
 func (x *SetHostEnabledResponse) Reset() {
 	*x = SetHostEnabledResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1730,7 @@ func (x *SetHostEnabledResponse) String() string {
 func (*SetHostEnabledResponse) ProtoMessage() {}
 
 func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1743,7 @@ func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetHostEnabledResponse) GetHost() *Host {
@@ -1192,7 +1762,7 @@ type RemoveHostRequest struct {
 
 func (x *RemoveHostRequest) Reset() {
 	*x = RemoveHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1774,7 @@ func (x *RemoveHostRequest) String() string {
 func (*RemoveHostRequest) ProtoMessage() {}
 
 func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1787,7 @@ func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostRequest.ProtoReflect.Descriptor instead.
 func (*RemoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveHostRequest) GetName() string {
@@ -1235,7 +1805,7 @@ type RemoveHostResponse struct {
 
 func (x *RemoveHostResponse) Reset() {
 	*x = RemoveHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1817,7 @@ func (x *RemoveHostResponse) String() string {
 func (*RemoveHostResponse) ProtoMessage() {}
 
 func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1830,7 @@ func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
 }
 
 type DeployRequest struct {
@@ -1277,13 +1847,23 @@ type DeployRequest struct {
 	Strategy        string                 `protobuf:"bytes,10,opt,name=strategy,proto3" json:"strategy,omitempty"`
 	MaxPerHost      int32                  `protobuf:"varint,11,opt,name=max_per_host,json=maxPerHost,proto3" json:"max_per_host,omitempty"`
 	Health          *HealthCheck           `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Placement rules (seeds 000-003).
+	Constraint       string   `protobuf:"bytes,13,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	AffinityHard     []string `protobuf:"bytes,14,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
+	AffinitySoft     []string `protobuf:"bytes,15,rep,name=affinity_soft,json=affinitySoft,proto3" json:"affinity_soft,omitempty"`
+	AntiAffinityHard []string `protobuf:"bytes,16,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
+	AntiAffinitySoft []string `protobuf:"bytes,17,rep,name=anti_affinity_soft,json=antiAffinitySoft,proto3" json:"anti_affinity_soft,omitempty"`
+	PlacementPolicy  string   `protobuf:"bytes,18,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"` // nodes_order, load_avg, spread
+	HostsOrder       []string `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
+	DomainSpread     string   `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
+	UseBuffer        bool     `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1875,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1888,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeployRequest) GetService() string {
@@ -1395,16 +1975,81 @@ func (x *DeployRequest) GetHealth() *HealthCheck {
 	return nil
 }
 
+func (x *DeployRequest) GetConstraint() string {
+	if x != nil {
+		return x.Constraint
+	}
+	return ""
+}
+
+func (x *DeployRequest) GetAffinityHard() []string {
+	if x != nil {
+		return x.AffinityHard
+	}
+	return nil
+}
+
+func (x *DeployRequest) GetAffinitySoft() []string {
+	if x != nil {
+		return x.AffinitySoft
+	}
+	return nil
+}
+
+func (x *DeployRequest) GetAntiAffinityHard() []string {
+	if x != nil {
+		return x.AntiAffinityHard
+	}
+	return nil
+}
+
+func (x *DeployRequest) GetAntiAffinitySoft() []string {
+	if x != nil {
+		return x.AntiAffinitySoft
+	}
+	return nil
+}
+
+func (x *DeployRequest) GetPlacementPolicy() string {
+	if x != nil {
+		return x.PlacementPolicy
+	}
+	return ""
+}
+
+func (x *DeployRequest) GetHostsOrder() []string {
+	if x != nil {
+		return x.HostsOrder
+	}
+	return nil
+}
+
+func (x *DeployRequest) GetDomainSpread() string {
+	if x != nil {
+		return x.DomainSpread
+	}
+	return ""
+}
+
+func (x *DeployRequest) GetUseBuffer() bool {
+	if x != nil {
+		return x.UseBuffer
+	}
+	return false
+}
+
 type DeployResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	DomainSpread  string                 `protobuf:"bytes,2,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"`
+	Violations    []*Violation           `protobuf:"bytes,3,rep,name=violations,proto3" json:"violations,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1416,7 +2061,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1429,12 +2074,26 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeployResponse) GetInstances() []*Instance {
 	if x != nil {
 		return x.Instances
+	}
+	return nil
+}
+
+func (x *DeployResponse) GetDomainSpread() string {
+	if x != nil {
+		return x.DomainSpread
+	}
+	return ""
+}
+
+func (x *DeployResponse) GetViolations() []*Violation {
+	if x != nil {
+		return x.Violations
 	}
 	return nil
 }
@@ -1452,7 +2111,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +2123,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +2136,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResizeRequest) GetTarget() string {
@@ -1524,7 +2183,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +2195,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +2208,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ResizeResponse) GetInstances() []*Instance {
@@ -1572,7 +2231,7 @@ type ReplaceRequest struct {
 
 func (x *ReplaceRequest) Reset() {
 	*x = ReplaceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1584,7 +2243,7 @@ func (x *ReplaceRequest) String() string {
 func (*ReplaceRequest) ProtoMessage() {}
 
 func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1597,7 +2256,7 @@ func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReplaceRequest) GetTarget() string {
@@ -1644,7 +2303,7 @@ type ReplaceResponse struct {
 
 func (x *ReplaceResponse) Reset() {
 	*x = ReplaceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +2315,7 @@ func (x *ReplaceResponse) String() string {
 func (*ReplaceResponse) ProtoMessage() {}
 
 func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +2328,7 @@ func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplaceResponse) GetInstances() []*Instance {
@@ -1688,7 +2347,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1700,7 +2359,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1713,7 +2372,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -1732,7 +2391,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +2403,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +2416,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -1777,7 +2436,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1789,7 +2448,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1802,7 +2461,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -1828,7 +2487,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +2499,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +2512,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -1874,7 +2533,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1886,7 +2545,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1899,7 +2558,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -1934,7 +2593,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2605,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2618,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -1996,7 +2655,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2667,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2680,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -2068,7 +2727,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2739,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2752,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -2120,7 +2779,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2791,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2804,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -2219,7 +2878,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2231,7 +2890,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2244,7 +2903,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
 }
 
 type WatchInstancesRequest struct {
@@ -2256,7 +2915,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2927,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2940,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -2301,7 +2960,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2972,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2985,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -2353,7 +3012,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\tR\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12*\n" +
-	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xed\x06\n" +
+	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\x82\t\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12G\n" +
@@ -2373,7 +3032,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x15reserved_memory_bytes\x18\x0e \x01(\x03R\x13reservedMemoryBytes\x12\x1d\n" +
 	"\n" +
 	"share_base\x18\x0f \x01(\x05R\tshareBase\x121\n" +
-	"\ametrics\x18\x10 \x01(\v2\x17.pinfold.v1.HostMetricsR\ametrics\x1a?\n" +
+	"\ametrics\x18\x10 \x01(\v2\x17.pinfold.v1.HostMetricsR\ametrics\x12\x1b\n" +
+	"\thost_type\x18\x11 \x01(\tR\bhostType\x12@\n" +
+	"\n" +
+	"properties\x18\x12 \x03(\v2 .pinfold.v1.Host.PropertiesEntryR\n" +
+	"properties\x12!\n" +
+	"\ffault_domain\x18\x13 \x01(\tR\vfaultDomain\x12%\n" +
+	"\x0eupgrade_domain\x18\x14 \x01(\tR\rupgradeDomain\x12+\n" +
+	"\x11maintenance_until\x18\x15 \x01(\tR\x10maintenanceUntil\x1a?\n" +
 	"\x11CapacityCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a;\n" +
@@ -2382,7 +3048,45 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a<\n" +
 	"\x0eInstancesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xa9\x01\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a=\n" +
+	"\x0fPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"f\n" +
+	"\x19SetHostMaintenanceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rgrace_seconds\x18\x02 \x01(\x03R\fgraceSeconds\x12\x10\n" +
+	"\x03off\x18\x03 \x01(\bR\x03off\"B\n" +
+	"\x1aSetHostMaintenanceResponse\x12$\n" +
+	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\x94\x04\n" +
+	"\x11PlacementSettings\x12W\n" +
+	"\x0ebuffer_percent\x18\x01 \x03(\v20.pinfold.v1.PlacementSettings.BufferPercentEntryR\rbufferPercent\x12f\n" +
+	"\x13overbooking_percent\x18\x02 \x03(\v25.pinfold.v1.PlacementSettings.OverbookingPercentEntryR\x12overbookingPercent\x12l\n" +
+	"\x15constraint_priorities\x18\x03 \x03(\v27.pinfold.v1.PlacementSettings.ConstraintPrioritiesEntryR\x14constraintPriorities\x1a@\n" +
+	"\x12BufferPercentEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aE\n" +
+	"\x17OverbookingPercentEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aG\n" +
+	"\x19ConstraintPrioritiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x1d\n" +
+	"\x1bGetPlacementSettingsRequest\"\x0f\n" +
+	"\rHealthRequest\"U\n" +
+	"\rHealthWarning\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"G\n" +
+	"\x0eHealthResponse\x125\n" +
+	"\bwarnings\x18\x01 \x03(\v2\x19.pinfold.v1.HealthWarningR\bwarnings\"7\n" +
+	"\vElimination\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x14\n" +
+	"\x05hosts\x18\x02 \x03(\tR\x05hosts\"O\n" +
+	"\x10PlacementFailure\x12;\n" +
+	"\feliminations\x18\x01 \x03(\v2\x17.pinfold.v1.EliminationR\feliminations\"7\n" +
+	"\tViolation\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06detail\x18\x02 \x01(\tR\x06detail\"\xa9\x01\n" +
 	"\vHostMetrics\x12\x14\n" +
 	"\x05load1\x18\x01 \x01(\x01R\x05load1\x12\x14\n" +
 	"\x05load5\x18\x02 \x01(\x01R\x05load5\x12\x16\n" +
@@ -2446,7 +3150,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"k\n" +
 	"\x0fGetHostResponse\x12$\n" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\x122\n" +
-	"\tinstances\x18\x02 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xcd\x03\n" +
+	"\tinstances\x18\x02 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xba\x06\n" +
 	"\x0eSetHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12B\n" +
 	"\badd_cpus\x18\x02 \x03(\v2'.pinfold.v1.SetHostRequest.AddCpusEntryR\aaddCpus\x12\x1f\n" +
@@ -2454,14 +3158,27 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"removeCpus\x12&\n" +
 	"\fmemory_bytes\x18\x04 \x01(\x03H\x00R\vmemoryBytes\x88\x01\x01\x12,\n" +
 	"\x12memory_delta_bytes\x18\x05 \x01(\x03R\x10memoryDeltaBytes\x12[\n" +
-	"\x11numa_memory_bytes\x18\x06 \x03(\v2/.pinfold.v1.SetHostRequest.NumaMemoryBytesEntryR\x0fnumaMemoryBytes\x1a:\n" +
+	"\x11numa_memory_bytes\x18\x06 \x03(\v2/.pinfold.v1.SetHostRequest.NumaMemoryBytesEntryR\x0fnumaMemoryBytes\x12T\n" +
+	"\x0eset_properties\x18\a \x03(\v2-.pinfold.v1.SetHostRequest.SetPropertiesEntryR\rsetProperties\x12+\n" +
+	"\x11remove_properties\x18\b \x03(\tR\x10removeProperties\x12&\n" +
+	"\ffault_domain\x18\t \x01(\tH\x01R\vfaultDomain\x88\x01\x01\x12*\n" +
+	"\x0eupgrade_domain\x18\n" +
+	" \x01(\tH\x02R\rupgradeDomain\x88\x01\x01\x12 \n" +
+	"\thost_type\x18\v \x01(\tH\x03R\bhostType\x88\x01\x01\x1a:\n" +
 	"\fAddCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1aB\n" +
 	"\x14NumaMemoryBytesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01B\x0f\n" +
-	"\r_memory_bytes\"7\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a@\n" +
+	"\x12SetPropertiesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
+	"\r_memory_bytesB\x0f\n" +
+	"\r_fault_domainB\x11\n" +
+	"\x0f_upgrade_domainB\f\n" +
+	"\n" +
+	"_host_type\"7\n" +
 	"\x0fSetHostResponse\x12$\n" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"E\n" +
 	"\x15SetHostEnabledRequest\x12\x12\n" +
@@ -2471,7 +3188,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"'\n" +
 	"\x11RemoveHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
-	"\x12RemoveHostResponse\"\xe5\x02\n" +
+	"\x12RemoveHostResponse\"\xbb\x05\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -2486,9 +3203,26 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	" \x01(\tR\bstrategy\x12 \n" +
 	"\fmax_per_host\x18\v \x01(\x05R\n" +
 	"maxPerHost\x12/\n" +
-	"\x06health\x18\f \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\"D\n" +
+	"\x06health\x18\f \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x12\x1e\n" +
+	"\n" +
+	"constraint\x18\r \x01(\tR\n" +
+	"constraint\x12#\n" +
+	"\raffinity_hard\x18\x0e \x03(\tR\faffinityHard\x12#\n" +
+	"\raffinity_soft\x18\x0f \x03(\tR\faffinitySoft\x12,\n" +
+	"\x12anti_affinity_hard\x18\x10 \x03(\tR\x10antiAffinityHard\x12,\n" +
+	"\x12anti_affinity_soft\x18\x11 \x03(\tR\x10antiAffinitySoft\x12)\n" +
+	"\x10placement_policy\x18\x12 \x01(\tR\x0fplacementPolicy\x12\x1f\n" +
+	"\vhosts_order\x18\x13 \x03(\tR\n" +
+	"hostsOrder\x12#\n" +
+	"\rdomain_spread\x18\x14 \x01(\tR\fdomainSpread\x12\x1d\n" +
+	"\n" +
+	"use_buffer\x18\x15 \x01(\bR\tuseBuffer\"\xa0\x01\n" +
 	"\x0eDeployResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xaa\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12#\n" +
+	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
+	"\n" +
+	"violations\x18\x03 \x03(\v2\x15.pinfold.v1.ViolationR\n" +
+	"violations\"\xaa\x01\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
@@ -2556,7 +3290,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\tR\x04host\"h\n" +
 	"\x16WatchInstancesResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision2\xf7\b\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision2\xd3\v\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -2564,7 +3298,11 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\aSetHost\x12\x1a.pinfold.v1.SetHostRequest\x1a\x1b.pinfold.v1.SetHostResponse\x12W\n" +
 	"\x0eSetHostEnabled\x12!.pinfold.v1.SetHostEnabledRequest\x1a\".pinfold.v1.SetHostEnabledResponse\x12K\n" +
 	"\n" +
-	"RemoveHost\x12\x1d.pinfold.v1.RemoveHostRequest\x1a\x1e.pinfold.v1.RemoveHostResponse\x12?\n" +
+	"RemoveHost\x12\x1d.pinfold.v1.RemoveHostRequest\x1a\x1e.pinfold.v1.RemoveHostResponse\x12c\n" +
+	"\x12SetHostMaintenance\x12%.pinfold.v1.SetHostMaintenanceRequest\x1a&.pinfold.v1.SetHostMaintenanceResponse\x12^\n" +
+	"\x14GetPlacementSettings\x12'.pinfold.v1.GetPlacementSettingsRequest\x1a\x1d.pinfold.v1.PlacementSettings\x12T\n" +
+	"\x14SetPlacementSettings\x12\x1d.pinfold.v1.PlacementSettings\x1a\x1d.pinfold.v1.PlacementSettings\x12?\n" +
+	"\x06Health\x12\x19.pinfold.v1.HealthRequest\x1a\x1a.pinfold.v1.HealthResponse\x12?\n" +
 	"\x06Deploy\x12\x19.pinfold.v1.DeployRequest\x1a\x1a.pinfold.v1.DeployResponse\x12?\n" +
 	"\x06Resize\x12\x19.pinfold.v1.ResizeRequest\x1a\x1a.pinfold.v1.ResizeResponse\x12?\n" +
 	"\x06Remove\x12\x19.pinfold.v1.RemoveRequest\x1a\x1a.pinfold.v1.RemoveResponse\x12B\n" +
@@ -2587,113 +3325,145 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_pinfold_v1_planner_proto_goTypes = []any{
-	(*NUMANode)(nil),               // 0: pinfold.v1.NUMANode
-	(*Host)(nil),                   // 1: pinfold.v1.Host
-	(*HostMetrics)(nil),            // 2: pinfold.v1.HostMetrics
-	(*HealthCheck)(nil),            // 3: pinfold.v1.HealthCheck
-	(*Instance)(nil),               // 4: pinfold.v1.Instance
-	(*RegisterHostRequest)(nil),    // 5: pinfold.v1.RegisterHostRequest
-	(*RegisterHostResponse)(nil),   // 6: pinfold.v1.RegisterHostResponse
-	(*ListHostsRequest)(nil),       // 7: pinfold.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),      // 8: pinfold.v1.ListHostsResponse
-	(*GetHostRequest)(nil),         // 9: pinfold.v1.GetHostRequest
-	(*GetHostResponse)(nil),        // 10: pinfold.v1.GetHostResponse
-	(*SetHostRequest)(nil),         // 11: pinfold.v1.SetHostRequest
-	(*SetHostResponse)(nil),        // 12: pinfold.v1.SetHostResponse
-	(*SetHostEnabledRequest)(nil),  // 13: pinfold.v1.SetHostEnabledRequest
-	(*SetHostEnabledResponse)(nil), // 14: pinfold.v1.SetHostEnabledResponse
-	(*RemoveHostRequest)(nil),      // 15: pinfold.v1.RemoveHostRequest
-	(*RemoveHostResponse)(nil),     // 16: pinfold.v1.RemoveHostResponse
-	(*DeployRequest)(nil),          // 17: pinfold.v1.DeployRequest
-	(*DeployResponse)(nil),         // 18: pinfold.v1.DeployResponse
-	(*ResizeRequest)(nil),          // 19: pinfold.v1.ResizeRequest
-	(*ResizeResponse)(nil),         // 20: pinfold.v1.ResizeResponse
-	(*ReplaceRequest)(nil),         // 21: pinfold.v1.ReplaceRequest
-	(*ReplaceResponse)(nil),        // 22: pinfold.v1.ReplaceResponse
-	(*RemoveRequest)(nil),          // 23: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),         // 24: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),   // 25: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),  // 26: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),        // 27: pinfold.v1.CapacityRequest
-	(*CapacityResponse)(nil),       // 28: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),       // 29: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),      // 30: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),    // 31: pinfold.v1.ReportStatusRequest
-	(*ReportStatusResponse)(nil),   // 32: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),  // 33: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil), // 34: pinfold.v1.WatchInstancesResponse
-	nil,                            // 35: pinfold.v1.Host.CapacityCpusEntry
-	nil,                            // 36: pinfold.v1.Host.UsedCpusEntry
-	nil,                            // 37: pinfold.v1.Host.InstancesEntry
-	nil,                            // 38: pinfold.v1.Instance.CpusEntry
-	nil,                            // 39: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                            // 40: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                            // 41: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                            // 42: pinfold.v1.CapacityResponse.LimitEntry
+	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
+	(*Host)(nil),                        // 1: pinfold.v1.Host
+	(*SetHostMaintenanceRequest)(nil),   // 2: pinfold.v1.SetHostMaintenanceRequest
+	(*SetHostMaintenanceResponse)(nil),  // 3: pinfold.v1.SetHostMaintenanceResponse
+	(*PlacementSettings)(nil),           // 4: pinfold.v1.PlacementSettings
+	(*GetPlacementSettingsRequest)(nil), // 5: pinfold.v1.GetPlacementSettingsRequest
+	(*HealthRequest)(nil),               // 6: pinfold.v1.HealthRequest
+	(*HealthWarning)(nil),               // 7: pinfold.v1.HealthWarning
+	(*HealthResponse)(nil),              // 8: pinfold.v1.HealthResponse
+	(*Elimination)(nil),                 // 9: pinfold.v1.Elimination
+	(*PlacementFailure)(nil),            // 10: pinfold.v1.PlacementFailure
+	(*Violation)(nil),                   // 11: pinfold.v1.Violation
+	(*HostMetrics)(nil),                 // 12: pinfold.v1.HostMetrics
+	(*HealthCheck)(nil),                 // 13: pinfold.v1.HealthCheck
+	(*Instance)(nil),                    // 14: pinfold.v1.Instance
+	(*RegisterHostRequest)(nil),         // 15: pinfold.v1.RegisterHostRequest
+	(*RegisterHostResponse)(nil),        // 16: pinfold.v1.RegisterHostResponse
+	(*ListHostsRequest)(nil),            // 17: pinfold.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 18: pinfold.v1.ListHostsResponse
+	(*GetHostRequest)(nil),              // 19: pinfold.v1.GetHostRequest
+	(*GetHostResponse)(nil),             // 20: pinfold.v1.GetHostResponse
+	(*SetHostRequest)(nil),              // 21: pinfold.v1.SetHostRequest
+	(*SetHostResponse)(nil),             // 22: pinfold.v1.SetHostResponse
+	(*SetHostEnabledRequest)(nil),       // 23: pinfold.v1.SetHostEnabledRequest
+	(*SetHostEnabledResponse)(nil),      // 24: pinfold.v1.SetHostEnabledResponse
+	(*RemoveHostRequest)(nil),           // 25: pinfold.v1.RemoveHostRequest
+	(*RemoveHostResponse)(nil),          // 26: pinfold.v1.RemoveHostResponse
+	(*DeployRequest)(nil),               // 27: pinfold.v1.DeployRequest
+	(*DeployResponse)(nil),              // 28: pinfold.v1.DeployResponse
+	(*ResizeRequest)(nil),               // 29: pinfold.v1.ResizeRequest
+	(*ResizeResponse)(nil),              // 30: pinfold.v1.ResizeResponse
+	(*ReplaceRequest)(nil),              // 31: pinfold.v1.ReplaceRequest
+	(*ReplaceResponse)(nil),             // 32: pinfold.v1.ReplaceResponse
+	(*RemoveRequest)(nil),               // 33: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 34: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),        // 35: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 36: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),             // 37: pinfold.v1.CapacityRequest
+	(*CapacityResponse)(nil),            // 38: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 39: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 40: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 41: pinfold.v1.ReportStatusRequest
+	(*ReportStatusResponse)(nil),        // 42: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 43: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 44: pinfold.v1.WatchInstancesResponse
+	nil,                                 // 45: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 46: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 47: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 48: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 49: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 50: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 51: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 52: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 53: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 54: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 55: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 56: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 57: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	35, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	36, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	45, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	46, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	37, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
-	2,  // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	38, // 5: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
-	3,  // 6: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	1,  // 7: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 8: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
-	1,  // 9: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
-	4,  // 10: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	39, // 11: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	40, // 12: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	1,  // 13: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 14: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
-	3,  // 15: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	4,  // 16: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	4,  // 17: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	3,  // 18: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	4,  // 19: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	4,  // 20: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	41, // 21: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	42, // 22: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	2,  // 23: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	4,  // 24: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	5,  // 25: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	7,  // 26: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	9,  // 27: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	11, // 28: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	13, // 29: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	15, // 30: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	17, // 31: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	19, // 32: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	23, // 33: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	21, // 34: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	25, // 35: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	27, // 36: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	29, // 37: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	31, // 38: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	33, // 39: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	6,  // 40: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	8,  // 41: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	10, // 42: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	12, // 43: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	14, // 44: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	16, // 45: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	18, // 46: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	20, // 47: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	24, // 48: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	22, // 49: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	26, // 50: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	28, // 51: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	30, // 52: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	32, // 53: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	34, // 54: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	40, // [40:55] is the sub-list for method output_type
-	25, // [25:40] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	47, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
+	48, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
+	49, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	50, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	51, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
+	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
+	52, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
+	1,  // 14: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 15: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
+	1,  // 16: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
+	14, // 17: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
+	53, // 18: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	54, // 19: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	55, // 20: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	1,  // 21: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 22: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
+	13, // 23: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 24: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	11, // 25: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
+	14, // 26: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	13, // 27: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 28: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	14, // 29: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	56, // 30: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	57, // 31: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 32: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	14, // 33: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	15, // 34: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	17, // 35: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	19, // 36: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	21, // 37: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	23, // 38: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	25, // 39: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	2,  // 40: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 41: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 42: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 43: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	27, // 44: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	29, // 45: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	33, // 46: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	31, // 47: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	35, // 48: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	37, // 49: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	39, // 50: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	41, // 51: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	43, // 52: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	16, // 53: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	18, // 54: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	20, // 55: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	22, // 56: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	24, // 57: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	26, // 58: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	3,  // 59: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 60: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 61: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 62: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	28, // 63: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	30, // 64: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	34, // 65: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	32, // 66: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	36, // 67: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	38, // 68: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	40, // 69: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	42, // 70: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	44, // 71: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	53, // [53:72] is the sub-list for method output_type
+	34, // [34:53] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -2701,15 +3471,15 @@ func file_pinfold_v1_planner_proto_init() {
 	if File_pinfold_v1_planner_proto != nil {
 		return
 	}
-	file_pinfold_v1_planner_proto_msgTypes[11].OneofWrappers = []any{}
-	file_pinfold_v1_planner_proto_msgTypes[19].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[21].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,17 @@ const (
 	// PlannerServiceRemoveHostProcedure is the fully-qualified name of the PlannerService's RemoveHost
 	// RPC.
 	PlannerServiceRemoveHostProcedure = "/pinfold.v1.PlannerService/RemoveHost"
+	// PlannerServiceSetHostMaintenanceProcedure is the fully-qualified name of the PlannerService's
+	// SetHostMaintenance RPC.
+	PlannerServiceSetHostMaintenanceProcedure = "/pinfold.v1.PlannerService/SetHostMaintenance"
+	// PlannerServiceGetPlacementSettingsProcedure is the fully-qualified name of the PlannerService's
+	// GetPlacementSettings RPC.
+	PlannerServiceGetPlacementSettingsProcedure = "/pinfold.v1.PlannerService/GetPlacementSettings"
+	// PlannerServiceSetPlacementSettingsProcedure is the fully-qualified name of the PlannerService's
+	// SetPlacementSettings RPC.
+	PlannerServiceSetPlacementSettingsProcedure = "/pinfold.v1.PlannerService/SetPlacementSettings"
+	// PlannerServiceHealthProcedure is the fully-qualified name of the PlannerService's Health RPC.
+	PlannerServiceHealthProcedure = "/pinfold.v1.PlannerService/Health"
 	// PlannerServiceDeployProcedure is the fully-qualified name of the PlannerService's Deploy RPC.
 	PlannerServiceDeployProcedure = "/pinfold.v1.PlannerService/Deploy"
 	// PlannerServiceResizeProcedure is the fully-qualified name of the PlannerService's Resize RPC.
@@ -85,6 +96,14 @@ type PlannerServiceClient interface {
 	SetHost(context.Context, *connect.Request[pinfoldv1.SetHostRequest]) (*connect.Response[pinfoldv1.SetHostResponse], error)
 	SetHostEnabled(context.Context, *connect.Request[pinfoldv1.SetHostEnabledRequest]) (*connect.Response[pinfoldv1.SetHostEnabledResponse], error)
 	RemoveHost(context.Context, *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error)
+	// SetHostMaintenance puts a host in maintenance for a grace period (it
+	// keeps its instances and receives nothing new) or ends it.
+	SetHostMaintenance(context.Context, *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error)
+	// Placement settings: buffer and overbooking percentages, rule priorities.
+	GetPlacementSettings(context.Context, *connect.Request[pinfoldv1.GetPlacementSettingsRequest]) (*connect.Response[pinfoldv1.PlacementSettings], error)
+	SetPlacementSettings(context.Context, *connect.Request[pinfoldv1.PlacementSettings]) (*connect.Response[pinfoldv1.PlacementSettings], error)
+	// Health lists standing rule violations (seed 001 health warnings).
+	Health(context.Context, *connect.Request[pinfoldv1.HealthRequest]) (*connect.Response[pinfoldv1.HealthResponse], error)
 	// Instances.
 	Deploy(context.Context, *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error)
 	Resize(context.Context, *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error)
@@ -149,6 +168,30 @@ func NewPlannerServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(plannerServiceMethods.ByName("RemoveHost")),
 			connect.WithClientOptions(opts...),
 		),
+		setHostMaintenance: connect.NewClient[pinfoldv1.SetHostMaintenanceRequest, pinfoldv1.SetHostMaintenanceResponse](
+			httpClient,
+			baseURL+PlannerServiceSetHostMaintenanceProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("SetHostMaintenance")),
+			connect.WithClientOptions(opts...),
+		),
+		getPlacementSettings: connect.NewClient[pinfoldv1.GetPlacementSettingsRequest, pinfoldv1.PlacementSettings](
+			httpClient,
+			baseURL+PlannerServiceGetPlacementSettingsProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("GetPlacementSettings")),
+			connect.WithClientOptions(opts...),
+		),
+		setPlacementSettings: connect.NewClient[pinfoldv1.PlacementSettings, pinfoldv1.PlacementSettings](
+			httpClient,
+			baseURL+PlannerServiceSetPlacementSettingsProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("SetPlacementSettings")),
+			connect.WithClientOptions(opts...),
+		),
+		health: connect.NewClient[pinfoldv1.HealthRequest, pinfoldv1.HealthResponse](
+			httpClient,
+			baseURL+PlannerServiceHealthProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("Health")),
+			connect.WithClientOptions(opts...),
+		),
 		deploy: connect.NewClient[pinfoldv1.DeployRequest, pinfoldv1.DeployResponse](
 			httpClient,
 			baseURL+PlannerServiceDeployProcedure,
@@ -208,21 +251,25 @@ func NewPlannerServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 
 // plannerServiceClient implements PlannerServiceClient.
 type plannerServiceClient struct {
-	registerHost   *connect.Client[pinfoldv1.RegisterHostRequest, pinfoldv1.RegisterHostResponse]
-	listHosts      *connect.Client[pinfoldv1.ListHostsRequest, pinfoldv1.ListHostsResponse]
-	getHost        *connect.Client[pinfoldv1.GetHostRequest, pinfoldv1.GetHostResponse]
-	setHost        *connect.Client[pinfoldv1.SetHostRequest, pinfoldv1.SetHostResponse]
-	setHostEnabled *connect.Client[pinfoldv1.SetHostEnabledRequest, pinfoldv1.SetHostEnabledResponse]
-	removeHost     *connect.Client[pinfoldv1.RemoveHostRequest, pinfoldv1.RemoveHostResponse]
-	deploy         *connect.Client[pinfoldv1.DeployRequest, pinfoldv1.DeployResponse]
-	resize         *connect.Client[pinfoldv1.ResizeRequest, pinfoldv1.ResizeResponse]
-	remove         *connect.Client[pinfoldv1.RemoveRequest, pinfoldv1.RemoveResponse]
-	replace        *connect.Client[pinfoldv1.ReplaceRequest, pinfoldv1.ReplaceResponse]
-	listInstances  *connect.Client[pinfoldv1.ListInstancesRequest, pinfoldv1.ListInstancesResponse]
-	capacity       *connect.Client[pinfoldv1.CapacityRequest, pinfoldv1.CapacityResponse]
-	heartbeat      *connect.Client[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse]
-	reportStatus   *connect.Client[pinfoldv1.ReportStatusRequest, pinfoldv1.ReportStatusResponse]
-	watchInstances *connect.Client[pinfoldv1.WatchInstancesRequest, pinfoldv1.WatchInstancesResponse]
+	registerHost         *connect.Client[pinfoldv1.RegisterHostRequest, pinfoldv1.RegisterHostResponse]
+	listHosts            *connect.Client[pinfoldv1.ListHostsRequest, pinfoldv1.ListHostsResponse]
+	getHost              *connect.Client[pinfoldv1.GetHostRequest, pinfoldv1.GetHostResponse]
+	setHost              *connect.Client[pinfoldv1.SetHostRequest, pinfoldv1.SetHostResponse]
+	setHostEnabled       *connect.Client[pinfoldv1.SetHostEnabledRequest, pinfoldv1.SetHostEnabledResponse]
+	removeHost           *connect.Client[pinfoldv1.RemoveHostRequest, pinfoldv1.RemoveHostResponse]
+	setHostMaintenance   *connect.Client[pinfoldv1.SetHostMaintenanceRequest, pinfoldv1.SetHostMaintenanceResponse]
+	getPlacementSettings *connect.Client[pinfoldv1.GetPlacementSettingsRequest, pinfoldv1.PlacementSettings]
+	setPlacementSettings *connect.Client[pinfoldv1.PlacementSettings, pinfoldv1.PlacementSettings]
+	health               *connect.Client[pinfoldv1.HealthRequest, pinfoldv1.HealthResponse]
+	deploy               *connect.Client[pinfoldv1.DeployRequest, pinfoldv1.DeployResponse]
+	resize               *connect.Client[pinfoldv1.ResizeRequest, pinfoldv1.ResizeResponse]
+	remove               *connect.Client[pinfoldv1.RemoveRequest, pinfoldv1.RemoveResponse]
+	replace              *connect.Client[pinfoldv1.ReplaceRequest, pinfoldv1.ReplaceResponse]
+	listInstances        *connect.Client[pinfoldv1.ListInstancesRequest, pinfoldv1.ListInstancesResponse]
+	capacity             *connect.Client[pinfoldv1.CapacityRequest, pinfoldv1.CapacityResponse]
+	heartbeat            *connect.Client[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse]
+	reportStatus         *connect.Client[pinfoldv1.ReportStatusRequest, pinfoldv1.ReportStatusResponse]
+	watchInstances       *connect.Client[pinfoldv1.WatchInstancesRequest, pinfoldv1.WatchInstancesResponse]
 }
 
 // RegisterHost calls pinfold.v1.PlannerService.RegisterHost.
@@ -253,6 +300,26 @@ func (c *plannerServiceClient) SetHostEnabled(ctx context.Context, req *connect.
 // RemoveHost calls pinfold.v1.PlannerService.RemoveHost.
 func (c *plannerServiceClient) RemoveHost(ctx context.Context, req *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
 	return c.removeHost.CallUnary(ctx, req)
+}
+
+// SetHostMaintenance calls pinfold.v1.PlannerService.SetHostMaintenance.
+func (c *plannerServiceClient) SetHostMaintenance(ctx context.Context, req *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error) {
+	return c.setHostMaintenance.CallUnary(ctx, req)
+}
+
+// GetPlacementSettings calls pinfold.v1.PlannerService.GetPlacementSettings.
+func (c *plannerServiceClient) GetPlacementSettings(ctx context.Context, req *connect.Request[pinfoldv1.GetPlacementSettingsRequest]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
+	return c.getPlacementSettings.CallUnary(ctx, req)
+}
+
+// SetPlacementSettings calls pinfold.v1.PlannerService.SetPlacementSettings.
+func (c *plannerServiceClient) SetPlacementSettings(ctx context.Context, req *connect.Request[pinfoldv1.PlacementSettings]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
+	return c.setPlacementSettings.CallUnary(ctx, req)
+}
+
+// Health calls pinfold.v1.PlannerService.Health.
+func (c *plannerServiceClient) Health(ctx context.Context, req *connect.Request[pinfoldv1.HealthRequest]) (*connect.Response[pinfoldv1.HealthResponse], error) {
+	return c.health.CallUnary(ctx, req)
 }
 
 // Deploy calls pinfold.v1.PlannerService.Deploy.
@@ -309,6 +376,14 @@ type PlannerServiceHandler interface {
 	SetHost(context.Context, *connect.Request[pinfoldv1.SetHostRequest]) (*connect.Response[pinfoldv1.SetHostResponse], error)
 	SetHostEnabled(context.Context, *connect.Request[pinfoldv1.SetHostEnabledRequest]) (*connect.Response[pinfoldv1.SetHostEnabledResponse], error)
 	RemoveHost(context.Context, *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error)
+	// SetHostMaintenance puts a host in maintenance for a grace period (it
+	// keeps its instances and receives nothing new) or ends it.
+	SetHostMaintenance(context.Context, *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error)
+	// Placement settings: buffer and overbooking percentages, rule priorities.
+	GetPlacementSettings(context.Context, *connect.Request[pinfoldv1.GetPlacementSettingsRequest]) (*connect.Response[pinfoldv1.PlacementSettings], error)
+	SetPlacementSettings(context.Context, *connect.Request[pinfoldv1.PlacementSettings]) (*connect.Response[pinfoldv1.PlacementSettings], error)
+	// Health lists standing rule violations (seed 001 health warnings).
+	Health(context.Context, *connect.Request[pinfoldv1.HealthRequest]) (*connect.Response[pinfoldv1.HealthResponse], error)
 	// Instances.
 	Deploy(context.Context, *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error)
 	Resize(context.Context, *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error)
@@ -367,6 +442,30 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 		PlannerServiceRemoveHostProcedure,
 		svc.RemoveHost,
 		connect.WithSchema(plannerServiceMethods.ByName("RemoveHost")),
+		connect.WithHandlerOptions(opts...),
+	)
+	plannerServiceSetHostMaintenanceHandler := connect.NewUnaryHandler(
+		PlannerServiceSetHostMaintenanceProcedure,
+		svc.SetHostMaintenance,
+		connect.WithSchema(plannerServiceMethods.ByName("SetHostMaintenance")),
+		connect.WithHandlerOptions(opts...),
+	)
+	plannerServiceGetPlacementSettingsHandler := connect.NewUnaryHandler(
+		PlannerServiceGetPlacementSettingsProcedure,
+		svc.GetPlacementSettings,
+		connect.WithSchema(plannerServiceMethods.ByName("GetPlacementSettings")),
+		connect.WithHandlerOptions(opts...),
+	)
+	plannerServiceSetPlacementSettingsHandler := connect.NewUnaryHandler(
+		PlannerServiceSetPlacementSettingsProcedure,
+		svc.SetPlacementSettings,
+		connect.WithSchema(plannerServiceMethods.ByName("SetPlacementSettings")),
+		connect.WithHandlerOptions(opts...),
+	)
+	plannerServiceHealthHandler := connect.NewUnaryHandler(
+		PlannerServiceHealthProcedure,
+		svc.Health,
+		connect.WithSchema(plannerServiceMethods.ByName("Health")),
 		connect.WithHandlerOptions(opts...),
 	)
 	plannerServiceDeployHandler := connect.NewUnaryHandler(
@@ -437,6 +536,14 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 			plannerServiceSetHostEnabledHandler.ServeHTTP(w, r)
 		case PlannerServiceRemoveHostProcedure:
 			plannerServiceRemoveHostHandler.ServeHTTP(w, r)
+		case PlannerServiceSetHostMaintenanceProcedure:
+			plannerServiceSetHostMaintenanceHandler.ServeHTTP(w, r)
+		case PlannerServiceGetPlacementSettingsProcedure:
+			plannerServiceGetPlacementSettingsHandler.ServeHTTP(w, r)
+		case PlannerServiceSetPlacementSettingsProcedure:
+			plannerServiceSetPlacementSettingsHandler.ServeHTTP(w, r)
+		case PlannerServiceHealthProcedure:
+			plannerServiceHealthHandler.ServeHTTP(w, r)
 		case PlannerServiceDeployProcedure:
 			plannerServiceDeployHandler.ServeHTTP(w, r)
 		case PlannerServiceResizeProcedure:
@@ -486,6 +593,22 @@ func (UnimplementedPlannerServiceHandler) SetHostEnabled(context.Context, *conne
 
 func (UnimplementedPlannerServiceHandler) RemoveHost(context.Context, *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.RemoveHost is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) SetHostMaintenance(context.Context, *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.SetHostMaintenance is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) GetPlacementSettings(context.Context, *connect.Request[pinfoldv1.GetPlacementSettingsRequest]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.GetPlacementSettings is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) SetPlacementSettings(context.Context, *connect.Request[pinfoldv1.PlacementSettings]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.SetPlacementSettings is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) Health(context.Context, *connect.Request[pinfoldv1.HealthRequest]) (*connect.Response[pinfoldv1.HealthResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Health is not implemented"))
 }
 
 func (UnimplementedPlannerServiceHandler) Deploy(context.Context, *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {

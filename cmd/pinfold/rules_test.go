@@ -1,0 +1,107 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPlacementCLI: host properties and domains, a constrained deploy, the
+// elimination report of one that cannot be placed, maintenance, settings
+// and health, through the CLI against a real planner.
+func TestPlacementCLI(t *testing.T) {
+	addr := startPlanner(t)
+	topo := filepath.Join(t.TempDir(), "h.json")
+	out, errOut, code := runCLI(t, "", "topology", "--sysfs-root", "../../numa/testdata/sysfs/laptop-i7-1185g7", "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	if err := os.WriteFile(topo, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, pl...)...)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s", args, code, errOut)
+		}
+		return out
+	}
+	for i, h := range []string{"a", "b", "c"} {
+		must("host", "add", h, "--topology", topo)
+		ssd := []string{"true", "false", "true"}[i]
+		must("host", "set", h, "--property", "HasSSD="+ssd, "--property", "NodeColor=green", "--fault-domain", "fd:/dc"+string(rune('1'+i)),
+			"--upgrade-domain", "UD"+string(rune('1'+i)), "--host-type", "NodeType01")
+	}
+	var h hostJSON
+	if err := json.Unmarshal([]byte(must("host", "show", "a", "-o", "json")), &h); err != nil || h.Properties["HasSSD"] != "true" || h.FaultDomain != "fd:/dc1" || h.HostType != "NodeType01" {
+		t.Errorf("host show a: %+v (%v)", h, err)
+	}
+	// Bad input: exit 2, nothing changed.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"host", "set", "a", "--property", "HostName=x"}, "built in"},
+		{[]string{"host", "set", "a", "--property", "novalue"}, "want KEY=VALUE"},
+		{[]string{"host", "set", "a", "--fault-domain", "rack1"}, `fault domain "rack1"`},
+		{[]string{"deploy", "x", "--memory", "1GiB", "--constraint", "HasSSD = true"}, "column 8"},
+		{[]string{"deploy", "x", "--memory", "1GiB", "--placement-policy", "random"}, `--placement-policy "random"`},
+		{[]string{"deploy", "x", "--memory", "1GiB", "--hosts-order", "a,b"}, "needs --placement-policy nodes_order"},
+		{[]string{"host", "maintenance", "a"}, "--grace"},
+		{[]string{"settings", "--buffer", "cpu=0.2", "--overbooking", "cpu=0.1"}, "never both"},
+		{[]string{"settings", "--priority", "Gravity=1"}, "unknown rule"},
+	} {
+		_, errOut, code := run(tc.args...)
+		if code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("pinfold %v: exit %d, %q; want exit 2 with %q", tc.args, code, errOut, tc.want)
+		}
+	}
+	if h2 := must("host", "show", "a", "-o", "json"); !strings.Contains(h2, `"fault_domain": "fd:/dc1"`) {
+		t.Errorf("bad input changed host a:\n%s", h2)
+	}
+	// A constrained deploy lands on the SSD hosts only.
+	must("deploy", "db", "--count", "2", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "HasSSD == true && NodeType == NodeType01")
+	var list []instanceJSON
+	_ = json.Unmarshal([]byte(must("ps", "-o", "json")), &list)
+	for _, in := range list {
+		if in.Host == "b" {
+			t.Errorf("db placed on b (no SSD)")
+		}
+	}
+	// Nothing matches: exit 1 with the elimination sequence.
+	must("host", "disable", "c")
+	must("host", "maintenance", "b", "--grace", "10m")
+	_, errOut, code = run("deploy", "web", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "NodeColor == blue")
+	for _, want := range []string{"Elimination sequence", "Disabled             1 eliminated: c", "Maintenance          1 eliminated: b", "PlacementConstraint  1 eliminated: a"} {
+		if code != 1 || !strings.Contains(errOut, want) {
+			t.Errorf("unplaceable deploy: exit %d, want %q in:\n%s", code, want, errOut)
+		}
+	}
+	if out := must("host", "list"); !strings.Contains(out, "maintenance") || !strings.Contains(out, "fd:/dc2") {
+		t.Errorf("host list:\n%s", out)
+	}
+	must("host", "maintenance", "b", "--off")
+	must("host", "enable", "c")
+	// Settings round trip.
+	must("settings", "--buffer", "cpu=0.25", "--priority", "UpgradeDomain=0")
+	if s := must("settings"); !strings.Contains(s, "buffer 25%") || !strings.Contains(s, "UpgradeDomain priority        0 (hard, set)") {
+		t.Errorf("settings:\n%s", s)
+	}
+	// Health: a loses its SSD while db runs there.
+	if out, _, code := run("health"); code != 0 || !strings.Contains(out, "healthy") {
+		t.Errorf("health before: exit %d\n%s", code, out)
+	}
+	must("host", "set", "a", "--property", "HasSSD=false")
+	out, _, code = run("health", "-o", "json")
+	if code != 1 || !strings.Contains(out, `"kind": "PlacementConstraint"`) || !strings.Contains(out, `"subject": "db"`) {
+		t.Errorf("health after a host change: exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,121 @@
+package service
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// Warning is a standing rule violation (seed 001's health warnings).
+type Warning struct {
+	Kind    string `json:"kind"`    // NodeCapacity, PlacementConstraint, FaultDomain, UpgradeDomain, Maintenance, Down
+	Subject string `json:"subject"` // a host or a service
+	Detail  string `json:"detail"`
+}
+
+// Health lists what holds no longer: hosts over capacity, instances on
+// hosts their service's constraint no longer matches, services packed into
+// too few fault or upgrade domains, hosts past their maintenance grace, and
+// down hosts that hold instances. now is the clock (health is an edge).
+func (s *Service) Health(now time.Time) []Warning {
+	var out []Warning
+	for _, b := range Verify(s.st, s.params.ShareBase) {
+		out = append(out, Warning{Kind: placement.RuleCapacity, Subject: "store", Detail: b})
+	}
+	hosts := s.st.Hosts()
+	byName := map[string]state.HostView{}
+	for _, v := range hosts {
+		byName[v.Host.Name] = v
+		h := v.Host
+		n := len(s.st.Instances(h.Name))
+		switch st := state.HostState(h, v.Live); {
+		case st == "maintenance" && now.After(h.MaintenanceUntil) && h.Agent && !v.Live:
+			out = append(out, Warning{Kind: placement.RuleMaintenance, Subject: h.Name,
+				Detail: fmt.Sprintf("in maintenance past its grace (ended %s) and its agent is not back: %d instances are not running", h.MaintenanceUntil.Format(time.RFC3339), n)})
+		case st == "down" && n > 0:
+			out = append(out, Warning{Kind: "Down", Subject: h.Name, Detail: fmt.Sprintf("the agent is not heartbeating: %d instances are not enforced", n)})
+		}
+	}
+	// Per service: constraint and domain spread.
+	per := map[string]map[string]int{} // service → host → instances
+	for _, iv := range s.st.Instances("") {
+		in := iv.Instance
+		if per[in.Service] == nil {
+			per[in.Service] = map[string]int{}
+		}
+		per[in.Service][in.Host]++
+	}
+	for _, svc := range slices.Sorted(maps.Keys(per)) {
+		d, _ := s.st.Service(svc)
+		if r := d.Value.Rules; r != nil && r.Constraint != "" {
+			if e, err := placement.Parse(r.Constraint); err == nil {
+				var bad []string
+				for _, h := range slices.Sorted(maps.Keys(per[svc])) {
+					if v, ok := byName[h]; ok && !e.Match(PlacementHost(v).Props()) {
+						bad = append(bad, h)
+					}
+				}
+				if len(bad) > 0 {
+					out = append(out, Warning{Kind: placement.RulePlacementConstraint, Subject: svc,
+						Detail: fmt.Sprintf("instances on %s, which no longer match %q", strings.Join(bad, ", "), r.Constraint)})
+				}
+			}
+		}
+		if d.Value.Rules != nil && d.Value.Rules.DomainSpread == string(placement.SpreadOff) {
+			continue
+		}
+		fd, ud := map[string]int{}, map[string]int{}
+		withDomains := false
+		for _, v := range hosts {
+			if state.HostState(v.Host, v.Live) != "up" && per[svc][v.Host.Name] == 0 {
+				continue // domains without usable hosts do not count
+			}
+			if v.Host.FaultDomain != "" || v.Host.UpgradeDomain != "" {
+				withDomains = true
+			}
+			if lv := placement.FaultLevels(v.Host.FaultDomain); len(lv) > 0 {
+				fd[lv[0]] += per[svc][v.Host.Name]
+			}
+			if v.Host.UpgradeDomain != "" {
+				ud[v.Host.UpgradeDomain] += per[svc][v.Host.Name]
+			}
+		}
+		if !withDomains {
+			continue
+		}
+		for _, c := range []struct {
+			kind   string
+			counts map[string]int
+		}{{placement.RuleFaultDomain, fd}, {placement.RuleUpgradeDomain, ud}} {
+			if lo, hi := minMax(c.counts); len(c.counts) > 1 && hi-lo > 1 {
+				out = append(out, Warning{Kind: c.kind, Subject: svc,
+					Detail: fmt.Sprintf("instances packed into too few %s domains: %s", strings.ToLower(strings.TrimSuffix(c.kind, "Domain")), fmtCounts(c.counts))})
+			}
+		}
+	}
+	return out
+}
+
+func minMax(m map[string]int) (lo, hi int) {
+	lo = -1
+	for _, v := range m {
+		if lo < 0 || v < lo {
+			lo = v
+		}
+		hi = max(hi, v)
+	}
+	return max(lo, 0), hi
+}
+
+func fmtCounts(m map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}

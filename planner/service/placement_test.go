@@ -1,0 +1,150 @@
+package service_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/state/statetest"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+func strp(s string) *string { return &s }
+
+// TestPlacementRulesInTheService: properties and domains set on hosts,
+// constraint and affinity on deploys, disabled and maintenance hosts in the
+// elimination report, settings stored in etcd, and health warnings.
+func TestPlacementRulesInTheService(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	for i, name := range []string{"h1", "h2", "h3", "h4"} {
+		register(t, s, name, topologytest.Laptop().Topology())
+		props := map[string]placement.Value{"HasSSD": placement.BoolVal(i%2 == 0), "Rack": placement.IntVal(int64(i))}
+		if _, err := s.SetHost(ctx, service.SetHostRequest{Name: name, SetProperties: props,
+			FaultDomain: strp([]string{"fd:/dc1", "fd:/dc1", "fd:/dc2", "fd:/dc2"}[i]), UpgradeDomain: strp([]string{"UD1", "UD2", "UD1", "UD2"}[i])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Bad host input names the field and changes nothing.
+	if _, err := s.SetHost(ctx, service.SetHostRequest{Name: "h1", FaultDomain: strp("rack1")}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), "rack1") {
+		t.Errorf("bad fault domain = %v", err)
+	}
+	if _, err := s.SetHost(ctx, service.SetHostRequest{Name: "h1", SetProperties: map[string]placement.Value{"HostName": placement.Str("x")}}); service.CodeOf(err) != service.Invalid {
+		t.Errorf("setting the built-in HostName = %v", err)
+	}
+	// Constraint: only the SSD hosts (h1, h3), one per data center.
+	res, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "db", Image: "img", Count: 2, Pieces: 100, Bind: true, Memory: GiB,
+		Rules: state.Rules{Constraint: "HasSSD == true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{res.Instances[0].Host, res.Instances[1].Host}
+	slices.Sort(hosts)
+	if !slices.Equal(hosts, []string{"h1", "h3"}) || res.DomainSpread == "" {
+		t.Errorf("db on %v (spread %q), want h1 and h3", hosts, res.DomainSpread)
+	}
+	// Hard anti-affinity to db: only h2 and h4.
+	res, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "batch", Image: "img", Count: 2, Pieces: 100, Bind: true, Memory: GiB,
+		Rules: state.Rules{AntiAffinity: placement.Affinity{Hard: []string{"db"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range res.Instances {
+		if in.Host == "h1" || in.Host == "h3" {
+			t.Errorf("batch placed on %s next to db", in.Host)
+		}
+	}
+	// Disable h2, put h4 in maintenance: a deploy needing no SSD finds
+	// only h1 and h3, which the constraint "Rack >= 1 && HasSSD == false"
+	// removes; the report names every rule.
+	if _, err := s.SetEnabled(ctx, "h2", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetMaintenance(ctx, "h4", 10*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(s.Store().Schedulable()) == 2 }, "h2 and h4 out of the index")
+	_, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Image: "img", Count: 1, Pieces: 100, Bind: true, Memory: GiB,
+		Rules: state.Rules{Constraint: "Rack >= 1 && HasSSD == false"}})
+	var se *service.Error
+	if !errorsAs(err, &se) || se.Code != service.Exhausted {
+		t.Fatalf("err = %v", err)
+	}
+	got := map[string][]string{}
+	for _, e := range se.Eliminations {
+		got[e.Rule] = e.Hosts
+	}
+	if !slices.Equal(got["Disabled"], []string{"h2"}) || !slices.Equal(got["Maintenance"], []string{"h4"}) || !slices.Equal(got["PlacementConstraint"], []string{"h1", "h3"}) {
+		t.Errorf("eliminations = %v", se.Eliminations)
+	}
+	if !strings.Contains(err.Error(), "Elimination sequence") || !strings.Contains(err.Error(), "PlacementConstraint  2 eliminated: h1 h3") {
+		t.Errorf("message:\n%s", err)
+	}
+	// Bad rules are invalid input.
+	for _, r := range []state.Rules{{Constraint: "Rack >"}, {Policy: "random"}, {DomainSpread: "wide"}, {Affinity: placement.Affinity{Hard: []string{"web"}}}} {
+		if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Image: "img", Count: 1, Pieces: 100, Bind: true, Memory: GiB, Rules: r}); service.CodeOf(err) != service.Invalid {
+			t.Errorf("rules %+v: %v, want invalid", r, err)
+		}
+	}
+	// Settings live in etcd; a 50% CPU buffer leaves h1 and h3 (4 of 8
+	// CPUs, 1 used each) room for 3 more 1-CPU instances each.
+	if _, err := s.SetPlacementSettings(ctx, placement.Settings{Buffer: map[string]float64{"cpu": 0.5}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SetPlacementSettings(ctx, placement.Settings{Buffer: map[string]float64{"cpu": 0.5}, Overbooking: map[string]float64{"cpu": 0.1}}); service.CodeOf(err) != service.Invalid {
+		t.Errorf("buffer and overbooking on cpu accepted: %v", err)
+	}
+	waitFor(t, func() bool { return s.Store().PlacementSettings().Buffer["cpu"] == 0.5 }, "settings seen")
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Image: "img", Count: 7, Pieces: 100, Bind: true, Memory: GiB / 8}); service.CodeOf(err) != service.Exhausted {
+		t.Errorf("7 instances with a 50%% buffer (room for 6) = %v", err)
+	}
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Image: "img", Count: 7, Pieces: 100, Bind: true, Memory: GiB / 8, UseBuffer: true}); err != nil {
+		t.Errorf("7 instances using the buffer = %v", err)
+	}
+	verify(t, s)
+
+	// Health: h3 loses its SSD → db's instance there violates its
+	// constraint; h4 in maintenance is not a warning while its grace runs.
+	if _, err := s.SetHost(ctx, service.SetHostRequest{Name: "h3", SetProperties: map[string]placement.Value{"HasSSD": placement.BoolVal(false)}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		v, _ := s.Store().Host("h3")
+		return v.Host.Properties["HasSSD"] == placement.BoolVal(false)
+	}, "h3 changed")
+	ws := s.Health(time.Now())
+	found := false
+	for _, w := range ws {
+		if w.Kind == "PlacementConstraint" && w.Subject == "db" && strings.Contains(w.Detail, "h3") {
+			found = true
+		}
+		if w.Subject == "h4" {
+			t.Errorf("h4 within its grace reported: %+v", w)
+		}
+	}
+	if !found {
+		t.Errorf("health = %+v, want db's constraint violation on h3", ws)
+	}
+	// Ending maintenance makes h4 schedulable again.
+	if _, err := s.SetMaintenance(ctx, "h4", -1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { v, _ := s.Store().Host("h4"); return state.HostState(v.Host, v.Live) == "up" }, "h4 back")
+	if _, err := s.SetMaintenance(ctx, "h4", 0); service.CodeOf(err) != service.Invalid {
+		t.Errorf("grace 0 = %v", err)
+	}
+}
+
+func errorsAs(err error, target **service.Error) bool {
+	e, ok := err.(*service.Error)
+	if ok {
+		*target = e
+	}
+	return ok
+}
