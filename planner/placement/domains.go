@@ -97,12 +97,14 @@ func faultKeys(fd string, depth int) []string {
 
 // search finds how many new instances each host gets (k in all), trying
 // hosts in the given order first, so the result is the best-ranked valid
-// distribution. The rules only constrain where new instances go (pinfold
-// never moves running ones):
+// distribution (depth-first, with backtracking, within a step budget). The
+// rules only constrain where new instances go (pinfold never moves running
+// ones):
 //
-//   - max-difference: at every level, a domain that receives new instances
-//     ends with at most one more than every domain that still has room
-//     (usable hosts) afterwards;
+//   - max-difference: each new instance goes to a host whose domain is, at
+//     every level, among the least loaded domains that still have room, so
+//     a receiving domain never ends more than one above a domain with
+//     usable hosts;
 //   - quorum-safe: a domain that receives new instances ends with at most
 //     ceil(T/2)-1 of the T instances (at least 1); a level with a single
 //     domain is not checked, and a host (the finest fault domain) takes at
@@ -145,41 +147,21 @@ func search(hosts []domainHost, k int, quorum bool) (counts []int, ok bool) {
 			limit[l] = max(1, min(limit[l], (total+withRoom-1)/max(withRoom, 1)))
 		}
 	}
-	// check reports whether the state can still become valid (final: is valid).
-	check := func(left int, final bool) bool {
+	// eligible: may the next instance go to host h? Max-difference fills
+	// like water: at every level h's domain must be at the lowest count
+	// among the domains that still have room. Quorum-safe: no domain that
+	// receives may pass its limit (levels with a single domain exempt).
+	eligible := func(h *domainHost) bool {
 		for l := range nl {
+			d := doms[l][h.levels[l]]
 			if quorum {
-				if len(doms[l]) <= 1 {
-					continue
-				}
-				for _, d := range doms[l] {
-					if d.added > 0 && d.count > limit[l] {
-						return false
-					}
+				if len(doms[l]) > 1 && d.count+1 > limit[l] {
+					return false
 				}
 				continue
 			}
-			// Domains that keep room whatever happens next bound the
-			// receiving ones: their counts can rise by at most left.
-			floor := -1
-			for _, d := range doms[l] {
-				if d.room > left && (floor < 0 || d.count < floor) {
-					floor = d.count
-				}
-			}
-			if final {
-				floor = -1
-				for _, d := range doms[l] {
-					if d.room > 0 && (floor < 0 || d.count < floor) {
-						floor = d.count
-					}
-				}
-			}
-			if floor < 0 {
-				continue
-			}
-			for _, d := range doms[l] {
-				if d.added > 0 && d.count > floor+1+left {
+			for _, o := range doms[l] {
+				if o.room > 0 && o.count < d.count {
 					return false
 				}
 			}
@@ -188,17 +170,17 @@ func search(hosts []domainHost, k int, quorum bool) (counts []int, ok bool) {
 	}
 	counts = make([]int, n)
 	budget := 200_000
-	var dfs func(start, left int) bool
-	dfs = func(start, left int) bool {
-		if budget--; budget < 0 || !check(left, left == 0) {
-			return false
-		}
+	var dfs func(left int) bool
+	dfs = func(left int) bool {
 		if left == 0 {
 			return true
 		}
-		for i := start; i < n; i++ {
+		for i := range n {
+			if budget--; budget < 0 {
+				return false
+			}
 			h := &hosts[i]
-			if counts[i] >= h.room {
+			if counts[i] >= h.room || !eligible(h) {
 				continue
 			}
 			counts[i]++
@@ -206,7 +188,7 @@ func search(hosts []domainHost, k int, quorum bool) (counts []int, ok bool) {
 				d := doms[l][h.levels[l]]
 				d.count, d.room, d.added = d.count+1, d.room-1, d.added+1
 			}
-			if dfs(i, left-1) {
+			if dfs(left - 1) {
 				return true
 			}
 			counts[i]--
@@ -217,7 +199,7 @@ func search(hosts []domainHost, k int, quorum bool) (counts []int, ok bool) {
 		}
 		return false
 	}
-	if !dfs(0, k) {
+	if !dfs(k) {
 		return nil, false
 	}
 	return counts, true
