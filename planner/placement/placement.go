@@ -243,8 +243,29 @@ func cloneHost(h *alloc.Host) *alloc.Host {
 }
 
 // Plan applies the rules in order, ranks what is left, and lets the
-// allocation engine place the request on it. It is pure.
+// allocation engine place the request on it. When that fails, the soft
+// rules give way (seed 001: lower priorities yield first) and the plan is
+// tried again; the result lists what gave way. It is pure.
 func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error) {
+	res, err := plan(p, s, hosts, r, false)
+	var pe *Error
+	if err == nil || !errors.As(err, &pe) || pe.Invalid {
+		return res, err
+	}
+	soft := false
+	for _, rule := range []Rule{RulePlacementConstraint, RuleAffinity, RuleCapacity} {
+		soft = soft || s.priority(rule) == Soft
+	}
+	if !soft {
+		return nil, err
+	}
+	if res2, err2 := plan(p, s, hosts, r, true); err2 == nil {
+		return res2, nil
+	}
+	return nil, err
+}
+
+func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Result, error) {
 	bad := func(format string, args ...any) error {
 		return &Error{Invalid: true, Message: fmt.Sprintf(format, args...)}
 	}
@@ -287,14 +308,15 @@ func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error)
 		res.Eliminations = append(res.Eliminations, e)
 		left = kept
 	}
-	// soft applies a rule that gives way when it would leave no host.
+	// soft applies a rule that gives way when it would leave no host, or,
+	// when relaxing, whenever it would eliminate any.
 	soft := func(rule Rule, prio Priority, keep func(*Host) bool, detail string) {
 		if prio == Off {
 			return
 		}
 		before := left
 		elim(rule, keep)
-		if len(left) == 0 && prio >= Soft && len(before) > 0 {
+		if prio >= Soft && len(before) > 0 && (len(left) == 0 || relax && len(left) < len(before)) {
 			left = before
 			res.Eliminations[len(res.Eliminations)-1].Hosts = []string{}
 			res.Violations = append(res.Violations, Violation{Rule: rule, Detail: detail})
@@ -329,7 +351,10 @@ func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error)
 
 	// Capacity, under buffer and overbooking.
 	capPrio := s.priority(RuleCapacity)
-	useBuffer := r.UseBuffer || capPrio == Soft
+	useBuffer := r.UseBuffer || capPrio == Soft && relax
+	if capPrio == Soft && relax && !r.UseBuffer && len(s.Buffer)+len(s.Overbooking) > 0 {
+		res.Violations = append(res.Violations, Violation{Rule: RuleCapacity, Detail: "normal placement used the hosts' buffered capacity"})
+	}
 	adj := map[string]*alloc.Host{}
 	room := map[string]int{}
 	why := map[string]string{}
@@ -397,7 +422,7 @@ func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error)
 				pref = append(pref, h)
 			}
 		}
-		if len(pref) > 0 {
+		if len(pref) > 0 && !relax {
 			if out, err := place(p, s, r, pref, adj, room, rank, res); err == nil {
 				return out, nil
 			}

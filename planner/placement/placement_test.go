@@ -460,3 +460,29 @@ func TestPolicies(t *testing.T) {
 		t.Errorf("unknown policy accepted")
 	}
 }
+
+// TestSeedPriorities: seed 001's default priorities, and its example of
+// making affinity soft so that it gives way to capacity.
+func TestSeedPriorities(t *testing.T) {
+	t.Parallel()
+	want := map[Rule]Priority{"PlacementConstraint": 0, "NodeCapacity": 0, "Affinity": 0, "FaultDomain": 0, "UpgradeDomain": 1, "PreferredLocation": 2}
+	if !maps.Equal(DefaultPriorities, want) {
+		t.Errorf("defaults = %v, want seed 001's %v", DefaultPriorities, want)
+	}
+	n1, n2 := host("n1", "", ""), host("n2", "", "")
+	n1.Resources.Instances["svc1"] = 1
+	n1.Resources.CPUs = nil // full
+	r := req("svc2", 1)
+	r.Affinity = Affinity{Hard: []string{"svc1"}}
+	var pe *Error
+	if _, err := Plan(params, Settings{}, []*Host{n1, n2}, r); !errors.As(err, &pe) || !hasRule(pe.Eliminations, RuleAffinity) || !hasRule(pe.Eliminations, RuleCapacity) {
+		t.Errorf("hard affinity to a full host: %v, want eliminations by Affinity and NodeCapacity", err)
+	}
+	out, err := Plan(params, Settings{Priorities: map[Rule]Priority{RuleAffinity: Soft}}, []*Host{n1, n2}, r)
+	if err != nil {
+		t.Fatalf("soft affinity: %v", err)
+	}
+	if out.Placements[0].Host != "n2" || !slices.ContainsFunc(out.Violations, func(v Violation) bool { return v.Rule == RuleAffinity }) {
+		t.Errorf("soft affinity: placed on %s, violations %v; want n2 with Affinity given way", out.Placements[0].Host, out.Violations)
+	}
+}

@@ -148,3 +148,31 @@ func errorsAs(err error, target **service.Error) bool {
 	}
 	return ok
 }
+
+// TestHealthDomainPacking: a service placed before its hosts got fault
+// domains ends up packed into one; health says so.
+func TestHealthDomainPacking(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	for _, name := range []string{"h1", "h2", "h3"} {
+		register(t, s, name, topologytest.Laptop().Topology())
+	}
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Image: "img", Count: 2, Pieces: 100, Bind: true, Memory: GiB,
+		Rules: state.Rules{Policy: "nodes_order", HostsOrder: []string{"h1", "h2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if ws := s.Health(time.Now()); len(ws) != 0 {
+		t.Fatalf("health before domains: %+v", ws)
+	}
+	for name, fd := range map[string]string{"h1": "fd:/dc1", "h2": "fd:/dc1", "h3": "fd:/dc2"} {
+		if _, err := s.SetHost(ctx, service.SetHostRequest{Name: name, FaultDomain: strp(fd)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { v, _ := s.Store().Host("h3"); return v.Host.FaultDomain == "fd:/dc2" }, "domains set")
+	ws := s.Health(time.Now())
+	if len(ws) != 1 || ws[0].Kind != "FaultDomain" || ws[0].Subject != "web" || !strings.Contains(ws[0].Detail, "dc1 2, dc2 0") {
+		t.Errorf("health = %+v, want web packed into dc1", ws)
+	}
+}
