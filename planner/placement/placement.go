@@ -356,6 +356,20 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Re
 		res.Violations = append(res.Violations, Violation{Rule: RuleCapacity, Detail: "normal placement used the hosts' buffered capacity"})
 	}
 	adj := map[string]*alloc.Host{}
+	spreadRule, _ := ParseSpread(string(r.DomainSpread))
+	needRoom := len(s.Buffer)+len(s.Overbooking) > 0 || spreadRule != SpreadOff &&
+		slices.ContainsFunc(left, func(h *Host) bool { return h.FaultDomain != "" || h.UpgradeDomain != "" })
+	if !needRoom {
+		// Fast path: nothing needs each host's room before the engine runs,
+		// which computes it anyway; the capacity row of the report is
+		// worked out only if the engine fails.
+		for _, h := range left {
+			adj[h.Name] = h.Resources
+		}
+		rank := rankHosts(r, left)
+		slices.SortStableFunc(left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
+		return softAffinity(p, s, r, left, adj, nil, rank, res, relax)
+	}
 	room := map[string]int{}
 	why := map[string]string{}
 	for _, h := range left {
@@ -399,7 +413,13 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Re
 	// Rank (seed 003 policies; nodes_order is also the preferred location).
 	rank := rankHosts(r, left)
 	slices.SortStableFunc(left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
+	return softAffinity(p, s, r, left, adj, room, rank, res, relax)
+}
 
+// softAffinity places on the hosts that satisfy the soft affinity rules if
+// they can take the request, else on all of left (the rules give way).
+func softAffinity(p alloc.Params, s Settings, r Request, left []*Host, adj map[string]*alloc.Host, room, rank map[string]int, res *Result, relax bool) (*Result, error) {
+	has := func(h *Host, svc string) bool { return h.Resources.Instances[svc] > 0 }
 	// Soft affinity gives way only when nothing else is left.
 	softAff := func(h *Host) bool {
 		for _, svc := range r.Affinity.Soft {
@@ -444,9 +464,11 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 	}
 	req := r.Request
 	req.Rank = rank
-	req.Limit = map[string]int{}
-	for _, h := range hosts {
-		req.Limit[h.Name] = room[h.Name]
+	if room != nil {
+		req.Limit = map[string]int{}
+		for _, h := range hosts {
+			req.Limit[h.Name] = room[h.Name]
+		}
 	}
 	spread, _ := ParseSpread(string(r.DomainSpread))
 	domains := spread != SpreadOff && slices.ContainsFunc(hosts, func(h *Host) bool { return h.FaultDomain != "" || h.UpgradeDomain != "" })
@@ -467,7 +489,15 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 		var ae *alloc.Error
 		if errors.As(err, &ae) && ae.Code != alloc.CodeInvalid {
 			e := &Error{Message: ae.Message, Eliminations: out.Eliminations, Alloc: ae}
-			e.Eliminations = append(e.Eliminations, Elimination{Rule: RuleCapacity, Hosts: slices.Clone(ae.Hosts)})
+			if !slices.ContainsFunc(e.Eliminations, func(x Elimination) bool { return x.Rule == RuleCapacity }) {
+				full := []string{}
+				for _, h := range hosts {
+					if alloc.HostCapacity(p, adj[h.Name], r.Request).Count == 0 {
+						full = append(full, h.Name)
+					}
+				}
+				e.Eliminations = append(e.Eliminations, Elimination{Rule: RuleCapacity, Hosts: full})
+			}
 			return nil, e
 		}
 		return nil, &Error{Invalid: true, Message: err.Error(), Alloc: ae}
