@@ -519,6 +519,8 @@ func (a *Agent) checkpointAndReport(ctx context.Context, desired []Instance) {
 			if c.Running {
 				st.MemoryCurrentBytes = a.memoryCurrent(c)
 			}
+			st.Applied = &pinfoldv1.Applied{Cpus: c.Applied.CPUs.String(), Mems: c.Applied.Mems.String(), CpuQuota: c.Applied.CPUQuota,
+				CpuWeight: want.CPUWeight, MemoryBytes: c.Applied.MemoryBytes}
 			cp.Applied[in.ID] = checkpoint.Applied{ContainerID: c.ID, Generation: st.Generation, CPUs: c.Applied.CPUs.String(),
 				Mems: c.Applied.Mems.String(), CPUQuota: c.Applied.CPUQuota, CPUWeight: want.CPUWeight, Memory: c.Applied.MemoryBytes}
 		}
@@ -530,7 +532,7 @@ func (a *Agent) checkpointAndReport(ctx context.Context, desired []Instance) {
 		if st.Error == "" && a.failed[in.ID] == in.Generation {
 			st.Error = a.failMsg[in.ID]
 		}
-		key := fmt.Sprintf("%s|%s|%d|%d|%s|%d", st.State, st.ContainerId, st.Pid, st.Generation, st.Error, st.RefusedGeneration)
+		key := fmt.Sprintf("%s|%s|%d|%d|%s|%d|%v", st.State, st.ContainerId, st.Pid, st.Generation, st.Error, st.RefusedGeneration, st.Applied.String())
 		changed := a.reported[in.ID] != key || memoryMoved(a.memSent[in.ID], st.MemoryCurrentBytes)
 		a.mu.Unlock()
 		if !changed {

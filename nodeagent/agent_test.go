@@ -204,6 +204,9 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 	if r == nil || r.State != "running" || r.Generation != 1 {
 		t.Fatalf("after create: %+v", r)
 	}
+	if a := r.Applied; a == nil || a.Cpus != "0" || a.Mems != "0" || a.MemoryBytes != 128<<20 || a.CpuWeight != 100 || a.CpuQuota != 0 {
+		t.Errorf("applied reported = %+v, want cpus 0, mems 0, 128 MiB, weight 100, no quota", r.Applied)
+	}
 	cg.mu.Lock()
 	cg.mem["docker/c1"] = 40 << 20
 	cg.mu.Unlock()

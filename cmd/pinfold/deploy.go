@@ -37,10 +37,24 @@ type instanceJSON struct {
 	Observed   int64            `json:"observed_generation"`
 	MemoryUsed int64            `json:"memory_current_bytes,omitempty"`
 	RolledBack string           `json:"rolled_back,omitempty"`
+	Applied    *appliedJSON     `json:"applied,omitempty"`
+}
+
+// appliedJSON is what the host reports the container has.
+type appliedJSON struct {
+	CPUs        string `json:"cpus"`
+	Mems        string `json:"mems"`
+	CPUQuota    int64  `json:"cpu_quota_us"`
+	CPUWeight   uint64 `json:"cpu_weight"`
+	MemoryBytes int64  `json:"memory_bytes"`
 }
 
 func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
-	return instanceJSON{ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: in.CpuQuota,
+	var ap *appliedJSON
+	if a := in.Applied; a != nil {
+		ap = &appliedJSON{a.Cpus, a.Mems, a.CpuQuota, a.CpuWeight, a.MemoryBytes}
+	}
+	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: in.CpuQuota,
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, Image: in.Image,
 		State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}

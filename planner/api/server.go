@@ -155,11 +155,21 @@ func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.
 	if st != nil {
 		m.State, m.ContainerId, m.Pid, m.Error = st.State, st.ContainerID, int32(st.PID), st.Error
 		m.ObservedGeneration, m.MemoryCurrentBytes, m.RefusedGeneration = st.Generation, st.MemoryCurrent, st.Refused
+		if a := st.Applied; a != nil {
+			m.Applied = &pinfoldv1.Applied{Cpus: a.CPUs, Mems: a.Mems, CpuQuota: a.CPUQuota, CpuWeight: a.CPUWeight, MemoryBytes: a.MemoryBytes}
+		}
 		if st.Generation < in.Generation && st.State == "running" {
 			m.State = "updating"
 		}
 	}
 	return m
+}
+
+func appliedDoc(a *pinfoldv1.Applied) *state.Applied {
+	if a == nil {
+		return nil
+	}
+	return &state.Applied{CPUs: a.Cpus, Mems: a.Mems, CPUQuota: a.CpuQuota, CPUWeight: a.CpuWeight, MemoryBytes: a.MemoryBytes}
 }
 
 func healthMsg(h *state.HealthCheck) *pinfoldv1.HealthCheck {
@@ -423,7 +433,7 @@ func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.Hea
 func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
 	m := r.Msg
 	err := s.svc.ReportStatus(ctx, m.Host, m.Id, state.Status{State: m.State, ContainerID: m.ContainerId, PID: int(m.Pid), Generation: m.Generation, Error: m.Error,
-		Refused: m.RefusedGeneration, MemoryCurrent: m.MemoryCurrentBytes})
+		Refused: m.RefusedGeneration, MemoryCurrent: m.MemoryCurrentBytes, Applied: appliedDoc(m.Applied)})
 	if err != nil {
 		return nil, toConnect(err)
 	}

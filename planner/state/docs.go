@@ -151,6 +151,17 @@ type Status struct {
 	Refused int64 `json:"refused_generation,omitempty"`
 	// MemoryCurrent is the container's memory.current in bytes.
 	MemoryCurrent int64 `json:"memory_current_bytes,omitempty"`
+	// Applied is what the container has, as the host reports it.
+	Applied *Applied `json:"applied,omitempty"`
+}
+
+// Applied is a container's resources as its host reports them.
+type Applied struct {
+	CPUs        string `json:"cpus"`
+	Mems        string `json:"mems"`
+	CPUQuota    int64  `json:"cpu_quota"`
+	CPUWeight   uint64 `json:"cpu_weight"`
+	MemoryBytes int64  `json:"memory_bytes"`
 }
 
 // Service is a deployed service's spec.

@@ -35,6 +35,13 @@ type psEntry struct {
 	RolledBack string         `json:"rolled_back"`
 	// MemoryCurrent is memory.current as the agent last reported it.
 	MemoryCurrent int64 `json:"memory_current_bytes"`
+	Applied       *struct {
+		CPUs        string `json:"cpus"`
+		Mems        string `json:"mems"`
+		CPUQuota    int64  `json:"cpu_quota_us"`
+		CPUWeight   uint64 `json:"cpu_weight"`
+		MemoryBytes int64  `json:"memory_bytes"`
+	} `json:"applied"`
 }
 
 // daemon starts a pinfold subcommand in the background, killed at cleanup.
@@ -184,6 +191,9 @@ func TestE2EAgent(t *testing.T) {
 			if got := cg(t, e.Container, f); got != v {
 				t.Errorf("%s %s = %q, want %q", e.ID, f, got, v)
 			}
+		}
+		if ap := e.Applied; ap == nil || ap.CPUs != cpus || ap.Mems != fmt.Sprint(e.NUMANode) || ap.MemoryBytes != 128<<20 || ap.CPUQuota != 130000 || ap.CPUWeight != 30 {
+			t.Errorf("%s: applied as reported by the agent = %+v", e.ID, e.Applied)
 		}
 	}
 	// a is the instance alone on NUMA node 1 (only it can grow to 2 whole

@@ -958,6 +958,7 @@ type Instance struct {
 	MemoryCurrentBytes int64                  `protobuf:"varint,21,opt,name=memory_current_bytes,json=memoryCurrentBytes,proto3" json:"memory_current_bytes,omitempty"` // observed memory.current
 	ObservedGeneration int64                  `protobuf:"varint,22,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`   // the generation the host runs
 	RefusedGeneration  int64                  `protobuf:"varint,23,opt,name=refused_generation,json=refusedGeneration,proto3" json:"refused_generation,omitempty"`      // the generation the host refused or rolled back
+	Applied            *Applied               `protobuf:"bytes,24,opt,name=applied,proto3" json:"applied,omitempty"`
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1151,6 +1152,13 @@ func (x *Instance) GetRefusedGeneration() int64 {
 		return x.RefusedGeneration
 	}
 	return 0
+}
+
+func (x *Instance) GetApplied() *Applied {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
 }
 
 type RegisterHostRequest struct {
@@ -2773,6 +2781,7 @@ type ReportStatusRequest struct {
 	Error              string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	RefusedGeneration  int64                  `protobuf:"varint,8,opt,name=refused_generation,json=refusedGeneration,proto3" json:"refused_generation,omitempty"` // the desired generation the host refused
 	MemoryCurrentBytes int64                  `protobuf:"varint,9,opt,name=memory_current_bytes,json=memoryCurrentBytes,proto3" json:"memory_current_bytes,omitempty"`
+	Applied            *Applied               `protobuf:"bytes,10,opt,name=applied,proto3" json:"applied,omitempty"` // what the container has, as the engine and the kernel report it
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2870,6 +2879,90 @@ func (x *ReportStatusRequest) GetMemoryCurrentBytes() int64 {
 	return 0
 }
 
+func (x *ReportStatusRequest) GetApplied() *Applied {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
+}
+
+// Applied is what a container's resources are on its host.
+type Applied struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cpus          string                 `protobuf:"bytes,1,opt,name=cpus,proto3" json:"cpus,omitempty"`                          // cpuset.cpus, list format
+	Mems          string                 `protobuf:"bytes,2,opt,name=mems,proto3" json:"mems,omitempty"`                          // cpuset.mems
+	CpuQuota      int64                  `protobuf:"varint,3,opt,name=cpu_quota,json=cpuQuota,proto3" json:"cpu_quota,omitempty"` // cpu.max quota in µs per 100 ms period; 0 = none
+	CpuWeight     uint64                 `protobuf:"varint,4,opt,name=cpu_weight,json=cpuWeight,proto3" json:"cpu_weight,omitempty"`
+	MemoryBytes   int64                  `protobuf:"varint,5,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"` // memory.max
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Applied) Reset() {
+	*x = Applied{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Applied) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Applied) ProtoMessage() {}
+
+func (x *Applied) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Applied.ProtoReflect.Descriptor instead.
+func (*Applied) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *Applied) GetCpus() string {
+	if x != nil {
+		return x.Cpus
+	}
+	return ""
+}
+
+func (x *Applied) GetMems() string {
+	if x != nil {
+		return x.Mems
+	}
+	return ""
+}
+
+func (x *Applied) GetCpuQuota() int64 {
+	if x != nil {
+		return x.CpuQuota
+	}
+	return 0
+}
+
+func (x *Applied) GetCpuWeight() uint64 {
+	if x != nil {
+		return x.CpuWeight
+	}
+	return 0
+}
+
+func (x *Applied) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
 type ReportStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2878,7 +2971,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2890,7 +2983,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2903,7 +2996,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 type WatchInstancesRequest struct {
@@ -2915,7 +3008,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +3020,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3033,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -2960,7 +3053,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3065,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3078,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -3097,7 +3190,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\x93\x06\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xc2\x06\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -3125,7 +3218,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x06health\x18\x14 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x120\n" +
 	"\x14memory_current_bytes\x18\x15 \x01(\x03R\x12memoryCurrentBytes\x12/\n" +
 	"\x13observed_generation\x18\x16 \x01(\x03R\x12observedGeneration\x12-\n" +
-	"\x12refused_generation\x18\x17 \x01(\x03R\x11refusedGeneration\x1a7\n" +
+	"\x12refused_generation\x18\x17 \x01(\x03R\x11refusedGeneration\x12-\n" +
+	"\aapplied\x18\x18 \x01(\v2\x13.pinfold.v1.AppliedR\aapplied\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xdd\x02\n" +
@@ -3272,7 +3366,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"ttlSeconds\x121\n" +
 	"\ametrics\x18\x05 \x01(\v2\x17.pinfold.v1.HostMetricsR\ametrics\">\n" +
 	"\x11HeartbeatResponse\x12)\n" +
-	"\x10planner_protocol\x18\x01 \x01(\x05R\x0fplannerProtocol\"\x9b\x02\n" +
+	"\x10planner_protocol\x18\x01 \x01(\x05R\x0fplannerProtocol\"\xca\x02\n" +
 	"\x13ReportStatusRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
@@ -3284,7 +3378,16 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"generation\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\x12-\n" +
 	"\x12refused_generation\x18\b \x01(\x03R\x11refusedGeneration\x120\n" +
-	"\x14memory_current_bytes\x18\t \x01(\x03R\x12memoryCurrentBytes\"\x16\n" +
+	"\x14memory_current_bytes\x18\t \x01(\x03R\x12memoryCurrentBytes\x12-\n" +
+	"\aapplied\x18\n" +
+	" \x01(\v2\x13.pinfold.v1.AppliedR\aapplied\"\x90\x01\n" +
+	"\aApplied\x12\x12\n" +
+	"\x04cpus\x18\x01 \x01(\tR\x04cpus\x12\x12\n" +
+	"\x04mems\x18\x02 \x01(\tR\x04mems\x12\x1b\n" +
+	"\tcpu_quota\x18\x03 \x01(\x03R\bcpuQuota\x12\x1d\n" +
+	"\n" +
+	"cpu_weight\x18\x04 \x01(\x04R\tcpuWeight\x12!\n" +
+	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\"\x16\n" +
 	"\x14ReportStatusResponse\"+\n" +
 	"\x15WatchInstancesRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\"h\n" +
@@ -3325,7 +3428,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -3369,101 +3472,104 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),            // 39: pinfold.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),           // 40: pinfold.v1.HeartbeatResponse
 	(*ReportStatusRequest)(nil),         // 41: pinfold.v1.ReportStatusRequest
-	(*ReportStatusResponse)(nil),        // 42: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 43: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 44: pinfold.v1.WatchInstancesResponse
-	nil,                                 // 45: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 46: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 47: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 48: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 49: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 50: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 51: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 52: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 53: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 54: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 55: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 56: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 57: pinfold.v1.CapacityResponse.LimitEntry
+	(*Applied)(nil),                     // 42: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 43: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 44: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 45: pinfold.v1.WatchInstancesResponse
+	nil,                                 // 46: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 47: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 48: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 49: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 50: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 51: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 52: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 53: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 54: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 55: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 56: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 57: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 58: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	45, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	46, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	46, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	47, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	47, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	48, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	48, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	49, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	49, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	50, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	51, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	50, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	51, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	52, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	52, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	53, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	1,  // 14: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 15: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
-	1,  // 16: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
-	14, // 17: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	53, // 18: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	54, // 19: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	55, // 20: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
-	1,  // 21: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 22: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
-	13, // 23: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 24: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	11, // 25: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
-	14, // 26: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	13, // 27: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 28: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	14, // 29: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	56, // 30: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	57, // 31: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 32: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	14, // 33: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	15, // 34: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	17, // 35: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	19, // 36: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	21, // 37: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	23, // 38: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	25, // 39: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	2,  // 40: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 41: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 42: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 43: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	27, // 44: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	29, // 45: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	33, // 46: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	31, // 47: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	35, // 48: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	37, // 49: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	39, // 50: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	41, // 51: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	43, // 52: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	16, // 53: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	18, // 54: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	20, // 55: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	22, // 56: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	24, // 57: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	26, // 58: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	3,  // 59: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 60: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 61: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 62: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	28, // 63: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	30, // 64: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	34, // 65: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	32, // 66: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	36, // 67: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	38, // 68: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	40, // 69: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	42, // 70: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	44, // 71: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	53, // [53:72] is the sub-list for method output_type
-	34, // [34:53] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	42, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	1,  // 15: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 16: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
+	1,  // 17: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
+	14, // 18: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
+	54, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	55, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	56, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	1,  // 22: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 23: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
+	13, // 24: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 25: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	11, // 26: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
+	14, // 27: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	13, // 28: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 29: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	14, // 30: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	57, // 31: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	58, // 32: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 33: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	42, // 34: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	14, // 35: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	15, // 36: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	17, // 37: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	19, // 38: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	21, // 39: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	23, // 40: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	25, // 41: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	2,  // 42: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 43: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 44: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 45: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	27, // 46: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	29, // 47: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	33, // 48: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	31, // 49: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	35, // 50: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	37, // 51: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	39, // 52: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	41, // 53: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	44, // 54: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	16, // 55: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	18, // 56: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	20, // 57: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	22, // 58: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	24, // 59: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	26, // 60: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	3,  // 61: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 62: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 63: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 64: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	28, // 65: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	30, // 66: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	34, // 67: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	32, // 68: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	36, // 69: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	38, // 70: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	40, // 71: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	43, // 72: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	45, // 73: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	55, // [55:74] is the sub-list for method output_type
+	36, // [36:55] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -3479,7 +3585,7 @@ func file_pinfold_v1_planner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
