@@ -186,7 +186,7 @@ func search(hosts []domainHost, k int, quorum bool) (counts []int, ok bool) {
 			counts[i]++
 			for l := range nl {
 				d := doms[l][h.levels[l]]
-				d.count, d.room, d.added = d.count+1, d.room-1, d.added+1
+				d.count, d.room = d.count+1, d.room-1
 			}
 			if dfs(left - 1) {
 				return true
@@ -194,7 +194,7 @@ func search(hosts []domainHost, k int, quorum bool) (counts []int, ok bool) {
 			counts[i]--
 			for l := range nl {
 				d := doms[l][h.levels[l]]
-				d.count, d.room, d.added = d.count-1, d.room+1, d.added-1
+				d.count, d.room = d.count-1, d.room+1
 			}
 		}
 		return false
@@ -205,7 +205,7 @@ func search(hosts []domainHost, k int, quorum bool) (counts []int, ok bool) {
 	return counts, true
 }
 
-type dom struct{ count, room, added int }
+type dom struct{ count, room int }
 
 // chooseSpread resolves Adaptive for a service that will have total
 // instances over hosts with the given fault and upgrade domains.

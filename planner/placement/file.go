@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -161,7 +162,12 @@ func ValidatePropertyName(k string) error {
 // Validate checks the request's placement fields, naming the field.
 func (r *Request) Validate() *alloc.Error {
 	if _, err := Parse(r.Constraint); err != nil {
-		return invalid("request.constraint", r.Constraint, "%v", err.(*SyntaxError).msgAt())
+		msg := err.Error()
+		var se *SyntaxError
+		if errors.As(err, &se) {
+			msg = se.msgAt()
+		}
+		return invalid("request.constraint", r.Constraint, "%s", msg)
 	}
 	switch r.Policy {
 	case "", NodesOrder, LoadAvg, SpreadRank:

@@ -272,18 +272,10 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Re
 	if err := s.Validate(); err != nil {
 		return nil, bad("%v", err)
 	}
-	expr, err := Parse(r.Constraint)
-	if err != nil {
-		return nil, &Error{Invalid: true, Message: err.Error()}
+	if err := r.Validate(); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Message}
 	}
-	if _, err := ParseSpread(string(r.DomainSpread)); err != nil {
-		return nil, bad("%v", err)
-	}
-	switch r.Policy {
-	case "", NodesOrder, LoadAvg, SpreadRank:
-	default:
-		return nil, bad("placement_policy = %q: want nodes_order, load_avg or spread", r.Policy)
-	}
+	expr, _ := Parse(r.Constraint) // validated above
 	if r.Strategy == "" {
 		r.Strategy = alloc.Auto
 	}

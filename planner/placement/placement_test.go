@@ -438,7 +438,7 @@ func TestPolicies(t *testing.T) {
 	if got := first(r); got != "h3" {
 		t.Errorf("nodes_order [h3 h1]: %s", got)
 	}
-	r.Policy = LoadAvg
+	r.Policy, r.HostsOrder = LoadAvg, nil
 	if got := first(r); got != "h2" {
 		t.Errorf("load_avg: %s, want h2 (0.1)", got)
 	}
