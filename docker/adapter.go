@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -363,6 +364,14 @@ func (a *Adapter) owned(ctx context.Context, id string) (Container, error) {
 		return c, &Error{Container: id, Reason: fmt.Sprintf("has no %s=true label; pinfold never touches containers it does not own", LabelManaged), Err: ErrNotOwned}
 	}
 	return c, nil
+}
+
+// IsTransient reports whether err is the engine being unreachable or slow
+// (retry later) rather than the engine refusing the request.
+func IsTransient(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || mobyclient.IsErrConnectionFailed(err) ||
+		cerrdefs.IsUnavailable(err) || cerrdefs.IsDeadlineExceeded(err) || errors.As(err, &ne)
 }
 
 func (a *Adapter) wrap(id, op string, err error) error {

@@ -516,11 +516,12 @@ func (a *Agent) checkpointAndReport(ctx context.Context, desired []Instance) {
 			} else {
 				st.Generation = gen
 			}
+			var weight uint64
 			if c.Running {
-				st.MemoryCurrentBytes = a.memoryCurrent(c)
+				st.MemoryCurrentBytes, weight = a.observed(c)
 			}
 			st.Applied = &pinfoldv1.Applied{Cpus: c.Applied.CPUs.String(), Mems: c.Applied.Mems.String(), CpuQuota: c.Applied.CPUQuota,
-				CpuWeight: want.CPUWeight, MemoryBytes: c.Applied.MemoryBytes}
+				CpuWeight: weight, MemoryBytes: c.Applied.MemoryBytes}
 			cp.Applied[in.ID] = checkpoint.Applied{ContainerID: c.ID, Generation: st.Generation, CPUs: c.Applied.CPUs.String(),
 				Mems: c.Applied.Mems.String(), CPUQuota: c.Applied.CPUQuota, CPUWeight: want.CPUWeight, Memory: c.Applied.MemoryBytes}
 		}

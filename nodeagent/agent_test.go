@@ -10,10 +10,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	cerrdefs "github.com/containerd/errdefs"
 
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/docker"
@@ -127,20 +129,35 @@ func (f *fakeEngine) Exec(_ context.Context, id string, cmd []string) (int, erro
 	return f.execCode, nil
 }
 
-// fakeCgroup records applies and reports memory.current from mem.
+// fakeCgroup keeps the cpu.weight written by Apply and reports
+// memory.current from mem.
 type fakeCgroup struct {
-	mu  sync.Mutex
-	mem map[string]int64 // cgroup path → memory.current
+	mu     sync.Mutex
+	mem    map[string]int64  // cgroup path → memory.current
+	weight map[string]uint64 // cgroup path → cpu.weight
 }
 
-func (f *fakeCgroup) Apply(context.Context, cgroup.Spec) error { return nil }
+func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.CPUWeight != 0 {
+		if f.weight == nil {
+			f.weight = map[string]uint64{}
+		}
+		f.weight[s.Path.String()] = s.CPUWeight
+	}
+	return nil
+}
 func (f *fakeCgroup) Read(p cgroup.Path, name string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if name != "memory.current" {
-		return "", errors.New("unexpected read of " + name)
+	switch name {
+	case "memory.current":
+		return strconv.FormatInt(f.mem[p.String()], 10), nil
+	case "cpu.weight":
+		return strconv.FormatUint(f.weight[p.String()], 10), nil
 	}
-	return strconv.FormatInt(f.mem[p.String()], 10), nil
+	return "", errors.New("unexpected read of " + name)
 }
 
 // fakePlanner records status reports and heartbeats.
@@ -228,7 +245,8 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 		err         error
 		wantRefused int64
 	}{
-		{"transient: engine unreachable", &docker.Error{Reason: "update refused by the engine", Err: errors.New("dial unix /run/docker.sock: connect: connection refused")}, 0},
+		{"transient: engine unreachable", &docker.Error{Reason: "update refused by the engine", Err: &net.OpError{Op: "dial", Net: "unix", Err: syscall.ECONNREFUSED}}, 0},
+		{"transient: engine unavailable", &docker.Error{Reason: "update refused by the engine", Err: cerrdefs.ErrUnavailable}, 0},
 		{"refused: invalid resources", &docker.Error{Field: "memory", Value: "4194304", Reason: "below Docker's minimum of 6 MiB"}, 2},
 		{"refused: the kernel", &cgroup.ApplyError{File: "cpu.max", Value: "1 100000", Err: errors.New("invalid argument")}, 2},
 	} {

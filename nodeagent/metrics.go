@@ -49,21 +49,20 @@ func MetricsChanged(sent, m *pinfoldv1.HostMetrics) bool {
 	return m.MemTotalBytes != sent.MemTotalBytes || dm >= 0.05*float64(m.MemTotalBytes)
 }
 
-// memoryCurrent reads the container's memory.current (0 when unreadable).
-func (a *Agent) memoryCurrent(c docker.Container) int64 {
+// observed reads what the kernel holds for a running container:
+// memory.current and cpu.weight (0 when unreadable).
+func (a *Agent) observed(c docker.Container) (memCurrent int64, weight uint64) {
 	p, err := cgroup.ParsePath(c.CgroupPath)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	s, err := a.cg.Read(p, "memory.current")
-	if err != nil {
-		return 0
+	if s, err := a.cg.Read(p, "memory.current"); err == nil {
+		memCurrent, _ = strconv.ParseInt(strings.TrimSpace(s), 10, 64)
 	}
-	v, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-	if err != nil {
-		return 0
+	if s, err := a.cg.Read(p, "cpu.weight"); err == nil {
+		weight, _ = strconv.ParseUint(strings.TrimSpace(s), 10, 64)
 	}
-	return v
+	return memCurrent, weight
 }
 
 // memoryMoved reports whether memory use moved enough since it was last
@@ -80,13 +79,10 @@ func memoryMoved(sent, now int64) bool {
 // kernel saying no) from a transient failure (engine unreachable, timeout),
 // which is retried rather than rolled back.
 func refusal(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, docker.ErrNotFound) {
+	if docker.IsTransient(err) || errors.Is(err, docker.ErrNotFound) {
 		return false
 	}
 	var de *docker.Error
-	if errors.As(err, &de) {
-		return de.Err == nil || !strings.Contains(de.Err.Error(), "connect")
-	}
 	var ce *cgroup.ApplyError
-	return errors.As(err, &ce)
+	return errors.As(err, &de) || errors.As(err, &ce)
 }
