@@ -27,12 +27,23 @@ func (s *Service) Health(now time.Time) []Warning {
 	for _, b := range Verify(s.st, s.params.ShareBase) {
 		out = append(out, Warning{Kind: placement.RuleCapacity, Subject: "store", Detail: b})
 	}
+	// One pass over the instances: per service, per host.
+	per := map[string]map[string]int{} // service → host → instances
+	onHost := map[string]int{}
+	for _, iv := range s.st.Instances("") {
+		in := iv.Instance
+		if per[in.Service] == nil {
+			per[in.Service] = map[string]int{}
+		}
+		per[in.Service][in.Host]++
+		onHost[in.Host]++
+	}
 	hosts := s.st.Hosts()
 	byName := map[string]state.HostView{}
 	for _, v := range hosts {
 		byName[v.Host.Name] = v
 		h := v.Host
-		n := len(s.st.Instances(h.Name))
+		n := onHost[h.Name]
 		switch st := state.HostState(h, v.Live); {
 		case st == "maintenance" && now.After(h.MaintenanceUntil) && h.Agent && !v.Live:
 			out = append(out, Warning{Kind: placement.RuleMaintenance, Subject: h.Name,
@@ -42,21 +53,13 @@ func (s *Service) Health(now time.Time) []Warning {
 		}
 	}
 	// Per service: constraint and domain spread.
-	per := map[string]map[string]int{} // service → host → instances
-	for _, iv := range s.st.Instances("") {
-		in := iv.Instance
-		if per[in.Service] == nil {
-			per[in.Service] = map[string]int{}
-		}
-		per[in.Service][in.Host]++
-	}
 	for _, svc := range slices.Sorted(maps.Keys(per)) {
 		d, _ := s.st.Service(svc)
 		if r := d.Value.Rules; r != nil && r.Constraint != "" {
 			if e, err := placement.Parse(r.Constraint); err == nil {
 				var bad []string
 				for _, h := range slices.Sorted(maps.Keys(per[svc])) {
-					if v, ok := byName[h]; ok && !e.Match(PlacementHost(v).Props()) {
+					if v, ok := byName[h]; ok && !e.Match((&placement.Host{Name: h, Type: v.Host.Type, Properties: v.Host.Properties}).Props()) {
 						bad = append(bad, h)
 					}
 				}
