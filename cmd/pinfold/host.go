@@ -507,8 +507,8 @@ warns that its instances are not running. --off ends the maintenance.`,
 			if off == (grace != 0) {
 				return badInput("give --grace DURATION (e.g. 10m) or --off")
 			}
-			if grace < 0 {
-				return badInput("--grace %s: want a positive duration", grace)
+			if !off && grace < time.Second {
+				return badInput("--grace %s: want at least 1s", grace)
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.SetHostMaintenance(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostMaintenanceRequest{Name: args[0],

@@ -191,8 +191,13 @@ PreferredLocation 2. Setting replaces all three maps at once.`,
 			if err := parse("overbooking", over, func(k string, v float64) { ps.OverbookingPercent[k] = v }); err != nil {
 				return err
 			}
-			if err := parse("priority", prios, func(k string, v float64) { ps.ConstraintPriorities[k] = int32(v) }); err != nil {
-				return err
+			for _, kv := range prios {
+				k, v, ok := strings.Cut(kv, "=")
+				n, err := strconv.Atoi(v)
+				if !ok || err != nil {
+					return badInput("--priority %q: want RULE=P with P one of -1, 0, 1, 2", kv)
+				}
+				ps.ConstraintPriorities[k] = int32(n)
 			}
 			local := placement.Settings{Buffer: ps.BufferPercent, Overbooking: ps.OverbookingPercent, Priorities: map[placement.Rule]placement.Priority{}}
 			for k, v := range ps.ConstraintPriorities {

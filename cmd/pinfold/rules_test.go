@@ -58,6 +58,8 @@ func TestPlacementCLI(t *testing.T) {
 		{[]string{"host", "maintenance", "a"}, "--grace"},
 		{[]string{"settings", "--buffer", "cpu=0.2", "--overbooking", "cpu=0.1"}, "never both"},
 		{[]string{"settings", "--priority", "Gravity=1"}, "unknown rule"},
+		{[]string{"settings", "--priority", "Affinity=0.5"}, "want RULE=P"},
+		{[]string{"host", "maintenance", "a", "--grace", "500ms"}, "want at least 1s"},
 	} {
 		_, errOut, code := run(tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
