@@ -337,33 +337,26 @@ func (p *parser) errAt(t token, format string, args ...any) error {
 }
 
 func (p *parser) or() (node, error) {
-	l, err := p.and()
-	if err != nil {
-		return nil, err
-	}
-	for p.peek().kind == tOr {
-		p.next()
-		r, err := p.and()
-		if err != nil {
-			return nil, err
-		}
-		l = orNode{l, r}
-	}
-	return l, nil
+	return p.chain(tOr, p.and, func(l, r node) node { return orNode{l, r} })
 }
 
 func (p *parser) and() (node, error) {
-	l, err := p.unary()
+	return p.chain(tAnd, p.unary, func(l, r node) node { return andNode{l, r} })
+}
+
+// chain parses operand { op operand }, left-associative.
+func (p *parser) chain(op tkind, operand func() (node, error), join func(l, r node) node) (node, error) {
+	l, err := operand()
 	if err != nil {
 		return nil, err
 	}
-	for p.peek().kind == tAnd {
+	for p.peek().kind == op {
 		p.next()
-		r, err := p.unary()
+		r, err := operand()
 		if err != nil {
 			return nil, err
 		}
-		l = andNode{l, r}
+		l = join(l, r)
 	}
 	return l, nil
 }
