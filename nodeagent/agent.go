@@ -432,6 +432,8 @@ func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
 		timeout = p.Timeout
 	}
 	start := time.Now()
+	probeCtx, cancel := context.WithDeadline(ctx, start.Add(timeout))
+	defer cancel()
 	last := "no answer yet"
 	for {
 		c, err := a.eng.Inspect(ctx, id)
@@ -443,11 +445,13 @@ func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
 		}
 		switch {
 		case p != nil:
-			err := p.check(ctx, a.eng, c)
+			err := p.check(probeCtx, a.eng, c)
 			if err == nil {
 				return nil
 			}
-			last = err.Error()
+			if probeCtx.Err() == nil || last == "no answer yet" {
+				last = err.Error() // an attempt cut by the deadline keeps the answer before it
+			}
 		case c.Health == "healthy":
 			return nil
 		case c.Health == "unhealthy":

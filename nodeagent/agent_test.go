@@ -392,3 +392,26 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("first metrics not sent")
 	}
 }
+
+func TestMemoryMoved(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		sent, now int64
+		want      bool
+	}{
+		{0, mib - 1, false},               // below 1 MiB
+		{0, mib, true},                    // first MiB
+		{40 * mib, 40*mib + mib/2, false}, // growth under 1 MiB
+		// The e2e case: caught at 37.8 MiB while a 40 MiB file was written.
+		{37*mib + 800*1024, 40 * mib, true},
+		{400 * mib, 403 * mib, false},      // growth under 1%
+		{400 * mib, 404 * mib, true},       // growth of 1%
+		{400 * mib, 370 * mib, false},      // a drop under 10%
+		{400 * mib, 360 * mib, true},       // a drop of 10%
+		{5 * mib, 4*mib + 512*1024, false}, // a 10% drop under 1 MiB
+	} {
+		if got := memoryMoved(tc.sent, tc.now); got != tc.want {
+			t.Errorf("memoryMoved(sent %d, now %d) = %v, want %v", tc.sent, tc.now, got, tc.want)
+		}
+	}
+}

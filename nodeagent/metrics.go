@@ -66,13 +66,16 @@ func (a *Agent) observed(c docker.Container) (memCurrent int64, weight uint64) {
 }
 
 // memoryMoved reports whether memory use moved enough since it was last
-// sent (1 MiB and 10%) to be sent again.
+// sent to be sent again. Growth counts from 1 MiB and 1%: the planner
+// refuses a shrink below the last figure it has, so that figure must never
+// lag far behind real use. A drop counts from 1 MiB and 10%: a stale high
+// figure only makes that guard stricter, and churn would cost etcd writes.
 func memoryMoved(sent, now int64) bool {
 	d := now - sent
-	if d < 0 {
-		d = -d
+	if d >= 0 {
+		return d >= 1<<20 && d*100 >= sent
 	}
-	return d >= 1<<20 && d*10 >= sent
+	return -d >= 1<<20 && -d*10 >= sent
 }
 
 // refusal tells a host's refusal (invalid resources, the engine or the

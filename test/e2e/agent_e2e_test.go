@@ -359,18 +359,20 @@ func testMemoryGuardsAndRollback(t *testing.T, image string) {
 		t.Fatalf("deploy mem: %s", errOut)
 	}
 	var m psEntry
-	eventually(t, 120*time.Second, "mem to run and report ≥ 40 MiB in use", func() (bool, string) {
+	// 40 MiB written to shm; the agent's figure may lag real use by up to
+	// 1 MiB (nodeagent.memoryMoved), so wait for 39 MiB.
+	eventually(t, 120*time.Second, "mem to run and report ≥ 39 MiB in use", func() (bool, string) {
 		for _, e := range ps(t) {
 			if e.ID != "" && strings.HasPrefix(e.ID, "mem-") {
 				m = e
 			}
 		}
-		return m.State == "running" && m.MemoryCurrent >= 40<<20, fmt.Sprintf("%+v", m)
+		return m.State == "running" && m.MemoryCurrent >= 39<<20, fmt.Sprintf("%+v", m)
 	})
 	t.Logf("mem-instance memory.current reported: %d bytes", m.MemoryCurrent)
 	_, errOut, code := pinfold(t, "", "resize", m.ID, "--memory", "-100MiB", "--planner", plannerAddr)
 	if code != 2 || !strings.Contains(errOut, "memory.current") || !strings.Contains(errOut, "--force") {
-		t.Errorf("shrink to 28 MiB with 40 MiB in use: exit %d, %q; want exit 2 naming memory.current and --force", code, errOut)
+		t.Errorf("shrink to 28 MiB with 39 MiB or more in use: exit %d, %q; want exit 2 naming memory.current and --force", code, errOut)
 	}
 	if got := cg(t, m.Container, "memory.max"); got != fmt.Sprint(128<<20) {
 		t.Errorf("memory.max after a refused shrink = %s", got)
