@@ -115,6 +115,7 @@ type CreateSpec struct {
 	Image     string
 	Cmd       []string
 	Env       []string
+	Network   string // network mode: host, none, bridge, a network's name; "": the engine's default
 	Service   string
 	Instance  string
 	Labels    map[string]string
@@ -141,6 +142,9 @@ type Container struct {
 	Health string
 	// IP is the container's first network address ("" without a network).
 	IP string
+	// Network is the network mode it was created with ("default" when
+	// none was asked for).
+	Network string
 }
 
 // Create creates (does not start) a container with pinfold's labels.
@@ -164,7 +168,7 @@ func (a *Adapter) Create(ctx context.Context, s CreateSpec) (string, error) {
 	out, err := a.api.ContainerCreate(ctx, mobyclient.ContainerCreateOptions{
 		Name:       s.Name,
 		Config:     &container.Config{Image: s.Image, Cmd: s.Cmd, Env: s.Env, Labels: labels},
-		HostConfig: &container.HostConfig{Resources: res},
+		HostConfig: &container.HostConfig{Resources: res, NetworkMode: container.NetworkMode(s.Network)},
 	})
 	if err != nil {
 		return "", &Error{Reason: fmt.Sprintf("create %s from %s", s.Name, s.Image), Err: err}
@@ -215,6 +219,9 @@ func (a *Adapter) fromInspect(in container.InspectResponse) (Container, error) {
 				break
 			}
 		}
+	}
+	if in.HostConfig != nil {
+		c.Network = string(in.HostConfig.NetworkMode)
 	}
 	applied, err := appliedFrom(in.HostConfig)
 	if err != nil {

@@ -194,7 +194,7 @@ func TestAdapterWithFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := Resources{CPUs: cpuset.MustParseCPUs("2-3"), Mems: cpuset.MustParseMems("1"), MemoryBytes: 128 << 20}
-	id, err := a.Create(ctx, CreateSpec{Name: "web-1", Image: "img", Service: "web", Instance: "web-1", Resources: res})
+	id, err := a.Create(ctx, CreateSpec{Name: "web-1", Image: "img", Service: "web", Instance: "web-1", Resources: res, Network: "host"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestAdapterWithFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := a.Inspect(ctx, id)
-	if err != nil || c.CgroupPath != "docker/"+id || c.Service != "web" || c.PID != 4242 || !c.Applied.CPUs.Equal(res.CPUs) {
+	if err != nil || c.CgroupPath != "docker/"+id || c.Service != "web" || c.PID != 4242 || !c.Applied.CPUs.Equal(res.CPUs) || c.Network != "host" {
 		t.Fatalf("Inspect = %+v, %v", c, err)
 	}
 	res.MemoryBytes = 256 << 20

@@ -252,7 +252,7 @@ func (a *Agent) setDesired(msgs []*pinfoldv1.Instance) {
 	var ds []Instance
 	for _, m := range msgs {
 		in := Instance{ID: m.Id, Service: m.Service, Bind: m.Bind, CPUs: map[cpuset.CPUID]int{}, NUMANode: cpuset.NUMANodeID(m.NumaNode),
-			Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Image: m.Image, Command: m.Command, Env: m.Env, Generation: m.Generation,
+			Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Generation: m.Generation,
 			Health: probeOf(m.Health)}
 		for id, p := range m.Cpus {
 			in.CPUs[cpuset.CPUID(id)] = int(p)
@@ -349,7 +349,7 @@ func short(id string) string {
 }
 
 func (a *Agent) spec(in *Instance, gen int64, r docker.Resources) docker.CreateSpec {
-	return docker.CreateSpec{Name: fmt.Sprintf("pinfold-%s-g%d", in.ID, gen), Image: in.Image, Cmd: in.Command, Env: in.Env,
+	return docker.CreateSpec{Name: fmt.Sprintf("pinfold-%s-g%d", in.ID, gen), Image: in.Image, Cmd: in.Command, Env: in.Env, Network: in.Network,
 		Service: in.Service, Instance: in.ID, Labels: map[string]string{LabelGeneration: strconv.FormatInt(gen, 10)}, Resources: r}
 }
 

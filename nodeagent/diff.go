@@ -103,8 +103,8 @@ func Diff(h Host, desired []Instance, observed []Observed, scheme Scheme, failed
 		}
 		c := cs[0]
 		switch {
-		case (c.Image != in.Image || (in.Command != nil && !slices.Equal(c.Cmd, in.Command))) && failed[in.ID] != in.Generation:
-			out = append(out, Action{Kind: Replace, Instance: in, Container: c.ID, Want: want, Reason: "image or command changed"})
+		case specChanged(c, in) && failed[in.ID] != in.Generation:
+			out = append(out, Action{Kind: Replace, Instance: in, Container: c.ID, Want: want, Reason: "image, command or network changed"})
 			continue
 		case !sameResources(c.Applied, want.Resources):
 			out = append(out, Action{Kind: Update, Instance: in, Container: c.ID, Want: want, Reason: "resources differ"})
@@ -125,4 +125,14 @@ func Diff(h Host, desired []Instance, observed []Observed, scheme Scheme, failed
 		out = append(out, Action{Kind: Remove, Container: o.ID, Reason: "no desired instance " + o.Instance})
 	}
 	return out
+}
+
+// specChanged: the container was made from another image, command or
+// network mode than the instance asks for (none of which Docker can change
+// in place). An instance without a command or network takes the image's
+// and the engine's defaults, whatever they are.
+func specChanged(c Observed, in *Instance) bool {
+	return c.Image != in.Image ||
+		in.Command != nil && !slices.Equal(c.Cmd, in.Command) ||
+		in.Network != "" && c.Network != in.Network
 }

@@ -79,6 +79,13 @@ func TestDiff(t *testing.T) {
 	drifted.CPUs = cpuset.MustParseCPUs("0")
 	newImage := a
 	newImage.Image, newImage.Generation = "img2", 2
+	hostNet := a
+	hostNet.Network = "host"
+	onNet := func(network string) Observed {
+		o := obs("c1", "a", "img", 1, want.Resources, true, false)
+		o.Network = network
+		return o
+	}
 	tests := []struct {
 		name     string
 		desired  []Instance
@@ -91,6 +98,9 @@ func TestDiff(t *testing.T) {
 		{"stopped", []Instance{a}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, false)}, []string{"start:c1", "reassert:c1"}},
 		{"orphan", nil, []Observed{obs("c9", "gone", "img", 1, want.Resources, true, false)}, []string{"remove:c9"}},
 		{"replace", []Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, []string{"replace:c1"}},
+		{"network mode differs", []Instance{hostNet}, []Observed{onNet("default")}, []string{"replace:c1"}},
+		{"network mode matches", []Instance{hostNet}, []Observed{onNet("host")}, []string{"reassert:c1"}},
+		{"no network asked: any will do", []Instance{a}, []Observed{onNet("host")}, []string{"reassert:c1"}},
 		{"replace in flight, new runs", []Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, true, false)}, []string{"finish-replace:c1"}},
 		{"replace in flight, new failed", []Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, false, false)}, []string{"remove:c2", "unpause:c1"}},
 	}

@@ -20,6 +20,7 @@ type Instance struct {
 	Image       string
 	Command     []string
 	Env         []string
+	Network     string // Docker network mode; "": the engine's default
 	Generation  int64
 	Health      *Probe // nil: the image's HEALTHCHECK, else keeps running
 }

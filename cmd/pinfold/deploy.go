@@ -29,6 +29,7 @@ type instanceJSON struct {
 	MemorySoft int64            `json:"memory_soft_bytes,omitempty"`
 	Bind       bool             `json:"bind"`
 	Image      string           `json:"image,omitempty"`
+	Network    string           `json:"network,omitempty"`
 	State      string           `json:"state"`
 	Generation int64            `json:"generation"`
 	Container  string           `json:"container_id,omitempty"`
@@ -56,7 +57,7 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	}
 	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: in.CpuQuota,
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, Image: in.Image,
-		State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
+		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}
 }
 
@@ -109,6 +110,7 @@ func newDeployCmd() *cobra.Command {
 		maxPerHost int
 		image      string
 		env        []string
+		network    string
 		health     healthFlags
 		rules      ruleFlags
 	)
@@ -136,10 +138,17 @@ and upgrade domain spread (--domain-spread adaptive, max_difference,
 quorum_safe or off). --placement-policy ranks what is left: nodes_order
 (--hosts-order), load_avg (agent-measured) or spread (stable, seeded by the
 service name). When nothing can be placed, the error lists rule by rule
-which hosts each rule eliminated.`,
+which hosts each rule eliminated.
+
+--network sets the containers' Docker network mode (host, none, bridge or a
+network's name). On the host network, mind that a blue-green replace runs
+the new container while the paused old one still holds its ports: the
+replacement must listen elsewhere, or its health check fails and the old
+container resumes.`,
 		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
   pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB
   pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB
+  pinfold deploy api --count 2 --cpu 0.5 --memory 128MiB --image myapi --network host --health-http 8080/healthz
   pinfold deploy db --count 5 --cpu 2 --bind --memory 8GiB --constraint "HasSSD == true && SomeProperty >= 4" \
       --anti-affinity batch --placement-policy load_avg`,
 		Args: cobra.MinimumNArgs(1),
@@ -172,7 +181,7 @@ which hosts each rule eliminated.`,
 				return err
 			}
 			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image,
-				Command: args[1:], Env: env, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
+				Command: args[1:], Env: env, Network: network, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
 				Strategy: strategy, MaxPerHost: int32(maxPerHost), Health: hc}
 			if err := rules.apply(dreq); err != nil {
 				return err
@@ -218,6 +227,7 @@ which hosts each rule eliminated.`,
 	f.IntVar(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
 	f.StringVar(&image, "image", "", "container image")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
+	f.StringVar(&network, "network", "", "Docker network mode: host, none, bridge or a network's name (default: the engine's)")
 	health.register(cmd)
 	rules.register(cmd)
 	_ = cmd.MarkFlagRequired("memory")

@@ -108,6 +108,29 @@ func TestPlannerCLI(t *testing.T) {
 		t.Errorf("host show lacks the CPU map:\n%s", show)
 	}
 	must("resize", ins[0].ID, "--cpu", "+0.3", "--memory", "+64MiB")
+	// The network mode travels with the instance, and a replace keeps it.
+	var all []struct {
+		Service string `json:"service"`
+		Network string `json:"network"`
+	}
+	must("deploy", "api", "--count", "1", "--cpu", "0.5", "--memory", "64MiB", "--image", "busybox", "--network", "host")
+	must("replace", "api", "--image", "busybox:2", "--wait", "0")
+	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &all); err != nil {
+		t.Fatal(err)
+	}
+	apis := 0
+	for _, in := range all {
+		if in.Service == "api" {
+			apis++
+		}
+		if (in.Service == "api") != (in.Network == "host") {
+			t.Errorf("after a replace of api: %+v; want network host for api only", in)
+		}
+	}
+	if apis != 1 {
+		t.Errorf("ps lists %d api instances, want 1", apis)
+	}
+	must("remove", "api")
 	must("capacity", "--cpu", "1", "--bind", "--memory", "1GiB")
 	var replaced []struct {
 		Image      string `json:"image"`
@@ -126,6 +149,7 @@ func TestPlannerCLI(t *testing.T) {
 		{[]string{"deploy", "web", "--cpu", "1", "--memory", "1.5.3GiB"}, `--memory "1.5.3GiB"`},
 		{[]string{"deploy", "web", "--cpu", "1", "--memory", "-1GiB"}, `--memory "-1GiB"`},
 		{[]string{"deploy", "bad name", "--cpu", "1", "--memory", "1GiB"}, `service name "bad name"`},
+		{[]string{"deploy", "web", "--cpu", "1", "--memory", "1GiB", "--network", "container:abc"}, `network = "container:abc"`},
 		{[]string{"resize", "nosuch", "--cpu", "+1"}, `no instance or service named "nosuch"`},
 		{[]string{"resize", ins[1].ID, "--cpu", "-9"}, "must keep more than 0"},
 		{[]string{"host", "set", "nosuch", "--memory", "+1GiB"}, `host "nosuch" is not registered`},

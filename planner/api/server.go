@@ -144,7 +144,7 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.Instance {
 	m := &pinfoldv1.Instance{Id: in.ID, Service: in.Service, Host: in.Host, Cpus: map[int32]int32{},
 		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind,
-		Image: in.Image, Command: in.Command, Env: in.Env, Desired: in.Desired, Generation: in.Generation, State: "pending",
+		Image: in.Image, Command: in.Command, Env: in.Env, Network: in.Network, Desired: in.Desired, Generation: in.Generation, State: "pending",
 		RolledBack: in.RolledBack, Health: healthMsg(in.Health)}
 	for id, p := range in.CPUs {
 		m.Cpus[int32(id)] = int32(p)
@@ -331,7 +331,7 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	if err != nil {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
-	res, err := s.svc.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Image: m.Image, Command: m.Command, Env: m.Env,
+	res, err := s.svc.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network,
 		Count: int(m.Count), Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
 		Health: healthDoc(m.Health), UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
 			Affinity:     placement.Affinity{Hard: m.AffinityHard, Soft: m.AffinitySoft},

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -374,6 +375,7 @@ type DeployRequest struct {
 	Image      string
 	Command    []string
 	Env        []string
+	Network    string // Docker network mode; "": the engine's default
 	Count      int
 	Pieces     int
 	Bind       bool
@@ -391,6 +393,19 @@ type DeployResult struct {
 	Instances    []state.Instance
 	DomainSpread string
 	Violations   []placement.Violation
+}
+
+// networkName is Docker's rule for a network's name.
+var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+
+// ValidateNetwork checks a Docker network mode: "" (the engine's default),
+// host, none, bridge or a network's name. "container:ID" is refused: it
+// would tie an instance to a container pinfold does not manage.
+func ValidateNetwork(n string) error {
+	if n == "" || networkName.MatchString(n) {
+		return nil
+	}
+	return errf(Invalid, "network = %q: want host, none, bridge or a network's name (letters, digits, _ . -)", n)
 }
 
 // ValidateHealth checks a health check's fields.
@@ -448,6 +463,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	if err := ValidateHealth(r.Health); err != nil {
 		return DeployResult{}, err
 	}
+	if err := ValidateNetwork(r.Network); err != nil {
+		return DeployResult{}, err
+	}
 	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory,
 		Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
 		Policy: placement.Policy(r.Rules.Policy), HostsOrder: r.Rules.HostsOrder, DomainSpread: placement.Spread(r.Rules.DomainSpread), UseBuffer: r.UseBuffer}
@@ -496,7 +514,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			}
 			in := state.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Bind: r.Bind, CPUs: p.CPUs,
 				CPUQuota: p.CPUQuota, NUMANode: p.NUMANode, Memory: p.MemoryBytes, MemorySoft: r.MemorySoft,
-				Image: r.Image, Command: r.Command, Env: r.Env, Desired: "running", Generation: 1, Health: r.Health}
+				Image: r.Image, Command: r.Command, Env: r.Env, Network: r.Network, Desired: "running", Generation: 1, Health: r.Health}
 			a.Add(in, +1)
 			allocs[p.Host] = a
 			ops = append(ops, state.PutJSON(state.InstanceKey(p.Host, in.ID), in))
@@ -505,7 +523,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			ops = append(ops, state.PutJSON(state.AllocKey(h), allocs[h]))
 		}
-		ops = append(ops, state.PutJSON(state.ServiceKey(r.Service), state.Service{Name: r.Service, Image: r.Image, Command: r.Command, Env: r.Env,
+		ops = append(ops, state.PutJSON(state.ServiceKey(r.Service), state.Service{Name: r.Service, Image: r.Image, Command: r.Command, Env: r.Env, Network: r.Network,
 			Pieces: r.Pieces, Bind: r.Bind, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost, Rules: rules}))
 		if _, err := s.st.Commit(ctx, cmps, ops); err != nil {
 			return DeployResult{}, err

@@ -97,6 +97,8 @@ type Instance struct {
 	Image      string   `json:"image"`
 	Command    []string `json:"command,omitempty"`
 	Env        []string `json:"env,omitempty"`
+	// Network is the Docker network mode ("": the engine's default).
+	Network string `json:"network,omitempty"`
 	// Desired is "running" or "replacing"; Generation grows with each change.
 	Desired    string `json:"desired"`
 	Generation int64  `json:"generation"`
@@ -170,6 +172,7 @@ type Service struct {
 	Image      string   `json:"image"`
 	Command    []string `json:"command,omitempty"`
 	Env        []string `json:"env,omitempty"`
+	Network    string   `json:"network,omitempty"`
 	Pieces     int      `json:"cpu_pieces"`
 	Bind       bool     `json:"bind"`
 	Memory     int64    `json:"memory_bytes"`

@@ -334,6 +334,7 @@ func TestE2EAgent(t *testing.T) {
 
 	testMemoryGuardsAndRollback(t, image)
 	testHealthChecks(t, image)
+	testNetworkProbes(t, image)
 	// The agent reports the host's load and memory (gopsutil).
 	out, _, _ := pinfold(t, "", "host", "show", "vm", "-o", "json", "--planner", plannerAddr)
 	var h struct {
@@ -461,6 +462,69 @@ func testHealthChecks(t *testing.T, image string) {
 	}
 	if out, _ := exec.Command("docker", "inspect", "-f", "{{.State.Health.Status}}", ids[0]).Output(); strings.TrimSpace(string(out)) != "healthy" {
 		t.Errorf("the HEALTHCHECK replacement is %q, want healthy", out)
+	}
+}
+
+// testNetworkProbes: on the host network (--network host) the agent's TCP
+// and HTTP probes reach the new container at 127.0.0.1. Each replacement
+// listens on a port of its own: the paused old container keeps its ports.
+func testNetworkProbes(t *testing.T, image string) {
+	if _, errOut, code := pinfold(t, "", "deploy", "net", "--count", "1", "--cpu", "0.2", "--memory", "32MiB", "--image", image,
+		"--network", "host", "--planner", plannerAddr, "--", "sleep", "3600"); code != 0 {
+		t.Fatalf("deploy net: %s", errOut)
+	}
+	var one string
+	eventually(t, 120*time.Second, "net to run", func() (bool, string) {
+		for _, e := range ps(t) {
+			if strings.HasPrefix(e.ID, "net-") && e.State == "running" {
+				one = e.ID
+			}
+		}
+		return one != "", ""
+	})
+	serve := func(port int) []string {
+		return []string{"sh", "-c", fmt.Sprintf("echo ok > /tmp/ok; exec httpd -f -p %d -h /tmp", port)}
+	}
+	replace := func(probe []string, cmd []string) (string, int) {
+		args := append([]string{"replace", one, "--image", image, "--planner", plannerAddr}, probe...)
+		_, errOut, code := pinfold(t, "", append(append(args, "--"), cmd...)...)
+		return errOut, code
+	}
+	running := func() string {
+		ids := dockerPS(t, one)
+		if len(ids) != 1 {
+			t.Fatalf("%s runs %v, want one container", one, ids)
+		}
+		out, _ := exec.Command("docker", "inspect", "-f", "{{.HostConfig.NetworkMode}} {{json .Config.Cmd}}", ids[0]).Output()
+		return strings.TrimSpace(string(out))
+	}
+	if errOut, code := replace([]string{"--health-http", "18081/ok"}, serve(18081)); code != 0 {
+		t.Errorf("replace with a passing HTTP probe: exit %d, %q", code, errOut)
+	}
+	if got := running(); !strings.HasPrefix(got, "host ") || !strings.Contains(got, "18081") {
+		t.Errorf("after the HTTP-probed replace: %s, want the host network and the httpd on 18081", got)
+	}
+	errOut, code := replace([]string{"--health-http", "18082/missing", "--health-timeout", "6s"}, serve(18082))
+	if code != 1 || !strings.Contains(errOut, "rolled back") || !strings.Contains(errOut, "404") {
+		t.Errorf("replace with an HTTP probe answered 404: exit %d, %q; want exit 1, rolled back, naming the 404", code, errOut)
+	}
+	errOut, code = replace([]string{"--health-tcp", "18083", "--health-timeout", "6s"}, []string{"sleep", "3601"})
+	if code != 1 || !strings.Contains(errOut, "rolled back") || !strings.Contains(errOut, "tcp 18083") {
+		t.Errorf("replace with nothing on the probed TCP port: exit %d, %q; want exit 1, rolled back", code, errOut)
+	}
+	if got := running(); !strings.Contains(got, "18081") {
+		t.Errorf("after two failed replaces: %s, want the httpd on 18081 to run on", got)
+	}
+	if errOut, code := replace([]string{"--health-tcp", "18084"}, serve(18084)); code != 0 {
+		t.Errorf("replace with a passing TCP probe: exit %d, %q", code, errOut)
+	}
+	if got := running(); !strings.Contains(got, "18084") {
+		t.Errorf("after the TCP-probed replace: %s, want the httpd on 18084", got)
+	} else {
+		t.Logf("host network: HTTP probe passed, a 404 and a closed TCP port rolled back, TCP probe passed")
+	}
+	if _, errOut, code := pinfold(t, "", "remove", "net", "--planner", plannerAddr); code != 0 {
+		t.Errorf("remove net: %s", errOut)
 	}
 }
 

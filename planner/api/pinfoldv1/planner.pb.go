@@ -959,6 +959,7 @@ type Instance struct {
 	ObservedGeneration int64                  `protobuf:"varint,22,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`   // the generation the host runs
 	RefusedGeneration  int64                  `protobuf:"varint,23,opt,name=refused_generation,json=refusedGeneration,proto3" json:"refused_generation,omitempty"`      // the generation the host refused or rolled back
 	Applied            *Applied               `protobuf:"bytes,24,opt,name=applied,proto3" json:"applied,omitempty"`
+	Network            string                 `protobuf:"bytes,25,opt,name=network,proto3" json:"network,omitempty"` // Docker network mode; "": the engine's default
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1159,6 +1160,13 @@ func (x *Instance) GetApplied() *Applied {
 		return x.Applied
 	}
 	return nil
+}
+
+func (x *Instance) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
 }
 
 type RegisterHostRequest struct {
@@ -1865,6 +1873,7 @@ type DeployRequest struct {
 	HostsOrder       []string `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
 	DomainSpread     string   `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
 	UseBuffer        bool     `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
+	Network          string   `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"` // Docker network mode: host, none, bridge or a network's name
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2044,6 +2053,13 @@ func (x *DeployRequest) GetUseBuffer() bool {
 		return x.UseBuffer
 	}
 	return false
+}
+
+func (x *DeployRequest) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
 }
 
 type DeployResponse struct {
@@ -3190,7 +3206,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xc2\x06\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xdc\x06\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -3219,7 +3235,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x14memory_current_bytes\x18\x15 \x01(\x03R\x12memoryCurrentBytes\x12/\n" +
 	"\x13observed_generation\x18\x16 \x01(\x03R\x12observedGeneration\x12-\n" +
 	"\x12refused_generation\x18\x17 \x01(\x03R\x11refusedGeneration\x12-\n" +
-	"\aapplied\x18\x18 \x01(\v2\x13.pinfold.v1.AppliedR\aapplied\x1a7\n" +
+	"\aapplied\x18\x18 \x01(\v2\x13.pinfold.v1.AppliedR\aapplied\x12\x18\n" +
+	"\anetwork\x18\x19 \x01(\tR\anetwork\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xdd\x02\n" +
@@ -3282,7 +3299,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"'\n" +
 	"\x11RemoveHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
-	"\x12RemoveHostResponse\"\xbb\x05\n" +
+	"\x12RemoveHostResponse\"\xd5\x05\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -3310,7 +3327,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"hostsOrder\x12#\n" +
 	"\rdomain_spread\x18\x14 \x01(\tR\fdomainSpread\x12\x1d\n" +
 	"\n" +
-	"use_buffer\x18\x15 \x01(\bR\tuseBuffer\"\xa0\x01\n" +
+	"use_buffer\x18\x15 \x01(\bR\tuseBuffer\x12\x18\n" +
+	"\anetwork\x18\x16 \x01(\tR\anetwork\"\xa0\x01\n" +
 	"\x0eDeployResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12#\n" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
