@@ -244,28 +244,32 @@ func cloneHost(h *alloc.Host) *alloc.Host {
 
 // Plan applies the rules in order, ranks what is left, and lets the
 // allocation engine place the request on it. When that fails, the soft
-// rules give way (seed 001: lower priorities yield first) and the plan is
-// tried again; the result lists what gave way. It is pure.
+// rules give way one at a time, the last applied first (capacity's buffer,
+// then affinity, then the placement constraint), until the plan holds
+// (seed 001: a soft rule yields only when nothing else is left); the
+// result lists what gave way. It is pure.
 func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error) {
-	res, err := plan(p, s, hosts, r, false)
+	res, err := plan(p, s, hosts, r, nil)
 	var pe *Error
 	if err == nil || !errors.As(err, &pe) || pe.Invalid {
 		return res, err
 	}
-	soft := false
-	for _, rule := range []Rule{RulePlacementConstraint, RuleAffinity, RuleCapacity} {
-		soft = soft || s.priority(rule) == Soft
-	}
-	if !soft {
-		return nil, err
-	}
-	if res2, err2 := plan(p, s, hosts, r, true); err2 == nil {
-		return res2, nil
+	relaxed := map[Rule]bool{}
+	for _, rule := range []Rule{RuleCapacity, RuleAffinity, RulePlacementConstraint} {
+		if s.priority(rule) != Soft {
+			continue
+		}
+		relaxed[rule] = true
+		if res2, err2 := plan(p, s, hosts, r, relaxed); err2 == nil {
+			return res2, nil
+		}
 	}
 	return nil, err
 }
 
-func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Result, error) {
+// plan is one try; the rules in relaxed give way whenever they would
+// eliminate a host.
+func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule]bool) (*Result, error) {
 	bad := func(format string, args ...any) error {
 		return &Error{Invalid: true, Message: fmt.Sprintf(format, args...)}
 	}
@@ -308,7 +312,7 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Re
 		}
 		before := left
 		elim(rule, keep)
-		if prio >= Soft && len(before) > 0 && (len(left) == 0 || relax && len(left) < len(before)) {
+		if prio >= Soft && len(before) > 0 && (len(left) == 0 || relaxed[rule] && len(left) < len(before)) {
 			left = before
 			res.Eliminations[len(res.Eliminations)-1].Hosts = []string{}
 			res.Violations = append(res.Violations, Violation{Rule: rule, Detail: detail})
@@ -343,8 +347,8 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Re
 
 	// Capacity, under buffer and overbooking.
 	capPrio := s.priority(RuleCapacity)
-	useBuffer := r.UseBuffer || capPrio == Soft && relax
-	if capPrio == Soft && relax && !r.UseBuffer && len(s.Buffer)+len(s.Overbooking) > 0 {
+	useBuffer := r.UseBuffer || capPrio == Soft && relaxed[RuleCapacity]
+	if capPrio == Soft && relaxed[RuleCapacity] && !r.UseBuffer && len(s.Buffer)+len(s.Overbooking) > 0 {
 		res.Violations = append(res.Violations, Violation{Rule: RuleCapacity, Detail: "normal placement used the hosts' buffered capacity"})
 	}
 	adj := map[string]*alloc.Host{}
@@ -360,7 +364,7 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Re
 		}
 		rank := rankHosts(r, left)
 		slices.SortStableFunc(left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
-		return softAffinity(p, s, r, left, adj, nil, rank, res, relax)
+		return softAffinity(p, s, r, left, adj, nil, rank, res, relaxed[RuleAffinity])
 	}
 	room := map[string]int{}
 	why := map[string]string{}
@@ -405,7 +409,7 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relax bool) (*Re
 	// Rank (seed 003 policies; nodes_order is also the preferred location).
 	rank := rankHosts(r, left)
 	slices.SortStableFunc(left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
-	return softAffinity(p, s, r, left, adj, room, rank, res, relax)
+	return softAffinity(p, s, r, left, adj, room, rank, res, relaxed[RuleAffinity])
 }
 
 // softAffinity places on the hosts that satisfy the soft affinity rules if

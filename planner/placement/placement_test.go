@@ -346,6 +346,21 @@ func TestSeedConstraintAndElimination(t *testing.T) {
 	if err != nil {
 		t.Errorf("soft constraint: %v", err)
 	}
+	// Several soft rules give way one at a time, the last applied first:
+	// when the buffer alone was in the way, the constraint still holds.
+	both := Settings{Priorities: map[Rule]Priority{RulePlacementConstraint: Soft, RuleCapacity: Soft}, Buffer: map[string]float64{"memory": 0.5}}
+	ssd := host("ssd", "", "")
+	ssd.Properties = map[string]Value{"HasSSD": BoolVal(true)}
+	ssd.Resources = res("ssd", 8, 1536) // 768 MiB outside the buffer, 1.5 GiB with it
+	out, err = Plan(params, both, []*Host{ssd, host("plain", "", "")}, r)
+	if err != nil || out.Placements[0].Host != "ssd" || len(out.Violations) != 1 || out.Violations[0].Rule != RuleCapacity {
+		t.Errorf("buffer in the way: %v, %v; want ssd with only Capacity given way", out, err)
+	}
+	ssd.Resources = res("ssd", 8, 512) // too small even with its buffer
+	out, err = Plan(params, both, []*Host{ssd, host("plain", "", "")}, r)
+	if err != nil || out.Placements[0].Host != "plain" || !slices.ContainsFunc(out.Violations, func(v Violation) bool { return v.Rule == RulePlacementConstraint }) {
+		t.Errorf("ssd too small: %v, %v; want plain with PlacementConstraint given way", out, err)
+	}
 	// Bad constraint: an invalid error naming the column.
 	r.Constraint = "HasSSD = true"
 	if _, err := Plan(params, Settings{}, []*Host{n1}, r); !errors.As(err, &pe) || !pe.Invalid || !strings.Contains(err.Error(), "column 8") {
