@@ -318,12 +318,12 @@ func TestHealthy(t *testing.T) {
 		{"HEALTHCHECK unhealthy", nil, "unhealthy", 0, false, "unhealthy"},
 		{"HEALTHCHECK stuck starting", nil, "starting", 0, false, "did not pass within"},
 		{"exec passes", &Probe{Exec: []string{"true"}}, "", 0, false, ""},
-		{"exec fails", &Probe{Exec: []string{"false"}, Timeout: 300 * time.Millisecond}, "", 1, false, "exited 1"},
+		{"exec fails", &Probe{Exec: []string{"false"}, Timeout: time.Second}, "", 1, false, "exited 1"},
 		{"probe beats an unhealthy HEALTHCHECK", &Probe{Exec: []string{"true"}}, "unhealthy", 0, false, ""},
 		{"tcp open", &Probe{TCP: tcpPort}, "", 0, false, ""},
-		{"tcp closed", &Probe{TCP: closedPort, Timeout: 300 * time.Millisecond}, "", 0, false, "tcp"},
+		{"tcp closed", &Probe{TCP: closedPort, Timeout: time.Second}, "", 0, false, "tcp"},
 		{"http 200", &Probe{HTTP: httpPort + "/healthz"}, "", 0, false, ""},
-		{"http 503", &Probe{HTTP: httpPort + "/other", Timeout: 300 * time.Millisecond}, "", 0, false, "status 503"},
+		{"http 503", &Probe{HTTP: httpPort + "/other", Timeout: time.Second}, "", 0, false, "status 503"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, eng, _, _ := newTestAgent(t)
