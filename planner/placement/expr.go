@@ -247,6 +247,13 @@ func isWordRune(r rune) bool {
 	return unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("_-.:/+@", r)
 }
 
+// twoRuneTokens and oneRuneTokens are the punctuation tokens (tEOF, the
+// zero kind, stands for "not one").
+var (
+	twoRuneTokens = map[string]tkind{"==": tOp, "!=": tOp, ">=": tOp, "<=": tOp, "&&": tAnd, "||": tOr}
+	oneRuneTokens = map[rune]tkind{'>': tOp, '<': tOp, '!': tNot, '(': tLParen, ')': tRParen, '[': tLBrack, ']': tRBrack, ',': tComma}
+)
+
 func lex(src string) ([]token, error) {
 	var out []token
 	rs := []rune(src)
@@ -259,35 +266,11 @@ func lex(src string) ([]token, error) {
 		switch {
 		case unicode.IsSpace(r):
 			i++
-		case two == "==" || two == "!=" || two == ">=" || two == "<=":
-			out = append(out, token{tOp, two, col})
+		case twoRuneTokens[two] != 0:
+			out = append(out, token{twoRuneTokens[two], two, col})
 			i += 2
-		case two == "&&":
-			out = append(out, token{tAnd, two, col})
-			i += 2
-		case two == "||":
-			out = append(out, token{tOr, two, col})
-			i += 2
-		case r == '>' || r == '<':
-			out = append(out, token{tOp, string(r), col})
-			i++
-		case r == '!':
-			out = append(out, token{tNot, "!", col})
-			i++
-		case r == '(':
-			out = append(out, token{tLParen, "(", col})
-			i++
-		case r == ')':
-			out = append(out, token{tRParen, ")", col})
-			i++
-		case r == '[':
-			out = append(out, token{tLBrack, "[", col})
-			i++
-		case r == ']':
-			out = append(out, token{tRBrack, "]", col})
-			i++
-		case r == ',':
-			out = append(out, token{tComma, ",", col})
+		case oneRuneTokens[r] != 0:
+			out = append(out, token{oneRuneTokens[r], string(r), col})
 			i++
 		case r == '"' || r == '\'':
 			j := i + 1
