@@ -4,10 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -100,11 +98,10 @@ labelled as pinfold's.`,
   pinfold agent --planner 127.0.0.1:7878 --host vm1 --state-dir /var/lib/pinfold-agent`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(f.logLevel, os.Stderr)
+			ctx, stop, log, err := daemon(cmd, f.logLevel)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return f.run(ctx, log)
 		},

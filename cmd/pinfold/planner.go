@@ -157,6 +157,17 @@ func newLogger(level string, w *os.File) (*slog.Logger, error) {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
+// daemon is what a long-running command starts with: a logger at level
+// and a context that ends on Ctrl-C or SIGTERM.
+func daemon(cmd *cobra.Command, level string) (context.Context, context.CancelFunc, *slog.Logger, error) {
+	log, err := newLogger(level, os.Stderr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	return ctx, stop, log, nil
+}
+
 func newPlannerCmd() *cobra.Command {
 	var f plannerFlags
 	cmd := &cobra.Command{
@@ -172,11 +183,10 @@ transaction guarded by revisions, so nothing is ever allocated twice).`,
   pinfold planner --etcd-endpoints http://10.0.0.1:2379,http://10.0.0.2:2379 --listen :7878 --tls-cert c.pem --tls-key k.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(f.logLevel, os.Stderr)
+			ctx, stop, log, err := daemon(cmd, f.logLevel)
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			p, err := f.start(ctx, log)
 			if err != nil {
@@ -211,10 +221,11 @@ stays in --data-dir.`,
   pinfold ps`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(f.logLevel, os.Stderr)
+			ctx, stop, log, err := daemon(cmd, f.logLevel)
 			if err != nil {
 				return err
 			}
+			defer stop()
 			if ag.host == "" {
 				ag.host, _ = os.Hostname()
 			}
@@ -223,8 +234,6 @@ stays in --data-dir.`,
 			if err != nil {
 				return &exitError{code: exitBadInput, err: err}
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
 			p, err := f.start(ctx, log)
 			if err != nil {
 				return err

@@ -141,6 +141,15 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 	return h
 }
 
+// plannedMsgs are instances just planned, without a host's status yet.
+func (s *Server) plannedMsgs(ins []state.Instance) []*pinfoldv1.Instance {
+	out := make([]*pinfoldv1.Instance, 0, len(ins))
+	for _, in := range ins {
+		out = append(out, instanceMsg(in, nil, s.sb()))
+	}
+	return out
+}
+
 func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.Instance {
 	m := &pinfoldv1.Instance{Id: in.ID, Service: in.Service, Host: in.Host, Cpus: map[int32]int32{},
 		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind,
@@ -340,10 +349,7 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &pinfoldv1.DeployResponse{DomainSpread: res.DomainSpread}
-	for _, in := range res.Instances {
-		out.Instances = append(out.Instances, instanceMsg(in, nil, s.sb()))
-	}
+	out := &pinfoldv1.DeployResponse{DomainSpread: res.DomainSpread, Instances: s.plannedMsgs(res.Instances)}
 	for _, v := range res.Violations {
 		out.Violations = append(out.Violations, &pinfoldv1.Violation{Rule: v.Rule, Detail: v.Detail})
 	}
@@ -360,11 +366,7 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &pinfoldv1.ResizeResponse{}
-	for _, in := range ins {
-		out.Instances = append(out.Instances, instanceMsg(in, nil, s.sb()))
-	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(&pinfoldv1.ResizeResponse{Instances: s.plannedMsgs(ins)}), nil
 }
 
 func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
@@ -373,11 +375,7 @@ func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.Repla
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &pinfoldv1.ReplaceResponse{}
-	for _, in := range ins {
-		out.Instances = append(out.Instances, instanceMsg(in, nil, s.sb()))
-	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(&pinfoldv1.ReplaceResponse{Instances: s.plannedMsgs(ins)}), nil
 }
 
 func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error) {
