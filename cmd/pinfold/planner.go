@@ -230,7 +230,9 @@ stays in --data-dir.`,
 				ag.host, _ = os.Hostname()
 			}
 			host := ag.host
-			top, err := numa.DiscoverHost()
+			// The same discovery as the agent's, so --sysfs-root and
+			// --proc-root count for the registration too.
+			top, err := numa.Discover(os.DirFS(ag.sysfsRoot), os.DirFS(ag.procRoot))
 			if err != nil {
 				return &exitError{code: exitBadInput, err: err}
 			}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -211,5 +213,60 @@ func TestWatchInstances(t *testing.T) {
 	got := stream.Msg().Instances
 	if len(got) != 1 || got[0].Host != "a" {
 		t.Errorf("host a's stream after deploying 2 over a and b: %v", got)
+	}
+}
+
+// TestUp runs the main job's command in-process: the planner with embedded
+// etcd comes up, this host (here a fixture sysfs) is registered with its
+// NUMA nodes, the agent keeps retrying an unreachable Docker engine without
+// taking up down, and cancelling (Ctrl-C) stops it cleanly.
+func TestUp(t *testing.T) {
+	addr := freeAddr(t)
+	root := newRootCmd()
+	root.SetArgs([]string{"up", "--data-dir", t.TempDir(), "--listen", addr,
+		"--etcd-listen-client", "http://" + freeAddr(t), "--etcd-listen-peer", "http://" + freeAddr(t),
+		"--host", "fixture", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230",
+		"--docker-host", "unix:///nonexistent/docker.sock", "--state-dir", t.TempDir(), "--log-level", "error"})
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(io.Discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+
+	var h struct {
+		Name      string `json:"name"`
+		State     string `json:"state"`
+		NUMANodes []any  `json:"numa_nodes"`
+		Capacity  struct {
+			CPUs map[string]int `json:"cpus"`
+		} `json:"capacity"`
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		stdout, _, code := runCLI(t, "", "host", "show", "fixture", "-o", "json", "--planner", addr)
+		if code == 0 && json.Unmarshal([]byte(stdout), &h) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("host fixture not registered within 60 s (last exit %d): %s", code, stdout)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if h.Name != "fixture" || h.State != "up" || len(h.Capacity.CPUs) != 80 || len(h.NUMANodes) != 2 {
+		t.Errorf("host show fixture = %+v; want up with the fixture's 80 CPUs and 2 NUMA nodes", h)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("up after cancel: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("up did not stop within 30 s of the cancel")
+	}
+	if !strings.Contains(out.String(), "pinfold is up: planner on "+addr+", host fixture registered (80 CPUs, 2 NUMA nodes)") {
+		t.Errorf("up printed %q", out.String())
 	}
 }
