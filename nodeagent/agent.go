@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -434,7 +435,7 @@ func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
 	start := time.Now()
 	probeCtx, cancel := context.WithDeadline(ctx, start.Add(timeout))
 	defer cancel()
-	last := "no answer yet"
+	last := "" // the last answer; an attempt cut by the deadline does not replace one
 	for {
 		c, err := a.eng.Inspect(ctx, id)
 		if err != nil {
@@ -449,8 +450,8 @@ func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
 			if err == nil {
 				return nil
 			}
-			if probeCtx.Err() == nil || last == "no answer yet" {
-				last = err.Error() // an attempt cut by the deadline keeps the answer before it
+			if probeCtx.Err() == nil || last == "" {
+				last = err.Error()
 			}
 		case c.Health == "healthy":
 			return nil
@@ -462,7 +463,7 @@ func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
 			return nil
 		}
 		if time.Since(start) >= timeout {
-			return fmt.Errorf("health check did not pass within %s (last: %s)", timeout, last)
+			return fmt.Errorf("health check did not pass within %s (last: %s)", timeout, cmp.Or(last, "no answer yet"))
 		}
 		select {
 		case <-time.After(200 * time.Millisecond):

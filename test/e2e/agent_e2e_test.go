@@ -439,15 +439,7 @@ func testHealthChecks(t *testing.T, image string) {
 		"--planner", plannerAddr, "--", "sleep", "3600"); code != 0 {
 		t.Fatalf("deploy hc: %s", errOut)
 	}
-	var one string
-	eventually(t, 120*time.Second, "hc to run", func() (bool, string) {
-		for _, e := range ps(t) {
-			if strings.HasPrefix(e.ID, "hc-") && e.State == "running" {
-				one = e.ID
-			}
-		}
-		return one != "", ""
-	})
+	one := runningInstance(t, "hc")
 	_, errOut, code = pinfold(t, "", "replace", one, "--image", "pinfold/hc:test", "--planner", plannerAddr, "--", "sleep", "3603")
 	if code != 1 || !strings.Contains(errOut, "HEALTHCHECK reports unhealthy") {
 		t.Errorf("replace with an image that turns unhealthy: exit %d, %q", code, errOut)
@@ -473,15 +465,7 @@ func testNetworkProbes(t *testing.T, image string) {
 		"--network", "host", "--planner", plannerAddr, "--", "sleep", "3600"); code != 0 {
 		t.Fatalf("deploy net: %s", errOut)
 	}
-	var one string
-	eventually(t, 120*time.Second, "net to run", func() (bool, string) {
-		for _, e := range ps(t) {
-			if strings.HasPrefix(e.ID, "net-") && e.State == "running" {
-				one = e.ID
-			}
-		}
-		return one != "", ""
-	})
+	one := runningInstance(t, "net")
 	serve := func(port int) []string {
 		return []string{"sh", "-c", fmt.Sprintf("echo ok > /tmp/ok; exec httpd -f -p %d -h /tmp", port)}
 	}
@@ -526,6 +510,21 @@ func testNetworkProbes(t *testing.T, image string) {
 	if _, errOut, code := pinfold(t, "", "remove", "net", "--planner", plannerAddr); code != 0 {
 		t.Errorf("remove net: %s", errOut)
 	}
+}
+
+// runningInstance waits for an instance of service to run and returns its ID.
+func runningInstance(t *testing.T, service string) string {
+	t.Helper()
+	var id string
+	eventually(t, 120*time.Second, service+" to run", func() (bool, string) {
+		for _, e := range ps(t) {
+			if strings.HasPrefix(e.ID, service+"-") && e.State == "running" {
+				id = e.ID
+			}
+		}
+		return id != "", ""
+	})
+	return id
 }
 
 func short(id string) string { return id[:min(12, len(id))] }
