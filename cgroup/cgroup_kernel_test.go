@@ -18,28 +18,8 @@ import (
 	"github.com/pinfold/pinfold/test/testenv"
 )
 
-// TestMain turns the test binary into a helper process when asked:
-// PINFOLD_HELPER=spin burns CPU, alloc:N touches N MiB then sleeps.
 func TestMain(m *testing.M) {
-	switch h := os.Getenv("PINFOLD_HELPER"); {
-	case h == "spin":
-		for x := 0; ; x++ {
-			_ = x
-		}
-	case strings.HasPrefix(h, "alloc:"):
-		var mib int
-		fmt.Sscanf(h, "alloc:%d", &mib)
-		buf := make([][]byte, 0, mib)
-		for range mib {
-			b := make([]byte, 1<<20)
-			for i := range b {
-				b[i] = 1
-			}
-			buf = append(buf, b)
-		}
-		fmt.Println("allocated", len(buf))
-		time.Sleep(time.Hour)
-	}
+	testenv.HelperMain()
 	os.Exit(m.Run())
 }
 
@@ -59,19 +39,12 @@ func kernelManager(t *testing.T) *cgroup.Manager {
 	return m
 }
 
-// helper starts the test binary as a helper process inside group p.
+// helper starts the test binary as a helper process inside group p; at
+// cleanup it is killed, then p removed.
 func helper(t *testing.T, m *cgroup.Manager, p cgroup.Path, mode string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "PINFOLD_HELPER="+mode)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		_ = m.Remove(context.Background(), p)
-	})
+	t.Cleanup(func() { _ = m.Remove(context.Background(), p) })
+	cmd := testenv.StartHelper(t, mode)
 	if err := m.AddProc(p, cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}

@@ -15,13 +15,8 @@ import (
 	"github.com/pinfold/pinfold/test/testenv"
 )
 
-// TestMain turns the test binary into a busy loop when PINFOLD_HELPER=spin.
 func TestMain(m *testing.M) {
-	if os.Getenv("PINFOLD_HELPER") == "spin" {
-		for x := 0; ; x++ {
-			_ = x
-		}
-	}
+	testenv.HelperMain()
 	os.Exit(m.Run())
 }
 
@@ -30,8 +25,8 @@ func TestMain(m *testing.M) {
 // CPU 2) and b (1.3: CPU 1 whole + 30 pieces of CPU 2), each with two busy
 // threads (its whole CPU and the shared one saturated). The cgroup files are
 // exactly what Map gives the agent; each instance's share of CPU 2 is its
-// CPU time minus its whole CPU, from cpu.stat over 6 s. The default (quota)
-// scheme must land within 0.12 CPU of the plan.
+// CPU time minus its whole CPU, from cpu.stat over 6 s. The default scheme
+// (DefaultScheme, capped) must land within 0.12 CPU of the plan.
 func TestKernelFragmentShares(t *testing.T) {
 	testenv.RequireKernel(t)
 	m, err := cgroup.OpenHost(fmt.Sprintf("pinfold-shares-%d", os.Getpid()))
@@ -62,11 +57,7 @@ func TestKernelFragmentShares(t *testing.T) {
 				t.Fatal(err)
 			}
 			for range 2 {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), "PINFOLD_HELPER=spin")
-				if err := cmd.Start(); err != nil {
-					t.Fatal(err)
-				}
+				cmd := testenv.StartHelper(t, "spin")
 				procs = append(procs, cmd)
 				if err := m.AddProc(p, cmd.Process.Pid); err != nil {
 					t.Fatal(err)
