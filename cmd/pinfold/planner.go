@@ -84,13 +84,7 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*runningPla
 		endpoints = []string{f.etcdClient}
 		log.Info("embedded etcd ready", "dir", filepath.Join(f.dataDir, "etcd"), "client_url", f.etcdClient)
 	}
-	cli, err := state.NewClient(endpoints)
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("etcd client for %v: %w", endpoints, err)
-	}
-	closers = append(closers, func() { cli.Close() })
-	st, err := state.Open(ctx, cli, state.Config{ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores}, service.Protocol, log)
+	st, err := state.Open(ctx, endpoints, state.Config{ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores}, service.Protocol, log)
 	if err != nil {
 		closeAll()
 		return nil, &exitError{code: exitBadInput, err: err}

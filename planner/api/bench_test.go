@@ -36,12 +36,7 @@ func benchPlanner(b *testing.B, hosts int, noFsync bool) (pinfoldv1connect.Plann
 		b.Fatal(err)
 	}
 	b.Cleanup(e.Close)
-	cli, err := state.NewClient([]string{cu})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cli.Close() })
-	st, err := state.Open(context.Background(), cli, state.Config{ShareBase: 100, MaxFragmentCores: -1}, service.Protocol, nil)
+	st, err := state.Open(context.Background(), []string{cu}, state.Config{ShareBase: 100, MaxFragmentCores: -1}, service.Protocol, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -110,7 +105,7 @@ func BenchmarkPlannerMemory10kHosts(b *testing.B) {
 		runtime.GC()
 		var m runtime.MemStats
 		runtime.ReadMemStats(&m)
-		if n := len(svc.Store().Hosts()); n != 10000 {
+		if n := len(svc.Hosts()); n != 10000 {
 			b.Fatalf("%d hosts", n)
 		}
 		b.ReportMetric(float64(m.HeapInuse)/(1<<20), "MiB-heap")

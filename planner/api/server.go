@@ -14,7 +14,6 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
@@ -26,16 +25,42 @@ import (
 	"github.com/pinfold/pinfold/planner/topology"
 )
 
-// Server implements the PlannerService over a service.Service.
+// Planner is what the API serves: the planner service's requests and reads.
+type Planner interface {
+	Params() alloc.Params
+	RegisterHost(context.Context, service.RegisterHostRequest) (state.HostView, error)
+	SetHost(context.Context, service.SetHostRequest) (state.HostView, error)
+	SetEnabled(ctx context.Context, name string, enabled bool) (state.HostView, error)
+	SetMaintenance(ctx context.Context, name string, grace time.Duration) (state.HostView, error)
+	RemoveHost(ctx context.Context, name string) error
+	SetPlacementSettings(context.Context, placement.Settings) (placement.Settings, error)
+	DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error)
+	Resize(context.Context, service.ResizeRequest) ([]state.Instance, error)
+	Replace(context.Context, service.ReplaceRequest) ([]state.Instance, error)
+	Remove(ctx context.Context, target string) ([]string, error)
+	Capacity(service.DeployRequest) (map[string]alloc.Capacity, error)
+	Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error
+	ReportStatus(ctx context.Context, host, id string, st state.Status) error
+	Health(now time.Time) []service.Warning
+	Hosts() []state.HostView
+	Host(name string) (state.HostView, bool)
+	Instances(host, service string) []state.InstanceView
+	PlacementSettings() placement.Settings
+	WatchInstances(ctx context.Context, host string, send func(rev int64, ins []state.InstanceView) error) error
+}
+
+var _ Planner = (*service.Service)(nil)
+
+// Server implements the PlannerService over a Planner.
 type Server struct {
-	svc *service.Service
+	svc Planner
 }
 
 var _ pinfoldv1connect.PlannerServiceHandler = (*Server)(nil)
 
 // Handler returns the HTTP handler serving the API (gRPC, gRPC-Web and
 // Connect JSON/proto) plus gRPC reflection.
-func Handler(svc *service.Service) http.Handler {
+func Handler(svc Planner) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc}))
 	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
@@ -167,9 +192,7 @@ func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.
 		if a := st.Applied; a != nil {
 			m.Applied = &pinfoldv1.Applied{Cpus: a.CPUs, Mems: a.Mems, CpuQuota: a.CPUQuota, CpuWeight: a.CPUWeight, MemoryBytes: a.MemoryBytes}
 		}
-		if st.Generation < in.Generation && st.State == "running" {
-			m.State = "updating"
-		}
+		m.State = service.InstanceState(in, st)
 	}
 	return m
 }
@@ -220,7 +243,7 @@ func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.
 
 func (s *Server) ListHosts(context.Context, *connect.Request[pinfoldv1.ListHostsRequest]) (*connect.Response[pinfoldv1.ListHostsResponse], error) {
 	out := &pinfoldv1.ListHostsResponse{}
-	for _, v := range s.svc.Store().Hosts() {
+	for _, v := range s.svc.Hosts() {
 		h := hostMsg(v, s.sb())
 		h.TopologyJson = nil // list stays small; GetHost carries it
 		out.Hosts = append(out.Hosts, h)
@@ -229,12 +252,12 @@ func (s *Server) ListHosts(context.Context, *connect.Request[pinfoldv1.ListHosts
 }
 
 func (s *Server) GetHost(_ context.Context, r *connect.Request[pinfoldv1.GetHostRequest]) (*connect.Response[pinfoldv1.GetHostResponse], error) {
-	v, ok := s.svc.Store().Host(r.Msg.Name)
+	v, ok := s.svc.Host(r.Msg.Name)
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", r.Msg.Name))
 	}
 	out := &pinfoldv1.GetHostResponse{Host: hostMsg(v, s.sb())}
-	for _, iv := range s.svc.Store().Instances(r.Msg.Name) {
+	for _, iv := range s.svc.Instances(r.Msg.Name, "") {
 		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 	}
 	return connect.NewResponse(out), nil
@@ -297,7 +320,7 @@ func settingsMsg(ps placement.Settings) *pinfoldv1.PlacementSettings {
 }
 
 func (s *Server) GetPlacementSettings(context.Context, *connect.Request[pinfoldv1.GetPlacementSettingsRequest]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
-	return connect.NewResponse(settingsMsg(s.svc.Store().PlacementSettings())), nil
+	return connect.NewResponse(settingsMsg(s.svc.PlacementSettings())), nil
 }
 
 func (s *Server) SetPlacementSettings(ctx context.Context, r *connect.Request[pinfoldv1.PlacementSettings]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
@@ -388,10 +411,7 @@ func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.Remove
 
 func (s *Server) ListInstances(_ context.Context, r *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
 	out := &pinfoldv1.ListInstancesResponse{}
-	for _, iv := range s.svc.Store().Instances(r.Msg.Host) {
-		if r.Msg.Service != "" && iv.Instance.Service != r.Msg.Service {
-			continue
-		}
+	for _, iv := range s.svc.Instances(r.Msg.Host, r.Msg.Service) {
 		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 	}
 	return connect.NewResponse(out), nil
@@ -441,33 +461,18 @@ func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.
 // WatchInstances sends the host's desired set, then again after each change
 // to the host's instances, until the client goes away.
 func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv1.WatchInstancesRequest], stream *connect.ServerStream[pinfoldv1.WatchInstancesResponse]) error {
-	host := r.Msg.Host
-	st := s.svc.Store()
-	if _, ok := st.Host(host); !ok {
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", host))
-	}
-	send := func(rev int64) error {
-		if err := st.WaitRev(ctx, rev); err != nil {
-			return err
-		}
-		msg := &pinfoldv1.WatchInstancesResponse{Revision: st.Rev()}
-		for _, iv := range st.Instances(host) {
+	err := s.svc.WatchInstances(ctx, r.Msg.Host, func(rev int64, ins []state.InstanceView) error {
+		msg := &pinfoldv1.WatchInstancesResponse{Revision: rev}
+		for _, iv := range ins {
 			msg.Instances = append(msg.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 		}
 		return stream.Send(msg)
+	})
+	switch {
+	case err == nil || ctx.Err() != nil:
+		return ctx.Err()
+	case service.CodeOf(err) != "":
+		return toConnect(err)
 	}
-	rev := st.Rev()
-	if err := send(rev); err != nil {
-		return err
-	}
-	wc := st.Client().Watch(clientv3.WithRequireLeader(ctx), state.InstancesOfHostPrefix(host), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for wr := range wc {
-		if err := wr.Err(); err != nil {
-			return connect.NewError(connect.CodeUnavailable, err)
-		}
-		if err := send(wr.Header.Revision); err != nil {
-			return err
-		}
-	}
-	return ctx.Err()
+	return connect.NewError(connect.CodeUnavailable, err)
 }

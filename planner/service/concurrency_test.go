@@ -81,12 +81,8 @@ func TestConcurrentPlannersNeverOversell(t *testing.T) {
 	c.Stop(1) // kill the member both planners share, mid-run
 	wg.Wait()
 	// Let both caches catch up, then re-check the store through each planner.
-	for _, s := range []*service.Service{a, b} {
-		rev, err := s.Store().Client().Get(ctx, "/pinfold/v1/config")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Store().WaitRev(ctx, rev.Header.Revision); err != nil {
+	for _, s := range []planner{a, b} {
+		if err := s.Store().Sync(ctx); err != nil {
 			t.Fatal(err)
 		}
 		verify(t, s)

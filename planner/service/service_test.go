@@ -16,17 +16,21 @@ import (
 
 const GiB = int64(1) << 30
 
-func newService(t *testing.T, c *statetest.Cluster, endpoints ...string) *service.Service {
-	t.Helper()
-	st, err := state.Open(context.Background(), c.Client(t, endpoints...), state.Config{ShareBase: 100, MaxFragmentCores: -1}, service.Protocol, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	return service.New(st, nil)
+// planner is a service with its store, which the tests read directly.
+type planner struct {
+	*service.Service
+	st *state.Store
 }
 
-func register(t *testing.T, s *service.Service, name string, top *topology.Topology) state.HostView {
+func (p planner) Store() *state.Store { return p.st }
+
+func newService(t *testing.T, c *statetest.Cluster, endpoints ...string) planner {
+	t.Helper()
+	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, service.Protocol, endpoints...)
+	return planner{service.New(st, nil), st}
+}
+
+func register(t *testing.T, s planner, name string, top *topology.Topology) state.HostView {
 	t.Helper()
 	v, err := s.RegisterHost(context.Background(), service.RegisterHostRequest{Name: name, Topology: top, Settings: state.CapacitySettings{MemoryShare: 1}})
 	if err != nil {
@@ -35,7 +39,7 @@ func register(t *testing.T, s *service.Service, name string, top *topology.Topol
 	return v
 }
 
-func verify(t *testing.T, s *service.Service) {
+func verify(t *testing.T, s planner) {
 	t.Helper()
 	if bad := service.Verify(s.Store(), 100); len(bad) > 0 {
 		t.Fatalf("store invariants violated:\n%s", strings.Join(bad, "\n"))

@@ -28,8 +28,8 @@ type EmbedConfig struct {
 // (a 10,000-instance deploy is one ~3 MiB transaction).
 const MaxMessageBytes = 64 << 20
 
-// NewClient connects to etcd endpoints with pinfold's message limits.
-func NewClient(endpoints []string) (*clientv3.Client, error) {
+// newClient connects to etcd endpoints with pinfold's message limits.
+func newClient(endpoints []string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second,
 		MaxCallSendMsgSize: MaxMessageBytes, MaxCallRecvMsgSize: MaxMessageBytes})
 }
@@ -37,7 +37,7 @@ func NewClient(endpoints []string) (*clientv3.Client, error) {
 // StartEmbedded starts an etcd member in this process and waits until it
 // serves. Transactions and requests may be large (a batch deploy is one
 // transaction), so the limits are raised above etcd's defaults.
-func StartEmbedded(c EmbedConfig) (*embed.Etcd, error) {
+func StartEmbedded(c EmbedConfig) (*Member, error) {
 	cfg := embed.NewConfig()
 	cfg.Name, cfg.Dir = c.Name, c.Dir
 	cu, err := url.Parse(c.ClientURL)
@@ -69,7 +69,7 @@ func StartEmbedded(c EmbedConfig) (*embed.Etcd, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return e, nil
+		return &Member{e: e, endpoint: c.ClientURL}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("state: embedded etcd: %w", err)
@@ -78,3 +78,15 @@ func StartEmbedded(c EmbedConfig) (*embed.Etcd, error) {
 		return nil, fmt.Errorf("state: embedded etcd in %s not ready after 60 s", c.Dir)
 	}
 }
+
+// Member is a running embedded etcd member.
+type Member struct {
+	e        *embed.Etcd
+	endpoint string
+}
+
+// Endpoint is the member's client URL.
+func (m *Member) Endpoint() string { return m.endpoint }
+
+// Close stops the member (safe to call more than once).
+func (m *Member) Close() { m.e.Close() }

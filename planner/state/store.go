@@ -53,17 +53,34 @@ type Store struct {
 	werr       error
 	cancel     context.CancelFunc
 	done       chan struct{}
+
+	leaseMu sync.Mutex
+	leases  map[string]clientv3.LeaseID // host → its heartbeat lease
 }
 
-// Open loads the store, initialises or checks the planner config, and
-// starts the watch. protocol is the agent protocol version this planner speaks.
-func Open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, log *slog.Logger) (*Store, error) {
+// Open connects to the etcd endpoints, loads the store, initialises or
+// checks the planner config, and starts the watch. protocol is the agent
+// protocol version this planner speaks. Close releases the connection.
+func Open(ctx context.Context, endpoints []string, cfg Config, protocol int, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := cfg.Params().Validate(); err != nil {
 		return nil, err
 	}
+	cli, err := newClient(endpoints)
+	if err != nil {
+		return nil, fmt.Errorf("state: etcd client for %v: %w", endpoints, err)
+	}
+	s, err := open(ctx, cli, cfg, protocol, log)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, log *slog.Logger) (*Store, error) {
 	b, _ := json.Marshal(cfg)
 	resp, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.Version(ConfigKey), "=", 0)).
 		Then(clientv3.OpPut(ConfigKey, string(b))).Else(clientv3.OpGet(ConfigKey)).Commit()
@@ -81,7 +98,7 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 		}
 		cfg = have
 	}
-	s := &Store{cli: cli, log: log, cfg: cfg, protocol: protocol, done: make(chan struct{})}
+	s := &Store{cli: cli, log: log, cfg: cfg, protocol: protocol, done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}}
 	s.changed = sync.NewCond(&s.mu)
 	get, err := cli.Get(ctx, Prefix, clientv3.WithPrefix())
 	if err != nil {
@@ -99,14 +116,12 @@ func Open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 	return s, nil
 }
 
-// Close stops the watch.
+// Close stops the watch and closes the etcd connection.
 func (s *Store) Close() {
 	s.cancel()
 	<-s.done
+	s.cli.Close()
 }
-
-// Client is the etcd client (for leases and agent watches).
-func (s *Store) Client() *clientv3.Client { return s.cli }
 
 // Config is the planner-wide configuration.
 func (s *Store) Config() Config { return s.cfg }
@@ -466,14 +481,14 @@ func (s *Store) WaitRev(ctx context.Context, rev int64) error {
 // ErrConflict means a compared document changed since it was read.
 var ErrConflict = errors.New("state: conflict: a host changed since it was read")
 
-// Commit runs one transaction: if every compare holds, all ops apply. On a
-// conflict it waits until the cache has seen the newer state and returns
-// ErrConflict, so the caller can re-plan from fresh state. On success it
-// waits until the cache reflects the commit.
-func (s *Store) Commit(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op) (int64, error) {
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+// Commit applies c in one transaction: if every guard holds, all its writes
+// apply. On a conflict it waits until the cache has seen the newer state and
+// returns ErrConflict, so the caller can re-plan from fresh state. On
+// success it waits until the cache reflects the commit.
+func (s *Store) Commit(ctx context.Context, c *Change) (int64, error) {
+	resp, err := s.cli.Txn(ctx).If(c.cmps...).Then(c.ops...).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("state: commit: %w", err)
+		return 0, fmt.Errorf("state: commit %d writes: %w", len(c.ops), err)
 	}
 	if err := s.WaitRev(ctx, resp.Header.Revision); err != nil {
 		return 0, err
@@ -482,18 +497,4 @@ func (s *Store) Commit(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.
 		return 0, ErrConflict
 	}
 	return resp.Header.Revision, nil
-}
-
-// ModRevIs compares a key's ModRevision (0: the key must not exist).
-func ModRevIs(key string, rev int64) clientv3.Cmp {
-	return clientv3.Compare(clientv3.ModRevision(key), "=", rev)
-}
-
-// PutJSON marshals v into a put op.
-func PutJSON(key string, v any) clientv3.Op {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("state: marshal %s: %v", key, err)) // our own types always marshal
-	}
-	return clientv3.OpPut(key, string(b))
 }

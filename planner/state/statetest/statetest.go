@@ -4,14 +4,12 @@
 package statetest
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -29,7 +27,7 @@ func freePort(t testing.TB) int {
 
 // Cluster is a running etcd cluster.
 type Cluster struct {
-	Members   []*embed.Etcd
+	Members   []*state.Member
 	Endpoints []string
 }
 
@@ -49,7 +47,7 @@ func Start(t testing.TB, n int) *Cluster {
 	}
 	type result struct {
 		i   int
-		e   *embed.Etcd
+		e   *state.Member
 		err error
 	}
 	ch := make(chan result, n)
@@ -60,7 +58,7 @@ func Start(t testing.TB, n int) *Cluster {
 			ch <- result{i, e, err}
 		}()
 	}
-	c.Members = make([]*embed.Etcd, n)
+	c.Members = make([]*state.Member, n)
 	for range n {
 		r := <-ch
 		if r.err != nil {
@@ -84,16 +82,17 @@ func (c *Cluster) Stop(i int) {
 	c.Members[i] = nil
 }
 
-// Client connects to the given endpoints (all members when none).
-func (c *Cluster) Client(t testing.TB, endpoints ...string) *clientv3.Client {
+// Open opens a store over the given endpoints (all members when none),
+// closed at cleanup.
+func (c *Cluster) Open(t testing.TB, cfg state.Config, protocol int, endpoints ...string) *state.Store {
 	t.Helper()
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints
 	}
-	cli, err := state.NewClient(endpoints)
+	st, err := state.Open(context.Background(), endpoints, cfg, protocol, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.Close() })
-	return cli
+	t.Cleanup(st.Close)
+	return st
 }

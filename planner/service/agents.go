@@ -1,0 +1,119 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// Heartbeat keeps host's live key on a lease of ttl; a host whose agent
+// stops calling is marked down when the lease expires. It also records the
+// agent's version and protocol (an incompatible protocol keeps the host out
+// of planning) and, when m is not nil, the host's metrics.
+func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error {
+	v, ok := s.st.Host(host)
+	if !ok {
+		return errf(NotFound, "host %q is not registered", host)
+	}
+	if ttl < time.Second || ttl > 10*time.Minute {
+		return errf(Invalid, "heartbeat ttl = %s: want 1s..10m", ttl)
+	}
+	if !v.Host.Agent || v.Host.AgentVersion != version || v.Host.Protocol != protocol {
+		h := v.Host
+		h.Agent, h.AgentVersion, h.Protocol = true, version, protocol
+		var c state.Change
+		c.GuardHost(host, v.HostRev)
+		c.PutHost(h)
+		if _, err := s.st.Commit(ctx, &c); err != nil && !errors.Is(err, state.ErrConflict) {
+			return err
+		}
+		if protocol != Protocol {
+			s.log.Warn("agent speaks another protocol: no new work for its host", "host", host, "protocol", protocol, "want", Protocol)
+		}
+	}
+	var live []byte
+	if m != nil {
+		m.AgentVersion = version
+		live, _ = json.Marshal(m)
+	}
+	return s.st.Heartbeat(ctx, host, live, ttl)
+}
+
+// ReportStatus records what an agent observed for one of its instances; a
+// report that the host refused the instance's resize rolls the resize back.
+func (s *Service) ReportStatus(ctx context.Context, host, id string, st state.Status) error {
+	if _, ok := s.st.Host(host); !ok {
+		return errf(NotFound, "host %q is not registered", host)
+	}
+	v, ok := s.st.Instance(id)
+	if !ok || v.Instance.Host != host {
+		return errf(NotFound, "instance %q is not on host %s", id, host)
+	}
+	if err := s.st.PutStatus(ctx, host, id, st); err != nil {
+		return err
+	}
+	if in := v.Instance; st.Refused != 0 && st.Refused == in.Generation && in.Previous != nil && in.Previous.Generation == in.Generation {
+		return s.rollBack(ctx, id, st.Error)
+	}
+	return nil
+}
+
+// rollBack undoes a resize its host refused: the instance gets its previous
+// allocation back (if that still fits; a deploy may have taken what the
+// resize released), under a new generation, and records why.
+func (s *Service) rollBack(ctx context.Context, id, why string) error {
+	_, err := retry(ctx, func() (struct{}, error) {
+		v, ok := s.st.Instance(id)
+		if !ok || v.Instance.Previous == nil {
+			return struct{}{}, nil
+		}
+		h, ok := s.st.Host(v.Instance.Host)
+		if !ok {
+			return struct{}{}, nil
+		}
+		next, a, err := rolledBack(h, v.Instance, why)
+		var c state.Change
+		c.GuardInstance(next.Host, id, v.Rev)
+		c.PutInstance(next)
+		if err != nil {
+			// Keep the refused allocation; the host keeps reporting why.
+			s.log.Warn("resize refused by host, and the previous allocation no longer fits", "instance", id, "host", next.Host, "refusal", why, "err", err)
+		} else {
+			c.GuardAlloc(next.Host, h.AllocRev)
+			c.PutAlloc(next.Host, a)
+		}
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return struct{}{}, err
+		}
+		s.log.Warn("resize refused by host", "instance", id, "host", next.Host, "refusal", why, "rolled_back", next.RolledBack)
+		return struct{}{}, nil
+	})
+	return err
+}
+
+// rolledBack is in with its previous allocation back, under a new
+// generation, and the host's usage after the swap. When the previous
+// allocation no longer fits, it is in as it is (no usage change) with the
+// reason recorded, and the error says what does not fit.
+func rolledBack(h state.HostView, in state.Instance, why string) (state.Instance, state.Alloc, error) {
+	p := in.Previous
+	a := h.Alloc.Clone()
+	a.Add(in, -1)
+	next := in
+	next.Bind, next.CPUs, next.CPUQuota, next.NUMANode, next.Memory, next.MemorySoft = p.Bind, p.CPUs, p.CPUQuota, p.NUMANode, p.Memory, p.MemorySoft
+	next.Previous = nil
+	next.Generation++
+	if err := a.Fits(h.Host, next); err != nil {
+		next = in
+		next.Previous = nil
+		next.RolledBack = fmt.Sprintf("resize to generation %d refused by host %s (%s); the previous allocation no longer fits (%v)", in.Generation, in.Host, why, err)
+		return next, state.Alloc{}, err
+	}
+	a.Add(next, +1)
+	next.RolledBack = fmt.Sprintf("resize to generation %d refused by host %s: %s; rolled back to the previous allocation", in.Generation, in.Host, why)
+	return next, a, nil
+}

@@ -1,0 +1,200 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// DeployRequest asks for new instances of a service.
+type DeployRequest struct {
+	Service    string
+	Image      string
+	Command    []string
+	Env        []string
+	Network    string // Docker network mode; "": the engine's default
+	Count      int
+	Pieces     int
+	Bind       bool
+	Memory     int64
+	MemorySoft int64
+	Strategy   alloc.Strategy
+	MaxPerHost int
+	Health     *state.HealthCheck
+	Rules      state.Rules
+	UseBuffer  bool
+}
+
+// DeployResult is a deploy's instances and what the placement rules said.
+type DeployResult struct {
+	Instances    []state.Instance
+	DomainSpread string
+	Violations   []placement.Violation
+}
+
+// Deploy plans and commits new instances, all or nothing.
+func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]state.Instance, error) {
+	res, err := s.DeployWithRules(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return res.Instances, nil
+}
+
+// DeployWithRules plans through the placement rules and commits, all or
+// nothing; a request the rules cannot place fails with a *PlacementError
+// carrying the elimination report.
+func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployResult, error) {
+	if err := state.ValidateServiceName(r.Service); err != nil {
+		return DeployResult{}, errf(Invalid, "service: %v", err)
+	}
+	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
+		return DeployResult{}, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
+	}
+	if err := ValidateHealth(r.Health); err != nil {
+		return DeployResult{}, err
+	}
+	if err := ValidateNetwork(r.Network); err != nil {
+		return DeployResult{}, err
+	}
+	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory,
+		Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
+		Policy: placement.Policy(r.Rules.Policy), HostsOrder: r.Rules.HostsOrder, DomainSpread: placement.Spread(r.Rules.DomainSpread), UseBuffer: r.UseBuffer}
+	// A random seed per request spreads concurrent requests over equally
+	// good hosts, so they rarely collide on one host's revision.
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	req.Seed = binary.LittleEndian.Uint64(seed[:]) | 1
+	if req.Strategy == "" {
+		req.Strategy = alloc.Auto
+	}
+	if err := alloc.ValidateRequest(s.params, req.Request); err != nil {
+		return DeployResult{}, fromAlloc(err)
+	}
+	if err := req.Validate(); err != nil {
+		return DeployResult{}, fromAlloc(err)
+	}
+	var rules *state.Rules
+	if r.Rules.Constraint != "" || r.Rules.Policy != "" || r.Rules.DomainSpread != "" || len(r.Rules.Affinity.Hard)+len(r.Rules.Affinity.Soft)+
+		len(r.Rules.AntiAffinity.Hard)+len(r.Rules.AntiAffinity.Soft) > 0 {
+		rr := r.Rules
+		rules = &rr
+	}
+	return retry(ctx, func() (DeployResult, error) {
+		views := s.st.Schedulable()
+		hosts := make([]*placement.Host, len(views))
+		byName := make(map[string]state.HostView, len(views))
+		for i, v := range views {
+			hosts[i] = PlacementHost(v)
+			byName[v.Host.Name] = v
+		}
+		res, err := placement.Plan(s.params, s.st.PlacementSettings(), hosts, req)
+		if err != nil {
+			return DeployResult{}, s.placementError(err)
+		}
+		var c state.Change
+		allocs := map[string]state.Alloc{}
+		var out []state.Instance
+		for _, p := range res.Placements {
+			a, ok := allocs[p.Host]
+			if !ok {
+				v := byName[p.Host]
+				a = v.Alloc.Clone()
+				c.GuardView(v)
+			}
+			in := state.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Bind: r.Bind, CPUs: p.CPUs,
+				CPUQuota: p.CPUQuota, NUMANode: p.NUMANode, Memory: p.MemoryBytes, MemorySoft: r.MemorySoft,
+				Image: r.Image, Command: r.Command, Env: r.Env, Network: r.Network, Desired: "running", Generation: 1, Health: r.Health}
+			a.Add(in, +1)
+			allocs[p.Host] = a
+			c.PutInstance(in)
+			out = append(out, in)
+		}
+		for _, h := range slices.Sorted(maps.Keys(allocs)) {
+			c.PutAlloc(h, allocs[h])
+		}
+		c.PutService(state.Service{Name: r.Service, Image: r.Image, Command: r.Command, Env: r.Env, Network: r.Network,
+			Pieces: r.Pieces, Bind: r.Bind, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost, Rules: rules})
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return DeployResult{}, err
+		}
+		s.log.Info("deployed", "service", r.Service, "instances", len(out), "hosts", len(allocs), "domain_spread", res.Spread, "violations", len(res.Violations))
+		return DeployResult{Instances: out, DomainSpread: string(res.Spread), Violations: res.Violations}, nil
+	})
+}
+
+// PlacementHost is a host as the placement rules see it.
+func PlacementHost(v state.HostView) *placement.Host {
+	h := &placement.Host{Name: v.Host.Name, Type: v.Host.Type, Properties: v.Host.Properties, FaultDomain: v.Host.FaultDomain,
+		UpgradeDomain: v.Host.UpgradeDomain, Disabled: v.Host.Disabled, Maintenance: !v.Host.MaintenanceUntil.IsZero(),
+		Resources: state.AllocHost(v.Host, v.Alloc)}
+	if v.Metrics != nil {
+		h.LoadAvg = v.Metrics.Load1
+	}
+	return h
+}
+
+// placementError turns a placement failure into an error carrying the
+// elimination report; the hosts the schedulable index left out are listed
+// under Disabled, Maintenance and Down.
+func (s *Service) placementError(err error) error {
+	var pe *placement.Error
+	if !errors.As(err, &pe) {
+		return err
+	}
+	if pe.Invalid {
+		return errf(Invalid, "%s", pe.Message)
+	}
+	un := s.st.Unschedulable()
+	var elims []placement.Elimination
+	for _, e := range pe.Eliminations {
+		switch e.Rule {
+		case placement.RuleDisabled:
+			e.Hosts = append(e.Hosts, un["disabled"]...)
+		case placement.RuleMaintenance:
+			e.Hosts = append(e.Hosts, un["maintenance"]...)
+			elims = append(elims, e)
+			e = placement.Elimination{Rule: "Down", Hosts: append(slices.Clone(un["down"]), un["protocol"]...)}
+		}
+		if e.Hosts == nil {
+			e.Hosts = []string{}
+		}
+		elims = append(elims, e)
+	}
+	var b strings.Builder
+	b.WriteString(pe.Message)
+	b.WriteString("\nElimination sequence (rules in the order applied):\n")
+	b.WriteString(placement.Report(elims))
+	return &Error{Code: Exhausted, Message: strings.TrimRight(b.String(), "\n"), Eliminations: elims}
+}
+
+func newID(service string) string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return service + "-" + hex.EncodeToString(b[:])
+}
+
+// Capacity is a dry run of a deploy against the live state.
+func (s *Service) Capacity(r DeployRequest) (map[string]alloc.Capacity, error) {
+	req := alloc.Request{Service: r.Service, Count: 1, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory, Strategy: alloc.Auto}
+	if req.Service == "" {
+		req.Service = "capacity"
+	}
+	if err := alloc.ValidateRequest(s.params, req); err != nil {
+		return nil, fromAlloc(err)
+	}
+	out := map[string]alloc.Capacity{}
+	for _, v := range s.st.Schedulable() {
+		out[v.Host.Name] = alloc.HostCapacity(s.params, state.AllocHost(v.Host, v.Alloc), req)
+	}
+	return out, nil
+}

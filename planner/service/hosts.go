@@ -1,0 +1,313 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/topology"
+)
+
+// RegisterHostRequest registers (or re-registers) a host.
+type RegisterHostRequest struct {
+	Name     string
+	Topology *topology.Topology
+	Settings state.CapacitySettings
+	// Force allows re-registering with a different topology.
+	Force bool
+	// Agent marks a registration by the host's agent.
+	Agent        bool
+	AgentVersion string
+	Protocol     int
+}
+
+// RegisterHost stores a host with its topology and capacity. Re-registering
+// with the same topology is a no-op apart from agent details; a different
+// topology is refused unless forced, and even then refused when running
+// instances hold CPUs the new capacity lacks.
+func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (state.HostView, error) {
+	h, err := state.NewHost(r.Name, r.Topology, s.st.Config(), r.Settings)
+	if err != nil {
+		return state.HostView{}, errf(Invalid, "%v", err)
+	}
+	h.Agent, h.AgentVersion, h.Protocol = r.Agent, r.AgentVersion, r.Protocol
+	return retry(ctx, func() (state.HostView, error) {
+		old, exists := s.st.Host(r.Name)
+		if exists && !r.Agent && !r.Force {
+			return state.HostView{}, errf(Exists, "host %s is already registered; use --force to replace its registration", r.Name)
+		}
+		if exists {
+			if !sameTopology(old.Host.Topology, r.Topology) && !r.Force {
+				return state.HostView{}, errf(Exists, "host %s is registered with a different topology (online %s vs %s); use --force to replace it",
+					r.Name, old.Host.Topology.Online, r.Topology.Online)
+			}
+			if sameTopology(old.Host.Topology, r.Topology) && !r.Force {
+				h = old.Host // keep capacity changes made with SetHost
+				if r.Agent {
+					h.Agent, h.AgentVersion, h.Protocol = true, r.AgentVersion, r.Protocol
+				}
+			}
+			h.Disabled = old.Host.Disabled
+			h.Type, h.Properties, h.FaultDomain, h.UpgradeDomain, h.MaintenanceUntil = old.Host.Type, old.Host.Properties,
+				old.Host.FaultDomain, old.Host.UpgradeDomain, old.Host.MaintenanceUntil
+			if used := cpusInUse(old.Alloc, h); len(used) > 0 {
+				return state.HostView{}, errf(Precond, "host %s: CPUs %s are used by %s and missing from the new registration",
+					r.Name, cpuset.Of(used...), s.holders(r.Name, used))
+			}
+		}
+		var c state.Change
+		c.GuardHost(r.Name, old.HostRev)
+		c.PutHost(h)
+		if !exists || old.AllocRev == 0 {
+			c.PutAlloc(r.Name, state.NewAlloc())
+		}
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return state.HostView{}, err
+		}
+		v, _ := s.st.Host(r.Name)
+		s.log.Info("host registered", "host", r.Name, "cpus", len(h.CPUs), "memory_bytes", h.MemoryBytes, "agent", h.Agent)
+		return v, nil
+	})
+}
+
+func sameTopology(a, b *topology.Topology) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if !a.Online.Equal(b.Online) || len(a.NUMANodes) != len(b.NUMANodes) || a.MemoryBytes() != b.MemoryBytes() {
+		return false
+	}
+	for i := range a.NUMANodes {
+		if a.NUMANodes[i].ID != b.NUMANodes[i].ID || !a.NUMANodes[i].CPUs.Equal(b.NUMANodes[i].CPUs) {
+			return false
+		}
+	}
+	return true
+}
+
+// cpusInUse lists CPUs with usage that h does not offer.
+func cpusInUse(a state.Alloc, h state.Host) []cpuset.CPUID {
+	var out []cpuset.CPUID
+	for id, v := range a.Used {
+		if _, ok := h.CPUs[id]; !ok && v > 0 {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// holders names the instances on host that hold any of cpus.
+func (s *Service) holders(host string, cpus []cpuset.CPUID) string {
+	var ids []string
+	for _, v := range s.st.Instances(host) {
+		for _, c := range cpus {
+			if v.Instance.CPUs[c] > 0 {
+				ids = append(ids, v.Instance.ID)
+				break
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return "instances"
+	}
+	return "instances " + fmt.Sprint(ids)
+}
+
+// SetHostRequest changes a host's capacity without touching its instances.
+// Nil/zero fields are left alone.
+type SetHostRequest struct {
+	Name string
+	// AddCPUs adds (or re-prices) CPUs with the given pieces; RemoveCPUs
+	// takes CPUs out of capacity (refused while instances use them).
+	AddCPUs    map[cpuset.CPUID]int
+	RemoveCPUs cpuset.CPUs
+	// Memory: absolute value, or a delta.
+	MemoryBytes *int64
+	MemoryDelta int64
+	// NUMAMemory sets a NUMA node's memory (absolute).
+	NUMAMemory map[cpuset.NUMANodeID]int64
+	// Placement: properties to set and to remove, domains and the host
+	// type (nil keeps them).
+	SetProperties    map[string]placement.Value
+	RemoveProperties []string
+	FaultDomain      *string
+	UpgradeDomain    *string
+	Type             *string
+}
+
+// SetHost applies r.
+func (s *Service) SetHost(ctx context.Context, r SetHostRequest) (state.HostView, error) {
+	return retry(ctx, func() (state.HostView, error) {
+		v, ok := s.st.Host(r.Name)
+		if !ok {
+			return state.HostView{}, errf(NotFound, "host %q is not registered", r.Name)
+		}
+		h := v.Host
+		h.CPUs = maps.Clone(h.CPUs)
+		h.NUMAMemory = maps.Clone(h.NUMAMemory)
+		sb := s.params.ShareBase
+		for _, id := range slices.Sorted(maps.Keys(r.AddCPUs)) {
+			p := r.AddCPUs[id]
+			if h.Topology != nil && !h.Topology.Online.Contains(id) {
+				return state.HostView{}, errf(Invalid, "host %s: add CPU %d: not an online CPU of the host (%s)", r.Name, id, h.Topology.Online)
+			}
+			if p < 1 || p > 100*sb {
+				return state.HostView{}, errf(Invalid, "host %s: CPU %d pieces = %d: want 1..%d", r.Name, id, p, 100*sb)
+			}
+			if p < v.Alloc.Used[id] {
+				return state.HostView{}, errf(Precond, "host %s: CPU %d pieces = %d: below the %d in use", r.Name, id, p, v.Alloc.Used[id])
+			}
+			h.CPUs[id] = p
+		}
+		var busy []cpuset.CPUID
+		for id := range r.RemoveCPUs.All() {
+			if _, ok := h.CPUs[id]; !ok {
+				return state.HostView{}, errf(Invalid, "host %s: remove CPU %d: not in the host's capacity", r.Name, id)
+			}
+			if v.Alloc.Used[id] > 0 {
+				busy = append(busy, id)
+			}
+			delete(h.CPUs, id)
+		}
+		if len(busy) > 0 {
+			return state.HostView{}, errf(Precond, "host %s: cannot remove CPUs %s: in use by %s", r.Name, cpuset.Of(busy...), s.holders(r.Name, busy))
+		}
+		if len(h.CPUs) == 0 {
+			return state.HostView{}, errf(Invalid, "host %s: removing CPUs %s leaves no CPU", r.Name, r.RemoveCPUs)
+		}
+		if r.MemoryBytes != nil {
+			h.MemoryBytes = *r.MemoryBytes
+		}
+		h.MemoryBytes += r.MemoryDelta
+		if h.MemoryBytes <= 0 {
+			return state.HostView{}, errf(Invalid, "host %s: memory would be %d bytes: want more than 0", r.Name, h.MemoryBytes)
+		}
+		if h.MemoryBytes < v.Alloc.MemoryUsed {
+			return state.HostView{}, errf(Precond, "host %s: memory %d bytes is below the %d in use", r.Name, h.MemoryBytes, v.Alloc.MemoryUsed)
+		}
+		for _, n := range slices.Sorted(maps.Keys(r.NUMAMemory)) {
+			m := r.NUMAMemory[n]
+			if _, ok := h.NUMAMemory[n]; !ok {
+				return state.HostView{}, errf(Invalid, "host %s: NUMA node %d: no such NUMA node", r.Name, n)
+			}
+			if m < v.Alloc.NUMAUsed[n] || m < 0 {
+				return state.HostView{}, errf(Precond, "host %s: NUMA node %d memory %d bytes is below the %d in use", r.Name, n, m, v.Alloc.NUMAUsed[n])
+			}
+			h.NUMAMemory[n] = m
+		}
+		h.Properties = maps.Clone(h.Properties)
+		if h.Properties == nil {
+			h.Properties = map[string]placement.Value{}
+		}
+		for _, k := range slices.Sorted(maps.Keys(r.SetProperties)) {
+			if err := placement.ValidatePropertyName(k); err != nil {
+				return state.HostView{}, errf(Invalid, "host %s: property %q: %v", r.Name, k, err)
+			}
+			h.Properties[k] = r.SetProperties[k]
+		}
+		for _, k := range r.RemoveProperties {
+			if _, ok := h.Properties[k]; !ok {
+				return state.HostView{}, errf(Invalid, "host %s: remove property %q: the host has no such property", r.Name, k)
+			}
+			delete(h.Properties, k)
+		}
+		if r.FaultDomain != nil {
+			if err := placement.ValidateFaultDomain(*r.FaultDomain); err != nil {
+				return state.HostView{}, errf(Invalid, "host %s: %v", r.Name, err)
+			}
+			h.FaultDomain = *r.FaultDomain
+		}
+		if r.UpgradeDomain != nil {
+			if strings.ContainsAny(*r.UpgradeDomain, " \t/") {
+				return state.HostView{}, errf(Invalid, "host %s: upgrade domain %q: no blanks or slashes", r.Name, *r.UpgradeDomain)
+			}
+			h.UpgradeDomain = *r.UpgradeDomain
+		}
+		if r.Type != nil {
+			h.Type = *r.Type
+		}
+		var c state.Change
+		c.GuardView(v)
+		c.PutHost(h)
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return state.HostView{}, err
+		}
+		nv, _ := s.st.Host(r.Name)
+		return nv, nil
+	})
+}
+
+// SetEnabled enables or disables a host for new work. Disabling a host whose
+// agent is down is recorded and holds when the agent returns.
+func (s *Service) SetEnabled(ctx context.Context, name string, enabled bool) (state.HostView, error) {
+	return retry(ctx, func() (state.HostView, error) {
+		v, ok := s.st.Host(name)
+		if !ok {
+			return state.HostView{}, errf(NotFound, "host %q is not registered", name)
+		}
+		h := v.Host
+		h.Disabled = !enabled
+		var c state.Change
+		c.GuardHost(name, v.HostRev)
+		c.PutHost(h)
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return state.HostView{}, err
+		}
+		nv, _ := s.st.Host(name)
+		return nv, nil
+	})
+}
+
+// SetMaintenance puts a host in maintenance until now+grace (it keeps its
+// instances, takes nothing new, and is not reported down before the grace
+// ends), or ends it (grace < 0).
+func (s *Service) SetMaintenance(ctx context.Context, name string, grace time.Duration) (state.HostView, error) {
+	if grace == 0 || grace > 30*24*time.Hour {
+		return state.HostView{}, errf(Invalid, "maintenance grace = %s: want 1s..720h", grace)
+	}
+	return retry(ctx, func() (state.HostView, error) {
+		v, ok := s.st.Host(name)
+		if !ok {
+			return state.HostView{}, errf(NotFound, "host %q is not registered", name)
+		}
+		h := v.Host
+		h.MaintenanceUntil = time.Time{}
+		if grace > 0 {
+			h.MaintenanceUntil = time.Now().Add(grace).UTC().Truncate(time.Second)
+		}
+		var c state.Change
+		c.GuardHost(name, v.HostRev)
+		c.PutHost(h)
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return state.HostView{}, err
+		}
+		nv, _ := s.st.Host(name)
+		return nv, nil
+	})
+}
+
+// RemoveHost unregisters a host that runs no instances.
+func (s *Service) RemoveHost(ctx context.Context, name string) error {
+	_, err := retry(ctx, func() (struct{}, error) {
+		v, ok := s.st.Host(name)
+		if !ok {
+			return struct{}{}, errf(NotFound, "host %q is not registered", name)
+		}
+		if ins := s.st.Instances(name); len(ins) > 0 {
+			return struct{}{}, errf(Precond, "host %s runs %d instances (e.g. %s); remove them first", name, len(ins), ins[0].Instance.ID)
+		}
+		var c state.Change
+		c.GuardView(v)
+		c.DeleteHost(name)
+		_, err := s.st.Commit(ctx, &c)
+		return struct{}{}, err
+	})
+	return err
+}

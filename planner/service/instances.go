@@ -1,0 +1,222 @@
+package service
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// ReplaceRequest asks for a blue-green replacement of an instance or of every
+// instance of a service with a new image (and optionally command): the
+// allocation stays, the generation grows, and each host's agent swaps the
+// containers (the new one must pass its health check before the old goes).
+type ReplaceRequest struct {
+	Target  string
+	Image   string
+	Command []string
+	Health  *state.HealthCheck // nil keeps each instance's check
+	// Hosts limits a service's replacement to instances on these hosts (a
+	// batch of a rolling replace); empty means every host.
+	Hosts []string
+}
+
+// Replace records the new image, all or nothing; no resources are planned.
+func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]state.Instance, error) {
+	if strings.TrimSpace(r.Image) == "" {
+		return nil, errf(Invalid, "image = %q: a replacement needs an image", r.Image)
+	}
+	if err := ValidateHealth(r.Health); err != nil {
+		return nil, err
+	}
+	return retry(ctx, func() ([]state.Instance, error) {
+		targets, err := s.targets(r.Target)
+		if err != nil {
+			return nil, err
+		}
+		if len(r.Hosts) > 0 {
+			targets = slices.DeleteFunc(targets, func(t state.InstanceView) bool { return !slices.Contains(r.Hosts, t.Instance.Host) })
+			if len(targets) == 0 {
+				return nil, errf(NotFound, "%q has no instances on hosts %s", r.Target, strings.Join(r.Hosts, ", "))
+			}
+		}
+		var c state.Change
+		var out []state.Instance
+		for _, t := range targets {
+			next := t.Instance
+			next.Image = r.Image
+			if r.Command != nil {
+				next.Command = r.Command
+			}
+			if r.Health != nil {
+				next.Health = r.Health
+			}
+			next.Generation++
+			c.GuardInstance(next.Host, next.ID, t.Rev)
+			c.PutInstance(next)
+			out = append(out, next)
+		}
+		if d, ok := s.st.Service(out[0].Service); ok && r.Target == out[0].Service {
+			svc := d.Value
+			svc.Image = r.Image
+			if r.Command != nil {
+				svc.Command = r.Command
+			}
+			c.GuardService(svc.Name, d.Rev)
+			c.PutService(svc)
+		}
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+}
+
+// ResizeRequest changes instances by deltas: one instance (ID) or every
+// instance of a service.
+type ResizeRequest struct {
+	Target      string
+	CPUDelta    int   // pieces
+	MemoryDelta int64 // bytes
+	Bind        *bool // nil keeps the mode
+	// Force lowers memory below the instance's current use (the kernel
+	// then reclaims, and may OOM-kill).
+	Force bool
+}
+
+// Resize resizes in place, all or nothing: if any instance does not fit,
+// nothing changes.
+func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]state.Instance, error) {
+	return retry(ctx, func() ([]state.Instance, error) {
+		targets, err := s.targets(r.Target)
+		if err != nil {
+			return nil, err
+		}
+		views := map[string]state.HostView{}
+		allocs := map[string]state.Alloc{}
+		var c state.Change
+		var out []state.Instance
+		for _, t := range targets {
+			in := t.Instance
+			v, ok := views[in.Host]
+			if !ok {
+				v, ok = s.st.Host(in.Host)
+				if !ok {
+					return nil, errf(Precond, "instance %s is on host %s, which is not registered", in.ID, in.Host)
+				}
+				views[in.Host] = v
+				allocs[in.Host] = v.Alloc.Clone()
+				c.GuardView(v)
+			}
+			a := allocs[in.Host]
+			bind := in.Bind
+			if r.Bind != nil {
+				bind = *r.Bind
+			}
+			cur := alloc.Placement{Host: in.Host, CPUs: in.CPUs, NUMANode: in.NUMANode, MemoryBytes: in.Memory, CPUQuota: in.CPUQuota}
+			pl, err := alloc.PlanResize(s.params, state.AllocHost(v.Host, a), alloc.Resize{Host: in.Host, Current: cur, CurrentBind: in.Bind,
+				CPUDelta: r.CPUDelta, MemoryDelta: r.MemoryDelta, Bind: bind})
+			if err != nil {
+				return nil, fromAlloc(err)
+			}
+			a.Add(in, -1)
+			if st := t.Status; st != nil && pl.MemoryBytes < st.MemoryCurrent && !r.Force {
+				return nil, errf(Precond, "memory of %s: %s is below its current use %s (memory.current, reported by host %s); the kernel would reclaim and may OOM-kill it: use --force to lower it anyway",
+					in.ID, fmtBytes(pl.MemoryBytes), fmtBytes(st.MemoryCurrent), in.Host)
+			}
+			next := in
+			next.CPUs, next.CPUQuota, next.NUMANode, next.Memory, next.Bind = pl.CPUs, pl.CPUQuota, pl.NUMANode, pl.MemoryBytes, bind
+			if next.MemorySoft > next.Memory {
+				next.MemorySoft = next.Memory
+			}
+			next.Generation++
+			next.Previous = &state.Previous{Generation: next.Generation, Bind: in.Bind, CPUs: in.CPUs, CPUQuota: in.CPUQuota,
+				NUMANode: in.NUMANode, Memory: in.Memory, MemorySoft: in.MemorySoft}
+			next.RolledBack = ""
+			a.Add(next, +1)
+			allocs[in.Host] = a
+			c.GuardInstance(in.Host, in.ID, t.Rev)
+			c.PutInstance(next)
+			out = append(out, next)
+		}
+		for _, h := range slices.Sorted(maps.Keys(allocs)) {
+			c.PutAlloc(h, allocs[h])
+		}
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return nil, err
+		}
+		return out, nil
+	})
+}
+
+// targets resolves an instance ID or a service name.
+func (s *Service) targets(target string) ([]state.InstanceView, error) {
+	if v, ok := s.st.Instance(target); ok {
+		return []state.InstanceView{v}, nil
+	}
+	var out []state.InstanceView
+	for _, v := range s.st.Instances("") {
+		if v.Instance.Service == target {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		if _, ok := s.st.Service(target); ok {
+			return nil, errf(NotFound, "service %q has no instances", target)
+		}
+		return nil, errf(NotFound, "no instance or service named %q", target)
+	}
+	return out, nil
+}
+
+// Remove deletes an instance, or every instance of a service (and the
+// service), releasing their resources in one transaction.
+func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
+	return retry(ctx, func() ([]string, error) {
+		targets, err := s.targets(target)
+		if err != nil {
+			if _, ok := s.st.Service(target); ok && CodeOf(err) == NotFound {
+				d, _ := s.st.Service(target)
+				var c state.Change
+				c.GuardService(target, d.Rev)
+				c.DeleteService(target)
+				_, err := s.st.Commit(ctx, &c)
+				return nil, err
+			}
+			return nil, err
+		}
+		allocs := map[string]state.Alloc{}
+		var c state.Change
+		var ids []string
+		for _, t := range targets {
+			in := t.Instance
+			a, ok := allocs[in.Host]
+			if !ok {
+				v, _ := s.st.Host(in.Host)
+				a = v.Alloc.Clone()
+				c.GuardAlloc(in.Host, v.AllocRev)
+			}
+			a.Add(in, -1)
+			allocs[in.Host] = a
+			c.GuardInstance(in.Host, in.ID, t.Rev)
+			c.DeleteInstance(in.Host, in.ID)
+			ids = append(ids, in.ID)
+		}
+		for _, h := range slices.Sorted(maps.Keys(allocs)) {
+			if _, ok := s.st.Host(h); ok {
+				c.PutAlloc(h, allocs[h])
+			}
+		}
+		if d, ok := s.st.Service(target); ok {
+			c.GuardService(target, d.Rev)
+			c.DeleteService(target)
+		}
+		if _, err := s.st.Commit(ctx, &c); err != nil {
+			return nil, err
+		}
+		return ids, nil
+	})
+}

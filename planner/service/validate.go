@@ -1,0 +1,68 @@
+package service
+
+import (
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// networkName is Docker's rule for a network's name.
+var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+
+// ValidateNetwork checks a Docker network mode: "" (the engine's default),
+// host, none, bridge or a network's name. "container:ID" is refused: it
+// would tie an instance to a container pinfold does not manage.
+func ValidateNetwork(n string) error {
+	if n == "" || networkName.MatchString(n) {
+		return nil
+	}
+	return errf(Invalid, "network = %q: want host, none, bridge or a network's name (letters, digits, _ . -)", n)
+}
+
+// ValidateHealth checks a health check's fields.
+func ValidateHealth(h *state.HealthCheck) error {
+	if h == nil {
+		return nil
+	}
+	n := 0
+	if len(h.Exec) > 0 {
+		n++
+	}
+	if h.TCP != 0 {
+		n++
+		if h.TCP < 1 || h.TCP > 65535 {
+			return errf(Invalid, "health tcp = %d: want a port 1..65535", h.TCP)
+		}
+	}
+	if h.HTTP != "" {
+		n++
+		port, _, _ := strings.Cut(h.HTTP, "/")
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return errf(Invalid, "health http = %q: want PORT[/PATH], e.g. 8080/healthz", h.HTTP)
+		}
+	}
+	if n != 1 {
+		return errf(Invalid, "health check: want exactly one of exec, tcp, http (got %d)", n)
+	}
+	if h.Timeout != "" {
+		if d, err := time.ParseDuration(h.Timeout); err != nil || d <= 0 || d > time.Hour {
+			return errf(Invalid, "health timeout = %q: want a duration in (0, 1h], e.g. 30s", h.Timeout)
+		}
+	}
+	return nil
+}
+
+func fmtBytes(b int64) string {
+	switch {
+	case b >= 1<<30 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", b>>30)
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", float64(b)/(1<<20))
+	default:
+		return fmt.Sprintf("%dB", b)
+	}
+}
