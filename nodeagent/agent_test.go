@@ -21,6 +21,7 @@ import (
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -204,9 +205,21 @@ func newTestAgent(t *testing.T) (*Agent, *fakeEngine, *fakeCgroup, *fakePlanner)
 	return a, eng, cg, pl
 }
 
-func memInst(gen int64, mem int64) Instance {
-	return Instance{ID: "db-1", Service: "db", Bind: true, CPUs: map[cpuset.CPUID]int{0: 100}, NUMANode: 0, Memory: mem,
-		Image: "img", Command: []string{"sleep", "1"}, Generation: gen}
+func memInst(gen int64, mem int64) model.Instance {
+	return model.Instance{ID: "db-1", Service: "db", Spec: model.Spec{Image: "img", Command: []string{"sleep", "1"}}, Generation: gen,
+		Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100}, NUMANode: 0, Memory: mem}}
+}
+
+// settle runs passes until one acts on nothing (a pass reports what the
+// one before it did), at most 5.
+func settle(t *testing.T, a *Agent) {
+	t.Helper()
+	for range 5 {
+		if !a.Reconcile(context.Background()) {
+			return
+		}
+	}
+	t.Fatal("the agent still acts after 5 passes")
 }
 
 // TestRefusalAndMemoryReported: a resize Docker refuses is reported with
@@ -215,8 +228,8 @@ func memInst(gen int64, mem int64) Instance {
 func TestRefusalAndMemoryReported(t *testing.T) {
 	a, eng, cg, pl := newTestAgent(t)
 	ctx := context.Background()
-	a.SetDesired([]Instance{memInst(1, 128<<20)})
-	a.Reconcile(ctx)
+	a.SetDesired([]model.Instance{memInst(1, 128<<20)})
+	settle(t, a)
 	r := pl.last("db-1")
 	if r == nil || r.State != "running" || r.Generation != 1 {
 		t.Fatalf("after create: %+v", r)
@@ -227,7 +240,7 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 	cg.mu.Lock()
 	cg.mem["docker/c1"] = 40 << 20
 	cg.mu.Unlock()
-	a.Reconcile(ctx)
+	settle(t, a)
 	if r := pl.last("db-1"); r.MemoryCurrentBytes != 40<<20 {
 		t.Errorf("memory.current reported %d, want %d", r.MemoryCurrentBytes, 40<<20)
 	}
@@ -235,7 +248,7 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 	cg.mu.Lock()
 	cg.mem["docker/c1"] = 40<<20 + 4096
 	cg.mu.Unlock()
-	a.Reconcile(ctx)
+	settle(t, a)
 	if len(pl.reports) != n {
 		t.Errorf("a 4 KiB move in memory use was reported again")
 	}
@@ -254,10 +267,11 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 		eng.updateErr = tc.err
 		eng.mu.Unlock()
 		a.mu.Lock()
-		delete(a.refused, "db-1")
+		a.records["db-1"].refused = 0
 		a.mu.Unlock()
-		a.SetDesired([]Instance{memInst(2, 4<<20)})
-		a.Reconcile(ctx)
+		a.SetDesired([]model.Instance{memInst(2, 4<<20)})
+		a.Reconcile(ctx) // acts (and fails)
+		a.Reconcile(ctx) // reports the refusal, tries again
 		r := pl.last("db-1")
 		if r.RefusedGeneration != tc.wantRefused || r.Error == "" || r.Generation != 1 {
 			t.Errorf("%s: report %+v, want refused generation %d with the error, observed generation 1", tc.name, r, tc.wantRefused)
@@ -267,8 +281,8 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 	eng.mu.Lock()
 	eng.updateErr = nil
 	eng.mu.Unlock()
-	a.SetDesired([]Instance{memInst(3, 128<<20)})
-	a.Reconcile(ctx)
+	a.SetDesired([]model.Instance{memInst(3, 128<<20)})
+	settle(t, a)
 	if r := pl.last("db-1"); r.RefusedGeneration != 0 || r.Error != "" || r.Generation != 3 {
 		t.Errorf("after the rollback: %+v", r)
 	}
@@ -346,13 +360,13 @@ func TestHealthy(t *testing.T) {
 func TestReplaceRollsBackOnProbe(t *testing.T) {
 	a, eng, _, pl := newTestAgent(t)
 	ctx := context.Background()
-	a.SetDesired([]Instance{memInst(1, 128<<20)})
-	a.Reconcile(ctx)
+	a.SetDesired([]model.Instance{memInst(1, 128<<20)})
+	settle(t, a)
 	next := memInst(2, 128<<20)
-	next.Image, next.Health = "img:2", &Probe{Exec: []string{"test", "-f", "/ready"}, Timeout: 300 * time.Millisecond}
+	next.Image, next.Health = "img:2", &model.HealthCheck{Exec: []string{"test", "-f", "/ready"}, Timeout: "300ms"}
 	eng.execCode = 1
-	a.SetDesired([]Instance{next})
-	a.Reconcile(ctx)
+	a.SetDesired([]model.Instance{next})
+	settle(t, a)
 	cs, _ := eng.List(ctx)
 	if len(cs) != 1 || cs[0].ID != "c1" || cs[0].Paused || !cs[0].Running {
 		t.Errorf("after a failed probe: %+v, want only c1, running, not paused", cs)
@@ -413,5 +427,86 @@ func TestMemoryMoved(t *testing.T) {
 		if got := memoryMoved(tc.sent, tc.now); got != tc.want {
 			t.Errorf("memoryMoved(sent %d, now %d) = %v, want %v", tc.sent, tc.now, got, tc.want)
 		}
+	}
+}
+
+// downPlanner answers nothing: every call fails as a dead planner would.
+type downPlanner struct{ fakePlanner }
+
+func (downPlanner) RegisterHost(context.Context, *connect.Request[pinfoldv1.RegisterHostRequest]) (*connect.Response[pinfoldv1.RegisterHostResponse], error) {
+	return nil, connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
+}
+func (downPlanner) ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
+}
+
+// TestCheckpointEnforcedWhilePlannerDown: the desired state the planner
+// sent (with the host's CPUs in capacity: reserved 0-1 left out) is
+// checkpointed; an agent restarted while the planner is down enforces it
+// from the checkpoint: it creates what is missing and reverts drift.
+func TestCheckpointEnforcedWhilePlannerDown(t *testing.T) {
+	dir := t.TempDir()
+	eng, cg := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}
+	cfg := Config{Host: "h", StateDir: dir, Resync: 50 * time.Millisecond, HealthWait: 50 * time.Millisecond}
+	a := New(cfg, &fakePlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
+	db := memInst(1, 128<<20)
+	web := model.Instance{ID: "web-1", Service: "web", Spec: model.Spec{Image: "img"}, Generation: 1,
+		Allocation: model.Allocation{CPUQuota: 150, NUMANode: -1, Memory: 64 << 20}}
+	a.received(&pinfoldv1.WatchInstancesResponse{Revision: 7, Cpus: "1-7", Instances: []*pinfoldv1.Instance{
+		pinfoldv1.NewInstance(db, nil, "pending", 100), pinfoldv1.NewInstance(web, nil, "pending", 100)}})
+	settle(t, a)
+	cs, _ := eng.List(context.Background())
+	if len(cs) != 2 {
+		t.Fatalf("containers after the first pass: %+v", cs)
+	}
+	for _, c := range cs {
+		if c.Instance == "web-1" && c.Applied.CPUs.String() != "1-7" {
+			t.Errorf("memory-first container cpuset = %s, want 1-7 (CPU 0 is not in capacity)", c.Applied.CPUs)
+		}
+		if c.Instance == "db-1" && c.Applied.CPUs.String() != "0" {
+			t.Errorf("bound container cpuset = %s, want 0", c.Applied.CPUs)
+		}
+	}
+	// Drift while the agent is away: someone resizes db's container and
+	// removes web's.
+	eng.mu.Lock()
+	for id, c := range eng.cs {
+		switch c.Instance {
+		case "db-1":
+			c.Applied.MemoryBytes = 32 << 20
+		case "web-1":
+			delete(eng.cs, id)
+		}
+	}
+	eng.mu.Unlock()
+	b := New(cfg, &downPlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx) }()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cs, _ := eng.List(ctx)
+		var dbMem int64
+		var webCPUs string
+		for _, c := range cs {
+			switch c.Instance {
+			case "db-1":
+				dbMem = c.Applied.MemoryBytes
+			case "web-1":
+				webCPUs = c.Applied.CPUs.String()
+			}
+		}
+		if dbMem == 128<<20 && webCPUs == "1-7" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with the planner down: db memory %d (want %d), web cpuset %q (want 1-7)", dbMem, 128<<20, webCPUs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run = %v, want it to keep running until cancelled", err)
 	}
 }

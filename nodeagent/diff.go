@@ -3,9 +3,9 @@ package nodeagent
 import (
 	"cmp"
 	"slices"
-	"strconv"
 
 	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // Container labels the agent adds beside docker's own.
@@ -30,27 +30,20 @@ const (
 // Action is one step of convergence.
 type Action struct {
 	Kind      Kind
-	Instance  *Instance // nil for orphans
-	Container string    // the container acted on (old one for Replace)
-	New       string    // FinishReplace: the new container
+	Instance  *model.Instance // nil for orphans
+	Container string          // the container acted on (old one for Replace)
+	New       string          // FinishReplace: the new container
 	Want      Want
 	Reason    string
 }
 
-// Observed is one pinfold container as seen in Docker.
+// Observed is one pinfold container as seen in Docker and the kernel.
 type Observed struct {
 	docker.Container
-	Generation int64
-}
-
-// observe annotates containers with their generation label.
-func observe(cs []docker.Container) []Observed {
-	out := make([]Observed, 0, len(cs))
-	for _, c := range cs {
-		g, _ := strconv.ParseInt(c.Labels[LabelGeneration], 10, 64)
-		out = append(out, Observed{Container: c, Generation: g})
-	}
-	return out
+	Generation int64 // from its label
+	// What the kernel holds for a running container (0: not read).
+	MemoryCurrent int64
+	CPUWeight     uint64
 }
 
 // Diff compares what the planner wants with what Docker has and returns the
@@ -65,14 +58,14 @@ func observe(cs []docker.Container) []Observed {
 // or drift such as a hand-made docker update); stopped → Start; paused →
 // Unpause; and always Reassert the direct cgroup files (idempotent: equal
 // values are not rewritten). Containers of no desired instance → Remove.
-func Diff(h Host, desired []Instance, observed []Observed, scheme Scheme, failed map[string]int64) []Action {
+func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, failed map[string]int64) []Action {
 	shared := pool(h, desired)
 	byInst := map[string][]Observed{}
 	for _, o := range observed {
 		byInst[o.Instance] = append(byInst[o.Instance], o)
 	}
 	ds := slices.Clone(desired)
-	slices.SortFunc(ds, func(a, b Instance) int { return cmp.Compare(a.ID, b.ID) })
+	slices.SortFunc(ds, func(a, b model.Instance) int { return cmp.Compare(a.ID, b.ID) })
 	var out []Action
 	for i := range ds {
 		in := &ds[i]
@@ -131,7 +124,7 @@ func Diff(h Host, desired []Instance, observed []Observed, scheme Scheme, failed
 // network mode than the instance asks for (none of which Docker can change
 // in place). An instance without a command or network takes the image's
 // and the engine's defaults, whatever they are.
-func specChanged(c Observed, in *Instance) bool {
+func specChanged(c Observed, in *model.Instance) bool {
 	return c.Image != in.Image ||
 		in.Command != nil && !slices.Equal(c.Cmd, in.Command) ||
 		in.Network != "" && c.Network != in.Network

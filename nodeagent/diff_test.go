@@ -6,26 +6,34 @@ import (
 
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 var host6 = Host{CPUs: cpuset.MustParseCPUs("0-5"), Mems: cpuset.MustParseMems("0-1"), ShareBase: 100}
 
-func inst(id string, cpus map[cpuset.CPUID]int, numa cpuset.NUMANodeID) Instance {
-	return Instance{ID: id, Service: "web", Bind: true, CPUs: cpus, NUMANode: numa, Memory: 128 << 20, Image: "img", Command: []string{"sleep", "1"}, Generation: 1}
+func inst(id string, cpus map[cpuset.CPUID]int, numa cpuset.NUMANodeID) model.Instance {
+	return model.Instance{ID: id, Service: "web", Spec: model.Spec{Image: "img", Command: []string{"sleep", "1"}}, Generation: 1,
+		Allocation: model.Allocation{Bind: true, CPUs: cpus, NUMANode: numa, Memory: 128 << 20}}
+}
+
+// memoryFirst is a memory-first instance of quota pieces.
+func memoryFirst(id string, quota int) model.Instance {
+	return model.Instance{ID: id, Service: "m", Spec: model.Spec{Image: "img"}, Generation: 1,
+		Allocation: model.Allocation{CPUQuota: quota, NUMANode: -1, Memory: 64 << 20, MemorySoft: 32 << 20}}
 }
 
 func TestMap(t *testing.T) {
 	t.Parallel()
 	a := inst("a", map[cpuset.CPUID]int{0: 100, 2: 70}, 0)
 	b := inst("b", map[cpuset.CPUID]int{1: 100, 2: 30}, 0)
-	m := Instance{ID: "m", Bind: false, CPUQuota: 150, NUMANode: -1, Memory: 64 << 20, MemorySoft: 32 << 20}
-	shared := pool(host6, []Instance{a, b, m})
+	m := memoryFirst("m", 150)
+	shared := pool(host6, []model.Instance{a, b, m})
 	if shared.String() != "2-5" {
 		t.Fatalf("pool = %s, want 2-5 (CPUs 0 and 1 are held whole)", shared)
 	}
 	tests := []struct {
 		name   string
-		in     Instance
+		in     model.Instance
 		scheme Scheme
 		cpus   string
 		mems   string
@@ -74,7 +82,7 @@ func kinds(as []Action) []string {
 func TestDiff(t *testing.T) {
 	t.Parallel()
 	a := inst("a", map[cpuset.CPUID]int{0: 100, 2: 70}, 0)
-	want := Map(host6, a, SchemeQuota, pool(host6, []Instance{a}))
+	want := Map(host6, a, SchemeQuota, pool(host6, []model.Instance{a}))
 	drifted := want.Resources
 	drifted.CPUs = cpuset.MustParseCPUs("0")
 	newImage := a
@@ -88,24 +96,24 @@ func TestDiff(t *testing.T) {
 	}
 	tests := []struct {
 		name     string
-		desired  []Instance
+		desired  []model.Instance
 		observed []Observed
 		want     []string
 	}{
-		{"create", []Instance{a}, nil, []string{"create"}},
-		{"in sync", []Instance{a}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, []string{"reassert:c1"}},
-		{"drift back", []Instance{a}, []Observed{obs("c1", "a", "img", 1, drifted, true, false)}, []string{"update:c1", "reassert:c1"}},
-		{"stopped", []Instance{a}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, false)}, []string{"start:c1", "reassert:c1"}},
+		{"create", []model.Instance{a}, nil, []string{"create"}},
+		{"in sync", []model.Instance{a}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, []string{"reassert:c1"}},
+		{"drift back", []model.Instance{a}, []Observed{obs("c1", "a", "img", 1, drifted, true, false)}, []string{"update:c1", "reassert:c1"}},
+		{"stopped", []model.Instance{a}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, false)}, []string{"start:c1", "reassert:c1"}},
 		{"orphan", nil, []Observed{obs("c9", "gone", "img", 1, want.Resources, true, false)}, []string{"remove:c9"}},
-		{"replace", []Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, []string{"replace:c1"}},
-		{"network mode differs", []Instance{hostNet}, []Observed{onNet("default")}, []string{"replace:c1"}},
-		{"network mode matches", []Instance{hostNet}, []Observed{onNet("host")}, []string{"reassert:c1"}},
-		{"no network asked: any will do", []Instance{a}, []Observed{onNet("host")}, []string{"reassert:c1"}},
-		{"replace in flight, new runs", []Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, true, false)}, []string{"finish-replace:c1"}},
-		{"replace in flight, new failed", []Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, false, false)}, []string{"remove:c2", "unpause:c1"}},
+		{"replace", []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, []string{"replace:c1"}},
+		{"network mode differs", []model.Instance{hostNet}, []Observed{onNet("default")}, []string{"replace:c1"}},
+		{"network mode matches", []model.Instance{hostNet}, []Observed{onNet("host")}, []string{"reassert:c1"}},
+		{"no network asked: any will do", []model.Instance{a}, []Observed{onNet("host")}, []string{"reassert:c1"}},
+		{"replace in flight, new runs", []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, true, false)}, []string{"finish-replace:c1"}},
+		{"replace in flight, new failed", []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, false, false)}, []string{"remove:c2", "unpause:c1"}},
 	}
 	// A replace that failed for this generation is not retried.
-	if got := kinds(Diff(host6, []Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, SchemeQuota, map[string]int64{"a": 2})); !slices.Equal(got, []string{"reassert:c1"}) {
+	if got := kinds(Diff(host6, []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, SchemeQuota, map[string]int64{"a": 2})); !slices.Equal(got, []string{"reassert:c1"}) {
 		t.Errorf("failed replace retried: %v", got)
 	}
 	for _, tt := range tests {
@@ -113,5 +121,38 @@ func TestDiff(t *testing.T) {
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("%s: Diff = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestPool: memory-first instances share the CPUs in the planner's capacity
+// (reserved CPUs are not in it) that are not isolated and that no bound
+// instance holds whole.
+func TestPool(t *testing.T) {
+	t.Parallel()
+	// 8 online CPUs; the planner's capacity leaves out the reserved 0-1.
+	capacity := cpuset.MustParseCPUs("2-7")
+	for _, tc := range []struct {
+		name     string
+		isolated string
+		desired  []model.Instance
+		want     string
+	}{
+		{"reserved CPUs are not in the pool", "", nil, "2-7"},
+		{"isolated CPUs are not in the pool", "6-7", nil, "2-5"},
+		{"whole CPUs held by bound instances are not", "6-7", []model.Instance{inst("a", map[cpuset.CPUID]int{2: 100, 3: 50}, 0)}, "3-5"},
+		{"a fragment CPU stays shared", "", []model.Instance{inst("a", map[cpuset.CPUID]int{4: 30}, 0)}, "2-7"},
+		{"all held whole: the open CPUs", "6-7", []model.Instance{inst("a", map[cpuset.CPUID]int{2: 100, 3: 100, 4: 100, 5: 100}, 0)}, "2-5"},
+		{"all isolated: capacity", "2-7", nil, "2-7"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := Host{CPUs: capacity, Isolated: cpuset.MustParseCPUs(tc.isolated), Mems: cpuset.MustParseMems("0"), ShareBase: 100}
+			ds := append(slices.Clone(tc.desired), memoryFirst("m", 150))
+			if got := pool(h, ds); got.String() != tc.want {
+				t.Errorf("pool = %s, want %s", got, tc.want)
+			}
+			if got := Map(h, ds[len(ds)-1], DefaultScheme, pool(h, ds)).Resources.CPUs; got.String() != tc.want {
+				t.Errorf("memory-first cpuset = %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pinfold/pinfold/docker"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // Probe is a configured health check: exactly one of Exec, TCP, HTTP.
@@ -22,12 +22,13 @@ type Probe struct {
 	Timeout time.Duration // 0: Config.HealthTimeout
 }
 
-func probeOf(m *pinfoldv1.HealthCheck) *Probe {
-	if m == nil || len(m.Exec) == 0 && m.Tcp == 0 && m.Http == "" {
+// probeOf is the probe of an instance's health check (nil: none).
+func probeOf(h *model.HealthCheck) *Probe {
+	if h == nil || len(h.Exec) == 0 && h.TCP == 0 && h.HTTP == "" {
 		return nil
 	}
-	p := &Probe{Exec: m.Exec, TCP: int(m.Tcp), HTTP: m.Http}
-	p.Timeout, _ = time.ParseDuration(m.Timeout) // validated by the planner
+	p := &Probe{Exec: h.Exec, TCP: h.TCP, HTTP: h.HTTP}
+	p.Timeout, _ = time.ParseDuration(h.Timeout) // validated by the planner
 	return p
 }
 

@@ -6,24 +6,8 @@ import (
 
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
-
-// Instance is a desired instance as the agent needs it.
-type Instance struct {
-	ID, Service string
-	Bind        bool
-	CPUs        map[cpuset.CPUID]int // pieces
-	CPUQuota    int                  // pieces, memory-first
-	NUMANode    cpuset.NUMANodeID    // -1: all NUMA nodes
-	Memory      int64
-	MemorySoft  int64
-	Image       string
-	Command     []string
-	Env         []string
-	Network     string // Docker network mode; "": the engine's default
-	Generation  int64
-	Health      *Probe // nil: the image's HEALTHCHECK, else keeps running
-}
 
 // Scheme is how a CPU-bound instance's share of its fragment CPU is enforced
 // (research kernel-and-libs.md §7: cpu.weight is one value for the whole
@@ -53,22 +37,28 @@ var Schemes = []Scheme{SchemeQuota, SchemeWeight, SchemeCapped}
 
 // Host is what the mapping needs to know about the host.
 type Host struct {
-	CPUs      cpuset.CPUs // online CPUs
+	// CPUs are the host's CPUs in the planner's capacity: online, less the
+	// CPUs reserved for the system.
+	CPUs cpuset.CPUs
+	// Isolated are the isolcpus= CPUs: the scheduler does not balance load
+	// onto them, so only instances bound to them run there.
+	Isolated  cpuset.CPUs
 	Mems      cpuset.Mems // NUMA nodes with memory
 	ShareBase int
 }
 
 // Want is what an instance's container should have: the Docker resources
-// and the cgroup files written directly (exact cpu.weight, cpu.max.burst,
-// memory.high), re-asserted after every Docker update.
+// and the cgroup files written directly (exact cpu.weight, cpu.max.burst),
+// re-asserted after every Docker update.
 type Want struct {
 	Resources docker.Resources
 	CPUWeight uint64
 }
 
-// pool is the memory-first shared pool: host CPUs no bound instance holds
-// a whole CPU of; all host CPUs if that leaves none.
-func pool(h Host, desired []Instance) cpuset.CPUs {
+// pool is the memory-first shared pool: the host's CPUs in capacity that
+// are not isolated and that no bound instance holds whole. If that leaves
+// none, the CPUs in capacity that are not isolated; if none, all of them.
+func pool(h Host, desired []model.Instance) cpuset.CPUs {
 	var bound []cpuset.CPUID
 	for _, in := range desired {
 		if !in.Bind {
@@ -80,15 +70,18 @@ func pool(h Host, desired []Instance) cpuset.CPUs {
 			}
 		}
 	}
-	p := h.CPUs.Difference(cpuset.Of(bound...))
-	if p.IsEmpty() {
+	open := h.CPUs.Difference(h.Isolated)
+	if open.IsEmpty() {
 		return h.CPUs
 	}
-	return p
+	if p := open.Difference(cpuset.Of(bound...)); !p.IsEmpty() {
+		return p
+	}
+	return open
 }
 
 // Map computes what in's container should have. It is pure.
-func Map(h Host, in Instance, scheme Scheme, sharedPool cpuset.CPUs) Want {
+func Map(h Host, in model.Instance, scheme Scheme, sharedPool cpuset.CPUs) Want {
 	sb := h.ShareBase
 	r := docker.Resources{MemoryBytes: in.Memory, CPUShares: 1024}
 	if in.MemorySoft >= docker.MinMemory && in.MemorySoft <= in.Memory {

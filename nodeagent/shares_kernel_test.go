@@ -12,6 +12,7 @@ import (
 
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/test/testenv"
 )
 
@@ -38,13 +39,13 @@ func TestKernelFragmentShares(t *testing.T) {
 		t.Fatalf("need 3 CPUs, the guest has %s", m.HostCPUs())
 	}
 	h := Host{CPUs: m.HostCPUs(), Mems: m.HostMems(), ShareBase: 100}
-	a := Instance{ID: "a", Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}, NUMANode: -1, Memory: 64 << 20}
-	b := Instance{ID: "b", Bind: true, CPUs: map[cpuset.CPUID]int{1: 100, 2: 30}, NUMANode: -1, Memory: 64 << 20}
+	a := model.Instance{ID: "a", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}, NUMANode: -1, Memory: 64 << 20}}
+	b := model.Instance{ID: "b", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{1: 100, 2: 30}, NUMANode: -1, Memory: 64 << 20}}
 	for _, scheme := range Schemes {
 		var shares [2]float64
 		var paths [2]cgroup.Path
 		var procs []*exec.Cmd
-		for i, in := range []Instance{a, b} {
+		for i, in := range []model.Instance{a, b} {
 			w := Map(h, in, scheme, h.CPUs)
 			p, _ := m.Parent().Child(fmt.Sprintf("%s-%s", scheme, in.ID))
 			paths[i] = p

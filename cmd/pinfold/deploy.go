@@ -55,10 +55,18 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	if a := in.Applied; a != nil {
 		ap = &appliedJSON{a.Cpus, a.Mems, a.CpuQuota, a.CpuWeight, a.MemoryBytes}
 	}
-	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: in.CpuQuota,
+	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: quotaOf(in),
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}
+}
+
+// quotaOf is a memory-first instance's CPU quota in CPUs ("" when bound).
+func quotaOf(in *pinfoldv1.Instance) string {
+	if in.Bind || in.CpuQuotaPieces <= 0 || in.ShareBase <= 0 {
+		return ""
+	}
+	return alloc.FormatPieces(int(in.CpuQuotaPieces), int(in.ShareBase))
 }
 
 func instancesJSON(ins []*pinfoldv1.Instance) []instanceJSON {
@@ -92,7 +100,7 @@ func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 			state += " [" + in.RolledBack + "]"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
-			orDash(in.CpuQuota), formatBytes(in.MemoryBytes), state)
+			orDash(quotaOf(in)), formatBytes(in.MemoryBytes), state)
 	}
 	return tw.Flush()
 }

@@ -1,8 +1,9 @@
-// Package checkpoint is the agent's on-disk cache of what it last applied:
-// a versioned, checksummed JSON file written atomically (temporary file,
-// fsync, rename, fsync of the directory). A missing, corrupt or foreign
-// checkpoint is an error the agent logs before rebuilding from Docker's
-// labelled containers and the desired state; it never trusts a bad one.
+// Package checkpoint is the agent's on-disk copy of the last desired state
+// the planner sent: a versioned, checksummed JSON file written atomically
+// (temporary file, fsync, rename, fsync of the directory). An agent started
+// while the planner is unreachable enforces it until the planner answers.
+// A missing, corrupt or foreign checkpoint is an error the agent logs before
+// waiting for the planner; it never trusts a bad one.
 package checkpoint
 
 import (
@@ -13,29 +14,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
-// Version is the checkpoint format version.
-const Version = 1
+// Version is the checkpoint format version (1: what was applied, unused).
+const Version = 2
 
 // FileName is the checkpoint's name inside the state directory.
 const FileName = "checkpoint.json"
 
-// Applied is what the agent applied for one instance.
-type Applied struct {
-	ContainerID string `json:"container_id"`
-	Generation  int64  `json:"generation"`
-	CPUs        string `json:"cpus"`
-	Mems        string `json:"mems"`
-	CPUQuota    int64  `json:"cpu_quota"`
-	CPUWeight   uint64 `json:"cpu_weight"`
-	Memory      int64  `json:"memory_bytes"`
-}
-
-// State is the checkpoint's content.
+// State is the checkpoint's content: the host's desired state as the
+// planner last sent it.
 type State struct {
-	Host    string             `json:"host"`
-	Applied map[string]Applied `json:"applied"` // by instance ID
+	Host string `json:"host"`
+	// Revision is the planner store's revision the desired state was read at.
+	Revision int64 `json:"revision"`
+	// ShareBase is the planner's pieces per CPU.
+	ShareBase int `json:"share_base"`
+	// CPUs are the host's CPUs in the planner's capacity.
+	CPUs cpuset.CPUs `json:"cpus"`
+	// Desired are the host's desired instances.
+	Desired []model.Instance `json:"desired"`
 }
 
 type envelope struct {

@@ -10,6 +10,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/pinfold/pinfold/nodeagent/checkpoint"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 func TestRoundTripAndCorruption(t *testing.T) {
@@ -18,7 +20,8 @@ func TestRoundTripAndCorruption(t *testing.T) {
 	if _, err := checkpoint.Load(dir); !errors.Is(err, checkpoint.ErrNone) {
 		t.Fatalf("Load of an empty dir = %v, want ErrNone", err)
 	}
-	s := checkpoint.State{Host: "h1", Applied: map[string]checkpoint.Applied{"web-1": {ContainerID: "abc", Generation: 3, CPUs: "0,2", CPUWeight: 170}}}
+	s := checkpoint.State{Host: "h1", Revision: 12, ShareBase: 100, CPUs: cpuset.MustParseCPUs("0-3"), Desired: []model.Instance{{ID: "web-1", Service: "web",
+		Host: "h1", Spec: model.Spec{Image: "abc"}, Generation: 3, Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}, Memory: 1 << 20}}}}
 	if err := checkpoint.Save(dir, s); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +36,7 @@ func TestRoundTripAndCorruption(t *testing.T) {
 	b, _ := os.ReadFile(p)
 	for name, bad := range map[string]string{
 		"flipped byte": strings.Replace(string(b), `"abc"`, `"abd"`, 1),
-		"version":      strings.Replace(string(b), `"version":1`, `"version":9`, 1),
+		"version":      strings.Replace(string(b), `"version":2`, `"version":9`, 1),
 		"junk":         "{not json",
 	} {
 		os.WriteFile(p, []byte(bad), 0o600)

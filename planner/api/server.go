@@ -19,6 +19,7 @@ import (
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
@@ -35,18 +36,18 @@ type Planner interface {
 	RemoveHost(ctx context.Context, name string) error
 	SetPlacementSettings(context.Context, placement.Settings) (placement.Settings, error)
 	DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error)
-	Resize(context.Context, service.ResizeRequest) ([]state.Instance, error)
-	Replace(context.Context, service.ReplaceRequest) ([]state.Instance, error)
+	Resize(context.Context, service.ResizeRequest) ([]model.Instance, error)
+	Replace(context.Context, service.ReplaceRequest) ([]model.Instance, error)
 	Remove(ctx context.Context, target string) ([]string, error)
 	Capacity(service.DeployRequest) (map[string]alloc.Capacity, error)
 	Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error
-	ReportStatus(ctx context.Context, host, id string, st state.Status) error
+	ReportStatus(ctx context.Context, host, id string, st model.Status) error
 	Health(now time.Time) []service.Warning
 	Hosts() []state.HostView
 	Host(name string) (state.HostView, bool)
 	Instances(host, service string) []state.InstanceView
 	PlacementSettings() placement.Settings
-	WatchInstances(ctx context.Context, host string, send func(rev int64, ins []state.InstanceView) error) error
+	WatchInstances(ctx context.Context, host string, send func(rev int64, h state.HostView, ins []state.InstanceView) error) error
 }
 
 var _ Planner = (*service.Service)(nil)
@@ -167,7 +168,7 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 }
 
 // plannedMsgs are instances just planned, without a host's status yet.
-func (s *Server) plannedMsgs(ins []state.Instance) []*pinfoldv1.Instance {
+func (s *Server) plannedMsgs(ins []model.Instance) []*pinfoldv1.Instance {
 	out := make([]*pinfoldv1.Instance, 0, len(ins))
 	for _, in := range ins {
 		out = append(out, instanceMsg(in, nil, s.sb()))
@@ -175,47 +176,8 @@ func (s *Server) plannedMsgs(ins []state.Instance) []*pinfoldv1.Instance {
 	return out
 }
 
-func instanceMsg(in state.Instance, st *state.Status, shareBase int) *pinfoldv1.Instance {
-	m := &pinfoldv1.Instance{Id: in.ID, Service: in.Service, Host: in.Host, Cpus: map[int32]int32{},
-		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind,
-		Image: in.Image, Command: in.Command, Env: in.Env, Network: in.Network, Desired: in.Desired, Generation: in.Generation, State: "pending",
-		RolledBack: in.RolledBack, Health: healthMsg(in.Health)}
-	for id, p := range in.CPUs {
-		m.Cpus[int32(id)] = int32(p)
-	}
-	if !in.Bind {
-		m.CpuQuota = alloc.FormatPieces(in.CPUQuota, shareBase)
-	}
-	if st != nil {
-		m.State, m.ContainerId, m.Pid, m.Error = st.State, st.ContainerID, int32(st.PID), st.Error
-		m.ObservedGeneration, m.MemoryCurrentBytes, m.RefusedGeneration = st.Generation, st.MemoryCurrent, st.Refused
-		if a := st.Applied; a != nil {
-			m.Applied = &pinfoldv1.Applied{Cpus: a.CPUs, Mems: a.Mems, CpuQuota: a.CPUQuota, CpuWeight: a.CPUWeight, MemoryBytes: a.MemoryBytes}
-		}
-		m.State = service.InstanceState(in, st)
-	}
-	return m
-}
-
-func appliedDoc(a *pinfoldv1.Applied) *state.Applied {
-	if a == nil {
-		return nil
-	}
-	return &state.Applied{CPUs: a.Cpus, Mems: a.Mems, CPUQuota: a.CpuQuota, CPUWeight: a.CpuWeight, MemoryBytes: a.MemoryBytes}
-}
-
-func healthMsg(h *state.HealthCheck) *pinfoldv1.HealthCheck {
-	if h == nil {
-		return nil
-	}
-	return &pinfoldv1.HealthCheck{Exec: h.Exec, Tcp: int32(h.TCP), Http: h.HTTP, Timeout: h.Timeout}
-}
-
-func healthDoc(m *pinfoldv1.HealthCheck) *state.HealthCheck {
-	if m == nil || len(m.Exec) == 0 && m.Tcp == 0 && m.Http == "" && m.Timeout == "" {
-		return nil
-	}
-	return &state.HealthCheck{Exec: m.Exec, TCP: int(m.Tcp), HTTP: m.Http, Timeout: m.Timeout}
+func instanceMsg(in model.Instance, st *model.Status, shareBase int) *pinfoldv1.Instance {
+	return pinfoldv1.NewInstance(in, st, service.InstanceState(in, st), shareBase)
 }
 
 func (s *Server) sb() int { return s.svc.Params().ShareBase }
@@ -363,9 +325,10 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	if err != nil {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
-	res, err := s.svc.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network,
+	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model()}
+	res, err := s.svc.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Spec: spec,
 		Count: int(m.Count), Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
-		Health: healthDoc(m.Health), UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
+		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
 			Affinity:     placement.Affinity{Hard: m.AffinityHard, Soft: m.AffinitySoft},
 			AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard, Soft: m.AntiAffinitySoft},
 			Policy:       m.PlacementPolicy, HostsOrder: m.HostsOrder, DomainSpread: m.DomainSpread}})
@@ -394,7 +357,7 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 
 func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
 	ins, err := s.svc.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command,
-		Health: healthDoc(r.Msg.Health), Hosts: r.Msg.Hosts})
+		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -450,8 +413,7 @@ func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.Hea
 
 func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
 	m := r.Msg
-	err := s.svc.ReportStatus(ctx, m.Host, m.Id, state.Status{State: m.State, ContainerID: m.ContainerId, PID: int(m.Pid), Generation: m.Generation, Error: m.Error,
-		Refused: m.RefusedGeneration, MemoryCurrent: m.MemoryCurrentBytes, Applied: appliedDoc(m.Applied)})
+	err := s.svc.ReportStatus(ctx, m.Host, m.Id, m.Status())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -461,8 +423,8 @@ func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.
 // WatchInstances sends the host's desired set, then again after each change
 // to the host's instances, until the client goes away.
 func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv1.WatchInstancesRequest], stream *connect.ServerStream[pinfoldv1.WatchInstancesResponse]) error {
-	err := s.svc.WatchInstances(ctx, r.Msg.Host, func(rev int64, ins []state.InstanceView) error {
-		msg := &pinfoldv1.WatchInstancesResponse{Revision: rev}
+	err := s.svc.WatchInstances(ctx, r.Msg.Host, func(rev int64, h state.HostView, ins []state.InstanceView) error {
+		msg := &pinfoldv1.WatchInstancesResponse{Revision: rev, Cpus: cpuset.Of(slices.Collect(maps.Keys(h.Host.CPUs))...).String()}
 		for _, iv := range ins {
 			msg.Instances = append(msg.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 		}

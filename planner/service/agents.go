@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -45,7 +46,7 @@ func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol 
 
 // ReportStatus records what an agent observed for one of its instances; a
 // report that the host refused the instance's resize rolls the resize back.
-func (s *Service) ReportStatus(ctx context.Context, host, id string, st state.Status) error {
+func (s *Service) ReportStatus(ctx context.Context, host, id string, st model.Status) error {
 	if _, ok := s.st.Host(host); !ok {
 		return errf(NotFound, "host %q is not registered", host)
 	}
@@ -99,12 +100,12 @@ func (s *Service) rollBack(ctx context.Context, id, why string) error {
 // generation, and the host's usage after the swap. When the previous
 // allocation no longer fits, it is in as it is (no usage change) with the
 // reason recorded, and the error says what does not fit.
-func rolledBack(h state.HostView, in state.Instance, why string) (state.Instance, state.Alloc, error) {
+func rolledBack(h state.HostView, in model.Instance, why string) (model.Instance, state.Alloc, error) {
 	p := in.Previous
 	a := h.Alloc.Clone()
 	a.Add(in, -1)
 	next := in
-	next.Bind, next.CPUs, next.CPUQuota, next.NUMANode, next.Memory, next.MemorySoft = p.Bind, p.CPUs, p.CPUQuota, p.NUMANode, p.Memory, p.MemorySoft
+	next.Allocation = p.Allocation
 	next.Previous = nil
 	next.Generation++
 	if err := a.Fits(h.Host, next); err != nil {

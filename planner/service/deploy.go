@@ -11,17 +11,15 @@ import (
 	"strings"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
 // DeployRequest asks for new instances of a service.
 type DeployRequest struct {
-	Service    string
-	Image      string
-	Command    []string
-	Env        []string
-	Network    string // Docker network mode; "": the engine's default
+	Service string
+	model.Spec
 	Count      int
 	Pieces     int
 	Bind       bool
@@ -29,20 +27,19 @@ type DeployRequest struct {
 	MemorySoft int64
 	Strategy   alloc.Strategy
 	MaxPerHost int
-	Health     *state.HealthCheck
 	Rules      state.Rules
 	UseBuffer  bool
 }
 
 // DeployResult is a deploy's instances and what the placement rules said.
 type DeployResult struct {
-	Instances    []state.Instance
+	Instances    []model.Instance
 	DomainSpread string
 	Violations   []placement.Violation
 }
 
 // Deploy plans and commits new instances, all or nothing.
-func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]state.Instance, error) {
+func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]model.Instance, error) {
 	res, err := s.DeployWithRules(ctx, r)
 	if err != nil {
 		return nil, err
@@ -103,7 +100,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		}
 		var c state.Change
 		allocs := map[string]state.Alloc{}
-		var out []state.Instance
+		var out []model.Instance
 		for _, p := range res.Placements {
 			a, ok := allocs[p.Host]
 			if !ok {
@@ -111,9 +108,8 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 				a = v.Alloc.Clone()
 				c.GuardView(v)
 			}
-			in := state.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Bind: r.Bind, CPUs: p.CPUs,
-				CPUQuota: p.CPUQuota, NUMANode: p.NUMANode, Memory: p.MemoryBytes, MemorySoft: r.MemorySoft,
-				Image: r.Image, Command: r.Command, Env: r.Env, Network: r.Network, Desired: "running", Generation: 1, Health: r.Health}
+			in := model.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Spec: r.Spec, Generation: 1,
+				Allocation: model.Allocation{Bind: r.Bind, CPUs: p.CPUs, CPUQuota: p.CPUQuota, NUMANode: p.NUMANode, Memory: p.MemoryBytes, MemorySoft: r.MemorySoft}}
 			a.Add(in, +1)
 			allocs[p.Host] = a
 			c.PutInstance(in)
@@ -122,7 +118,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
 		}
-		c.PutService(state.Service{Name: r.Service, Image: r.Image, Command: r.Command, Env: r.Env, Network: r.Network,
+		c.PutService(state.Service{Name: r.Service, Spec: r.Spec,
 			Pieces: r.Pieces, Bind: r.Bind, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost, Rules: rules})
 		if _, err := s.st.Commit(ctx, &c); err != nil {
 			return DeployResult{}, err

@@ -32,6 +32,10 @@ type RegisterHostRequest struct {
 // topology is refused unless forced, and even then refused when running
 // instances hold CPUs the new capacity lacks.
 func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (state.HostView, error) {
+	if r.Agent && r.Protocol != Protocol {
+		return state.HostView{}, errf(Precond, "host %s: its agent (version %q) speaks protocol %d and this planner speaks %d: run agent and planner of one release",
+			r.Name, r.AgentVersion, r.Protocol, Protocol)
+	}
 	h, err := state.NewHost(r.Name, r.Topology, s.st.Config(), r.Settings)
 	if err != nil {
 		return state.HostView{}, errf(Invalid, "%v", err)

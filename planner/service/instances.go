@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -18,21 +19,21 @@ type ReplaceRequest struct {
 	Target  string
 	Image   string
 	Command []string
-	Health  *state.HealthCheck // nil keeps each instance's check
+	Health  *model.HealthCheck // nil keeps each instance's check
 	// Hosts limits a service's replacement to instances on these hosts (a
 	// batch of a rolling replace); empty means every host.
 	Hosts []string
 }
 
 // Replace records the new image, all or nothing; no resources are planned.
-func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]state.Instance, error) {
+func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instance, error) {
 	if strings.TrimSpace(r.Image) == "" {
 		return nil, errf(Invalid, "image = %q: a replacement needs an image", r.Image)
 	}
 	if err := ValidateHealth(r.Health); err != nil {
 		return nil, err
 	}
-	return retry(ctx, func() ([]state.Instance, error) {
+	return retry(ctx, func() ([]model.Instance, error) {
 		targets, err := s.targets(r.Target)
 		if err != nil {
 			return nil, err
@@ -44,7 +45,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]state.Instan
 			}
 		}
 		var c state.Change
-		var out []state.Instance
+		var out []model.Instance
 		for _, t := range targets {
 			next := t.Instance
 			next.Image = r.Image
@@ -89,8 +90,8 @@ type ResizeRequest struct {
 
 // Resize resizes in place, all or nothing: if any instance does not fit,
 // nothing changes.
-func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]state.Instance, error) {
-	return retry(ctx, func() ([]state.Instance, error) {
+func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance, error) {
+	return retry(ctx, func() ([]model.Instance, error) {
 		targets, err := s.targets(r.Target)
 		if err != nil {
 			return nil, err
@@ -98,7 +99,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]state.Instance
 		views := map[string]state.HostView{}
 		allocs := map[string]state.Alloc{}
 		var c state.Change
-		var out []state.Instance
+		var out []model.Instance
 		for _, t := range targets {
 			in := t.Instance
 			v, ok := views[in.Host]
@@ -133,8 +134,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]state.Instance
 				next.MemorySoft = next.Memory
 			}
 			next.Generation++
-			next.Previous = &state.Previous{Generation: next.Generation, Bind: in.Bind, CPUs: in.CPUs, CPUQuota: in.CPUQuota,
-				NUMANode: in.NUMANode, Memory: in.Memory, MemorySoft: in.MemorySoft}
+			next.Previous = &model.Previous{Generation: next.Generation, Allocation: in.Allocation}
 			next.RolledBack = ""
 			a.Add(next, +1)
 			allocs[in.Host] = a

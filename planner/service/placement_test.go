@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
@@ -39,7 +40,7 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Errorf("setting the built-in HostName = %v", err)
 	}
 	// Constraint: only the SSD hosts (h1, h3), one per data center.
-	res, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "db", Image: "img", Count: 2, Pieces: 100, Bind: true, Memory: GiB,
+	res, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "img"}, Count: 2, Pieces: 100, Bind: true, Memory: GiB,
 		Rules: state.Rules{Constraint: "HasSSD == true"}})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Errorf("db on %v (spread %q), want h1 and h3", hosts, res.DomainSpread)
 	}
 	// Hard anti-affinity to db: only h2 and h4.
-	res, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "batch", Image: "img", Count: 2, Pieces: 100, Bind: true, Memory: GiB,
+	res, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "batch", Spec: model.Spec{Image: "img"}, Count: 2, Pieces: 100, Bind: true, Memory: GiB,
 		Rules: state.Rules{AntiAffinity: placement.Affinity{Hard: []string{"db"}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return len(s.Store().Schedulable()) == 2 }, "h2 and h4 out of the index")
-	_, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Image: "img", Count: 1, Pieces: 100, Bind: true, Memory: GiB,
+	_, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 100, Bind: true, Memory: GiB,
 		Rules: state.Rules{Constraint: "Rack >= 1 && HasSSD == false"}})
 	var se *service.Error
 	if !errorsAs(err, &se) || se.Code != service.Exhausted {
@@ -88,7 +89,7 @@ func TestPlacementRulesInTheService(t *testing.T) {
 	}
 	// Bad rules are invalid input.
 	for _, r := range []state.Rules{{Constraint: "Rack >"}, {Policy: "random"}, {DomainSpread: "wide"}, {Affinity: placement.Affinity{Hard: []string{"web"}}}} {
-		if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Image: "img", Count: 1, Pieces: 100, Bind: true, Memory: GiB, Rules: r}); service.CodeOf(err) != service.Invalid {
+		if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 100, Bind: true, Memory: GiB, Rules: r}); service.CodeOf(err) != service.Invalid {
 			t.Errorf("rules %+v: %v, want invalid", r, err)
 		}
 	}
@@ -101,10 +102,10 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Errorf("buffer and overbooking on cpu accepted: %v", err)
 	}
 	waitFor(t, func() bool { return s.Store().PlacementSettings().Buffer["cpu"] == 0.5 }, "settings seen")
-	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Image: "img", Count: 7, Pieces: 100, Bind: true, Memory: GiB / 8}); service.CodeOf(err) != service.Exhausted {
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Spec: model.Spec{Image: "img"}, Count: 7, Pieces: 100, Bind: true, Memory: GiB / 8}); service.CodeOf(err) != service.Exhausted {
 		t.Errorf("7 instances with a 50%% buffer (room for 6) = %v", err)
 	}
-	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Image: "img", Count: 7, Pieces: 100, Bind: true, Memory: GiB / 8, UseBuffer: true}); err != nil {
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Spec: model.Spec{Image: "img"}, Count: 7, Pieces: 100, Bind: true, Memory: GiB / 8, UseBuffer: true}); err != nil {
 		t.Errorf("7 instances using the buffer = %v", err)
 	}
 	verify(t, s)
@@ -158,7 +159,7 @@ func TestHealthDomainPacking(t *testing.T) {
 	for _, name := range []string{"h1", "h2", "h3"} {
 		register(t, s, name, topologytest.Laptop().Topology())
 	}
-	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Image: "img", Count: 2, Pieces: 100, Bind: true, Memory: GiB,
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 2, Pieces: 100, Bind: true, Memory: GiB,
 		Rules: state.Rules{Policy: "nodes_order", HostsOrder: []string{"h1", "h2"}}}); err != nil {
 		t.Fatal(err)
 	}

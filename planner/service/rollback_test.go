@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
-	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
@@ -20,18 +20,18 @@ func TestResizeGuardsAndRollback(t *testing.T) {
 	s := newService(t, c)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Image: "busybox", Count: 1, Pieces: 130, Bind: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 130, Bind: true, Memory: GiB})
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := ins[0]
-	report := func(st state.Status) {
+	report := func(st model.Status) {
 		t.Helper()
 		if err := s.ReportStatus(ctx, "h1", in.ID, st); err != nil {
 			t.Fatal(err)
 		}
 	}
-	report(state.Status{State: "running", Generation: 1, MemoryCurrent: 700 << 20})
+	report(model.Status{State: "running", Generation: 1, MemoryCurrent: 700 << 20})
 	waitFor(t, func() bool {
 		v, _ := s.Store().Instance(in.ID)
 		return v.Status != nil && v.Status.MemoryCurrent == 700<<20
@@ -62,7 +62,7 @@ func TestResizeGuardsAndRollback(t *testing.T) {
 
 	// The host refuses generation 3: the planner rolls back to generation 2's
 	// allocation under generation 4 and says why.
-	report(state.Status{State: "running", Generation: 2, Refused: 3, Error: "docker update: invalid argument"})
+	report(model.Status{State: "running", Generation: 2, Refused: 3, Error: "docker update: invalid argument"})
 	waitFor(t, func() bool { v, _ := s.Store().Instance(in.ID); return v.Instance.Generation == 4 }, "rollback")
 	v, _ := s.Store().Instance(in.ID)
 	back := v.Instance
@@ -74,7 +74,7 @@ func TestResizeGuardsAndRollback(t *testing.T) {
 	}
 	verify(t, s)
 	// A repeated report of the same refusal does nothing more.
-	report(state.Status{State: "running", Generation: 2, Refused: 3, Error: "docker update: invalid argument"})
+	report(model.Status{State: "running", Generation: 2, Refused: 3, Error: "docker update: invalid argument"})
 	if v, _ := s.Store().Instance(in.ID); v.Instance.Generation != 4 {
 		t.Errorf("a stale refusal rolled back again: generation %d", v.Instance.Generation)
 	}
@@ -88,17 +88,17 @@ func TestRollbackWhenReleasedCPUsWereTaken(t *testing.T) {
 	s := newService(t, c)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology()) // 8 CPUs
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "big", Image: "busybox", Count: 1, Pieces: 800, Bind: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "big", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 800, Bind: true, Memory: GiB})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Resize(ctx, service.ResizeRequest{Target: ins[0].ID, CPUDelta: -400}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "other", Image: "busybox", Count: 1, Pieces: 400, Bind: true, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "other", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 400, Bind: true, Memory: GiB}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ReportStatus(ctx, "h1", ins[0].ID, state.Status{State: "running", Generation: 1, Refused: 2, Error: "kernel said no"}); err != nil {
+	if err := s.ReportStatus(ctx, "h1", ins[0].ID, model.Status{State: "running", Generation: 1, Refused: 2, Error: "kernel said no"}); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { v, _ := s.Store().Instance(ins[0].ID); return v.Instance.RolledBack != "" }, "refusal recorded")
@@ -118,22 +118,22 @@ func TestHealthChecksAndBatchReplace(t *testing.T) {
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	register(t, s, "h2", topologytest.Laptop().Topology())
 	for _, tc := range []struct {
-		h    state.HealthCheck
+		h    model.HealthCheck
 		want string
 	}{
-		{state.HealthCheck{}, "exactly one"},
-		{state.HealthCheck{TCP: 70000}, "health tcp = 70000"},
-		{state.HealthCheck{HTTP: "x/healthz"}, `health http = "x/healthz"`},
-		{state.HealthCheck{Exec: []string{"true"}, TCP: 80}, "exactly one"},
-		{state.HealthCheck{Exec: []string{"true"}, Timeout: "soon"}, `health timeout = "soon"`},
+		{model.HealthCheck{}, "exactly one"},
+		{model.HealthCheck{TCP: 70000}, "health tcp = 70000"},
+		{model.HealthCheck{HTTP: "x/healthz"}, `health http = "x/healthz"`},
+		{model.HealthCheck{Exec: []string{"true"}, TCP: 80}, "exactly one"},
+		{model.HealthCheck{Exec: []string{"true"}, Timeout: "soon"}, `health timeout = "soon"`},
 	} {
-		_, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Image: "busybox", Count: 1, Pieces: 100, Memory: GiB, Health: &tc.h})
+		_, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "busybox", Health: &tc.h}, Count: 1, Pieces: 100, Memory: GiB})
 		if service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("health %+v: err = %v, want invalid naming %q", tc.h, err, tc.want)
 		}
 	}
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Image: "busybox", Count: 4, Pieces: 100, Memory: GiB,
-		Health: &state.HealthCheck{HTTP: "8080/healthz", Timeout: "5s"}})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 4, Pieces: 100, Memory: GiB,
+		Spec: model.Spec{Image: "busybox", Health: &model.HealthCheck{HTTP: "8080/healthz", Timeout: "5s"}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,12 +7,13 @@ import (
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
 // Protocol is the agent protocol version this planner speaks.
-const Protocol = 1
+const Protocol = model.Protocol
 
 // maxAttempts bounds re-planning after conflicts.
 const maxAttempts = 50
@@ -69,18 +70,24 @@ func (s *Service) Instances(host, service string) []state.InstanceView {
 // PlacementSettings are the cluster's placement settings.
 func (s *Service) PlacementSettings() placement.Settings { return s.st.PlacementSettings() }
 
-// WatchInstances sends host's desired instances, then again after each
-// change to them, until ctx ends or send fails.
-func (s *Service) WatchInstances(ctx context.Context, host string, send func(rev int64, ins []state.InstanceView) error) error {
+// WatchInstances sends host's view and desired instances, then again after
+// each change to the instances, until ctx ends or send fails.
+func (s *Service) WatchInstances(ctx context.Context, host string, send func(rev int64, h state.HostView, ins []state.InstanceView) error) error {
 	if _, ok := s.st.Host(host); !ok {
 		return errf(NotFound, "host %q is not registered", host)
 	}
-	return s.st.WatchHostInstances(ctx, host, func(rev int64) error { return send(rev, s.st.Instances(host)) })
+	return s.st.WatchHostInstances(ctx, host, func(rev int64) error {
+		h, ok := s.st.Host(host)
+		if !ok {
+			return errf(NotFound, "host %q was removed", host)
+		}
+		return send(rev, h, s.st.Instances(host))
+	})
 }
 
 // InstanceState is what an instance is doing: its host's last report, or
 // pending before one, and updating while the host runs an older generation.
-func InstanceState(in state.Instance, st *state.Status) string {
+func InstanceState(in model.Instance, st *model.Status) string {
 	switch {
 	case st == nil:
 		return "pending"

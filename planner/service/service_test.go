@@ -2,11 +2,13 @@ package service_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/state/statetest"
@@ -52,7 +54,7 @@ func TestDeployResizeRemove(t *testing.T) {
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	register(t, s, "h2", topologytest.Laptop().Topology())
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Image: "busybox", Count: 4, Pieces: 170, Bind: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "busybox"}, Count: 4, Pieces: 170, Bind: true, Memory: GiB})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestDeployResizeRemove(t *testing.T) {
 		t.Errorf("resize below zero = %v", err)
 	}
 	// Replace keeps the allocation and bumps the generation.
-	prev := map[string]state.Instance{}
+	prev := map[string]model.Instance{}
 	for _, v := range s.Store().Instances("") {
 		prev[v.Instance.ID] = v.Instance
 	}
@@ -195,7 +197,7 @@ func TestHostRulesAndBadInput(t *testing.T) {
 	verify(t, s)
 }
 
-func cpusOf(in state.Instance) []cpuset.CPUID {
+func cpusOf(in model.Instance) []cpuset.CPUID {
 	var out []cpuset.CPUID
 	for id := range in.CPUs {
 		out = append(out, id)
@@ -246,6 +248,13 @@ func TestHeartbeat(t *testing.T) {
 	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Host.Protocol == service.Protocol+1 }, "protocol recorded")
 	if len(s.Store().Schedulable()) != 0 {
 		t.Errorf("a host whose agent speaks protocol %d is still schedulable", service.Protocol+1)
+	}
+	// An agent of another protocol may not register: it would read the
+	// wire wrongly (protocol 1 sent CPU quotas as decimal strings).
+	_, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Agent: true,
+		AgentVersion: "old", Protocol: service.Protocol - 1, Settings: state.CapacitySettings{MemoryShare: 1}})
+	if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), fmt.Sprintf("speaks protocol %d and this planner speaks %d", service.Protocol-1, service.Protocol)) {
+		t.Errorf("registration by an old agent = %v, want failed_precondition naming both protocols", err)
 	}
 	if err := s.Heartbeat(ctx, "nope", "x", 1, time.Second, nil); service.CodeOf(err) != service.NotFound {
 		t.Errorf("heartbeat of an unknown host = %v", err)

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // networkName is Docker's rule for a network's name.
@@ -24,7 +24,7 @@ func ValidateNetwork(n string) error {
 }
 
 // ValidateHealth checks a health check's fields.
-func ValidateHealth(h *state.HealthCheck) error {
+func ValidateHealth(h *model.HealthCheck) error {
 	if h == nil {
 		return nil
 	}

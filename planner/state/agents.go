@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/model"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 )
@@ -56,7 +57,7 @@ func (s *Store) isLive(host string) bool {
 
 // PutStatus records what a host's agent observed for one instance. It is
 // not guarded: only that host's agent writes it, and the last report wins.
-func (s *Store) PutStatus(ctx context.Context, host, id string, st Status) error {
+func (s *Store) PutStatus(ctx context.Context, host, id string, st model.Status) error {
 	b, err := json.Marshal(st)
 	if err != nil {
 		return fmt.Errorf("state: status of %s: %w", id, err)

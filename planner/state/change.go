@@ -6,6 +6,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 )
 
@@ -55,7 +56,7 @@ func (c *Change) PutHost(h Host) { c.put(HostKey(h.Name), h) }
 func (c *Change) PutAlloc(host string, a Alloc) { c.put(AllocKey(host), a) }
 
 // PutInstance writes a desired instance.
-func (c *Change) PutInstance(in Instance) { c.put(InstanceKey(in.Host, in.ID), in) }
+func (c *Change) PutInstance(in model.Instance) { c.put(InstanceKey(in.Host, in.ID), in) }
 
 // PutService writes a service spec.
 func (c *Change) PutService(s Service) { c.put(ServiceKey(s.Name), s) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
 )
@@ -82,56 +83,6 @@ type Alloc struct {
 	Instances  map[string]int              `json:"instances"`
 }
 
-// Instance is a desired instance.
-type Instance struct {
-	ID       string               `json:"id"`
-	Service  string               `json:"service"`
-	Host     string               `json:"host"`
-	Bind     bool                 `json:"bind"`
-	CPUs     map[cpuset.CPUID]int `json:"cpus"`
-	CPUQuota int                  `json:"cpu_quota"` // pieces, memory-first only
-	NUMANode cpuset.NUMANodeID    `json:"numa_node"`
-	Memory   int64                `json:"memory_bytes"`
-	// MemorySoft is the soft limit (reservation) in bytes; 0 = none.
-	MemorySoft int64    `json:"memory_soft_bytes"`
-	Image      string   `json:"image"`
-	Command    []string `json:"command,omitempty"`
-	Env        []string `json:"env,omitempty"`
-	// Network is the Docker network mode ("": the engine's default).
-	Network string `json:"network,omitempty"`
-	// Desired is "running" or "replacing"; Generation grows with each change.
-	Desired    string `json:"desired"`
-	Generation int64  `json:"generation"`
-	// Health is the check a replacement must pass (nil: keeps running, or
-	// the image's own HEALTHCHECK).
-	Health *HealthCheck `json:"health,omitempty"`
-	// Previous is the allocation before the last resize, kept so that a
-	// resize the host refuses can be rolled back.
-	Previous *Previous `json:"previous,omitempty"`
-	// RolledBack says why the last resize was undone ("" = it was not).
-	RolledBack string `json:"rolled_back,omitempty"`
-}
-
-// Previous is an instance's allocation before a resize.
-type Previous struct {
-	Generation int64                `json:"generation"` // the resize's generation
-	Bind       bool                 `json:"bind"`
-	CPUs       map[cpuset.CPUID]int `json:"cpus"`
-	CPUQuota   int                  `json:"cpu_quota"`
-	NUMANode   cpuset.NUMANodeID    `json:"numa_node"`
-	Memory     int64                `json:"memory_bytes"`
-	MemorySoft int64                `json:"memory_soft_bytes"`
-}
-
-// HealthCheck is a probe a new container must pass before it replaces the
-// old one: exactly one of Exec, TCP, HTTP.
-type HealthCheck struct {
-	Exec    []string `json:"exec,omitempty"` // run in the container; exit 0 = healthy
-	TCP     int      `json:"tcp,omitempty"`  // port on the container's address
-	HTTP    string   `json:"http,omitempty"` // port/path, e.g. "8080/healthz": 2xx/3xx = healthy
-	Timeout string   `json:"timeout,omitempty"`
-}
-
 // Metrics are a host's measured load and memory, as its agent last sent them.
 type Metrics struct {
 	AgentVersion string  `json:"agent_version"`
@@ -142,44 +93,17 @@ type Metrics struct {
 	MemAvailable uint64  `json:"mem_available"`
 }
 
-// Status is what the agent observed.
-type Status struct {
-	State       string `json:"state"` // pending, running, exited, oom_killed, error
-	ContainerID string `json:"container_id,omitempty"`
-	PID         int    `json:"pid,omitempty"`
-	Generation  int64  `json:"generation"`
-	Error       string `json:"error,omitempty"`
-	// Refused is the generation the host refused to apply (0 = none).
-	Refused int64 `json:"refused_generation,omitempty"`
-	// MemoryCurrent is the container's memory.current in bytes.
-	MemoryCurrent int64 `json:"memory_current_bytes,omitempty"`
-	// Applied is what the container has, as the host reports it.
-	Applied *Applied `json:"applied,omitempty"`
-}
-
-// Applied is a container's resources as its host reports them.
-type Applied struct {
-	CPUs        string `json:"cpus"`
-	Mems        string `json:"mems"`
-	CPUQuota    int64  `json:"cpu_quota"`
-	CPUWeight   uint64 `json:"cpu_weight"`
-	MemoryBytes int64  `json:"memory_bytes"`
-}
-
 // Service is a deployed service's spec.
 type Service struct {
-	Name       string   `json:"name"`
-	Image      string   `json:"image"`
-	Command    []string `json:"command,omitempty"`
-	Env        []string `json:"env,omitempty"`
-	Network    string   `json:"network,omitempty"`
-	Pieces     int      `json:"cpu_pieces"`
-	Bind       bool     `json:"bind"`
-	Memory     int64    `json:"memory_bytes"`
-	MemorySoft int64    `json:"memory_soft_bytes"`
-	Strategy   string   `json:"strategy"`
-	MaxPerHost int      `json:"max_per_host"`
-	Rules      *Rules   `json:"rules,omitempty"`
+	Name string `json:"name"`
+	model.Spec
+	Pieces     int    `json:"cpu_pieces"`
+	Bind       bool   `json:"bind"`
+	Memory     int64  `json:"memory_bytes"`
+	MemorySoft int64  `json:"memory_soft_bytes"`
+	Strategy   string `json:"strategy"`
+	MaxPerHost int    `json:"max_per_host"`
+	Rules      *Rules `json:"rules,omitempty"`
 }
 
 // Rules are a service's placement rules, kept so that health checks can
@@ -204,7 +128,7 @@ func (a Alloc) Clone() Alloc {
 }
 
 // Add charges (sign +1) or releases (-1) an instance's resources.
-func (a *Alloc) Add(in Instance, sign int) {
+func (a *Alloc) Add(in model.Instance, sign int) {
 	if a.Used == nil {
 		*a = NewAlloc()
 	}
@@ -229,7 +153,7 @@ func (a *Alloc) Add(in Instance, sign int) {
 
 // Fits reports whether in can be added to a host h with usage a, naming the
 // first resource that would be oversold.
-func (a Alloc) Fits(h Host, in Instance) error {
+func (a Alloc) Fits(h Host, in model.Instance) error {
 	for _, id := range slices.Sorted(maps.Keys(in.CPUs)) {
 		if a.Used[id]+in.CPUs[id] > h.CPUs[id] {
 			return fmt.Errorf("CPU %d: %d pieces used + %d > capacity %d", id, a.Used[id], in.CPUs[id], h.CPUs[id])

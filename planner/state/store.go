@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
 )
@@ -36,8 +37,8 @@ type Store struct {
 	rev       int64
 	hosts     map[string]Doc[Host]
 	allocs    map[string]Doc[Alloc]
-	instances map[string]map[string]Doc[Instance] // host → id
-	statuses  map[string]map[string]Doc[Status]
+	instances map[string]map[string]Doc[model.Instance] // host → id
+	statuses  map[string]map[string]Doc[model.Status]
 	services  map[string]Doc[Service]
 	live      map[string]bool
 	metrics   map[string]Metrics // from the live key's value
@@ -128,7 +129,7 @@ func (s *Store) Config() Config { return s.cfg }
 
 func (s *Store) reset() {
 	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
-	s.instances, s.statuses = map[string]map[string]Doc[Instance]{}, map[string]map[string]Doc[Status]{}
+	s.instances, s.statuses = map[string]map[string]Doc[model.Instance]{}, map[string]map[string]Doc[model.Status]{}
 	s.live, s.schedulable, s.metrics = map[string]bool{}, map[string]bool{}, map[string]Metrics{}
 	s.placement = placement.Settings{}
 	s.topologies = map[[32]byte]*topology.Topology{}
@@ -396,9 +397,9 @@ func (s *Store) Hosts() []HostView {
 
 // InstanceView is an instance with its revision and observed status.
 type InstanceView struct {
-	Instance Instance
+	Instance model.Instance
 	Rev      int64
-	Status   *Status
+	Status   *model.Status
 }
 
 // Instances returns instances, sorted by host then ID; host "" means all.

@@ -943,11 +943,9 @@ type Instance struct {
 	MemoryBytes        int64                  `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
 	MemorySoftBytes    int64                  `protobuf:"varint,7,opt,name=memory_soft_bytes,json=memorySoftBytes,proto3" json:"memory_soft_bytes,omitempty"`
 	Bind               bool                   `protobuf:"varint,8,opt,name=bind,proto3" json:"bind,omitempty"`
-	CpuQuota           string                 `protobuf:"bytes,9,opt,name=cpu_quota,json=cpuQuota,proto3" json:"cpu_quota,omitempty"` // decimal CPUs, memory-first only
 	Image              string                 `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
 	Command            []string               `protobuf:"bytes,11,rep,name=command,proto3" json:"command,omitempty"`
 	Env                []string               `protobuf:"bytes,12,rep,name=env,proto3" json:"env,omitempty"`
-	Desired            string                 `protobuf:"bytes,13,opt,name=desired,proto3" json:"desired,omitempty"`
 	State              string                 `protobuf:"bytes,14,opt,name=state,proto3" json:"state,omitempty"` // observed: pending, running, exited, oom_killed, error
 	Generation         int64                  `protobuf:"varint,15,opt,name=generation,proto3" json:"generation,omitempty"`
 	ContainerId        string                 `protobuf:"bytes,16,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
@@ -959,7 +957,9 @@ type Instance struct {
 	ObservedGeneration int64                  `protobuf:"varint,22,opt,name=observed_generation,json=observedGeneration,proto3" json:"observed_generation,omitempty"`   // the generation the host runs
 	RefusedGeneration  int64                  `protobuf:"varint,23,opt,name=refused_generation,json=refusedGeneration,proto3" json:"refused_generation,omitempty"`      // the generation the host refused or rolled back
 	Applied            *Applied               `protobuf:"bytes,24,opt,name=applied,proto3" json:"applied,omitempty"`
-	Network            string                 `protobuf:"bytes,25,opt,name=network,proto3" json:"network,omitempty"` // Docker network mode; "": the engine's default
+	Network            string                 `protobuf:"bytes,25,opt,name=network,proto3" json:"network,omitempty"`                                        // Docker network mode; "": the engine's default
+	CpuQuotaPieces     int32                  `protobuf:"varint,26,opt,name=cpu_quota_pieces,json=cpuQuotaPieces,proto3" json:"cpu_quota_pieces,omitempty"` // memory-first only: CPU time in pieces of share_base
+	ShareBase          int32                  `protobuf:"varint,27,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"`                  // pieces per CPU
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1050,13 +1050,6 @@ func (x *Instance) GetBind() bool {
 	return false
 }
 
-func (x *Instance) GetCpuQuota() string {
-	if x != nil {
-		return x.CpuQuota
-	}
-	return ""
-}
-
 func (x *Instance) GetImage() string {
 	if x != nil {
 		return x.Image
@@ -1076,13 +1069,6 @@ func (x *Instance) GetEnv() []string {
 		return x.Env
 	}
 	return nil
-}
-
-func (x *Instance) GetDesired() string {
-	if x != nil {
-		return x.Desired
-	}
-	return ""
 }
 
 func (x *Instance) GetState() string {
@@ -1167,6 +1153,20 @@ func (x *Instance) GetNetwork() string {
 		return x.Network
 	}
 	return ""
+}
+
+func (x *Instance) GetCpuQuotaPieces() int32 {
+	if x != nil {
+		return x.CpuQuotaPieces
+	}
+	return 0
+}
+
+func (x *Instance) GetShareBase() int32 {
+	if x != nil {
+		return x.ShareBase
+	}
+	return 0
 }
 
 type RegisterHostRequest struct {
@@ -3060,9 +3060,12 @@ func (x *WatchInstancesRequest) GetHost() string {
 }
 
 type WatchInstancesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
-	Revision      int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Instances []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	Revision  int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// cpus are the host's CPUs in capacity (online less reserved): the agent
+	// runs memory-first instances on those of them no instance holds whole.
+	Cpus          string `protobuf:"bytes,3,opt,name=cpus,proto3" json:"cpus,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3109,6 +3112,13 @@ func (x *WatchInstancesResponse) GetRevision() int64 {
 		return x.Revision
 	}
 	return 0
+}
+
+func (x *WatchInstancesResponse) GetCpus() string {
+	if x != nil {
+		return x.Cpus
+	}
+	return ""
 }
 
 var File_pinfold_v1_planner_proto protoreflect.FileDescriptor
@@ -3206,7 +3216,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xdc\x06\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xfa\x06\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -3215,13 +3225,11 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\tnuma_node\x18\x05 \x01(\x05R\bnumaNode\x12!\n" +
 	"\fmemory_bytes\x18\x06 \x01(\x03R\vmemoryBytes\x12*\n" +
 	"\x11memory_soft_bytes\x18\a \x01(\x03R\x0fmemorySoftBytes\x12\x12\n" +
-	"\x04bind\x18\b \x01(\bR\x04bind\x12\x1b\n" +
-	"\tcpu_quota\x18\t \x01(\tR\bcpuQuota\x12\x14\n" +
+	"\x04bind\x18\b \x01(\bR\x04bind\x12\x14\n" +
 	"\x05image\x18\n" +
 	" \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\v \x03(\tR\acommand\x12\x10\n" +
-	"\x03env\x18\f \x03(\tR\x03env\x12\x18\n" +
-	"\adesired\x18\r \x01(\tR\adesired\x12\x14\n" +
+	"\x03env\x18\f \x03(\tR\x03env\x12\x14\n" +
 	"\x05state\x18\x0e \x01(\tR\x05state\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x0f \x01(\x03R\n" +
@@ -3236,10 +3244,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x13observed_generation\x18\x16 \x01(\x03R\x12observedGeneration\x12-\n" +
 	"\x12refused_generation\x18\x17 \x01(\x03R\x11refusedGeneration\x12-\n" +
 	"\aapplied\x18\x18 \x01(\v2\x13.pinfold.v1.AppliedR\aapplied\x12\x18\n" +
-	"\anetwork\x18\x19 \x01(\tR\anetwork\x1a7\n" +
+	"\anetwork\x18\x19 \x01(\tR\anetwork\x12(\n" +
+	"\x10cpu_quota_pieces\x18\x1a \x01(\x05R\x0ecpuQuotaPieces\x12\x1d\n" +
+	"\n" +
+	"share_base\x18\x1b \x01(\x05R\tshareBase\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\xdd\x02\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01J\x04\b\t\x10\n" +
+	"J\x04\b\r\x10\x0e\"\xdd\x02\n" +
 	"\x13RegisterHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rtopology_json\x18\x02 \x01(\fR\ftopologyJson\x12$\n" +
@@ -3408,10 +3420,11 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\"\x16\n" +
 	"\x14ReportStatusResponse\"+\n" +
 	"\x15WatchInstancesRequest\x12\x12\n" +
-	"\x04host\x18\x01 \x01(\tR\x04host\"h\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\"|\n" +
 	"\x16WatchInstancesResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision2\xd3\v\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
+	"\x04cpus\x18\x03 \x01(\tR\x04cpus2\xd3\v\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +

@@ -1,0 +1,257 @@
+package nodeagent
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/pinfold/pinfold/cgroup"
+	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/planner/model"
+)
+
+// Reconcile runs one pass: observe (one Docker listing, and the kernel's
+// figures of running containers) → diff → report what changed → apply.
+// Errors are per instance: one failing container does not stop the others.
+// It reports whether it acted (then another pass should follow soon, to
+// report the result).
+func (a *Agent) Reconcile(ctx context.Context) bool {
+	a.mu.Lock()
+	desired, h := slices.Clone(a.desired), a.host
+	failed := map[string]int64{}
+	for id, r := range a.records {
+		if r.failed != 0 {
+			failed[id] = r.failed
+		}
+	}
+	a.mu.Unlock()
+	cs, err := a.eng.List(ctx)
+	if err != nil {
+		a.log.Warn("docker list failed", "err", err)
+		return false
+	}
+	obs := a.observe(cs)
+	actions := Diff(h, desired, obs, a.cfg.Scheme, failed)
+	// An instance with nothing left to do has converged: an error from an
+	// earlier pass (say, a size that was since rolled back) no longer holds.
+	pending := map[string]bool{}
+	for _, act := range actions {
+		if act.Instance != nil && act.Kind != Reassert {
+			pending[act.Instance.ID] = true
+		}
+	}
+	a.mu.Lock()
+	for _, in := range desired {
+		if r := a.records[in.ID]; r != nil && !pending[in.ID] {
+			r.err, r.refused = "", 0
+		}
+	}
+	a.mu.Unlock()
+	a.report(ctx, h, desired, obs, pool(h, desired))
+	acted := false
+	for _, act := range actions {
+		t0 := time.Now()
+		err := a.apply(ctx, act)
+		if act.Kind != Reassert {
+			acted = true
+			id := ""
+			if act.Instance != nil {
+				id = act.Instance.ID
+			}
+			a.log.Info("applied", "action", act.Kind, "instance", id, "container_id", short(act.Container), "reason", act.Reason, "took", time.Since(t0).Round(time.Millisecond), "err", err)
+		}
+		if act.Instance != nil {
+			a.remember(act, err)
+		}
+	}
+	return acted
+}
+
+// remember records an action's outcome in its instance's record.
+func (a *Agent) remember(act Action, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.recordLocked(act.Instance.ID)
+	switch {
+	case err != nil && (act.Kind == Replace || act.Kind == FinishReplace):
+		r.failed, r.failMsg = act.Instance.Generation, err.Error()
+	case err != nil:
+		r.err = err.Error()
+		if act.Kind == Update && refusal(err) {
+			r.refused = act.Instance.Generation
+		}
+	case act.Kind != Reassert:
+		r.err, r.refused = "", 0
+	}
+}
+
+func (a *Agent) recordLocked(id string) *record {
+	r := a.records[id]
+	if r == nil {
+		r = &record{}
+		a.records[id] = r
+	}
+	return r
+}
+
+// observe annotates containers with their generation label and, when they
+// run, the kernel's memory.current and cpu.weight.
+func (a *Agent) observe(cs []docker.Container) []Observed {
+	out := make([]Observed, 0, len(cs))
+	for _, c := range cs {
+		o := Observed{Container: c}
+		o.Generation, _ = strconv.ParseInt(c.Labels[LabelGeneration], 10, 64)
+		if c.Running {
+			o.MemoryCurrent, o.CPUWeight = a.observed(c)
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func (a *Agent) spec(in *model.Instance, gen int64, r docker.Resources) docker.CreateSpec {
+	return docker.CreateSpec{Name: fmt.Sprintf("pinfold-%s-g%d", in.ID, gen), Image: in.Image, Cmd: in.Command, Env: in.Env, Network: in.Network,
+		Service: in.Service, Instance: in.ID, Labels: map[string]string{LabelGeneration: strconv.FormatInt(gen, 10)}, Resources: r}
+}
+
+func (a *Agent) apply(ctx context.Context, act Action) error {
+	in := act.Instance
+	switch act.Kind {
+	case Create:
+		id, err := a.eng.Create(ctx, a.spec(in, in.Generation, act.Want.Resources))
+		if err != nil {
+			return err
+		}
+		if err := a.eng.Start(ctx, id); err != nil {
+			return err
+		}
+		return a.reassert(ctx, id, act.Want)
+	case Update:
+		if _, err := a.eng.Update(ctx, act.Container, act.Want.Resources); err != nil {
+			return err
+		}
+		return a.reassert(ctx, act.Container, act.Want)
+	case Start:
+		return a.eng.Start(ctx, act.Container)
+	case Unpause:
+		return a.eng.Unpause(ctx, act.Container)
+	case Remove:
+		return a.eng.Remove(ctx, act.Container)
+	case Reassert:
+		return a.reassert(ctx, act.Container, act.Want)
+	case Replace:
+		return a.replace(ctx, in, act.Container, act.Want)
+	case FinishReplace:
+		if err := a.healthy(ctx, act.New, probeOf(in.Health)); err != nil {
+			_ = a.eng.Remove(ctx, act.New)
+			_ = a.eng.Unpause(ctx, act.Container)
+			return fmt.Errorf("replace rolled back: %w", err)
+		}
+		return a.eng.Remove(ctx, act.Container)
+	}
+	return nil
+}
+
+// replace is blue-green on the same allocation: pause the old container (so
+// two running containers never hold the same CPUs), start the new one, keep
+// it only if it stays healthy, else remove it and resume the old one.
+func (a *Agent) replace(ctx context.Context, in *model.Instance, old string, want Want) error {
+	if err := a.eng.Pause(ctx, old); err != nil {
+		return fmt.Errorf("replace: pause the old container: %w", err)
+	}
+	rollback := func(newID string, cause error) error {
+		if newID != "" {
+			_ = a.eng.Remove(ctx, newID)
+		}
+		if err := a.eng.Unpause(ctx, old); err != nil {
+			return fmt.Errorf("replace failed (%v) and the old container did not resume: %w", cause, err)
+		}
+		return fmt.Errorf("replace rolled back, the old container runs on: %w", cause)
+	}
+	id, err := a.eng.Create(ctx, a.spec(in, in.Generation, want.Resources))
+	if err != nil {
+		return rollback("", err)
+	}
+	if err := a.eng.Start(ctx, id); err != nil {
+		return rollback(id, err)
+	}
+	if err := a.healthy(ctx, id, probeOf(in.Health)); err != nil {
+		return rollback(id, err)
+	}
+	if err := a.reassert(ctx, id, want); err != nil {
+		a.log.Warn("replace: cgroup files of the new container", "err", err)
+	}
+	return a.eng.Remove(ctx, old)
+}
+
+// healthy decides whether a new container may replace the old one: the
+// image's HEALTHCHECK must report healthy, or the instance's probe must pass,
+// within the timeout; without either, it must keep running HealthWait.
+func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
+	timeout := a.cfg.HealthTimeout
+	if p != nil && p.Timeout > 0 {
+		timeout = p.Timeout
+	}
+	start := time.Now()
+	probeCtx, cancel := context.WithDeadline(ctx, start.Add(timeout))
+	defer cancel()
+	last := "" // the last answer; an attempt cut by the deadline does not replace one
+	for {
+		c, err := a.eng.Inspect(ctx, id)
+		if err != nil {
+			return err
+		}
+		if !c.Running {
+			return fmt.Errorf("the new container is %s (exit code %d)", c.Status, c.ExitCode)
+		}
+		switch {
+		case p != nil:
+			err := p.check(probeCtx, a.eng, c)
+			if err == nil {
+				return nil
+			}
+			if probeCtx.Err() == nil || last == "" {
+				last = err.Error()
+			}
+		case c.Health == "healthy":
+			return nil
+		case c.Health == "unhealthy":
+			return fmt.Errorf("the new container's HEALTHCHECK reports unhealthy")
+		case c.Health != "":
+			last = "HEALTHCHECK " + c.Health
+		case time.Since(start) >= a.cfg.HealthWait:
+			return nil
+		}
+		if time.Since(start) >= timeout {
+			return fmt.Errorf("health check did not pass within %s (last: %s)", timeout, cmp.Or(last, "no answer yet"))
+		}
+		select {
+		case <-time.After(200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// reassert writes the cgroup files Docker cannot express exactly.
+func (a *Agent) reassert(ctx context.Context, id string, want Want) error {
+	c, err := a.eng.Inspect(ctx, id)
+	if err != nil || !c.Running {
+		return err
+	}
+	p, err := cgroup.ParsePath(c.CgroupPath)
+	if err != nil {
+		return err
+	}
+	return a.cg.Apply(ctx, cgroup.Spec{Path: p, CPUWeight: want.CPUWeight, CPUMaxBurst: cgroup.Uint64(0)})
+}

@@ -1,0 +1,105 @@
+package nodeagent
+
+import (
+	"context"
+	"maps"
+	"slices"
+
+	"connectrpc.com/connect"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
+)
+
+// statusOf is what the host observes of in: its container (the running one
+// when a replace left two), the resources it has, and what the agent
+// remembers of earlier passes. It is pure.
+func statusOf(h Host, in model.Instance, cs []Observed, scheme Scheme, shared cpuset.CPUs, r record) model.Status {
+	st := model.Status{State: "pending", Error: r.err}
+	if r.refused == in.Generation || r.failed == in.Generation {
+		st.Refused = in.Generation
+	}
+	if st.Error == "" && r.failed == in.Generation {
+		st.Error = r.failMsg
+	}
+	var c *Observed
+	for i := range cs {
+		if c == nil || cs[i].Running && !c.Running {
+			c = &cs[i]
+		}
+	}
+	if c == nil {
+		return st
+	}
+	st.ContainerID, st.PID = c.ID, c.PID
+	switch {
+	case c.OOMKilled:
+		st.State = "oom_killed"
+	case c.Running && !c.Paused:
+		st.State = "running"
+	case c.Paused:
+		st.State = "paused"
+	default:
+		st.State = "exited"
+	}
+	st.Generation = c.Generation
+	if want := Map(h, in, scheme, shared); sameResources(c.Applied, want.Resources) && c.Image == in.Image {
+		st.Generation = in.Generation
+	}
+	st.MemoryCurrent = c.MemoryCurrent
+	st.Applied = &model.Applied{CPUs: c.Applied.CPUs.String(), Mems: c.Applied.Mems.String(), CPUQuota: c.Applied.CPUQuota,
+		CPUWeight: c.CPUWeight, MemoryBytes: c.Applied.MemoryBytes}
+	return st
+}
+
+// worthSending reports whether st differs from what was last sent: in
+// anything but memory use, or in memory use by enough (memoryMoved).
+func worthSending(sent *model.Status, st model.Status) bool {
+	if sent == nil {
+		return true
+	}
+	a, b := *sent, st
+	a.MemoryCurrent, b.MemoryCurrent = 0, 0
+	a.Applied, b.Applied = nil, nil
+	sameApplied := sent.Applied == nil && st.Applied == nil || sent.Applied != nil && st.Applied != nil && *sent.Applied == *st.Applied
+	return a != b || !sameApplied || memoryMoved(sent.MemoryCurrent, st.MemoryCurrent)
+}
+
+// report tells the planner what changed for each desired instance, and
+// forgets the records of instances no longer desired.
+func (a *Agent) report(ctx context.Context, h Host, desired []model.Instance, obs []Observed, shared cpuset.CPUs) {
+	byInst := map[string][]Observed{}
+	for _, o := range obs {
+		byInst[o.Instance] = append(byInst[o.Instance], o)
+	}
+	keep := map[string]bool{}
+	for _, in := range desired {
+		keep[in.ID] = true
+		a.mu.Lock()
+		r := a.recordLocked(in.ID)
+		st := statusOf(h, in, byInst[in.ID], a.cfg.Scheme, shared, *r)
+		send := worthSending(r.sent, st)
+		a.mu.Unlock()
+		if !send {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, a.cfg.ReportTimeout)
+		_, err := a.planner.ReportStatus(rctx, connect.NewRequest(pinfoldv1.NewReportStatusRequest(a.cfg.Host, in.ID, st)))
+		cancel()
+		if err != nil {
+			a.log.Warn("status report failed", "instance", in.ID, "err", err)
+			continue
+		}
+		a.mu.Lock()
+		r.sent = &st
+		a.mu.Unlock()
+	}
+	a.mu.Lock()
+	for _, id := range slices.Collect(maps.Keys(a.records)) {
+		if !keep[id] {
+			delete(a.records, id)
+		}
+	}
+	a.mu.Unlock()
+}

@@ -1,0 +1,86 @@
+package pinfoldv1
+
+import (
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
+)
+
+// This file is written by hand: the one conversion between the domain model
+// and the wire, used by the planner's API server and by the agent alike.
+
+// NewInstance is in's wire form, with its host's observed status (nil: none
+// yet) and the state derived from both; shareBase is the planner's pieces
+// per CPU.
+func NewInstance(in model.Instance, st *model.Status, state string, shareBase int) *Instance {
+	m := &Instance{Id: in.ID, Service: in.Service, Host: in.Host, Cpus: make(map[int32]int32, len(in.CPUs)),
+		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind,
+		CpuQuotaPieces: int32(in.CPUQuota), ShareBase: int32(shareBase),
+		Image: in.Image, Command: in.Command, Env: in.Env, Network: in.Network, Health: NewHealthCheck(in.Health),
+		Generation: in.Generation, RolledBack: in.RolledBack, State: state}
+	for id, p := range in.CPUs {
+		m.Cpus[int32(id)] = int32(p)
+	}
+	if st != nil {
+		m.ContainerId, m.Pid, m.Error = st.ContainerID, int32(st.PID), st.Error
+		m.ObservedGeneration, m.MemoryCurrentBytes, m.RefusedGeneration = st.Generation, st.MemoryCurrent, st.Refused
+		m.Applied = NewApplied(st.Applied)
+	}
+	return m
+}
+
+// Model is the desired instance m describes (its observed fields aside).
+func (m *Instance) Model() model.Instance {
+	in := model.Instance{ID: m.Id, Service: m.Service, Host: m.Host, Generation: m.Generation, RolledBack: m.RolledBack,
+		Spec: model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model()},
+		Allocation: model.Allocation{Bind: m.Bind, CPUs: make(map[cpuset.CPUID]int, len(m.Cpus)), CPUQuota: int(m.CpuQuotaPieces),
+			NUMANode: cpuset.NUMANodeID(m.NumaNode), Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes}}
+	for id, p := range m.Cpus {
+		in.CPUs[cpuset.CPUID(id)] = int(p)
+	}
+	return in
+}
+
+// NewHealthCheck is h's wire form (nil for nil).
+func NewHealthCheck(h *model.HealthCheck) *HealthCheck {
+	if h == nil {
+		return nil
+	}
+	return &HealthCheck{Exec: h.Exec, Tcp: int32(h.TCP), Http: h.HTTP, Timeout: h.Timeout}
+}
+
+// Model is the check m describes; nil when m is nil or empty.
+func (m *HealthCheck) Model() *model.HealthCheck {
+	if m == nil || len(m.Exec) == 0 && m.Tcp == 0 && m.Http == "" && m.Timeout == "" {
+		return nil
+	}
+	return &model.HealthCheck{Exec: m.Exec, TCP: int(m.Tcp), HTTP: m.Http, Timeout: m.Timeout}
+}
+
+// NewApplied is a's wire form (nil for nil).
+func NewApplied(a *model.Applied) *Applied {
+	if a == nil {
+		return nil
+	}
+	return &Applied{Cpus: a.CPUs, Mems: a.Mems, CpuQuota: a.CPUQuota, CpuWeight: a.CPUWeight, MemoryBytes: a.MemoryBytes}
+}
+
+// Model is what m reports (nil for nil).
+func (m *Applied) Model() *model.Applied {
+	if m == nil {
+		return nil
+	}
+	return &model.Applied{CPUs: m.Cpus, Mems: m.Mems, CPUQuota: m.CpuQuota, CPUWeight: m.CpuWeight, MemoryBytes: m.MemoryBytes}
+}
+
+// NewReportStatusRequest is the report of st for instance id on host.
+func NewReportStatusRequest(host, id string, st model.Status) *ReportStatusRequest {
+	return &ReportStatusRequest{Host: host, Id: id, State: st.State, ContainerId: st.ContainerID, Pid: int32(st.PID),
+		Generation: st.Generation, Error: st.Error, RefusedGeneration: st.Refused, MemoryCurrentBytes: st.MemoryCurrent,
+		Applied: NewApplied(st.Applied)}
+}
+
+// Status is what m reports.
+func (m *ReportStatusRequest) Status() model.Status {
+	return model.Status{State: m.State, ContainerID: m.ContainerId, PID: int(m.Pid), Generation: m.Generation, Error: m.Error,
+		Refused: m.RefusedGeneration, MemoryCurrent: m.MemoryCurrentBytes, Applied: m.Applied.Model()}
+}

@@ -1,0 +1,116 @@
+// Package model is pinfold's domain model, shared by the planner, its etcd
+// documents, the wire and the node agent: what was asked for an instance
+// (Spec), what the planner gave it (Allocation), and what its host observed
+// (Status, Applied). It is a leaf: it imports only the CPU-set type, so
+// host-side packages use it without importing planner internals.
+//
+// CPU amounts are integer pieces of a CPU everywhere (ShareBase pieces make
+// one CPU: 100 or 1000); nothing crosses a boundary as a decimal.
+package model
+
+import "github.com/pinfold/pinfold/planner/cpuset"
+
+// Protocol is the version of the planner–agent protocol. A planner refuses
+// the registration of an agent that speaks another one. 2: CPU quotas cross
+// the wire as pieces, and the watch carries the host's shared CPUs.
+const Protocol = 2
+
+// HealthCheck is a probe a new container must pass before it replaces the
+// old one: exactly one of Exec, TCP, HTTP.
+type HealthCheck struct {
+	Exec    []string `json:"exec,omitempty"` // run in the container; exit 0 = healthy
+	TCP     int      `json:"tcp,omitempty"`  // port on the container's address
+	HTTP    string   `json:"http,omitempty"` // port/path, e.g. "8080/healthz": 2xx/3xx = healthy
+	Timeout string   `json:"timeout,omitempty"`
+}
+
+// Spec is what an instance runs: none of it can change on a live container,
+// so a change is a blue-green replacement.
+type Spec struct {
+	Image   string   `json:"image"`
+	Command []string `json:"command,omitempty"`
+	Env     []string `json:"env,omitempty"`
+	// Network is the Docker network mode ("": the engine's default).
+	Network string `json:"network,omitempty"`
+	// Health is the check a replacement must pass (nil: keeps running, or
+	// the image's own HEALTHCHECK).
+	Health *HealthCheck `json:"health,omitempty"`
+}
+
+// Allocation is what the planner gave an instance on its host: every field
+// can change live (a resize).
+type Allocation struct {
+	// Bind: the instance holds CPUs (whole ones and at most one fragment);
+	// otherwise it is memory-first and shares the host's pool with a quota.
+	Bind bool `json:"bind"`
+	// CPUs maps each held CPU to the pieces of it the instance holds.
+	CPUs map[cpuset.CPUID]int `json:"cpus"`
+	// CPUQuota is a memory-first instance's CPU time in pieces (0 when bound).
+	CPUQuota int `json:"cpu_quota"`
+	// NUMANode holds all CPUs and memory; -1: cross-node or memory-first.
+	NUMANode cpuset.NUMANodeID `json:"numa_node"`
+	// Memory is the hard limit (memory.max) in bytes.
+	Memory int64 `json:"memory_bytes"`
+	// MemorySoft is the soft limit (reservation) in bytes; 0 = none.
+	MemorySoft int64 `json:"memory_soft_bytes"`
+}
+
+// Pieces is the CPU the allocation amounts to, in pieces: the pieces held
+// when bound, the quota when memory-first.
+func (a Allocation) Pieces() int {
+	if !a.Bind {
+		return a.CPUQuota
+	}
+	n := 0
+	for _, p := range a.CPUs {
+		n += p
+	}
+	return n
+}
+
+// Instance is one desired instance of a service on a host.
+type Instance struct {
+	ID      string `json:"id"`
+	Service string `json:"service"`
+	Host    string `json:"host"`
+	Spec
+	Allocation
+	// Generation grows with each change the host must apply.
+	Generation int64 `json:"generation"`
+	// Previous is the allocation before the last resize, kept so that a
+	// resize the host refuses can be rolled back.
+	Previous *Previous `json:"previous,omitempty"`
+	// RolledBack says why the last resize was undone ("" = it was not).
+	RolledBack string `json:"rolled_back,omitempty"`
+}
+
+// Previous is an instance's allocation before a resize.
+type Previous struct {
+	Generation int64 `json:"generation"` // the resize's generation
+	Allocation
+}
+
+// Status is what an instance's host observed.
+type Status struct {
+	State       string `json:"state"` // pending, running, paused, exited, oom_killed, error
+	ContainerID string `json:"container_id,omitempty"`
+	PID         int    `json:"pid,omitempty"`
+	// Generation is the instance generation the container runs.
+	Generation int64  `json:"generation"`
+	Error      string `json:"error,omitempty"`
+	// Refused is the generation the host refused to apply (0 = none).
+	Refused int64 `json:"refused_generation,omitempty"`
+	// MemoryCurrent is the container's memory.current in bytes.
+	MemoryCurrent int64 `json:"memory_current_bytes,omitempty"`
+	// Applied is what the container has, as the host reports it.
+	Applied *Applied `json:"applied,omitempty"`
+}
+
+// Applied is a container's resources as its host reports them.
+type Applied struct {
+	CPUs        string `json:"cpus"`
+	Mems        string `json:"mems"`
+	CPUQuota    int64  `json:"cpu_quota"` // cpu.max quota in µs per 100 ms period; 0 = none
+	CPUWeight   uint64 `json:"cpu_weight"`
+	MemoryBytes int64  `json:"memory_bytes"`
+}
