@@ -433,10 +433,10 @@ func TestMemoryMoved(t *testing.T) {
 // downPlanner answers nothing: every call fails as a dead planner would.
 type downPlanner struct{ fakePlanner }
 
-func (downPlanner) RegisterHost(context.Context, *connect.Request[pinfoldv1.RegisterHostRequest]) (*connect.Response[pinfoldv1.RegisterHostResponse], error) {
+func (*downPlanner) RegisterHost(context.Context, *connect.Request[pinfoldv1.RegisterHostRequest]) (*connect.Response[pinfoldv1.RegisterHostResponse], error) {
 	return nil, connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
 }
-func (downPlanner) ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
+func (*downPlanner) ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnavailable, errors.New("connection refused"))
 }
 

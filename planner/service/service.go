@@ -71,12 +71,13 @@ func (s *Service) Instances(host, service string) []state.InstanceView {
 func (s *Service) PlacementSettings() placement.Settings { return s.st.PlacementSettings() }
 
 // WatchInstances sends host's view and desired instances, then again after
-// each change to the instances, until ctx ends or send fails.
+// each change to them or to the host's registration (its capacity), until
+// ctx ends or send fails.
 func (s *Service) WatchInstances(ctx context.Context, host string, send func(rev int64, h state.HostView, ins []state.InstanceView) error) error {
 	if _, ok := s.st.Host(host); !ok {
 		return errf(NotFound, "host %q is not registered", host)
 	}
-	return s.st.WatchHostInstances(ctx, host, func(rev int64) error {
+	return s.st.WatchHost(ctx, host, func(rev int64) error {
 		h, ok := s.st.Host(host)
 		if !ok {
 			return errf(NotFound, "host %q was removed", host)

@@ -124,6 +124,52 @@ func TestDeployResizeRemove(t *testing.T) {
 	}
 }
 
+// TestWatchInstances: a host's watch sends its instances and its CPUs in
+// capacity, again after a deploy and again after a capacity change.
+func TestWatchInstances(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	register(t, s, "h1", topologytest.Laptop().Topology())
+	type seen struct {
+		cpus      int
+		instances int
+	}
+	got := make(chan seen, 16)
+	go func() {
+		_ = s.WatchInstances(ctx, "h1", func(_ int64, h state.HostView, ins []state.InstanceView) error {
+			got <- seen{len(h.Host.CPUs), len(ins)}
+			return nil
+		})
+	}()
+	next := func(want seen) {
+		t.Helper()
+		for {
+			select {
+			case g := <-got:
+				if g == want {
+					return
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("no watch message with %+v", want)
+			}
+		}
+	}
+	next(seen{8, 0})
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 100, Bind: true, Memory: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	next(seen{8, 1})
+	if _, err := s.SetHost(ctx, service.SetHostRequest{Name: "h1", RemoveCPUs: cpuset.MustParseCPUs("7")}); err != nil {
+		t.Fatal(err)
+	}
+	next(seen{7, 1})
+	if err := s.WatchInstances(ctx, "nope", nil); service.CodeOf(err) != service.NotFound {
+		t.Errorf("watch of an unknown host = %v", err)
+	}
+}
+
 func TestHostRulesAndBadInput(t *testing.T) {
 	c := statetest.Start(t, 1)
 	s := newService(t, c)

@@ -103,18 +103,30 @@ func (s *Store) Lead(ctx context.Context, id string, ttl time.Duration, lead fun
 	return err
 }
 
-// WatchHostInstances calls send with the revision the cache has caught up
-// to, then again each time one of host's desired instances changes (after
-// the cache has seen that change), until ctx ends or send fails.
-func (s *Store) WatchHostInstances(ctx context.Context, host string, send func(rev int64) error) error {
+// WatchHost calls send with the revision the cache has caught up to, then
+// again each time host's registration or one of its desired instances
+// changes (after the cache has seen that change), until ctx ends or send
+// fails.
+func (s *Store) WatchHost(ctx context.Context, host string, send func(rev int64) error) error {
 	rev := s.Rev()
 	if err := send(rev); err != nil {
 		return err
 	}
-	wc := s.cli.Watch(clientv3.WithRequireLeader(ctx), InstancesOfHostPrefix(host), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	for wr := range wc {
+	wctx := clientv3.WithRequireLeader(ctx)
+	instances := s.cli.Watch(wctx, InstancesOfHostPrefix(host), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+	registration := s.cli.Watch(wctx, HostKey(host), clientv3.WithRev(rev+1))
+	for {
+		var wr clientv3.WatchResponse
+		var ok bool
+		select {
+		case wr, ok = <-instances:
+		case wr, ok = <-registration:
+		}
+		if !ok {
+			return ctx.Err()
+		}
 		if err := wr.Err(); err != nil {
-			return fmt.Errorf("state: watch %s: %w", InstancesOfHostPrefix(host), err)
+			return fmt.Errorf("state: watch host %s: %w", host, err)
 		}
 		if err := s.WaitRev(ctx, wr.Header.Revision); err != nil {
 			return err
@@ -123,7 +135,6 @@ func (s *Store) WatchHostInstances(ctx context.Context, host string, send func(r
 			return err
 		}
 	}
-	return ctx.Err()
 }
 
 // Sync waits until the cache has seen every write committed before it was

@@ -22,6 +22,7 @@ const plannerAddr = "127.0.0.1:7878"
 
 type psEntry struct {
 	ID         string         `json:"id"`
+	Service    string         `json:"service"`
 	Host       string         `json:"host"`
 	CPUs       map[string]int `json:"cpus"`
 	CPUQuota   string         `json:"cpu_quota"`
@@ -143,7 +144,7 @@ func TestE2EAgent(t *testing.T) {
 	testenv.RequireNUMANodes(t, 2)
 	image := testenv.Image(t)
 	dir := t.TempDir()
-	daemon(t, "planner", "planner", "--data-dir", dir+"/planner", "--listen", plannerAddr, "--log-level", "warn")
+	planner := daemon(t, "planner", "planner", "--data-dir", dir+"/planner", "--listen", plannerAddr, "--log-level", "warn")
 	eventually(t, 60*time.Second, "the planner", func() (bool, string) {
 		r, err := http.Get("http://" + plannerAddr + "/healthz")
 		if err != nil {
@@ -322,7 +323,7 @@ func TestE2EAgent(t *testing.T) {
 	})
 	agent.Process.Kill()
 	agent.Wait()
-	daemon(t, "agent2", agentArgs...)
+	agent = daemon(t, "agent2", agentArgs...)
 	eventually(t, 90*time.Second, "convergence after the restart", func() (bool, string) {
 		ids := dockerPS(t, c.ID)
 		if len(ids) != 1 {
@@ -349,6 +350,60 @@ func TestE2EAgent(t *testing.T) {
 	} else {
 		t.Logf("host metrics from the agent: load1 %.2f, memory %d of %d bytes available", h.Metrics.Load1, h.Metrics.MemAvail, h.Metrics.MemTotal)
 	}
+	testPoolAndCheckpoint(t, image, planner, agent, agentArgs)
+}
+
+// testPoolAndCheckpoint: a memory-first instance runs on the host's CPUs in
+// capacity only (a CPU taken out of it is left alone); then, with the
+// planner stopped, a restarted agent enforces its checkpointed desired
+// state: a hand-made docker update onto that CPU is reverted.
+func testPoolAndCheckpoint(t *testing.T, image string, planner, agent *exec.Cmd, agentArgs []string) {
+	services := map[string]bool{}
+	for _, e := range ps(t) {
+		services[e.Service] = true
+	}
+	for svc := range services {
+		if _, errOut, code := pinfold(t, "", "remove", svc, "--planner", plannerAddr); code != 0 {
+			t.Fatalf("remove %s: %s", svc, errOut)
+		}
+	}
+	b, _ := os.ReadFile("/sys/devices/system/cpu/online")
+	online := cpuset.MustParseCPUs(strings.TrimSpace(string(b)))
+	ids := online.Slice()
+	out := ids[len(ids)-1]
+	if _, errOut, code := pinfold(t, "", "host", "set", "vm", "--remove-cpus", fmt.Sprint(out), "--planner", plannerAddr); code != 0 {
+		t.Fatalf("host set --remove-cpus %d: %s", out, errOut)
+	}
+	if _, errOut, code := pinfold(t, "", "deploy", "mf", "--count", "1", "--cpu", "0.5", "--memory", "32MiB",
+		"--image", image, "--planner", plannerAddr, "--", "sleep", "3600"); code != 0 {
+		t.Fatalf("deploy memory-first: %s", errOut)
+	}
+	want := online.Difference(cpuset.Of(out)).String()
+	var mf psEntry
+	eventually(t, 60*time.Second, "the memory-first instance to run on "+want, func() (bool, string) {
+		for _, e := range ps(t) {
+			if e.Service == "mf" && e.State == "running" {
+				mf = e
+				got := cg(t, e.Container, "cpuset.cpus")
+				return got == want, got
+			}
+		}
+		return false, "not running"
+	})
+	planner.Process.Kill()
+	planner.Wait()
+	agent.Process.Kill()
+	agent.Wait()
+	if o, err := exec.Command("docker", "update", "--cpuset-cpus", fmt.Sprint(out), mf.Container).CombinedOutput(); err != nil {
+		t.Fatalf("docker update: %v %s", err, o)
+	}
+	daemon(t, "agent3", agentArgs...)
+	t0 := time.Now()
+	eventually(t, 60*time.Second, "the drift reverted from the checkpoint, planner down", func() (bool, string) {
+		got := cg(t, mf.Container, "cpuset.cpus")
+		return got == want, got
+	})
+	t.Logf("planner stopped, agent restarted: docker update --cpuset-cpus %d reverted to %s from the checkpoint in %s", out, want, time.Since(t0).Round(time.Millisecond))
 }
 
 // testMemoryGuardsAndRollback: shrinking memory below memory.current is
