@@ -142,6 +142,40 @@ func TestOpen(t *testing.T) {
 	}
 }
 
+// TestOpenOwningNothing: with parent "" (the node agent's case) the
+// manager creates no group and writes no subtree_control; it writes groups
+// that exist and refuses to create or remove any.
+func TestOpenOwningNothing(t *testing.T) {
+	t.Parallel()
+	dir := cgrouptest.Tree(t, "v2-root")
+	before, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	m, err := cgroup.Open(dir, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if after, _ := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control")); string(after) != string(before) {
+		t.Errorf("root cgroup.subtree_control changed: %q → %q", before, after)
+	}
+	container := cgroup.MustParsePath("docker/3f2a9c")
+	if err := m.Apply(context.Background(), cgroup.Spec{Path: container, CPUWeight: 50}); err != nil {
+		t.Errorf("Apply to a container's group = %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "docker/3f2a9c/cpu.weight")); strings.TrimSpace(string(b)) != "50" {
+		t.Errorf("docker/3f2a9c/cpu.weight = %q, want 50", b)
+	}
+	missing := cgroup.MustParsePath("system.slice/docker-gone.scope")
+	if err := m.Apply(context.Background(), cgroup.Spec{Path: missing, CPUWeight: 50}); !errors.Is(err, cgroup.ErrNoGroup) {
+		t.Errorf("Apply to a missing group = %v, want ErrNoGroup", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "system.slice")); !os.IsNotExist(err) {
+		t.Errorf("Apply created %s: %v", missing, err)
+	}
+	if err := m.Remove(context.Background(), missing); err == nil || !strings.Contains(err.Error(), "no subtree") {
+		t.Errorf("Remove with no owned subtree = %v", err)
+	}
+}
+
 func TestApply(t *testing.T) {
 	t.Parallel()
 	m, dir, logs := open(t, "v2-root")

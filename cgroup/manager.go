@@ -54,8 +54,10 @@ func WithFaultInjection(f func(file, value string) error) Option {
 // Open returns a Manager for the cgroup2 tree mounted at dir that owns
 // parent (e.g. "pinfold"): it checks the root has the controllers pinfold
 // needs, creates parent, and enables the controllers in cgroup.subtree_control
-// from the root down to parent. It does not check dir is a cgroup2 mount;
-// OpenHost does. Open is idempotent.
+// from the root down to parent. With parent "" it owns no subtree: it
+// creates and removes nothing and writes only groups that exist (the node
+// agent's case: containers' cgroups, made by their runtime). It does not
+// check dir is a cgroup2 mount; OpenHost does. Open is idempotent.
 func Open(dir, parent string, opts ...Option) (*Manager, error) {
 	p, err := ParsePath(parent)
 	if err != nil {
@@ -99,6 +101,10 @@ func (m *Manager) init() error {
 	}
 	if m.mems, err = cpuset.ParseMems(mems); err != nil {
 		return fmt.Errorf("cgroup: %s/cpuset.mems.effective: %w", m.dir, err)
+	}
+	if m.parent.IsRoot() {
+		m.log.Debug("cgroup tree ready; no subtree owned", "cpus", m.cpus, "mems", m.mems)
+		return nil
 	}
 	for _, a := range m.parent.ancestors() {
 		if !a.IsRoot() {
@@ -195,8 +201,8 @@ func (m *Manager) Apply(ctx context.Context, s Spec) error {
 	}
 	created := false
 	if !m.Exists(s.Path) {
-		if !s.Path.Within(m.parent) || s.Path == m.parent {
-			return fmt.Errorf("cgroup: %s: %w (only groups below %s are created)", s.Path, ErrNoGroup, orRoot(m.parent.String()))
+		if !m.owns(s.Path) {
+			return fmt.Errorf("cgroup: %s: %w (only groups below an owned subtree are created; this manager owns %s)", s.Path, ErrNoGroup, m.owned())
 		}
 		if err := m.create(s.Path); err != nil {
 			return err
@@ -258,6 +264,18 @@ func (m *Manager) Apply(ctx context.Context, s Spec) error {
 	return nil
 }
 
+// owns reports whether p lies strictly below the owned subtree.
+func (m *Manager) owns(p Path) bool {
+	return !m.parent.IsRoot() && p.Within(m.parent) && p != m.parent
+}
+
+func (m *Manager) owned() string {
+	if m.parent.IsRoot() {
+		return "no subtree"
+	}
+	return m.parent.String()
+}
+
 // normalizeCPUMax turns the kernel's "max 100000" / "50000 100000" into the
 // form Plan writes (identical today; kept for kernels that print otherwise).
 func normalizeCPUMax(s string) string { return strings.Join(strings.Fields(s), " ") }
@@ -284,8 +302,8 @@ func (m *Manager) create(p Path) error {
 // Remove deletes group p, which must lie below the owned parent and hold no
 // processes (groups below it are removed too).
 func (m *Manager) Remove(ctx context.Context, p Path) error {
-	if !p.Within(m.parent) || p == m.parent {
-		return fmt.Errorf("cgroup: remove %s: not below %s", p, orRoot(m.parent.String()))
+	if !m.owns(p) {
+		return fmt.Errorf("cgroup: remove %s: not below the owned subtree (this manager owns %s)", p, m.owned())
 	}
 	if !m.Exists(p) {
 		return nil

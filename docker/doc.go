@@ -19,8 +19,8 @@
 // One writer per cgroup file: Docker owns the files its update API sets
 // (cpuset.cpus, cpuset.mems, cpu.max, memory.max, memory.swap.max,
 // memory.low, cpu.weight through CPUShares); pinfold writes only the others
-// (exact cpu.weight, memory.high, cpu.max.burst) and re-asserts them after
-// every Docker update.
+// (exact cpu.weight, cpu.max.burst) and re-asserts them after every Docker
+// update.
 //
 // It imports planner/cpuset and the moby client; never package cgroup.
 package docker

@@ -61,7 +61,7 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
-	cg, err := cgroup.Open(f.cgroupRoot, "pinfold", cgroup.WithLogger(log))
+	cg, err := cgroup.Open(f.cgroupRoot, "", cgroup.WithLogger(log)) // owns no subtree: writes containers' groups
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
