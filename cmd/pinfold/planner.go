@@ -9,22 +9,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	"github.com/pinfold/pinfold/numa"
-	"github.com/pinfold/pinfold/planner/api"
+	"github.com/pinfold/pinfold/planner"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
-	"github.com/pinfold/pinfold/planner/service"
-	"github.com/pinfold/pinfold/planner/state"
 )
 
 type plannerFlags struct {
@@ -50,97 +46,40 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
-// runningPlanner is a started planner.
-type runningPlanner struct {
-	svc   *service.Service
-	srv   *http.Server
-	close func()
-	addr  string
-}
-
-func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*runningPlanner, error) {
+// start checks the flags and starts a planner.
+func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Planner, error) {
 	if (f.tlsCert == "") != (f.tlsKey == "") {
 		return nil, badInput("--tls-cert and --tls-key go together")
 	}
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return nil, badInput("--listen %q: %v", f.listen, err)
 	}
-	var closers []func()
-	closeAll := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-	endpoints := strings.Split(f.etcdEndpoints, ",")
-	if f.etcdEndpoints == "" {
-		if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
-			return nil, badInput("--data-dir %q: %v", f.dataDir, err)
-		}
-		e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: filepath.Join(f.dataDir, "etcd"), ClientURL: f.etcdClient, PeerURL: f.etcdPeer, LogLevel: f.etcdLogLevel})
-		if err != nil {
-			return nil, err
-		}
-		closers = append(closers, e.Close)
-		endpoints = []string{f.etcdClient}
-		log.Info("embedded etcd ready", "dir", filepath.Join(f.dataDir, "etcd"), "client_url", f.etcdClient)
-	}
-	st, err := state.Open(ctx, endpoints, state.Config{ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores}, service.Protocol, log)
-	if err != nil {
-		closeAll()
-		return nil, &exitError{code: exitBadInput, err: err}
-	}
-	closers = append(closers, st.Close)
-	svc := service.New(st, log)
-	bg, stopBG := context.WithCancel(context.Background())
-	bgDone := make(chan struct{})
-	go func() {
-		defer close(bgDone)
-		host, _ := os.Hostname()
-		_ = svc.RunBackground(bg, host+"/"+f.listen, 10*time.Second, 30*time.Second, nil)
-	}()
-	closers = append(closers, func() { stopBG(); <-bgDone })
-	srv := &http.Server{Addr: f.listen, Handler: api.Handler(svc), ReadHeaderTimeout: 10 * time.Second}
-	srv.Protocols = new(http.Protocols)
-	srv.Protocols.SetHTTP1(true)
-	srv.Protocols.SetHTTP2(true)
-	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC over h2c on loopback
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("listen on %s: %w", f.listen, err)
+	cfg := planner.Config{Listen: f.listen, DataDir: f.dataDir, EtcdClientURL: f.etcdClient, EtcdPeerURL: f.etcdPeer,
+		EtcdLogLevel: f.etcdLogLevel, ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores, Log: log}
+	if f.etcdEndpoints != "" {
+		cfg.EtcdEndpoints = strings.Split(f.etcdEndpoints, ",")
 	}
 	if f.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
 		if err != nil {
-			ln.Close()
-			closeAll()
 			return nil, badInput("--tls-cert/--tls-key: %v", err)
 		}
-		tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 		if f.tlsCA != "" {
 			pem, err := os.ReadFile(f.tlsCA)
 			pool := x509.NewCertPool()
 			if err != nil || !pool.AppendCertsFromPEM(pem) {
-				ln.Close()
-				closeAll()
 				return nil, badInput("--tls-ca %q: no readable PEM certificate", f.tlsCA)
 			}
-			tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+			cfg.TLS.ClientCAs, cfg.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		}
-		ln = tls.NewListener(ln, tc)
 	}
-	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("API server stopped", "err", err)
-		}
-	}()
-	log.Info("planner listening", "addr", ln.Addr().String(), "tls", f.tlsCert != "", "share_base", f.shareBase)
-	return &runningPlanner{svc: svc, srv: srv, addr: ln.Addr().String(), close: func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		closeAll()
-	}}, nil
+	p, err := planner.Start(ctx, cfg)
+	var se *planner.StoreError
+	if errors.As(err, &se) {
+		return nil, &exitError{code: exitBadInput, err: err}
+	}
+	return p, err
 }
 
 func newLogger(level string, w *os.File) (*slog.Logger, error) {
@@ -186,7 +125,7 @@ transaction guarded by revisions, so nothing is ever allocated twice).`,
 			if err != nil {
 				return err
 			}
-			defer p.close()
+			defer p.Close()
 			<-ctx.Done()
 			log.Info("planner stopping")
 			return nil
@@ -234,9 +173,9 @@ stays in --data-dir.`,
 			if err != nil {
 				return err
 			}
-			defer p.close()
+			defer p.Close()
 			tj, _ := json.Marshal(top)
-			c := &clientFlags{addr: p.addr}
+			c := &clientFlags{addr: p.Addr}
 			cl, _ := c.client()
 			if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: host, TopologyJson: tj})); err != nil {
 				var ce *connect.Error
@@ -246,11 +185,11 @@ stays in --data-dir.`,
 				log.Info("this host was registered before; keeping its registration", "host", host)
 			}
 			if !noAgent {
-				ag.client.addr = p.addr
+				ag.client.addr = p.Addr
 				startAgentInBackground(ctx, &ag, log)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes), agent %v. Ctrl-C stops it.\n",
-				p.addr, host, len(top.CPUs), len(top.NUMANodes), !noAgent)
+				p.Addr, host, len(top.CPUs), len(top.NUMANodes), !noAgent)
 			<-ctx.Done()
 			return nil
 		},

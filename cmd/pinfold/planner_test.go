@@ -37,8 +37,8 @@ func startPlanner(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(p.close)
-	return p.addr
+	t.Cleanup(p.Close)
+	return p.Addr
 }
 
 func TestPlannerCLI(t *testing.T) {

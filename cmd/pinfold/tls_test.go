@@ -56,8 +56,8 @@ func TestPlannerTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.close()
-	url := "https://" + p.addr
+	defer p.Close()
+	url := "https://" + p.Addr
 	if out, errOut, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-ca", caPath, "--tls-cert", cliCert, "--tls-key", cliKey); code != 0 || !strings.Contains(out, "NAME") {
 		t.Fatalf("over mutual TLS: exit %d, %s %s", code, out, errOut)
 	}

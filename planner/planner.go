@@ -1,0 +1,156 @@
+// Package planner runs pinfold's central planner as a library: etcd
+// (embedded, or an external cluster), the store over it, the service, the
+// API server, and the leader-elected background loops, started by Start
+// and stopped by Close. The pinfold binary's `planner` and `up` commands
+// are flags and output around it.
+package planner
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/api"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// Config configures a planner.
+type Config struct {
+	// Listen is the API's address (host:port; port 0 picks one).
+	Listen string
+	// EtcdEndpoints are an external etcd cluster's client URLs; empty runs
+	// etcd embedded under DataDir, on EtcdClientURL and EtcdPeerURL.
+	EtcdEndpoints []string
+	DataDir       string
+	EtcdClientURL string
+	EtcdPeerURL   string
+	EtcdLogLevel  string // embedded etcd's own log level ("": error)
+	// TLS serves the API over TLS when not nil (else h2c, for loopback).
+	TLS *tls.Config
+	// ShareBase and MaxFragmentCores are fixed when the store is created.
+	ShareBase        int
+	MaxFragmentCores int
+	// ID names this planner in the leader election ("": hostname/listen).
+	ID string
+	// AuditEvery is how often the leader audits the store (default 30s).
+	AuditEvery time.Duration
+	Log        *slog.Logger
+}
+
+// StoreError is a store that cannot be opened as configured (say, its
+// share base differs from Config.ShareBase): bad input, not an outage.
+type StoreError struct{ Err error }
+
+func (e *StoreError) Error() string { return e.Err.Error() }
+func (e *StoreError) Unwrap() error { return e.Err }
+
+// Planner is a running planner.
+type Planner struct {
+	// Addr is the address the API listens on.
+	Addr    string
+	Service *service.Service
+	srv     *http.Server
+	closers []func()
+}
+
+// Start starts etcd (unless external), opens the store, serves the API on
+// cfg.Listen and campaigns for the background loops. On error everything
+// it started is stopped again.
+func Start(ctx context.Context, cfg Config) (*Planner, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	p := &Planner{}
+	if err := p.start(ctx, cfg); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Planner) start(ctx context.Context, cfg Config) error {
+	log := cfg.Log
+	endpoints := cfg.EtcdEndpoints
+	if len(endpoints) == 0 {
+		dir := filepath.Join(cfg.DataDir, "etcd")
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return &StoreError{fmt.Errorf("planner: data dir %q: %w", cfg.DataDir, err)}
+		}
+		e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: dir, ClientURL: cfg.EtcdClientURL, PeerURL: cfg.EtcdPeerURL, LogLevel: cfg.EtcdLogLevel})
+		if err != nil {
+			return err
+		}
+		p.closers = append(p.closers, e.Close)
+		endpoints = []string{e.Endpoint()}
+		log.Info("embedded etcd ready", "dir", dir, "client_url", e.Endpoint())
+	}
+	st, err := state.Open(ctx, endpoints, state.Config{ShareBase: cfg.ShareBase, MaxFragmentCores: cfg.MaxFragmentCores}, service.Protocol, log)
+	if err != nil {
+		return &StoreError{err}
+	}
+	p.closers = append(p.closers, st.Close)
+	p.Service = service.New(st, log)
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("planner: listen on %s: %w", cfg.Listen, err)
+	}
+	if cfg.TLS != nil {
+		ln = tls.NewListener(ln, cfg.TLS)
+	}
+	p.Addr = ln.Addr().String()
+	p.background(cfg)
+	p.srv = &http.Server{Handler: api.Handler(p.Service), ReadHeaderTimeout: 10 * time.Second}
+	p.srv.Protocols = new(http.Protocols)
+	p.srv.Protocols.SetHTTP1(true)
+	p.srv.Protocols.SetHTTP2(true)
+	p.srv.Protocols.SetUnencryptedHTTP2(true) // gRPC over h2c on loopback
+	go func() {
+		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("API server stopped", "err", err)
+		}
+	}()
+	log.Info("planner listening", "addr", p.Addr, "tls", cfg.TLS != nil, "share_base", cfg.ShareBase)
+	return nil
+}
+
+// background runs the leader-elected loops until Close.
+func (p *Planner) background(cfg Config) {
+	id := cfg.ID
+	if id == "" {
+		host, _ := os.Hostname()
+		id = host + "/" + p.Addr
+	}
+	every := cfg.AuditEvery
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = p.Service.RunBackground(ctx, id, 10*time.Second, every, nil)
+	}()
+	p.closers = append(p.closers, func() { cancel(); <-done })
+}
+
+// Close stops the API server (letting requests finish for up to 5 s), the
+// background loops, the store and the embedded etcd, in that order.
+func (p *Planner) Close() {
+	if p.srv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = p.srv.Shutdown(sctx)
+		cancel()
+	}
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+	p.closers = nil
+}
