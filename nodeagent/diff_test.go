@@ -156,3 +156,44 @@ func TestPool(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusOf: the host reports the desired generation only when the
+// container has everything that generation asks for.
+func TestStatusOf(t *testing.T) {
+	t.Parallel()
+	in := inst("a", map[cpuset.CPUID]int{0: 100, 2: 70}, 0)
+	in.Generation = 2
+	shared := pool(host6, []model.Instance{in})
+	want := Map(host6, in, DefaultScheme, shared).Resources
+	other := want
+	other.MemoryBytes = 64 << 20
+	running := func(img string, cmd []string, r docker.Resources) Observed {
+		o := obs("c1", "a", img, 1, r, true, false)
+		o.Cmd = cmd
+		return o
+	}
+	for _, tc := range []struct {
+		name    string
+		cs      []Observed
+		rec     record
+		state   string
+		gen     int64
+		refused int64
+	}{
+		{"no container", nil, record{}, "pending", 0, 0},
+		{"everything matches", []Observed{running("img", []string{"sleep", "1"}, want)}, record{}, "running", 2, 0},
+		{"resources differ (a resize to apply)", []Observed{running("img", []string{"sleep", "1"}, other)}, record{}, "running", 1, 0},
+		{"same image, old command (a replace to make)", []Observed{running("img", []string{"sleep", "9"}, want)}, record{}, "running", 1, 0},
+		{"other image", []Observed{running("img:1", []string{"sleep", "1"}, want)}, record{}, "running", 1, 0},
+		{"replace failed for this generation", []Observed{running("img:1", []string{"sleep", "1"}, want)}, record{failed: 2, failMsg: "rolled back"}, "running", 1, 2},
+		{"refused resize", []Observed{running("img", []string{"sleep", "1"}, other)}, record{refused: 2, err: "no"}, "running", 1, 2},
+		{"the running one of two", []Observed{obs("c0", "a", "img", 1, want, false, true), running("img", []string{"sleep", "1"}, want)}, record{}, "running", 2, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := statusOf(host6, in, tc.cs, DefaultScheme, shared, tc.rec)
+			if st.State != tc.state || st.Generation != tc.gen || st.Refused != tc.refused {
+				t.Errorf("status = %+v, want state %s generation %d refused %d", st, tc.state, tc.gen, tc.refused)
+			}
+		})
+	}
+}

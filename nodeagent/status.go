@@ -43,8 +43,12 @@ func statusOf(h Host, in model.Instance, cs []Observed, scheme Scheme, shared cp
 	default:
 		st.State = "exited"
 	}
+	// The container runs the desired generation when nothing differs that a
+	// pass would change: the resources, and the image, command and network
+	// (a container from the same image with another command is the old one
+	// of a replace in flight).
 	st.Generation = c.Generation
-	if want := Map(h, in, scheme, shared); sameResources(c.Applied, want.Resources) && c.Image == in.Image {
+	if want := Map(h, in, scheme, shared); sameResources(c.Applied, want.Resources) && !specChanged(*c, &in) {
 		st.Generation = in.Generation
 	}
 	st.MemoryCurrent = c.MemoryCurrent
