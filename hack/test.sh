@@ -19,7 +19,7 @@ go test -race -count=1 ./...
 echo "== fuzz (short)"
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/cpuset
 go test -run '^$' -fuzz '^FuzzDiscoverFiles$' -fuzztime 15s ./numa
-go test -run '^$' -fuzz '^FuzzDecodeFile$' -fuzztime 15s ./planner/alloc
+go test -run '^$' -fuzz '^FuzzDecodeFile$' -fuzztime 15s ./planner/planfile
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/placement
 echo "== benchmarks run once (figures in docs/BENCHMARKS.md; no timing is asserted)"
 go test -run '^$' -bench . -benchtime 1x ./planner/...

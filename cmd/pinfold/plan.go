@@ -15,6 +15,7 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/planfile"
 )
 
 func newPlanCmd() *cobra.Command {
@@ -69,14 +70,13 @@ out on which hosts); 2 invalid input (the message names the field and value).`,
 }
 
 func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
-	pin, err := placement.DecodeFile(r)
+	in, err := planfile.Decode(r)
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
-	in := pin.Input
-	var o alloc.Output
-	if pin.Request != nil {
-		res, err := placement.Plan(in.Params, pin.Settings, pin.Hosts, *pin.Request)
+	var o planfile.Output
+	if in.Request != nil {
+		res, err := placement.Plan(in.Params, in.Settings, in.Hosts, *in.Request)
 		var pe *placement.Error
 		switch {
 		case errors.As(err, &pe) && pe.Invalid:
@@ -85,30 +85,30 @@ func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
 			caps := map[string]int{}
 			total := 0
 			for _, h := range in.Hosts {
-				c := alloc.HostCapacity(in.Params, h, *in.Request)
+				c := alloc.HostCapacity(in.Params, h.Resources, in.Request.Request)
 				caps[h.Name] = c.Count
 				total += c.Count
 			}
-			o = alloc.NewOutput(in.Params, caps, total, nil, pe.AllocError())
+			o = planfile.NewOutput(in.Params, caps, total, nil, &planfile.OutputError{Error: pe.AllocError(), Eliminations: pe.Eliminations})
 		case err != nil:
 			return err
 		default:
-			o = alloc.NewOutput(in.Params, res.Capacity, res.TotalCapacity, res.Placements, nil)
+			o = planfile.NewOutput(in.Params, res.Capacity, res.TotalCapacity, res.Placements, nil)
 			o.DomainSpread, o.Violations = string(res.Spread), res.Violations
 		}
 	} else {
-		h := in.Hosts[slices.IndexFunc(in.Hosts, func(h *alloc.Host) bool { return h.Name == in.Resize.Host })]
-		pl, err := alloc.PlanResize(in.Params, h, *in.Resize)
+		h := in.Hosts[slices.IndexFunc(in.Hosts, func(h *placement.Host) bool { return h.Name == in.Resize.Host })]
+		pl, err := alloc.PlanResize(in.Params, h.Resources, *in.Resize)
 		var ae *alloc.Error
 		switch {
 		case errors.As(err, &ae) && ae.Code == alloc.CodeInvalid:
 			return &exitError{code: exitBadInput, err: err}
 		case errors.As(err, &ae):
-			o = alloc.NewOutput(in.Params, nil, 0, nil, ae)
+			o = planfile.NewOutput(in.Params, nil, 0, nil, &planfile.OutputError{Error: ae})
 		case err != nil:
 			return err
 		default:
-			o = alloc.NewOutput(in.Params, nil, 0, []alloc.Placement{pl}, nil)
+			o = planfile.NewOutput(in.Params, nil, 0, []alloc.Placement{pl}, nil)
 		}
 	}
 	if asJSON {
@@ -119,12 +119,12 @@ func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
 		return err
 	}
 	if o.Error != nil {
-		return &exitError{code: exitUnmet, err: o.Error}
+		return &exitError{code: exitUnmet, err: o.Error.Error}
 	}
 	return nil
 }
 
-func printPlan(w io.Writer, in *alloc.Input, o alloc.Output) error {
+func printPlan(w io.Writer, in *planfile.Input, o planfile.Output) error {
 	sb := in.Params.ShareBase
 	newOn := map[string]int{}
 	for _, p := range o.Placements {
@@ -136,7 +136,7 @@ func printPlan(w io.Writer, in *alloc.Input, o alloc.Output) error {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "HOST\tCAPACITY\tEXISTING\tNEW")
 		for _, h := range in.Hosts {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", h.Name, o.Capacity[h.Name], h.Instances[in.Request.Service], newOn[h.Name])
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\n", h.Name, o.Capacity[h.Name], h.Resources.Instances[in.Request.Service], newOn[h.Name])
 		}
 		fmt.Fprintf(tw, "total\t%d\t\t%d\n", o.TotalCapacity, len(o.Placements))
 		if err := tw.Flush(); err != nil {
@@ -177,14 +177,14 @@ func printPlan(w io.Writer, in *alloc.Input, o alloc.Output) error {
 		if newOn[h.Name] == 0 || len(o.Placements) == 0 || len(o.Placements[0].CPUs) == 0 {
 			continue
 		}
-		printCPUMap(w, h, o.Placements, sb)
+		printCPUMap(w, h.Resources, o.Placements, sb)
 	}
 	return nil
 }
 
 // printEliminations is the elimination report (seed 001): rule by rule, in
 // the order applied, which hosts each removed.
-func printEliminations(w io.Writer, es []alloc.Elimination) error {
+func printEliminations(w io.Writer, es []placement.Elimination) error {
 	if len(es) == 0 {
 		return nil
 	}
@@ -202,7 +202,7 @@ func printEliminations(w io.Writer, es []alloc.Elimination) error {
 }
 
 // printCPUMap shows, per NUMA node, who holds how many pieces of each CPU.
-func printCPUMap(w io.Writer, h *alloc.Host, pls []alloc.OutputPlacement, sb int) {
+func printCPUMap(w io.Writer, h *alloc.Host, pls []planfile.OutputPlacement, sb int) {
 	fmt.Fprintf(w, "\nCPU map of %s (%d pieces per CPU; used = held before this plan, #N = new instance N):\n", h.Name, sb)
 	holders := map[cpuset.CPUID][]string{}
 	for i, p := range pls {

@@ -33,21 +33,6 @@ type Error struct {
 	Value string `json:"value,omitempty"`
 	// Hosts are the hosts the message speaks about, sorted.
 	Hosts []string `json:"hosts,omitempty"`
-	// Eliminations is the placement layer's report: rule by rule, in the
-	// order applied, the hosts each rule removed.
-	Eliminations []Elimination `json:"eliminations,omitempty"`
-}
-
-// Elimination is the hosts one placement rule removed.
-type Elimination struct {
-	Rule  string   `json:"rule"`
-	Hosts []string `json:"hosts"`
-}
-
-// Violation is a soft placement rule that gave way.
-type Violation struct {
-	Rule   string `json:"rule"`
-	Detail string `json:"detail"`
 }
 
 func (e *Error) Error() string { return "alloc: " + e.Message }

@@ -25,6 +25,11 @@ const (
 	RuleFaultDomain         Rule = "FaultDomain"
 	RuleUpgradeDomain       Rule = "UpgradeDomain"
 	RulePreferredLocation   Rule = "PreferredLocation"
+	// RuleDown: the host's agent is not heartbeating, or speaks another
+	// protocol. The planner's schedulable index applies it before the
+	// rules run (Plan never sees such hosts); it is named here so that the
+	// elimination report lists it with the others.
+	RuleDown Rule = "Down"
 )
 
 // Priority is how strictly a rule holds (seed 001).
@@ -152,10 +157,16 @@ func (s Settings) priority(r Rule) Priority {
 }
 
 // Elimination is the hosts one rule removed.
-type Elimination = alloc.Elimination
+type Elimination struct {
+	Rule  Rule     `json:"rule"`
+	Hosts []string `json:"hosts"`
+}
 
 // Violation is a soft rule that gave way.
-type Violation = alloc.Violation
+type Violation struct {
+	Rule   Rule   `json:"rule"`
+	Detail string `json:"detail"`
+}
 
 // Result is a successful placement.
 type Result struct {

@@ -159,7 +159,7 @@ func (s *Service) placementError(err error) error {
 		case placement.RuleMaintenance:
 			e.Hosts = append(e.Hosts, un["maintenance"]...)
 			elims = append(elims, e)
-			e = placement.Elimination{Rule: "Down", Hosts: append(slices.Clone(un["down"]), un["protocol"]...)}
+			e = placement.Elimination{Rule: placement.RuleDown, Hosts: append(slices.Clone(un["down"]), un["protocol"]...)}
 		}
 		if e.Hosts == nil {
 			e.Hosts = []string{}

@@ -49,7 +49,7 @@ func (s *Service) Health(now time.Time) []Warning {
 			out = append(out, Warning{Kind: placement.RuleMaintenance, Subject: h.Name,
 				Detail: fmt.Sprintf("in maintenance past its grace (ended %s) and its agent is not back: %d instances are not running", h.MaintenanceUntil.Format(time.RFC3339), n)})
 		case st == "down" && n > 0:
-			out = append(out, Warning{Kind: "Down", Subject: h.Name, Detail: fmt.Sprintf("the agent is not heartbeating: %d instances are not enforced", n)})
+			out = append(out, Warning{Kind: placement.RuleDown, Subject: h.Name, Detail: fmt.Sprintf("the agent is not heartbeating: %d instances are not enforced", n)})
 		}
 	}
 	// Per service: constraint and domain spread.

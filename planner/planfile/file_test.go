@@ -1,4 +1,4 @@
-package alloc_test
+package planfile_test
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/planfile"
 )
 
 const fileSeed = `{"share_base": 100, "hosts": [{"name": "h1", "capacity": {"cpus": {"0": 100, "1": 100}, "memory_bytes": 4294967296},
@@ -22,10 +24,10 @@ func TestDecodeFileBothOrNeither(t *testing.T) {
 		{``, "empty"},
 		{strings.Replace(fileSeed, `"name": "h1"`, `"name": "a b"`, 1), `hosts[0].name = "a b"`},
 	} {
-		_, err := alloc.DecodeFile(strings.NewReader(tt.in))
+		_, err := planfile.Decode(strings.NewReader(tt.in))
 		var ae *alloc.Error
 		if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("DecodeFile error = %v, want invalid with %q", err, tt.want)
+			t.Errorf("Decode error = %v, want invalid with %q", err, tt.want)
 		}
 	}
 }
@@ -37,11 +39,11 @@ func FuzzDecodeFile(f *testing.F) {
 	f.Add(strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": -3`, 1))
 	f.Add(`{"hosts": [{"name": "h", "capacity": {"cpus": {"0": 300}, "memory_bytes": 9}}], "resize": {"host": "h", "current": {"cpus": {"0": 50}, "memory_bytes": 1}, "cpu_delta": 1}}`)
 	f.Fuzz(func(t *testing.T, s string) {
-		in, err := alloc.DecodeFile(strings.NewReader(s))
+		in, err := planfile.Decode(strings.NewReader(s))
 		if err != nil {
 			var ae *alloc.Error
 			if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid {
-				t.Fatalf("DecodeFile error %T %v is not an invalid-argument *Error", err, err)
+				t.Fatalf("Decode error %T %v is not an invalid-argument *Error", err, err)
 			}
 			return
 		}
@@ -49,11 +51,11 @@ func FuzzDecodeFile(f *testing.F) {
 			if in.Request.Count > 1000 {
 				return
 			}
-			_, _ = alloc.Plan(in.Params, in.Hosts, *in.Request)
+			_, _ = placement.Plan(in.Params, in.Settings, in.Hosts, *in.Request)
 		} else {
 			for _, h := range in.Hosts {
 				if h.Name == in.Resize.Host {
-					_, _ = alloc.PlanResize(in.Params, h, *in.Resize)
+					_, _ = alloc.PlanResize(in.Params, h.Resources, *in.Resize)
 				}
 			}
 		}

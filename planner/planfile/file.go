@@ -1,0 +1,183 @@
+// Package planfile is the `pinfold plan` file: its JSON form (docs/PLAN.md),
+// strict decoding and validation that name the offending field, the engine
+// and placement inputs it builds, and the JSON output of a plan. It is the
+// one place the file format lives; the engine (alloc) and the placement
+// rules (placement) know nothing of it.
+package planfile
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"unicode"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/topology"
+)
+
+// File is the input of `pinfold plan`: hosts and either a request for new
+// instances or a resize of one instance, with the cluster's placement
+// settings.
+type File struct {
+	ShareBase            *int               `json:"share_base"`
+	MaxFragmentCores     *int               `json:"max_fragment_cores"`
+	Hosts                []Host             `json:"hosts"`
+	Request              *Request           `json:"request"`
+	Resize               *Resize            `json:"resize"`
+	BufferPercent        map[string]float64 `json:"buffer_percent"`
+	OverbookingPercent   map[string]float64 `json:"overbooking_percent"`
+	ConstraintPriorities map[string]int     `json:"constraint_priorities"`
+}
+
+// Host is one host of a plan file: its capacity and usage, and its
+// placement fields.
+type Host struct {
+	Name     string `json:"name"`
+	Capacity struct {
+		CPUs        map[string]int `json:"cpus"`
+		MemoryBytes int64          `json:"memory_bytes"`
+	} `json:"capacity"`
+	Used struct {
+		CPUs            map[string]int   `json:"cpus"`
+		MemoryBytes     int64            `json:"memory_bytes"`
+		NUMAMemoryBytes map[string]int64 `json:"numa_memory_bytes"`
+	} `json:"used"`
+	NUMANodes []struct {
+		ID          *int   `json:"id"`
+		CPUs        string `json:"cpus"`
+		MemoryBytes int64  `json:"memory_bytes"`
+	} `json:"numa_nodes"`
+	// Topology is optional: the output of `pinfold topology -o json`; its
+	// SMT siblings and L3 groups guide which CPUs are taken.
+	Topology      *topology.Topology `json:"topology"`
+	Instances     map[string]int     `json:"instances"`
+	Properties    map[string]any     `json:"properties"`
+	HostType      string             `json:"host_type"`
+	FaultDomain   string             `json:"fault_domain"`
+	UpgradeDomain string             `json:"upgrade_domain"`
+	Disabled      bool               `json:"disabled"`
+	Maintenance   bool               `json:"maintenance"`
+	LoadAvg       *float64           `json:"load_avg"`
+}
+
+// Request is a request for new instances with its placement rules.
+type Request struct {
+	Service         string             `json:"service"`
+	Count           int                `json:"count"`
+	CPU             *float64           `json:"cpu"`
+	Bind            *bool              `json:"bind"`
+	MemoryBytes     int64              `json:"memory_bytes"`
+	Strategy        string             `json:"strategy"`
+	MaxPerHost      int                `json:"max_per_host"`
+	Constraint      string             `json:"constraint"`
+	Affinity        placement.Affinity `json:"affinity"`
+	AntiAffinity    placement.Affinity `json:"anti_affinity"`
+	PlacementPolicy string             `json:"placement_policy"`
+	HostsOrder      []string           `json:"hosts_order"`
+	DomainSpread    string             `json:"domain_spread"`
+	UseBuffer       bool               `json:"use_buffer"`
+}
+
+// Resize is a resize of one instance.
+type Resize struct {
+	Host    string `json:"host"`
+	Current struct {
+		CPUs        map[string]int `json:"cpus"`
+		CPUQuota    float64        `json:"cpu_quota"`
+		NUMANode    *int           `json:"numa_node"`
+		MemoryBytes int64          `json:"memory_bytes"`
+		Bind        *bool          `json:"bind"`
+	} `json:"current"`
+	CPUDelta         float64 `json:"cpu_delta"`
+	MemoryDeltaBytes int64   `json:"memory_delta_bytes"`
+	Bind             *bool   `json:"bind"`
+}
+
+// Input is a decoded and validated plan file: the engine's parameters,
+// the hosts as the placement rules see them (Resources is the engine's
+// view), and either a request or a resize.
+type Input struct {
+	Params   alloc.Params
+	Hosts    []*placement.Host
+	Request  *placement.Request
+	Resize   *alloc.Resize
+	Settings placement.Settings
+}
+
+// Decode reads and validates a plan file. Unknown fields, trailing data and
+// out-of-range values are *alloc.Error values with CodeInvalid naming the
+// field.
+func Decode(r io.Reader) (*Input, error) {
+	var f File
+	if err := decodeJSON(r, &f); err != nil {
+		return nil, err
+	}
+	return f.Validate()
+}
+
+// raw is a value shown as is, not quoted ("[]", "null").
+type raw string
+
+func invalid(field string, value any, reason string, args ...any) *alloc.Error {
+	v := fmt.Sprint(value)
+	if s, ok := value.(string); ok {
+		v = fmt.Sprintf("%q", s)
+	}
+	return &alloc.Error{Code: alloc.CodeInvalid, Field: field, Value: v,
+		Message: fmt.Sprintf("%s = %s: %s", field, v, fmt.Sprintf(reason, args...))}
+}
+
+// maxFileSize bounds a plan file (a 10,000-host file is about 20 MiB).
+const maxFileSize = 256 << 20
+
+// decodeJSON reads one strict JSON object (no unknown fields, no trailing
+// data, at most 256 MiB) into v; errors are *alloc.Error with CodeInvalid.
+func decodeJSON(r io.Reader, v any) error {
+	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
+	if err != nil {
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("read plan file: %v", err)}
+	}
+	if len(b) > maxFileSize {
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %d bytes", maxFileSize)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(b, err)
+	}
+	if dec.More() {
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: "plan file: trailing data after the JSON object"}
+	}
+	return nil
+}
+
+// jsonError turns encoding/json errors into messages with a line and field.
+func jsonError(b []byte, err error) *alloc.Error {
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		line := bytes.Count(b[:min(int(se.Offset), len(b))], []byte("\n")) + 1
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file is not valid JSON (line %d): %v", line, se)}
+	case errors.As(err, &te):
+		// Embedded Go structs appear in the path by type name (request.FileReq.count):
+		// keep only the JSON keys, which are all lower case.
+		var path []string
+		for _, p := range strings.Split(te.Field, ".") {
+			if p != "" && !unicode.IsUpper(rune(p[0])) {
+				path = append(path, p)
+			}
+		}
+		field := strings.Join(path, ".")
+		return &alloc.Error{Code: alloc.CodeInvalid, Field: field, Value: te.Value,
+			Message: fmt.Sprintf("%s: got a JSON %s, want %s", field, te.Value, te.Type)}
+	case errors.Is(err, io.EOF):
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: "plan file is empty"}
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	return &alloc.Error{Code: alloc.CodeInvalid, Message: "plan file: " + msg}
+}
