@@ -58,6 +58,14 @@ func Plan(p Params, hosts []*Host, r Request) (*Result, error) {
 	if err := ValidateRequest(p, r); err != nil {
 		return nil, err
 	}
+	return PlanValid(p, hosts, r)
+}
+
+// PlanValid is Plan for valid parameters and a request that passed
+// ValidateRequest with its strategy set: callers that validated where the
+// request entered (the planner service, the placement rules) plan without
+// checking again.
+func PlanValid(p Params, hosts []*Host, r Request) (*Result, error) {
 	order := slices.Clone(hosts)
 	slices.SortFunc(order, func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) })
 	sh := shapeOf(p, r)

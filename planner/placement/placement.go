@@ -260,6 +260,28 @@ func cloneHost(h *alloc.Host) *alloc.Host {
 // (seed 001: a soft rule yields only when nothing else is left); the
 // result lists what gave way. It is pure.
 func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error) {
+	if err := p.Validate(); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Error()}
+	}
+	if err := s.Validate(); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Error()}
+	}
+	if r.Strategy == "" {
+		r.Strategy = alloc.Auto
+	}
+	if err := alloc.ValidateRequest(p, r.Request); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Error()}
+	}
+	if err := r.Validate(); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Message}
+	}
+	return PlanValid(p, s, hosts, r)
+}
+
+// PlanValid is Plan for valid parameters, settings and a request that
+// passed Request.Validate and alloc.ValidateRequest with its strategy set:
+// nothing is checked again, in any of the tries.
+func PlanValid(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error) {
 	res, err := plan(p, s, hosts, r, nil)
 	var pe *Error
 	if err == nil || !errors.As(err, &pe) || pe.Invalid {
@@ -281,22 +303,7 @@ func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error)
 // plan is one try; the rules in relaxed give way whenever they would
 // eliminate a host.
 func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule]bool) (*Result, error) {
-	bad := func(format string, args ...any) error {
-		return &Error{Invalid: true, Message: fmt.Sprintf(format, args...)}
-	}
-	if err := s.Validate(); err != nil {
-		return nil, bad("%v", err)
-	}
-	if err := r.Validate(); err != nil {
-		return nil, &Error{Invalid: true, Message: err.Message}
-	}
-	expr, _ := Parse(r.Constraint) // validated above
-	if r.Strategy == "" {
-		r.Strategy = alloc.Auto
-	}
-	if err := alloc.ValidateRequest(p, r.Request); err != nil {
-		return nil, &Error{Invalid: true, Message: err.Error()}
-	}
+	expr, _ := Parse(r.Constraint) // validated by Plan or the caller
 	sorted := slices.Clone(hosts)
 	slices.SortFunc(sorted, func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) })
 
@@ -491,7 +498,7 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 		req.Fixed, out.Spread = fixed, used
 		out.Violations = append(out.Violations, vio...)
 	}
-	ar, err := alloc.Plan(p, ah, req)
+	ar, err := alloc.PlanValid(p, ah, req)
 	if err != nil {
 		var ae *alloc.Error
 		if errors.As(err, &ae) && ae.Code != alloc.CodeInvalid {

@@ -94,7 +94,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			hosts[i] = PlacementHost(v)
 			byName[v.Host.Name] = v
 		}
-		res, err := placement.Plan(s.params, s.st.PlacementSettings(), hosts, req)
+		res, err := placement.PlanValid(s.params, s.st.PlacementSettings(), hosts, req) // validated above, once
 		if err != nil {
 			return DeployResult{}, s.placementError(err)
 		}
