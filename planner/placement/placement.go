@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"math"
 	"slices"
 	"strings"
 
@@ -106,56 +105,6 @@ type Request struct {
 	UseBuffer bool
 }
 
-// Settings are cluster-wide: per resource ("cpu", "memory") a buffer or an
-// overbooking percentage (as fractions: 0.15), and rule priorities.
-type Settings struct {
-	Buffer      map[string]float64
-	Overbooking map[string]float64 // -1 = unlimited
-	Priorities  map[Rule]Priority
-}
-
-// Resources the buffer and overbooking settings apply to.
-var Resources = []string{"cpu", "memory"}
-
-// Validate checks the settings field by field.
-func (s Settings) Validate() error {
-	for k, v := range s.Buffer {
-		if !slices.Contains(Resources, k) {
-			return fmt.Errorf("buffer_percent.%s: unknown resource; want cpu or memory", k)
-		}
-		if !(v >= 0 && v < 1) {
-			return fmt.Errorf("buffer_percent.%s = %v: want 0 ≤ buffer < 1 (0.15 = 15%%)", k, v)
-		}
-		if _, ok := s.Overbooking[k]; ok {
-			return fmt.Errorf("buffer_percent.%s and overbooking_percent.%s: a resource has a buffer or overbooking, never both", k, k)
-		}
-	}
-	for k, v := range s.Overbooking {
-		if !slices.Contains(Resources, k) {
-			return fmt.Errorf("overbooking_percent.%s: unknown resource; want cpu or memory", k)
-		}
-		if !(v >= 0 && v <= 100) && v != -1 {
-			return fmt.Errorf("overbooking_percent.%s = %v: want ≥ 0 (0.2 = 20%%) or -1 (unlimited)", k, v)
-		}
-	}
-	for r, p := range s.Priorities {
-		if _, ok := DefaultPriorities[r]; !ok {
-			return fmt.Errorf("constraint_priorities.%s: unknown rule; want one of PlacementConstraint, NodeCapacity, Affinity, FaultDomain, UpgradeDomain, PreferredLocation", r)
-		}
-		if p < Off || p > Optimization {
-			return fmt.Errorf("constraint_priorities.%s = %d: want -1 (off), 0 (hard), 1 (soft) or 2 (optimization)", r, p)
-		}
-	}
-	return nil
-}
-
-func (s Settings) priority(r Rule) Priority {
-	if p, ok := s.Priorities[r]; ok {
-		return p
-	}
-	return DefaultPriorities[r]
-}
-
 // Elimination is the hosts one rule removed.
 type Elimination struct {
 	Rule  Rule     `json:"rule"`
@@ -197,60 +146,6 @@ func Report(elims []Elimination) string {
 		fmt.Fprintf(&b, "  %-20s %d eliminated: %s\n", e.Rule, len(e.Hosts), hosts)
 	}
 	return b.String()
-}
-
-// adjust returns host h as a request may use it (seed 000): normal
-// placement stays within the unbuffered capacity, capacity × (1 − buffer)
-// with a buffer, the capacity itself with overbooking; a request that may
-// use the buffer (replacing failed instances, upgrades) gets the total,
-// the capacity with a buffer, capacity × (1 + overbooking) with
-// overbooking (-1: unlimited, taken as ×1000). Memory is scaled directly;
-// CPU overbooking scales each CPU's pieces (Eru's oversold CPUs), a CPU
-// buffer caps the total pieces in use (cpuCap; -1 = none).
-func (s Settings) adjust(h *alloc.Host, useBuffer bool) (out *alloc.Host, cpuCap int64) {
-	out = cloneHost(h)
-	cpuCap = -1
-	scaleMem := func(f float64) {
-		out.MemoryBytes = int64(math.Min(math.Floor(float64(out.MemoryBytes)*f), math.MaxInt64/4))
-		for i := range out.NUMANodes {
-			out.NUMANodes[i].MemoryBytes = int64(math.Min(math.Floor(float64(out.NUMANodes[i].MemoryBytes)*f), math.MaxInt64/4))
-		}
-	}
-	if useBuffer {
-		factor := func(o float64) float64 {
-			if o == -1 {
-				return 1000
-			}
-			return 1 + o
-		}
-		if o, ok := s.Overbooking["cpu"]; ok {
-			for i := range out.CPUs {
-				out.CPUs[i].Capacity = int(math.Floor(float64(out.CPUs[i].Capacity) * factor(o)))
-			}
-		}
-		if o, ok := s.Overbooking["memory"]; ok {
-			scaleMem(factor(o))
-		}
-		return out, -1
-	}
-	if b, ok := s.Buffer["memory"]; ok {
-		scaleMem(1 - b)
-	}
-	if b, ok := s.Buffer["cpu"]; ok {
-		total := int64(0)
-		for _, c := range out.CPUs {
-			total += int64(c.Capacity)
-		}
-		cpuCap = int64(math.Floor(float64(total) * (1 - b)))
-	}
-	return out, cpuCap
-}
-
-func cloneHost(h *alloc.Host) *alloc.Host {
-	c := *h
-	c.CPUs = slices.Clone(h.CPUs)
-	c.NUMANodes = slices.Clone(h.NUMANodes)
-	return &c
 }
 
 // Plan applies the rules in order, ranks what is left, and lets the
@@ -300,93 +195,123 @@ func PlanValid(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, e
 	return nil, err
 }
 
-// plan is one try; the rules in relaxed give way whenever they would
-// eliminate a host.
-func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule]bool) (*Result, error) {
-	expr, _ := Parse(r.Constraint) // validated by Plan or the caller
-	sorted := slices.Clone(hosts)
-	slices.SortFunc(sorted, func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) })
+// sieve applies rules to the hosts left, recording what each eliminated
+// and which soft rules gave way.
+type sieve struct {
+	left    []*Host
+	res     *Result
+	relaxed map[Rule]bool
+}
 
-	res := &Result{}
-	left := sorted
-	elim := func(rule Rule, keep func(*Host) bool) {
-		var kept []*Host
-		e := Elimination{Rule: rule, Hosts: []string{}}
-		for _, h := range left {
-			if keep(h) {
-				kept = append(kept, h)
-			} else {
-				e.Hosts = append(e.Hosts, h.Name)
-			}
-		}
-		res.Eliminations = append(res.Eliminations, e)
-		left = kept
-	}
-	// soft applies a rule that gives way when it would leave no host, or,
-	// when relaxing, whenever it would eliminate any.
-	soft := func(rule Rule, prio Priority, keep func(*Host) bool, detail string) {
-		if prio == Off {
-			return
-		}
-		before := left
-		elim(rule, keep)
-		if prio >= Soft && len(before) > 0 && (len(left) == 0 || relaxed[rule] && len(left) < len(before)) {
-			left = before
-			res.Eliminations[len(res.Eliminations)-1].Hosts = []string{}
-			res.Violations = append(res.Violations, Violation{Rule: rule, Detail: detail})
+// elim keeps the hosts keep accepts and records the rest under rule.
+func (v *sieve) elim(rule Rule, keep func(*Host) bool) {
+	var kept []*Host
+	e := Elimination{Rule: rule, Hosts: []string{}}
+	for _, h := range v.left {
+		if keep(h) {
+			kept = append(kept, h)
+		} else {
+			e.Hosts = append(e.Hosts, h.Name)
 		}
 	}
-	fail := func(msg string) error {
-		return &Error{Message: msg, Eliminations: res.Eliminations}
-	}
+	v.res.Eliminations = append(v.res.Eliminations, e)
+	v.left = kept
+}
 
-	elim(RuleDisabled, func(h *Host) bool { return !h.Disabled })
-	elim(RuleMaintenance, func(h *Host) bool { return !h.Maintenance })
-	soft(RulePlacementConstraint, s.priority(RulePlacementConstraint), func(h *Host) bool { return expr.root == nil || expr.Match(h.Props()) },
-		fmt.Sprintf("no host matches %q", r.Constraint))
-	has := func(h *Host, svc string) bool { return h.Resources.Instances[svc] > 0 }
-	hardAff := func(h *Host) bool {
+// soft applies a rule that gives way when it would leave no host, or,
+// when relaxing, whenever it would eliminate any.
+func (v *sieve) soft(rule Rule, prio Priority, keep func(*Host) bool, detail string) {
+	if prio == Off {
+		return
+	}
+	before := v.left
+	v.elim(rule, keep)
+	if prio >= Soft && len(before) > 0 && (len(v.left) == 0 || v.relaxed[rule] && len(v.left) < len(before)) {
+		v.left = before
+		v.res.Eliminations[len(v.res.Eliminations)-1].Hosts = []string{}
+		v.res.Violations = append(v.res.Violations, Violation{Rule: rule, Detail: detail})
+	}
+}
+
+func (v *sieve) fail(format string, args ...any) error {
+	return &Error{Message: fmt.Sprintf(format, args...), Eliminations: v.res.Eliminations}
+}
+
+// hardAffinity accepts the hosts that run every service r must be with and
+// none it must not be with.
+func hardAffinity(r Request) func(*Host) bool {
+	return func(h *Host) bool {
 		for _, svc := range r.Affinity.Hard {
-			if !has(h, svc) {
+			if h.Resources.Instances[svc] == 0 {
 				return false
 			}
 		}
 		for _, svc := range r.AntiAffinity.Hard {
-			if has(h, svc) {
+			if h.Resources.Instances[svc] > 0 {
 				return false
 			}
 		}
 		return true
 	}
-	soft(RuleAffinity, s.priority(RuleAffinity), hardAff, "no host satisfies the hard affinity rules")
-	if len(left) == 0 {
-		return nil, fail(fmt.Sprintf("no host may take %s: every host was eliminated", r.Service))
-	}
+}
 
+// plan is one try; the rules in relaxed give way whenever they would
+// eliminate a host.
+func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule]bool) (*Result, error) {
+	expr, _ := Parse(r.Constraint) // validated by Plan or the caller
+	v := &sieve{left: slices.Clone(hosts), res: &Result{}, relaxed: relaxed}
+	slices.SortFunc(v.left, func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) })
+	v.elim(RuleDisabled, func(h *Host) bool { return !h.Disabled })
+	v.elim(RuleMaintenance, func(h *Host) bool { return !h.Maintenance })
+	v.soft(RulePlacementConstraint, s.priority(RulePlacementConstraint), func(h *Host) bool { return expr.root == nil || expr.Match(h.Props()) },
+		fmt.Sprintf("no host matches %q", r.Constraint))
+	v.soft(RuleAffinity, s.priority(RuleAffinity), hardAffinity(r), "no host satisfies the hard affinity rules")
+	if len(v.left) == 0 {
+		return nil, v.fail("no host may take %s: every host was eliminated", r.Service)
+	}
 	// Capacity, under buffer and overbooking.
 	capPrio := s.priority(RuleCapacity)
 	useBuffer := r.UseBuffer || capPrio == Soft && relaxed[RuleCapacity]
 	if capPrio == Soft && relaxed[RuleCapacity] && !r.UseBuffer && len(s.Buffer)+len(s.Overbooking) > 0 {
-		res.Violations = append(res.Violations, Violation{Rule: RuleCapacity, Detail: "normal placement used the hosts' buffered capacity"})
+		v.res.Violations = append(v.res.Violations, Violation{Rule: RuleCapacity, Detail: "normal placement used the hosts' buffered capacity"})
 	}
-	adj := map[string]*alloc.Host{}
 	spreadRule, _ := ParseSpread(string(r.DomainSpread))
 	needRoom := len(s.Buffer)+len(s.Overbooking) > 0 || spreadRule != SpreadOff &&
-		slices.ContainsFunc(left, func(h *Host) bool { return h.FaultDomain != "" || h.UpgradeDomain != "" })
+		slices.ContainsFunc(v.left, func(h *Host) bool { return h.FaultDomain != "" || h.UpgradeDomain != "" })
+	var room map[string]int
+	adj := map[string]*alloc.Host{}
 	if !needRoom {
 		// Fast path: nothing needs each host's room before the engine runs,
 		// which computes it anyway; the capacity row of the report is
 		// worked out only if the engine fails.
-		for _, h := range left {
+		for _, h := range v.left {
 			adj[h.Name] = h.Resources
 		}
-		rank := rankHosts(r, left)
-		slices.SortStableFunc(left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
-		return softAffinity(p, s, r, left, adj, nil, rank, res, relaxed[RuleAffinity])
+	} else {
+		var why map[string]string
+		adj, room, why = s.rooms(p, r, v.left, useBuffer)
+		before := v.left
+		if capPrio != Off {
+			v.elim(RuleCapacity, func(h *Host) bool {
+				return room[h.Name] > 0 || r.Strategy == alloc.Fill && h.Resources.Instances[r.Service] >= r.Count
+			})
+		}
+		if len(v.left) == 0 {
+			return nil, v.fail("no host has room for an instance of %s (%s CPUs, %d bytes): %s", r.Service,
+				alloc.FormatPieces(r.Pieces, p.ShareBase), r.MemoryBytes, whyNot(before, why))
+		}
 	}
-	room := map[string]int{}
-	why := map[string]string{}
-	for _, h := range left {
+	// Rank (seed 003 policies; nodes_order is also the preferred location).
+	rank := rankHosts(r, v.left)
+	slices.SortStableFunc(v.left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
+	return softAffinity(p, s, r, v.left, adj, room, rank, v.res, relaxed[RuleAffinity])
+}
+
+// rooms is, per host, its resources under the buffer and overbooking, how
+// many instances of r it has room for, and what limits that.
+func (s Settings) rooms(p alloc.Params, r Request, hosts []*Host, useBuffer bool) (adj map[string]*alloc.Host, room map[string]int, why map[string]string) {
+	adj, room, why = map[string]*alloc.Host{}, map[string]int{}, map[string]string{}
+	for _, h := range hosts {
 		ah, cpuCap := s.adjust(h.Resources, useBuffer)
 		adj[h.Name] = ah
 		c := alloc.HostCapacity(p, ah, r.Request)
@@ -406,28 +331,19 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 		}
 		room[h.Name] = n
 	}
-	before := left
-	if capPrio != Off {
-		elim(RuleCapacity, func(h *Host) bool {
-			return room[h.Name] > 0 || r.Strategy == alloc.Fill && h.Resources.Instances[r.Service] >= r.Count
-		})
-	}
-	if len(left) == 0 {
-		var parts []string
-		for _, h := range before[:min(len(before), 20)] {
-			parts = append(parts, fmt.Sprintf("%s takes 0 (%s)", h.Name, why[h.Name]))
-		}
-		if len(before) > 20 {
-			parts = append(parts, fmt.Sprintf("and %d more hosts", len(before)-20))
-		}
-		return nil, fail(fmt.Sprintf("no host has room for an instance of %s (%s CPUs, %d bytes): %s", r.Service,
-			alloc.FormatPieces(r.Pieces, p.ShareBase), r.MemoryBytes, strings.Join(parts, ", ")))
-	}
+	return adj, room, why
+}
 
-	// Rank (seed 003 policies; nodes_order is also the preferred location).
-	rank := rankHosts(r, left)
-	slices.SortStableFunc(left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
-	return softAffinity(p, s, r, left, adj, room, rank, res, relaxed[RuleAffinity])
+// whyNot says, for the first 20 hosts, why each takes none.
+func whyNot(hosts []*Host, why map[string]string) string {
+	var parts []string
+	for _, h := range hosts[:min(len(hosts), 20)] {
+		parts = append(parts, fmt.Sprintf("%s takes 0 (%s)", h.Name, why[h.Name]))
+	}
+	if len(hosts) > 20 {
+		parts = append(parts, fmt.Sprintf("and %d more hosts", len(hosts)-20))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // softAffinity places on the hosts that satisfy the soft affinity rules if

@@ -177,54 +177,8 @@ func (fh *Host) build(at string, sb int) (*alloc.Host, error) {
 	if h.MemoryUsed < 0 || h.MemoryUsed > h.MemoryBytes {
 		return nil, invalid(at+".used.memory_bytes", h.MemoryUsed, "want 0..%d (the host's memory)", h.MemoryBytes)
 	}
-	hostCPUs := make([]cpuset.CPUID, len(h.CPUs))
-	for i, c := range h.CPUs {
-		hostCPUs[i] = c.ID
-	}
-	all := cpuset.Of(hostCPUs...)
-	var covered cpuset.CPUs
-	for i, fn := range fh.NUMANodes {
-		field := fmt.Sprintf("%s.numa_nodes[%d]", at, i)
-		if fn.ID == nil || *fn.ID < 0 || *fn.ID > cpuset.MaxID {
-			return nil, invalid(field+".id", ptrString(fn.ID), "want a NUMA node id from 0 to %d", cpuset.MaxID)
-		}
-		cpus, err := cpuset.ParseCPUs(fn.CPUs)
-		if err != nil {
-			return nil, invalid(field+".cpus", fn.CPUs, "%v", err)
-		}
-		if !cpus.IsSubsetOf(all) {
-			return nil, invalid(field+".cpus", fn.CPUs, "CPUs %s are not in the host's capacity", cpus.Difference(all))
-		}
-		if ov := cpus.Intersect(covered); !ov.IsEmpty() {
-			return nil, invalid(field+".cpus", fn.CPUs, "CPUs %s are in another NUMA node too", ov)
-		}
-		if fn.MemoryBytes < 0 {
-			return nil, invalid(field+".memory_bytes", fn.MemoryBytes, "want 0 or more")
-		}
-		covered = covered.Union(cpus)
-		h.NUMANodes = append(h.NUMANodes, alloc.NUMANode{ID: cpuset.NUMANodeID(*fn.ID), CPUs: cpus, MemoryBytes: fn.MemoryBytes})
-	}
-	slices.SortFunc(h.NUMANodes, func(a, b alloc.NUMANode) int { return int(a.ID) - int(b.ID) })
-	for i := 1; i < len(h.NUMANodes); i++ {
-		if h.NUMANodes[i].ID == h.NUMANodes[i-1].ID {
-			return nil, invalid(at+".numa_nodes", h.NUMANodes[i].ID, "duplicate NUMA node id")
-		}
-	}
-	if len(h.NUMANodes) > 0 && !covered.Equal(all) {
-		return nil, invalid(at+".numa_nodes", covered, "CPUs %s are in no NUMA node", all.Difference(covered))
-	}
-	for _, k := range slices.Sorted(maps.Keys(fh.Used.NUMAMemoryBytes)) {
-		field := fmt.Sprintf("%s.used.numa_memory_bytes[%q]", at, k)
-		n, err := strconv.Atoi(k)
-		v := fh.Used.NUMAMemoryBytes[k]
-		i, ok := slices.BinarySearchFunc(h.NUMANodes, cpuset.NUMANodeID(n), func(x alloc.NUMANode, id cpuset.NUMANodeID) int { return int(x.ID) - int(id) })
-		if err != nil || !ok {
-			return nil, invalid(field, v, "no NUMA node %s in numa_nodes", k)
-		}
-		if v < 0 || v > h.NUMANodes[i].MemoryBytes {
-			return nil, invalid(field, v, "want 0..%d (the NUMA node's memory)", h.NUMANodes[i].MemoryBytes)
-		}
-		h.NUMANodes[i].MemoryUsed = v
+	if err := fh.buildNUMA(at, h); err != nil {
+		return nil, err
 	}
 	if t := fh.Topology; t != nil {
 		if err := t.Validate(); err != nil {
@@ -238,6 +192,61 @@ func (fh *Host) build(at string, sb int) (*alloc.Host, error) {
 		h.Instances[svc] = fh.Instances[svc]
 	}
 	return h, nil
+}
+
+// buildNUMA adds the file's NUMA nodes to h: they must cover h's CPUs
+// exactly once, and their usage must fit.
+func (fh *Host) buildNUMA(at string, h *alloc.Host) error {
+	hostCPUs := make([]cpuset.CPUID, len(h.CPUs))
+	for i, c := range h.CPUs {
+		hostCPUs[i] = c.ID
+	}
+	all := cpuset.Of(hostCPUs...)
+	var covered cpuset.CPUs
+	for i, fn := range fh.NUMANodes {
+		field := fmt.Sprintf("%s.numa_nodes[%d]", at, i)
+		if fn.ID == nil || *fn.ID < 0 || *fn.ID > cpuset.MaxID {
+			return invalid(field+".id", ptrString(fn.ID), "want a NUMA node id from 0 to %d", cpuset.MaxID)
+		}
+		cpus, err := cpuset.ParseCPUs(fn.CPUs)
+		if err != nil {
+			return invalid(field+".cpus", fn.CPUs, "%v", err)
+		}
+		if !cpus.IsSubsetOf(all) {
+			return invalid(field+".cpus", fn.CPUs, "CPUs %s are not in the host's capacity", cpus.Difference(all))
+		}
+		if ov := cpus.Intersect(covered); !ov.IsEmpty() {
+			return invalid(field+".cpus", fn.CPUs, "CPUs %s are in another NUMA node too", ov)
+		}
+		if fn.MemoryBytes < 0 {
+			return invalid(field+".memory_bytes", fn.MemoryBytes, "want 0 or more")
+		}
+		covered = covered.Union(cpus)
+		h.NUMANodes = append(h.NUMANodes, alloc.NUMANode{ID: cpuset.NUMANodeID(*fn.ID), CPUs: cpus, MemoryBytes: fn.MemoryBytes})
+	}
+	slices.SortFunc(h.NUMANodes, func(a, b alloc.NUMANode) int { return int(a.ID) - int(b.ID) })
+	for i := 1; i < len(h.NUMANodes); i++ {
+		if h.NUMANodes[i].ID == h.NUMANodes[i-1].ID {
+			return invalid(at+".numa_nodes", h.NUMANodes[i].ID, "duplicate NUMA node id")
+		}
+	}
+	if len(h.NUMANodes) > 0 && !covered.Equal(all) {
+		return invalid(at+".numa_nodes", covered, "CPUs %s are in no NUMA node", all.Difference(covered))
+	}
+	for _, k := range slices.Sorted(maps.Keys(fh.Used.NUMAMemoryBytes)) {
+		field := fmt.Sprintf("%s.used.numa_memory_bytes[%q]", at, k)
+		n, err := strconv.Atoi(k)
+		v := fh.Used.NUMAMemoryBytes[k]
+		i, ok := slices.BinarySearchFunc(h.NUMANodes, cpuset.NUMANodeID(n), func(x alloc.NUMANode, id cpuset.NUMANodeID) int { return int(x.ID) - int(id) })
+		if err != nil || !ok {
+			return invalid(field, v, "no NUMA node %s in numa_nodes", k)
+		}
+		if v < 0 || v > h.NUMANodes[i].MemoryBytes {
+			return invalid(field, v, "want 0..%d (the NUMA node's memory)", h.NUMANodes[i].MemoryBytes)
+		}
+		h.NUMANodes[i].MemoryUsed = v
+	}
+	return nil
 }
 
 func ptrString(p *int) string {

@@ -55,19 +55,8 @@ func (s *Service) Health(now time.Time) []Warning {
 	// Per service: constraint and domain spread.
 	for _, svc := range slices.Sorted(maps.Keys(per)) {
 		d, _ := s.st.Service(svc)
-		if r := d.Value.Rules; r != nil && r.Constraint != "" {
-			if e, err := placement.Parse(r.Constraint); err == nil {
-				var bad []string
-				for _, h := range slices.Sorted(maps.Keys(per[svc])) {
-					if v, ok := byName[h]; ok && !e.Match((&placement.Host{Name: h, Type: v.Host.Type, Properties: v.Host.Properties}).Props()) {
-						bad = append(bad, h)
-					}
-				}
-				if len(bad) > 0 {
-					out = append(out, Warning{Kind: placement.RulePlacementConstraint, Subject: svc,
-						Detail: fmt.Sprintf("instances on %s, which no longer match %q", strings.Join(bad, ", "), r.Constraint)})
-				}
-			}
+		if w, ok := constraintBroken(svc, d.Value.Rules, per[svc], byName); ok {
+			out = append(out, w)
 		}
 		if d.Value.Rules != nil && d.Value.Rules.DomainSpread == string(placement.SpreadOff) {
 			continue
@@ -102,6 +91,29 @@ func (s *Service) Health(now time.Time) []Warning {
 		}
 	}
 	return out
+}
+
+// constraintBroken warns when a service's instances run on hosts that no
+// longer match its placement constraint.
+func constraintBroken(svc string, r *state.Rules, onHosts map[string]int, byName map[string]state.HostView) (Warning, bool) {
+	if r == nil || r.Constraint == "" {
+		return Warning{}, false
+	}
+	e, err := placement.Parse(r.Constraint)
+	if err != nil {
+		return Warning{}, false
+	}
+	var bad []string
+	for _, h := range slices.Sorted(maps.Keys(onHosts)) {
+		if v, ok := byName[h]; ok && !e.Match((&placement.Host{Name: h, Type: v.Host.Type, Properties: v.Host.Properties}).Props()) {
+			bad = append(bad, h)
+		}
+	}
+	if len(bad) == 0 {
+		return Warning{}, false
+	}
+	return Warning{Kind: placement.RulePlacementConstraint, Subject: svc,
+		Detail: fmt.Sprintf("instances on %s, which no longer match %q", strings.Join(bad, ", "), r.Constraint)}, true
 }
 
 func minMax(m map[string]int) (lo, hi int) {

@@ -109,8 +109,13 @@ func cpusInUse(a state.Alloc, h state.Host) []cpuset.CPUID {
 
 // holders names the instances on host that hold any of cpus.
 func (s *Service) holders(host string, cpus []cpuset.CPUID) string {
+	return holders(s.st.Instances(host), cpus)
+}
+
+// holders names the instances of ins that hold any of cpus.
+func holders(ins []state.InstanceView, cpus []cpuset.CPUID) string {
 	var ids []string
-	for _, v := range s.st.Instances(host) {
+	for _, v := range ins {
 		for _, c := range cpus {
 			if v.Instance.CPUs[c] > 0 {
 				ids = append(ids, v.Instance.ID)
@@ -153,89 +158,9 @@ func (s *Service) SetHost(ctx context.Context, r SetHostRequest) (state.HostView
 		if !ok {
 			return state.HostView{}, errf(NotFound, "host %q is not registered", r.Name)
 		}
-		h := v.Host
-		h.CPUs = maps.Clone(h.CPUs)
-		h.NUMAMemory = maps.Clone(h.NUMAMemory)
-		sb := s.params.ShareBase
-		for _, id := range slices.Sorted(maps.Keys(r.AddCPUs)) {
-			p := r.AddCPUs[id]
-			if h.Topology != nil && !h.Topology.Online.Contains(id) {
-				return state.HostView{}, errf(Invalid, "host %s: add CPU %d: not an online CPU of the host (%s)", r.Name, id, h.Topology.Online)
-			}
-			if p < 1 || p > 100*sb {
-				return state.HostView{}, errf(Invalid, "host %s: CPU %d pieces = %d: want 1..%d", r.Name, id, p, 100*sb)
-			}
-			if p < v.Alloc.Used[id] {
-				return state.HostView{}, errf(Precond, "host %s: CPU %d pieces = %d: below the %d in use", r.Name, id, p, v.Alloc.Used[id])
-			}
-			h.CPUs[id] = p
-		}
-		var busy []cpuset.CPUID
-		for id := range r.RemoveCPUs.All() {
-			if _, ok := h.CPUs[id]; !ok {
-				return state.HostView{}, errf(Invalid, "host %s: remove CPU %d: not in the host's capacity", r.Name, id)
-			}
-			if v.Alloc.Used[id] > 0 {
-				busy = append(busy, id)
-			}
-			delete(h.CPUs, id)
-		}
-		if len(busy) > 0 {
-			return state.HostView{}, errf(Precond, "host %s: cannot remove CPUs %s: in use by %s", r.Name, cpuset.Of(busy...), s.holders(r.Name, busy))
-		}
-		if len(h.CPUs) == 0 {
-			return state.HostView{}, errf(Invalid, "host %s: removing CPUs %s leaves no CPU", r.Name, r.RemoveCPUs)
-		}
-		if r.MemoryBytes != nil {
-			h.MemoryBytes = *r.MemoryBytes
-		}
-		h.MemoryBytes += r.MemoryDelta
-		if h.MemoryBytes <= 0 {
-			return state.HostView{}, errf(Invalid, "host %s: memory would be %d bytes: want more than 0", r.Name, h.MemoryBytes)
-		}
-		if h.MemoryBytes < v.Alloc.MemoryUsed {
-			return state.HostView{}, errf(Precond, "host %s: memory %d bytes is below the %d in use", r.Name, h.MemoryBytes, v.Alloc.MemoryUsed)
-		}
-		for _, n := range slices.Sorted(maps.Keys(r.NUMAMemory)) {
-			m := r.NUMAMemory[n]
-			if _, ok := h.NUMAMemory[n]; !ok {
-				return state.HostView{}, errf(Invalid, "host %s: NUMA node %d: no such NUMA node", r.Name, n)
-			}
-			if m < v.Alloc.NUMAUsed[n] || m < 0 {
-				return state.HostView{}, errf(Precond, "host %s: NUMA node %d memory %d bytes is below the %d in use", r.Name, n, m, v.Alloc.NUMAUsed[n])
-			}
-			h.NUMAMemory[n] = m
-		}
-		h.Properties = maps.Clone(h.Properties)
-		if h.Properties == nil {
-			h.Properties = map[string]placement.Value{}
-		}
-		for _, k := range slices.Sorted(maps.Keys(r.SetProperties)) {
-			if err := placement.ValidatePropertyName(k); err != nil {
-				return state.HostView{}, errf(Invalid, "host %s: property %q: %v", r.Name, k, err)
-			}
-			h.Properties[k] = r.SetProperties[k]
-		}
-		for _, k := range r.RemoveProperties {
-			if _, ok := h.Properties[k]; !ok {
-				return state.HostView{}, errf(Invalid, "host %s: remove property %q: the host has no such property", r.Name, k)
-			}
-			delete(h.Properties, k)
-		}
-		if r.FaultDomain != nil {
-			if err := placement.ValidateFaultDomain(*r.FaultDomain); err != nil {
-				return state.HostView{}, errf(Invalid, "host %s: %v", r.Name, err)
-			}
-			h.FaultDomain = *r.FaultDomain
-		}
-		if r.UpgradeDomain != nil {
-			if strings.ContainsAny(*r.UpgradeDomain, " \t/") {
-				return state.HostView{}, errf(Invalid, "host %s: upgrade domain %q: no blanks or slashes", r.Name, *r.UpgradeDomain)
-			}
-			h.UpgradeDomain = *r.UpgradeDomain
-		}
-		if r.Type != nil {
-			h.Type = *r.Type
+		h, err := r.apply(v, s.st.Instances(r.Name), s.params.ShareBase)
+		if err != nil {
+			return state.HostView{}, err
 		}
 		var c state.Change
 		c.GuardView(v)
@@ -246,6 +171,113 @@ func (s *Service) SetHost(ctx context.Context, r SetHostRequest) (state.HostView
 		nv, _ := s.st.Host(r.Name)
 		return nv, nil
 	})
+}
+
+// apply is the host v with r applied, refused (and nothing changed) when
+// r is invalid or takes away capacity that instances ins use. Pure.
+func (r SetHostRequest) apply(v state.HostView, ins []state.InstanceView, shareBase int) (state.Host, error) {
+	h := v.Host
+	h.CPUs = maps.Clone(h.CPUs)
+	h.NUMAMemory = maps.Clone(h.NUMAMemory)
+	h.Properties = maps.Clone(h.Properties)
+	if h.Properties == nil {
+		h.Properties = map[string]placement.Value{}
+	}
+	if err := r.applyCPUs(&h, v.Alloc, ins, shareBase); err != nil {
+		return state.Host{}, err
+	}
+	if err := r.applyMemory(&h, v.Alloc); err != nil {
+		return state.Host{}, err
+	}
+	return h, r.applyPlacement(&h)
+}
+
+func (r SetHostRequest) applyCPUs(h *state.Host, used state.Alloc, ins []state.InstanceView, sb int) error {
+	for _, id := range slices.Sorted(maps.Keys(r.AddCPUs)) {
+		p := r.AddCPUs[id]
+		if h.Topology != nil && !h.Topology.Online.Contains(id) {
+			return errf(Invalid, "host %s: add CPU %d: not an online CPU of the host (%s)", r.Name, id, h.Topology.Online)
+		}
+		if p < 1 || p > 100*sb {
+			return errf(Invalid, "host %s: CPU %d pieces = %d: want 1..%d", r.Name, id, p, 100*sb)
+		}
+		if p < used.Used[id] {
+			return errf(Precond, "host %s: CPU %d pieces = %d: below the %d in use", r.Name, id, p, used.Used[id])
+		}
+		h.CPUs[id] = p
+	}
+	var busy []cpuset.CPUID
+	for id := range r.RemoveCPUs.All() {
+		if _, ok := h.CPUs[id]; !ok {
+			return errf(Invalid, "host %s: remove CPU %d: not in the host's capacity", r.Name, id)
+		}
+		if used.Used[id] > 0 {
+			busy = append(busy, id)
+		}
+		delete(h.CPUs, id)
+	}
+	if len(busy) > 0 {
+		return errf(Precond, "host %s: cannot remove CPUs %s: in use by %s", r.Name, cpuset.Of(busy...), holders(ins, busy))
+	}
+	if len(h.CPUs) == 0 {
+		return errf(Invalid, "host %s: removing CPUs %s leaves no CPU", r.Name, r.RemoveCPUs)
+	}
+	return nil
+}
+
+func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
+	if r.MemoryBytes != nil {
+		h.MemoryBytes = *r.MemoryBytes
+	}
+	h.MemoryBytes += r.MemoryDelta
+	if h.MemoryBytes <= 0 {
+		return errf(Invalid, "host %s: memory would be %d bytes: want more than 0", r.Name, h.MemoryBytes)
+	}
+	if h.MemoryBytes < used.MemoryUsed {
+		return errf(Precond, "host %s: memory %d bytes is below the %d in use", r.Name, h.MemoryBytes, used.MemoryUsed)
+	}
+	for _, n := range slices.Sorted(maps.Keys(r.NUMAMemory)) {
+		m := r.NUMAMemory[n]
+		if _, ok := h.NUMAMemory[n]; !ok {
+			return errf(Invalid, "host %s: NUMA node %d: no such NUMA node", r.Name, n)
+		}
+		if m < used.NUMAUsed[n] || m < 0 {
+			return errf(Precond, "host %s: NUMA node %d memory %d bytes is below the %d in use", r.Name, n, m, used.NUMAUsed[n])
+		}
+		h.NUMAMemory[n] = m
+	}
+	return nil
+}
+
+func (r SetHostRequest) applyPlacement(h *state.Host) error {
+	for _, k := range slices.Sorted(maps.Keys(r.SetProperties)) {
+		if err := placement.ValidatePropertyName(k); err != nil {
+			return errf(Invalid, "host %s: property %q: %v", r.Name, k, err)
+		}
+		h.Properties[k] = r.SetProperties[k]
+	}
+	for _, k := range r.RemoveProperties {
+		if _, ok := h.Properties[k]; !ok {
+			return errf(Invalid, "host %s: remove property %q: the host has no such property", r.Name, k)
+		}
+		delete(h.Properties, k)
+	}
+	if r.FaultDomain != nil {
+		if err := placement.ValidateFaultDomain(*r.FaultDomain); err != nil {
+			return errf(Invalid, "host %s: %v", r.Name, err)
+		}
+		h.FaultDomain = *r.FaultDomain
+	}
+	if r.UpgradeDomain != nil {
+		if strings.ContainsAny(*r.UpgradeDomain, " \t/") {
+			return errf(Invalid, "host %s: upgrade domain %q: no blanks or slashes", r.Name, *r.UpgradeDomain)
+		}
+		h.UpgradeDomain = *r.UpgradeDomain
+	}
+	if r.Type != nil {
+		h.Type = *r.Type
+	}
+	return nil
 }
 
 // SetEnabled enables or disables a host for new work. Disabling a host whose

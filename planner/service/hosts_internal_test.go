@@ -1,0 +1,72 @@
+package service
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// TestSetHostApply: SetHost's decision, without etcd: what changes, and
+// what is refused with which code, naming the field and value.
+func TestSetHostApply(t *testing.T) {
+	t.Parallel()
+	h, err := state.NewHost("h1", topologytest.Laptop().Topology(), state.Config{ShareBase: 100, MaxFragmentCores: -1}, state.CapacitySettings{MemoryShare: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := model.Instance{ID: "web-1", Service: "web", Host: "h1",
+		Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{2: 100, 3: 50}, NUMANode: 0, Memory: 1 << 30}}
+	used := state.NewAlloc()
+	used.Add(web, +1)
+	v := state.HostView{Host: h, Alloc: used}
+	ins := []state.InstanceView{{Instance: web}}
+	fd, ud, badUD := "fd:/dc1/r2", "UD1", "u d"
+	for _, tc := range []struct {
+		name string
+		r    SetHostRequest
+		code Code
+		want string // a part of the error, or of the changed host's %+v
+	}{
+		{"re-price a CPU", SetHostRequest{AddCPUs: map[cpuset.CPUID]int{5: 300}}, "", "5:300"},
+		{"remove a free CPU", SetHostRequest{RemoveCPUs: cpuset.MustParseCPUs("7")}, "", "6:100]"},
+		{"remove a held CPU", SetHostRequest{RemoveCPUs: cpuset.MustParseCPUs("3")}, Precond, "cannot remove CPUs 3: in use by instances [web-1]"},
+		{"price below use", SetHostRequest{AddCPUs: map[cpuset.CPUID]int{3: 40}}, Precond, "CPU 3 pieces = 40: below the 50 in use"},
+		{"offline CPU", SetHostRequest{AddCPUs: map[cpuset.CPUID]int{64: 100}}, Invalid, "add CPU 64: not an online CPU"},
+		{"too many pieces", SetHostRequest{AddCPUs: map[cpuset.CPUID]int{1: 10001}}, Invalid, "CPU 1 pieces = 10001: want 1..10000"},
+		{"memory below use", SetHostRequest{MemoryBytes: new(int64(1 << 29))}, Precond, "below the 1073741824 in use"},
+		{"NUMA node that is not there", SetHostRequest{NUMAMemory: map[cpuset.NUMANodeID]int64{3: 1}}, Invalid, "NUMA node 3: no such NUMA node"},
+		{"domains and a property", SetHostRequest{FaultDomain: &fd, UpgradeDomain: &ud, SetProperties: map[string]placement.Value{"ssd": placement.BoolVal(true)}}, "", "fd:/dc1/r2"},
+		{"bad upgrade domain", SetHostRequest{UpgradeDomain: &badUD}, Invalid, `upgrade domain "u d"`},
+		{"remove a property it lacks", SetHostRequest{RemoveProperties: []string{"gpu"}}, Invalid, `remove property "gpu"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.r.Name = "h1"
+			got, err := tc.r.apply(v, ins, 100)
+			if tc.code != "" {
+				if CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("err = %v, want %s containing %q", err, tc.code, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(fmtHost(got), tc.want) {
+				t.Errorf("host = %s, want it to contain %q", fmtHost(got), tc.want)
+			}
+			if len(v.Host.CPUs) != 8 || v.Host.Properties != nil {
+				t.Errorf("apply changed its input: %+v", v.Host)
+			}
+		})
+	}
+}
+
+func fmtHost(h state.Host) string {
+	return fmt.Sprintf("%v %s %s %v", h.CPUs, h.FaultDomain, h.UpgradeDomain, h.Properties)
+}
