@@ -283,13 +283,19 @@ func (r SetHostRequest) applyPlacement(h *state.Host) error {
 // SetEnabled enables or disables a host for new work. Disabling a host whose
 // agent is down is recorded and holds when the agent returns.
 func (s *Service) SetEnabled(ctx context.Context, name string, enabled bool) (state.HostView, error) {
+	return s.changeHost(ctx, name, func(h *state.Host) { h.Disabled = !enabled })
+}
+
+// changeHost commits change to host name's registration, reading it again
+// and retrying when it changed meanwhile.
+func (s *Service) changeHost(ctx context.Context, name string, change func(*state.Host)) (state.HostView, error) {
 	return retry(ctx, func() (state.HostView, error) {
 		v, ok := s.st.Host(name)
 		if !ok {
 			return state.HostView{}, errf(NotFound, "host %q is not registered", name)
 		}
 		h := v.Host
-		h.Disabled = !enabled
+		change(&h)
 		var c state.Change
 		c.GuardHost(name, v.HostRev)
 		c.PutHost(h)
@@ -308,25 +314,11 @@ func (s *Service) SetMaintenance(ctx context.Context, name string, grace time.Du
 	if grace == 0 || grace > 30*24*time.Hour {
 		return state.HostView{}, errf(Invalid, "maintenance grace = %s: want 1s..720h", grace)
 	}
-	return retry(ctx, func() (state.HostView, error) {
-		v, ok := s.st.Host(name)
-		if !ok {
-			return state.HostView{}, errf(NotFound, "host %q is not registered", name)
-		}
-		h := v.Host
-		h.MaintenanceUntil = time.Time{}
-		if grace > 0 {
-			h.MaintenanceUntil = time.Now().Add(grace).UTC().Truncate(time.Second)
-		}
-		var c state.Change
-		c.GuardHost(name, v.HostRev)
-		c.PutHost(h)
-		if _, err := s.st.Commit(ctx, &c); err != nil {
-			return state.HostView{}, err
-		}
-		nv, _ := s.st.Host(name)
-		return nv, nil
-	})
+	until := time.Time{}
+	if grace > 0 {
+		until = time.Now().Add(grace).UTC().Truncate(time.Second)
+	}
+	return s.changeHost(ctx, name, func(h *state.Host) { h.MaintenanceUntil = until })
 }
 
 // RemoveHost unregisters a host that runs no instances.
