@@ -142,6 +142,16 @@ func parseSize(flag, s string, signed bool) (int64, error) {
 
 // parseCPU checks a decimal CPU amount ("1.7", "+0.5", "-0.3") before it
 // is sent; the planner rounds it to pieces.
+// parseCPUAndMemory parses an instance size: --cpu and --memory.
+func parseCPUAndMemory(cpu, memory string) (string, int64, error) {
+	c, err := parseCPU("--cpu", cpu, false)
+	if err != nil {
+		return "", 0, err
+	}
+	m, err := parseSize("--memory", memory, false)
+	return c, m, err
+}
+
 func parseCPU(flag, s string, signed bool) (string, error) {
 	t := strings.TrimSpace(s)
 	f, err := strconv.ParseFloat(t, 64)

@@ -164,11 +164,7 @@ container resumes.`,
 			if err := out.validate(); err != nil {
 				return err
 			}
-			cpuS, err := parseCPU("--cpu", cpu, false)
-			if err != nil {
-				return err
-			}
-			mem, err := parseSize("--memory", memory, false)
+			cpuS, mem, err := parseCPUAndMemory(cpu, memory)
 			if err != nil {
 				return err
 			}
@@ -551,11 +547,7 @@ func newCapacityCmd() *cobra.Command {
 			if err := out.validate(); err != nil {
 				return err
 			}
-			cpuS, err := parseCPU("--cpu", cpu, false)
-			if err != nil {
-				return err
-			}
-			mem, err := parseSize("--memory", memory, false)
+			cpuS, mem, err := parseCPUAndMemory(cpu, memory)
 			if err != nil {
 				return err
 			}
