@@ -52,7 +52,7 @@ func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]model.Instance
 // carrying the elimination report.
 func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployResult, error) {
 	if err := state.ValidateServiceName(r.Service); err != nil {
-		return DeployResult{}, errf(Invalid, "service: %v", err)
+		return DeployResult{}, errf(Invalid, "service: %w", err)
 	}
 	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
 		return DeployResult{}, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
@@ -170,7 +170,7 @@ func (s *Service) placementError(err error) error {
 	b.WriteString(pe.Message)
 	b.WriteString("\nElimination sequence (rules in the order applied):\n")
 	b.WriteString(placement.Report(elims))
-	return &Error{Code: Exhausted, Message: strings.TrimRight(b.String(), "\n"), Eliminations: elims}
+	return &Error{Code: Exhausted, Message: strings.TrimRight(b.String(), "\n"), Eliminations: elims, Cause: pe}
 }
 
 func newID(service string) string {

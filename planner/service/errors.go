@@ -30,12 +30,20 @@ type Error struct {
 	// Eliminations is the placement rules' report when a deploy could not
 	// be placed: rule by rule, the hosts each removed.
 	Eliminations []placement.Elimination
+	// Cause is the error this one reports, if any (errors.Is/As reach it).
+	Cause error
 }
 
 func (e *Error) Error() string { return e.Message }
 
+// Unwrap is the cause.
+func (e *Error) Unwrap() error { return e.Cause }
+
+// errf is an error of code whose message is format with args; a %w verb
+// in format makes that argument its cause.
 func errf(code Code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	err := fmt.Errorf(format, args...)
+	return &Error{Code: code, Message: err.Error(), Cause: errors.Unwrap(err)}
 }
 
 // fromAlloc wraps an allocation engine error.
@@ -48,7 +56,7 @@ func fromAlloc(err error) error {
 	if ae.Code == alloc.CodeInvalid {
 		code = Invalid
 	}
-	return &Error{Code: code, Message: ae.Message, Alloc: ae}
+	return &Error{Code: code, Message: ae.Message, Alloc: ae, Cause: ae}
 }
 
 // CodeOf returns err's code ("" for internal errors).

@@ -38,7 +38,7 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 	}
 	h, err := state.NewHost(r.Name, r.Topology, s.st.Config(), r.Settings)
 	if err != nil {
-		return state.HostView{}, errf(Invalid, "%v", err)
+		return state.HostView{}, errf(Invalid, "%w", err)
 	}
 	h.Agent, h.AgentVersion, h.Protocol = r.Agent, r.AgentVersion, r.Protocol
 	return retry(ctx, func() (state.HostView, error) {
@@ -252,7 +252,7 @@ func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
 func (r SetHostRequest) applyPlacement(h *state.Host) error {
 	for _, k := range slices.Sorted(maps.Keys(r.SetProperties)) {
 		if err := placement.ValidatePropertyName(k); err != nil {
-			return errf(Invalid, "host %s: property %q: %v", r.Name, k, err)
+			return errf(Invalid, "host %s: property %q: %w", r.Name, k, err)
 		}
 		h.Properties[k] = r.SetProperties[k]
 	}
@@ -264,7 +264,7 @@ func (r SetHostRequest) applyPlacement(h *state.Host) error {
 	}
 	if r.FaultDomain != nil {
 		if err := placement.ValidateFaultDomain(*r.FaultDomain); err != nil {
-			return errf(Invalid, "host %s: %v", r.Name, err)
+			return errf(Invalid, "host %s: %w", r.Name, err)
 		}
 		h.FaultDomain = *r.FaultDomain
 	}

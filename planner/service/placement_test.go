@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -76,6 +77,9 @@ func TestPlacementRulesInTheService(t *testing.T) {
 	var se *service.Error
 	if !errorsAs(err, &se) || se.Code != service.Exhausted {
 		t.Fatalf("err = %v", err)
+	}
+	if pe := (*placement.Error)(nil); !errors.As(err, &pe) || len(pe.Eliminations) == 0 {
+		t.Errorf("the placement error is not reachable through the service error: %v", err)
 	}
 	got := map[string][]string{}
 	for _, e := range se.Eliminations {

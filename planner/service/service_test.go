@@ -2,11 +2,13 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
@@ -80,8 +82,9 @@ func TestDeployResizeRemove(t *testing.T) {
 	verify(t, s)
 	// A resize that cannot fit changes nothing.
 	before := s.Store().Instances("")
-	if _, err := s.Resize(ctx, service.ResizeRequest{Target: "web", CPUDelta: 500}); service.CodeOf(err) != service.Exhausted {
-		t.Errorf("oversized resize = %v, want resource_exhausted", err)
+	_, err = s.Resize(ctx, service.ResizeRequest{Target: "web", CPUDelta: 500})
+	if ae := (*alloc.Error)(nil); service.CodeOf(err) != service.Exhausted || !errors.As(err, &ae) || !errors.Is(err, alloc.ErrInsufficient) {
+		t.Errorf("oversized resize = %v, want resource_exhausted wrapping the engine's *alloc.Error", err)
 	}
 	if after := s.Store().Instances(""); len(after) != len(before) || after[0].Rev != before[0].Rev {
 		t.Errorf("a failed resize changed the store")

@@ -10,7 +10,7 @@ import (
 // SetPlacementSettings validates and stores the cluster's placement settings.
 func (s *Service) SetPlacementSettings(ctx context.Context, ps placement.Settings) (placement.Settings, error) {
 	if err := ps.Validate(); err != nil {
-		return ps, errf(Invalid, "%v", err)
+		return ps, errf(Invalid, "%w", err)
 	}
 	var c state.Change
 	c.PutPlacement(ps)

@@ -313,6 +313,9 @@ func HostState(h Host, live bool) string {
 }
 
 // HostView is a host with its usage and the revisions a plan was made from.
+// Its maps and topology are shared with the cache: a view is immutable, and
+// a caller that derives a changed document clones what it changes first
+// (Alloc.Clone, maps.Clone), as the service does.
 type HostView struct {
 	Host     Host
 	HostRev  int64
@@ -395,7 +398,8 @@ func (s *Store) Hosts() []HostView {
 	return s.viewsLocked(slices.Sorted(maps.Keys(s.hosts)))
 }
 
-// InstanceView is an instance with its revision and observed status.
+// InstanceView is an instance with its revision and observed status; like
+// HostView it shares maps with the cache and is immutable.
 type InstanceView struct {
 	Instance model.Instance
 	Rev      int64
