@@ -12,7 +12,7 @@ go vet ./... || fail=1
 go vet -tags kernel,e2e ./... || fail=1
 mod=github.com/pinfold/pinfold
 # Pure packages: no I/O, no clock, no randomness, no logging, no edges.
-for pkg in planner/cpuset planner/topology planner/alloc planner/placement; do
+for pkg in planner/cpuset planner/topology planner/model planner/alloc planner/placement; do
   [ -d "$pkg" ] || continue
   bad=$(go list -f '{{join .Imports "\n"}}' "./$pkg" | grep -E "^(os|os/exec|net|net/.*|log|log/slog|math/rand|math/rand/v2|syscall|$mod/(numa|cgroup|docker|nodeagent).*)$" || true)
   if [ -n "$bad" ]; then echo "lint: pure package $pkg imports: $bad"; fail=1; fi
@@ -23,6 +23,12 @@ done
 # Nothing under planner/ reaches out to the host-side packages.
 bad=$(go list -deps ./planner/... | grep -E "^$mod/(numa|cgroup|docker|nodeagent)" || true)
 if [ -n "$bad" ]; then echo "lint: planner/ depends on host-side packages: $bad"; fail=1; fi
+# Only planner/state speaks to etcd (the embed wiring included).
+bad=$(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}}' ./... | grep 'go\.etcd\.io/' | awk '{print $1}' | grep -vx "$mod/planner/state" || true)
+if [ -n "$bad" ]; then echo "lint: only planner/state may import go.etcd.io/...; also: $bad"; fail=1; fi
+# The domain model is a leaf: the CPU-set type and the standard library.
+bad=$(go list -f '{{join .Imports "\n"}}' ./planner/model | grep "^$mod/" | grep -vx "$mod/planner/cpuset" || true)
+if [ -n "$bad" ]; then echo "lint: planner/model imports $bad"; fail=1; fi
 # numa touches os only in host_linux.go.
 if grep -ln '"os"' numa/*.go | grep -v -e _test.go -e host_linux.go; then echo "lint: numa imports os outside host_linux.go"; fail=1; fi
 [ $fail = 0 ] && echo "lint: ok"

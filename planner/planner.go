@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/pinfold/pinfold/planner/api"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -92,7 +93,7 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 		endpoints = []string{e.Endpoint()}
 		log.Info("embedded etcd ready", "dir", dir, "client_url", e.Endpoint())
 	}
-	st, err := state.Open(ctx, endpoints, state.Config{ShareBase: cfg.ShareBase, MaxFragmentCores: cfg.MaxFragmentCores}, service.Protocol, log)
+	st, err := state.Open(ctx, endpoints, state.Config{ShareBase: cfg.ShareBase, MaxFragmentCores: cfg.MaxFragmentCores}, model.Protocol, log)
 	if err != nil {
 		return &StoreError{err}
 	}

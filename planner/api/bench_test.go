@@ -14,6 +14,7 @@ import (
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
@@ -36,7 +37,7 @@ func benchPlanner(b *testing.B, hosts int, noFsync bool) (pinfoldv1connect.Plann
 		b.Fatal(err)
 	}
 	b.Cleanup(e.Close)
-	st, err := state.Open(context.Background(), []string{cu}, state.Config{ShareBase: 100, MaxFragmentCores: -1}, service.Protocol, nil)
+	st, err := state.Open(context.Background(), []string{cu}, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

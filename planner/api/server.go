@@ -408,7 +408,7 @@ func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.Hea
 	if err := s.svc.Heartbeat(ctx, r.Msg.Host, r.Msg.AgentVersion, int(r.Msg.Protocol), ttl, met); err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pinfoldv1.HeartbeatResponse{PlannerProtocol: service.Protocol}), nil
+	return connect.NewResponse(&pinfoldv1.HeartbeatResponse{PlannerProtocol: model.Protocol}), nil
 }
 
 func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {

@@ -32,8 +32,8 @@ func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol 
 		if _, err := s.st.Commit(ctx, &c); err != nil && !errors.Is(err, state.ErrConflict) {
 			return err
 		}
-		if protocol != Protocol {
-			s.log.Warn("agent speaks another protocol: no new work for its host", "host", host, "protocol", protocol, "want", Protocol)
+		if protocol != model.Protocol {
+			s.log.Warn("agent speaks another protocol: no new work for its host", "host", host, "protocol", protocol, "want", model.Protocol)
 		}
 	}
 	var live []byte

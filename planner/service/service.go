@@ -12,9 +12,6 @@ import (
 	"github.com/pinfold/pinfold/planner/state"
 )
 
-// Protocol is the agent protocol version this planner speaks.
-const Protocol = model.Protocol
-
 // maxAttempts bounds re-planning after conflicts.
 const maxAttempts = 50
 

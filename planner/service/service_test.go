@@ -30,7 +30,7 @@ func (p planner) Store() *state.Store { return p.st }
 
 func newService(t *testing.T, c *statetest.Cluster, endpoints ...string) planner {
 	t.Helper()
-	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, service.Protocol, endpoints...)
+	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, endpoints...)
 	return planner{service.New(st, nil), st}
 }
 
@@ -262,7 +262,7 @@ func TestHeartbeat(t *testing.T) {
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	met := &state.Metrics{Load1: 0.5, Load5: 0.25, Load15: 0.125, MemTotal: 8 << 30, MemAvailable: 6 << 30}
-	if err := s.Heartbeat(ctx, "h1", "test", service.Protocol, 2*time.Second, met); err != nil {
+	if err := s.Heartbeat(ctx, "h1", "test", model.Protocol, 2*time.Second, met); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Live && v.Host.Agent }, "host live")
@@ -280,7 +280,7 @@ func TestHeartbeat(t *testing.T) {
 	if _, err := s.SetEnabled(ctx, "h1", false); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Heartbeat(ctx, "h1", "test", service.Protocol, 2*time.Second, nil); err != nil {
+	if err := s.Heartbeat(ctx, "h1", "test", model.Protocol, 2*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Live }, "host back")
@@ -291,18 +291,18 @@ func TestHeartbeat(t *testing.T) {
 	if _, err := s.SetEnabled(ctx, "h1", true); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Heartbeat(ctx, "h1", "future", service.Protocol+1, 2*time.Second, nil); err != nil {
+	if err := s.Heartbeat(ctx, "h1", "future", model.Protocol+1, 2*time.Second, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Host.Protocol == service.Protocol+1 }, "protocol recorded")
+	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return v.Host.Protocol == model.Protocol+1 }, "protocol recorded")
 	if len(s.Store().Schedulable()) != 0 {
-		t.Errorf("a host whose agent speaks protocol %d is still schedulable", service.Protocol+1)
+		t.Errorf("a host whose agent speaks protocol %d is still schedulable", model.Protocol+1)
 	}
 	// An agent of another protocol may not register: it would read the
 	// wire wrongly (protocol 1 sent CPU quotas as decimal strings).
 	_, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Agent: true,
-		AgentVersion: "old", Protocol: service.Protocol - 1, Settings: state.CapacitySettings{MemoryShare: 1}})
-	if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), fmt.Sprintf("speaks protocol %d and this planner speaks %d", service.Protocol-1, service.Protocol)) {
+		AgentVersion: "old", Protocol: model.Protocol - 1, Settings: state.CapacitySettings{MemoryShare: 1}})
+	if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), fmt.Sprintf("speaks protocol %d and this planner speaks %d", model.Protocol-1, model.Protocol)) {
 		t.Errorf("registration by an old agent = %v, want failed_precondition naming both protocols", err)
 	}
 	if err := s.Heartbeat(ctx, "nope", "x", 1, time.Second, nil); service.CodeOf(err) != service.NotFound {
