@@ -168,7 +168,7 @@ func printPlan(w io.Writer, in *planfile.Input, o planfile.Output) error {
 		if p.NUMANode >= 0 {
 			numa = fmt.Sprint(p.NUMANode)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i+1, p.Host, numa, orDash(cpuPieces(p.CPUs)), quota, formatBytes(p.MemoryBytes))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", i+1, p.Host, numa, orDash(cpuPieces(p.CPUs)), quota, formatBytes(p.Memory))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -25,7 +25,7 @@ func TestPlanIssueExample(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := `{"capacity":{"h1":2},"error":null,"placements":[{"cpus":{"0":100,"1":70},"host":"h1","memory_bytes":536870912,"numa_node":0},{"cpus":{"2":100,"3":70},"host":"h1","memory_bytes":536870912,"numa_node":1}],"total_capacity":2}`
+	want := `{"capacity":{"h1":2},"error":null,"placements":[{"bind":true,"cpus":{"0":100,"1":70},"host":"h1","memory_bytes":536870912,"numa_node":0},{"bind":true,"cpus":{"2":100,"3":70},"host":"h1","memory_bytes":536870912,"numa_node":1}],"total_capacity":2}`
 	if b, _ := json.Marshal(got); string(b) != want {
 		t.Errorf("plan -o json =\n%s\nwant\n%s", b, want)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 const (
@@ -60,8 +61,8 @@ func TestSeedFragmentExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []alloc.Placement{
-		{Host: "h1", CPUs: map[cpuset.CPUID]int{0: 100, 1: 70}, NUMANode: 0, MemoryBytes: 512 * MiB},
-		{Host: "h1", CPUs: map[cpuset.CPUID]int{2: 100, 3: 70}, NUMANode: 1, MemoryBytes: 512 * MiB},
+		{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 1: 70}, NUMANode: 0, Memory: 512 * MiB}},
+		{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{2: 100, 3: 70}, NUMANode: 1, Memory: 512 * MiB}},
 	}
 	if diff := cmp.Diff(want, res.Placements); diff != "" {
 		t.Errorf("placements (-want +got):\n%s", diff)

@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/topology"
 )
 
@@ -99,18 +100,13 @@ type Request struct {
 	Fixed map[string]int
 }
 
-// Placement is one instance's allocation on a host.
+// Placement is one instance's allocation on a host: the domain model's
+// Allocation (CPUs empty and CPUQuota in pieces for a memory-first
+// instance; NUMANode -1 for a cross-node plan, a memory-first instance or a
+// host without NUMA info). The engine leaves MemorySoft to its caller.
 type Placement struct {
 	Host string `json:"host"`
-	// CPUs maps each bound CPU to the pieces the instance holds on it;
-	// empty for a memory-first instance.
-	CPUs map[cpuset.CPUID]int `json:"cpus"`
-	// NUMANode is the NUMA node holding all CPUs and memory; -1 for a
-	// cross-node plan, a memory-first instance or a host without NUMA info.
-	NUMANode    cpuset.NUMANodeID `json:"numa_node"`
-	MemoryBytes int64             `json:"memory_bytes"`
-	// CPUQuota is the memory-first CPU quota in pieces; 0 when bound.
-	CPUQuota int `json:"-"`
+	model.Allocation
 }
 
 // PiecesOf converts a decimal CPU amount to pieces, rounding to the nearest

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // This file picks concrete CPUs. For k instances in one CPU set:
@@ -102,7 +103,7 @@ func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeI
 		if len(picked) < sh.x {
 			return nil, fmt.Errorf("alloc: internal error: found %d of %d whole CPUs on host %s", len(picked), sh.x, s.h.Name)
 		}
-		pl := Placement{Host: s.h.Name, CPUs: make(map[cpuset.CPUID]int, sh.x+1), NUMANode: numa, MemoryBytes: sh.mem}
+		pl := Placement{Host: s.h.Name, Allocation: model.Allocation{Bind: true, CPUs: make(map[cpuset.CPUID]int, sh.x+1), NUMANode: numa, Memory: sh.mem}}
 		for _, p := range picked {
 			s.free[p] -= sh.sb
 			pl.CPUs[s.ids[p]] = sh.sb

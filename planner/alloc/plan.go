@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // Result is the outcome of Plan.
@@ -122,7 +123,7 @@ func PlanValid(p Params, hosts []*Host, r Request) (*Result, error) {
 		}
 		if !r.Bind {
 			for range n {
-				res.Placements = append(res.Placements, Placement{Host: h.Name, CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, MemoryBytes: r.MemoryBytes, CPUQuota: r.Pieces})
+				res.Placements = append(res.Placements, Placement{Host: h.Name, Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, Memory: r.MemoryBytes, CPUQuota: r.Pieces}})
 			}
 			continue
 		}

@@ -95,7 +95,7 @@ func checkPlacements(t *testing.T, p alloc.Params, h *alloc.Host, r alloc.Reques
 	}
 	x, f := r.Pieces/p.ShareBase, r.Pieces%p.ShareBase
 	for _, pl := range pls {
-		mem += pl.MemoryBytes
+		mem += pl.Memory
 		if !r.Bind {
 			if len(pl.CPUs) != 0 || pl.CPUQuota != r.Pieces {
 				t.Fatalf("memory-first placement %+v", pl)
@@ -131,7 +131,7 @@ func checkPlacements(t *testing.T, p alloc.Params, h *alloc.Host, r alloc.Reques
 					t.Fatalf("NUMA-local placement on node %d uses CPU %d outside it", pl.NUMANode, id)
 				}
 			}
-			numaMem[pl.NUMANode] += pl.MemoryBytes
+			numaMem[pl.NUMANode] += pl.Memory
 		}
 	}
 	for id, u := range used {
@@ -220,10 +220,10 @@ func apply(h *alloc.Host, pl alloc.Placement) *alloc.Host {
 	for i := range c.CPUs {
 		c.CPUs[i].Used += pl.CPUs[c.CPUs[i].ID]
 	}
-	c.MemoryUsed += pl.MemoryBytes
+	c.MemoryUsed += pl.Memory
 	for i := range c.NUMANodes {
 		if c.NUMANodes[i].ID == pl.NUMANode {
-			c.NUMANodes[i].MemoryUsed += pl.MemoryBytes
+			c.NUMANodes[i].MemoryUsed += pl.Memory
 		}
 	}
 	return &c

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // Resize asks to change one running instance by deltas (seed 004 "实时重分配":
@@ -14,8 +15,7 @@ type Resize struct {
 	Host string
 	// Current is the instance's allocation now; the host's usage includes it.
 	// For a memory-first instance CPUs is empty and CPUQuota holds its quota.
-	Current     Placement
-	CurrentBind bool
+	Current     model.Allocation
 	CPUDelta    int   // pieces; may be negative
 	MemoryDelta int64 // bytes; may be negative
 	// Bind is the mode after the resize (switching bind <-> memory-first).
@@ -41,14 +41,8 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 		return Placement{}, err
 	}
 	cur := rz.Current
-	curPieces := cur.CPUQuota
-	if rz.CurrentBind {
-		curPieces = 0
-		for _, v := range cur.CPUs {
-			curPieces += v
-		}
-	}
-	newPieces, newMem := curPieces+rz.CPUDelta, cur.MemoryBytes+rz.MemoryDelta
+	curPieces := cur.Pieces()
+	newPieces, newMem := curPieces+rz.CPUDelta, cur.Memory+rz.MemoryDelta
 	switch {
 	case rz.Bind && newPieces < 1:
 		return Placement{}, invalid("resize.cpu_delta", FormatPieces(rz.CPUDelta, p.ShareBase),
@@ -58,9 +52,9 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 			"the instance has %s CPUs; the result would be negative", FormatPieces(curPieces, p.ShareBase))
 	case newMem <= 0:
 		return Placement{}, invalid("resize.memory_delta_bytes", rz.MemoryDelta,
-			"the instance has %d bytes; the result must stay above 0", cur.MemoryBytes)
+			"the instance has %d bytes; the result must stay above 0", cur.Memory)
 	}
-	released, err := release(p, h, cur, rz.CurrentBind)
+	released, err := release(p, h, cur)
 	if err != nil {
 		return Placement{}, err
 	}
@@ -77,14 +71,14 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 		if newPieces > s.poolPieces() {
 			return Placement{}, noFit("cpu: the shared pool has %s CPUs", FormatPieces(s.poolPieces(), p.ShareBase))
 		}
-		return Placement{Host: h.Name, CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, MemoryBytes: newMem, CPUQuota: newPieces}, nil
+		return Placement{Host: h.Name, Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, Memory: newMem, CPUQuota: newPieces}}, nil
 	}
 	sh := shape{sb: p.ShareBase, x: newPieces / p.ShareBase, f: newPieces % p.ShareBase, mem: newMem}
 	keep := map[cpuset.CPUID]int{}
-	if rz.CurrentBind {
+	if rz.Current.Bind {
 		keep = cur.CPUs
 	}
-	for _, try := range resizeOrder(s, cur.NUMANode, rz.CurrentBind) {
+	for _, try := range resizeOrder(s, cur.NUMANode, rz.Current.Bind) {
 		set, numa := s.all, cpuset.NUMANodeID(-1)
 		memFree := s.memFree
 		if try >= 0 {
@@ -135,7 +129,8 @@ func resizeOrder(s *hostState, cur cpuset.NUMANodeID, bound bool) []int {
 
 // release returns a copy of h without cur's usage, or an error when h does
 // not hold cur (the input is inconsistent).
-func release(p Params, h *Host, cur Placement, bound bool) (*Host, error) {
+func release(p Params, h *Host, cur model.Allocation) (*Host, error) {
+	bound := cur.Bind
 	c := *h
 	c.CPUs = slices.Clone(h.CPUs)
 	c.NUMANodes = slices.Clone(h.NUMANodes)
@@ -152,10 +147,10 @@ func release(p Params, h *Host, cur Placement, bound bool) (*Host, error) {
 			c.CPUs[i].Used -= v
 		}
 	}
-	if cur.MemoryBytes <= 0 || cur.MemoryBytes > c.MemoryUsed {
-		return nil, invalid("resize.current.memory_bytes", cur.MemoryBytes, "want 1..%d (the host's used memory)", c.MemoryUsed)
+	if cur.Memory <= 0 || cur.Memory > c.MemoryUsed {
+		return nil, invalid("resize.current.memory_bytes", cur.Memory, "want 1..%d (the host's used memory)", c.MemoryUsed)
 	}
-	c.MemoryUsed -= cur.MemoryBytes
+	c.MemoryUsed -= cur.Memory
 	if bound && cur.NUMANode >= 0 {
 		i, ok := slices.BinarySearchFunc(c.NUMANodes, cur.NUMANode, func(n NUMANode, id cpuset.NUMANodeID) int { return int(n.ID) - int(id) })
 		if !ok {
@@ -166,7 +161,7 @@ func release(p Params, h *Host, cur Placement, bound bool) (*Host, error) {
 				return nil, invalid("resize.current.numa_node", cur.NUMANode, "CPU %d is not on NUMA node %d", id, cur.NUMANode)
 			}
 		}
-		c.NUMANodes[i].MemoryUsed = max(c.NUMANodes[i].MemoryUsed-cur.MemoryBytes, 0)
+		c.NUMANodes[i].MemoryUsed = max(c.NUMANodes[i].MemoryUsed-cur.Memory, 0)
 	}
 	return &c, nil
 }
@@ -214,7 +209,7 @@ func (s *hostState) pickKeeping(sh shape, set []int32, numa cpuset.NUMANodeID, k
 	if len(picked) < sh.x {
 		return Placement{}, false
 	}
-	pl := Placement{Host: s.h.Name, CPUs: map[cpuset.CPUID]int{}, NUMANode: numa, MemoryBytes: sh.mem}
+	pl := Placement{Host: s.h.Name, Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{}, NUMANode: numa, Memory: sh.mem}}
 	for _, p := range picked {
 		pl.CPUs[s.ids[p]] = sh.sb
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // twoNodeHost: 8 CPUs, NUMA node 0 = 0-3, node 1 = 4-7, 8 GiB (4 per node).
@@ -23,7 +24,7 @@ func twoNodeHost(used map[int]int, mem, mem0 int64) *alloc.Host {
 
 func TestPlanResize(t *testing.T) {
 	t.Parallel()
-	cur := alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{1: 100, 2: 70}, NUMANode: 0, MemoryBytes: GiB}
+	cur := model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{1: 100, 2: 70}, NUMANode: 0, Memory: GiB}
 	tests := []struct {
 		name     string
 		host     *alloc.Host
@@ -34,73 +35,73 @@ func TestPlanResize(t *testing.T) {
 		{
 			name: "grow the fragment in place",
 			host: twoNodeHost(map[int]int{1: 100, 2: 70}, GiB, GiB),
-			rz:   alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: 20, Bind: true},
-			want: alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{1: 100, 2: 90}, NUMANode: 0, MemoryBytes: GiB},
+			rz:   alloc.Resize{Current: cur, CPUDelta: 20, Bind: true},
+			want: alloc.Placement{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{1: 100, 2: 90}, NUMANode: 0, Memory: GiB}},
 		},
 		{
 			name: "grow by 0.7: the old fragment CPU becomes whole, a new fragment nearby",
 			host: twoNodeHost(map[int]int{1: 100, 2: 70}, GiB, GiB),
-			rz:   alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: 70, MemoryDelta: GiB / 2, Bind: true},
-			want: alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{1: 100, 2: 100, 3: 40}, NUMANode: 0, MemoryBytes: GiB + GiB/2},
+			rz:   alloc.Resize{Current: cur, CPUDelta: 70, MemoryDelta: GiB / 2, Bind: true},
+			want: alloc.Placement{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{1: 100, 2: 100, 3: 40}, NUMANode: 0, Memory: GiB + GiB/2}},
 		},
 		{
 			name: "shrink keeps the whole CPU",
 			host: twoNodeHost(map[int]int{1: 100, 2: 70}, GiB, GiB),
-			rz:   alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: -70, Bind: true},
-			want: alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{1: 100}, NUMANode: 0, MemoryBytes: GiB},
+			rz:   alloc.Resize{Current: cur, CPUDelta: -70, Bind: true},
+			want: alloc.Placement{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{1: 100}, NUMANode: 0, Memory: GiB}},
 		},
 		{
 			name: "shrink below one CPU keeps the old whole CPU as the fragment",
 			host: twoNodeHost(map[int]int{1: 100, 2: 70}, GiB, GiB),
-			rz:   alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: -120, Bind: true},
-			want: alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{2: 50}, NUMANode: 0, MemoryBytes: GiB},
+			rz:   alloc.Resize{Current: cur, CPUDelta: -120, Bind: true},
+			want: alloc.Placement{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{2: 50}, NUMANode: 0, Memory: GiB}},
 		},
 		{
 			name: "fragment CPU shared with another instance stays a fragment",
 			host: twoNodeHost(map[int]int{1: 100, 2: 100}, GiB, GiB), // someone else holds 30 of CPU 2
-			rz:   alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: 100, Bind: true},
-			want: alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{1: 100, 0: 100, 2: 70}, NUMANode: 0, MemoryBytes: GiB},
+			rz:   alloc.Resize{Current: cur, CPUDelta: 100, Bind: true},
+			want: alloc.Placement{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{1: 100, 0: 100, 2: 70}, NUMANode: 0, Memory: GiB}},
 		},
 		{
 			name: "node 0 full: moves to node 1 (1.7+1.3 = 3 whole CPUs)",
 			host: twoNodeHost(map[int]int{0: 100, 1: 100, 2: 70, 3: 100}, GiB, GiB),
-			rz:   alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: 130, Bind: true},
-			want: alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{4: 100, 5: 100, 6: 100}, NUMANode: 1, MemoryBytes: GiB},
+			rz:   alloc.Resize{Current: cur, CPUDelta: 130, Bind: true},
+			want: alloc.Placement{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{4: 100, 5: 100, 6: 100}, NUMANode: 1, Memory: GiB}},
 		},
 		{
 			name: "unbind: memory-first with the same CPU as quota",
 			host: twoNodeHost(map[int]int{1: 100, 2: 70}, GiB, GiB),
-			rz:   alloc.Resize{Current: cur, CurrentBind: true, Bind: false},
-			want: alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, MemoryBytes: GiB, CPUQuota: 170},
+			rz:   alloc.Resize{Current: cur, Bind: false},
+			want: alloc.Placement{Host: "h1", Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, Memory: GiB, CPUQuota: 170}},
 		},
 		{
 			name: "bind a memory-first instance",
 			host: twoNodeHost(nil, GiB, 0),
-			rz:   alloc.Resize{Current: alloc.Placement{CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, MemoryBytes: GiB, CPUQuota: 150}, Bind: true},
-			want: alloc.Placement{Host: "h1", CPUs: map[cpuset.CPUID]int{0: 100, 3: 50}, NUMANode: 0, MemoryBytes: GiB},
+			rz:   alloc.Resize{Current: model.Allocation{CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, Memory: GiB, CPUQuota: 150}, Bind: true},
+			want: alloc.Placement{Host: "h1", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 3: 50}, NUMANode: 0, Memory: GiB}},
 		},
 		{
 			name:     "does not fit: memory",
 			host:     twoNodeHost(map[int]int{1: 100, 2: 70}, 8*GiB, GiB),
-			rz:       alloc.Resize{Current: cur, CurrentBind: true, MemoryDelta: GiB, Bind: true},
+			rz:       alloc.Resize{Current: cur, MemoryDelta: GiB, Bind: true},
 			wantCode: alloc.CodeResizeNoFit,
 		},
 		{
 			name:     "does not fit: CPUs",
 			host:     twoNodeHost(map[int]int{1: 100, 2: 70}, GiB, GiB),
-			rz:       alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: 700, Bind: true},
+			rz:       alloc.Resize{Current: cur, CPUDelta: 700, Bind: true},
 			wantCode: alloc.CodeResizeNoFit,
 		},
 		{
 			name:     "below zero",
 			host:     twoNodeHost(map[int]int{1: 100, 2: 70}, GiB, GiB),
-			rz:       alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: -170, Bind: true},
+			rz:       alloc.Resize{Current: cur, CPUDelta: -170, Bind: true},
 			wantCode: alloc.CodeInvalid,
 		},
 		{
 			name:     "current not held by the host",
 			host:     twoNodeHost(nil, GiB, GiB),
-			rz:       alloc.Resize{Current: cur, CurrentBind: true, CPUDelta: 10, Bind: true},
+			rz:       alloc.Resize{Current: cur, CPUDelta: 10, Bind: true},
 			wantCode: alloc.CodeInvalid,
 		},
 	}

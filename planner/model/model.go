@@ -42,7 +42,7 @@ type Spec struct {
 type Allocation struct {
 	// Bind: the instance holds CPUs (whole ones and at most one fragment);
 	// otherwise it is memory-first and shares the host's pool with a quota.
-	Bind bool `json:"bind"`
+	Bind bool `json:"bind,omitempty"`
 	// CPUs maps each held CPU to the pieces of it the instance holds.
 	CPUs map[cpuset.CPUID]int `json:"cpus"`
 	// CPUQuota is a memory-first instance's CPU time in pieces (0 when bound).
@@ -52,7 +52,7 @@ type Allocation struct {
 	// Memory is the hard limit (memory.max) in bytes.
 	Memory int64 `json:"memory_bytes"`
 	// MemorySoft is the soft limit (reservation) in bytes; 0 = none.
-	MemorySoft int64 `json:"memory_soft_bytes"`
+	MemorySoft int64 `json:"memory_soft_bytes,omitempty"`
 }
 
 // Pieces is the CPU the allocation amounts to, in pieces: the pieces held

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 )
 
@@ -291,7 +292,7 @@ func (fz *Resize) build(p alloc.Params, hosts []*alloc.Host) (*alloc.Resize, err
 		return nil, invalid("resize.host", fz.Host, "no such host in hosts")
 	}
 	curBind := fz.Current.Bind == nil || *fz.Current.Bind
-	rz := &alloc.Resize{Host: fz.Host, CurrentBind: curBind, MemoryDelta: fz.MemoryDeltaBytes, Bind: curBind}
+	rz := &alloc.Resize{Host: fz.Host, MemoryDelta: fz.MemoryDeltaBytes, Bind: curBind}
 	if fz.Bind != nil {
 		rz.Bind = *fz.Bind
 	}
@@ -309,7 +310,7 @@ func (fz *Resize) build(p alloc.Params, hosts []*alloc.Host) (*alloc.Resize, err
 	if fz.Current.NUMANode != nil {
 		numa = *fz.Current.NUMANode
 	}
-	rz.Current = alloc.Placement{Host: fz.Host, CPUs: map[cpuset.CPUID]int{}, NUMANode: cpuset.NUMANodeID(numa), MemoryBytes: fz.Current.MemoryBytes}
+	rz.Current = model.Allocation{Bind: curBind, CPUs: map[cpuset.CPUID]int{}, NUMANode: cpuset.NUMANodeID(numa), Memory: fz.Current.MemoryBytes}
 	for _, k := range slices.Sorted(maps.Keys(fz.Current.CPUs)) {
 		id, err := parseCPUKey(fmt.Sprintf("resize.current.cpus[%q]", k), k)
 		if err != nil {

@@ -108,8 +108,8 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 				a = v.Alloc.Clone()
 				c.GuardView(v)
 			}
-			in := model.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Spec: r.Spec, Generation: 1,
-				Allocation: model.Allocation{Bind: r.Bind, CPUs: p.CPUs, CPUQuota: p.CPUQuota, NUMANode: p.NUMANode, Memory: p.MemoryBytes, MemorySoft: r.MemorySoft}}
+			in := model.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Spec: r.Spec, Generation: 1, Allocation: p.Allocation}
+			in.MemorySoft = r.MemorySoft
 			a.Add(in, +1)
 			allocs[p.Host] = a
 			c.PutInstance(in)

@@ -117,22 +117,19 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			if r.Bind != nil {
 				bind = *r.Bind
 			}
-			cur := alloc.Placement{Host: in.Host, CPUs: in.CPUs, NUMANode: in.NUMANode, MemoryBytes: in.Memory, CPUQuota: in.CPUQuota}
-			pl, err := alloc.PlanResize(s.params, state.AllocHost(v.Host, a), alloc.Resize{Host: in.Host, Current: cur, CurrentBind: in.Bind,
+			pl, err := alloc.PlanResize(s.params, state.AllocHost(v.Host, a), alloc.Resize{Host: in.Host, Current: in.Allocation,
 				CPUDelta: r.CPUDelta, MemoryDelta: r.MemoryDelta, Bind: bind})
 			if err != nil {
 				return nil, fromAlloc(err)
 			}
 			a.Add(in, -1)
-			if st := t.Status; st != nil && pl.MemoryBytes < st.MemoryCurrent && !r.Force {
+			if st := t.Status; st != nil && pl.Memory < st.MemoryCurrent && !r.Force {
 				return nil, errf(Precond, "memory of %s: %s is below its current use %s (memory.current, reported by host %s); the kernel would reclaim and may OOM-kill it: use --force to lower it anyway",
-					in.ID, fmtBytes(pl.MemoryBytes), fmtBytes(st.MemoryCurrent), in.Host)
+					in.ID, fmtBytes(pl.Memory), fmtBytes(st.MemoryCurrent), in.Host)
 			}
 			next := in
-			next.CPUs, next.CPUQuota, next.NUMANode, next.Memory, next.Bind = pl.CPUs, pl.CPUQuota, pl.NUMANode, pl.MemoryBytes, bind
-			if next.MemorySoft > next.Memory {
-				next.MemorySoft = next.Memory
-			}
+			next.Allocation = pl.Allocation
+			next.MemorySoft = min(in.MemorySoft, next.Memory)
 			next.Generation++
 			next.Previous = &model.Previous{Generation: next.Generation, Allocation: in.Allocation}
 			next.RolledBack = ""
