@@ -174,12 +174,6 @@ container resumes.`,
 					return err
 				}
 			}
-			if _, err := alloc.ParseStrategy("--strategy", strategy); err != nil {
-				return badInput("--strategy %q: want auto, each, fill, global or drained", strategy)
-			}
-			if count < 1 && strategy != "fill" {
-				return badInput("--count %d: want at least 1", count)
-			}
 			hc, err := health.msg()
 			if err != nil {
 				return err

@@ -18,7 +18,6 @@ import (
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/cpuset"
-	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
 )
 
@@ -434,17 +433,11 @@ violation.`,
 				if !ok || k == "" {
 					return badInput("--property %q: want KEY=VALUE, e.g. HasSSD=true", kv)
 				}
-				if err := placement.ValidatePropertyName(k); err != nil {
-					return badInput("--property %q: %v", kv, err)
-				}
 				req.SetProperties[k] = v
 			}
 			req.RemoveProperties = rmProps
 			f := cmd.Flags()
 			if f.Changed("fault-domain") {
-				if err := placement.ValidateFaultDomain(fd); err != nil {
-					return badInput("--fault-domain: %v", err)
-				}
 				req.FaultDomain = &fd
 			}
 			if f.Changed("upgrade-domain") {

@@ -39,23 +39,10 @@ func (r *ruleFlags) register(cmd *cobra.Command) {
 	_ = cmd.RegisterFlagCompletionFunc("domain-spread", cobra.FixedCompletions([]string{"adaptive", "max_difference", "quorum_safe", "off"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// apply checks the rules locally (so bad input fails before any call) and
-// sets them on the request.
+// apply sets the rules on the request; the planner validates them where
+// the request enters (a bad rule is its InvalidArgument: exit 2, naming
+// the field).
 func (r *ruleFlags) apply(d *pinfoldv1.DeployRequest) error {
-	if _, err := placement.Parse(r.constraint); err != nil {
-		return badInput("--constraint: %v", err)
-	}
-	switch placement.Policy(r.policy) {
-	case "", placement.NodesOrder, placement.LoadAvg, placement.SpreadRank:
-	default:
-		return badInput("--placement-policy %q: want nodes_order, load_avg or spread", r.policy)
-	}
-	if len(r.order) > 0 && r.policy != string(placement.NodesOrder) {
-		return badInput("--hosts-order needs --placement-policy nodes_order")
-	}
-	if _, err := placement.ParseSpread(r.spread); err != nil {
-		return badInput("--domain-spread %q: want adaptive, max_difference, quorum_safe or off", r.spread)
-	}
 	d.Constraint, d.PlacementPolicy, d.HostsOrder, d.DomainSpread, d.UseBuffer = r.constraint, r.policy, r.order, r.spread, r.useBuffer
 	d.AffinityHard, d.AffinitySoft, d.AntiAffinityHard, d.AntiAffinitySoft = r.aff, r.softAff, r.anti, r.softAnti
 	return nil
