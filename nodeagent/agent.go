@@ -92,6 +92,8 @@ type record struct {
 	failed  int64  // the generation whose replace was rolled back
 	failMsg string // why that replace was rolled back
 	sent    *model.Status
+	cpu     cpuSample // the running container's usage at the last pass
+	cpuGot  int       // pieces per second between the last two passes
 }
 
 // New returns an agent.

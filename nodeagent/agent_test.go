@@ -136,6 +136,7 @@ type fakeCgroup struct {
 	mu     sync.Mutex
 	mem    map[string]int64  // cgroup path → memory.current
 	weight map[string]uint64 // cgroup path → cpu.weight
+	usage  map[string]uint64 // cgroup path → cpu.stat usage_usec
 }
 
 func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
@@ -157,6 +158,8 @@ func (f *fakeCgroup) Read(p cgroup.Path, name string) (string, error) {
 		return strconv.FormatInt(f.mem[p.String()], 10), nil
 	case "cpu.weight":
 		return strconv.FormatUint(f.weight[p.String()], 10), nil
+	case "cpu.stat":
+		return fmt.Sprintf("usage_usec %d\nuser_usec 0\nsystem_usec 0\n", f.usage[p.String()]), nil
 	}
 	return "", errors.New("unexpected read of " + name)
 }
@@ -508,5 +511,56 @@ func TestCheckpointEnforcedWhilePlannerDown(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v, want it to keep running until cancelled", err)
+	}
+}
+
+// TestCPUGot: the CPU a container gets is measured from cpu.stat between
+// passes, reported in pieces, and re-sent only when it moved enough.
+func TestCPUGot(t *testing.T) {
+	a, _, cg, pl := newTestAgent(t)
+	cg.usage = map[string]uint64{}
+	in := memInst(1, 128<<20)
+	in.CPUs = map[cpuset.CPUID]int{0: 100, 2: 70}
+	a.SetDesired([]model.Instance{in})
+	settle(t, a)
+	obs := func(usage uint64) []Observed {
+		return []Observed{{Container: docker.Container{ID: "c1", Instance: "db-1", Running: true}, CPUUsageUsec: usage}}
+	}
+	t0 := time.Now()
+	a.measure([]model.Instance{in}, obs(1_000_000), 100, t0)
+	a.measure([]model.Instance{in}, obs(1_000_000+3_400_000), 100, t0.Add(2*time.Second)) // 1.7 CPUs for 2 s
+	if got := a.records["db-1"].cpuGot; got != 170 {
+		t.Errorf("cpuGot = %d pieces, want 170", got)
+	}
+	// Through a real pass: the fake kernel's counter advances 1.2 CPUs.
+	cg.mu.Lock()
+	cg.usage["docker/c1"] = 0
+	cg.mu.Unlock()
+	a.Reconcile(context.Background())
+	time.Sleep(500 * time.Millisecond)
+	cg.mu.Lock()
+	cg.usage["docker/c1"] = 600_000
+	cg.mu.Unlock()
+	a.Reconcile(context.Background())
+	r := pl.last("db-1")
+	if r.CpuGotPieces < 90 || r.CpuGotPieces > 125 {
+		t.Errorf("reported cpu_got = %d pieces after 0.6 s of CPU in ~0.5 s, want about 120", r.CpuGotPieces)
+	}
+	for _, tc := range []struct {
+		sent, now int
+		want      bool
+	}{
+		{170, 172, false}, {170, 178, false}, {170, 179, true}, {0, 4, false}, {0, 5, true}, {1000, 1040, false}, {1000, 1050, true}, {200, 150, true},
+	} {
+		if got := cpuMoved(tc.sent, tc.now, 100); got != tc.want {
+			t.Errorf("cpuMoved(%d, %d) = %v, want %v", tc.sent, tc.now, got, tc.want)
+		}
+	}
+	// Another container (a replace) or a counter going back is no sample.
+	if _, ok := piecesPerSecond(cpuSample{"c1", 10, t0}, cpuSample{"c2", 20, t0.Add(time.Second)}, 100); ok {
+		t.Errorf("a sample across containers was used")
+	}
+	if _, ok := piecesPerSecond(cpuSample{"c1", 10, t0}, cpuSample{"c1", 5, t0.Add(time.Second)}, 100); ok {
+		t.Errorf("a counter that went back was used")
 	}
 }

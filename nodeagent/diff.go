@@ -44,6 +44,7 @@ type Observed struct {
 	// What the kernel holds for a running container (0: not read).
 	MemoryCurrent int64
 	CPUWeight     uint64
+	CPUUsageUsec  uint64 // cpu.stat usage_usec
 }
 
 // Diff compares what the planner wants with what Docker has and returns the

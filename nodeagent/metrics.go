@@ -50,11 +50,11 @@ func MetricsChanged(sent, m *pinfoldv1.HostMetrics) bool {
 }
 
 // observed reads what the kernel holds for a running container:
-// memory.current and cpu.weight (0 when unreadable).
-func (a *Agent) observed(c docker.Container) (memCurrent int64, weight uint64) {
+// memory.current, cpu.weight and cpu.stat's usage_usec (0 when unreadable).
+func (a *Agent) observed(c docker.Container) (memCurrent int64, weight, usageUsec uint64) {
 	p, err := cgroup.ParsePath(c.CgroupPath)
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	if s, err := a.cg.Read(p, "memory.current"); err == nil {
 		memCurrent, _ = strconv.ParseInt(strings.TrimSpace(s), 10, 64)
@@ -62,7 +62,52 @@ func (a *Agent) observed(c docker.Container) (memCurrent int64, weight uint64) {
 	if s, err := a.cg.Read(p, "cpu.weight"); err == nil {
 		weight, _ = strconv.ParseUint(strings.TrimSpace(s), 10, 64)
 	}
-	return memCurrent, weight
+	if s, err := a.cg.Read(p, "cpu.stat"); err == nil {
+		usageUsec = usageOf(s)
+	}
+	return memCurrent, weight, usageUsec
+}
+
+// usageOf is cpu.stat's usage_usec (0 when absent).
+func usageOf(cpuStat string) uint64 {
+	for line := range strings.Lines(cpuStat) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "usage_usec "); ok {
+			n, _ := strconv.ParseUint(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cpuSample is a container's cpu.stat usage_usec at a time.
+type cpuSample struct {
+	container string
+	usageUsec uint64
+	at        time.Time
+}
+
+// piecesPerSecond is the CPU a container used between two samples of it,
+// in pieces of shareBase (ok false when they are not of one container, or
+// too close in time to tell).
+func piecesPerSecond(prev, now cpuSample, shareBase int) (int, bool) {
+	dt := now.at.Sub(prev.at)
+	if prev.container == "" || prev.container != now.container || dt < 100*time.Millisecond || now.usageUsec < prev.usageUsec {
+		return 0, false
+	}
+	cpus := float64(now.usageUsec-prev.usageUsec) / float64(dt.Microseconds())
+	return int(math.Round(cpus * float64(shareBase))), true
+}
+
+// cpuMoved reports whether the CPU a container gets moved enough since it
+// was last sent to be sent again: by 5 % of a CPU and 5 % of the figure
+// (the enforcement target's tolerance), so a steady load does not write to
+// etcd on every pass.
+func cpuMoved(sent, now, shareBase int) bool {
+	d := now - sent
+	if d < 0 {
+		d = -d
+	}
+	return d*20 >= shareBase && d*20 >= sent
 }
 
 // memoryMoved reports whether memory use moved enough since it was last

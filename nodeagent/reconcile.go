@@ -34,6 +34,7 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 		return false
 	}
 	obs := a.observe(cs)
+	a.measure(desired, obs, h.ShareBase, time.Now())
 	actions := Diff(h, desired, obs, a.cfg.Scheme, failed)
 	// An instance with nothing left to do has converged: an error from an
 	// earlier pass (say, a size that was since rolled back) no longer holds.
@@ -68,6 +69,32 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 		}
 	}
 	return acted
+}
+
+// measure updates each desired instance's CPU got from its running
+// container's usage since the previous pass.
+func (a *Agent) measure(desired []model.Instance, obs []Observed, shareBase int, now time.Time) {
+	running := map[string]Observed{}
+	for _, o := range obs {
+		if o.Running {
+			running[o.Instance] = o
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, in := range desired {
+		r := a.recordLocked(in.ID)
+		o, ok := running[in.ID]
+		if !ok {
+			r.cpu, r.cpuGot = cpuSample{}, 0
+			continue
+		}
+		s := cpuSample{container: o.ID, usageUsec: o.CPUUsageUsec, at: now}
+		if got, ok := piecesPerSecond(r.cpu, s, shareBase); ok {
+			r.cpuGot = got
+		}
+		r.cpu = s
+	}
 }
 
 // remember records an action's outcome in its instance's record.
@@ -105,7 +132,7 @@ func (a *Agent) observe(cs []docker.Container) []Observed {
 		o := Observed{Container: c}
 		o.Generation, _ = strconv.ParseInt(c.Labels[LabelGeneration], 10, 64)
 		if c.Running {
-			o.MemoryCurrent, o.CPUWeight = a.observed(c)
+			o.MemoryCurrent, o.CPUWeight, o.CPUUsageUsec = a.observed(c)
 		}
 		out = append(out, o)
 	}

@@ -52,22 +52,27 @@ func statusOf(h Host, in model.Instance, cs []Observed, scheme Scheme, shared cp
 		st.Generation = in.Generation
 	}
 	st.MemoryCurrent = c.MemoryCurrent
+	if c.Running {
+		st.CPUGot = r.cpuGot
+	}
 	st.Applied = &model.Applied{CPUs: c.Applied.CPUs.String(), Mems: c.Applied.Mems.String(), CPUQuota: c.Applied.CPUQuota,
 		CPUWeight: c.CPUWeight, MemoryBytes: c.Applied.MemoryBytes}
 	return st
 }
 
 // worthSending reports whether st differs from what was last sent: in
-// anything but memory use, or in memory use by enough (memoryMoved).
-func worthSending(sent *model.Status, st model.Status) bool {
+// anything but memory and CPU use, or in those by enough (memoryMoved,
+// cpuMoved).
+func worthSending(sent *model.Status, st model.Status, shareBase int) bool {
 	if sent == nil {
 		return true
 	}
 	a, b := *sent, st
 	a.MemoryCurrent, b.MemoryCurrent = 0, 0
+	a.CPUGot, b.CPUGot = 0, 0
 	a.Applied, b.Applied = nil, nil
 	sameApplied := sent.Applied == nil && st.Applied == nil || sent.Applied != nil && st.Applied != nil && *sent.Applied == *st.Applied
-	return a != b || !sameApplied || memoryMoved(sent.MemoryCurrent, st.MemoryCurrent)
+	return a != b || !sameApplied || memoryMoved(sent.MemoryCurrent, st.MemoryCurrent) || cpuMoved(sent.CPUGot, st.CPUGot, shareBase)
 }
 
 // report tells the planner what changed for each desired instance, and
@@ -83,7 +88,7 @@ func (a *Agent) report(ctx context.Context, h Host, desired []model.Instance, ob
 		a.mu.Lock()
 		r := a.recordLocked(in.ID)
 		st := statusOf(h, in, byInst[in.ID], a.cfg.Scheme, shared, *r)
-		send := worthSending(r.sent, st)
+		send := worthSending(r.sent, st, h.ShareBase)
 		a.mu.Unlock()
 		if !send {
 			continue

@@ -24,6 +24,10 @@ type instanceJSON struct {
 	Host       string           `json:"host"`
 	CPUs       map[string]int32 `json:"cpus"`
 	CPUQuota   string           `json:"cpu_quota,omitempty"`
+	// CPUPlanned is the CPUs the allocation amounts to; CPUGot what the
+	// container used over the agent's last window (both in CPUs).
+	CPUPlanned string `json:"cpu_planned"`
+	CPUGot     string `json:"cpu_got"`
 	NUMANode   int32            `json:"numa_node"`
 	Memory     int64            `json:"memory_bytes"`
 	MemorySoft int64            `json:"memory_soft_bytes,omitempty"`
@@ -56,9 +60,15 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 		ap = &appliedJSON{a.Cpus, a.Mems, a.CpuQuota, a.CpuWeight, a.MemoryBytes}
 	}
 	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: quotaOf(in),
+		CPUPlanned: cpuAmount(int64(plannedPieces(in)), in.ShareBase), CPUGot: cpuAmount(int64(in.CpuGotPieces), in.ShareBase),
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}
+}
+
+// plannedPieces is the CPU an instance's allocation amounts to, in pieces.
+func plannedPieces(in *pinfoldv1.Instance) int {
+	return in.Model().Pieces()
 }
 
 // quotaOf is a memory-first instance's CPU quota in CPUs ("" when bound).
@@ -79,7 +89,7 @@ func instancesJSON(ins []*pinfoldv1.Instance) []instanceJSON {
 
 func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSERVICE\tHOST\tNUMA NODE\tCPUS (id:pieces)\tQUOTA\tMEMORY\tSTATE")
+	fmt.Fprintln(tw, "ID\tSERVICE\tHOST\tNUMA NODE\tCPUS (id:pieces)\tQUOTA\tCPU PLANNED/GOT\tMEMORY\tSTATE")
 	for _, in := range ins {
 		numa := "cross"
 		if in.NumaNode >= 0 {
@@ -99,8 +109,12 @@ func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 		if in.RolledBack != "" {
 			state += " [" + in.RolledBack + "]"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
-			orDash(quotaOf(in)), formatBytes(in.MemoryBytes), state)
+		got := "-"
+		if in.State == "running" {
+			got = cpuAmount(int64(in.CpuGotPieces), in.ShareBase)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
+			orDash(quotaOf(in)), cpuAmount(int64(plannedPieces(in)), in.ShareBase), got, formatBytes(in.MemoryBytes), state)
 	}
 	return tw.Flush()
 }

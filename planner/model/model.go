@@ -102,6 +102,10 @@ type Status struct {
 	Refused int64 `json:"refused_generation,omitempty"`
 	// MemoryCurrent is the container's memory.current in bytes.
 	MemoryCurrent int64 `json:"memory_current_bytes,omitempty"`
+	// CPUGot is the CPU time the container used over the agent's last
+	// window (two passes, about --resync apart), in pieces per second:
+	// what the kernel delivered, to compare with Allocation.Pieces().
+	CPUGot int `json:"cpu_got_pieces,omitempty"`
 	// Applied is what the container has, as the host reports it.
 	Applied *Applied `json:"applied,omitempty"`
 }

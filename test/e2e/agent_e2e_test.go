@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +27,8 @@ type psEntry struct {
 	Host       string         `json:"host"`
 	CPUs       map[string]int `json:"cpus"`
 	CPUQuota   string         `json:"cpu_quota"`
+	CPUPlanned string         `json:"cpu_planned"`
+	CPUGot     string         `json:"cpu_got"`
 	NUMANode   int            `json:"numa_node"`
 	Memory     int64          `json:"memory_bytes"`
 	State      string         `json:"state"`
@@ -350,7 +353,33 @@ func TestE2EAgent(t *testing.T) {
 	} else {
 		t.Logf("host metrics from the agent: load1 %.2f, memory %d of %d bytes available", h.Metrics.Load1, h.Metrics.MemAvail, h.Metrics.MemTotal)
 	}
+	testCPUGot(t, image)
 	testPoolAndCheckpoint(t, image, planner, agent, agentArgs)
+}
+
+// testCPUGot: a busy bound instance of 1 CPU reports cpu_planned 1 and a
+// cpu_got, measured by its host from cpu.stat, of at most the plan + 0.05
+// (its cpuset holds one CPU) and well above 0.
+func testCPUGot(t *testing.T, image string) {
+	if _, errOut, code := pinfold(t, "", "deploy", "busy", "--count", "1", "--cpu", "1", "--bind", "--memory", "32MiB",
+		"--image", image, "--planner", plannerAddr, "--", "sh", "-c", "while :; do :; done"); code != 0 {
+		t.Fatalf("deploy busy: %s", errOut)
+	}
+	var e psEntry
+	eventually(t, 60*time.Second, "busy to report the CPU it gets", func() (bool, string) {
+		for _, x := range ps(t) {
+			if x.Service == "busy" {
+				e = x
+			}
+		}
+		got, err := strconv.ParseFloat(e.CPUGot, 64)
+		return e.State == "running" && err == nil && got >= 0.5, fmt.Sprintf("%+v", e)
+	})
+	got, _ := strconv.ParseFloat(e.CPUGot, 64)
+	if e.CPUPlanned != "1" || got > 1.05 {
+		t.Errorf("busy: cpu_planned %q, cpu_got %q; want 1 planned and at most 1.05 got", e.CPUPlanned, e.CPUGot)
+	}
+	t.Logf("busy loop bound to 1 CPU: cpu_planned %s, cpu_got %s (cpu.stat over the agent's last window)", e.CPUPlanned, e.CPUGot)
 }
 
 // testPoolAndCheckpoint: a memory-first instance runs on the host's CPUs in

@@ -23,6 +23,7 @@ func NewInstance(in model.Instance, st *model.Status, state string, shareBase in
 	if st != nil {
 		m.ContainerId, m.Pid, m.Error = st.ContainerID, int32(st.PID), st.Error
 		m.ObservedGeneration, m.MemoryCurrentBytes, m.RefusedGeneration = st.Generation, st.MemoryCurrent, st.Refused
+		m.CpuGotPieces = int32(st.CPUGot)
 		m.Applied = NewApplied(st.Applied)
 	}
 	return m
@@ -76,11 +77,11 @@ func (m *Applied) Model() *model.Applied {
 func NewReportStatusRequest(host, id string, st model.Status) *ReportStatusRequest {
 	return &ReportStatusRequest{Host: host, Id: id, State: st.State, ContainerId: st.ContainerID, Pid: int32(st.PID),
 		Generation: st.Generation, Error: st.Error, RefusedGeneration: st.Refused, MemoryCurrentBytes: st.MemoryCurrent,
-		Applied: NewApplied(st.Applied)}
+		Applied: NewApplied(st.Applied), CpuGotPieces: int32(st.CPUGot)}
 }
 
 // Status is what m reports.
 func (m *ReportStatusRequest) Status() model.Status {
 	return model.Status{State: m.State, ContainerID: m.ContainerId, PID: int(m.Pid), Generation: m.Generation, Error: m.Error,
-		Refused: m.RefusedGeneration, MemoryCurrent: m.MemoryCurrentBytes, Applied: m.Applied.Model()}
+		Refused: m.RefusedGeneration, MemoryCurrent: m.MemoryCurrentBytes, Applied: m.Applied.Model(), CPUGot: int(m.CpuGotPieces)}
 }

@@ -28,7 +28,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("%s: round trip (-want +got):\n%s", in.ID, diff)
 		}
 	}
-	st := model.Status{State: "running", ContainerID: "c1", PID: 42, Generation: 3, Error: "e", Refused: 3, MemoryCurrent: 5 << 20,
+	st := model.Status{State: "running", ContainerID: "c1", PID: 42, Generation: 3, Error: "e", Refused: 3, MemoryCurrent: 5 << 20, CPUGot: 168,
 		Applied: &model.Applied{CPUs: "0,3", Mems: "1", CPUQuota: 170000, CPUWeight: 70, MemoryBytes: 1 << 30}}
 	if diff := cmp.Diff(st, pinfoldv1.NewReportStatusRequest("h1", "web-1", st).Status()); diff != "" {
 		t.Errorf("status round trip (-want +got):\n%s", diff)

@@ -960,6 +960,7 @@ type Instance struct {
 	Network            string                 `protobuf:"bytes,25,opt,name=network,proto3" json:"network,omitempty"`                                        // Docker network mode; "": the engine's default
 	CpuQuotaPieces     int32                  `protobuf:"varint,26,opt,name=cpu_quota_pieces,json=cpuQuotaPieces,proto3" json:"cpu_quota_pieces,omitempty"` // memory-first only: CPU time in pieces of share_base
 	ShareBase          int32                  `protobuf:"varint,27,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"`                  // pieces per CPU
+	CpuGotPieces       int32                  `protobuf:"varint,28,opt,name=cpu_got_pieces,json=cpuGotPieces,proto3" json:"cpu_got_pieces,omitempty"`       // observed: CPU time used over the agent's last window, in pieces
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1165,6 +1166,13 @@ func (x *Instance) GetCpuQuotaPieces() int32 {
 func (x *Instance) GetShareBase() int32 {
 	if x != nil {
 		return x.ShareBase
+	}
+	return 0
+}
+
+func (x *Instance) GetCpuGotPieces() int32 {
+	if x != nil {
+		return x.CpuGotPieces
 	}
 	return 0
 }
@@ -2797,7 +2805,8 @@ type ReportStatusRequest struct {
 	Error              string                 `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	RefusedGeneration  int64                  `protobuf:"varint,8,opt,name=refused_generation,json=refusedGeneration,proto3" json:"refused_generation,omitempty"` // the desired generation the host refused
 	MemoryCurrentBytes int64                  `protobuf:"varint,9,opt,name=memory_current_bytes,json=memoryCurrentBytes,proto3" json:"memory_current_bytes,omitempty"`
-	Applied            *Applied               `protobuf:"bytes,10,opt,name=applied,proto3" json:"applied,omitempty"` // what the container has, as the engine and the kernel report it
+	Applied            *Applied               `protobuf:"bytes,10,opt,name=applied,proto3" json:"applied,omitempty"`                                  // what the container has, as the engine and the kernel report it
+	CpuGotPieces       int32                  `protobuf:"varint,11,opt,name=cpu_got_pieces,json=cpuGotPieces,proto3" json:"cpu_got_pieces,omitempty"` // CPU time used over the last window (cpu.stat usage_usec), in pieces
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2900,6 +2909,13 @@ func (x *ReportStatusRequest) GetApplied() *Applied {
 		return x.Applied
 	}
 	return nil
+}
+
+func (x *ReportStatusRequest) GetCpuGotPieces() int32 {
+	if x != nil {
+		return x.CpuGotPieces
+	}
+	return 0
 }
 
 // Applied is what a container's resources are on its host.
@@ -3216,7 +3232,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xfa\x06\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xa0\a\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -3247,7 +3263,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\anetwork\x18\x19 \x01(\tR\anetwork\x12(\n" +
 	"\x10cpu_quota_pieces\x18\x1a \x01(\x05R\x0ecpuQuotaPieces\x12\x1d\n" +
 	"\n" +
-	"share_base\x18\x1b \x01(\x05R\tshareBase\x1a7\n" +
+	"share_base\x18\x1b \x01(\x05R\tshareBase\x12$\n" +
+	"\x0ecpu_got_pieces\x18\x1c \x01(\x05R\fcpuGotPieces\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01J\x04\b\t\x10\n" +
@@ -3396,7 +3413,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"ttlSeconds\x121\n" +
 	"\ametrics\x18\x05 \x01(\v2\x17.pinfold.v1.HostMetricsR\ametrics\">\n" +
 	"\x11HeartbeatResponse\x12)\n" +
-	"\x10planner_protocol\x18\x01 \x01(\x05R\x0fplannerProtocol\"\xca\x02\n" +
+	"\x10planner_protocol\x18\x01 \x01(\x05R\x0fplannerProtocol\"\xf0\x02\n" +
 	"\x13ReportStatusRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
@@ -3410,7 +3427,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x12refused_generation\x18\b \x01(\x03R\x11refusedGeneration\x120\n" +
 	"\x14memory_current_bytes\x18\t \x01(\x03R\x12memoryCurrentBytes\x12-\n" +
 	"\aapplied\x18\n" +
-	" \x01(\v2\x13.pinfold.v1.AppliedR\aapplied\"\x90\x01\n" +
+	" \x01(\v2\x13.pinfold.v1.AppliedR\aapplied\x12$\n" +
+	"\x0ecpu_got_pieces\x18\v \x01(\x05R\fcpuGotPieces\"\x90\x01\n" +
 	"\aApplied\x12\x12\n" +
 	"\x04cpus\x18\x01 \x01(\tR\x04cpus\x12\x12\n" +
 	"\x04mems\x18\x02 \x01(\tR\x04mems\x12\x1b\n" +
