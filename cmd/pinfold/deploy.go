@@ -19,30 +19,30 @@ import (
 
 // instanceJSON is the -o json form of an instance.
 type instanceJSON struct {
-	ID         string           `json:"id"`
-	Service    string           `json:"service"`
-	Host       string           `json:"host"`
-	CPUs       map[string]int32 `json:"cpus"`
-	CPUQuota   string           `json:"cpu_quota,omitempty"`
+	ID       string           `json:"id"`
+	Service  string           `json:"service"`
+	Host     string           `json:"host"`
+	CPUs     map[string]int32 `json:"cpus"`
+	CPUQuota string           `json:"cpu_quota,omitempty"`
 	// CPUPlanned is the CPUs the allocation amounts to; CPUGot what the
 	// container used over the agent's last window (both in CPUs).
-	CPUPlanned string `json:"cpu_planned"`
-	CPUGot     string `json:"cpu_got"`
-	NUMANode   int32            `json:"numa_node"`
-	Memory     int64            `json:"memory_bytes"`
-	MemorySoft int64            `json:"memory_soft_bytes,omitempty"`
-	Bind       bool             `json:"bind"`
-	Image      string           `json:"image,omitempty"`
-	Network    string           `json:"network,omitempty"`
-	State      string           `json:"state"`
-	Generation int64            `json:"generation"`
-	Container  string           `json:"container_id,omitempty"`
-	PID        int32            `json:"pid,omitempty"`
-	Error      string           `json:"error,omitempty"`
-	Observed   int64            `json:"observed_generation"`
-	MemoryUsed int64            `json:"memory_current_bytes,omitempty"`
-	RolledBack string           `json:"rolled_back,omitempty"`
-	Applied    *appliedJSON     `json:"applied,omitempty"`
+	CPUPlanned string       `json:"cpu_planned"`
+	CPUGot     string       `json:"cpu_got"`
+	NUMANode   int32        `json:"numa_node"`
+	Memory     int64        `json:"memory_bytes"`
+	MemorySoft int64        `json:"memory_soft_bytes,omitempty"`
+	Bind       bool         `json:"bind"`
+	Image      string       `json:"image,omitempty"`
+	Network    string       `json:"network,omitempty"`
+	State      string       `json:"state"`
+	Generation int64        `json:"generation"`
+	Container  string       `json:"container_id,omitempty"`
+	PID        int32        `json:"pid,omitempty"`
+	Error      string       `json:"error,omitempty"`
+	Observed   int64        `json:"observed_generation"`
+	MemoryUsed int64        `json:"memory_current_bytes,omitempty"`
+	RolledBack string       `json:"rolled_back,omitempty"`
+	Applied    *appliedJSON `json:"applied,omitempty"`
 }
 
 // appliedJSON is what the host reports the container has.
