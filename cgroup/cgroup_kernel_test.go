@@ -184,3 +184,36 @@ func TestKernelRefusedWriteRollsBack(t *testing.T) {
 	}
 	t.Logf("kernel refusal: %v", err)
 }
+
+// TestKernelReadBackAndWriteOrder: the kernel stores memory limits in whole
+// pages and cpusets in its own list form, and Apply reads each back as
+// holding what it wrote; lowering memory (high before max, as Plan orders
+// it) ends with both as asked.
+func TestKernelReadBackAndWriteOrder(t *testing.T) {
+	m := kernelManager(t)
+	p, _ := m.Parent().Child("readback")
+	cpus := m.HostCPUs()
+	odd := int64(256<<20 + 100) // not a whole number of pages
+	s := cgroup.Spec{Path: p, CPUs: cgroup.CPUsOf(cpus), Mems: cgroup.MemsOf(m.HostMems()), MemoryHigh: cgroup.Int64(odd), MemoryMax: cgroup.Int64(odd)}
+	if err := m.Apply(context.Background(), s); err != nil {
+		t.Fatalf("Apply of a memory limit the kernel rounds to pages = %v", err)
+	}
+	page := int64(os.Getpagesize())
+	if got, _ := m.Read(p, "memory.max"); got != fmt.Sprint(odd-odd%page) {
+		t.Errorf("memory.max = %s, want %d rounded down to pages", got, odd)
+	}
+	if got, _ := m.Read(p, "cpuset.cpus"); !cpuset.MustParseCPUs(got).Equal(cpus) {
+		t.Errorf("cpuset.cpus = %q, want %s", got, cpus)
+	}
+	// Lower both: high first, so the hard limit never undercuts it.
+	s.MemoryHigh, s.MemoryMax = cgroup.Int64(64<<20), cgroup.Int64(96<<20)
+	if err := m.Apply(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	hi, _ := m.Read(p, "memory.high")
+	mx, _ := m.Read(p, "memory.max")
+	if hi != fmt.Sprint(64<<20) || mx != fmt.Sprint(96<<20) {
+		t.Errorf("after lowering: memory.high %s, memory.max %s", hi, mx)
+	}
+	t.Logf("read back: memory.max %d stored as %d; cpuset.cpus %s", odd, odd-odd%page, cpus)
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -298,5 +299,72 @@ func TestStats(t *testing.T) {
 	}
 	if _, err := m.Read(cgroup.MustParsePath("docker"), "../../etc/passwd"); err == nil {
 		t.Errorf("Read with a path in the file name succeeded")
+	}
+}
+
+// TestApplyReadBack: every write is read back. A kernel that stores memory
+// limits in whole pages and cpusets in its own list form is fine; one that
+// holds another value than written is a refusal, and what Apply wrote
+// before is restored.
+func TestApplyReadBack(t *testing.T) {
+	t.Parallel()
+	page := int64(os.Getpagesize())
+	for _, tc := range []struct {
+		name   string
+		stored func(file, value string) string
+		err    bool
+	}{
+		{"as written", nil, false},
+		{"pages and list forms", func(file, value string) string {
+			switch {
+			case strings.HasSuffix(file, "memory.max"):
+				n, _ := strconv.ParseInt(value, 10, 64)
+				return strconv.FormatInt(n-n%page, 10)
+			case strings.HasSuffix(file, "cpuset.cpus"):
+				return "2,3"
+			}
+			return value
+		}, false},
+		{"weight clamped", func(file, value string) string {
+			if strings.HasSuffix(file, "cpu.weight") {
+				return "100"
+			}
+			return value
+		}, true},
+		{"memory.max not the value", func(file, value string) string {
+			if strings.HasSuffix(file, "memory.max") {
+				return "max"
+			}
+			return value
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := cgrouptest.Tree(t, "v2-root")
+			m, err := cgroup.Open(dir, "pinfold", cgroup.WithStoredValue(tc.stored))
+			if tc.stored == nil {
+				m, err = cgroup.Open(dir, "pinfold")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			p := cgroup.MustParsePath("pinfold/web-1")
+			before := cgrouptest.Listing(t, dir, "pinfold/web-1", "cpu.weight", "cpuset.cpus", "memory.max")
+			err = m.Apply(context.Background(), cgroup.Spec{Path: p, CPUs: cgroup.CPUsOf(cpuset.MustParseCPUs("2-3")),
+				CPUWeight: 70, MemoryMax: cgroup.Int64(256<<20 + 100)})
+			if !tc.err {
+				if err != nil {
+					t.Fatalf("Apply = %v", err)
+				}
+				return
+			}
+			var ae *cgroup.ApplyError
+			if !errors.As(err, &ae) || !errors.Is(err, cgroup.ErrReadBack) {
+				t.Fatalf("Apply = %v, want an *ApplyError wrapping ErrReadBack", err)
+			}
+			if after := cgrouptest.Listing(t, dir, "pinfold/web-1", "cpu.weight", "cpuset.cpus", "memory.max"); after != before {
+				t.Errorf("a refused Apply left changes:\nbefore %s\nafter  %s", before, after)
+			}
+		})
 	}
 }

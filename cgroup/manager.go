@@ -36,6 +36,9 @@ type Manager struct {
 	// fault, when set, is asked before each resource write and may refuse
 	// it, as the kernel would (tests only: WithFaultInjection).
 	fault func(file, value string) error
+	// stored, when set, is what a fake tree stores for a write, as a kernel
+	// that rounds or clamps would (tests only: WithStoredValue).
+	stored func(file, value string) string
 }
 
 // Option configures a Manager.
@@ -49,6 +52,13 @@ func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
 // the rollback path on fake trees.
 func WithFaultInjection(f func(file, value string) error) Option {
 	return func(m *Manager) { m.fault = f }
+}
+
+// WithStoredValue makes Apply write f(file, value) where it meant value,
+// as a kernel that rounds or silently clamps would, so tests on fake trees
+// can prove the read-back catches it.
+func WithStoredValue(f func(file, value string) string) Option {
+	return func(m *Manager) { m.stored = f }
 }
 
 // Open returns a Manager for the cgroup2 tree mounted at dir that owns
@@ -232,14 +242,18 @@ func (m *Manager) Apply(ctx context.Context, s Spec) error {
 			rollback()
 			return err
 		}
-		if old == w.Value || (w.File == "cpu.max" && normalizeCPUMax(old) == w.Value) {
+		if holds(w, old) {
 			continue
 		}
 		if m.fault != nil {
 			err = m.fault(s.Path.file(w.File), w.Value)
 		}
 		if err == nil {
-			err = m.write(s.Path, w.File, w.Value)
+			stored := w.Value
+			if m.stored != nil {
+				stored = m.stored(s.Path.file(w.File), w.Value)
+			}
+			err = m.write(s.Path, w.File, stored)
 		}
 		// A quota below the current burst is refused until the burst drops:
 		// write the burst first, then the quota.
@@ -257,6 +271,16 @@ func (m *Manager) Apply(ctx context.Context, s Spec) error {
 			return &ApplyError{Path: s.Path.String(), File: w.File, Value: w.Value, Err: err}
 		}
 		applied = append(applied, done{w: w, old: Write{w.File, old}})
+		// Read back: a value the kernel took but holds otherwise (clamped,
+		// or changed under us) is a refusal too.
+		got, err := m.read(s.Path, w.File)
+		if err == nil && !holds(w, got) {
+			err = fmt.Errorf("%w: reads back %q", ErrReadBack, got)
+		}
+		if err != nil {
+			rollback()
+			return &ApplyError{Path: s.Path.String(), File: w.File, Value: w.Value, Err: err}
+		}
 	}
 	if len(applied) > 0 {
 		m.log.Debug("cgroup applied", "cgroup", s.Path.String(), "writes", len(applied))
@@ -274,6 +298,37 @@ func (m *Manager) owned() string {
 		return "no subtree"
 	}
 	return m.parent.String()
+}
+
+// ErrReadBack is a write the kernel accepted but that does not read back
+// as written.
+var ErrReadBack = errors.New("written value does not read back")
+
+// holds reports whether an interface file that reads got holds what w
+// writes: the same sets for cpusets, the same quota and period for cpu.max,
+// the value rounded down to whole pages for memory limits (the kernel
+// stores them so), else the same text.
+func holds(w Write, got string) bool {
+	switch {
+	case got == w.Value:
+		return true
+	case w.File == "cpuset.cpus":
+		a, err1 := cpuset.ParseCPUs(w.Value)
+		b, err2 := cpuset.ParseCPUs(got)
+		return err1 == nil && err2 == nil && a.Equal(b)
+	case w.File == "cpuset.mems":
+		a, err1 := cpuset.ParseMems(w.Value)
+		b, err2 := cpuset.ParseMems(got)
+		return err1 == nil && err2 == nil && a.Equal(b)
+	case w.File == "cpu.max":
+		return normalizeCPUMax(got) == w.Value
+	case strings.HasPrefix(w.File, "memory.") && w.File != "memory.oom.group":
+		want, err1 := strconv.ParseInt(w.Value, 10, 64)
+		have, err2 := strconv.ParseInt(got, 10, 64)
+		page := int64(os.Getpagesize())
+		return err1 == nil && err2 == nil && have == want-want%page
+	}
+	return false
 }
 
 // normalizeCPUMax turns the kernel's "max 100000" / "50000 100000" into the
