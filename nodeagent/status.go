@@ -23,6 +23,9 @@ func statusOf(h Host, in model.Instance, cs []Observed, scheme Scheme, shared cp
 	if st.Error == "" && r.failed == in.Generation {
 		st.Error = r.failMsg
 	}
+	if len(st.Error) > model.MaxStatusErrorLen {
+		st.Error = st.Error[:model.MaxStatusErrorLen-len("…")] + "…"
+	}
 	var c *Observed
 	for i := range cs {
 		if c == nil || cs[i].Running && !c.Running {

@@ -41,6 +41,8 @@ type Config struct {
 	MaxFragmentCores int
 	// ID names this planner in the leader election ("": hostname/listen).
 	ID string
+	// MaxRequestBytes bounds one API request (0: api.DefaultMaxRequestBytes).
+	MaxRequestBytes int
 	// AuditEvery is how often the leader audits the store (default 30s).
 	AuditEvery time.Duration
 	Log        *slog.Logger
@@ -108,7 +110,7 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	}
 	p.Addr = ln.Addr().String()
 	p.background(cfg)
-	p.srv = &http.Server{Handler: api.Handler(p.Service), ReadHeaderTimeout: 10 * time.Second}
+	p.srv = &http.Server{Handler: api.Handler(p.Service, cfg.MaxRequestBytes), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	p.srv.Protocols = new(http.Protocols)
 	p.srv.Protocols.SetHTTP1(true)
 	p.srv.Protocols.SetHTTP2(true)

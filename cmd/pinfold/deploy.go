@@ -123,13 +123,13 @@ func newDeployCmd() *cobra.Command {
 	var (
 		c          clientFlags
 		out        outputFlag
-		count      int
+		count      int32
 		cpu        string
 		bind       bool
 		memory     string
 		memorySoft string
 		strategy   string
-		maxPerHost int
+		maxPerHost int32
 		image      string
 		env        []string
 		network    string
@@ -193,8 +193,8 @@ container resumes.`,
 				return err
 			}
 			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image,
-				Command: args[1:], Env: env, Network: network, Count: int32(count), Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
-				Strategy: strategy, MaxPerHost: int32(maxPerHost), Health: hc}
+				Command: args[1:], Env: env, Network: network, Count: count, Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
+				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc}
 			if err := rules.apply(dreq); err != nil {
 				return err
 			}
@@ -230,13 +230,13 @@ container resumes.`,
 	c.register(cmd)
 	out.register(cmd)
 	f := cmd.Flags()
-	f.IntVar(&count, "count", 1, "instances to place (per host for each and fill)")
+	f.Int32Var(&count, "count", 1, "instances to place (per host for each and fill)")
 	f.StringVar(&cpu, "cpu", "1", "CPUs per instance, a decimal (1.7)")
 	f.BoolVar(&bind, "bind", false, "bind CPUs (cpuset) instead of a memory-first CPU quota")
 	f.StringVar(&memory, "memory", "", "memory per instance (hard limit), e.g. 512MiB, 1.5GiB, 1G")
 	f.StringVar(&memorySoft, "memory-soft", "", "soft memory limit (reservation), at most --memory")
 	f.StringVar(&strategy, "strategy", "auto", "auto, each, fill, global or drained")
-	f.IntVar(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
+	f.Int32Var(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
 	f.StringVar(&image, "image", "", "container image")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
 	f.StringVar(&network, "network", "", "Docker network mode: host, none, bridge or a network's name (default: the engine's)")

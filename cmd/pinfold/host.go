@@ -122,12 +122,34 @@ func cpuAmount(pieces int64, sb int32) string {
 	return strconv.FormatFloat(float64(pieces)/float64(sb), 'f', -1, 64)
 }
 
+// maxTopologyBytes bounds a topology file (a 1,024-CPU machine's is well
+// under 1 MiB).
+const maxTopologyBytes = 16 << 20
+
+// readCapped reads at most max bytes of file, refusing a larger one (or an
+// endless one, such as /dev/zero) instead of reading it all.
+func readCapped(file string, max int64) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("larger than %d bytes", max)
+	}
+	return b, nil
+}
+
 func newHostAddCmd() *cobra.Command {
 	var (
 		c        clientFlags
 		out      outputFlag
 		file     string
-		pieces   int
+		pieces   int32
 		reserved string
 		resMem   string
 		share    float64
@@ -146,7 +168,7 @@ func newHostAddCmd() *cobra.Command {
 			if file == "" {
 				return badInput("--topology is required (the output of `pinfold topology -o json`)")
 			}
-			b, err := os.ReadFile(file)
+			b, err := readCapped(file, maxTopologyBytes)
 			if err != nil {
 				return badInput("--topology %q: %v", file, err)
 			}
@@ -170,7 +192,7 @@ func newHostAddCmd() *cobra.Command {
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.RegisterHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: args[0], TopologyJson: b,
-					PiecesPerCpu: int32(pieces), ReservedCpus: reserved, ReservedMemoryBytes: mem, MemoryShare: share, Force: force}))
+					PiecesPerCpu: pieces, ReservedCpus: reserved, ReservedMemoryBytes: mem, MemoryShare: share, Force: force}))
 				if err != nil {
 					return err
 				}
@@ -187,7 +209,7 @@ func newHostAddCmd() *cobra.Command {
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVar(&file, "topology", "", "topology JSON (the output of `pinfold topology -o json`)")
-	cmd.Flags().IntVar(&pieces, "pieces-per-cpu", 0, "capacity of each CPU in pieces (default: the share base; more oversells on purpose)")
+	cmd.Flags().Int32Var(&pieces, "pieces-per-cpu", 0, "capacity of each CPU in pieces (default: the share base; more oversells on purpose)")
 	cmd.Flags().StringVar(&reserved, "reserved-cpus", "", "CPUs kept for the system, e.g. 0,64")
 	cmd.Flags().StringVar(&resMem, "reserved-memory", "", "memory kept for the system, e.g. 2GiB")
 	cmd.Flags().Float64Var(&share, "memory-share", 0, "share of MemTotal offered to instances (default 0.9)")
@@ -348,7 +370,7 @@ func newHostSetCmd() *cobra.Command {
 		c        clientFlags
 		out      outputFlag
 		addCPUs  string
-		pieces   int
+		pieces   int32
 		rmCPUs   string
 		memory   string
 		numaMems []string
@@ -391,7 +413,7 @@ violation.`,
 					return badInput("--pieces %d: want the pieces of each added CPU (e.g. 100)", pieces)
 				}
 				for id := range set.All() {
-					req.AddCpus[int32(id)] = int32(pieces)
+					req.AddCpus[int32(id)] = pieces
 				}
 			}
 			if _, err := cpuset.ParseCPUs(rmCPUs); err != nil {
@@ -464,7 +486,7 @@ violation.`,
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVar(&addCPUs, "add-cpus", "", "CPUs to add to capacity (list format)")
-	cmd.Flags().IntVar(&pieces, "pieces", 0, "pieces for each CPU of --add-cpus")
+	cmd.Flags().Int32Var(&pieces, "pieces", 0, "pieces for each CPU of --add-cpus")
 	cmd.Flags().StringVar(&rmCPUs, "remove-cpus", "", "CPUs to take out of capacity (list format)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory capacity: SIZE (absolute) or +SIZE/-SIZE (delta)")
 	cmd.Flags().StringArrayVar(&numaMems, "numa-memory", nil, "NUMA node memory, NODE=SIZE (repeatable)")

@@ -20,13 +20,14 @@ import (
 
 	"github.com/pinfold/pinfold/numa"
 	"github.com/pinfold/pinfold/planner"
+	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 )
 
 type plannerFlags struct {
 	dataDir, listen, etcdEndpoints, etcdClient, etcdPeer string
 	tlsCert, tlsKey, tlsCA                               string
-	shareBase, maxFragmentCores                          int
+	shareBase, maxFragmentCores, maxRequestBytes         int
 	logLevel                                             string
 	etcdLogLevel                                         string // tests: "fatal"
 }
@@ -43,6 +44,7 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "require client certificates signed by this CA (PEM)")
 	cmd.Flags().IntVar(&f.shareBase, "share-base", 100, "pieces per CPU (10..10000); fixed when the store is created")
 	cmd.Flags().IntVar(&f.maxFragmentCores, "max-fragment-cores", -1, "CPUs per host that may carry fragments (-1: no cap)")
+	cmd.Flags().IntVar(&f.maxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request accepted, in bytes (larger ones are refused unread)")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
@@ -54,8 +56,11 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return nil, badInput("--listen %q: %v", f.listen, err)
 	}
+	if f.maxRequestBytes != 0 && (f.maxRequestBytes < 64<<10 || f.maxRequestBytes > 256<<20) {
+		return nil, badInput("--max-request-bytes %d: want 65536..268435456 (0: the default)", f.maxRequestBytes)
+	}
 	cfg := planner.Config{Listen: f.listen, DataDir: f.dataDir, EtcdClientURL: f.etcdClient, EtcdPeerURL: f.etcdPeer,
-		EtcdLogLevel: f.etcdLogLevel, ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores, Log: log}
+		EtcdLogLevel: f.etcdLogLevel, ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores, MaxRequestBytes: f.maxRequestBytes, Log: log}
 	if f.etcdEndpoints != "" {
 		cfg.EtcdEndpoints = strings.Split(f.etcdEndpoints, ",")
 	}

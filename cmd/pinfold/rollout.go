@@ -20,13 +20,13 @@ import (
 // in the container, a TCP port, or an HTTP PORT/PATH.
 type healthFlags struct {
 	cmd, http, timeout string
-	tcp                int
+	tcp                int32
 }
 
 func (h *healthFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringVar(&h.cmd, "health-cmd", "", `health probe: a shell command run in the new container (exit 0 = healthy), e.g. "test -f /ready"`)
-	f.IntVar(&h.tcp, "health-tcp", 0, "health probe: a TCP port on the new container that must accept a connection")
+	f.Int32Var(&h.tcp, "health-tcp", 0, "health probe: a TCP port on the new container that must accept a connection")
 	f.StringVar(&h.http, "health-http", "", "health probe: PORT[/PATH] that must answer 2xx or 3xx, e.g. 8080/healthz")
 	f.StringVar(&h.timeout, "health-timeout", "", "how long the new container has to pass its check (default 30s)")
 }
@@ -54,7 +54,7 @@ func (h *healthFlags) msg() (*pinfoldv1.HealthCheck, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	m := &pinfoldv1.HealthCheck{Tcp: int32(h.tcp), Http: h.http, Timeout: h.timeout}
+	m := &pinfoldv1.HealthCheck{Tcp: h.tcp, Http: h.http, Timeout: h.timeout}
 	if h.cmd != "" {
 		m.Exec = []string{"sh", "-c", h.cmd}
 	}

@@ -14,6 +14,8 @@ import (
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
@@ -61,14 +63,53 @@ var _ pinfoldv1connect.PlannerServiceHandler = (*Server)(nil)
 
 // Handler returns the HTTP handler serving the API (gRPC, gRPC-Web and
 // Connect JSON/proto) plus gRPC reflection.
-func Handler(svc Planner) http.Handler {
+//
+// No request may make the planner hold more than maxBytes of it (0:
+// DefaultMaxRequestBytes): the body is cut there and the call refused with
+// ResourceExhausted before it is decoded. JSON requests with unknown fields
+// are refused (InvalidArgument) rather than half-read.
+func Handler(svc Planner, maxBytes int) http.Handler {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRequestBytes
+	}
 	mux := http.NewServeMux()
-	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc}))
+	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc},
+		connect.WithReadMaxBytes(maxBytes), connect.WithCodec(strictJSON{})))
 	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(r))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(r))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	return mux
+	// Past the message limit, the HTTP body itself is cut (framing, and
+	// handlers that are not the API's).
+	return http.MaxBytesHandler(mux, int64(maxBytes)+64<<10)
+}
+
+// DefaultMaxRequestBytes bounds one API request.
+const DefaultMaxRequestBytes = 4 << 20
+
+// strictJSON is Connect's JSON codec without its leniency: an unknown
+// field is an error naming it, not silently dropped.
+type strictJSON struct{}
+
+func (strictJSON) Name() string { return "json" }
+
+func (strictJSON) Marshal(m any) ([]byte, error) {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("api: %T is not a protobuf message", m)
+	}
+	return protojson.Marshal(pm)
+}
+
+func (strictJSON) Unmarshal(b []byte, m any) error {
+	pm, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("api: %T is not a protobuf message", m)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	return protojson.UnmarshalOptions{DiscardUnknown: false}.Unmarshal(b, pm)
 }
 
 // toConnect maps service errors onto gRPC codes.

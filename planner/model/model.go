@@ -90,6 +90,10 @@ type Previous struct {
 	Allocation
 }
 
+// MaxStatusErrorLen bounds Status.Error: the planner refuses a longer
+// report, and the agent cuts an error to it before sending.
+const MaxStatusErrorLen = 4 << 10
+
 // Status is what an instance's host observed.
 type Status struct {
 	State       string `json:"state"` // pending, running, paused, exited, oom_killed, error

@@ -47,6 +47,9 @@ func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol 
 // ReportStatus records what an agent observed for one of its instances; a
 // report that the host refused the instance's resize rolls the resize back.
 func (s *Service) ReportStatus(ctx context.Context, host, id string, st model.Status) error {
+	if err := validateStatus(st); err != nil {
+		return err
+	}
 	if _, ok := s.st.Host(host); !ok {
 		return errf(NotFound, "host %q is not registered", host)
 	}

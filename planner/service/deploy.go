@@ -57,11 +57,14 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
 		return DeployResult{}, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
 	}
-	if err := ValidateHealth(r.Health); err != nil {
+	if err := validateSpec(r.Spec); err != nil {
 		return DeployResult{}, err
 	}
-	if err := ValidateNetwork(r.Network); err != nil {
+	if err := validateRules(r.Rules); err != nil {
 		return DeployResult{}, err
+	}
+	if r.Count > MaxDeployCount {
+		return DeployResult{}, errf(Invalid, "count = %d: want at most %d per deploy (one transaction holds them all)", r.Count, MaxDeployCount)
 	}
 	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory,
 		Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,

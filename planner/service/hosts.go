@@ -255,7 +255,13 @@ func (r SetHostRequest) applyPlacement(h *state.Host) error {
 		if err := placement.ValidatePropertyName(k); err != nil {
 			return errf(Invalid, "host %s: property %q: %w", r.Name, k, err)
 		}
+		if v := r.SetProperties[k].String(); len(v) > MaxPropertyLen {
+			return errf(Invalid, "host %s: property %q = %q: longer than %d bytes", r.Name, k, clip(v), MaxPropertyLen)
+		}
 		h.Properties[k] = r.SetProperties[k]
+	}
+	if len(h.Properties) > MaxProperties {
+		return errf(Invalid, "host %s: %d properties: want at most %d", r.Name, len(h.Properties), MaxProperties)
 	}
 	for _, k := range r.RemoveProperties {
 		if _, ok := h.Properties[k]; !ok {
@@ -276,6 +282,9 @@ func (r SetHostRequest) applyPlacement(h *state.Host) error {
 		h.UpgradeDomain = *r.UpgradeDomain
 	}
 	if r.Type != nil {
+		if len(*r.Type) > MaxHostTypeLen || strings.ContainsAny(*r.Type, " \t\r\n\x00") {
+			return errf(Invalid, "host %s: host type %q: want at most %d bytes without blanks", r.Name, clip(*r.Type), MaxHostTypeLen)
+		}
 		h.Type = *r.Type
 	}
 	return nil

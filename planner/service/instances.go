@@ -30,7 +30,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 	if strings.TrimSpace(r.Image) == "" {
 		return nil, errf(Invalid, "image = %q: a replacement needs an image", r.Image)
 	}
-	if err := ValidateHealth(r.Health); err != nil {
+	if err := validateSpec(model.Spec{Image: r.Image, Command: r.Command, Health: r.Health}); err != nil {
 		return nil, err
 	}
 	return retry(ctx, func() ([]model.Instance, error) {

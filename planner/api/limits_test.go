@@ -1,0 +1,93 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// countingPlanner is a Planner that counts what reached it; the methods
+// these tests do not call are left to the embedded nil interface.
+type countingPlanner struct {
+	api.Planner
+	deploys int
+}
+
+func (c *countingPlanner) Params() alloc.Params { return alloc.DefaultParams() }
+func (c *countingPlanner) Hosts() []state.HostView { return nil }
+func (c *countingPlanner) DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error) {
+	c.deploys++
+	return service.DeployResult{}, nil
+}
+
+// zeros is an endless body of '0' bytes.
+type zeros struct{ n int64 }
+
+func (z *zeros) Read(p []byte) (int, error) {
+	if z.n <= 0 {
+		return 0, io.EOF
+	}
+	k := min(int64(len(p)), z.n)
+	for i := range p[:k] {
+		p[i] = '0'
+	}
+	z.n -= k
+	return int(k), nil
+}
+
+// TestRequestBounds: a 100 MB body is refused without being held (the
+// server allocates a few MiB at most), on Deploy and on ListHosts; unknown
+// JSON fields are refused naming the field; a normal request passes.
+func TestRequestBounds(t *testing.T) {
+	p := &countingPlanner{}
+	srv := httptest.NewServer(api.Handler(p, 0))
+	defer srv.Close()
+	post := func(method string, body io.Reader) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", srv.URL+"/pinfold.v1.PlannerService/"+method, body)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		return resp.StatusCode, string(b)
+	}
+	for _, method := range []string{"Deploy", "ListHosts"} {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		code, body := post(method, io.MultiReader(strings.NewReader(`{"service":"`), &zeros{n: 100 << 20}, strings.NewReader(`"}`)))
+		runtime.ReadMemStats(&after)
+		grew := after.TotalAlloc - before.TotalAlloc
+		if code == http.StatusOK {
+			t.Errorf("%s with a 100 MB body: %d %s", method, code, body)
+		}
+		if grew > 32<<20 {
+			t.Errorf("%s with a 100 MB body allocated %d MiB", method, grew>>20)
+		}
+		t.Logf("%s, 100 MB body: HTTP %d, %d KiB allocated while refusing it", method, code, grew>>10)
+	}
+	if p.deploys != 0 {
+		t.Errorf("an oversized deploy reached the service")
+	}
+	code, body := post("Deploy", strings.NewReader(`{"service":"web","bnid":true,"memoryBytes":"1048576"}`))
+	if code != http.StatusBadRequest || !strings.Contains(body, "bnid") {
+		t.Errorf("unknown field: %d %s, want 400 naming bnid", code, body)
+	}
+	code, body = post("Deploy", strings.NewReader(fmt.Sprintf(`{"service":"web","bind":true,"cpu":"1","memoryBytes":"%d"}`, 1<<20)))
+	if code != http.StatusOK || p.deploys != 1 {
+		t.Errorf("a normal deploy: %d %s (deploys %d)", code, body, p.deploys)
+	}
+}

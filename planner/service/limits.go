@@ -1,0 +1,112 @@
+package service
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// Bounds on what one request may carry: every string the planner stores
+// is served back to agents and clients, so none is unbounded.
+const (
+	// MaxDeployCount is the most instances one deploy may ask for: they
+	// commit in one etcd transaction (about 300 bytes each), which must stay
+	// well under etcd's request limit.
+	MaxDeployCount = 50_000
+	MaxImageLen    = 512
+	// MaxCommandEnvBytes bounds an instance's command and environment
+	// together.
+	MaxCommandEnvBytes = 64 << 10
+	MaxConstraintLen   = 4 << 10
+	MaxHostTypeLen     = 63
+	MaxPropertyLen     = 256 // a property's value
+	MaxProperties      = 64
+	MaxRuleServices    = 64 // services named by one affinity list
+	// maxEcho is how much of an offending value an error repeats.
+	maxEcho = 200
+)
+
+// clip is s cut to maxEcho characters for an error message.
+func clip(s string) string {
+	if len(s) <= maxEcho {
+		return s
+	}
+	return s[:maxEcho] + fmt.Sprintf("…(%d bytes)", len(s))
+}
+
+// validateSpec checks the bounds and characters of what an instance runs
+// (an empty image is allowed: the instance stays pending until replaced).
+func validateSpec(sp model.Spec) error {
+	switch {
+	case len(sp.Image) > MaxImageLen:
+		return errf(Invalid, "image = %q: longer than %d bytes", clip(sp.Image), MaxImageLen)
+	case strings.ContainsAny(sp.Image, " \t\r\n\x00"):
+		return errf(Invalid, "image = %q: no blanks, newlines or NULs", clip(sp.Image))
+	}
+	n := 0
+	for field, list := range map[string][]string{"command": sp.Command, "env": sp.Env} {
+		for _, v := range list {
+			n += len(v)
+			if strings.ContainsAny(v, "\x00") || field == "env" && strings.ContainsAny(v, "\r\n") {
+				return errf(Invalid, "%s entry %q: no NULs (and no newlines in env)", field, clip(v))
+			}
+			if field == "env" && !strings.Contains(v, "=") {
+				return errf(Invalid, "env entry %q: want NAME=VALUE", clip(v))
+			}
+		}
+	}
+	if n > MaxCommandEnvBytes {
+		return errf(Invalid, "command and env = %d bytes: want at most %d", n, MaxCommandEnvBytes)
+	}
+	if err := ValidateNetwork(sp.Network); err != nil {
+		return err
+	}
+	return ValidateHealth(sp.Health)
+}
+
+// validateRules checks the bounds of a deploy's placement rules (their
+// syntax is placement's to check).
+func validateRules(r state.Rules) error {
+	if len(r.Constraint) > MaxConstraintLen {
+		return errf(Invalid, "constraint = %q: longer than %d bytes", clip(r.Constraint), MaxConstraintLen)
+	}
+	for field, list := range map[string][]string{"affinity": append(r.Affinity.Hard, r.Affinity.Soft...),
+		"anti_affinity": append(r.AntiAffinity.Hard, r.AntiAffinity.Soft...), "hosts_order": r.HostsOrder} {
+		if field != "hosts_order" && len(list) > MaxRuleServices {
+			return errf(Invalid, "%s: %d services: want at most %d", field, len(list), MaxRuleServices)
+		}
+		for _, name := range list {
+			if len(name) > 253 {
+				return errf(Invalid, "%s entry %q: longer than 253 bytes", field, clip(name))
+			}
+		}
+	}
+	return nil
+}
+
+// validStates are the states a host may report.
+var validStates = map[string]bool{"pending": true, "running": true, "paused": true, "exited": true, "oom_killed": true, "error": true}
+
+// validateStatus checks what an agent reports.
+func validateStatus(st model.Status) error {
+	switch {
+	case !validStates[st.State]:
+		return errf(Invalid, "state = %q: want pending, running, paused, exited, oom_killed or error", clip(st.State))
+	case st.PID < 0:
+		return errf(Invalid, "pid = %d: want 0 or more", st.PID)
+	case st.Generation < 0 || st.Refused < 0:
+		return errf(Invalid, "generation = %d, refused_generation = %d: want 0 or more", st.Generation, st.Refused)
+	case st.MemoryCurrent < 0 || st.CPUGot < 0:
+		return errf(Invalid, "memory_current_bytes = %d, cpu_got_pieces = %d: want 0 or more", st.MemoryCurrent, st.CPUGot)
+	case len(st.Error) > model.MaxStatusErrorLen:
+		return errf(Invalid, "error: %d bytes: want at most %d", len(st.Error), model.MaxStatusErrorLen)
+	case len(st.ContainerID) > 128:
+		return errf(Invalid, "container_id = %q: longer than 128 bytes", clip(st.ContainerID))
+	}
+	if a := st.Applied; a != nil && len(a.CPUs)+len(a.Mems) > 4096 {
+		return errf(Invalid, "applied cpus and mems: longer than 4096 bytes")
+	}
+	return nil
+}
