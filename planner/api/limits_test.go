@@ -23,7 +23,7 @@ type countingPlanner struct {
 	deploys int
 }
 
-func (c *countingPlanner) Params() alloc.Params { return alloc.DefaultParams() }
+func (c *countingPlanner) Params() alloc.Params    { return alloc.DefaultParams() }
 func (c *countingPlanner) Hosts() []state.HostView { return nil }
 func (c *countingPlanner) DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error) {
 	c.deploys++
