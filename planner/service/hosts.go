@@ -65,9 +65,15 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 				return state.HostView{}, errf(Precond, "host %s: CPUs %s are used by %s and missing from the new registration",
 					r.Name, cpuset.Of(used...), s.holders(r.Name, used))
 			}
+			if err := usageFits(old.Alloc, h); err != nil {
+				return state.HostView{}, err
+			}
 		}
 		var c state.Change
 		c.GuardHost(r.Name, old.HostRev)
+		if exists {
+			c.GuardAlloc(r.Name, old.AllocRev) // the usage checked above
+		}
 		c.PutHost(h)
 		if !exists || old.AllocRev == 0 {
 			c.PutAlloc(r.Name, state.NewAlloc())
@@ -79,6 +85,25 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 		s.log.Info("host registered", "host", r.Name, "cpus", len(h.CPUs), "memory_bytes", h.MemoryBytes, "agent", h.Agent)
 		return v, nil
 	})
+}
+
+// usageFits refuses a registration whose capacity is below what the
+// host's instances use: pieces of a CPU, memory, or a NUMA node's memory.
+func usageFits(used state.Alloc, h state.Host) error {
+	for _, id := range slices.Sorted(maps.Keys(used.Used)) {
+		if c, ok := h.CPUs[id]; ok && used.Used[id] > c {
+			return errf(Precond, "host %s: CPU %d would have %d pieces; its instances use %d", h.Name, id, c, used.Used[id])
+		}
+	}
+	if used.MemoryUsed > h.MemoryBytes {
+		return errf(Precond, "host %s: memory would be %d bytes; its instances use %d", h.Name, h.MemoryBytes, used.MemoryUsed)
+	}
+	for _, n := range slices.Sorted(maps.Keys(used.NUMAUsed)) {
+		if used.NUMAUsed[n] > h.NUMAMemory[n] {
+			return errf(Precond, "host %s: NUMA node %d memory would be %d bytes; its instances use %d", h.Name, n, h.NUMAMemory[n], used.NUMAUsed[n])
+		}
+	}
+	return nil
 }
 
 func sameTopology(a, b *topology.Topology) bool {

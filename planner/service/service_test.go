@@ -196,6 +196,21 @@ func TestHostRulesAndBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := cpuset.Of(cpusOf(ins[0])...)
+	// A forced registration may not take away what instances use: pieces
+	// of a held CPU, or memory.
+	for _, tc := range []struct {
+		settings state.CapacitySettings
+		want     string
+	}{
+		{state.CapacitySettings{MemoryShare: 1, PiecesPerCPU: 50}, "would have 50 pieces; its instances use 100"},
+		{state.CapacitySettings{MemoryShare: 0.05}, "memory would be"},
+	} {
+		_, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Force: true, Settings: tc.settings})
+		if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("forced registration with %+v = %v, want failed_precondition with %q", tc.settings, err, tc.want)
+		}
+	}
+	verify(t, s)
 	// Removing CPUs an instance uses is refused, naming the instance.
 	_, err = s.SetHost(ctx, service.SetHostRequest{Name: "h1", RemoveCPUs: held})
 	if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), ins[0].ID) {
