@@ -110,7 +110,7 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	}
 	p.Addr = ln.Addr().String()
 	p.background(cfg)
-	p.srv = &http.Server{Handler: api.Handler(p.Service, cfg.MaxRequestBytes), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	p.srv = &http.Server{Handler: api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	p.srv.Protocols = new(http.Protocols)
 	p.srv.Protocols.SetHTTP1(true)
 	p.srv.Protocols.SetHTTP2(true)

@@ -30,9 +30,9 @@ type clientFlags struct {
 
 func (c *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.addr, "planner", envOr("PINFOLD_PLANNER", DefaultPlanner), "planner address (host:port, http:// or https:// URL; env PINFOLD_PLANNER)")
-	cmd.Flags().StringVar(&c.tlsCA, "tls-ca", "", "CA certificate to verify an https:// planner")
-	cmd.Flags().StringVar(&c.tlsCert, "tls-cert", "", "client certificate for a planner that requires one (PEM)")
-	cmd.Flags().StringVar(&c.tlsKey, "tls-key", "", "private key of --tls-cert (PEM)")
+	cmd.Flags().StringVar(&c.tlsCA, "tls-ca", os.Getenv("PINFOLD_TLS_CA"), "CA certificate to verify an https:// planner (env PINFOLD_TLS_CA)")
+	cmd.Flags().StringVar(&c.tlsCert, "tls-cert", os.Getenv("PINFOLD_TLS_CERT"), "client certificate for a planner that requires one, PEM (env PINFOLD_TLS_CERT; pinfold pki issue makes one)")
+	cmd.Flags().StringVar(&c.tlsKey, "tls-key", os.Getenv("PINFOLD_TLS_KEY"), "private key of --tls-cert, PEM (env PINFOLD_TLS_KEY)")
 }
 
 func envOr(k, def string) string {

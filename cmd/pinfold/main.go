@@ -80,7 +80,7 @@ Exit codes: 0 ok, 1 request cannot be met, 2 bad input or unreadable host.`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = false
-	root.AddCommand(newTopologyCmd(), newPlanCmd(), newPlannerCmd(), newAgentCmd(), newUpCmd(), newHostCmd(),
+	root.AddCommand(newTopologyCmd(), newPlanCmd(), newPlannerCmd(), newPKICmd(), newAgentCmd(), newUpCmd(), newHostCmd(),
 		newDeployCmd(), newResizeCmd(), newRemoveCmd(), newReplaceCmd(), newPsCmd(), newCapacityCmd(),
 		newHealthCmd(), newSettingsCmd(), newVersionCmd())
 	return root

@@ -27,6 +27,7 @@ import (
 type plannerFlags struct {
 	dataDir, listen, etcdEndpoints, etcdClient, etcdPeer string
 	tlsCert, tlsKey, tlsCA                               string
+	tlsNoClientAuth, insecure                            bool
 	shareBase, maxFragmentCores, maxRequestBytes         int
 	logLevel                                             string
 	etcdLogLevel                                         string // tests: "fatal"
@@ -41,11 +42,26 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.etcdPeer, "etcd-listen-peer", "http://127.0.0.1:12380", "embedded etcd: peer URL")
 	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM)")
 	cmd.Flags().StringVar(&f.tlsKey, "tls-key", "", "private key of --tls-cert (PEM)")
-	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "require client certificates signed by this CA (PEM)")
+	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "require client certificates signed by this CA (PEM); their identity decides what each client may do")
+	cmd.Flags().BoolVar(&f.tlsNoClientAuth, "tls-no-client-auth", false, "serve TLS without client certificates: every client may do everything (logged as a warning)")
+	cmd.Flags().BoolVar(&f.insecure, "insecure", false, "allow a --listen address off loopback without TLS: anyone who reaches it may do everything")
 	cmd.Flags().IntVar(&f.shareBase, "share-base", 100, "pieces per CPU (10..10000); fixed when the store is created")
 	cmd.Flags().IntVar(&f.maxFragmentCores, "max-fragment-cores", -1, "CPUs per host that may carry fragments (-1: no cap)")
 	cmd.Flags().IntVar(&f.maxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request accepted, in bytes (larger ones are refused unread)")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+// loopback reports whether a listen address is on loopback only.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // start checks the flags and starts a planner.
@@ -55,6 +71,12 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 	}
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		return nil, badInput("--listen %q: %v", f.listen, err)
+	}
+	if f.tlsCert != "" && f.tlsCA == "" && !f.tlsNoClientAuth {
+		return nil, badInput("--tls-cert without --tls-ca authenticates no client: give --tls-ca (pinfold pki init makes one), or --tls-no-client-auth to serve TLS to anyone")
+	}
+	if f.tlsCert == "" && !loopback(f.listen) && !f.insecure {
+		return nil, badInput("--listen %q is off loopback and has no TLS: anyone who reaches it could do everything; give --tls-cert/--tls-key/--tls-ca (see pinfold pki), or --insecure", f.listen)
 	}
 	if f.maxRequestBytes != 0 && (f.maxRequestBytes < 64<<10 || f.maxRequestBytes > 256<<20) {
 		return nil, badInput("--max-request-bytes %d: want 65536..268435456 (0: the default)", f.maxRequestBytes)
@@ -78,6 +100,12 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 			}
 			cfg.TLS.ClientCAs, cfg.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		}
+	}
+	switch {
+	case cfg.TLS == nil:
+		log.Warn("no TLS: every client that reaches the planner may do everything", "listen", f.listen)
+	case cfg.TLS.ClientAuth != tls.RequireAndVerifyClientCert:
+		log.Warn("TLS without client certificates (--tls-no-client-auth): every client may do everything", "listen", f.listen)
 	}
 	p, err := planner.Start(ctx, cfg)
 	var se *planner.StoreError
@@ -118,7 +146,10 @@ cluster instead; several planners may share one cluster (every change is one
 transaction guarded by revisions, so nothing is ever allocated twice).`,
 		Example: `  pinfold planner
   pinfold planner --data-dir /var/lib/pinfold --listen 127.0.0.1:7878
-  pinfold planner --etcd-endpoints http://10.0.0.1:2379,http://10.0.0.2:2379 --listen :7878 --tls-cert c.pem --tls-key k.pem`,
+  pinfold pki init --dir pki --host planner.example.com && pinfold pki issue admin alice --dir pki
+  pinfold planner --listen :7878 --tls-cert pki/planner.pem --tls-key pki/planner-key.pem --tls-ca pki/ca.pem
+  pinfold planner --etcd-endpoints http://10.0.0.1:2379,http://10.0.0.2:2379 --listen :7878 \
+      --tls-cert pki/planner.pem --tls-key pki/planner-key.pem --tls-ca pki/ca.pem`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop, log, err := daemon(cmd, f.logLevel)

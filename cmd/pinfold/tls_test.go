@@ -2,72 +2,133 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
+	"encoding/json"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/pki"
 )
 
-// writeCert writes a certificate signed by parent (self-signed when nil)
-// and its key as PEM files; it returns the paths and the certificate.
-func writeCert(t *testing.T, dir, name string, isCA bool, parent *x509.Certificate, parentKey *ecdsa.PrivateKey) (string, string, *x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, IsCA: isCA, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	if parent == nil {
-		parent, parentKey = tmpl, key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	kb, _ := x509.MarshalECPrivateKey(key)
-	cp, kp := filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")
-	os.WriteFile(cp, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(kp, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	return cp, kp, cert, key
-}
-
-// TestPlannerTLS: the planner serves TLS with client certificates required;
-// the CLI connects with the CA and a client certificate, and fails without.
+// TestPlannerTLS: the PKI commands make a CA, the planner's certificate and
+// client certificates; the planner serves mutual TLS and authorizes by
+// the certificate's identity: an admin does everything, a viewer only
+// reads, an agent acts only for its own host. Bad setups are refused.
 func TestPlannerTLS(t *testing.T) {
-	dir := t.TempDir()
-	caPath, _, ca, caKey := writeCert(t, dir, "ca", true, nil, nil)
-	srvCert, srvKey, _, _ := writeCert(t, dir, "server", false, ca, caKey)
-	cliCert, cliKey, _, _ := writeCert(t, dir, "client", false, ca, caKey)
-	f := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
-		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t), etcdLogLevel: "fatal",
-		tlsCert: srvCert, tlsKey: srvKey, tlsCA: caPath}
+	dir := t.TempDir() + "/pki"
+	out, errOut, code := runCLI(t, "", "pki", "init", "--dir", dir, "-o", "json")
+	var srv pki.Files
+	if code != 0 || json.Unmarshal([]byte(out), &srv) != nil || srv.Cert == "" {
+		t.Fatalf("pki init: exit %d, %s %s", code, out, errOut)
+	}
+	if _, errOut, code := runCLI(t, "", "pki", "init", "--dir", dir); code != 2 || !strings.Contains(errOut, "has a CA already") {
+		t.Errorf("a second pki init: exit %d, %s", code, errOut)
+	}
+	issue := func(role, name string) pki.Files {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", "pki", "issue", role, name, "--dir", dir, "-o", "json")
+		var f pki.Files
+		if code != 0 || json.Unmarshal([]byte(out), &f) != nil {
+			t.Fatalf("pki issue %s %s: exit %d, %s %s", role, name, code, out, errOut)
+		}
+		return f
+	}
+	admin, viewer, agent := issue("admin", "alice"), issue("viewer", "bob"), issue("agent", "h2")
+	if _, errOut, code := runCLI(t, "", "pki", "issue", "root", "x", "--dir", dir); code != 2 || !strings.Contains(errOut, `role "root"`) {
+		t.Errorf("pki issue root: exit %d, %s", code, errOut)
+	}
+
 	log, _ := newLogger("error", os.Stderr)
+	base := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
+		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t), etcdLogLevel: "fatal"}
+	// Refused setups: TLS that authenticates nobody; no TLS off loopback.
+	noCA := base
+	noCA.tlsCert, noCA.tlsKey = srv.Cert, srv.Key
+	if _, err := noCA.start(context.Background(), log); exitCode(err) != exitBadInput || !strings.Contains(err.Error(), "authenticates no client") {
+		t.Errorf("TLS without --tls-ca = %v", err)
+	}
+	open := base
+	open.listen = "0.0.0.0:0"
+	if _, err := open.start(context.Background(), log); exitCode(err) != exitBadInput || !strings.Contains(err.Error(), "off loopback") {
+		t.Errorf("no TLS off loopback = %v", err)
+	}
+	f := base
+	f.tlsCert, f.tlsKey, f.tlsCA = srv.Cert, srv.Key, srv.CA
 	p, err := f.start(context.Background(), log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Close()
 	url := "https://" + p.Addr
-	if out, errOut, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-ca", caPath, "--tls-cert", cliCert, "--tls-key", cliKey); code != 0 || !strings.Contains(out, "NAME") {
-		t.Fatalf("over mutual TLS: exit %d, %s %s", code, out, errOut)
+	as := func(c pki.Files, args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, "--planner", url, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)...)
 	}
-	if _, errOut, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-cert", cliCert, "--tls-key", cliKey); code == 0 || !strings.Contains(errOut, "certificate") {
-		t.Errorf("without --tls-ca: exit %d, %s; want a certificate error", code, errOut)
+	topo := t.TempDir() + "/h.json"
+	tj, _, _ := runCLI(t, "", "topology", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230", "-o", "json")
+	os.WriteFile(topo, []byte(tj), 0o644)
+	for _, h := range []string{"h1", "h2"} {
+		if out, errOut, code := as(admin, "host", "add", h, "--topology", topo); code != 0 {
+			t.Fatalf("admin: host add %s: exit %d, %s %s", h, code, out, errOut)
+		}
 	}
-	if _, _, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-ca", caPath); code == 0 {
+	if out, errOut, code := as(viewer, "host", "list"); code != 0 || !strings.Contains(out, "h1") {
+		t.Errorf("viewer: host list: exit %d, %s %s", code, out, errOut)
+	}
+	if _, errOut, code := as(viewer, "host", "disable", "h1"); code == 0 || !strings.Contains(errOut, "identity viewer:bob may not call SetHostEnabled") {
+		t.Errorf("viewer: host disable: exit %d, %s", code, errOut)
+	}
+	if _, errOut, code := as(agent, "deploy", "x", "--memory", "1GiB"); code == 0 || !strings.Contains(errOut, "permission_denied") {
+		t.Errorf("agent: deploy: exit %d, %s", code, errOut)
+	}
+	// The agent of h2, through the API as its agent would call it.
+	c := clientFlags{addr: url, tlsCA: agent.CA, tlsCert: agent.Cert, tlsKey: agent.Key}
+	cl, err := c.client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	beat := func(host string) error {
+		_, err := cl.Heartbeat(ctx, connect.NewRequest(&pinfoldv1.HeartbeatRequest{Host: host, AgentVersion: "t", Protocol: 2, TtlSeconds: 10}))
+		return err
+	}
+	if err := beat("h2"); err != nil {
+		t.Errorf("agent h2: heartbeat for h2 = %v", err)
+	}
+	if err := beat("h1"); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), `identity agent:h2 may not call Heartbeat for host "h1"`) {
+		t.Errorf("agent h2: heartbeat for h1 = %v, want permission denied naming identity, method and host", err)
+	}
+	_, err = cl.ReportStatus(ctx, connect.NewRequest(&pinfoldv1.ReportStatusRequest{Host: "h1", Id: "x", State: "running"}))
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("agent h2: report for h1 = %v", err)
+	}
+	stream, err := cl.WatchInstances(ctx, connect.NewRequest(&pinfoldv1.WatchInstancesRequest{Host: "h1"}))
+	if err == nil {
+		stream.Receive()
+		err = stream.Err()
+		stream.Close()
+	}
+	if connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Errorf("agent h2: watch h1's instances = %v, want permission denied", err)
+	}
+	// Without a client certificate, or without the CA, nothing gets in.
+	if _, _, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-ca", srv.CA); code == 0 {
 		t.Errorf("without a client certificate the planner must refuse")
 	}
-	if _, errOut, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-cert", cliCert); code != 2 || !strings.Contains(errOut, "go together") {
+	if _, errOut, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-cert", admin.Cert, "--tls-key", admin.Key); code == 0 || !strings.Contains(errOut, "certificate") {
+		t.Errorf("without --tls-ca: exit %d, %s; want a certificate error", code, errOut)
+	}
+	if _, errOut, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-cert", admin.Cert); code != 2 || !strings.Contains(errOut, "go together") {
 		t.Errorf("--tls-cert without --tls-key: exit %d %s", code, errOut)
 	}
+}
+
+func exitCode(err error) int {
+	if e, ok := err.(*exitError); ok {
+		return e.code
+	}
+	return -1
 }

@@ -43,7 +43,7 @@ func benchPlanner(b *testing.B, hosts int, noFsync bool) (pinfoldv1connect.Plann
 	}
 	b.Cleanup(st.Close)
 	svc := service.New(st, nil)
-	srv := httptest.NewServer(api.Handler(svc, 0))
+	srv := httptest.NewServer(api.Handler(svc, api.Options{}))
 	b.Cleanup(srv.Close)
 	cl := pinfoldv1connect.NewPlannerServiceClient(srv.Client(), srv.URL)
 	tj, _ := json.Marshal(topologytest.BenchHost().Topology())

@@ -50,7 +50,7 @@ func (z *zeros) Read(p []byte) (int, error) {
 // JSON fields are refused naming the field; a normal request passes.
 func TestRequestBounds(t *testing.T) {
 	p := &countingPlanner{}
-	srv := httptest.NewServer(api.Handler(p, 0))
+	srv := httptest.NewServer(api.Handler(p, api.Options{}))
 	defer srv.Close()
 	post := func(method string, body io.Reader) (int, string) {
 		t.Helper()

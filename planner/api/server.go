@@ -64,24 +64,35 @@ var _ pinfoldv1connect.PlannerServiceHandler = (*Server)(nil)
 // Handler returns the HTTP handler serving the API (gRPC, gRPC-Web and
 // Connect JSON/proto) plus gRPC reflection.
 //
-// No request may make the planner hold more than maxBytes of it (0:
-// DefaultMaxRequestBytes): the body is cut there and the call refused with
-// ResourceExhausted before it is decoded. JSON requests with unknown fields
-// are refused (InvalidArgument) rather than half-read.
-func Handler(svc Planner, maxBytes int) http.Handler {
+// No request may make the planner hold more than o.MaxRequestBytes of it:
+// the body is cut there and the call refused with ResourceExhausted before
+// it is decoded. JSON requests with unknown fields are refused
+// (InvalidArgument) rather than half-read. With o.Authorize every call
+// needs a verified client certificate naming an identity that may make it.
+func Handler(svc Planner, o Options) http.Handler {
+	maxBytes := o.MaxRequestBytes
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes
 	}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxBytes), connect.WithCodec(strictJSON{})}
+	if o.Authorize {
+		opts = append(opts, connect.WithInterceptors(authorizer{}))
+	}
 	mux := http.NewServeMux()
-	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc},
-		connect.WithReadMaxBytes(maxBytes), connect.WithCodec(strictJSON{})))
+	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc}, opts...))
 	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(r))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(r))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	// Past the message limit, the HTTP body itself is cut (framing, and
 	// handlers that are not the API's).
-	return http.MaxBytesHandler(mux, int64(maxBytes)+64<<10)
+	return http.MaxBytesHandler(identify(mux), int64(maxBytes)+64<<10)
+}
+
+// Options configure the API handler.
+type Options struct {
+	MaxRequestBytes int  // 0: DefaultMaxRequestBytes
+	Authorize       bool // check every call against the client certificate's identity
 }
 
 // DefaultMaxRequestBytes bounds one API request.

@@ -1,0 +1,67 @@
+package api
+
+import (
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/pki"
+)
+
+// TestAuthorize: identity × method × host → allowed or denied.
+func TestAuthorize(t *testing.T) {
+	t.Parallel()
+	admin, viewer, h1, h2 := pki.Identity{Name: "alice", Role: pki.RoleAdmin}, pki.Identity{Name: "bob", Role: pki.RoleViewer},
+		pki.Identity{Name: "h1", Role: pki.RoleAgent}, pki.Identity{Name: "h2", Role: pki.RoleAgent}
+	reg := func(host string, agent bool) any { return &pinfoldv1.RegisterHostRequest{Name: host, Agent: agent} }
+	for _, tc := range []struct {
+		id     pki.Identity
+		method string
+		msg    any
+		ok     bool
+	}{
+		{admin, "Deploy", &pinfoldv1.DeployRequest{}, true},
+		{admin, "ReportStatus", &pinfoldv1.ReportStatusRequest{Host: "h1"}, true},
+		{admin, "RegisterHost", reg("h9", false), true},
+		{viewer, "ListHosts", &pinfoldv1.ListHostsRequest{}, true},
+		{viewer, "ListInstances", &pinfoldv1.ListInstancesRequest{}, true},
+		{viewer, "GetHost", &pinfoldv1.GetHostRequest{Name: "h1"}, true},
+		{viewer, "Deploy", &pinfoldv1.DeployRequest{}, false},
+		{viewer, "SetHostEnabled", &pinfoldv1.SetHostEnabledRequest{Name: "h1"}, false},
+		{viewer, "WatchInstances", &pinfoldv1.WatchInstancesRequest{Host: "h1"}, false},
+		{h1, "RegisterHost", reg("h1", true), true},
+		{h1, "Heartbeat", &pinfoldv1.HeartbeatRequest{Host: "h1"}, true},
+		{h1, "ReportStatus", &pinfoldv1.ReportStatusRequest{Host: "h1"}, true},
+		{h1, "WatchInstances", &pinfoldv1.WatchInstancesRequest{Host: "h1"}, true},
+		{h2, "WatchInstances", &pinfoldv1.WatchInstancesRequest{Host: "h1"}, false},
+		{h2, "ReportStatus", &pinfoldv1.ReportStatusRequest{Host: "h1"}, false},
+		{h2, "Heartbeat", &pinfoldv1.HeartbeatRequest{Host: "h1"}, false},
+		{h2, "RegisterHost", reg("h1", true), false},
+		{h1, "RegisterHost", reg("h1", false), false}, // agents register as agents
+		{h1, "SetHostEnabled", &pinfoldv1.SetHostEnabledRequest{Name: "h1"}, false},
+		{h1, "RemoveHost", &pinfoldv1.RemoveHostRequest{Name: "h1"}, false},
+		{h1, "ListInstances", &pinfoldv1.ListInstancesRequest{Host: "h2"}, false},
+		{h1, "Deploy", &pinfoldv1.DeployRequest{}, false},
+	} {
+		err := authorize(tc.id, tc.method, tc.msg)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%s %s: %v, want allowed", tc.id, tc.method, err)
+		case !tc.ok && connect.CodeOf(err) != connect.CodePermissionDenied:
+			t.Errorf("%s %s = %v, want permission denied", tc.id, tc.method, err)
+		}
+	}
+	err := authorize(h2, "ReportStatus", &pinfoldv1.ReportStatusRequest{Host: "h1"})
+	if want := `identity agent:h2 may not call ReportStatus for host "h1"`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("denial = %v, want it to name identity, method and host", err)
+	}
+	// Every method of the service has a rule (or is admin only on purpose).
+	for _, m := range []string{"Deploy", "Resize", "Remove", "Replace", "SetHost", "SetHostEnabled", "SetHostMaintenance", "SetPlacementSettings", "RemoveHost"} {
+		if _, ok := methodAccess[m]; ok {
+			t.Errorf("%s is listed as not admin-only", m)
+		}
+	}
+}
+

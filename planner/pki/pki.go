@@ -1,0 +1,226 @@
+// Package pki is pinfold's small certificate authority: a CA, the
+// planner's server certificate, and client certificates that carry an
+// identity: a name in the subject's CommonName and a role in its
+// OrganizationalUnit ("pinfold:admin", "pinfold:viewer" or
+// "pinfold:agent"; an agent's name is its host's). Keys are ECDSA P-256 in
+// PKCS #8 PEM files of mode 0600.
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Role is what an identity may do (see the planner API's authorization).
+type Role string
+
+const (
+	RoleAdmin  Role = "admin"  // everything
+	RoleViewer Role = "viewer" // read only
+	RoleAgent  Role = "agent"  // register, heartbeat, watch and report for its own host
+)
+
+// Roles are the roles a client certificate may carry.
+var Roles = []Role{RoleAdmin, RoleViewer, RoleAgent}
+
+const ouPrefix = "pinfold:"
+
+// Identity is who a client certificate says its holder is.
+type Identity struct {
+	Name string `json:"name"`
+	Role Role   `json:"role"`
+}
+
+func (id Identity) String() string { return string(id.Role) + ":" + id.Name }
+
+// Files are the paths one command wrote or uses.
+type Files struct {
+	CA   string `json:"ca"`
+	Cert string `json:"cert"`
+	Key  string `json:"key"`
+}
+
+// File names inside a PKI directory.
+const (
+	CACert     = "ca.pem"
+	CAKey      = "ca-key.pem"
+	ServerCert = "planner.pem"
+	ServerKey  = "planner-key.pem"
+)
+
+// nameRE is a client name: a host name or a person's short name.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// IdentityOf reads the identity a verified client certificate carries.
+func IdentityOf(c *x509.Certificate) (Identity, error) {
+	var roles []Role
+	for _, ou := range c.Subject.OrganizationalUnit {
+		if r, ok := strings.CutPrefix(ou, ouPrefix); ok {
+			roles = append(roles, Role(r))
+		}
+	}
+	if len(roles) != 1 || !slices.Contains(Roles, roles[0]) {
+		return Identity{}, fmt.Errorf("pki: certificate %q: want exactly one OrganizationalUnit pinfold:admin, pinfold:viewer or pinfold:agent, got %q",
+			c.Subject.CommonName, c.Subject.OrganizationalUnit)
+	}
+	if !nameRE.MatchString(c.Subject.CommonName) {
+		return Identity{}, fmt.Errorf("pki: certificate CommonName %q: not a pinfold identity name", c.Subject.CommonName)
+	}
+	return Identity{Name: c.Subject.CommonName, Role: roles[0]}, nil
+}
+
+// Init creates a CA and the planner's server certificate in dir (created
+// 0700), valid for localhost, 127.0.0.1, ::1 and hosts (names or IPs). It
+// refuses a dir that already holds a CA: it never replaces one.
+func Init(dir string, hosts []string, now time.Time) (Files, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Files{}, fmt.Errorf("pki: %w", err)
+	}
+	ca := filepath.Join(dir, CACert)
+	if _, err := os.Stat(ca); err == nil {
+		return Files{}, fmt.Errorf("pki: %s exists: this directory has a CA already (issue certificates from it, or use another --dir)", ca)
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Files{}, fmt.Errorf("pki: CA key: %w", err)
+	}
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: "pinfold CA"}, NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(10, 0, 0),
+		IsCA: true, BasicConstraintsValid: true, MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	caDER, err := sign(tmpl, tmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return Files{}, err
+	}
+	if err := writeKeyPair(dir, CACert, CAKey, caDER, caKey); err != nil {
+		return Files{}, err
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	srv := &x509.Certificate{Subject: pkix.Name{CommonName: "pinfold planner"}, NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			srv.IPAddresses = append(srv.IPAddresses, ip)
+		} else if h != "" {
+			srv.DNSNames = append(srv.DNSNames, h)
+		}
+	}
+	if err := issue(dir, ServerCert, ServerKey, srv, caCert, caKey); err != nil {
+		return Files{}, err
+	}
+	return Files{CA: ca, Cert: filepath.Join(dir, ServerCert), Key: filepath.Join(dir, ServerKey)}, nil
+}
+
+// Issue signs a client certificate for name with role, from the CA in dir,
+// written as <role>-<name>.pem and <role>-<name>-key.pem.
+func Issue(dir string, role Role, name string, now time.Time) (Files, error) {
+	if !slices.Contains(Roles, role) {
+		return Files{}, fmt.Errorf("pki: role %q: want admin, viewer or agent", role)
+	}
+	if !nameRE.MatchString(name) {
+		return Files{}, fmt.Errorf("pki: name %q: want 1..63 letters, digits, '.', '_' or '-'", name)
+	}
+	caCert, caKey, err := loadCA(dir)
+	if err != nil {
+		return Files{}, err
+	}
+	base := string(role) + "-" + name
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: name, OrganizationalUnit: []string{ouPrefix + string(role)}},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if err := issue(dir, base+".pem", base+"-key.pem", tmpl, caCert, caKey); err != nil {
+		return Files{}, err
+	}
+	return Files{CA: filepath.Join(dir, CACert), Cert: filepath.Join(dir, base+".pem"), Key: filepath.Join(dir, base+"-key.pem")}, nil
+}
+
+func issue(dir, certName, keyName string, tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("pki: key for %s: %w", certName, err)
+	}
+	der, err := sign(tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	return writeKeyPair(dir, certName, keyName, der, key)
+}
+
+func sign(tmpl, parent *x509.Certificate, pub *ecdsa.PublicKey, priv *ecdsa.PrivateKey) ([]byte, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
+	if err != nil {
+		return nil, fmt.Errorf("pki: serial: %w", err)
+	}
+	tmpl.SerialNumber = serial
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, priv)
+	if err != nil {
+		return nil, fmt.Errorf("pki: sign %q: %w", tmpl.Subject.CommonName, err)
+	}
+	return der, nil
+}
+
+func writeKeyPair(dir, certName, keyName string, der []byte, key *ecdsa.PrivateKey) error {
+	kb, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	if err := writeNew(filepath.Join(dir, keyName), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		return err
+	}
+	return writeNew(filepath.Join(dir, certName), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+// writeNew writes a file that must not exist yet.
+func writeNew(path string, b []byte, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return fmt.Errorf("pki: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return fmt.Errorf("pki: write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
+	cb, err := os.ReadFile(filepath.Join(dir, CACert))
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: no CA in %s (run pinfold pki init --dir %s): %w", dir, dir, err)
+	}
+	kb, err := os.ReadFile(filepath.Join(dir, CAKey))
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: %w", err)
+	}
+	cp, _ := pem.Decode(cb)
+	kp, _ := pem.Decode(kb)
+	if cp == nil || kp == nil {
+		return nil, nil, errors.New("pki: the CA files are not PEM")
+	}
+	cert, err := x509.ParseCertificate(cp.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: %s: %w", CACert, err)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(kp.Bytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pki: %s: %w", CAKey, err)
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, nil, fmt.Errorf("pki: %s is not an ECDSA key", CAKey)
+	}
+	return cert, key, nil
+}
