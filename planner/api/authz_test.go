@@ -64,4 +64,3 @@ func TestAuthorize(t *testing.T) {
 		}
 	}
 }
-
