@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -83,6 +84,11 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	log := cfg.Log
 	endpoints := cfg.EtcdEndpoints
 	if len(endpoints) == 0 {
+		for _, u := range []string{cfg.EtcdClientURL, cfg.EtcdPeerURL} {
+			if !loopbackURL(u) {
+				return &StoreError{fmt.Errorf("planner: embedded etcd URL %q: the embedded etcd serves plaintext without authentication, so it listens on loopback only (127.0.0.1 or [::1])", u)}
+			}
+		}
 		dir := filepath.Join(cfg.DataDir, "etcd")
 		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 			return &StoreError{fmt.Errorf("planner: data dir %q: %w", cfg.DataDir, err)}
@@ -122,6 +128,19 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	}()
 	log.Info("planner listening", "addr", p.Addr, "tls", cfg.TLS != nil, "share_base", cfg.ShareBase)
 	return nil
+}
+
+// loopbackURL reports whether an http URL's host is a loopback address.
+func loopbackURL(raw string) bool {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(u.Hostname())
+	return ip != nil && ip.IsLoopback()
 }
 
 // background runs the leader-elected loops until Close.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/pinfold/pinfold/planner"
@@ -54,4 +55,9 @@ func TestStartClose(t *testing.T) {
 		t.Fatalf("start after a failed start: %v", err)
 	}
 	p.Close()
+	// The embedded etcd, plaintext and unauthenticated, stays on loopback.
+	cfg.EtcdClientURL = "http://0.0.0.0:2379"
+	if _, err := planner.Start(context.Background(), cfg); !errors.As(err, &se) || !strings.Contains(err.Error(), "loopback only") {
+		t.Errorf("embedded etcd on 0.0.0.0 = %v, want a StoreError", err)
+	}
 }
