@@ -86,6 +86,12 @@ func TestRequestBounds(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(body, "bnid") {
 		t.Errorf("unknown field: %d %s, want 400 naming bnid", code, body)
 	}
+	for _, grace := range []string{`"-5"`, `"9223372036"`} {
+		code, body = post("SetHostMaintenance", strings.NewReader(`{"name":"h1","graceSeconds":`+grace+`}`))
+		if code != http.StatusBadRequest || !strings.Contains(body, "grace_seconds") {
+			t.Errorf("maintenance grace %s: %d %s, want 400 naming grace_seconds", grace, code, body)
+		}
+	}
 	code, body = post("Deploy", strings.NewReader(fmt.Sprintf(`{"service":"web","bind":true,"cpu":"1","memoryBytes":"%d"}`, 1<<20)))
 	if code != http.StatusOK || p.deploys != 1 {
 		t.Errorf("a normal deploy: %d %s (deploys %d)", code, body, p.deploys)

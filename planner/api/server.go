@@ -314,6 +314,9 @@ func (s *Server) SetHostEnabled(ctx context.Context, r *connect.Request[pinfoldv
 }
 
 func (s *Server) SetHostMaintenance(ctx context.Context, r *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error) {
+	if !r.Msg.Off && (r.Msg.GraceSeconds < 1 || r.Msg.GraceSeconds > 30*24*3600) {
+		return nil, invalid("grace_seconds = %d: want 1..2592000 (30 days), or off", r.Msg.GraceSeconds)
+	}
 	grace := time.Duration(r.Msg.GraceSeconds) * time.Second
 	if r.Msg.Off {
 		grace = -1

@@ -61,9 +61,12 @@ func ValidateFaultDomain(fd string) error {
 	if !ok {
 		return fmt.Errorf("fault domain %q: want fd:/LEVEL[/LEVEL…], e.g. fd:/dc1/rack2", fd)
 	}
+	if len(fd) > 253 {
+		return fmt.Errorf("fault domain: %d bytes: want at most 253", len(fd))
+	}
 	for _, p := range strings.Split(rest, "/") {
-		if p == "" || strings.ContainsAny(p, " \t") {
-			return fmt.Errorf("fault domain %q: empty or blank level %q", fd, p)
+		if p == "" || p == "." || p == ".." || strings.ContainsAny(p, " \t\r\n\x00") {
+			return fmt.Errorf("fault domain %q: level %q: want a name (not empty, . or .., no blanks)", fd, p)
 		}
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -254,6 +255,9 @@ func (r SetHostRequest) applyCPUs(h *state.Host, used state.Alloc, ins []state.I
 func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
 	if r.MemoryBytes != nil {
 		h.MemoryBytes = *r.MemoryBytes
+	}
+	if r.MemoryDelta > 0 && h.MemoryBytes > math.MaxInt64-r.MemoryDelta || r.MemoryDelta < 0 && h.MemoryBytes < math.MinInt64-r.MemoryDelta {
+		return errf(Invalid, "host %s: memory %d bytes %+d overflows", r.Name, h.MemoryBytes, r.MemoryDelta)
 	}
 	h.MemoryBytes += r.MemoryDelta
 	if h.MemoryBytes <= 0 {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -69,4 +70,33 @@ func TestSetHostApply(t *testing.T) {
 
 func fmtHost(h state.Host) string {
 	return fmt.Sprintf("%v %s %s %v", h.CPUs, h.FaultDomain, h.UpgradeDomain, h.Properties)
+}
+
+// TestHostInputParity: what the API accepts is what the CLI would: host
+// names, fault domains and memory arithmetic are checked on the way in.
+func TestHostInputParity(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"a..b", ".a", "a.", "a b", strings.Repeat("x", 254)} {
+		if err := state.ValidateHostName(name); err == nil {
+			t.Errorf("host name %q accepted", name)
+		}
+	}
+	for _, fd := range []string{"fd:/../../x", "fd:/dc1/./r", "fd:/dc1//r", "rack1"} {
+		if err := placement.ValidateFaultDomain(fd); err == nil {
+			t.Errorf("fault domain %q accepted", fd)
+		}
+	}
+	h, err := state.NewHost("h1", topologytest.Laptop().Topology(), state.Config{ShareBase: 100, MaxFragmentCores: -1}, state.CapacitySettings{MemoryShare: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = SetHostRequest{Name: "h1", MemoryDelta: math.MaxInt64}.apply(state.HostView{Host: h, Alloc: state.NewAlloc()}, nil, 100)
+	if CodeOf(err) != Invalid || !strings.Contains(err.Error(), "overflows") {
+		t.Errorf("memory delta of MaxInt64 = %v, want an overflow refusal", err)
+	}
+	top := topologytest.Laptop().Topology()
+	top.NUMANodes[0].MemoryBytes = 7 << 60
+	if err := top.Validate(); err == nil {
+		t.Errorf("a NUMA node of 7 EiB validated")
+	}
 }

@@ -231,10 +231,18 @@ func NewHost(name string, t *topology.Topology, cfg Config, s CapacitySettings) 
 
 // ValidateHostName accepts DNS-like names (letters, digits, - . _), 1..253 bytes.
 func ValidateHostName(name string) error {
-	if name == "" || len(name) > 253 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") != "" || strings.HasPrefix(name, ".") {
-		return fmt.Errorf("state: host name %q: want 1..253 letters, digits, '-', '.' or '_'", name)
+	if name == "" || len(name) > 253 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") != "" ||
+		strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, "..") {
+		return fmt.Errorf("state: host name %q: want 1..253 letters, digits, '-', '.' or '_', dots only between labels", clipName(name))
 	}
 	return nil
+}
+
+func clipName(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
+	}
+	return s
 }
 
 // ValidateServiceName is like ValidateHostName without dots, at most 63 bytes.

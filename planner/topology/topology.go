@@ -103,6 +103,10 @@ func (t *Topology) NUMANodeIDs() cpuset.Mems {
 	return cpuset.Of(ids...)
 }
 
+// MaxNodeMemory bounds one NUMA node's memory (256 TiB): far above any
+// machine, and low enough that a sum over 8,192 nodes cannot overflow.
+const MaxNodeMemory = 1 << 48
+
 // MemoryBytes is the sum of the NUMA nodes' memory.
 func (t *Topology) MemoryBytes() int64 {
 	var sum int64
@@ -189,7 +193,7 @@ func (e *ValidationError) Error() string {
 //   - L3 groups, where known, contain the CPU and agree with each other;
 //   - every node has a distance to every node, LocalDistance to itself and
 //     at least LocalDistance to others (ACPI SLIT);
-//   - memory is not negative; Isolated ⊆ Online.
+//   - a node's memory is 0..MaxNodeMemory; Isolated ⊆ Online.
 //
 // SLIT rows need not be symmetric: ACPI allows asymmetric tables.
 func (t *Topology) Validate() error {
@@ -212,8 +216,8 @@ func (t *Topology) Validate() error {
 		if i > 0 && n.ID <= t.NUMANodes[i-1].ID {
 			return bad(f+".id", n.ID, "not sorted or duplicate (previous %d)", t.NUMANodes[i-1].ID)
 		}
-		if n.MemoryBytes < 0 {
-			return bad(f+".memory_bytes", n.MemoryBytes, "negative")
+		if n.MemoryBytes < 0 || n.MemoryBytes > MaxNodeMemory {
+			return bad(f+".memory_bytes", n.MemoryBytes, "want 0..%d (256 TiB)", int64(MaxNodeMemory))
 		}
 		if overlap := nodeCPUs.Intersect(n.CPUs); !overlap.IsEmpty() {
 			return bad(f+".cpus", n.CPUs, "CPUs %s are in another NUMA node too", overlap)
