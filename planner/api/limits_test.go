@@ -68,16 +68,21 @@ func TestRequestBounds(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		code, body := post(method, io.MultiReader(strings.NewReader(`{"service":"`), &zeros{n: 100 << 20}, strings.NewReader(`"}`)))
+		z := &zeros{n: 100 << 20}
+		code, body := post(method, io.MultiReader(strings.NewReader(`{"service":"`), z, strings.NewReader(`"}`)))
 		runtime.ReadMemStats(&after)
 		grew := after.TotalAlloc - before.TotalAlloc
+		sent := 100<<20 - z.n
 		if code == http.StatusOK {
 			t.Errorf("%s with a 100 MB body: %d %s", method, code, body)
 		}
-		if grew > 32<<20 {
-			t.Errorf("%s with a 100 MB body allocated %d MiB", method, grew>>20)
+		// The server stops reading at the limit: the client sends little
+		// more than it (what the connection buffers), and nothing in this
+		// process (client and server, under -race too) comes near 100 MB.
+		if sent > 24<<20 || grew > 80<<20 {
+			t.Errorf("%s with a 100 MB body: the client sent %d MiB, the process allocated %d MiB", method, sent>>20, grew>>20)
 		}
-		t.Logf("%s, 100 MB body: HTTP %d, %d KiB allocated while refusing it", method, code, grew>>10)
+		t.Logf("%s, 100 MB body: HTTP %d after %d KiB of it were sent; %d KiB allocated in this process meanwhile", method, code, sent>>10, grew>>10)
 	}
 	if p.deploys != 0 {
 		t.Errorf("an oversized deploy reached the service")
