@@ -21,6 +21,9 @@ go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/cpuset
 go test -run '^$' -fuzz '^FuzzDiscoverFiles$' -fuzztime 15s ./numa
 go test -run '^$' -fuzz '^FuzzDecodeFile$' -fuzztime 15s ./planner/planfile
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/placement
+# Every API method through the real handler over a real store: no panic, no
+# internal error, a refused request changes nothing.
+go test -run '^$' -fuzz '^FuzzAPI$' -fuzztime 15s ./planner/api 2>&1 | grep -v '^{"level"'; [ "${PIPESTATUS[0]}" = 0 ]
 echo "== benchmarks run once (figures in docs/BENCHMARKS.md; no timing is asserted)"
 go test -run '^$' -bench . -benchtime 1x ./planner/...
 echo "== kernel tier (QEMU guest: 2 NUMA nodes, cgroup v2, Debian docker.io)"
