@@ -194,20 +194,9 @@ var ErrNoGroup = errors.New("no such cgroup")
 // created it). Apply is idempotent: files that already hold the value are
 // not written. It checks ctx between writes; one write cannot be cancelled.
 func (m *Manager) Apply(ctx context.Context, s Spec) error {
-	writes, err := Plan(s)
+	writes, err := m.plan(s)
 	if err != nil {
 		return err
-	}
-	if s.CPUs != nil && !s.CPUs.IsSubsetOf(m.cpus) {
-		return &SpecError{Path: s.Path.String(), File: "cpuset.cpus", Value: s.CPUs.String(),
-			Reason: fmt.Sprintf("CPUs %s are not on this host (it has %s)", s.CPUs.Difference(m.cpus), m.cpus)}
-	}
-	if s.Mems != nil && !s.Mems.IsSubsetOf(m.mems) {
-		return &SpecError{Path: s.Path.String(), File: "cpuset.mems", Value: s.Mems.String(),
-			Reason: fmt.Sprintf("NUMA nodes %s are not on this host (it has %s)", s.Mems.Difference(m.mems), m.mems)}
-	}
-	if s.Path.IsRoot() {
-		return &SpecError{Path: "", File: "", Value: "", Reason: "the root cgroup's resources are not pinfold's to set"}
 	}
 	created := false
 	if !m.Exists(s.Path) {
@@ -245,16 +234,7 @@ func (m *Manager) Apply(ctx context.Context, s Spec) error {
 		if holds(w, old) {
 			continue
 		}
-		if m.fault != nil {
-			err = m.fault(s.Path.file(w.File), w.Value)
-		}
-		if err == nil {
-			stored := w.Value
-			if m.stored != nil {
-				stored = m.stored(s.Path.file(w.File), w.Value)
-			}
-			err = m.write(s.Path, w.File, stored)
-		}
+		err = m.writeOne(s.Path, w)
 		// A quota below the current burst is refused until the burst drops:
 		// write the burst first, then the quota.
 		if err != nil && w.File == "cpu.max" && errors.Is(err, syscall.EINVAL) && i+1 < len(writes) && writes[i+1].File == "cpu.max.burst" {
@@ -286,6 +266,41 @@ func (m *Manager) Apply(ctx context.Context, s Spec) error {
 		m.log.Debug("cgroup applied", "cgroup", s.Path.String(), "writes", len(applied))
 	}
 	return nil
+}
+
+// plan is Plan(s) checked against this host: its CPUs and NUMA nodes, and
+// never the root group.
+func (m *Manager) plan(s Spec) ([]Write, error) {
+	writes, err := Plan(s)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case s.CPUs != nil && !s.CPUs.IsSubsetOf(m.cpus):
+		return nil, &SpecError{Path: s.Path.String(), File: "cpuset.cpus", Value: s.CPUs.String(),
+			Reason: fmt.Sprintf("CPUs %s are not on this host (it has %s)", s.CPUs.Difference(m.cpus), m.cpus)}
+	case s.Mems != nil && !s.Mems.IsSubsetOf(m.mems):
+		return nil, &SpecError{Path: s.Path.String(), File: "cpuset.mems", Value: s.Mems.String(),
+			Reason: fmt.Sprintf("NUMA nodes %s are not on this host (it has %s)", s.Mems.Difference(m.mems), m.mems)}
+	case s.Path.IsRoot():
+		return nil, &SpecError{Path: "", File: "", Value: "", Reason: "the root cgroup's resources are not pinfold's to set"}
+	}
+	return writes, nil
+}
+
+// writeOne performs one planned write (asking the fault injector first,
+// and storing what a fake kernel would, in tests).
+func (m *Manager) writeOne(p Path, w Write) error {
+	if m.fault != nil {
+		if err := m.fault(p.file(w.File), w.Value); err != nil {
+			return err
+		}
+	}
+	stored := w.Value
+	if m.stored != nil {
+		stored = m.stored(p.file(w.File), w.Value)
+	}
+	return m.write(p, w.File, stored)
 }
 
 // owns reports whether p lies strictly below the owned subtree.
