@@ -150,6 +150,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
+	followUp := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -162,9 +163,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-a.kick:
 		case <-tick.C:
 		}
-		if a.ready() && a.Reconcile(ctx) {
-			a.wake() // something changed: report it without waiting a tick
+		// A pass that acted is followed at once by one more, to report the
+		// result; not by a chain of them: an action that keeps failing is
+		// retried at --resync, not in a tight loop against Docker.
+		acted := a.ready() && a.Reconcile(ctx)
+		if acted && !followUp {
+			a.wake()
 		}
+		followUp = acted && !followUp
 	}
 }
 

@@ -37,6 +37,8 @@ type fakeEngine struct {
 	execCode  int
 	execs     [][]string
 	exitOnRun bool // new containers exit at once
+	createErr error
+	creates   int
 }
 
 func newFakeEngine() *fakeEngine { return &fakeEngine{cs: map[string]*docker.Container{}} }
@@ -53,6 +55,10 @@ func (f *fakeEngine) List(context.Context) ([]docker.Container, error) {
 func (f *fakeEngine) Create(_ context.Context, s docker.CreateSpec) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.creates++
+	if f.createErr != nil {
+		return "", f.createErr
+	}
 	f.n++
 	id := fmt.Sprintf("c%d", f.n)
 	labels := map[string]string{docker.LabelManaged: "true"}
@@ -562,5 +568,28 @@ func TestCPUGot(t *testing.T) {
 	}
 	if _, ok := piecesPerSecond(cpuSample{"c1", 10, t0}, cpuSample{"c1", 5, t0.Add(time.Second)}, 100); ok {
 		t.Errorf("a counter that went back was used")
+	}
+}
+
+// TestFailingActionNotInATightLoop: a create the engine keeps refusing is
+// retried at the resync period (one immediate follow-up pass at most), not
+// as fast as passes can run.
+func TestFailingActionNotInATightLoop(t *testing.T) {
+	eng, cg := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}
+	eng.createErr = errors.New("pull access denied")
+	a := New(Config{Host: "h", Resync: 200 * time.Millisecond}, &downPlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
+	a.SetDesired([]model.Instance{memInst(1, 128<<20)})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = a.Run(ctx)
+	eng.mu.Lock()
+	n := eng.creates
+	eng.mu.Unlock()
+	// 1 s at 200 ms: about 5 passes, each with at most one follow-up.
+	if n < 2 || n > 12 {
+		t.Errorf("%d create attempts in 1 s with --resync 200ms, want about 5..10", n)
+	}
+	if r := a.records["db-1"]; r == nil || !strings.Contains(r.err, "pull access denied") {
+		t.Errorf("the failure is not recorded: %+v", r)
 	}
 }
