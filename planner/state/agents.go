@@ -105,35 +105,38 @@ func (s *Store) Lead(ctx context.Context, id string, ttl time.Duration, lead fun
 
 // WatchHost calls send with the revision the cache has caught up to, then
 // again each time host's registration or one of its desired instances
-// changes (after the cache has seen that change), until ctx ends or send
-// fails.
+// changes, until ctx ends or send fails. It reads the store's own watch
+// (no etcd watch per caller): a burst of changes is sent once, as of the
+// revision the cache reached.
 func (s *Store) WatchHost(ctx context.Context, host string, send func(rev int64) error) error {
-	rev := s.Rev()
-	if err := send(rev); err != nil {
-		return err
-	}
-	wctx := clientv3.WithRequireLeader(ctx)
-	instances := s.cli.Watch(wctx, InstancesOfHostPrefix(host), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
-	registration := s.cli.Watch(wctx, HostKey(host), clientv3.WithRev(rev+1))
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		s.changed.Broadcast()
+		s.mu.Unlock()
+	})
+	defer stop()
+	s.mu.Lock()
+	seen := s.hostChange[host]
+	rev := s.rev
 	for {
-		var wr clientv3.WatchResponse
-		var ok bool
-		select {
-		case wr, ok = <-instances:
-		case wr, ok = <-registration:
-		}
-		if !ok {
-			return ctx.Err()
-		}
-		if err := wr.Err(); err != nil {
-			return fmt.Errorf("state: watch host %s: %w", host, err)
-		}
-		if err := s.WaitRev(ctx, wr.Header.Revision); err != nil {
+		s.mu.Unlock()
+		if err := send(rev); err != nil {
 			return err
 		}
-		if err := send(wr.Header.Revision); err != nil {
-			return err
+		s.mu.Lock()
+		for s.hostChange[host] == seen {
+			if err := ctx.Err(); err != nil {
+				s.mu.Unlock()
+				return err
+			}
+			if s.werr != nil {
+				err := s.werr
+				s.mu.Unlock()
+				return err
+			}
+			s.changed.Wait()
 		}
+		seen, rev = s.hostChange[host], s.rev
 	}
 }
 

@@ -55,6 +55,10 @@ type Store struct {
 	cancel     context.CancelFunc
 	done       chan struct{}
 
+	// hostChange is, per host, the revision of the last change to its
+	// registration or desired instances (WatchHost waits on it).
+	hostChange map[string]int64
+
 	leaseMu sync.Mutex
 	leases  map[string]clientv3.LeaseID // host → its heartbeat lease
 }
@@ -133,6 +137,7 @@ func (s *Store) reset() {
 	s.live, s.schedulable, s.metrics = map[string]bool{}, map[string]bool{}, map[string]Metrics{}
 	s.placement = placement.Settings{}
 	s.topologies = map[[32]byte]*topology.Topology{}
+	s.hostChange = map[string]int64{}
 }
 
 func (s *Store) watch(ctx context.Context, from int64) {
@@ -166,11 +171,19 @@ func (s *Store) watch(ctx context.Context, from int64) {
 			continue
 		}
 		s.mu.Lock()
+		before := s.hostChange
 		s.reset()
 		for _, kv := range get.Kvs {
 			s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
 		}
 		s.rev = get.Header.Revision
+		// A reload may hide deletions: every host's watchers look again.
+		for h := range before {
+			s.hostChange[h] = s.rev
+		}
+		for h := range s.hostChange {
+			s.hostChange[h] = s.rev
+		}
 		s.reindexAll()
 		from = s.rev + 1
 		s.changed.Broadcast()
@@ -192,6 +205,7 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 	kind, name, _ := strings.Cut(rest, "/")
 	switch kind {
 	case "hosts":
+		s.hostChange[name] = rev
 		if deleted {
 			delete(s.hosts, name)
 		} else if h, ok := s.decodeHost(val); ok {
@@ -207,6 +221,7 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 	case "instances", "status":
 		host, id, _ := strings.Cut(name, "/")
 		if kind == "instances" {
+			s.hostChange[host] = rev
 			setNested(s.instances, host, id, val, rev, deleted)
 		} else {
 			setNested(s.statuses, host, id, val, rev, deleted)
