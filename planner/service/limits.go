@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/pinfold/pinfold/planner/model"
@@ -72,8 +73,8 @@ func validateRules(r state.Rules) error {
 	if len(r.Constraint) > MaxConstraintLen {
 		return errf(Invalid, "constraint = %q: longer than %d bytes", clip(r.Constraint), MaxConstraintLen)
 	}
-	for field, list := range map[string][]string{"affinity": append(r.Affinity.Hard, r.Affinity.Soft...),
-		"anti_affinity": append(r.AntiAffinity.Hard, r.AntiAffinity.Soft...), "hosts_order": r.HostsOrder} {
+	for field, list := range map[string][]string{"affinity": slices.Concat(r.Affinity.Hard, r.Affinity.Soft),
+		"anti_affinity": slices.Concat(r.AntiAffinity.Hard, r.AntiAffinity.Soft), "hosts_order": r.HostsOrder} {
 		if field != "hosts_order" && len(list) > MaxRuleServices {
 			return errf(Invalid, "%s: %d services: want at most %d", field, len(list), MaxRuleServices)
 		}
