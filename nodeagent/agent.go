@@ -65,6 +65,13 @@ type Config struct {
 	Metrics func(context.Context) (*pinfoldv1.HostMetrics, error)
 	// ReportTimeout bounds one status report; default 5s.
 	ReportTimeout time.Duration
+	// ShareEvery is the share loop's window (ShareEnforcer): how often it
+	// measures the instances sharing a CPU and corrects their weights.
+	// Default 1s; negative turns the loop off (the static mapping only).
+	ShareEvery time.Duration
+	// Shrink tunes the pressure-guided memory shrink of a resize below what
+	// a container uses.
+	Shrink ShrinkOptions
 }
 
 // Agent is the node agent of one host.
@@ -83,6 +90,7 @@ type Agent struct {
 	rev     int64              // the planner's revision desired was read at
 	records map[string]*record // by instance ID
 	kick    chan struct{}
+	shares  *ShareEnforcer
 }
 
 // record is what the agent remembers of one instance between passes.
@@ -92,8 +100,9 @@ type record struct {
 	failed  int64  // the generation whose replace was rolled back
 	failMsg string // why that replace was rolled back
 	sent    *model.Status
-	cpu     cpuSample // the running container's usage at the last pass
-	cpuGot  int       // pieces per second between the last two passes
+	cpu     cpuSample    // the running container's usage at the last pass
+	cpuGot  int          // pieces per second between the last two passes
+	cgroup  *cgroup.Path // the running container's cgroup (nil: none)
 }
 
 // New returns an agent.
@@ -116,6 +125,9 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 	if cfg.Metrics == nil {
 		cfg.Metrics = HostMetrics
 	}
+	if cfg.ShareEvery == 0 {
+		cfg.ShareEvery = time.Second
+	}
 	if cfg.Scheme == "" {
 		cfg.Scheme = DefaultScheme
 	}
@@ -130,7 +142,7 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 	}
 	return &Agent{cfg: cfg, planner: planner, eng: eng, cg: cg, topo: topo, log: log,
 		host:    Host{CPUs: topo.Online, Isolated: topo.Isolated, Mems: cpuset.Of(mems...), ShareBase: 100},
-		records: map[string]*record{}, kick: make(chan struct{}, 1)}
+		records: map[string]*record{}, kick: make(chan struct{}, 1), shares: NewShareEnforcer(cg, log)}
 }
 
 // Run restores the last desired state from the checkpoint and enforces it
@@ -148,6 +160,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		registered <- err
 	}()
+	if a.cfg.ShareEvery > 0 {
+		go a.shareLoop(ctx)
+	}
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
 	followUp := false
@@ -171,6 +186,33 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.wake()
 		}
 		followUp = acted && !followUp
+	}
+}
+
+// shareLoop runs the share enforcer every ShareEvery over the instances
+// that share a CPU and run.
+func (a *Agent) shareLoop(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.ShareEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		a.mu.Lock()
+		h := a.host
+		members := ShareMembers(h, a.desired, a.cfg.Scheme)
+		paths := map[string]cgroup.Path{}
+		for _, m := range members {
+			if r := a.records[m.ID]; r != nil && r.cgroup != nil {
+				paths[m.ID] = *r.cgroup
+			}
+		}
+		a.mu.Unlock()
+		if err := a.shares.Tick(ctx, members, paths, h.ShareBase, time.Now()); err != nil {
+			a.log.Warn("share loop", "err", err)
+		}
 	}
 }
 

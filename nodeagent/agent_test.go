@@ -39,6 +39,7 @@ type fakeEngine struct {
 	exitOnRun bool // new containers exit at once
 	createErr error
 	creates   int
+	updates   int
 }
 
 func newFakeEngine() *fakeEngine { return &fakeEngine{cs: map[string]*docker.Container{}} }
@@ -102,6 +103,7 @@ func (f *fakeEngine) Inspect(_ context.Context, id string) (docker.Container, er
 func (f *fakeEngine) Update(_ context.Context, id string, r docker.Resources) (docker.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.updates++
 	if f.updateErr != nil {
 		return docker.Container{}, f.updateErr
 	}
@@ -143,6 +145,7 @@ type fakeCgroup struct {
 	mem    map[string]int64  // cgroup path → memory.current
 	weight map[string]uint64 // cgroup path → cpu.weight
 	usage  map[string]uint64 // cgroup path → cpu.stat usage_usec
+	high   map[string]int64  // cgroup path → memory.high (absent: max)
 }
 
 func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
@@ -153,6 +156,12 @@ func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
 			f.weight = map[string]uint64{}
 		}
 		f.weight[s.Path.String()] = s.CPUWeight
+	}
+	if s.MemoryHigh != nil {
+		if f.high == nil {
+			f.high = map[string]int64{}
+		}
+		f.high[s.Path.String()] = *s.MemoryHigh
 	}
 	return nil
 }
@@ -166,6 +175,13 @@ func (f *fakeCgroup) Read(p cgroup.Path, name string) (string, error) {
 		return strconv.FormatUint(f.weight[p.String()], 10), nil
 	case "cpu.stat":
 		return fmt.Sprintf("usage_usec %d\nuser_usec 0\nsystem_usec 0\n", f.usage[p.String()]), nil
+	case "memory.high":
+		if h, ok := f.high[p.String()]; ok && h != cgroup.Max {
+			return strconv.FormatInt(h, 10), nil
+		}
+		return "max", nil
+	case "memory.pressure":
+		return "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", nil
 	}
 	return "", errors.New("unexpected read of " + name)
 }
@@ -278,7 +294,7 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 		a.mu.Lock()
 		a.records["db-1"].refused = 0
 		a.mu.Unlock()
-		a.SetDesired([]model.Instance{memInst(2, 4<<20)})
+		a.SetDesired([]model.Instance{memInst(2, 64<<20)}) // above the 40 MiB in use: no shrink, the engine answers
 		a.Reconcile(ctx) // acts (and fails)
 		a.Reconcile(ctx) // reports the refusal, tries again
 		r := pl.last("db-1")
@@ -294,6 +310,50 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 	settle(t, a)
 	if r := pl.last("db-1"); r.RefusedGeneration != 0 || r.Error != "" || r.Generation != 3 {
 		t.Errorf("after the rollback: %+v", r)
+	}
+}
+
+// TestShrinkRefusedNotRetried: a resize below what the container uses,
+// whose memory cannot be reclaimed (the fake never frees any), is shrunk
+// guided by pressure until the deadline, then refused: memory.high is back
+// to max, Docker was never asked, the refused generation is reported, and
+// the next pass does not try again.
+func TestShrinkRefusedNotRetried(t *testing.T) {
+	eng, cg, pl := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}, &fakePlanner{}
+	a := New(Config{Host: "h", Shrink: ShrinkOptions{Every: 5 * time.Millisecond, Deadline: 100 * time.Millisecond}}, pl, eng, cg,
+		topologytest.Laptop().Topology(), nil)
+	a.SetDesired([]model.Instance{memInst(1, 128<<20)})
+	settle(t, a)
+	cg.mu.Lock()
+	cg.mem["docker/c1"] = 40 << 20
+	cg.mu.Unlock()
+	settle(t, a)
+	updates := eng.updates
+	a.SetDesired([]model.Instance{memInst(2, 16<<20)})
+	a.Reconcile(context.Background()) // shrinks, gives up
+	a.Reconcile(context.Background()) // reports; does not shrink again
+	a.Reconcile(context.Background())
+	r := pl.last("db-1")
+	if r.RefusedGeneration != 2 || !strings.Contains(r.Error, "memory shrink to 16.0 MiB stopped") || !strings.Contains(r.Error, "deadline") {
+		t.Errorf("report %+v, want generation 2 refused with the shrink's reason", r)
+	}
+	if eng.updates != updates {
+		t.Errorf("docker update called %d times for a shrink that gave up, want 0", eng.updates-updates)
+	}
+	cg.mu.Lock()
+	h, set := cg.high["docker/c1"]
+	cg.mu.Unlock()
+	if !set || h != cgroup.Max {
+		t.Errorf("memory.high = %d (set %v) after giving up, want restored to max", h, set)
+	}
+	// Page cache: the memory goes, and the resize is applied.
+	cg.mu.Lock()
+	cg.mem["docker/c1"] = 12 << 20
+	cg.mu.Unlock()
+	a.SetDesired([]model.Instance{memInst(3, 16<<20)})
+	settle(t, a)
+	if r := pl.last("db-1"); r.Generation != 3 || r.RefusedGeneration != 0 || r.Applied.MemoryBytes != 16<<20 {
+		t.Errorf("after the use dropped: %+v", r)
 	}
 }
 

@@ -35,6 +35,31 @@ type Action struct {
 	New       string          // FinishReplace: the new container
 	Want      Want
 	Reason    string
+	// MemoryCurrent is what the container used when observed (Update):
+	// above the new limit, the agent shrinks it guided by pressure first.
+	MemoryCurrent int64
+}
+
+// releases reports whether an update only gives resources back: its
+// cpuset and NUMA nodes are within what the container has, and its memory
+// and CPU quota are no larger.
+func releases(have, want docker.Resources) bool {
+	quotaLE := have.CPUQuota == 0 || want.CPUQuota != 0 && want.CPUQuota <= have.CPUQuota // 0: no limit
+	return want.CPUs.IsSubsetOf(have.CPUs) && want.Mems.IsSubsetOf(have.Mems) && quotaLE &&
+		want.MemoryBytes <= have.MemoryBytes && want.MemoryReservation <= have.MemoryReservation
+}
+
+// Known is what the agent learnt in earlier passes, by instance ID.
+type Known struct {
+	// Failed is the generation whose replace failed and was rolled back:
+	// it is not retried (a new generation is).
+	Failed map[string]int64
+	// Refused is the generation whose resize the host refused: it is not
+	// retried while the planner rolls it back.
+	Refused map[string]int64
+	// Weights are the share loop's corrected cpu.weight values: they
+	// replace the mapped ones, so a pass does not undo the loop's work.
+	Weights map[string]uint64
 }
 
 // Observed is one pinfold container as seen in Docker and the kernel.
@@ -48,9 +73,11 @@ type Observed struct {
 }
 
 // Diff compares what the planner wants with what Docker has and returns the
-// actions that converge them, ordered by instance ID (orphans last). Pure.
-// failed holds, per instance, the generation whose replace already failed
-// and was rolled back: it is not retried (a new generation is).
+// actions that converge them. Pure. The order is safe: first what releases
+// resources (orphans removed, then updates that only shrink), then the rest
+// by instance ID; so a CPU or memory moving between two instances in one
+// pass is given up by one before the other takes it.
+// known says what the agent learnt in earlier passes.
 //
 // Per desired instance: no container → Create; two containers (a replace in
 // flight) → FinishReplace when the newer one (generation label = desired)
@@ -59,7 +86,7 @@ type Observed struct {
 // or drift such as a hand-made docker update); stopped → Start; paused →
 // Unpause; and always Reassert the direct cgroup files (idempotent: equal
 // values are not rewritten). Containers of no desired instance → Remove.
-func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, failed map[string]int64) []Action {
+func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, known Known) []Action {
 	shared := pool(h, desired)
 	byInst := map[string][]Observed{}
 	for _, o := range observed {
@@ -71,6 +98,9 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 	for i := range ds {
 		in := &ds[i]
 		want := Map(h, *in, scheme, shared)
+		if w, ok := known.Weights[in.ID]; ok {
+			want.CPUWeight = w
+		}
 		cs := byInst[in.ID]
 		delete(byInst, in.ID)
 		slices.SortFunc(cs, func(a, b Observed) int {
@@ -97,11 +127,11 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 		}
 		c := cs[0]
 		switch {
-		case specChanged(c, in) && failed[in.ID] != in.Generation:
+		case specChanged(c, in) && known.Failed[in.ID] != in.Generation:
 			out = append(out, Action{Kind: Replace, Instance: in, Container: c.ID, Want: want, Reason: "image, command or network changed"})
 			continue
-		case !sameResources(c.Applied, want.Resources):
-			out = append(out, Action{Kind: Update, Instance: in, Container: c.ID, Want: want, Reason: "resources differ"})
+		case !sameResources(c.Applied, want.Resources) && known.Refused[in.ID] != in.Generation:
+			out = append(out, Action{Kind: Update, Instance: in, Container: c.ID, Want: want, Reason: "resources differ", MemoryCurrent: c.MemoryCurrent})
 		case c.Paused:
 			out = append(out, Action{Kind: Unpause, Instance: in, Container: c.ID, Want: want, Reason: "paused"})
 		}
@@ -115,10 +145,28 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 		orphans = append(orphans, cs...)
 	}
 	slices.SortFunc(orphans, func(a, b Observed) int { return cmp.Compare(a.ID, b.ID) })
+	var first []Action
 	for _, o := range orphans {
-		out = append(out, Action{Kind: Remove, Container: o.ID, Reason: "no desired instance " + o.Instance})
+		first = append(first, Action{Kind: Remove, Container: o.ID, Reason: "no desired instance " + o.Instance})
 	}
-	return out
+	have := map[string]docker.Resources{}
+	for _, o := range observed {
+		have[o.ID] = o.Applied
+	}
+	shrink := func(a Action) bool {
+		return a.Kind == Update && releases(have[a.Container], a.Want.Resources)
+	}
+	for _, a := range out {
+		if shrink(a) {
+			first = append(first, a)
+		}
+	}
+	for _, a := range out {
+		if !shrink(a) {
+			first = append(first, a)
+		}
+	}
+	return first
 }
 
 // specChanged: the container was made from another image, command or

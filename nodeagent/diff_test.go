@@ -113,11 +113,15 @@ func TestDiff(t *testing.T) {
 		{"replace in flight, new failed", []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, false, false)}, []string{"remove:c2", "unpause:c1"}},
 	}
 	// A replace that failed for this generation is not retried.
-	if got := kinds(Diff(host6, []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, SchemeQuota, map[string]int64{"a": 2})); !slices.Equal(got, []string{"reassert:c1"}) {
+	if got := kinds(Diff(host6, []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, SchemeQuota, Known{Failed: map[string]int64{"a": 2}})); !slices.Equal(got, []string{"reassert:c1"}) {
 		t.Errorf("failed replace retried: %v", got)
 	}
+	// A resize the host refused at this generation is not retried either.
+	if got := kinds(Diff(host6, []model.Instance{a}, []Observed{obs("c1", "a", "img", 1, drifted, true, false)}, SchemeQuota, Known{Refused: map[string]int64{"a": 1}})); !slices.Equal(got, []string{"reassert:c1"}) {
+		t.Errorf("refused resize retried: %v", got)
+	}
 	for _, tt := range tests {
-		got := kinds(Diff(host6, tt.desired, tt.observed, SchemeQuota, nil))
+		got := kinds(Diff(host6, tt.desired, tt.observed, SchemeQuota, Known{}))
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("%s: Diff = %v, want %v", tt.name, got, tt.want)
 		}
@@ -195,5 +199,43 @@ func TestStatusOf(t *testing.T) {
 				t.Errorf("status = %+v, want state %s generation %d refused %d", st, tc.state, tc.gen, tc.refused)
 			}
 		})
+	}
+}
+
+// TestDiffOrder: what releases resources goes first. CPU 2 moves from b to
+// a (a's ID sorts first) and an orphan holds memory: the orphan is removed,
+// then b shrinks, and only then a grows. The share loop's weight replaces
+// the mapped one.
+func TestDiffOrder(t *testing.T) {
+	t.Parallel()
+	a0 := inst("a", map[cpuset.CPUID]int{0: 100}, 0)
+	b0 := inst("b", map[cpuset.CPUID]int{1: 100, 2: 100}, 0)
+	a1 := inst("a", map[cpuset.CPUID]int{0: 100, 2: 100}, 0)
+	b1 := inst("b", map[cpuset.CPUID]int{1: 100}, 0)
+	ma := Map(host6, a0, SchemeCapped, host6.CPUs).Resources
+	mb := Map(host6, b0, SchemeCapped, host6.CPUs).Resources
+	observed := []Observed{obs("ca", "a", "img", 1, ma, true, false), obs("cb", "b", "img", 1, mb, true, false),
+		obs("cz", "gone", "img", 1, ma, true, false)}
+	got := kinds(Diff(host6, []model.Instance{a1, b1}, observed, SchemeCapped, Known{}))
+	want := []string{"remove:cz", "update:cb", "update:ca", "reassert:ca", "reassert:cb"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Diff = %v, want %v (releases first)", got, want)
+	}
+	// Growing memory is not a release; shrinking it is.
+	bigger := a0
+	bigger.Memory *= 2
+	if releases(ma, Map(host6, bigger, SchemeCapped, host6.CPUs).Resources) {
+		t.Errorf("more memory counted as a release")
+	}
+	if !releases(Map(host6, bigger, SchemeCapped, host6.CPUs).Resources, ma) {
+		t.Errorf("less memory not counted as a release")
+	}
+	// Lifting a CPU quota (0 = no limit) is not a release.
+	if releases(docker.Resources{CPUs: ma.CPUs, Mems: ma.Mems, CPUQuota: 50000}, docker.Resources{CPUs: ma.CPUs, Mems: ma.Mems}) {
+		t.Errorf("lifting a quota counted as a release")
+	}
+	acts := Diff(host6, []model.Instance{a0}, observed[:1], SchemeCapped, Known{Weights: map[string]uint64{"a": 77}})
+	if acts[len(acts)-1].Kind != Reassert || acts[len(acts)-1].Want.CPUWeight != 77 {
+		t.Errorf("the share loop's weight was not kept: %+v", acts)
 	}
 }

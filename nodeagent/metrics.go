@@ -132,5 +132,6 @@ func refusal(err error) bool {
 	}
 	var de *docker.Error
 	var ce *cgroup.ApplyError
-	return errors.As(err, &de) || errors.As(err, &ce)
+	var se *ShrinkError
+	return errors.As(err, &de) || errors.As(err, &ce) || errors.As(err, &se)
 }

@@ -21,10 +21,14 @@ import (
 func (a *Agent) Reconcile(ctx context.Context) bool {
 	a.mu.Lock()
 	desired, h := slices.Clone(a.desired), a.host
-	failed := map[string]int64{}
+	failed := map[string]int64{}  // replaces rolled back, by generation
+	refused := map[string]int64{} // resizes refused, by generation
 	for id, r := range a.records {
 		if r.failed != 0 {
 			failed[id] = r.failed
+		}
+		if r.refused != 0 {
+			refused[id] = r.refused
 		}
 	}
 	a.mu.Unlock()
@@ -35,10 +39,17 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 	}
 	obs := a.observe(cs)
 	a.measure(desired, obs, h.ShareBase, time.Now())
-	actions := Diff(h, desired, obs, a.cfg.Scheme, failed)
+	actions := Diff(h, desired, obs, a.cfg.Scheme, Known{Failed: failed, Refused: refused, Weights: a.shares.Weights()})
 	// An instance with nothing left to do has converged: an error from an
 	// earlier pass (say, a size that was since rolled back) no longer holds.
+	// A refused generation is not retried, and stays reported until the
+	// planner moves the instance on.
 	pending := map[string]bool{}
+	for _, in := range desired {
+		if refused[in.ID] == in.Generation {
+			pending[in.ID] = true
+		}
+	}
 	for _, act := range actions {
 		if act.Instance != nil && act.Kind != Reassert {
 			pending[act.Instance.ID] = true
@@ -86,8 +97,11 @@ func (a *Agent) measure(desired []model.Instance, obs []Observed, shareBase int,
 		r := a.recordLocked(in.ID)
 		o, ok := running[in.ID]
 		if !ok {
-			r.cpu, r.cpuGot = cpuSample{}, 0
+			r.cpu, r.cpuGot, r.cgroup = cpuSample{}, 0, nil
 			continue
+		}
+		if p, err := cgroup.ParsePath(o.CgroupPath); err == nil {
+			r.cgroup = &p
 		}
 		s := cpuSample{container: o.ID, usageUsec: o.CPUUsageUsec, at: now}
 		if got, ok := piecesPerSecond(r.cpu, s, shareBase); ok {
@@ -164,10 +178,7 @@ func (a *Agent) apply(ctx context.Context, act Action) error {
 		}
 		return a.reassert(ctx, id, act.Want)
 	case Update:
-		if _, err := a.eng.Update(ctx, act.Container, act.Want.Resources); err != nil {
-			return err
-		}
-		return a.reassert(ctx, act.Container, act.Want)
+		return a.update(ctx, act)
 	case Start:
 		return a.eng.Start(ctx, act.Container)
 	case Unpause:
@@ -187,6 +198,44 @@ func (a *Agent) apply(ctx context.Context, act Action) error {
 		return a.eng.Remove(ctx, act.Container)
 	}
 	return nil
+}
+
+// update resizes a container live. Memory lowered below what the container
+// uses is first shrunk guided by pressure (ShrinkMemory); a shrink that
+// gives up is a refusal, and the container keeps its limits.
+func (a *Agent) update(ctx context.Context, act Action) error {
+	r := act.Want.Resources
+	var shrunk *cgroup.Path
+	if act.MemoryCurrent > r.MemoryBytes {
+		if err := r.Validate(); err != nil {
+			return err
+		}
+		c, err := a.eng.Inspect(ctx, act.Container)
+		if err != nil {
+			return err
+		}
+		p, err := cgroup.ParsePath(c.CgroupPath)
+		if err != nil {
+			return err
+		}
+		a.log.Info("shrinking memory guided by pressure", "instance", act.Instance.ID, "from", act.MemoryCurrent, "to", r.MemoryBytes)
+		if err := ShrinkMemory(ctx, a.cg, p, r.MemoryBytes, a.cfg.Shrink); err != nil {
+			return err
+		}
+		shrunk = &p
+	}
+	_, err := a.eng.Update(ctx, act.Container, r)
+	if shrunk != nil {
+		// memory.max holds the container now (or the update failed): lift
+		// the shrink's memory.high either way.
+		if herr := a.cg.Apply(context.WithoutCancel(ctx), cgroup.Spec{Path: *shrunk, MemoryHigh: cgroup.Int64(cgroup.Max)}); herr != nil && err == nil {
+			err = herr
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return a.reassert(ctx, act.Container, act.Want)
 }
 
 // replace is blue-green on the same allocation: pause the old container (so

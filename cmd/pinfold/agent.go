@@ -17,10 +17,10 @@ import (
 )
 
 type agentFlags struct {
-	client                                 clientFlags
-	host, sysfsRoot, procRoot, cgroupRoot  string
-	dockerHost, stateDir, scheme, logLevel string
-	ttl, resync, health, healthTimeout     time.Duration
+	client                                                         clientFlags
+	host, sysfsRoot, procRoot, cgroupRoot                          string
+	dockerHost, stateDir, scheme, logLevel                         string
+	ttl, resync, health, healthTimeout, shareEvery, shrinkDeadline time.Duration
 }
 
 func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
@@ -39,6 +39,8 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
 	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement without a health check must keep running this long")
+	fl.DurationVar(&f.shareEvery, "share-every", time.Second, "the share loop's window: how often instances sharing a CPU are measured (cpu.stat, cpu.pressure) and their cpu.weight corrected towards the plan; 0 turns the loop off")
+	fl.DurationVar(&f.shrinkDeadline, "shrink-deadline", 30*time.Second, "how long a resize below a container's memory use may take to shrink it (memory.high stepped down while memory.pressure stays low) before it is refused and rolled back")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long a replacement's HEALTHCHECK or probe may take to pass, unless the probe sets its own")
 	if withClient {
 		fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -49,10 +51,17 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if !slices.Contains(nodeagent.Schemes, nodeagent.Scheme(f.scheme)) {
 		return badInput("--fragment-scheme %q: want weight, capped or quota", f.scheme)
 	}
-	for name, d := range map[string]time.Duration{"--heartbeat-ttl": f.ttl, "--resync": f.resync, "--health-wait": f.health, "--health-timeout": f.healthTimeout} {
+	for name, d := range map[string]time.Duration{"--heartbeat-ttl": f.ttl, "--resync": f.resync, "--health-wait": f.health, "--health-timeout": f.healthTimeout, "--shrink-deadline": f.shrinkDeadline} {
 		if d <= 0 {
 			return badInput("%s %s: want more than 0", name, d)
 		}
+	}
+	if f.shareEvery < 0 || f.shareEvery > 0 && f.shareEvery < 100*time.Millisecond {
+		return badInput("--share-every %s: want 0 (off) or at least 100ms", f.shareEvery)
+	}
+	shareEvery := f.shareEvery
+	if shareEvery == 0 {
+		shareEvery = -1
 	}
 	if f.host == "" {
 		f.host, _ = os.Hostname()
@@ -75,7 +84,7 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	a := nodeagent.New(nodeagent.Config{Host: f.host, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
-		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout}, cl, eng, cg, topo, log)
+		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout, ShareEvery: shareEvery, Shrink: nodeagent.ShrinkOptions{Deadline: f.shrinkDeadline}}, cl, eng, cg, topo, log)
 	err = a.Run(ctx)
 	if ctx.Err() != nil {
 		return nil

@@ -277,9 +277,12 @@ instance keeps its CPUs wherever possible; --bind/--no-bind switch between
 CPU-bound and memory-first. For a service every instance is resized, all or
 nothing.
 
-Lowering memory below what an instance uses now (memory.current, reported by
-its agent) is refused: the kernel would reclaim and may OOM-kill it. --force
-lowers it anyway.
+Lowering memory below what an instance uses now is shrunk by its agent
+guided by memory.pressure: it steps memory.high down while the container does
+not stall, and sets memory.max once the use is at the target (page cache
+goes; hot memory stays). If the container stalls, or the deadline passes
+(the agent's --shrink-deadline), the old limits stay and the resize rolls
+back with the reason.
 
 The command waits (--wait) until every agent has applied the change. If a
 host refuses it (Docker or the kernel says no), the planner rolls the
@@ -288,7 +291,7 @@ host's reason (exit 1).`,
 		Example: `  pinfold resize web-3f2a9c0d1e --cpu +0.7 --memory +64MiB
   pinfold resize web --cpu -0.5
   pinfold resize cache --no-bind
-  pinfold resize db --memory -2GiB --force`,
+  pinfold resize db --memory -2GiB`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
@@ -315,7 +318,6 @@ host's reason (exit 1).`,
 			if wait < 0 {
 				return badInput("--wait %s: want 0 (do not wait) or more", wait)
 			}
-			req.Force = force
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.Resize(cmd.Context(), connect.NewRequest(req))
 				if err != nil {
@@ -352,7 +354,8 @@ host's reason (exit 1).`,
 	cmd.Flags().StringVar(&memory, "memory", "", "memory delta, e.g. +64MiB or -1GiB")
 	cmd.Flags().BoolVar(&bind, "bind", false, "switch to CPU-bound")
 	cmd.Flags().BoolVar(&noBind, "no-bind", false, "switch to memory-first")
-	cmd.Flags().BoolVar(&force, "force", false, "lower memory even below the instance's current use")
+	cmd.Flags().BoolVar(&force, "force", false, "")
+	_ = cmd.Flags().MarkDeprecated("force", "it is no longer needed: memory below current use is shrunk by the agent guided by memory.pressure, or rolled back")
 	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "wait this long for the hosts to apply the change (0: return once planned)")
 	return cmd
 }

@@ -403,7 +403,7 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	if err != nil {
 		return nil, err
 	}
-	ins, err := s.svc.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind, Force: m.Force})
+	ins, err := s.svc.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind})
 	if err != nil {
 		return nil, toConnect(err)
 	}

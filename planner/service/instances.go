@@ -83,13 +83,11 @@ type ResizeRequest struct {
 	CPUDelta    int   // pieces
 	MemoryDelta int64 // bytes
 	Bind        *bool // nil keeps the mode
-	// Force lowers memory below the instance's current use (the kernel
-	// then reclaims, and may OOM-kill).
-	Force bool
 }
 
 // Resize resizes in place, all or nothing: if any instance does not fit,
-// nothing changes.
+// nothing changes. Lowering memory below an instance's use is planned like
+// any resize; its agent shrinks it guided by pressure, or refuses.
 func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance, error) {
 	return retry(ctx, func() ([]model.Instance, error) {
 		targets, err := s.targets(r.Target)
@@ -122,11 +120,10 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			if err != nil {
 				return nil, fromAlloc(err)
 			}
+			// Memory below what the instance uses is not refused here: the
+			// agent shrinks it guided by memory.pressure, and a shrink it
+			// gives up comes back as a refusal that rolls this back.
 			a.Add(in, -1)
-			if st := t.Status; st != nil && pl.Memory < st.MemoryCurrent && !r.Force {
-				return nil, errf(Precond, "memory of %s: %s is below its current use %s (memory.current, reported by host %s); the kernel would reclaim and may OOM-kill it: use --force to lower it anyway",
-					in.ID, fmtBytes(pl.Memory), fmtBytes(st.MemoryCurrent), in.Host)
-			}
 			next := in
 			next.Allocation = pl.Allocation
 			next.MemorySoft = min(in.MemorySoft, next.Memory)

@@ -13,8 +13,9 @@ import (
 )
 
 // TestResizeGuardsAndRollback: lowering memory below what the agent reported
-// in memory.current is refused unless forced, and a resize the host refuses
-// is rolled back to the previous allocation with the reason recorded.
+// in memory.current is planned (the agent shrinks it guided by pressure, or
+// refuses), and a resize the host refuses is rolled back to the previous
+// allocation with the reason recorded.
 func TestResizeGuardsAndRollback(t *testing.T) {
 	c := statetest.Start(t, 1)
 	s := newService(t, c)
@@ -37,44 +38,37 @@ func TestResizeGuardsAndRollback(t *testing.T) {
 		return v.Status != nil && v.Status.MemoryCurrent == 700<<20
 	}, "status seen")
 
-	// 1 GiB - 512 MiB = 512 MiB < 700 MiB in use: refused, nothing changes.
-	_, err = s.Resize(ctx, service.ResizeRequest{Target: in.ID, MemoryDelta: -GiB / 2})
-	if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), "memory.current") || !strings.Contains(err.Error(), "--force") {
-		t.Fatalf("shrink below memory.current = %v, want failed_precondition naming memory.current and --force", err)
-	}
-	if v, _ := s.Store().Instance(in.ID); v.Instance.Generation != 1 || v.Instance.Memory != GiB {
-		t.Fatalf("a refused resize changed the instance: %+v", v.Instance)
-	}
-	// Above current use it goes through; forced, below it too.
+	// Above current use it goes through, and below it too: the agent
+	// decides (pressure-guided shrink) and refuses if it cannot.
 	if _, err := s.Resize(ctx, service.ResizeRequest{Target: in.ID, MemoryDelta: -GiB / 8}); err != nil {
 		t.Fatalf("shrink to 896 MiB (700 MiB in use) = %v", err)
 	}
-	got, err := s.Resize(ctx, service.ResizeRequest{Target: in.ID, MemoryDelta: -GiB / 4, CPUDelta: 70, Force: true})
+	got, err := s.Resize(ctx, service.ResizeRequest{Target: in.ID, MemoryDelta: -GiB / 4, CPUDelta: 70})
 	if err != nil {
-		t.Fatalf("forced shrink = %v", err)
+		t.Fatalf("shrink below use = %v", err)
 	}
 	resized := got[0]
 	if resized.Generation != 3 || resized.Memory != 640<<20 || resized.Previous == nil || resized.Previous.Memory != 896<<20 {
-		t.Fatalf("forced resize = %+v (previous %+v)", resized, resized.Previous)
+		t.Fatalf("resize below use = %+v (previous %+v)", resized, resized.Previous)
 	}
 	verify(t, s)
 	waitFor(t, func() bool { v, _ := s.Store().Instance(in.ID); return v.Instance.Generation == 3 }, "resize seen")
 
 	// The host refuses generation 3: the planner rolls back to generation 2's
 	// allocation under generation 4 and says why.
-	report(model.Status{State: "running", Generation: 2, Refused: 3, Error: "docker update: invalid argument"})
+	report(model.Status{State: "running", Generation: 2, Refused: 3, Error: "memory shrink to 640.0 MiB stopped with 700.0 MiB in use: memory.pressure"})
 	waitFor(t, func() bool { v, _ := s.Store().Instance(in.ID); return v.Instance.Generation == 4 }, "rollback")
 	v, _ := s.Store().Instance(in.ID)
 	back := v.Instance
 	if back.Memory != 896<<20 || !maps.Equal(back.CPUs, in.CPUs) || back.Previous != nil {
 		t.Errorf("rolled back to %+v, want 896 MiB on %v", back, in.CPUs)
 	}
-	if !strings.Contains(back.RolledBack, "generation 3") || !strings.Contains(back.RolledBack, "invalid argument") {
+	if !strings.Contains(back.RolledBack, "generation 3") || !strings.Contains(back.RolledBack, "memory.pressure") {
 		t.Errorf("rolled_back = %q, want the generation and the host's reason", back.RolledBack)
 	}
 	verify(t, s)
 	// A repeated report of the same refusal does nothing more.
-	report(model.Status{State: "running", Generation: 2, Refused: 3, Error: "docker update: invalid argument"})
+	report(model.Status{State: "running", Generation: 2, Refused: 3, Error: "memory shrink to 640.0 MiB stopped with 700.0 MiB in use: memory.pressure"})
 	if v, _ := s.Store().Instance(in.ID); v.Instance.Generation != 4 {
 		t.Errorf("a stale refusal rolled back again: generation %d", v.Instance.Generation)
 	}

@@ -156,7 +156,7 @@ func TestE2EAgent(t *testing.T) {
 		r.Body.Close()
 		return r.StatusCode == 200, r.Status
 	})
-	agentArgs := []string{"agent", "--planner", plannerAddr, "--host", "vm", "--state-dir", dir + "/agent", "--resync", "1s", "--health-wait", "2s"}
+	agentArgs := []string{"agent", "--planner", plannerAddr, "--host", "vm", "--state-dir", dir + "/agent", "--resync", "1s", "--health-wait", "2s", "--shrink-deadline", "8s"}
 	agent := daemon(t, "agent", agentArgs...)
 	eventually(t, 60*time.Second, "host vm up", func() (bool, string) {
 		out, _, _ := pinfold(t, "", "host", "list", "-o", "json", "--planner", plannerAddr)
@@ -435,9 +435,11 @@ func testPoolAndCheckpoint(t *testing.T, image string, planner, agent *exec.Cmd,
 	t.Logf("planner stopped, agent restarted: docker update --cpuset-cpus %d reverted to %s from the checkpoint in %s", out, want, time.Since(t0).Round(time.Millisecond))
 }
 
-// testMemoryGuardsAndRollback: shrinking memory below memory.current is
-// refused up front; a forced resize the host refuses (below Docker's 6 MiB
-// minimum) is rolled back by the planner and the CLI says why.
+// testMemoryGuardsAndRollback: shrinking memory below memory.current that
+// cannot be reclaimed (tmpfs) is given up by the agent's pressure-guided
+// shrink at its deadline and rolled back, the container untouched; a resize
+// the host refuses (below Docker's 6 MiB minimum) is rolled back by the
+// planner and the CLI says why.
 func testMemoryGuardsAndRollback(t *testing.T, image string) {
 	if _, errOut, code := pinfold(t, "", "deploy", "mem", "--count", "1", "--cpu", "0.5", "--memory", "128MiB", "--image", image,
 		"--planner", plannerAddr, "--", "sh", "-c", "head -c 41943040 /dev/zero > /dev/shm/fill; sleep 3600"); code != 0 {
@@ -455,16 +457,26 @@ func testMemoryGuardsAndRollback(t *testing.T, image string) {
 		return m.State == "running" && m.MemoryCurrent >= 39<<20, fmt.Sprintf("%+v", m)
 	})
 	t.Logf("mem-instance memory.current reported: %d bytes", m.MemoryCurrent)
+	// Below use: planned, then the agent steps memory.high down; tmpfs pages
+	// cannot be reclaimed without swap, so the shrink gives up at the
+	// agent's deadline, memory.high is restored and the planner rolls back.
 	_, errOut, code := pinfold(t, "", "resize", m.ID, "--memory", "-100MiB", "--planner", plannerAddr)
-	if code != 2 || !strings.Contains(errOut, "memory.current") || !strings.Contains(errOut, "--force") {
-		t.Errorf("shrink to 28 MiB with 39 MiB or more in use: exit %d, %q; want exit 2 naming memory.current and --force", code, errOut)
+	if code != 1 || !strings.Contains(errOut, "rolled back") || !strings.Contains(errOut, "memory shrink to 28.0 MiB stopped") {
+		t.Errorf("shrink to 28 MiB with 39 MiB or more of tmpfs in use: exit %d, %q; want exit 1, rolled back with the shrink's reason", code, errOut)
 	}
 	if got := cg(t, m.Container, "memory.max"); got != fmt.Sprint(128<<20) {
 		t.Errorf("memory.max after a refused shrink = %s", got)
 	}
-	_, errOut, code = pinfold(t, "", "resize", m.ID, "--memory", "-124MiB", "--force", "--planner", plannerAddr)
+	if got := cg(t, m.Container, "memory.high"); got != "max" {
+		t.Errorf("memory.high after a refused shrink = %s, want max (restored)", got)
+	}
+	if ids := dockerPS(t, m.ID); len(ids) != 1 || ids[0] != m.Container {
+		t.Errorf("after the refused shrink %s runs %v, want its container %s (not OOM-killed)", m.ID, ids, short(m.Container))
+	}
+	m.Generation += 2
+	_, errOut, code = pinfold(t, "", "resize", m.ID, "--memory", "-124MiB", "--planner", plannerAddr)
 	if code != 1 || !strings.Contains(errOut, "refused by host vm") || !strings.Contains(errOut, "6 MiB") {
-		t.Errorf("forced resize to 4 MiB: exit %d, %q; want exit 1 with the host's refusal", code, errOut)
+		t.Errorf("resize to 4 MiB: exit %d, %q; want exit 1 with the host's refusal", code, errOut)
 	}
 	e := byID(ps(t), m.ID)
 	if e.Memory != 128<<20 || e.Generation != m.Generation+2 || !strings.Contains(e.RolledBack, "rolled back") {

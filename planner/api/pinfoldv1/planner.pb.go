@@ -2136,7 +2136,6 @@ type ResizeRequest struct {
 	CpuDelta         string                 `protobuf:"bytes,2,opt,name=cpu_delta,json=cpuDelta,proto3" json:"cpu_delta,omitempty"` // decimal CPUs, may be negative
 	MemoryDeltaBytes int64                  `protobuf:"varint,3,opt,name=memory_delta_bytes,json=memoryDeltaBytes,proto3" json:"memory_delta_bytes,omitempty"`
 	Bind             *bool                  `protobuf:"varint,4,opt,name=bind,proto3,oneof" json:"bind,omitempty"`
-	Force            bool                   `protobuf:"varint,5,opt,name=force,proto3" json:"force,omitempty"` // lower memory below the current use
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2195,13 +2194,6 @@ func (x *ResizeRequest) GetMemoryDeltaBytes() int64 {
 func (x *ResizeRequest) GetBind() bool {
 	if x != nil && x.Bind != nil {
 		return *x.Bind
-	}
-	return false
-}
-
-func (x *ResizeRequest) GetForce() bool {
-	if x != nil {
-		return x.Force
 	}
 	return false
 }
@@ -3363,14 +3355,13 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
 	"\n" +
 	"violations\x18\x03 \x03(\v2\x15.pinfold.v1.ViolationR\n" +
-	"violations\"\xaa\x01\n" +
+	"violations\"\xa1\x01\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
 	"\x12memory_delta_bytes\x18\x03 \x01(\x03R\x10memoryDeltaBytes\x12\x17\n" +
-	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01\x12\x14\n" +
-	"\x05force\x18\x05 \x01(\bR\x05forceB\a\n" +
-	"\x05_bind\"D\n" +
+	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01B\a\n" +
+	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"D\n" +
 	"\x0eResizeResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\x9f\x01\n" +
 	"\x0eReplaceRequest\x12\x16\n" +

@@ -1,0 +1,218 @@
+package nodeagent
+
+import (
+	"cmp"
+	"maps"
+	"math"
+	"slices"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
+)
+
+// The share loop: a closed loop that corrects how a shared CPU is split.
+//
+// On a real SMP kernel a static mapping of fragments to cgroup files does
+// not deliver the plan in every case: with overlapping cpusets the load
+// balancer has several stable equilibria (it stacks the threads of the
+// instance with the lighter weight on its own whole CPU), so what an
+// instance gets depends on how many threads it has and where they started
+// (docs/AGENT.md, "Fragment shares on a real kernel"). The loop measures,
+// every window, what each instance holding a fragment got and whether its
+// threads waited for CPU, and moves cpu.weight between the instances that
+// share a CPU: up for one that got less than 95 % of its plan while it
+// waited, down for one that got more than its plan or stood in a starved
+// neighbour's way. It never touches cpusets (another instance's whole CPUs
+// stay its own) nor cpu.max (the cap at the plan stays: an instance never
+// bursts above its plan into a neighbour's idle time).
+//
+// Bounded steps (a weight moves by at most ×1.5 or ÷1.5 a window), bounded
+// range (¼× to 4× the mapped weight), a dead band (nothing changes while
+// every instance is within 5 % of its plan), a settle window after every
+// change, and a gain that halves whenever an instance's correction changes
+// direction: the loop stops at the first weights that deliver the plan and
+// does not oscillate around a knife edge.
+
+// shareTolerance is the enforcement bound: an instance that waited for CPU
+// must get at least (1 − shareTolerance) of its plan.
+const shareTolerance = 0.05
+
+// shareWaiting is the fraction of a window some thread of an instance must
+// have waited for CPU (cpu.pressure "some") for it to count as wanting
+// more than it got.
+const shareWaiting = 0.02
+
+const (
+	shareGain    = 0.5  // starting gain: weight × (1 + gain × relative deficit)
+	shareMinGain = 0.02 // below this the loop stops correcting a group
+	shareMaxStep = 1.5  // a weight changes by at most this factor a window
+	shareRange   = 4.0  // a weight stays within base/shareRange .. base×shareRange
+)
+
+// ShareMember is one instance holding a fragment of a shared CPU.
+type ShareMember struct {
+	ID     string
+	CPU    cpuset.CPUID // the shared CPU
+	Plan   int          // all its pieces: whole CPUs and the fragment
+	Frag   int          // its pieces of the shared CPU
+	Weight uint64       // the weight the mapping gives it: where the loop starts
+}
+
+// ShareWindow is what an instance did in one window.
+type ShareWindow struct {
+	Got     int     // pieces of CPU per second it used
+	Waiting float64 // fraction of the window some of its threads waited for CPU
+}
+
+// ShareMembers lists the bound instances that hold a fragment of a CPU
+// another bound instance also holds a fragment of, with the weights Map
+// gives them, ordered by shared CPU, then ID. Pure.
+func ShareMembers(h Host, desired []model.Instance, scheme Scheme) []ShareMember {
+	byCPU := map[cpuset.CPUID][]ShareMember{}
+	for _, in := range desired {
+		if !in.Bind {
+			continue
+		}
+		for id, p := range in.CPUs {
+			if p < h.ShareBase {
+				byCPU[id] = append(byCPU[id], ShareMember{ID: in.ID, CPU: id, Plan: in.Pieces(), Frag: p,
+					Weight: Map(h, in, scheme, h.CPUs).CPUWeight})
+			}
+		}
+	}
+	var out []ShareMember
+	for _, id := range slices.Sorted(maps.Keys(byCPU)) {
+		ms := byCPU[id]
+		if len(ms) < 2 {
+			continue
+		}
+		slices.SortFunc(ms, func(a, b ShareMember) int { return cmp.Compare(a.ID, b.ID) })
+		out = append(out, ms...)
+	}
+	return out
+}
+
+// ShareLoop is the loop's state: the weights it holds, and per shared CPU
+// its gain, how many windows to let settle, and the direction each member
+// was last corrected in. It does no I/O; the agent feeds it windows.
+type ShareLoop struct {
+	members map[string]ShareMember
+	weights map[string]uint64
+	dir     map[string]int
+	gain    map[cpuset.CPUID]float64
+	settle  map[cpuset.CPUID]int
+}
+
+// NewShareLoop returns a loop that holds no corrections.
+func NewShareLoop() *ShareLoop {
+	return &ShareLoop{members: map[string]ShareMember{}, weights: map[string]uint64{}, dir: map[string]int{},
+		gain: map[cpuset.CPUID]float64{}, settle: map[cpuset.CPUID]int{}}
+}
+
+// Weights returns the corrected cpu.weight of each member (a copy): the
+// agent writes these instead of the mapped ones.
+func (l *ShareLoop) Weights() map[string]uint64 { return maps.Clone(l.weights) }
+
+// Step takes the members as they are now and each one's last window
+// (members without a window are left as they are) and returns the
+// weights that changed. A member that is new, or whose plan or mapped
+// weight changed, starts again from its mapped weight, and its group's
+// gain is reset.
+func (l *ShareLoop) Step(members []ShareMember, win map[string]ShareWindow) map[string]uint64 {
+	changed := map[string]uint64{}
+	seen := map[string]bool{}
+	groups := map[cpuset.CPUID][]ShareMember{}
+	for _, m := range members {
+		seen[m.ID] = true
+		groups[m.CPU] = append(groups[m.CPU], m)
+		if old, ok := l.members[m.ID]; !ok || old != m {
+			l.members[m.ID], l.weights[m.ID], l.dir[m.ID] = m, m.Weight, 0
+			l.gain[m.CPU], l.settle[m.CPU] = shareGain, 1
+			changed[m.ID] = m.Weight
+		}
+	}
+	for id, m := range l.members {
+		if !seen[id] {
+			delete(l.members, id)
+			delete(l.weights, id)
+			delete(l.dir, id)
+			if len(groups[m.CPU]) == 0 {
+				delete(l.gain, m.CPU)
+				delete(l.settle, m.CPU)
+			}
+		}
+	}
+	for _, cpu := range slices.Sorted(maps.Keys(groups)) {
+		if l.settle[cpu] > 0 {
+			l.settle[cpu]--
+			continue
+		}
+		for id, w := range l.correct(cpu, groups[cpu], win) {
+			changed[id] = w
+		}
+	}
+	return changed
+}
+
+// correct is one window's correction of the group sharing cpu.
+func (l *ShareLoop) correct(cpu cpuset.CPUID, group []ShareMember, win map[string]ShareWindow) map[string]uint64 {
+	// deficit > 0: got less than planned while waiting; < 0: got more.
+	deficit := map[string]float64{}
+	worst := 0.0
+	for _, m := range group {
+		w, ok := win[m.ID]
+		if !ok || m.Plan <= 0 || m.Frag <= 0 {
+			continue
+		}
+		short := float64(m.Plan-w.Got) / float64(m.Plan)
+		switch {
+		case short > shareTolerance && w.Waiting >= shareWaiting:
+			// Relative to the fragment, which is what the weight splits.
+			deficit[m.ID] = math.Min(float64(m.Plan-w.Got)/float64(m.Frag), 1)
+		case -short > shareTolerance:
+			deficit[m.ID] = math.Max(float64(m.Plan-w.Got)/float64(m.Frag), -1)
+		}
+		worst = math.Max(worst, deficit[m.ID])
+	}
+	if len(deficit) == 0 || l.gain[cpu] < shareMinGain {
+		return nil
+	}
+	g := l.gain[cpu]
+	out := map[string]uint64{}
+	flipped := false
+	for _, m := range group {
+		d, ok := deficit[m.ID]
+		if !ok && worst > 0 {
+			// Within its plan while a neighbour starves: it yields a little
+			// weight, half of what the worst-off member gains.
+			d = -worst / 2
+		}
+		if d == 0 {
+			continue
+		}
+		f := math.Min(math.Max(1+g*d, 1/shareMaxStep), shareMaxStep)
+		next := uint64(math.Round(float64(l.weights[m.ID]) * f))
+		lo := max(1, uint64(math.Round(float64(m.Weight)/shareRange)))
+		hi := min(10000, uint64(math.Round(float64(m.Weight)*shareRange)))
+		next = min(max(next, lo), hi)
+		if next == l.weights[m.ID] {
+			continue
+		}
+		dir := 1
+		if next < l.weights[m.ID] {
+			dir = -1
+		}
+		if l.dir[m.ID] != 0 && l.dir[m.ID] != dir {
+			flipped = true
+		}
+		l.dir[m.ID], l.weights[m.ID] = dir, next
+		out[m.ID] = next
+	}
+	if flipped {
+		l.gain[cpu] = g / 2
+	}
+	if len(out) > 0 {
+		l.settle[cpu] = 1
+	}
+	return out
+}
