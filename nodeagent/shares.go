@@ -28,7 +28,7 @@ import (
 //
 // Bounded steps (a weight moves by at most ×1.5 or ÷1.5 a window), bounded
 // range (¼× to 4× the mapped weight), a dead band (nothing changes while
-// every instance is within 5 % of its plan), a settle window after every
+// every instance is within 2.5 % of its plan, half the 5 % bound), a settle window after every
 // change, and a gain that halves whenever an instance's correction changes
 // direction: the loop stops at the first weights that deliver the plan and
 // does not oscillate around a knife edge.
@@ -37,10 +37,14 @@ import (
 // must get at least (1 − shareTolerance) of its plan.
 const shareTolerance = 0.05
 
+// shareDeadband is where the loop stops correcting: half the bound, so it
+// settles with a margin and not on the bound's edge.
+const shareDeadband = shareTolerance / 2
+
 // shareWaiting is the fraction of a window some thread of an instance must
 // have waited for CPU (cpu.pressure "some") for it to count as wanting
 // more than it got.
-const shareWaiting = 0.02
+const shareWaiting = 0.05
 
 const (
 	shareGain    = 0.5  // starting gain: weight × (1 + gain × relative deficit)
@@ -166,10 +170,10 @@ func (l *ShareLoop) correct(cpu cpuset.CPUID, group []ShareMember, win map[strin
 		}
 		short := float64(m.Plan-w.Got) / float64(m.Plan)
 		switch {
-		case short > shareTolerance && w.Waiting >= shareWaiting:
+		case short > shareDeadband && w.Waiting >= shareWaiting:
 			// Relative to the fragment, which is what the weight splits.
 			deficit[m.ID] = math.Min(float64(m.Plan-w.Got)/float64(m.Frag), 1)
-		case -short > shareTolerance:
+		case -short > shareDeadband:
 			deficit[m.ID] = math.Max(float64(m.Plan-w.Got)/float64(m.Frag), -1)
 		}
 		worst = math.Max(worst, deficit[m.ID])
@@ -182,8 +186,8 @@ func (l *ShareLoop) correct(cpu cpuset.CPUID, group []ShareMember, win map[strin
 	flipped := false
 	for _, m := range group {
 		d, ok := deficit[m.ID]
-		if !ok && worst > 0 {
-			// Within its plan while a neighbour starves: it yields a little
+		if w, won := win[m.ID]; !ok && worst > 0 && won && float64(w.Got) >= 0.99*float64(m.Plan) {
+			// At its plan while a neighbour starves: it yields a little
 			// weight, half of what the worst-off member gains.
 			d = -worst / 2
 		}

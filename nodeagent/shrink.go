@@ -62,11 +62,12 @@ func (e *ShrinkError) Error() string {
 
 func fmtMiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// nextHigh is the next memory.high step: a quarter of the way from what is
-// in use down to the target, at least 1 MiB, never below the target. Pure.
+// nextHigh is the next memory.high step: half the way from what is in use
+// (or the current memory.high, if lower) down to the target, at least
+// 4 MiB, never below the target. Pure.
 func nextHigh(current, high, target int64) int64 {
 	from := min(current, high)
-	step := max((from-target)/4, 1<<20)
+	step := max((from-target)/2, 4<<20)
 	return max(from-step, target)
 }
 

@@ -117,9 +117,10 @@ func TestShrinkMemory(t *testing.T) {
 func TestNextHigh(t *testing.T) {
 	const MiB = 1 << 20
 	for _, tt := range []struct{ cur, high, target, want int64 }{
-		{100 * MiB, 1 << 62, 20 * MiB, 80 * MiB},  // a quarter of the way
-		{100 * MiB, 60 * MiB, 20 * MiB, 50 * MiB}, // from high when it is lower
-		{21 * MiB, 1 << 62, 20 * MiB, 20 * MiB},   // at least 1 MiB, not below the target
+		{100 * MiB, 1 << 62, 20 * MiB, 60 * MiB},  // half the way
+		{100 * MiB, 60 * MiB, 20 * MiB, 40 * MiB}, // from high when it is lower
+		{26 * MiB, 1 << 62, 20 * MiB, 22 * MiB},   // at least 4 MiB
+		{21 * MiB, 1 << 62, 20 * MiB, 20 * MiB},   // not below the target
 	} {
 		if got := nextHigh(tt.cur, tt.high, tt.target); got != tt.want {
 			t.Errorf("nextHigh(%d, %d, %d) = %d, want %d", tt.cur>>20, tt.high>>20, tt.target>>20, got>>20, tt.want>>20)

@@ -4,20 +4,46 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // HelperMain turns the test binary into a helper process when
 // PINFOLD_HELPER is set, and never returns then: "spin" burns a CPU,
+// "spin:N" burns N CPUs (N busy OS threads; start it with GOMAXPROCS=N),
+// "write:N:PATH" writes N MiB of page cache to PATH and sleeps, "churn:N"
+// allocates N MiB, returns it to the system and again, for ever (hot
+// anonymous memory),
 // "alloc:N" touches N MiB, prints "allocated N" and sleeps. Call it first
 // in TestMain; without PINFOLD_HELPER it returns at once.
 func HelperMain() {
 	switch h := os.Getenv("PINFOLD_HELPER"); {
 	case h == "spin":
-		for x := 0; ; x++ {
-			_ = x
+		spin()
+	case strings.HasPrefix(h, "spin:"):
+		var n int
+		fmt.Sscanf(h, "spin:%d", &n)
+		for range n - 1 {
+			go spin()
+		}
+		spin()
+	case strings.HasPrefix(h, "write:"):
+		writeFile(strings.TrimPrefix(h, "write:"))
+	case strings.HasPrefix(h, "churn:"):
+		var mib int
+		fmt.Sscanf(h, "churn:%d", &mib)
+		fmt.Println("churning", mib)
+		for {
+			b := make([]byte, mib<<20)
+			for i := 0; i < len(b); i += 4096 {
+				b[i] = 1
+			}
+			runtime.KeepAlive(b)
+			debug.FreeOSMemory() // the pages go back and are faulted in again: charged anew
 		}
 	case strings.HasPrefix(h, "alloc:"):
 		var mib int
@@ -34,6 +60,66 @@ func HelperMain() {
 		time.Sleep(time.Hour)
 		os.Exit(0)
 	}
+}
+
+// writeFile handles "write:MIB:PATH": it writes MIB MiB to PATH (page
+// cache charged to the helper's cgroup), syncs it so the pages are clean
+// and reclaimable, prints "written", and sleeps.
+func writeFile(arg string) {
+	var mib int
+	n, _ := fmt.Sscanf(arg, "%d:", &mib)
+	_, path, ok := strings.Cut(arg, ":")
+	if n != 1 || !ok {
+		fmt.Fprintln(os.Stderr, "helper: want write:MIB:PATH, got", arg)
+		os.Exit(2)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i)
+	}
+	for range mib {
+		if _, err := f.Write(buf); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		os.Exit(1)
+	}
+	fmt.Println("written", mib)
+	time.Sleep(time.Hour)
+	os.Exit(0)
+}
+
+// spin burns the CPU of one OS thread for ever.
+func spin() {
+	runtime.LockOSThread()
+	for x := 0; ; x++ {
+		_ = x
+	}
+}
+
+// StartHelperWith starts a helper as StartHelper does, with attr (for
+// example CgroupFD, to start it inside a cgroup) and extra environment.
+func StartHelperWith(t testing.TB, mode string, attr *syscall.SysProcAttr, env ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "PINFOLD_HELPER="+mode), env...)
+	cmd.SysProcAttr = attr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start helper %s: %v", mode, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	return cmd
 }
 
 // StartHelper starts this test binary as a helper process in mode (see
