@@ -20,6 +20,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/pki"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -35,6 +36,10 @@ type Config struct {
 	EtcdClientURL string
 	EtcdPeerURL   string
 	EtcdLogLevel  string // embedded etcd's own log level ("": error)
+	// EtcdTLS is the client TLS for external etcd (nil: plaintext). The
+	// embedded etcd always serves TLS with client certificates from a CA
+	// the planner makes at every start (DataDir/etcd-tls).
+	EtcdTLS *tls.Config
 	// TLS serves the API over TLS when not nil (else h2c, for loopback).
 	TLS *tls.Config
 	// ShareBase and MaxFragmentCores are fixed when the store is created.
@@ -82,26 +87,15 @@ func Start(ctx context.Context, cfg Config) (*Planner, error) {
 
 func (p *Planner) start(ctx context.Context, cfg Config) error {
 	log := cfg.Log
-	endpoints := cfg.EtcdEndpoints
-	if len(endpoints) == 0 {
-		for _, u := range []string{cfg.EtcdClientURL, cfg.EtcdPeerURL} {
-			if !loopbackURL(u) {
-				return &StoreError{fmt.Errorf("planner: embedded etcd URL %q: the embedded etcd serves plaintext without authentication, so it listens on loopback only (127.0.0.1 or [::1])", u)}
-			}
-		}
-		dir := filepath.Join(cfg.DataDir, "etcd")
-		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-			return &StoreError{fmt.Errorf("planner: data dir %q: %w", cfg.DataDir, err)}
-		}
-		e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: dir, ClientURL: cfg.EtcdClientURL, PeerURL: cfg.EtcdPeerURL, LogLevel: cfg.EtcdLogLevel})
+	dial := state.Dial{Endpoints: cfg.EtcdEndpoints, TLS: cfg.EtcdTLS}
+	if len(dial.Endpoints) == 0 {
+		d, err := p.startEmbedded(cfg)
 		if err != nil {
 			return err
 		}
-		p.closers = append(p.closers, e.Close)
-		endpoints = []string{e.Endpoint()}
-		log.Info("embedded etcd ready", "dir", dir, "client_url", e.Endpoint())
+		dial = d
 	}
-	st, err := state.Open(ctx, endpoints, state.Config{ShareBase: cfg.ShareBase, MaxFragmentCores: cfg.MaxFragmentCores}, model.Protocol, log)
+	st, err := state.Open(ctx, dial, state.Config{ShareBase: cfg.ShareBase, MaxFragmentCores: cfg.MaxFragmentCores}, model.Protocol, log)
 	if err != nil {
 		return &StoreError{err}
 	}
@@ -131,6 +125,53 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 }
 
 // loopbackURL reports whether an http URL's host is a loopback address.
+// startEmbedded starts the embedded etcd on loopback, locked down: its
+// client and peer URLs serve TLS and require a client certificate from a
+// CA made at this start in DataDir/etcd-tls (keys 0600, the directory
+// 0700), which only this process's client holds. A local process that is
+// not the planner's user cannot talk to it, and nothing off the host can.
+func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
+	log := cfg.Log
+	urls := map[string]*string{"client": &cfg.EtcdClientURL, "peer": &cfg.EtcdPeerURL}
+	for _, which := range []string{"client", "peer"} {
+		u, err := url.Parse(*urls[which])
+		if err != nil || !loopbackURL(*urls[which]) || u.Port() == "" {
+			return state.Dial{}, &StoreError{fmt.Errorf("planner: embedded etcd %s URL %q: the embedded etcd listens on loopback only (http(s)://127.0.0.1:PORT or [::1])", which, *urls[which])}
+		}
+		u.Scheme = "https"
+		*urls[which] = u.String()
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return state.Dial{}, &StoreError{fmt.Errorf("planner: data dir %q: %w", cfg.DataDir, err)}
+	}
+	pkiDir := filepath.Join(cfg.DataDir, "etcd-tls")
+	if err := os.RemoveAll(pkiDir); err != nil {
+		return state.Dial{}, &StoreError{fmt.Errorf("planner: %s: %w", pkiDir, err)}
+	}
+	now := time.Now()
+	srv, err := pki.Init(pkiDir, nil, now)
+	if err != nil {
+		return state.Dial{}, &StoreError{fmt.Errorf("planner: embedded etcd certificates: %w", err)}
+	}
+	cl, err := pki.Issue(pkiDir, pki.RoleAdmin, "planner", now)
+	if err != nil {
+		return state.Dial{}, &StoreError{fmt.Errorf("planner: embedded etcd client certificate: %w", err)}
+	}
+	tc, err := state.ClientTLS(state.TLSFiles{CA: cl.CA, Cert: cl.Cert, Key: cl.Key})
+	if err != nil {
+		return state.Dial{}, &StoreError{err}
+	}
+	dir := filepath.Join(cfg.DataDir, "etcd")
+	e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: dir, ClientURL: cfg.EtcdClientURL, PeerURL: cfg.EtcdPeerURL,
+		LogLevel: cfg.EtcdLogLevel, TLS: &state.TLSFiles{CA: srv.CA, Cert: srv.Cert, Key: srv.Key}})
+	if err != nil {
+		return state.Dial{}, err
+	}
+	p.closers = append(p.closers, e.Close)
+	log.Info("embedded etcd ready (TLS, client certificates only)", "dir", dir, "client_url", e.Endpoint(), "certificates", pkiDir)
+	return state.Dial{Endpoints: []string{e.Endpoint()}, TLS: tc}, nil
+}
+
 func loopbackURL(raw string) bool {
 	u, err := url.Parse(raw)
 	if err != nil {

@@ -2,14 +2,20 @@ package planner_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinfold/pinfold/planner"
+	"github.com/pinfold/pinfold/planner/pki"
 )
 
 func freeURL(t *testing.T) string {
@@ -59,5 +65,57 @@ func TestStartClose(t *testing.T) {
 	cfg.EtcdClientURL = "http://0.0.0.0:2379"
 	if _, err := planner.Start(context.Background(), cfg); !errors.As(err, &se) || !strings.Contains(err.Error(), "loopback only") {
 		t.Errorf("embedded etcd on 0.0.0.0 = %v, want a StoreError", err)
+	}
+}
+
+// TestEmbeddedEtcdLockedDown: the embedded etcd serves TLS and only to a
+// client certificate from the CA the planner made at start: a plaintext
+// client and a TLS client without a certificate get nothing (before, a
+// local plaintext deleterange could remove instances behind the API).
+func TestEmbeddedEtcdLockedDown(t *testing.T) {
+	dir := t.TempDir()
+	client, peer := freeURL(t), freeURL(t)
+	p, err := planner.Start(context.Background(), planner.Config{Listen: "127.0.0.1:0", DataDir: dir, EtcdClientURL: client, EtcdPeerURL: peer,
+		EtcdLogLevel: "fatal", ShareBase: 100, MaxFragmentCores: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	host := strings.TrimPrefix(client, "http://")
+	get := func(c *http.Client, url string) (int, error) {
+		c.Timeout = 5 * time.Second
+		r, err := c.Get(url)
+		if err != nil {
+			return 0, err
+		}
+		r.Body.Close()
+		return r.StatusCode, nil
+	}
+	if code, err := get(&http.Client{}, "http://"+host+"/version"); err == nil && code == 200 {
+		t.Errorf("a plaintext client read the embedded etcd's /version")
+	}
+	pool := x509.NewCertPool()
+	ca, err := os.ReadFile(filepath.Join(dir, "etcd-tls", pki.CACert))
+	if err != nil || !pool.AppendCertsFromPEM(ca) {
+		t.Fatalf("the embedded etcd's CA: %v", err)
+	}
+	noCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	if code, err := get(noCert, "https://"+host+"/version"); err == nil {
+		t.Errorf("a TLS client without a certificate got %d from the embedded etcd", code)
+	} else {
+		t.Logf("without a client certificate: %v", err)
+	}
+	for _, f := range []string{pki.CAKey, pki.ServerKey, "admin-planner-key.pem"} {
+		if st, err := os.Stat(filepath.Join(dir, "etcd-tls", f)); err != nil || st.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want 0600", f, err, st.Mode().Perm())
+		}
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "etcd-tls", "admin-planner.pem"), filepath.Join(dir, "etcd-tls", "admin-planner-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}}}}
+	if code, err := get(withCert, "https://"+host+"/version"); err != nil || code != 200 {
+		t.Errorf("the planner's own client certificate: %d %v, want 200", code, err)
 	}
 }

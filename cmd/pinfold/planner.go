@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -22,11 +24,13 @@ import (
 	"github.com/pinfold/pinfold/planner"
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/pki"
 )
 
 type plannerFlags struct {
 	dataDir, listen, etcdEndpoints, etcdClient, etcdPeer string
 	tlsCert, tlsKey, tlsCA                               string
+	etcdCA, etcdCert, etcdKey                            string
 	tlsNoClientAuth, insecure                            bool
 	shareBase, maxFragmentCores, maxRequestBytes         int
 	logLevel                                             string
@@ -38,8 +42,11 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", filepath.Join(home, ".local/share/pinfold"), "directory for the embedded etcd's data")
 	cmd.Flags().StringVar(&f.listen, "listen", DefaultPlanner, "address the API listens on (gRPC and JSON over HTTP)")
 	cmd.Flags().StringVar(&f.etcdEndpoints, "etcd-endpoints", "", "use this external etcd cluster (comma-separated URLs) instead of the embedded one")
-	cmd.Flags().StringVar(&f.etcdClient, "etcd-listen-client", "http://127.0.0.1:12379", "embedded etcd: client URL")
-	cmd.Flags().StringVar(&f.etcdPeer, "etcd-listen-peer", "http://127.0.0.1:12380", "embedded etcd: peer URL")
+	cmd.Flags().StringVar(&f.etcdCA, "etcd-ca", "", "external etcd: CA of its server certificates (PEM); with https:// endpoints")
+	cmd.Flags().StringVar(&f.etcdCert, "etcd-cert", "", "external etcd: client certificate (PEM), for an etcd that requires one")
+	cmd.Flags().StringVar(&f.etcdKey, "etcd-key", "", "external etcd: key of --etcd-cert (PEM)")
+	cmd.Flags().StringVar(&f.etcdClient, "etcd-listen-client", "https://127.0.0.1:12379", "embedded etcd: client URL, loopback only (TLS with client certificates from a CA the planner makes in DATA-DIR/etcd-tls at every start)")
+	cmd.Flags().StringVar(&f.etcdPeer, "etcd-listen-peer", "https://127.0.0.1:12380", "embedded etcd: peer URL, loopback only (TLS, as the client URL)")
 	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM)")
 	cmd.Flags().StringVar(&f.tlsKey, "tls-key", "", "private key of --tls-cert (PEM)")
 	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "require client certificates signed by this CA (PEM); their identity decides what each client may do")
@@ -85,6 +92,13 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 		EtcdLogLevel: f.etcdLogLevel, ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores, MaxRequestBytes: f.maxRequestBytes, Log: log}
 	if f.etcdEndpoints != "" {
 		cfg.EtcdEndpoints = strings.Split(f.etcdEndpoints, ",")
+		tc, err := f.etcdTLS()
+		if err != nil {
+			return nil, err
+		}
+		cfg.EtcdTLS = tc
+	} else if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
+		return nil, badInput("--etcd-ca/--etcd-cert/--etcd-key are for an external etcd (--etcd-endpoints); the embedded one makes its own")
 	}
 	if f.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
@@ -113,6 +127,87 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 		return nil, &exitError{code: exitBadInput, err: err}
 	}
 	return p, err
+}
+
+// upPKI is `up --tls`'s PKI in dir: made on first use (a CA and the
+// planner's certificate, also for listen's host; an admin certificate
+// "admin" and an agent certificate for host), reused after.
+func upPKI(dir, host, listen string) (srv, admin, agent pki.Files, err error) {
+	now := time.Now()
+	srv = pki.Files{CA: filepath.Join(dir, pki.CACert), Cert: filepath.Join(dir, pki.ServerCert), Key: filepath.Join(dir, pki.ServerKey)}
+	if _, statErr := os.Stat(srv.CA); statErr != nil {
+		var extra []string
+		if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
+			extra = append(extra, h)
+		}
+		if srv, err = pki.Init(dir, append(extra, host), now); err != nil {
+			return srv, admin, agent, &exitError{code: exitBadInput, err: err}
+		}
+	}
+	get := func(role pki.Role, name string) (pki.Files, error) {
+		f := pki.Files{CA: srv.CA, Cert: filepath.Join(dir, string(role)+"-"+name+".pem"), Key: filepath.Join(dir, string(role)+"-"+name+"-key.pem")}
+		if _, err := os.Stat(f.Cert); err == nil {
+			return f, nil
+		}
+		f, err := pki.Issue(dir, role, name, now)
+		if err != nil {
+			return f, &exitError{code: exitBadInput, err: err}
+		}
+		return f, nil
+	}
+	if admin, err = get(pki.RoleAdmin, "admin"); err != nil {
+		return
+	}
+	agent, err = get(pki.RoleAgent, host)
+	return
+}
+
+// etcdTLS is the client TLS for external etcd: nil for http:// endpoints
+// without TLS flags; https:// endpoints need it (the system roots, or
+// --etcd-ca), and a plaintext endpoint off loopback is refused.
+func (f *plannerFlags) etcdTLS() (*tls.Config, error) {
+	if (f.etcdCert == "") != (f.etcdKey == "") {
+		return nil, badInput("--etcd-cert and --etcd-key go together")
+	}
+	https := 0
+	eps := strings.Split(f.etcdEndpoints, ",")
+	for _, e := range eps {
+		u, err := url.Parse(e)
+		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return nil, badInput("--etcd-endpoints %q: want http(s)://host:port[,…]", e)
+		}
+		if u.Scheme == "https" {
+			https++
+		} else if ip := net.ParseIP(u.Hostname()); u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) && !f.insecure {
+			return nil, badInput("--etcd-endpoints %q: plaintext etcd off loopback lets anyone on the path read and change the plan; use https:// with --etcd-ca (and --etcd-cert/--etcd-key), or --insecure", e)
+		}
+	}
+	if https > 0 && https != len(eps) {
+		return nil, badInput("--etcd-endpoints %q: mixes http:// and https://", f.etcdEndpoints)
+	}
+	if https == 0 {
+		if f.etcdCA != "" || f.etcdCert != "" {
+			return nil, badInput("--etcd-ca/--etcd-cert need https:// endpoints, got %q", f.etcdEndpoints)
+		}
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.etcdCA != "" {
+		pem, err := os.ReadFile(f.etcdCA)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			return nil, badInput("--etcd-ca %q: no readable PEM certificate", f.etcdCA)
+		}
+		tc.RootCAs = pool
+	}
+	if f.etcdCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.etcdCert, f.etcdKey)
+		if err != nil {
+			return nil, badInput("--etcd-cert/--etcd-key: %v", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
 }
 
 func newLogger(level string, w *os.File) (*slog.Logger, error) {
@@ -174,7 +269,7 @@ transaction guarded by revisions, so nothing is ever allocated twice).`,
 func newUpCmd() *cobra.Command {
 	var f plannerFlags
 	var ag agentFlags
-	var noAgent bool
+	var noAgent, withTLS bool
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "All in one: a planner with embedded etcd and an agent for this host",
@@ -182,8 +277,15 @@ func newUpCmd() *cobra.Command {
 host (topology discovered from /sys, containers through the local Docker
 engine). Without a reachable Docker engine the host is registered by hand and
 its instances stay pending; the agent retries. Stop with Ctrl-C; the state
-stays in --data-dir.`,
+stays in --data-dir.
+
+On loopback the API is plain (anyone on this machine may do everything).
+--tls serves it with mutual TLS from a PKI in DATA-DIR/pki, made on first
+use: a CA, the planner's certificate, an admin certificate for you and an
+agent certificate for this host; it prints the variables that point the CLI
+at them.`,
 		Example: `  pinfold up
+  pinfold up --tls --listen 10.0.0.5:7878   # then: export the printed PINFOLD_* variables
   # in another terminal:
   pinfold host list
   pinfold deploy web --count 2 --cpu 0.5 --bind --memory 64MiB
@@ -205,6 +307,17 @@ stays in --data-dir.`,
 			if err != nil {
 				return &exitError{code: exitBadInput, err: err}
 			}
+			var admin, agent pki.Files
+			if withTLS {
+				if f.tlsCert != "" || f.tlsKey != "" || f.tlsCA != "" {
+					return badInput("--tls makes its own certificates in DATA-DIR/pki: leave out --tls-cert, --tls-key and --tls-ca")
+				}
+				var srv pki.Files
+				if srv, admin, agent, err = upPKI(filepath.Join(f.dataDir, "pki"), host, f.listen); err != nil {
+					return err
+				}
+				f.tlsCert, f.tlsKey, f.tlsCA = srv.Cert, srv.Key, srv.CA
+			}
 			p, err := f.start(ctx, log)
 			if err != nil {
 				return err
@@ -212,6 +325,10 @@ stays in --data-dir.`,
 			defer p.Close()
 			tj, _ := json.Marshal(top)
 			c := &clientFlags{addr: p.Addr}
+			if withTLS {
+				c = &clientFlags{addr: "https://" + p.Addr, tlsCA: admin.CA, tlsCert: admin.Cert, tlsKey: admin.Key}
+				ag.client = clientFlags{tlsCA: agent.CA, tlsCert: agent.Cert, tlsKey: agent.Key}
+			}
 			cl, _ := c.client()
 			if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: host, TopologyJson: tj})); err != nil {
 				var ce *connect.Error
@@ -221,8 +338,12 @@ stays in --data-dir.`,
 				log.Info("this host was registered before; keeping its registration", "host", host)
 			}
 			if !noAgent {
-				ag.client.addr = p.Addr
+				ag.client.addr = c.addr
 				startAgentInBackground(ctx, &ag, log)
+			}
+			if withTLS {
+				fmt.Fprintf(cmd.OutOrStdout(), "mutual TLS: use the admin certificate with\n  export PINFOLD_PLANNER=%s PINFOLD_TLS_CA=%s PINFOLD_TLS_CERT=%s PINFOLD_TLS_KEY=%s\n"+
+					"more certificates: pinfold pki issue agent|viewer|admin NAME --dir %s\n", c.addr, admin.CA, admin.Cert, admin.Key, filepath.Dir(admin.CA))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes), agent %v. Ctrl-C stops it.\n",
 				p.Addr, host, len(top.CPUs), len(top.NUMANodes), !noAgent)
@@ -232,6 +353,7 @@ stays in --data-dir.`,
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&noAgent, "no-agent", false, "run the planner only")
+	cmd.Flags().BoolVar(&withTLS, "tls", false, "serve the API with mutual TLS from a PKI in DATA-DIR/pki (made on first use) and print how to use it")
 	ag.register(cmd, false)
 	return cmd
 }

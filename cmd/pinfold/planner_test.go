@@ -272,3 +272,49 @@ func TestUp(t *testing.T) {
 		t.Errorf("up printed %q", out.String())
 	}
 }
+
+// TestUpTLS: `up --tls` makes a PKI in its data dir, serves mutual TLS, and
+// registers this host through it: a plain client is turned away, the admin
+// certificate it made reads the host, and a second start reuses the PKI.
+func TestUpTLS(t *testing.T) {
+	addr, data := freeAddr(t), t.TempDir()
+	start := func() (context.CancelFunc, chan error) {
+		root := newRootCmd()
+		root.SetArgs([]string{"up", "--tls", "--no-agent", "--data-dir", data, "--listen", addr,
+			"--etcd-listen-client", "http://" + freeAddr(t), "--etcd-listen-peer", "http://" + freeAddr(t),
+			"--host", "fixture", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230", "--log-level", "error"})
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- root.ExecuteContext(ctx) }()
+		return cancel, done
+	}
+	dir := filepath.Join(data, "pki")
+	tlsArgs := []string{"--planner", "https://" + addr, "--tls-ca", filepath.Join(dir, "ca.pem"),
+		"--tls-cert", filepath.Join(dir, "admin-admin.pem"), "--tls-key", filepath.Join(dir, "admin-admin-key.pem")}
+	for round := range 2 {
+		cancel, done := start()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			stdout, _, code := runCLI(t, "", append([]string{"host", "show", "fixture", "-o", "json"}, tlsArgs...)...)
+			if code == 0 && strings.Contains(stdout, `"name": "fixture"`) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: host fixture not readable with the admin certificate within 60 s (exit %d): %s", round, code, stdout)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if _, _, code := runCLI(t, "", "host", "list", "--planner", addr); code == 0 {
+			t.Errorf("round %d: a plain client was served by up --tls", round)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "agent-fixture-key.pem")); err != nil {
+			t.Errorf("round %d: no agent certificate for this host: %v", round, err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("round %d: up --tls after cancel: %v", round, err)
+		}
+	}
+}

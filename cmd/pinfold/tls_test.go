@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -131,4 +132,52 @@ func exitCode(err error) int {
 		return e.code
 	}
 	return -1
+}
+
+// TestExternalEtcdTLS: the planner's flags for an external etcd refuse a
+// plaintext endpoint off loopback, mixed schemes, TLS flags without
+// https:// endpoints or for the embedded etcd, and unreadable files; an
+// https:// endpoint gets a client TLS config with the CA and certificate.
+func TestExternalEtcdTLS(t *testing.T) {
+	dir := t.TempDir() + "/pki"
+	if _, errOut, code := runCLI(t, "", "pki", "init", "--dir", dir); code != 0 {
+		t.Fatal(errOut)
+	}
+	cl, err := pki.Issue(dir, pki.RoleAdmin, "etcd-client", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		f    plannerFlags
+		want string // "" = accepted
+	}{
+		{"plaintext off loopback", plannerFlags{etcdEndpoints: "http://10.0.0.1:2379"}, "plaintext etcd off loopback"},
+		{"plaintext off loopback, --insecure", plannerFlags{etcdEndpoints: "http://10.0.0.1:2379", insecure: true}, ""},
+		{"plaintext on loopback", plannerFlags{etcdEndpoints: "http://127.0.0.1:2379"}, ""},
+		{"mixed", plannerFlags{etcdEndpoints: "https://10.0.0.1:2379,http://127.0.0.1:2379"}, "mixes"},
+		{"not a URL", plannerFlags{etcdEndpoints: "10.0.0.1:2379"}, "want http(s)://"},
+		{"CA without https", plannerFlags{etcdEndpoints: "http://127.0.0.1:2379", etcdCA: cl.CA}, "need https://"},
+		{"cert without key", plannerFlags{etcdEndpoints: "https://10.0.0.1:2379", etcdCert: cl.Cert}, "go together"},
+		{"unreadable CA", plannerFlags{etcdEndpoints: "https://10.0.0.1:2379", etcdCA: dir + "/nope.pem"}, "no readable PEM"},
+		{"https with CA and certificate", plannerFlags{etcdEndpoints: "https://10.0.0.1:2379,https://10.0.0.2:2379", etcdCA: cl.CA, etcdCert: cl.Cert, etcdKey: cl.Key}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.f.etcdTLS()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("etcdTLS = %v, want accepted", err)
+			case tc.want != "" && (exitCode(err) != exitBadInput || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("etcdTLS = %v, want bad input naming %q", err, tc.want)
+			case tc.f.etcdCert != "" && err == nil && (got == nil || len(got.Certificates) != 1 || got.RootCAs == nil):
+				t.Fatalf("etcdTLS = %+v, want the client certificate and the CA", got)
+			}
+		})
+	}
+	// TLS flags without --etcd-endpoints: the embedded etcd makes its own.
+	log, _ := newLogger("error", os.Stderr)
+	f := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1, etcdCA: cl.CA}
+	if _, err := f.start(context.Background(), log); exitCode(err) != exitBadInput || !strings.Contains(err.Error(), "external etcd") {
+		t.Errorf("--etcd-ca with the embedded etcd = %v", err)
+	}
 }

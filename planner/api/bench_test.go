@@ -37,7 +37,7 @@ func benchPlanner(b *testing.B, hosts int, noFsync bool) (pinfoldv1connect.Plann
 		b.Fatal(err)
 	}
 	b.Cleanup(e.Close)
-	st, err := state.Open(context.Background(), []string{cu}, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
+	st, err := state.Open(context.Background(), state.Dial{Endpoints: []string{cu}}, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -109,7 +109,9 @@ func Init(dir string, hosts []string, now time.Time) (Files, error) {
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
 	srv := &x509.Certificate{Subject: pkix.Name{CommonName: "pinfold planner"}, NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		// Client auth too: an embedded etcd serving with this certificate
+		// dials itself with it (its gateway), and requires client certificates.
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {

@@ -1,10 +1,12 @@
 package state
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -22,16 +24,40 @@ type EmbedConfig struct {
 	LogLevel string
 	// UnsafeNoFsync skips fsync (benchmarks of the planner, never production).
 	UnsafeNoFsync bool
+	// TLS, when set, serves the client and peer URLs (https://) over TLS
+	// and requires a client certificate signed by TLS.CA on both.
+	TLS *TLSFiles
 }
+
+// Dial is how the store reaches etcd: its client URLs, and TLS (nil:
+// plaintext) with the client certificate etcd requires.
+type Dial struct {
+	Endpoints []string
+	TLS       *tls.Config
+}
+
+// TLSFiles are PEM files: a CA, and a certificate and key it signed.
+type TLSFiles struct{ CA, Cert, Key string }
 
 // MaxMessageBytes bounds one etcd request or response from pinfold's client
 // (a 10,000-instance deploy is one ~3 MiB transaction).
 const MaxMessageBytes = 64 << 20
 
-// newClient connects to etcd endpoints with pinfold's message limits.
-func newClient(endpoints []string) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second,
+// newClient connects to etcd endpoints with pinfold's message limits (tc
+// nil: plaintext).
+func newClient(endpoints []string, tc *tls.Config) (*clientv3.Client, error) {
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, TLS: tc,
 		MaxCallSendMsgSize: MaxMessageBytes, MaxCallRecvMsgSize: MaxMessageBytes})
+}
+
+// ClientTLS is the client side of f: its certificate, and f.CA as the
+// only root (no file: no TLS setting, an error).
+func ClientTLS(f TLSFiles) (*tls.Config, error) {
+	tc, err := (transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("state: etcd client TLS (ca %s, cert %s, key %s): %w", f.CA, f.Cert, f.Key, err)
+	}
+	return tc, nil
 }
 
 // StartEmbedded starts an etcd member in this process and waits until it
@@ -63,6 +89,10 @@ func StartEmbedded(c EmbedConfig) (*Member, error) {
 	cfg.MaxTxnOps = 1 << 20
 	cfg.MaxRequestBytes = MaxMessageBytes
 	cfg.QuotaBackendBytes = 8 << 30
+	if t := c.TLS; t != nil {
+		info := transport.TLSInfo{CertFile: t.Cert, KeyFile: t.Key, TrustedCAFile: t.CA, ClientCertAuth: true}
+		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
+	}
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("state: start embedded etcd in %s: %w", c.Dir, err)

@@ -66,16 +66,16 @@ type Store struct {
 // Open connects to the etcd endpoints, loads the store, initialises or
 // checks the planner config, and starts the watch. protocol is the agent
 // protocol version this planner speaks. Close releases the connection.
-func Open(ctx context.Context, endpoints []string, cfg Config, protocol int, log *slog.Logger) (*Store, error) {
+func Open(ctx context.Context, d Dial, cfg Config, protocol int, log *slog.Logger) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	if err := cfg.Params().Validate(); err != nil {
 		return nil, err
 	}
-	cli, err := newClient(endpoints)
+	cli, err := newClient(d.Endpoints, d.TLS)
 	if err != nil {
-		return nil, fmt.Errorf("state: etcd client for %v: %w", endpoints, err)
+		return nil, fmt.Errorf("state: etcd client for %v: %w", d.Endpoints, err)
 	}
 	s, err := open(ctx, cli, cfg, protocol, log)
 	if err != nil {

@@ -89,7 +89,7 @@ func (c *Cluster) Open(t testing.TB, cfg state.Config, protocol int, endpoints .
 	if len(endpoints) == 0 {
 		endpoints = c.Endpoints
 	}
-	st, err := state.Open(context.Background(), endpoints, cfg, protocol, nil)
+	st, err := state.Open(context.Background(), state.Dial{Endpoints: endpoints}, cfg, protocol, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
