@@ -57,6 +57,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
 		return DeployResult{}, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
 	}
+	if r.Memory < MinInstanceMemory {
+		return DeployResult{}, errf(Invalid, "memory = %d: want at least %d (6 MiB, the Docker engine's smallest memory limit)", r.Memory, MinInstanceMemory)
+	}
 	if err := validateSpec(r.Spec); err != nil {
 		return DeployResult{}, err
 	}

@@ -120,6 +120,10 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			if err != nil {
 				return nil, fromAlloc(err)
 			}
+			if pl.Memory < MinInstanceMemory {
+				return nil, errf(Invalid, "memory of %s: %d + %d = %d: want at least %d (6 MiB, the Docker engine's smallest memory limit)",
+					in.ID, in.Memory, r.MemoryDelta, pl.Memory, MinInstanceMemory)
+			}
 			// Memory below what the instance uses is not refused here: the
 			// agent shrinks it guided by memory.pressure, and a shrink it
 			// gives up comes back as a refusal that rolls this back.

@@ -25,6 +25,10 @@ const (
 	MaxPropertyLen     = 256 // a property's value
 	MaxProperties      = 64
 	MaxRuleServices    = 64 // services named by one affinity list
+	// MinInstanceMemory is the smallest memory an instance may have: the
+	// Docker engine's smallest limit (docker.MinMemory), which agents
+	// would refuse anyway.
+	MinInstanceMemory = 6 << 20
 	// maxEcho is how much of an offending value an error repeats.
 	maxEcho = 200
 )

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
@@ -196,6 +197,17 @@ func TestHostRulesAndBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	held := cpuset.Of(cpusOf(ins[0])...)
+	// Below Docker's smallest memory limit: refused before planning, on
+	// deploy and on resize (the API took 1 byte before).
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "tiny", Count: 1, Pieces: 10, Memory: 1}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), "6 MiB") {
+		t.Errorf("deploy with 1 byte of memory = %v, want invalid naming 6 MiB", err)
+	}
+	if _, err := s.Resize(ctx, service.ResizeRequest{Target: ins[0].ID, MemoryDelta: -GiB + 4<<20}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), "6 MiB") {
+		t.Errorf("resize to 4 MiB = %v, want invalid naming 6 MiB", err)
+	}
+	if service.MinInstanceMemory != docker.MinMemory {
+		t.Errorf("MinInstanceMemory %d != docker.MinMemory %d", service.MinInstanceMemory, docker.MinMemory)
+	}
 	// A forced registration may not take away what instances use: pieces
 	// of a held CPU, or memory.
 	for _, tc := range []struct {

@@ -437,9 +437,8 @@ func testPoolAndCheckpoint(t *testing.T, image string, planner, agent *exec.Cmd,
 
 // testMemoryGuardsAndRollback: shrinking memory below memory.current that
 // cannot be reclaimed (tmpfs) is given up by the agent's pressure-guided
-// shrink at its deadline and rolled back, the container untouched; a resize
-// the host refuses (below Docker's 6 MiB minimum) is rolled back by the
-// planner and the CLI says why.
+// shrink at its deadline and rolled back, the container untouched, and the
+// CLI says why; a resize below Docker's 6 MiB minimum is refused up front.
 func testMemoryGuardsAndRollback(t *testing.T, image string) {
 	if _, errOut, code := pinfold(t, "", "deploy", "mem", "--count", "1", "--cpu", "0.5", "--memory", "128MiB", "--image", image,
 		"--planner", plannerAddr, "--", "sh", "-c", "head -c 41943040 /dev/zero > /dev/shm/fill; sleep 3600"); code != 0 {
@@ -474,16 +473,17 @@ func testMemoryGuardsAndRollback(t *testing.T, image string) {
 		t.Errorf("after the refused shrink %s runs %v, want its container %s (not OOM-killed)", m.ID, ids, short(m.Container))
 	}
 	m.Generation += 2
+	// Below Docker's 6 MiB minimum: the planner refuses it up front.
 	_, errOut, code = pinfold(t, "", "resize", m.ID, "--memory", "-124MiB", "--planner", plannerAddr)
-	if code != 1 || !strings.Contains(errOut, "refused by host vm") || !strings.Contains(errOut, "6 MiB") {
-		t.Errorf("resize to 4 MiB: exit %d, %q; want exit 1 with the host's refusal", code, errOut)
+	if code != 2 || !strings.Contains(errOut, "6 MiB") {
+		t.Errorf("resize to 4 MiB: exit %d, %q; want exit 2 naming Docker's 6 MiB minimum", code, errOut)
 	}
 	e := byID(ps(t), m.ID)
-	if e.Memory != 128<<20 || e.Generation != m.Generation+2 || !strings.Contains(e.RolledBack, "rolled back") {
-		t.Errorf("after the refusal: %+v, want 128 MiB back at generation %d", e, m.Generation+2)
+	if e.Memory != 128<<20 || e.Generation != m.Generation || !strings.Contains(e.RolledBack, "memory shrink") {
+		t.Errorf("after the refusals: %+v, want 128 MiB at generation %d, the shrink's rollback recorded", e, m.Generation)
 	}
 	if got := cg(t, m.Container, "memory.max"); got != fmt.Sprint(128<<20) {
-		t.Errorf("memory.max after the rollback = %s", got)
+		t.Errorf("memory.max after the refusals = %s", got)
 	}
 	if _, errOut, code := pinfold(t, "", "remove", "mem", "--planner", plannerAddr); code != 0 {
 		t.Errorf("remove mem: %s", errOut)
