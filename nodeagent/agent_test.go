@@ -295,8 +295,8 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 		a.records["db-1"].refused = 0
 		a.mu.Unlock()
 		a.SetDesired([]model.Instance{memInst(2, 64<<20)}) // above the 40 MiB in use: no shrink, the engine answers
-		a.Reconcile(ctx) // acts (and fails)
-		a.Reconcile(ctx) // reports the refusal, tries again
+		a.Reconcile(ctx)                                   // acts (and fails)
+		a.Reconcile(ctx)                                   // reports the refusal, tries again
 		r := pl.last("db-1")
 		if r.RefusedGeneration != tc.wantRefused || r.Error == "" || r.Generation != 1 {
 			t.Errorf("%s: report %+v, want refused generation %d with the error, observed generation 1", tc.name, r, tc.wantRefused)

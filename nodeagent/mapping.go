@@ -29,7 +29,9 @@ const (
 )
 
 // DefaultScheme is the scheme that came closest to the plan when measured
-// on a real kernel (nodeagent TestKernelFragmentShares; docs/AGENT.md).
+// in the kernel tier (a 1.7/1.3 pair: it kept a fragment within 0.03 of
+// the plan where weights alone overshot; docs/AGENT.md). The share loop
+// (shares.go) corrects its weights from measurements.
 const DefaultScheme = SchemeCapped
 
 // Schemes lists the fragment schemes.

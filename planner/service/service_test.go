@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
