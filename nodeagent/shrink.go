@@ -32,7 +32,10 @@ type ShrinkOptions struct {
 	Deadline time.Duration
 	// MaxStall is the largest fraction of a step some task of the container
 	// may stall on memory (memory.pressure "some") without counting as
-	// pressure; default 0.10. Two steps in a row above it end the shrink.
+	// pressure; default 0.10. Two steps in a row above it in which
+	// memory.current did not drop by 1 MiB end the shrink: reclaim stalls
+	// a container for a moment even when the memory goes (page cache), but
+	// stalling without progress means the memory is in use.
 	MaxStall float64
 }
 
@@ -62,12 +65,14 @@ func (e *ShrinkError) Error() string {
 
 func fmtMiB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// nextHigh is the next memory.high step: half the way from what is in use
-// (or the current memory.high, if lower) down to the target, at least
-// 4 MiB, never below the target. Pure.
+// nextHigh is the next memory.high step: a quarter of the way from what is
+// in use (or the current memory.high, if lower) down to the target, at
+// least 4 MiB, never below the target. Small steps keep the container's
+// use close to memory.high, where the kernel throttles allocations least.
+// Pure.
 func nextHigh(current, high, target int64) int64 {
 	from := min(current, high)
-	step := max((from-target)/2, 4<<20)
+	step := max((from-target)/4, 4<<20)
 	return max(from-step, target)
 }
 
@@ -113,7 +118,7 @@ func ShrinkMemory(ctx context.Context, cg cgroupWriter, p cgroup.Path, target in
 	if high == cgroup.Max {
 		high = 1<<63 - 1
 	}
-	over := 0
+	over, progressFrom := 0, int64(0)
 	for {
 		cur, err := readInt("memory.current")
 		if err != nil {
@@ -145,10 +150,17 @@ func ShrinkMemory(ctx context.Context, cg cgroupWriter, p cgroup.Path, target in
 			over = 0
 			continue
 		}
-		if over++; over >= 2 {
-			cur, _ := readInt("memory.current")
-			return giveUp(cur, fmt.Sprintf("memory.pressure: the container stalled %.0f%% of the time at memory.high %s (more than %.0f%%: the memory is in use)",
-				stall*100, fmtMiB(high), o.MaxStall*100))
+		if over == 0 {
+			progressFrom = cur
 		}
-	}
+		if over++; over < 2 {
+			continue
+		}
+		now, _ := readInt("memory.current")
+		if progressFrom-now >= 1<<20 {
+			over = 0 // stalled, but the memory goes: reclaim is working
+			continue
+		}
+		return giveUp(now, fmt.Sprintf("memory.pressure: the container stalled %.0f%% of the time at memory.high %s and its use did not drop (the memory is in use)",
+			stall*100, fmtMiB(high)))	}
 }

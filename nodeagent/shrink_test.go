@@ -21,6 +21,7 @@ type memGroup struct {
 	reclaimable int64
 	pinned      int64 // never reclaimed (tmpfs without swap)
 	stalls      bool  // over high, the group's tasks stall (they allocate)
+	slow        bool  // reclaim frees only 2 MiB per memory.high write
 	stallUsec   uint64
 	last        time.Time
 	highs       []int64
@@ -36,8 +37,11 @@ func (g *memGroup) Apply(_ context.Context, s cgroup.Spec) error {
 	}
 	g.high = *s.MemoryHigh
 	g.highs = append(g.highs, g.high)
-	if g.high != cgroup.Max && g.current() > g.high {
+	if cur := g.current(); g.high != cgroup.Max && cur > g.high {
 		g.reclaimable = max(g.high-g.pinned, 0)
+		if g.slow {
+			g.reclaimable = max(g.reclaimable, cur-g.pinned-2<<20)
+		}
 	}
 	return nil
 }
@@ -76,6 +80,8 @@ func TestShrinkMemory(t *testing.T) {
 		{"page cache shrinks", &memGroup{high: cgroup.Max, reclaimable: 90 * MiB, pinned: 10 * MiB}, 32 * MiB, ""},
 		{"already below", &memGroup{high: cgroup.Max, pinned: 10 * MiB}, 32 * MiB, ""},
 		{"hot memory: pressure", &memGroup{high: cgroup.Max, reclaimable: 10 * MiB, pinned: 90 * MiB, stalls: true}, 32 * MiB, "memory.pressure"},
+		// Reclaim stalls the container, but its use drops: go on.
+		{"page cache, stalling", &memGroup{high: cgroup.Max, reclaimable: 90 * MiB, pinned: 10 * MiB, stalls: true, slow: true}, 32 * MiB, ""},
 		{"cannot be reclaimed: deadline", &memGroup{high: 200 * MiB, pinned: 90 * MiB}, 32 * MiB, "deadline"},
 	}
 	for _, tt := range tests {
@@ -117,9 +123,9 @@ func TestShrinkMemory(t *testing.T) {
 func TestNextHigh(t *testing.T) {
 	const MiB = 1 << 20
 	for _, tt := range []struct{ cur, high, target, want int64 }{
-		{100 * MiB, 1 << 62, 20 * MiB, 60 * MiB},  // half the way
-		{100 * MiB, 60 * MiB, 20 * MiB, 40 * MiB}, // from high when it is lower
-		{26 * MiB, 1 << 62, 20 * MiB, 22 * MiB},   // at least 4 MiB
+		{100 * MiB, 1 << 62, 20 * MiB, 80 * MiB},  // a quarter of the way
+		{100 * MiB, 60 * MiB, 20 * MiB, 50 * MiB}, // from high when it is lower
+		{30 * MiB, 1 << 62, 20 * MiB, 26 * MiB},   // at least 4 MiB
 		{21 * MiB, 1 << 62, 20 * MiB, 20 * MiB},   // not below the target
 	} {
 		if got := nextHigh(tt.cur, tt.high, tt.target); got != tt.want {
