@@ -162,5 +162,6 @@ func ShrinkMemory(ctx context.Context, cg cgroupWriter, p cgroup.Path, target in
 			continue
 		}
 		return giveUp(now, fmt.Sprintf("memory.pressure: the container stalled %.0f%% of the time at memory.high %s and its use did not drop (the memory is in use)",
-			stall*100, fmtMiB(high)))	}
+			stall*100, fmtMiB(high)))
+	}
 }

@@ -181,7 +181,7 @@ func pieces(field, s string, shareBase int, allowNegative bool) (int, error) {
 }
 
 func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
-	h := &pinfoldv1.Host{Name: v.Host.Name, State: state.HostState(v.Host, v.Live),
+	h := &pinfoldv1.Host{Name: v.Host.Name, State: v.State(),
 		CapacityCpus: map[int32]int32{}, CapacityMemoryBytes: v.Host.MemoryBytes,
 		UsedCpus: map[int32]int32{}, UsedMemoryBytes: v.Alloc.MemoryUsed,
 		Agent: v.Host.Agent, AgentVersion: v.Host.AgentVersion, Protocol: int32(v.Host.Protocol),

@@ -44,7 +44,7 @@ func (s *Service) Health(now time.Time) []Warning {
 		byName[v.Host.Name] = v
 		h := v.Host
 		n := onHost[h.Name]
-		switch st := state.HostState(h, v.Live); {
+		switch st := v.State(); {
 		case st == "maintenance" && now.After(h.MaintenanceUntil) && h.Agent && !v.Live:
 			out = append(out, Warning{Kind: placement.RuleMaintenance, Subject: h.Name,
 				Detail: fmt.Sprintf("in maintenance past its grace (ended %s) and its agent is not back: %d instances are not running", h.MaintenanceUntil.Format(time.RFC3339), n)})
@@ -64,7 +64,7 @@ func (s *Service) Health(now time.Time) []Warning {
 		fd, ud := map[string]int{}, map[string]int{}
 		withDomains := false
 		for _, v := range hosts {
-			if state.HostState(v.Host, v.Live) != "up" && per[svc][v.Host.Name] == 0 {
+			if v.State() != "up" && per[svc][v.Host.Name] == 0 {
 				continue // domains without usable hosts do not count
 			}
 			if v.Host.FaultDomain != "" || v.Host.UpgradeDomain != "" {

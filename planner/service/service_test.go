@@ -325,6 +325,10 @@ func TestHeartbeat(t *testing.T) {
 	if len(s.Store().Schedulable()) != 0 {
 		t.Errorf("a host whose agent speaks protocol %d is still schedulable", model.Protocol+1)
 	}
+	// host list and placement agree: the host does not show as up.
+	if v, _ := s.Store().Host("h1"); v.State() != "protocol" {
+		t.Errorf("host state = %q with a protocol %d agent, want protocol (placement skips it)", v.State(), model.Protocol+1)
+	}
 	// An agent of another protocol may not register: it would read the
 	// wire wrongly (protocol 1 sent CPU quotas as decimal strings).
 	_, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Agent: true,

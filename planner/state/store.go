@@ -306,11 +306,26 @@ func (s *Store) reindexAll() {
 // reindex keeps the schedulable index right for one host.
 func (s *Store) reindex(name string) {
 	h, ok := s.hosts[name]
-	if ok && HostState(h.Value, s.live[name]) == "up" && (!h.Value.Agent || h.Value.Protocol == s.protocol) {
+	if ok && hostState(h.Value, s.live[name], s.protocol) == "up" {
 		s.schedulable[name] = true
 	} else {
 		delete(s.schedulable, name)
 	}
+}
+
+// State is the host's state as placement sees it: HostState, and
+// "protocol" for a live agent that speaks another agent protocol than this
+// planner (it takes nothing new; it is not enforced as planned).
+func (v HostView) State() string { return v.state }
+
+// hostState is HostState, with "protocol" for an agent whose protocol is
+// not want.
+func hostState(h Host, live bool, want int) string {
+	st := HostState(h, live)
+	if st == "up" && h.Agent && h.Protocol != want {
+		return "protocol"
+	}
+	return st
 }
 
 // HostState is up, down, disabled or maintenance (a host in maintenance
@@ -338,6 +353,7 @@ type HostView struct {
 	AllocRev int64
 	Live     bool
 	Metrics  *Metrics // nil until the agent sent some
+	state    string
 }
 
 // PlacementSettings returns the cluster's placement settings.
@@ -357,11 +373,7 @@ func (s *Store) Unschedulable() map[string][]string {
 		if s.schedulable[name] {
 			continue
 		}
-		h := s.hosts[name].Value
-		why := HostState(h, s.live[name])
-		if why == "up" {
-			why = "protocol"
-		}
+		why := hostState(s.hosts[name].Value, s.live[name], s.protocol)
 		out[why] = append(out[why], name)
 	}
 	return out
@@ -389,7 +401,7 @@ func (s *Store) viewLocked(name string) HostView {
 	if !ok {
 		a.Value = NewAlloc()
 	}
-	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name]}
+	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name], state: hostState(h.Value, s.live[name], s.protocol)}
 	if m, ok := s.metrics[name]; ok {
 		v.Metrics = &m
 	}
