@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -30,18 +31,28 @@ func (c *countingPlanner) DeployWithRules(context.Context, service.DeployRequest
 	return service.DeployResult{}, nil
 }
 
-// zeros is an endless body of '0' bytes.
-type zeros struct{ n int64 }
+// zeros is a body of '0' bytes; left counts what was not read yet (the
+// client's transport may still be reading it when the response is in).
+type zeros struct{ n atomic.Int64 }
+
+func newZeros(n int64) *zeros {
+	z := &zeros{}
+	z.n.Store(n)
+	return z
+}
+
+func (z *zeros) left() int64 { return z.n.Load() }
 
 func (z *zeros) Read(p []byte) (int, error) {
-	if z.n <= 0 {
+	n := z.n.Load()
+	if n <= 0 {
 		return 0, io.EOF
 	}
-	k := min(int64(len(p)), z.n)
+	k := min(int64(len(p)), n)
 	for i := range p[:k] {
 		p[i] = '0'
 	}
-	z.n -= k
+	z.n.Add(-k)
 	return int(k), nil
 }
 
@@ -68,11 +79,11 @@ func TestRequestBounds(t *testing.T) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		z := &zeros{n: 100 << 20}
+		z := newZeros(100 << 20)
 		code, body := post(method, io.MultiReader(strings.NewReader(`{"service":"`), z, strings.NewReader(`"}`)))
 		runtime.ReadMemStats(&after)
 		grew := after.TotalAlloc - before.TotalAlloc
-		sent := 100<<20 - z.n
+		sent := 100<<20 - z.left()
 		if code == http.StatusOK {
 			t.Errorf("%s with a 100 MB body: %d %s", method, code, body)
 		}
@@ -83,6 +94,23 @@ func TestRequestBounds(t *testing.T) {
 			t.Errorf("%s with a 100 MB body: the client sent %d MiB, the process allocated %d MiB", method, sent>>20, grew>>20)
 		}
 		t.Logf("%s, 100 MB body: HTTP %d after %d KiB of it were sent; %d KiB allocated in this process meanwhile", method, code, sent>>10, grew>>10)
+	}
+	// A body that declares its 100 MB is refused before it is read.
+	z := newZeros(100 << 20)
+	req, _ := http.NewRequest("POST", srv.URL+"/pinfold.v1.PlannerService/Deploy", z)
+	req.ContentLength = 100 << 20
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), "--max-request-bytes") {
+			t.Errorf("declared 100 MB body: %d %s, want 413 naming --max-request-bytes", resp.StatusCode, b)
+		}
+	}
+	if sent := 100<<20 - z.left(); sent > 2<<20 {
+		t.Errorf("a declared 100 MB body was read: the client sent %d KiB", sent>>10)
+	} else {
+		t.Logf("declared 100 MB body: refused after the client sent %d KiB", sent>>10)
 	}
 	if p.deploys != 0 {
 		t.Errorf("an oversized deploy reached the service")

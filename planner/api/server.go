@@ -85,8 +85,26 @@ func Handler(svc Planner, o Options) http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(r))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	// Past the message limit, the HTTP body itself is cut (framing, and
-	// handlers that are not the API's).
-	return http.MaxBytesHandler(identify(mux), int64(maxBytes)+64<<10)
+	// handlers that are not the API's); a body that declares itself larger
+	// is refused before a byte of it is read.
+	limit := int64(maxBytes) + 64<<10
+	return refuseDeclaredLarge(http.MaxBytesHandler(identify(mux), limit), limit)
+}
+
+// refuseDeclaredLarge answers a request whose Content-Length is over limit
+// with 413 and a Connect error, without reading its body, and closes the
+// connection.
+func refuseDeclaredLarge(next http.Handler, limit int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Connection", "close")
+			w.WriteHeader(http.StatusRequestEntityTooLarge)
+			fmt.Fprintf(w, `{"code":"resource_exhausted","message":"request body of %d bytes is larger than the planner's limit of %d (--max-request-bytes)"}`+"\n", r.ContentLength, limit)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Options configure the API handler.
