@@ -200,20 +200,26 @@ func (a *Agent) shareLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		a.mu.Lock()
-		h := a.host
-		members := ShareMembers(h, a.desired, a.cfg.Scheme)
-		paths := map[string]cgroup.Path{}
-		for _, m := range members {
-			if r := a.records[m.ID]; r != nil && r.cgroup != nil {
-				paths[m.ID] = *r.cgroup
-			}
-		}
-		a.mu.Unlock()
-		if err := a.shares.Tick(ctx, members, paths, h.ShareBase, time.Now()); err != nil {
+		if err := a.shareTick(ctx, time.Now()); err != nil {
 			a.log.Warn("share loop", "err", err)
 		}
 	}
+}
+
+// shareTick is one window of the share loop over the desired instances
+// that share a CPU and whose containers ran at the last pass.
+func (a *Agent) shareTick(ctx context.Context, now time.Time) error {
+	a.mu.Lock()
+	h := a.host
+	members := ShareMembers(h, a.desired, a.cfg.Scheme)
+	paths := map[string]cgroup.Path{}
+	for _, m := range members {
+		if r := a.records[m.ID]; r != nil && r.cgroup != nil {
+			paths[m.ID] = *r.cgroup
+		}
+	}
+	a.mu.Unlock()
+	return a.shares.Tick(ctx, members, paths, h.ShareBase, now)
 }
 
 func (a *Agent) wake() {

@@ -146,6 +146,7 @@ type fakeCgroup struct {
 	weight map[string]uint64 // cgroup path → cpu.weight
 	usage  map[string]uint64 // cgroup path → cpu.stat usage_usec
 	high   map[string]int64  // cgroup path → memory.high (absent: max)
+	stall  map[string]uint64 // cgroup path → cpu.pressure some total (µs)
 }
 
 func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
@@ -180,6 +181,8 @@ func (f *fakeCgroup) Read(p cgroup.Path, name string) (string, error) {
 			return strconv.FormatInt(h, 10), nil
 		}
 		return "max", nil
+	case "cpu.pressure":
+		return fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", f.stall[p.String()]), nil
 	case "memory.pressure":
 		return "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", nil
 	}
@@ -354,6 +357,53 @@ func TestShrinkRefusedNotRetried(t *testing.T) {
 	settle(t, a)
 	if r := pl.last("db-1"); r.Generation != 3 || r.RefusedGeneration != 0 || r.Applied.MemoryBytes != 16<<20 {
 		t.Errorf("after the use dropped: %+v", r)
+	}
+}
+
+// TestShareLoopInAgent: the agent's share loop finds the instances that
+// share a CPU and their containers' cgroups from its passes, raises the
+// weight of one that gets less than planned while its threads wait, and a
+// later pass re-asserts the corrected weight, not the mapped one.
+func TestShareLoopInAgent(t *testing.T) {
+	a, _, cg, _ := newTestAgent(t)
+	cg.usage, cg.stall = map[string]uint64{}, map[string]uint64{}
+	ia, ib := memInst(1, 64<<20), memInst(1, 64<<20)
+	ia.ID, ib.ID = "a", "b"
+	ia.CPUs = map[cpuset.CPUID]int{0: 100, 2: 70}
+	ib.CPUs = map[cpuset.CPUID]int{1: 100, 2: 30}
+	a.SetDesired([]model.Instance{ia, ib})
+	settle(t, a)
+	pathOf := map[string]string{}
+	for id, r := range a.records {
+		if r.cgroup == nil {
+			t.Fatalf("no cgroup recorded for %s after a pass", id)
+		}
+		pathOf[id] = r.cgroup.String()
+	}
+	t0 := time.Now()
+	for i := range 8 {
+		cg.mu.Lock()
+		// a gets its 1.7; b only 1.17 of its 1.3, waiting half the time.
+		cg.usage[pathOf["a"]] += 1_700_000
+		cg.usage[pathOf["b"]] += 1_170_000
+		cg.stall[pathOf["b"]] += 500_000
+		cg.mu.Unlock()
+		if err := a.shareTick(context.Background(), t0.Add(time.Duration(i)*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cg.mu.Lock()
+	wb := cg.weight[pathOf["b"]]
+	cg.mu.Unlock()
+	if wb <= 30 {
+		t.Fatalf("b's cpu.weight = %d after 8 starved windows, want above the mapped 30", wb)
+	}
+	a.Reconcile(context.Background())
+	cg.mu.Lock()
+	after := cg.weight[pathOf["b"]]
+	cg.mu.Unlock()
+	if after != wb {
+		t.Errorf("a pass re-asserted b's cpu.weight to %d, want the loop's %d", after, wb)
 	}
 }
 

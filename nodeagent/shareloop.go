@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,19 +22,18 @@ type ShareEnforcer struct {
 	cg  cgroupWriter
 	log *slog.Logger
 
-	mu      sync.Mutex
-	loop    *ShareLoop
-	prev    map[string]shareSample
-	noPSI   bool // cpu.pressure could not be read: warned once
-	lastWin map[string]ShareWindow
+	mu    sync.Mutex
+	loop  *ShareLoop
+	prev  map[string]shareSample
+	noPSI bool // cpu.pressure could not be read: warned once
 }
 
-// shareSample is a member's counters at one time, in its cgroup.
+// shareSample is a member's counters at one time: cpu.stat's usage (its
+// container is the cgroup's path) and cpu.pressure's "some" total in µs.
 type shareSample struct {
-	path         cgroup.Path
-	usage, stall uint64 // µs: cpu.stat usage_usec, cpu.pressure some total
-	psi          bool
-	at           time.Time
+	cpu   cpuSample
+	stall uint64
+	psi   bool
 }
 
 // NewShareEnforcer returns an enforcer writing through cg.
@@ -53,40 +51,31 @@ func (e *ShareEnforcer) Weights() map[string]uint64 {
 	return e.loop.Weights()
 }
 
-// LastWindows returns each member's last measured window.
-func (e *ShareEnforcer) LastWindows() map[string]ShareWindow {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return maps.Clone(e.lastWin)
-}
-
 // Tick measures the window since the last tick for every member whose
 // cgroup is in paths, steps the loop and writes the weights that changed.
 // It returns the first write error (the loop keeps its state: the next
 // Reconcile pass writes the corrected weight again).
 func (e *ShareEnforcer) Tick(ctx context.Context, members []ShareMember, paths map[string]cgroup.Path, shareBase int, now time.Time) error {
-	e.mu.Lock()
-	win := map[string]ShareWindow{}
 	next := map[string]shareSample{}
 	for _, m := range members {
-		p, ok := paths[m.ID]
-		if !ok {
-			continue
+		if p, ok := paths[m.ID]; ok {
+			if s, err := e.sample(p, now); err == nil {
+				next[m.ID] = s
+			}
 		}
-		s, err := e.sample(p, now)
-		if err != nil {
-			continue
-		}
-		next[m.ID] = s
-		if w, ok := windowOf(e.prev[m.ID], s, shareBase); ok {
-			win[m.ID] = w
+	}
+	e.mu.Lock()
+	win := map[string]ShareWindow{}
+	for id, s := range next {
+		if w, ok := windowOf(e.prev[id], s, shareBase); ok {
+			win[id] = w
 		}
 		if !s.psi && !e.noPSI {
 			e.noPSI = true
-			e.log.Warn("cpu.pressure is unreadable (PSI off? boot with psi=1): the share loop cannot tell a starved instance from an idle one and corrects nothing", "cgroup", p.String())
+			e.log.Warn("cpu.pressure is unreadable (PSI off? boot with psi=1): the share loop cannot tell a starved instance from an idle one and corrects nothing", "cgroup", s.cpu.container)
 		}
 	}
-	e.prev, e.lastWin = next, win
+	e.prev = next
 	changed := e.loop.Step(members, win)
 	e.mu.Unlock()
 	var first error
@@ -108,7 +97,7 @@ func (e *ShareEnforcer) sample(p cgroup.Path, now time.Time) (shareSample, error
 	if err != nil {
 		return shareSample{}, err
 	}
-	s := shareSample{path: p, usage: usageOf(st), at: now}
+	s := shareSample{cpu: cpuSample{container: p.String(), usageUsec: usageOf(st), at: now}}
 	if pr, err := e.cg.Read(p, "cpu.pressure"); err == nil {
 		s.stall, s.psi = someTotal(pr)
 	}
@@ -116,15 +105,15 @@ func (e *ShareEnforcer) sample(p cgroup.Path, now time.Time) (shareSample, error
 }
 
 // windowOf is the window between two samples of one cgroup (ok false when
-// they are of different cgroups, too close, or the counters went back).
+// piecesPerSecond cannot tell: other cgroups, too close, counters back).
 func windowOf(prev, now shareSample, shareBase int) (ShareWindow, bool) {
-	dt := now.at.Sub(prev.at).Microseconds()
-	if prev.path != now.path || prev.at.IsZero() || dt < 100_000 || now.usage < prev.usage || now.stall < prev.stall {
+	got, ok := piecesPerSecond(prev.cpu, now.cpu, shareBase)
+	if !ok {
 		return ShareWindow{}, false
 	}
-	w := ShareWindow{Got: int(math.Round(float64(now.usage-prev.usage) * float64(shareBase) / float64(dt)))}
-	if now.psi && prev.psi {
-		w.Waiting = float64(now.stall-prev.stall) / float64(dt)
+	w := ShareWindow{Got: got}
+	if now.psi && prev.psi && now.stall >= prev.stall {
+		w.Waiting = float64(now.stall-prev.stall) / float64(now.cpu.at.Sub(prev.cpu.at).Microseconds())
 	}
 	return w, true
 }

@@ -51,7 +51,7 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.tlsKey, "tls-key", "", "private key of --tls-cert (PEM)")
 	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "require client certificates signed by this CA (PEM); their identity decides what each client may do")
 	cmd.Flags().BoolVar(&f.tlsNoClientAuth, "tls-no-client-auth", false, "serve TLS without client certificates: every client may do everything (logged as a warning)")
-	cmd.Flags().BoolVar(&f.insecure, "insecure", false, "allow a --listen address off loopback without TLS: anyone who reaches it may do everything")
+	cmd.Flags().BoolVar(&f.insecure, "insecure", false, "allow a --listen address off loopback without TLS (anyone who reaches it may do everything), and plaintext --etcd-endpoints off loopback")
 	cmd.Flags().IntVar(&f.shareBase, "share-base", 100, "pieces per CPU (10..10000); fixed when the store is created")
 	cmd.Flags().IntVar(&f.maxFragmentCores, "max-fragment-cores", -1, "CPUs per host that may carry fragments (-1: no cap)")
 	cmd.Flags().IntVar(&f.maxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request accepted, in bytes (larger ones are refused unread)")
