@@ -157,13 +157,13 @@ func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
 	if err != nil {
 		return state.Dial{}, &StoreError{fmt.Errorf("planner: embedded etcd client certificate: %w", err)}
 	}
-	tc, err := state.ClientTLS(state.TLSFiles{CA: cl.CA, Cert: cl.Cert, Key: cl.Key})
+	tc, err := state.ClientTLS(cl)
 	if err != nil {
 		return state.Dial{}, &StoreError{err}
 	}
 	dir := filepath.Join(cfg.DataDir, "etcd")
 	e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: dir, ClientURL: cfg.EtcdClientURL, PeerURL: cfg.EtcdPeerURL,
-		LogLevel: cfg.EtcdLogLevel, TLS: &state.TLSFiles{CA: srv.CA, Cert: srv.Cert, Key: srv.Key}})
+		LogLevel: cfg.EtcdLogLevel, TLS: &srv})
 	if err != nil {
 		return state.Dial{}, err
 	}

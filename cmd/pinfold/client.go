@@ -54,14 +54,11 @@ func (c *clientFlags) client() (pinfoldv1connect.PlannerServiceClient, error) {
 	if strings.HasPrefix(base, "https://") {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.tlsCA != "" {
-			pem, err := os.ReadFile(c.tlsCA)
+			pool, err := loadCA("--tls-ca", c.tlsCA)
 			if err != nil {
-				return nil, badInput("--tls-ca %q: %v", c.tlsCA, err)
+				return nil, err
 			}
-			tc.RootCAs = x509.NewCertPool()
-			if !tc.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, badInput("--tls-ca %q: no PEM certificate in it", c.tlsCA)
-			}
+			tc.RootCAs = pool
 		}
 		if c.tlsCert != "" {
 			cert, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
@@ -163,4 +160,23 @@ func parseCPU(flag, s string, signed bool) (string, error) {
 		return "", badInput("%s %q: want %s", flag, s, what)
 	}
 	return strings.TrimPrefix(t, "+"), nil
+}
+
+// loadCA reads the PEM certificates in path (given as flag) into a pool.
+func loadCA(flag, path string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return nil, badInput("%s %q: no readable PEM certificate: %v", flag, path, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, badInput("%s %q: no readable PEM certificate in it", flag, path)
+	}
+	return pool, nil
+}
+
+// fileExists reports whether path names an existing file.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

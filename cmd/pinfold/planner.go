@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,10 +106,9 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 		}
 		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
 		if f.tlsCA != "" {
-			pem, err := os.ReadFile(f.tlsCA)
-			pool := x509.NewCertPool()
-			if err != nil || !pool.AppendCertsFromPEM(pem) {
-				return nil, badInput("--tls-ca %q: no readable PEM certificate", f.tlsCA)
+			pool, err := loadCA("--tls-ca", f.tlsCA)
+			if err != nil {
+				return nil, err
 			}
 			cfg.TLS.ClientCAs, cfg.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
 		}
@@ -134,8 +132,8 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 // "admin" and an agent certificate for host), reused after.
 func upPKI(dir, host, listen string) (srv, admin, agent pki.Files, err error) {
 	now := time.Now()
-	srv = pki.Files{CA: filepath.Join(dir, pki.CACert), Cert: filepath.Join(dir, pki.ServerCert), Key: filepath.Join(dir, pki.ServerKey)}
-	if _, statErr := os.Stat(srv.CA); statErr != nil {
+	srv = pki.ServerFiles(dir)
+	if !fileExists(srv.CA) {
 		var extra []string
 		if h, _, err := net.SplitHostPort(listen); err == nil && h != "" {
 			extra = append(extra, h)
@@ -145,8 +143,7 @@ func upPKI(dir, host, listen string) (srv, admin, agent pki.Files, err error) {
 		}
 	}
 	get := func(role pki.Role, name string) (pki.Files, error) {
-		f := pki.Files{CA: srv.CA, Cert: filepath.Join(dir, string(role)+"-"+name+".pem"), Key: filepath.Join(dir, string(role)+"-"+name+"-key.pem")}
-		if _, err := os.Stat(f.Cert); err == nil {
+		if f := pki.ClientFiles(dir, role, name); fileExists(f.Cert) {
 			return f, nil
 		}
 		f, err := pki.Issue(dir, role, name, now)
@@ -193,10 +190,9 @@ func (f *plannerFlags) etcdTLS() (*tls.Config, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.etcdCA != "" {
-		pem, err := os.ReadFile(f.etcdCA)
-		pool := x509.NewCertPool()
-		if err != nil || !pool.AppendCertsFromPEM(pem) {
-			return nil, badInput("--etcd-ca %q: no readable PEM certificate", f.etcdCA)
+		pool, err := loadCA("--etcd-ca", f.etcdCA)
+		if err != nil {
+			return nil, err
 		}
 		tc.RootCAs = pool
 	}

@@ -62,6 +62,17 @@ const (
 	ServerKey  = "planner-key.pem"
 )
 
+// ServerFiles are the paths Init writes in dir.
+func ServerFiles(dir string) Files {
+	return Files{CA: filepath.Join(dir, CACert), Cert: filepath.Join(dir, ServerCert), Key: filepath.Join(dir, ServerKey)}
+}
+
+// ClientFiles are the paths Issue writes in dir for role and name.
+func ClientFiles(dir string, role Role, name string) Files {
+	base := string(role) + "-" + name
+	return Files{CA: filepath.Join(dir, CACert), Cert: filepath.Join(dir, base+".pem"), Key: filepath.Join(dir, base+"-key.pem")}
+}
+
 // nameRE is a client name: a host name or a person's short name.
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
 
@@ -123,7 +134,7 @@ func Init(dir string, hosts []string, now time.Time) (Files, error) {
 	if err := issue(dir, ServerCert, ServerKey, srv, caCert, caKey); err != nil {
 		return Files{}, err
 	}
-	return Files{CA: ca, Cert: filepath.Join(dir, ServerCert), Key: filepath.Join(dir, ServerKey)}, nil
+	return ServerFiles(dir), nil
 }
 
 // Issue signs a client certificate for name with role, from the CA in dir,
@@ -139,14 +150,14 @@ func Issue(dir string, role Role, name string, now time.Time) (Files, error) {
 	if err != nil {
 		return Files{}, err
 	}
-	base := string(role) + "-" + name
+	f := ClientFiles(dir, role, name)
 	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: name, OrganizationalUnit: []string{ouPrefix + string(role)}},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	if err := issue(dir, base+".pem", base+"-key.pem", tmpl, caCert, caKey); err != nil {
+	if err := issue(dir, filepath.Base(f.Cert), filepath.Base(f.Key), tmpl, caCert, caKey); err != nil {
 		return Files{}, err
 	}
-	return Files{CA: filepath.Join(dir, CACert), Cert: filepath.Join(dir, base+".pem"), Key: filepath.Join(dir, base+"-key.pem")}, nil
+	return f, nil
 }
 
 func issue(dir, certName, keyName string, tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey) error {

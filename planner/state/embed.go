@@ -8,6 +8,8 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pinfold/pinfold/planner/pki"
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
@@ -26,7 +28,7 @@ type EmbedConfig struct {
 	UnsafeNoFsync bool
 	// TLS, when set, serves the client and peer URLs (https://) over TLS
 	// and requires a client certificate signed by TLS.CA on both.
-	TLS *TLSFiles
+	TLS *pki.Files
 }
 
 // Dial is how the store reaches etcd: its client URLs, and TLS (nil:
@@ -35,9 +37,6 @@ type Dial struct {
 	Endpoints []string
 	TLS       *tls.Config
 }
-
-// TLSFiles are PEM files: a CA, and a certificate and key it signed.
-type TLSFiles struct{ CA, Cert, Key string }
 
 // MaxMessageBytes bounds one etcd request or response from pinfold's client
 // (a 10,000-instance deploy is one ~3 MiB transaction).
@@ -52,7 +51,7 @@ func newClient(endpoints []string, tc *tls.Config) (*clientv3.Client, error) {
 
 // ClientTLS is the client side of f: its certificate, and f.CA as the
 // only root (no file: no TLS setting, an error).
-func ClientTLS(f TLSFiles) (*tls.Config, error) {
+func ClientTLS(f pki.Files) (*tls.Config, error) {
 	tc, err := (transport.TLSInfo{CertFile: f.Cert, KeyFile: f.Key, TrustedCAFile: f.CA}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("state: etcd client TLS (ca %s, cert %s, key %s): %w", f.CA, f.Cert, f.Key, err)
