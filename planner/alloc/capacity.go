@@ -220,8 +220,7 @@ const unlimited = 1 << 40
 
 // HostCapacity counts how many instances of r host h can take.
 func HostCapacity(p Params, h *Host, r Request) Capacity {
-	s := newHostState(p, h)
-	return s.capacity(shapeOf(p, r), r.Bind)
+	return capacityOf(p, h, shapeOf(p, r), r.Bind)
 }
 
 func (s *hostState) capacity(sh shape, bind bool) Capacity {

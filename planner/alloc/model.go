@@ -68,6 +68,9 @@ type Host struct {
 	Topology *topology.Topology
 	// Instances counts the running instances of each service on the host.
 	Instances map[string]int
+	// Memo, when set, caches capacity per request shape; only a Host that
+	// never changes may have one (a changed copy must set it to nil).
+	Memo *CapacityMemo
 }
 
 // Request asks for Count new instances of Service.

@@ -71,12 +71,9 @@ func PlanValid(p Params, hosts []*Host, r Request) (*Result, error) {
 	slices.SortFunc(order, func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) })
 	sh := shapeOf(p, r)
 	res := &Result{Capacity: make(map[string]int, len(order))}
-	states := make(map[string]*hostState, len(order))
 	cands := make([]*candidate, 0, len(order))
 	for _, h := range order {
-		s := newHostState(p, h)
-		states[h.Name] = s
-		c := s.capacity(sh, r.Bind)
+		c := capacityOf(p, h, sh, r.Bind)
 		res.Capacity[h.Name] = c.Count
 		res.TotalCapacity += c.Count
 		cand := &candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service], tie: tieKey(r.Seed, h.Name), rank: len(r.Rank)}
@@ -127,7 +124,7 @@ func PlanValid(p Params, hosts []*Host, r Request) (*Result, error) {
 			}
 			continue
 		}
-		pl, err := states[h.Name].placeHost(sh, n)
+		pl, err := newHostState(p, h).placeHost(sh, n)
 		if err != nil {
 			return nil, err
 		}

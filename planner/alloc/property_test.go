@@ -161,6 +161,13 @@ func TestCapacityIsExact(t *testing.T) {
 		h := randomHost(r, fmt.Sprintf("h%d", i), sb)
 		req := randomRequest(r, sb)
 		c := alloc.HostCapacity(p, h, req)
+		memo := *h
+		memo.Memo = alloc.NewCapacityMemo()
+		for range 2 { // cold, then from the memo
+			if got := alloc.HostCapacity(p, &memo, req); got != c {
+				t.Fatalf("#%d capacity %+v with a memo, %+v without", i, got, c)
+			}
+		}
 		if c.Count > 200000 {
 			continue // memory-first with a tiny request: nothing to learn
 		}

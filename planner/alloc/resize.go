@@ -132,6 +132,7 @@ func resizeOrder(s *hostState, cur cpuset.NUMANodeID, bound bool) []int {
 func release(p Params, h *Host, cur model.Allocation) (*Host, error) {
 	bound := cur.Bind
 	c := *h
+	c.Memo = nil // the copy is changed
 	c.CPUs = slices.Clone(h.CPUs)
 	c.NUMANodes = slices.Clone(h.NUMANodes)
 	if bound {

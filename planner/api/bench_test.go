@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -77,24 +81,153 @@ func BenchmarkDeployBatch(b *testing.B) {
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "instances/s")
 }
 
+// clients is how many concurrent API clients the pipeline benchmarks run.
+const clients = 32
+
+// latencies collects per-request latencies from many goroutines.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+// report adds requests/s, p50 and p99 (ms) and the process's CPU time per
+// request (µs: API, planner and the embedded etcd together) to b.
+func (l *latencies) report(b *testing.B, cpu0 time.Duration) {
+	b.Helper()
+	slices.Sort(l.d)
+	q := func(f float64) float64 { return float64(l.d[int(f*float64(len(l.d)-1))]) / 1e6 }
+	b.ReportMetric(float64(len(l.d))/b.Elapsed().Seconds(), "requests/s")
+	b.ReportMetric(q(0.50), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(float64(processCPU()-cpu0)/1e3/float64(len(l.d)), "cpu-µs/req")
+	b.ReportMetric(0, "ns/op")
+}
+
+// processCPU is the CPU time (user + system) this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// parallel runs op b.N times from clients goroutines, op i getting index i.
+func parallel(b *testing.B, op func(i int) error) *latencies {
+	b.Helper()
+	var next atomic.Int64
+	l := &latencies{}
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range clients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= b.N {
+					return
+				}
+				t := time.Now()
+				if err := op(i); err != nil {
+					b.Error(err)
+					return
+				}
+				l.add(time.Since(t))
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	return l
+}
+
 // BenchmarkConcurrentDeploys: independent one-instance deploy requests
-// (0.1 CPU bound, 64 MiB) from many goroutines over 100 hosts.
+// (0.1 CPU bound, 64 MiB) from 32 clients over 100 hosts.
 func BenchmarkConcurrentDeploys(b *testing.B) {
 	cl, _ := benchPlanner(b, 100, false)
 	ctx := context.Background()
-	var seq atomic.Int64
-	b.SetParallelism(8)
+	cpu0 := processCPU()
+	l := parallel(b, func(i int) error {
+		_, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("c%d", i%50), Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20}))
+		return err
+	})
+	l.report(b, cpu0)
+}
+
+// deployed places n one-instance deploys (0.1 CPU bound, 64 MiB) over the
+// planner's hosts and returns their instance IDs.
+func deployed(b *testing.B, cl pinfoldv1connect.PlannerServiceClient, n int) []string {
+	b.Helper()
+	var ids []string
+	for i := 0; i < n; i += 500 {
+		resp, err := cl.Deploy(context.Background(), connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("r%d", i), Count: int32(min(500, n-i)), Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, in := range resp.Msg.Instances {
+			ids = append(ids, in.Id)
+		}
+	}
+	return ids
+}
+
+// BenchmarkConcurrentResizes: one-instance resizes (+0.01 CPU, +1 MiB)
+// from 32 clients, each on its own instance, over 100 hosts.
+func BenchmarkConcurrentResizes(b *testing.B) {
+	cl, _ := benchPlanner(b, 100, false)
+	ids := deployed(b, cl, min(b.N, 20000))
+	ctx := context.Background()
+	cpu0 := processCPU()
+	l := parallel(b, func(i int) error {
+		_, err := cl.Resize(ctx, connect.NewRequest(&pinfoldv1.ResizeRequest{Target: ids[i%len(ids)], CpuDelta: "0.01", MemoryDeltaBytes: 1 << 20}))
+		return err
+	})
+	l.report(b, cpu0)
+}
+
+// BenchmarkConcurrentRemoves: one-instance removes from 32 clients over
+// 100 hosts.
+func BenchmarkConcurrentRemoves(b *testing.B) {
+	cl, _ := benchPlanner(b, 100, false)
+	ids := deployed(b, cl, b.N)
+	ctx := context.Background()
+	cpu0 := processCPU()
+	l := parallel(b, func(i int) error {
+		_, err := cl.Remove(ctx, connect.NewRequest(&pinfoldv1.RemoveRequest{Target: ids[i]}))
+		return err
+	})
+	l.report(b, cpu0)
+}
+
+// BenchmarkPacedDeploys500: one-instance deploys sent at a steady 500 a
+// second (open loop: a slow answer does not slow the sender), the latency
+// each one saw.
+func BenchmarkPacedDeploys500(b *testing.B) {
+	cl, _ := benchPlanner(b, 100, false)
+	ctx := context.Background()
+	const rate = 500
+	l := &latencies{}
+	var wg sync.WaitGroup
+	cpu0 := processCPU()
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			svc := fmt.Sprintf("c%d", seq.Add(1)%50)
-			if _, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: svc, Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20})); err != nil {
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / rate)))
+		wg.Go(func() {
+			t := time.Now()
+			if _, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("p%d", i%50), Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20})); err != nil {
 				b.Error(err)
 				return
 			}
-		}
-	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "requests/s")
+			l.add(time.Since(t))
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	l.report(b, cpu0)
 }
 
 // BenchmarkPlannerMemory10kHosts: heap of a planner holding 10,000

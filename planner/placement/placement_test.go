@@ -392,6 +392,9 @@ func TestSeedBufferAndOverbooking(t *testing.T) {
 	cpu := Request{Request: alloc.Request{Service: "c", Pieces: 20, Bind: true, MemoryBytes: 1 << 20}}
 	memHost := res("h", 4, 100)
 	cpuHost := res("h", 10, 1<<20)
+	// The hosts carry capacity memos, as the planner's cached hosts do: the
+	// buffered and overbooked copies must not answer from them.
+	memHost.Memo, cpuHost.Memo = alloc.NewCapacityMemo(), alloc.NewCapacityMemo()
 	for _, tt := range []struct {
 		name         string
 		s            Settings

@@ -107,6 +107,7 @@ func (s Settings) adjust(h *alloc.Host, useBuffer bool) (out *alloc.Host, cpuCap
 
 func cloneHost(h *alloc.Host) *alloc.Host {
 	c := *h
+	c.Memo = nil // the copy is changed: the original's capacities are not its own
 	c.CPUs = slices.Clone(h.CPUs)
 	c.NUMANodes = slices.Clone(h.NUMANodes)
 	return &c

@@ -70,32 +70,38 @@ func (s *Service) ReportStatus(ctx context.Context, host, id string, st model.St
 // allocation back (if that still fits; a deploy may have taken what the
 // resize released), under a new generation, and records why.
 func (s *Service) rollBack(ctx context.Context, id, why string) error {
-	_, err := retry(ctx, func() (struct{}, error) {
-		v, ok := s.st.Instance(id)
+	var logged func()
+	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+		logged = nil
+		c := new(state.Change)
+		v, ok := rd.Instance(id)
 		if !ok || v.Instance.Previous == nil {
-			return struct{}{}, nil
+			return c, nil
 		}
-		h, ok := s.st.Host(v.Instance.Host)
+		h, ok := rd.Host(v.Instance.Host)
 		if !ok {
-			return struct{}{}, nil
+			return c, nil
 		}
 		next, a, err := rolledBack(h, v.Instance, why)
-		var c state.Change
 		c.GuardInstance(next.Host, id, v.Rev)
 		c.PutInstance(next)
 		if err != nil {
 			// Keep the refused allocation; the host keeps reporting why.
-			s.log.Warn("resize refused by host, and the previous allocation no longer fits", "instance", id, "host", next.Host, "refusal", why, "err", err)
+			logged = func() {
+				s.log.Warn("resize refused by host, and the previous allocation no longer fits", "instance", id, "host", next.Host, "refusal", why, "err", err)
+			}
 		} else {
 			c.GuardAlloc(next.Host, h.AllocRev)
 			c.PutAlloc(next.Host, a)
+			logged = func() {
+				s.log.Warn("resize refused by host", "instance", id, "host", next.Host, "refusal", why, "rolled_back", next.RolledBack)
+			}
 		}
-		if _, err := s.st.Commit(ctx, &c); err != nil {
-			return struct{}{}, err
-		}
-		s.log.Warn("resize refused by host", "instance", id, "host", next.Host, "refusal", why, "rolled_back", next.RolledBack)
-		return struct{}{}, nil
+		return c, nil
 	})
+	if err == nil && logged != nil {
+		logged()
+	}
 	return err
 }
 

@@ -93,3 +93,59 @@ func TestConcurrentPlannersNeverOversell(t *testing.T) {
 	t.Logf("operations: %d succeeded, %d refused (full/invalid/gone), %d gave up on conflicts; %d instances at the end",
 		ok.Load(), full.Load(), conflicts.Load(), len(a.Store().Instances("")))
 }
+
+// TestBatchCommitsUnderChurn: a 20,000-instance deploy commits while two
+// clients keep deploying, resizing and removing small instances on the
+// same hosts (before the commit pipeline it gave up after 50 conflicting
+// attempts); the churn keeps being served while the batch waits its turn.
+func TestBatchCommitsUnderChurn(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	for i := range 40 {
+		register(t, s, fmt.Sprintf("h%02d", i), topologytest.BenchHost().Topology()) // 128 CPUs, 512 GiB each
+	}
+	stop := make(chan struct{})
+	var churned atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 2 {
+		wg.Go(func() {
+			svc := fmt.Sprintf("churn%d", g)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ins, err := s.Deploy(ctx, service.DeployRequest{Service: svc, Count: 1, Pieces: 20, Bind: true, Memory: 8 << 20})
+				if err == nil {
+					_, err = s.Resize(ctx, service.ResizeRequest{Target: ins[0].ID, CPUDelta: 10})
+				}
+				if err == nil {
+					_, err = s.Remove(ctx, ins[0].ID)
+				}
+				if err != nil {
+					t.Errorf("churn %d: %v", g, err)
+					return
+				}
+				churned.Add(1)
+			}
+		})
+	}
+	for churned.Load() < 5 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := churned.Load()
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "batch", Count: 20000, Pieces: 10, Bind: true, Memory: 8 << 20})
+	during := churned.Load() - before
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("the batch under churn: %v", err)
+	}
+	if len(ins) != 20000 {
+		t.Fatalf("the batch placed %d, want 20000", len(ins))
+	}
+	t.Logf("churn rounds while the batch planned and committed: %d", during)
+	verify(t, s)
+}

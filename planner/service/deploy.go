@@ -92,21 +92,23 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		rr := r.Rules
 		rules = &rr
 	}
-	return retry(ctx, func() (DeployResult, error) {
-		views := s.st.Schedulable()
-		hosts := make([]*placement.Host, len(views))
+	var out DeployResult
+	var hosts int
+	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+		views := rd.Schedulable()
+		phosts := make([]*placement.Host, len(views))
 		byName := make(map[string]state.HostView, len(views))
 		for i, v := range views {
-			hosts[i] = PlacementHost(v)
+			phosts[i] = PlacementHost(v)
 			byName[v.Host.Name] = v
 		}
-		res, err := placement.PlanValid(s.params, s.st.PlacementSettings(), hosts, req) // validated above, once
+		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), phosts, req) // validated above, once
 		if err != nil {
-			return DeployResult{}, s.placementError(err)
+			return nil, s.placementError(rd, err)
 		}
-		var c state.Change
+		c := new(state.Change)
 		allocs := map[string]state.Alloc{}
-		var out []model.Instance
+		var ins []model.Instance
 		for _, p := range res.Placements {
 			a, ok := allocs[p.Host]
 			if !ok {
@@ -119,26 +121,32 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			a.Add(in, +1)
 			allocs[p.Host] = a
 			c.PutInstance(in)
-			out = append(out, in)
+			ins = append(ins, in)
 		}
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
 		}
 		c.PutService(state.Service{Name: r.Service, Spec: r.Spec,
 			Pieces: r.Pieces, Bind: r.Bind, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost, Rules: rules})
-		if _, err := s.st.Commit(ctx, &c); err != nil {
-			return DeployResult{}, err
-		}
-		s.log.Info("deployed", "service", r.Service, "instances", len(out), "hosts", len(allocs), "domain_spread", res.Spread, "violations", len(res.Violations))
-		return DeployResult{Instances: out, DomainSpread: string(res.Spread), Violations: res.Violations}, nil
+		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations}, len(allocs)
+		return c, nil
 	})
+	if err != nil {
+		return DeployResult{}, err
+	}
+	s.log.Info("deployed", "service", r.Service, "instances", len(out.Instances), "hosts", hosts, "domain_spread", out.DomainSpread, "violations", len(out.Violations))
+	return out, nil
 }
 
 // PlacementHost is a host as the placement rules see it.
 func PlacementHost(v state.HostView) *placement.Host {
+	res := v.Resources
+	if res == nil {
+		res = state.AllocHost(v.Host, v.Alloc)
+	}
 	h := &placement.Host{Name: v.Host.Name, Type: v.Host.Type, Properties: v.Host.Properties, FaultDomain: v.Host.FaultDomain,
 		UpgradeDomain: v.Host.UpgradeDomain, Disabled: v.Host.Disabled, Maintenance: !v.Host.MaintenanceUntil.IsZero(),
-		Resources: state.AllocHost(v.Host, v.Alloc)}
+		Resources: res}
 	if v.Metrics != nil {
 		h.LoadAvg = v.Metrics.Load1
 	}
@@ -148,7 +156,7 @@ func PlacementHost(v state.HostView) *placement.Host {
 // placementError turns a placement failure into an error carrying the
 // elimination report; the hosts the schedulable index left out are listed
 // under Disabled, Maintenance and Down.
-func (s *Service) placementError(err error) error {
+func (s *Service) placementError(rd reader, err error) error {
 	var pe *placement.Error
 	if !errors.As(err, &pe) {
 		return err
@@ -156,7 +164,7 @@ func (s *Service) placementError(err error) error {
 	if pe.Invalid {
 		return errf(Invalid, "%s", pe.Message)
 	}
-	un := s.st.Unschedulable()
+	un := rd.Unschedulable()
 	var elims []placement.Elimination
 	for _, e := range pe.Eliminations {
 		switch e.Rule {

@@ -33,8 +33,10 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 	if err := validateSpec(model.Spec{Image: r.Image, Command: r.Command, Health: r.Health}); err != nil {
 		return nil, err
 	}
-	return retry(ctx, func() ([]model.Instance, error) {
-		targets, err := s.targets(r.Target)
+	var out []model.Instance
+	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+		out = nil
+		targets, err := targets(rd, r.Target)
 		if err != nil {
 			return nil, err
 		}
@@ -44,8 +46,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 				return nil, errf(NotFound, "%q has no instances on hosts %s", r.Target, strings.Join(r.Hosts, ", "))
 			}
 		}
-		var c state.Change
-		var out []model.Instance
+		c := new(state.Change)
 		for _, t := range targets {
 			next := t.Instance
 			next.Image = r.Image
@@ -60,7 +61,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			c.PutInstance(next)
 			out = append(out, next)
 		}
-		if d, ok := s.st.Service(out[0].Service); ok && r.Target == out[0].Service {
+		if d, ok := rd.Service(out[0].Service); ok && r.Target == out[0].Service {
 			svc := d.Value
 			svc.Image = r.Image
 			if r.Command != nil {
@@ -69,11 +70,12 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			c.GuardService(svc.Name, d.Rev)
 			c.PutService(svc)
 		}
-		if _, err := s.st.Commit(ctx, &c); err != nil {
-			return nil, err
-		}
-		return out, nil
+		return c, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // ResizeRequest changes instances by deltas: one instance (ID) or every
@@ -89,20 +91,21 @@ type ResizeRequest struct {
 // nothing changes. Lowering memory below an instance's use is planned like
 // any resize; its agent shrinks it guided by pressure, or refuses.
 func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance, error) {
-	return retry(ctx, func() ([]model.Instance, error) {
-		targets, err := s.targets(r.Target)
+	var out []model.Instance
+	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+		out = nil
+		targets, err := targets(rd, r.Target)
 		if err != nil {
 			return nil, err
 		}
 		views := map[string]state.HostView{}
 		allocs := map[string]state.Alloc{}
-		var c state.Change
-		var out []model.Instance
+		c := new(state.Change)
 		for _, t := range targets {
 			in := t.Instance
 			v, ok := views[in.Host]
 			if !ok {
-				v, ok = s.st.Host(in.Host)
+				v, ok = rd.Host(in.Host)
 				if !ok {
 					return nil, errf(Precond, "instance %s is on host %s, which is not registered", in.ID, in.Host)
 				}
@@ -143,26 +146,22 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
 		}
-		if _, err := s.st.Commit(ctx, &c); err != nil {
-			return nil, err
-		}
-		return out, nil
+		return c, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // targets resolves an instance ID or a service name.
-func (s *Service) targets(target string) ([]state.InstanceView, error) {
-	if v, ok := s.st.Instance(target); ok {
+func targets(rd reader, target string) ([]state.InstanceView, error) {
+	if v, ok := rd.Instance(target); ok {
 		return []state.InstanceView{v}, nil
 	}
-	var out []state.InstanceView
-	for _, v := range s.st.Instances("") {
-		if v.Instance.Service == target {
-			out = append(out, v)
-		}
-	}
+	out := rd.ServiceInstances(target)
 	if len(out) == 0 {
-		if _, ok := s.st.Service(target); ok {
+		if _, ok := rd.Service(target); ok {
 			return nil, errf(NotFound, "service %q has no instances", target)
 		}
 		return nil, errf(NotFound, "no instance or service named %q", target)
@@ -173,27 +172,26 @@ func (s *Service) targets(target string) ([]state.InstanceView, error) {
 // Remove deletes an instance, or every instance of a service (and the
 // service), releasing their resources in one transaction.
 func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
-	return retry(ctx, func() ([]string, error) {
-		targets, err := s.targets(target)
+	var ids []string
+	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+		ids = nil
+		c := new(state.Change)
+		targets, err := targets(rd, target)
 		if err != nil {
-			if _, ok := s.st.Service(target); ok && CodeOf(err) == NotFound {
-				d, _ := s.st.Service(target)
-				var c state.Change
-				c.GuardService(target, d.Rev)
-				c.DeleteService(target)
-				_, err := s.st.Commit(ctx, &c)
+			d, ok := rd.Service(target)
+			if !ok || CodeOf(err) != NotFound {
 				return nil, err
 			}
-			return nil, err
+			c.GuardService(target, d.Rev)
+			c.DeleteService(target)
+			return c, nil
 		}
 		allocs := map[string]state.Alloc{}
-		var c state.Change
-		var ids []string
 		for _, t := range targets {
 			in := t.Instance
 			a, ok := allocs[in.Host]
 			if !ok {
-				v, _ := s.st.Host(in.Host)
+				v, _ := rd.Host(in.Host)
 				a = v.Alloc.Clone()
 				c.GuardAlloc(in.Host, v.AllocRev)
 			}
@@ -204,17 +202,18 @@ func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 			ids = append(ids, in.ID)
 		}
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
-			if _, ok := s.st.Host(h); ok {
+			if _, ok := rd.Host(h); ok {
 				c.PutAlloc(h, allocs[h])
 			}
 		}
-		if d, ok := s.st.Service(target); ok {
+		if d, ok := rd.Service(target); ok {
 			c.GuardService(target, d.Rev)
 			c.DeleteService(target)
 		}
-		if _, err := s.st.Commit(ctx, &c); err != nil {
-			return nil, err
-		}
-		return ids, nil
+		return c, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return ids, nil
 }

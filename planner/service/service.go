@@ -20,6 +20,7 @@ type Service struct {
 	st     *state.Store
 	params alloc.Params
 	log    *slog.Logger
+	pipe   *pipeline // deploys, resizes, replaces, removes and roll-backs commit through it
 }
 
 // New returns a Service over st.
@@ -27,7 +28,7 @@ func New(st *state.Store, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{st: st, params: st.Config().Params(), log: log}
+	return &Service{st: st, params: st.Config().Params(), log: log, pipe: &pipeline{st: st}}
 }
 
 // Params are the allocation parameters.

@@ -257,11 +257,13 @@ func ValidateServiceName(name string) error {
 func AllocHost(h Host, a Alloc) *alloc.Host {
 	out := &alloc.Host{Name: h.Name, MemoryBytes: h.MemoryBytes, MemoryUsed: a.MemoryUsed,
 		Topology: h.Topology, Instances: maps.Clone(a.Instances)}
-	for _, id := range slices.Sorted(maps.Keys(h.CPUs)) {
-		out.CPUs = append(out.CPUs, alloc.CPU{ID: id, Capacity: h.CPUs[id], Used: a.Used[id]})
+	ids := slices.Sorted(maps.Keys(h.CPUs))
+	out.CPUs = make([]alloc.CPU, len(ids))
+	for i, id := range ids {
+		out.CPUs[i] = alloc.CPU{ID: id, Capacity: h.CPUs[id], Used: a.Used[id]}
 	}
 	if h.Topology != nil && h.Topology.NUMASource == topology.SourceSysfs {
-		all := cpuset.Of(slices.Sorted(maps.Keys(h.CPUs))...)
+		all := cpuset.Of(ids...)
 		for _, n := range h.Topology.NUMANodes {
 			cpus := n.CPUs.Intersect(all)
 			if cpus.IsEmpty() {

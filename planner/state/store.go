@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
@@ -54,6 +56,16 @@ type Store struct {
 	werr       error
 	cancel     context.CancelFunc
 	done       chan struct{}
+
+	// byService indexes instances: service → ID → host; where is ID → host.
+	byService map[string]map[string]string
+	where     map[string]string
+	// resources caches each host's allocation-engine view (with a capacity
+	// memo) for its current registration and usage; apply drops an entry
+	// when either changes. resMu guards it apart from mu, so that readers
+	// holding mu's read lock can fill it.
+	resMu     sync.Mutex
+	resources map[string]*alloc.Host
 
 	// hostChange is, per host, the revision of the last change to its
 	// registration or desired instances (WatchHost waits on it).
@@ -138,6 +150,31 @@ func (s *Store) reset() {
 	s.placement = placement.Settings{}
 	s.topologies = map[[32]byte]*topology.Topology{}
 	s.hostChange = map[string]int64{}
+	s.byService, s.where = map[string]map[string]string{}, map[string]string{}
+	s.resMu.Lock()
+	s.resources = map[string]*alloc.Host{}
+	s.resMu.Unlock()
+}
+
+// dropResources forgets host's cached engine view; the caller holds mu.
+func (s *Store) dropResources(host string) {
+	s.resMu.Lock()
+	delete(s.resources, host)
+	s.resMu.Unlock()
+}
+
+// resourcesLocked is host's engine view for h and a, cached until either
+// changes; the caller holds mu (read or write).
+func (s *Store) resourcesLocked(name string, h Host, a Alloc) *alloc.Host {
+	s.resMu.Lock()
+	defer s.resMu.Unlock()
+	if r, ok := s.resources[name]; ok {
+		return r
+	}
+	r := AllocHost(h, a)
+	r.Memo = alloc.NewCapacityMemo()
+	s.resources[name] = r
+	return r
 }
 
 func (s *Store) watch(ctx context.Context, from int64) {
@@ -206,6 +243,7 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 	switch kind {
 	case "hosts":
 		s.hostChange[name] = rev
+		s.dropResources(name)
 		if deleted {
 			delete(s.hosts, name)
 		} else if h, ok := s.decodeHost(val); ok {
@@ -213,6 +251,7 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 		}
 		s.reindex(name)
 	case "alloc":
+		s.dropResources(name)
 		if deleted {
 			delete(s.allocs, name)
 		} else if a, ok := decode[Alloc](val); ok {
@@ -222,7 +261,16 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 		host, id, _ := strings.Cut(name, "/")
 		if kind == "instances" {
 			s.hostChange[host] = rev
+			s.unindex(host, id)
 			setNested(s.instances, host, id, val, rev, deleted)
+			if d, ok := s.instances[host][id]; ok {
+				svc := d.Value.Service
+				if s.byService[svc] == nil {
+					s.byService[svc] = map[string]string{}
+				}
+				s.byService[svc][id] = host
+				s.where[id] = host
+			}
 		} else {
 			setNested(s.statuses, host, id, val, rev, deleted)
 		}
@@ -277,6 +325,22 @@ func (s *Store) decodeHost(val []byte) (Host, bool) {
 		h.Topology = t
 	}
 	return h, true
+}
+
+// unindex removes the instance host/id from the indexes; the caller holds mu.
+func (s *Store) unindex(host, id string) {
+	d, ok := s.instances[host][id]
+	if !ok {
+		return
+	}
+	svc := d.Value.Service
+	delete(s.byService[svc], id)
+	if len(s.byService[svc]) == 0 {
+		delete(s.byService, svc)
+	}
+	if s.where[id] == host {
+		delete(s.where, id)
+	}
 }
 
 func setNested[T any](m map[string]map[string]Doc[T], host, id string, val []byte, rev int64, deleted bool) {
@@ -353,7 +417,10 @@ type HostView struct {
 	AllocRev int64
 	Live     bool
 	Metrics  *Metrics // nil until the agent sent some
-	state    string
+	// Resources is the allocation engine's view of Host and Alloc
+	// (AllocHost), shared and never changed.
+	Resources *alloc.Host
+	state     string
 }
 
 // PlacementSettings returns the cluster's placement settings.
@@ -401,7 +468,8 @@ func (s *Store) viewLocked(name string) HostView {
 	if !ok {
 		a.Value = NewAlloc()
 	}
-	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name], state: hostState(h.Value, s.live[name], s.protocol)}
+	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name], state: hostState(h.Value, s.live[name], s.protocol),
+		Resources: s.resourcesLocked(name, h.Value, a.Value)}
 	if m, ok := s.metrics[name]; ok {
 		v.Metrics = &m
 	}
@@ -460,17 +528,41 @@ func (s *Store) Instances(host string) []InstanceView {
 func (s *Store) Instance(id string) (InstanceView, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for h, m := range s.instances {
-		if d, ok := m[id]; ok {
-			v := InstanceView{Instance: d.Value, Rev: d.Rev}
-			if st, ok := s.statuses[h][id]; ok {
-				stv := st.Value
-				v.Status = &stv
-			}
-			return v, true
-		}
+	h, ok := s.where[id]
+	if !ok {
+		return InstanceView{}, false
 	}
-	return InstanceView{}, false
+	return s.instanceLocked(h, id), true
+}
+
+func (s *Store) instanceLocked(h, id string) InstanceView {
+	d := s.instances[h][id]
+	v := InstanceView{Instance: d.Value, Rev: d.Rev}
+	if st, ok := s.statuses[h][id]; ok {
+		stv := st.Value
+		v.Status = &stv
+	}
+	return v
+}
+
+// ServiceInstances returns a service's instances, sorted by host then ID,
+// from the service index (other services' instances are never visited).
+func (s *Store) ServiceInstances(service string) []InstanceView {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ids := s.byService[service]
+	out := make([]InstanceView, 0, len(ids))
+	for id, h := range ids {
+		out = append(out, s.instanceLocked(h, id))
+	}
+	sortInstances(out)
+	return out
+}
+
+func sortInstances(out []InstanceView) {
+	slices.SortFunc(out, func(a, b InstanceView) int {
+		return cmp.Or(cmp.Compare(a.Instance.Host, b.Instance.Host), cmp.Compare(a.Instance.ID, b.Instance.ID))
+	})
 }
 
 // Service returns a service spec.
@@ -518,7 +610,7 @@ var ErrConflict = errors.New("state: conflict: a host changed since it was read"
 // returns ErrConflict, so the caller can re-plan from fresh state. On
 // success it waits until the cache reflects the commit.
 func (s *Store) Commit(ctx context.Context, c *Change) (int64, error) {
-	resp, err := s.cli.Txn(ctx).If(c.cmps...).Then(c.ops...).Commit()
+	resp, err := s.cli.Txn(ctx).If(c.cmps()...).Then(c.ops...).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("state: commit %d writes: %w", len(c.ops), err)
 	}

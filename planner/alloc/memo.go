@@ -1,0 +1,56 @@
+package alloc
+
+import "sync"
+
+// CapacityMemo remembers a host's capacity per request shape, so that a
+// host nobody changed is not counted again for every request of the same
+// size (the planner answers many one-instance deploys against hosts of
+// which one changes at a time). It belongs to one immutable Host: whoever
+// derives a changed Host from one with a memo must leave the copy's Memo
+// nil. It is safe for concurrent use and holds at most memoEntries shapes.
+type CapacityMemo struct {
+	mu sync.Mutex
+	m  map[memoKey]Capacity
+}
+
+type memoKey struct {
+	p    Params
+	sh   shape
+	bind bool
+}
+
+// memoEntries bounds a memo: when full it starts again empty.
+const memoEntries = 32
+
+// NewCapacityMemo returns an empty memo.
+func NewCapacityMemo() *CapacityMemo { return &CapacityMemo{} }
+
+func (m *CapacityMemo) get(k memoKey) (Capacity, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.m[k]
+	return c, ok
+}
+
+func (m *CapacityMemo) put(k memoKey, c Capacity) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil || len(m.m) >= memoEntries {
+		m.m = make(map[memoKey]Capacity, memoEntries)
+	}
+	m.m[k] = c
+}
+
+// capacityOf is h's capacity for sh, from h's memo when it has one.
+func capacityOf(p Params, h *Host, sh shape, bind bool) Capacity {
+	if h.Memo == nil {
+		return newHostState(p, h).capacity(sh, bind)
+	}
+	k := memoKey{p, sh, bind}
+	if c, ok := h.Memo.get(k); ok {
+		return c
+	}
+	c := newHostState(p, h).capacity(sh, bind)
+	h.Memo.put(k, c)
+	return c
+}

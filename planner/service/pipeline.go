@@ -1,0 +1,148 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// reader is what planning a change reads: the store's cache with the
+// changes planned before it in the same commit group laid over it
+// (state.Pending).
+type reader interface {
+	Schedulable() []state.HostView
+	Unschedulable() map[string][]string
+	Host(name string) (state.HostView, bool)
+	Instance(id string) (state.InstanceView, bool)
+	ServiceInstances(service string) []state.InstanceView
+	Service(name string) (state.Doc[state.Service], bool)
+	PlacementSettings() placement.Settings
+}
+
+// planFunc plans one request's change against r; it runs on the
+// pipeline's goroutine, once per attempt, and must not write anywhere but
+// its own result variables.
+type planFunc func(r reader) (*state.Change, error)
+
+// pipeline commits the changes of concurrent requests in groups, as
+// Nomad's plan queue and applier do: requests queue in arrival order; one
+// goroutine plans them one after another against the cache plus the
+// changes planned before them in the group, merges the changes and commits
+// the group in one guarded etcd transaction (one fsync), then answers each
+// request on its own. Requests of one planner never conflict with each
+// other, so a large batch is not starved by small ones: it is planned in
+// its turn, alone in its group when it is large. Only a write from outside
+// the pipeline (another planner, a host registration) can make a group's
+// commit fail; the group is then planned again from the fresh cache, up to
+// maxAttempts times.
+//
+// The goroutine runs only while there is work (the first request into an
+// empty queue starts it), so an idle planner holds none.
+type pipeline struct {
+	st *state.Store
+
+	mu      sync.Mutex
+	queue   []*job
+	running bool
+}
+
+type job struct {
+	ctx  context.Context
+	plan planFunc
+	done chan error // buffered: the pipeline never blocks on a caller
+}
+
+// groupOps bounds the writes of one group: requests are added while the
+// merged change has fewer (a single larger request commits alone).
+const groupOps = 4096
+
+// commitTimeout bounds one group's commit and the wait for the cache.
+const commitTimeout = 30 * time.Second
+
+// do queues plan and waits for its group's outcome: nil once its change
+// committed and the cache reflects it, its plan's error, or the commit's.
+func (p *pipeline) do(ctx context.Context, plan planFunc) error {
+	j := &job{ctx: ctx, plan: plan, done: make(chan error, 1)}
+	p.mu.Lock()
+	p.queue = append(p.queue, j)
+	start := !p.running
+	p.running = true
+	p.mu.Unlock()
+	if start {
+		go p.run()
+	}
+	select {
+	case err := <-j.done:
+		return err
+	case <-ctx.Done():
+		// The request may still commit (as a cancelled transaction may);
+		// the pipeline skips it if it has not been planned yet.
+		return ctx.Err()
+	}
+}
+
+func (p *pipeline) run() {
+	for {
+		p.mu.Lock()
+		batch := p.queue
+		p.queue = nil
+		if len(batch) == 0 {
+			p.running = false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		for len(batch) > 0 {
+			batch = p.group(batch)
+		}
+	}
+}
+
+// group plans a prefix of batch into one commit, commits it (planning it
+// again after a conflict), answers its requests and returns the rest.
+func (p *pipeline) group(batch []*job) []*job {
+	in := batch
+	var rest []*job // planned when this group is done
+	for attempt := 1; ; attempt++ {
+		pend := p.st.Pending()
+		var live []*job
+		for i, j := range in {
+			if err := j.ctx.Err(); err != nil {
+				j.done <- err
+				continue
+			}
+			c, err := j.plan(pend)
+			if err != nil || c.Len() == 0 {
+				j.done <- err // an error, or nothing to write
+				continue
+			}
+			if len(live) > 0 && pend.Change().Len()+c.Len() > groupOps {
+				rest = append(in[i:len(in):len(in)], rest...)
+				break
+			}
+			pend.Add(c)
+			live = append(live, j)
+		}
+		if len(live) == 0 {
+			return rest
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), commitTimeout)
+		_, err := p.st.Commit(ctx, pend.Change())
+		cancel()
+		if errors.Is(err, state.ErrConflict) && attempt < maxAttempts {
+			in = live
+			continue
+		}
+		if errors.Is(err, state.ErrConflict) {
+			err = errf(Conflicted, "gave up after %d conflicting attempts; the hosts are changing too fast", maxAttempts)
+		}
+		for _, j := range live {
+			j.done <- err
+		}
+		return rest
+	}
+}

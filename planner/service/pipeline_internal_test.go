@@ -1,0 +1,169 @@
+package service
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/state/statetest"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// held is a Service whose pipeline is held: requests queue, in the order
+// they were made, until release runs them as one batch.
+type held struct {
+	*Service
+	t *testing.T
+}
+
+func holdPipeline(t *testing.T) held {
+	t.Helper()
+	c := statetest.Start(t, 1)
+	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
+	s := New(st, nil)
+	if _, err := s.RegisterHost(context.Background(), RegisterHostRequest{Name: "h", Topology: topologytest.Laptop().Topology(),
+		Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil { // 8 CPUs, 16 GiB
+		t.Fatal(err)
+	}
+	s.pipe.mu.Lock()
+	s.pipe.running = true
+	s.pipe.mu.Unlock()
+	return held{s, t}
+}
+
+// queue starts call and returns once its request is in the queue.
+func (h held) queue(call func() error) chan error {
+	h.t.Helper()
+	h.pipe.mu.Lock()
+	n := len(h.pipe.queue)
+	h.pipe.mu.Unlock()
+	out := make(chan error, 1)
+	go func() { out <- call() }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		h.pipe.mu.Lock()
+		m := len(h.pipe.queue)
+		h.pipe.mu.Unlock()
+		if m > n {
+			return out
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatal("the request never queued")
+		}
+	}
+}
+
+func (h held) release() { go h.pipe.run() }
+
+// TestPipelineGroupSeesEarlierRequests: five requests queued together are
+// planned in order, each against what the ones before it planned, and
+// commit in one transaction: a resize and a remove of instances that exist
+// only in the group, and a deploy that finds the CPUs the group took gone.
+func TestPipelineGroupSeesEarlierRequests(t *testing.T) {
+	h := holdPipeline(t)
+	ctx := context.Background()
+	spec := model.Spec{Image: "busybox"}
+	var a, b []model.Instance
+	var resized []model.Instance
+	var removed []string
+	deployA := h.queue(func() (err error) {
+		a, err = h.Deploy(ctx, DeployRequest{Service: "a", Spec: spec, Count: 2, Pieces: 100, Bind: true, Memory: 1 << 30})
+		return err
+	})
+	resizeA := h.queue(func() (err error) {
+		resized, err = h.Resize(ctx, ResizeRequest{Target: "a", CPUDelta: 50})
+		return err
+	})
+	deployB := h.queue(func() (err error) {
+		b, err = h.Deploy(ctx, DeployRequest{Service: "b", Spec: spec, Count: 1, Pieces: 400, Bind: true, Memory: 1 << 30})
+		return err
+	})
+	deployC := h.queue(func() error {
+		_, err := h.Deploy(ctx, DeployRequest{Service: "c", Spec: spec, Count: 1, Pieces: 200, Bind: true, Memory: 1 << 30})
+		return err
+	})
+	removeA := h.queue(func() (err error) {
+		removed, err = h.Remove(ctx, "a")
+		return err
+	})
+	h.release()
+	for name, ch := range map[string]chan error{"deploy a": deployA, "resize a": resizeA, "deploy b": deployB, "remove a": removeA} {
+		if err := <-ch; err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := <-deployC; CodeOf(err) != Exhausted {
+		t.Errorf("deploy c (2 CPUs after a took 3 and b 4 of 8) = %v, want %s", err, Exhausted)
+	}
+	if len(a) != 2 || len(resized) != 2 || len(b) != 1 || len(removed) != 2 {
+		t.Fatalf("a %d, resized %d, b %d, removed %d instances; want 2, 2, 1, 2", len(a), len(resized), len(b), len(removed))
+	}
+	for _, in := range resized {
+		if in.Pieces() != 150 || in.Generation != 2 {
+			t.Errorf("resized %s: %d pieces, generation %d; want 150 and 2", in.ID, in.Pieces(), in.Generation)
+		}
+	}
+	st := h.st
+	if got := st.Instances(""); len(got) != 1 || got[0].Instance.ID != b[0].ID {
+		t.Fatalf("stored instances %v, want only b's %s", got, b[0].ID)
+	}
+	if _, ok := st.Service("a"); ok {
+		t.Error("service a is still stored after its remove")
+	}
+	v, _ := st.Host("h")
+	if got := st.Instances("")[0].Rev; got != v.AllocRev {
+		t.Errorf("b's instance at revision %d, the host's usage at %d: not one transaction", got, v.AllocRev)
+	}
+	if bad := Verify(st, 100); len(bad) > 0 {
+		t.Errorf("store invariants violated:\n%s", strings.Join(bad, "\n"))
+	}
+}
+
+// TestPipelineConflictReplans: a write from outside the pipeline between a
+// group's plan and its commit fails the commit; the group is planned again
+// from the fresh cache and commits, each request answered once.
+func TestPipelineConflictReplans(t *testing.T) {
+	h := holdPipeline(t)
+	ctx := context.Background()
+	attempts := 0
+	outside := h.queue(func() error {
+		return h.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+			attempts++
+			v, _ := rd.Host("h")
+			if attempts == 1 { // another planner changes the host now
+				var c state.Change
+				c.GuardHost("h", v.HostRev)
+				c.PutHost(v.Host)
+				if _, err := h.st.Commit(ctx, &c); err != nil {
+					return nil, err
+				}
+			}
+			c := new(state.Change)
+			c.GuardView(v)
+			c.PutService(state.Service{Name: "marker"})
+			return c, nil
+		})
+	})
+	deploy := h.queue(func() error {
+		_, err := h.Deploy(ctx, DeployRequest{Service: "d", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 100, Bind: true, Memory: 1 << 30})
+		return err
+	})
+	h.release()
+	if err := <-outside; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-deploy; err != nil {
+		t.Fatal(err)
+	}
+	if attempts != 2 {
+		t.Errorf("planned %d times, want 2 (the first commit conflicts)", attempts)
+	}
+	if _, ok := h.st.Service("marker"); !ok {
+		t.Error("the replanned group did not commit")
+	}
+	if n := len(h.st.ServiceInstances("d")); n != 1 {
+		t.Errorf("%d instances of d, want 1", n)
+	}
+}

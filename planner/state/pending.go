@@ -1,0 +1,136 @@
+package state
+
+import (
+	"slices"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/placement"
+)
+
+// Pending is the store's cache with changes that are planned but not yet
+// committed laid over it: the planner plans several requests one after
+// another against it and commits their changes together (the commit
+// pipeline). Revisions are the cache's, so the guards a request takes from
+// a Pending view are the ones the merged commit needs. Not safe for
+// concurrent use; the Store under it is.
+type Pending struct {
+	base *Store
+	c    Change
+	// resources caches the engine view of each host with pending usage
+	// (built once per Add that changes the host, not once per read).
+	resources map[string]*alloc.Host
+}
+
+// Pending returns an empty overlay over the cache.
+func (s *Store) Pending() *Pending { return &Pending{base: s} }
+
+// Add lays c over the view: what c writes is what the next read sees.
+func (p *Pending) Add(c *Change) {
+	p.c.Merge(c)
+	for h := range c.allocs {
+		delete(p.resources, h)
+	}
+}
+
+// Change is everything added so far, merged into one change.
+func (p *Pending) Change() *Change { return &p.c }
+
+// PlacementSettings returns the cluster's placement settings.
+func (p *Pending) PlacementSettings() placement.Settings { return p.base.PlacementSettings() }
+
+// Unschedulable is the store's (the pipeline changes no host's state).
+func (p *Pending) Unschedulable() map[string][]string { return p.base.Unschedulable() }
+
+// Schedulable returns the hosts that may take new work, with pending usage.
+func (p *Pending) Schedulable() []HostView {
+	out := p.base.Schedulable()
+	if len(p.c.allocs) == 0 {
+		return out
+	}
+	for i := range out {
+		out[i] = p.over(out[i])
+	}
+	return out
+}
+
+// Host returns one host's view with its pending usage.
+func (p *Pending) Host(name string) (HostView, bool) {
+	v, ok := p.base.Host(name)
+	if !ok {
+		return v, false
+	}
+	return p.over(v), true
+}
+
+func (p *Pending) over(v HostView) HostView {
+	a, ok := p.c.allocs[v.Host.Name]
+	if !ok {
+		return v
+	}
+	v.Alloc = a
+	r, ok := p.resources[v.Host.Name]
+	if !ok {
+		r = AllocHost(v.Host, a)
+		r.Memo = alloc.NewCapacityMemo()
+		if p.resources == nil {
+			p.resources = map[string]*alloc.Host{}
+		}
+		p.resources[v.Host.Name] = r
+	}
+	v.Resources = r
+	return v
+}
+
+// Instance finds an instance by ID, pending writes first.
+func (p *Pending) Instance(id string) (InstanceView, bool) {
+	base, ok := p.base.Instance(id)
+	w, pending := p.c.instances[id]
+	switch {
+	case !pending:
+		return base, ok
+	case w.in == nil:
+		return InstanceView{}, false
+	}
+	v := InstanceView{Instance: *w.in}
+	if ok && base.Instance.Host == w.in.Host {
+		v.Rev, v.Status = base.Rev, base.Status
+	}
+	return v, true
+}
+
+// ServiceInstances returns a service's instances with pending writes,
+// sorted by host then ID.
+func (p *Pending) ServiceInstances(service string) []InstanceView {
+	out := p.base.ServiceInstances(service)
+	if len(p.c.instances) == 0 {
+		return out
+	}
+	out = slices.DeleteFunc(out, func(v InstanceView) bool {
+		_, pending := p.c.instances[v.Instance.ID]
+		return pending
+	})
+	for id, w := range p.c.instances {
+		if w.in == nil || w.in.Service != service {
+			continue
+		}
+		if v, ok := p.Instance(id); ok {
+			out = append(out, v)
+		}
+	}
+	sortInstances(out)
+	return out
+}
+
+// Service returns a service spec, pending writes first; the revision is
+// the cache's (0 for a service not yet committed).
+func (p *Pending) Service(name string) (Doc[Service], bool) {
+	d, ok := p.base.Service(name)
+	s, pending := p.c.services[name]
+	switch {
+	case !pending:
+		return d, ok
+	case s == nil:
+		return Doc[Service]{}, false
+	}
+	return Doc[Service]{Value: *s, Rev: d.Rev}, true
+}
