@@ -153,16 +153,42 @@ func (c *counter) max(limit int) (n, j int) {
 	return lo, j
 }
 
-// residual returns the free values left after n instances with j conversions,
-// consuming them exactly as place.go does: fragments best-fit (smallest value
-// that holds F first), whole CPUs largest-first.
-func (c *counter) residual(n, j int) []int {
+// consumption is how placements inside a NUMA node consume its CPUs. It
+// changes only what is left for the cross-node phase, so capacity tries
+// each and placement follows the one that places most.
+type consumption struct {
+	// fragmentedFirst drains the CPUs that were already fragmented (each
+	// smallest first) before the converted ones (smallest first), as Eru
+	// does: a converted CPU keeps a multiple of the share base more often,
+	// which gives the cross-node phase a whole CPU (research/eru.md §1.2).
+	// Otherwise best fit: the CPU with the fewest free pieces that holds a
+	// fragment, fragmented and converted alike.
+	fragmentedFirst bool
+	// drainWhole takes whole CPUs from the oversold CPUs with the fewest
+	// free pieces first (Eru's "more-loaded cores first"), which keeps
+	// other CPUs intact; otherwise from those with the most. It matters
+	// only when a CPU gives more than one whole CPU.
+	drainWhole bool
+}
+
+// consumptions are the ones capacity tries, in order (the first wins ties).
+var consumptions = []consumption{{}, {fragmentedFirst: true}, {drainWhole: true}, {fragmentedFirst: true, drainWhole: true}}
+
+// residual returns the free values left after n instances with j
+// conversions, consuming them exactly as place.go does; false when
+// draining whole CPUs cannot give n instances X distinct CPUs each.
+func (c *counter) residual(n, j int, how consumption) ([]int, bool) {
 	out := make([]int, 0, len(c.whole)+len(c.frag))
-	// Fragments: fragmented CPUs and the j converted ones, ascending.
+	// Fragments: fragmented CPUs and the j converted ones.
 	pool := make([]int, 0, len(c.frag)+j)
 	pool = append(pool, c.frag...)
-	pool = append(pool, c.whole[:j]...)
-	slices.Sort(pool)
+	if how.fragmentedFirst {
+		slices.Sort(pool)
+		pool = append(pool, c.whole[:j]...) // ascending already
+	} else {
+		pool = append(pool, c.whole[:j]...)
+		slices.Sort(pool)
+	}
 	left := n
 	if c.s.f == 0 {
 		left = 0
@@ -177,20 +203,35 @@ func (c *counter) residual(n, j int) []int {
 		}
 	}
 	out = append(out, pool...)
-	// Whole CPUs: n rounds of the X CPUs with the most free pieces.
 	rest := slices.Clone(c.whole[j:])
 	if c.single {
 		used := n * c.s.x
 		out = append(out, rest[min(used, len(rest)):]...)
-		return out
+		return out, true
 	}
+	// Whole CPUs: n rounds of the X CPUs with the most (or, draining, the
+	// fewest) free pieces that still hold a whole CPU.
 	for range n {
+		if how.drainWhole {
+			slices.Sort(rest)
+			took := 0
+			for i := 0; i < len(rest) && took < c.s.x; i++ {
+				if rest[i] >= c.s.sb {
+					rest[i] -= c.s.sb
+					took++
+				}
+			}
+			if took < c.s.x {
+				return nil, false
+			}
+			continue
+		}
 		slices.SortFunc(rest, func(a, b int) int { return b - a })
 		for i := 0; i < c.s.x && i < len(rest); i++ {
 			rest[i] -= c.s.sb
 		}
 	}
-	return append(out, rest...)
+	return append(out, rest...), true
 }
 
 // Capacity is how many instances of a request one host can take.
@@ -220,7 +261,8 @@ const unlimited = 1 << 40
 
 // HostCapacity counts how many instances of r host h can take.
 func HostCapacity(p Params, h *Host, r Request) Capacity {
-	return capacityOf(p, h, shapeOf(p, r), r.Bind)
+	c, _ := capacityOf(p, h, shapeOf(p, r), r.Bind)
+	return c
 }
 
 func (s *hostState) capacity(sh shape, bind bool) Capacity {
@@ -233,41 +275,72 @@ func (s *hostState) capacity(sh shape, bind bool) Capacity {
 		c.Count = min(c.CPUCount, c.MemoryCount)
 		return c
 	}
-	c.Count = s.bindCapacity(sh, sh.mem)
-	nomem := sh
-	c.CPUCount = s.bindCapacity(nomem, 0)
+	c.Count, s.how = s.bindCapacity(sh, sh.mem)
+	s.howFor, s.howSet = sh, true
+	c.CPUCount, _ = s.bindCapacity(sh, 0)
 	return c
 }
 
 // bindCapacity runs the phases of a CPU-bind plan on values: each NUMA node in
 // ascending ID order with its own memory, then the whole host (cross-node)
-// with what is left. mem 0 ignores memory.
-func (s *hostState) bindCapacity(sh shape, mem int64) int {
-	memLeft := s.memFree
-	conv := s.convAllowance
-	total := 0
-	var rest []int
+// with what is left. mem 0 ignores memory. It returns the count and the
+// consumption that gives it (the NUMA phase's consumption decides what the
+// cross-node phase finds).
+func (s *hostState) bindCapacity(sh shape, mem int64) (int, consumption) {
 	memN := func(free int64) int {
 		if mem == 0 {
 			return unlimited
 		}
 		return int(min(free/mem, unlimited))
 	}
+	if len(s.sets) == 0 {
+		n, _ := newCounter(sh, s.values(s.all), s.convAllowance).max(memN(s.memFree))
+		return n, consumption{}
+	}
+	type phase struct {
+		c    *counter
+		n, j int
+	}
+	memLeft := s.memFree
+	conv := s.convAllowance
+	local := 0
+	phases := make([]phase, len(s.sets))
 	for i, set := range s.sets {
-		vals := s.values(set)
-		c := newCounter(sh, vals, conv)
+		c := newCounter(sh, s.values(set), conv)
 		n, j := c.max(memN(min(s.numaFree[i], memLeft)))
-		total += n
+		phases[i] = phase{c, n, j}
+		local += n
 		memLeft -= int64(n) * mem
 		if conv >= 0 {
 			conv -= j
 		}
-		rest = append(rest, c.residual(n, j)...)
 	}
-	if len(s.sets) == 0 {
-		rest = s.values(s.all)
+	// An alternative is tried only where it can differ: fragmentedFirst
+	// where a NUMA node converted CPUs beside fragmented ones, drainWhole
+	// where a CPU gives more than one whole CPU.
+	oversold, mixed := false, false
+	for _, ph := range phases {
+		oversold = oversold || !ph.c.single
+		mixed = mixed || ph.n > 0 && ph.j > 0 && len(ph.c.frag) > 0
 	}
-	c := newCounter(sh, rest, conv)
-	n, _ := c.max(memN(memLeft))
-	return total + n
+	best, bestHow := -1, consumption{}
+	for _, how := range consumptions {
+		if how.fragmentedFirst && (sh.f == 0 || !mixed) || how.drainWhole && (!oversold || sh.x == 0) {
+			continue // the same as one tried already
+		}
+		var rest []int
+		ok := true
+		for _, ph := range phases {
+			r, fits := ph.c.residual(ph.n, ph.j, how)
+			rest, ok = append(rest, r...), ok && fits
+		}
+		if !ok {
+			continue
+		}
+		n, _ := newCounter(sh, rest, conv).max(memN(memLeft))
+		if local+n > best {
+			best, bestHow = local+n, how
+		}
+	}
+	return best, bestHow
 }

@@ -30,6 +30,11 @@ type hostState struct {
 	// convAllowance is how many more CPUs may become fragment CPUs
 	// (MaxFragmentCores minus the fragmented CPUs); -1 means no cap.
 	convAllowance int
+	// how is the consumption capacity chose for shape howFor (when
+	// howSet), which placement of that shape follows.
+	how    consumption
+	howFor shape
+	howSet bool
 }
 
 func newHostState(p Params, h *Host) *hostState {

@@ -41,16 +41,20 @@ func (m *CapacityMemo) put(k memoKey, c Capacity) {
 	m.m[k] = c
 }
 
-// capacityOf is h's capacity for sh, from h's memo when it has one.
-func capacityOf(p Params, h *Host, sh shape, bind bool) Capacity {
-	if h.Memo == nil {
-		return newHostState(p, h).capacity(sh, bind)
-	}
+// capacityOf is h's capacity for sh, from h's memo when it has one, and
+// the working state it counted on (nil when the memo answered), which
+// placement may go on with.
+func capacityOf(p Params, h *Host, sh shape, bind bool) (Capacity, *hostState) {
 	k := memoKey{p, sh, bind}
-	if c, ok := h.Memo.get(k); ok {
-		return c
+	if h.Memo != nil {
+		if c, ok := h.Memo.get(k); ok {
+			return c, nil
+		}
 	}
-	c := newHostState(p, h).capacity(sh, bind)
-	h.Memo.put(k, c)
-	return c
+	s := newHostState(p, h)
+	c := s.capacity(sh, bind)
+	if h.Memo != nil {
+		h.Memo.put(k, c)
+	}
+	return c, s
 }

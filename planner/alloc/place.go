@@ -22,7 +22,10 @@ import (
 //     with the most free pieces (ties by CPU ID), which keeps the count exact.
 //  3. The fragment: the CPU with the fewest free pieces that still holds F
 //     (best fit, so already-fragmented CPUs fill up first); ties prefer the
-//     instance's own L3 group, then the lowest CPU ID.
+//     instance's own L3 group, then the lowest CPU ID. Inside a NUMA node,
+//     when that leaves the cross-node phase more (capacity.go's
+//     consumption), the CPUs converted in step 1 come after all others, and
+//     on oversold CPUs step 2 takes the CPUs with the fewest free pieces.
 // Steps 1-3 consume the same multiset of free values as counter.residual,
 // so a count from capacity.go can always be placed.
 
@@ -30,6 +33,10 @@ import (
 // in ascending ID order, each up to its capacity, then cross-node.
 func (s *hostState) placeHost(sh shape, k int) ([]Placement, error) {
 	out := make([]Placement, 0, k)
+	how := s.how
+	if len(s.sets) > 0 && (!s.howSet || s.howFor != sh) {
+		_, how = s.bindCapacity(sh, sh.mem)
+	}
 	memN := func(free int64) int { return int(min(free/sh.mem, unlimited)) }
 	for i, set := range s.sets {
 		if k == 0 {
@@ -38,7 +45,7 @@ func (s *hostState) placeHost(sh shape, k int) ([]Placement, error) {
 		c := newCounter(sh, s.values(set), s.convAllowance)
 		n, _ := c.max(memN(min(s.numaFree[i], s.memFree)))
 		t := min(n, k)
-		pl, err := s.placeSet(sh, set, t, s.h.NUMANodes[i].ID)
+		pl, err := s.placeSet(sh, set, t, s.h.NUMANodes[i].ID, how)
 		if err != nil {
 			return nil, err
 		}
@@ -47,7 +54,7 @@ func (s *hostState) placeHost(sh shape, k int) ([]Placement, error) {
 		k -= t
 	}
 	if k > 0 {
-		pl, err := s.placeSet(sh, s.all, k, -1)
+		pl, err := s.placeSet(sh, s.all, k, -1, consumption{})
 		if err != nil {
 			return nil, err
 		}
@@ -56,8 +63,9 @@ func (s *hostState) placeHost(sh shape, k int) ([]Placement, error) {
 	return out, nil
 }
 
-// placeSet places k instances inside one CPU set and charges host memory.
-func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeID) ([]Placement, error) {
+// placeSet places k instances inside one CPU set and charges host memory,
+// consuming its CPUs as how says.
+func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeID, how consumption) ([]Placement, error) {
 	if k == 0 {
 		return nil, nil
 	}
@@ -80,7 +88,14 @@ func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeI
 	slices.SortFunc(whole, func(a, b int32) int {
 		return cmp.Or(cmp.Compare(s.free[a], s.free[b]), cmp.Compare(s.coreKey[b], s.coreKey[a]), cmp.Compare(s.ids[b], s.ids[a]))
 	})
+	var converted map[int32]bool
 	if sh.f > 0 {
+		if how.fragmentedFirst && j > 0 {
+			converted = make(map[int32]bool, j)
+			for _, p := range whole[:j] {
+				converted[p] = true
+			}
+		}
 		frag = append(frag, whole[:j]...)
 	}
 	whole = whole[j:]
@@ -95,9 +110,12 @@ func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeI
 	picked := make([]int32, 0, sh.x)
 	for range k {
 		picked = picked[:0]
-		if c.single {
+		switch {
+		case c.single:
 			picked = s.pickWholeTopo(whole, sh.x, picked)
-		} else {
+		case how.drainWhole:
+			picked = s.pickWholeLeast(whole, sh.x, picked)
+		default:
 			picked = s.pickWholeMost(whole, sh.x, picked)
 		}
 		if len(picked) < sh.x {
@@ -113,7 +131,7 @@ func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeI
 			if len(picked) > 0 {
 				l3 = s.l3Key[picked[0]]
 			}
-			p, ok := s.pickFragment(frag, sh.f, l3)
+			p, ok := s.pickFragment(frag, sh.f, l3, converted)
 			if !ok {
 				return nil, fmt.Errorf("alloc: internal error: no fragment CPU with %d free pieces on host %s", sh.f, s.h.Name)
 			}
@@ -181,6 +199,20 @@ func (s *hostState) pickWholeTopo(pool []int32, x int, picked []int32) []int32 {
 	return picked
 }
 
+// pickWholeLeast is step 2 on hosts with oversold CPUs when the cross-node
+// phase gains from it: the x candidates with the fewest free pieces that
+// still hold a whole CPU, ties by CPU ID.
+func (s *hostState) pickWholeLeast(pool []int32, x int, picked []int32) []int32 {
+	cand := make([]int32, 0, len(pool))
+	for _, p := range pool {
+		if s.free[p] >= s.p.ShareBase {
+			cand = append(cand, p)
+		}
+	}
+	slices.SortFunc(cand, func(a, b int32) int { return cmp.Or(cmp.Compare(s.free[a], s.free[b]), cmp.Compare(s.ids[a], s.ids[b])) })
+	return append(picked, cand[:min(x, len(cand))]...)
+}
+
 // pickWholeMost is step 2 on hosts with oversold CPUs: the x candidates with
 // the most free pieces, ties by CPU ID.
 func (s *hostState) pickWholeMost(pool []int32, x int, picked []int32) []int32 {
@@ -196,10 +228,14 @@ func (s *hostState) pickWholeMost(pool []int32, x int, picked []int32) []int32 {
 	return append(picked, cand[:min(x, len(cand))]...)
 }
 
-// pickFragment is step 3.
-func (s *hostState) pickFragment(pool []int32, f int, l3 cpuset.CPUID) (int32, bool) {
+// pickFragment is step 3; CPUs in converted (fragmentedFirst) come after
+// all the others.
+func (s *hostState) pickFragment(pool []int32, f int, l3 cpuset.CPUID, converted map[int32]bool) (int32, bool) {
 	best := int32(-1)
 	better := func(a, b int32) bool { // is a better than b?
+		if converted[a] != converted[b] {
+			return !converted[a]
+		}
 		if s.free[a] != s.free[b] {
 			return s.free[a] < s.free[b]
 		}

@@ -72,8 +72,12 @@ func PlanValid(p Params, hosts []*Host, r Request) (*Result, error) {
 	sh := shapeOf(p, r)
 	res := &Result{Capacity: make(map[string]int, len(order))}
 	cands := make([]*candidate, 0, len(order))
+	states := make(map[string]*hostState, len(order)) // nil where a memo answered
 	for _, h := range order {
-		c := capacityOf(p, h, sh, r.Bind)
+		c, st := capacityOf(p, h, sh, r.Bind)
+		if st != nil {
+			states[h.Name] = st
+		}
 		res.Capacity[h.Name] = c.Count
 		res.TotalCapacity += c.Count
 		cand := &candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service], tie: tieKey(r.Seed, h.Name), rank: len(r.Rank)}
@@ -124,7 +128,11 @@ func PlanValid(p Params, hosts []*Host, r Request) (*Result, error) {
 			}
 			continue
 		}
-		pl, err := newHostState(p, h).placeHost(sh, n)
+		st := states[h.Name]
+		if st == nil {
+			st = newHostState(p, h)
+		}
+		pl, err := st.placeHost(sh, n)
 		if err != nil {
 			return nil, err
 		}

@@ -94,7 +94,7 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 		if pl, ok := s.pickKeeping(sh, set, numa, keep); ok {
 			return pl, nil
 		}
-		pl, err := s.placeSet(sh, set, 1, numa) // exact fallback
+		pl, err := s.placeSet(sh, set, 1, numa, consumption{}) // exact fallback
 		if err != nil {
 			return Placement{}, err
 		}
@@ -233,7 +233,7 @@ func (s *hostState) pickKeeping(sh shape, set []int32, numa cpuset.NUMANodeID, k
 				}
 			}
 			var ok bool
-			if frag, ok = s.pickFragment(pool, sh.f, -2); !ok {
+			if frag, ok = s.pickFragment(pool, sh.f, -2, nil); !ok {
 				// Convert a whole-capable CPU, in placeSet's conversion order
 				// (highest core, then highest ID), if the allowance permits.
 				if s.convAllowance == 0 {
