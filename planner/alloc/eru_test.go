@@ -46,7 +46,9 @@ func eruFullPlans(sb, x int, asc []eruCore) [][]int {
 		if len(avail) < x {
 			break
 		}
-		slices.SortStableFunc(avail, func(a, b eruCore) int { return cmp.Or(cmp.Compare(b.pieces, a.pieces), cmp.Compare(pos[a.id], pos[b.id])) })
+		slices.SortStableFunc(avail, func(a, b eruCore) int {
+			return cmp.Or(cmp.Compare(b.pieces, a.pieces), cmp.Compare(pos[a.id], pos[b.id]))
+		})
 		var plan []int
 		for _, c := range avail[:x] {
 			left[c.id] -= sb

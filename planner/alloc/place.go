@@ -209,7 +209,9 @@ func (s *hostState) pickWholeLeast(pool []int32, x int, picked []int32) []int32 
 			cand = append(cand, p)
 		}
 	}
-	slices.SortFunc(cand, func(a, b int32) int { return cmp.Or(cmp.Compare(s.free[a], s.free[b]), cmp.Compare(s.ids[a], s.ids[b])) })
+	slices.SortFunc(cand, func(a, b int32) int {
+		return cmp.Or(cmp.Compare(s.free[a], s.free[b]), cmp.Compare(s.ids[a], s.ids[b]))
+	})
 	return append(picked, cand[:min(x, len(cand))]...)
 }
 
