@@ -46,6 +46,10 @@ type hostJSON struct {
 	Agent     bool             `json:"agent"`
 	Version   string           `json:"agent_version,omitempty"`
 	Metrics   *metricsJSON     `json:"metrics,omitempty"`
+	// The memory-first shared pool and the quotas committed against it,
+	// in pieces (see quotaPool).
+	SharedPool       int32 `json:"shared_pool_pieces"`
+	MemoryFirstQuota int32 `json:"memory_first_quota_pieces"`
 	// Placement.
 	HostType         string             `json:"host_type,omitempty"`
 	Properties       map[string]string  `json:"properties,omitempty"`
@@ -88,7 +92,8 @@ func toHostJSON(h *pinfoldv1.Host) hostJSON {
 	out := hostJSON{Name: h.Name, State: h.State, Agent: h.Agent, Version: h.AgentVersion, Instances: h.Instances,
 		HostType: h.HostType, Properties: h.Properties, FaultDomain: h.FaultDomain, UpgradeDomain: h.UpgradeDomain, MaintenanceUntil: h.MaintenanceUntil,
 		Capacity: resourcesJSON{cpuMapJSON(h.CapacityCpus), h.CapacityMemoryBytes},
-		Used:     resourcesJSON{cpuMapJSON(h.UsedCpus), h.UsedMemoryBytes}, NUMANodes: []numaJSON{}}
+		Used:     resourcesJSON{cpuMapJSON(h.UsedCpus), h.UsedMemoryBytes}, NUMANodes: []numaJSON{},
+		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces}
 	if out.Instances == nil {
 		out.Instances = map[string]int32{}
 	}
@@ -105,6 +110,24 @@ func toHostJSON(h *pinfoldv1.Host) hostJSON {
 		}
 	}
 	return out
+}
+
+// quotaPool renders the memory-first quotas committed against the shared
+// pool (the CPUs no instance holds pieces of): "2.5/6 CPUs", with the ratio
+// when the quotas oversell the pool ("9/5 CPUs 1.8x"); "-" with no quota.
+func quotaPool(h *pinfoldv1.Host) string {
+	q, p := int64(h.MemoryFirstQuotaPieces), int64(h.SharedPoolPieces)
+	if q == 0 {
+		return "-"
+	}
+	s := cpuAmount(q, h.ShareBase) + "/" + cpuAmount(p, h.ShareBase) + " CPUs"
+	if q > p {
+		if p == 0 {
+			return s + " (no pool left)"
+		}
+		s += " " + strconv.FormatFloat(float64(q)/float64(p), 'f', 2, 64) + "x"
+	}
+	return s
 }
 
 func sumPieces(m map[int32]int32) int64 {
@@ -244,7 +267,7 @@ func newHostListCmd() *cobra.Command {
 					return writeJSON(cmd.OutOrStdout(), list)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tNUMA NODES\tINSTANCES\tFAULT DOMAIN\tUPGRADE DOMAIN\tAGENT")
+				fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tMEMORY-FIRST QUOTA/POOL\tNUMA NODES\tINSTANCES\tFAULT DOMAIN\tUPGRADE DOMAIN\tAGENT")
 				for _, h := range resp.Msg.Hosts {
 					n := int32(0)
 					for _, v := range h.Instances {
@@ -254,9 +277,9 @@ func newHostListCmd() *cobra.Command {
 					if h.Agent {
 						agent = orDash(h.AgentVersion)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%d\t%d\t%s\t%s\t%s\n", h.Name, h.State,
+					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%s\t%d\t%d\t%s\t%s\t%s\n", h.Name, h.State,
 						cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
-						formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), n,
+						formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), quotaPool(h), len(h.NumaNodes), n,
 						orDash(h.FaultDomain), orDash(h.UpgradeDomain), agent)
 				}
 				return tw.Flush()
@@ -317,6 +340,13 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 		}
 		fmt.Fprintf(w, "Placement: type %s, fault domain %s, upgrade domain %s, properties %s\n", orDash(h.HostType), orDash(h.FaultDomain),
 			orDash(h.UpgradeDomain), orDash(strings.Join(props, " ")))
+	}
+	if h.MemoryFirstQuotaPieces > 0 {
+		over := ""
+		if h.MemoryFirstQuotaPieces > h.SharedPoolPieces {
+			over = "; oversold, as memory-first capacity is counted by memory"
+		}
+		fmt.Fprintf(w, "Memory-first: quotas %s committed against the shared pool (the CPUs no instance holds pieces of), whose CPU time they share%s\n", quotaPool(h), over)
 	}
 	if h.MaintenanceUntil != "" {
 		fmt.Fprintf(w, "In maintenance: keeps its instances, takes nothing new; grace until %s\n", h.MaintenanceUntil)

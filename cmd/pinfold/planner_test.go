@@ -118,6 +118,25 @@ func TestPlannerCLI(t *testing.T) {
 		Network string `json:"network"`
 	}
 	must("deploy", "api", "--count", "1", "--cpu", "0.5", "--memory", "64MiB", "--image", "busybox", "--network", "host")
+	// The memory-first quota shows against its host's shared pool.
+	var pools []struct {
+		Name  string `json:"name"`
+		Pool  int    `json:"shared_pool_pieces"`
+		Quota int    `json:"memory_first_quota_pieces"`
+	}
+	if err := json.Unmarshal([]byte(must("host", "list", "-o", "json")), &pools); err != nil {
+		t.Fatal(err)
+	}
+	quota := 0
+	for _, h := range pools {
+		quota += h.Quota
+		if h.Pool <= 0 || h.Pool%100 != 0 {
+			t.Errorf("host %s: shared pool %d pieces, want whole CPUs", h.Name, h.Pool)
+		}
+	}
+	if list := must("host", "list"); quota != 50 || !strings.Contains(list, "MEMORY-FIRST QUOTA/POOL") || !strings.Contains(list, "0.5/") {
+		t.Errorf("memory-first quota %d pieces (want 50) or host list without it:\n%s", quota, list)
+	}
 	must("replace", "api", "--image", "busybox:2", "--wait", "0")
 	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &all); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 )
@@ -241,6 +242,21 @@ type Capacity struct {
 	// CPUCount and MemoryCount are what CPU alone and memory alone would
 	// allow; the smaller one names what runs out first.
 	CPUCount, MemoryCount int
+	// For a memory-first request: its CPU quota and the host's shared pool
+	// (the CPUs no instance holds pieces of), in pieces; the quota must fit
+	// the pool, as the cpuset the agent gives the instance is the pool.
+	MemoryFirst bool
+	Quota, Pool int
+	sb          int
+}
+
+// Why says, for people, what bounds the count: Limit, and for a
+// memory-first request whose quota does not fit the shared pool, both.
+func (c Capacity) Why() string {
+	if c.MemoryFirst && c.CPUCount == 0 && c.sb > 0 {
+		return fmt.Sprintf("quota %s CPUs > shared pool %s CPUs", FormatPieces(c.Quota, c.sb), FormatPieces(c.Pool, c.sb))
+	}
+	return c.Limit()
 }
 
 // Limit names the resource that bounds the count: "cpu", "memory", "numa"
@@ -266,10 +282,11 @@ func HostCapacity(p Params, h *Host, r Request) Capacity {
 }
 
 func (s *hostState) capacity(sh shape, bind bool) Capacity {
-	c := Capacity{Host: s.h.Name, MemoryCount: int(min(s.memFree/sh.mem, unlimited))}
+	c := Capacity{Host: s.h.Name, MemoryCount: int(min(s.memFree/sh.mem, unlimited)), sb: sh.sb}
 	if !bind {
 		c.CPUCount = unlimited
-		if sh.x*sh.sb+sh.f > s.poolPieces() {
+		c.MemoryFirst, c.Quota, c.Pool = true, sh.x*sh.sb+sh.f, s.poolPieces()
+		if c.Quota > c.Pool {
 			c.CPUCount = 0
 		}
 		c.Count = min(c.CPUCount, c.MemoryCount)

@@ -174,7 +174,7 @@ func shortage(code Code, head string, cands []*candidate, _ int) *Error {
 	for _, c := range cands {
 		e.Hosts = append(e.Hosts, c.name)
 		if len(parts) < 20 {
-			why := c.cap.Limit()
+			why := c.cap.Why()
 			if c.capped {
 				why = "max_per_host"
 			}

@@ -316,7 +316,7 @@ func (s Settings) rooms(p alloc.Params, r Request, hosts []*Host, useBuffer bool
 		adj[h.Name] = ah
 		c := alloc.HostCapacity(p, ah, r.Request)
 		n := c.Count
-		why[h.Name] = c.Limit()
+		why[h.Name] = c.Why()
 		if cpuCap >= 0 && r.Bind && r.Pieces > 0 {
 			used := int64(0)
 			for _, c := range ah.CPUs {

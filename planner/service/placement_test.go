@@ -181,3 +181,44 @@ func TestHealthDomainPacking(t *testing.T) {
 		t.Errorf("health = %+v, want web packed into dc1", ws)
 	}
 }
+
+// TestMemoryFirstPoolExplained: a memory-first quota must fit the host's
+// shared pool (the CPUs no instance holds pieces of); a refusal names both
+// sizes, and the host's usage carries the quotas committed against the
+// pool, which may exceed it (CPU oversold by memory-first work).
+func TestMemoryFirstPoolExplained(t *testing.T) {
+	c := statetest.Start(t, 1)
+	s := newService(t, c)
+	ctx := context.Background()
+	register(t, s, "m1", topologytest.Laptop().Topology()) // 8 CPUs
+	spec := model.Spec{Image: "busybox"}
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "bound", Spec: spec, Count: 1, Pieces: 300, Bind: true, Memory: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		pieces int
+		count  int
+		want   string // "" = placed
+	}{
+		{"quota larger than the pool", 600, 1, "m1 takes 0 (quota 6 CPUs > shared pool 5 CPUs)"},
+		{"fractional quota larger than the pool", 550, 1, "quota 5.5 CPUs > shared pool 5 CPUs"},
+		{"quota the size of the pool", 500, 1, ""},
+		{"quotas oversell the pool together", 200, 2, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.Deploy(ctx, service.DeployRequest{Service: "mf", Spec: spec, Count: tc.count, Pieces: tc.pieces, Memory: GiB})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want one naming %q", err, tc.want)
+			}
+		})
+	}
+	v, _ := s.Host("m1")
+	if pool, quota := state.SharedPool(v.Host, v.Alloc, 100), v.Alloc.MemoryFirstQuota; pool != 500 || quota != 900 {
+		t.Errorf("pool %d, quota committed %d pieces; want 500 and 900 (5 + 2 × 2 CPUs)", pool, quota)
+	}
+	verify(t, s)
+}

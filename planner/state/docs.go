@@ -24,6 +24,8 @@ const (
 	StatusPrefix    = Prefix + "status/"
 	ServicesPrefix  = Prefix + "services/"
 	LivePrefix      = Prefix + "live/"
+	// CommitsPrefix holds each planner's commit marker (Store.Commit).
+	CommitsPrefix = Prefix + "commits/"
 	// PlacementKey holds the cluster's placement settings.
 	PlacementKey = Prefix + "settings/placement"
 )
@@ -81,6 +83,9 @@ type Alloc struct {
 	MemoryUsed int64                       `json:"memory_used"`
 	NUMAUsed   map[cpuset.NUMANodeID]int64 `json:"numa_memory_used"`
 	Instances  map[string]int              `json:"instances"`
+	// MemoryFirstQuota is the CPU quota (pieces) of the host's
+	// memory-first instances: committed against its shared pool.
+	MemoryFirstQuota int `json:"memory_first_quota,omitempty"`
 }
 
 // Metrics are a host's measured load and memory, as its agent last sent them.
@@ -124,7 +129,7 @@ func NewAlloc() Alloc {
 
 // Clone deep-copies a.
 func (a Alloc) Clone() Alloc {
-	return Alloc{Used: maps.Clone(a.Used), MemoryUsed: a.MemoryUsed, NUMAUsed: maps.Clone(a.NUMAUsed), Instances: maps.Clone(a.Instances)}
+	return Alloc{Used: maps.Clone(a.Used), MemoryUsed: a.MemoryUsed, NUMAUsed: maps.Clone(a.NUMAUsed), Instances: maps.Clone(a.Instances), MemoryFirstQuota: a.MemoryFirstQuota}
 }
 
 // Add charges (sign +1) or releases (-1) an instance's resources.
@@ -139,6 +144,9 @@ func (a *Alloc) Add(in model.Instance, sign int) {
 		}
 	}
 	a.MemoryUsed += int64(sign) * in.Memory
+	if !in.Bind {
+		a.MemoryFirstQuota += sign * in.CPUQuota
+	}
 	if in.NUMANode >= 0 {
 		a.NUMAUsed[in.NUMANode] += int64(sign) * in.Memory
 		if a.NUMAUsed[in.NUMANode] == 0 {
@@ -273,4 +281,17 @@ func AllocHost(h Host, a Alloc) *alloc.Host {
 		}
 	}
 	return out
+}
+
+// SharedPool is the host's memory-first shared pool in pieces: a share base
+// for every CPU no instance holds pieces of (what the allocation engine
+// counts: alloc's pool).
+func SharedPool(h Host, a Alloc, shareBase int) int {
+	n := 0
+	for id := range h.CPUs {
+		if a.Used[id] == 0 {
+			n++
+		}
+	}
+	return n * shareBase
 }

@@ -3,7 +3,9 @@ package state
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -73,6 +77,10 @@ type Store struct {
 
 	leaseMu sync.Mutex
 	leases  map[string]clientv3.LeaseID // host → its heartbeat lease
+
+	// id names this store's commit marker; commits numbers its values.
+	id      string
+	commits atomic.Int64
 }
 
 // Open connects to the etcd endpoints, loads the store, initialises or
@@ -115,7 +123,9 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 		}
 		cfg = have
 	}
-	s := &Store{cli: cli, log: log, cfg: cfg, protocol: protocol, done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	s := &Store{cli: cli, log: log, cfg: cfg, protocol: protocol, done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
 	s.changed = sync.NewCond(&s.mu)
 	get, err := cli.Get(ctx, Prefix, clientv3.WithPrefix())
 	if err != nil {
@@ -137,6 +147,9 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 func (s *Store) Close() {
 	s.cancel()
 	<-s.done
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, _ = s.cli.Delete(ctx, s.markerKey()) // best effort: a marker left behind is one small key
+	cancel()
 	s.cli.Close()
 }
 
@@ -602,17 +615,28 @@ func (s *Store) WaitRev(ctx context.Context, rev int64) error {
 	return nil
 }
 
-// ErrConflict means a compared document changed since it was read.
+// ErrConflict means a compared document changed since it was read, or
+// that a commit whose answer was lost did not apply: either way nothing of
+// the change was written and the caller re-plans from the fresh cache.
 var ErrConflict = errors.New("state: conflict: a host changed since it was read")
 
 // Commit applies c in one transaction: if every guard holds, all its writes
 // apply. On a conflict it waits until the cache has seen the newer state and
 // returns ErrConflict, so the caller can re-plan from fresh state. On
 // success it waits until the cache reflects the commit.
+//
+// Every commit also writes this store's commit marker (a key of its own, a
+// new value each time). When etcd's answer is lost (a leader fails
+// mid-request: "request timed out"), the outcome is unknown; Commit then
+// reads the marker until etcd answers: the commit applied if it holds this
+// commit's value, and did not (ErrConflict: re-plan) otherwise. A request
+// is never applied twice and never reported failed when it applied.
 func (s *Store) Commit(ctx context.Context, c *Change) (int64, error) {
-	resp, err := s.cli.Txn(ctx).If(c.cmps()...).Then(c.ops...).Commit()
+	token := fmt.Sprintf("%s/%d", s.id, s.commits.Add(1))
+	ops := append(c.ops[:len(c.ops):len(c.ops)], clientv3.OpPut(s.markerKey(), token))
+	resp, err := s.cli.Txn(ctx).If(c.cmps()...).Then(ops...).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("state: commit %d writes: %w", len(c.ops), err)
+		return s.resolve(ctx, c, token, err)
 	}
 	if err := s.WaitRev(ctx, resp.Header.Revision); err != nil {
 		return 0, err
@@ -621,4 +645,35 @@ func (s *Store) Commit(ctx context.Context, c *Change) (int64, error) {
 		return 0, ErrConflict
 	}
 	return resp.Header.Revision, nil
+}
+
+// markerKey is this store's commit marker.
+func (s *Store) markerKey() string { return CommitsPrefix + s.id }
+
+// resolve finds out whether a commit whose answer was lost applied, by
+// reading the commit marker until etcd answers or ctx ends.
+func (s *Store) resolve(ctx context.Context, c *Change, token string, cause error) (int64, error) {
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		get, err := s.cli.Get(ctx, s.markerKey())
+		if err == nil {
+			applied := len(get.Kvs) == 1 && string(get.Kvs[0].Value) == token
+			s.log.Warn("commit answer lost; outcome read back", "writes", len(c.ops), "applied", applied, "err", cause)
+			if !applied {
+				if err := s.WaitRev(ctx, get.Header.Revision); err != nil {
+					return 0, err
+				}
+				return 0, ErrConflict
+			}
+			rev := get.Kvs[0].ModRevision
+			if err := s.WaitRev(ctx, rev); err != nil {
+				return 0, err
+			}
+			return rev, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("state: commit %d writes: %w (outcome unknown: etcd did not answer again before %v)", len(c.ops), cause, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }

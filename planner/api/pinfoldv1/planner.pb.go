@@ -115,8 +115,13 @@ type Host struct {
 	FaultDomain         string                 `protobuf:"bytes,19,opt,name=fault_domain,json=faultDomain,proto3" json:"fault_domain,omitempty"`                                                      // fd:/dc1/rack2
 	UpgradeDomain       string                 `protobuf:"bytes,20,opt,name=upgrade_domain,json=upgradeDomain,proto3" json:"upgrade_domain,omitempty"`
 	MaintenanceUntil    string                 `protobuf:"bytes,21,opt,name=maintenance_until,json=maintenanceUntil,proto3" json:"maintenance_until,omitempty"` // RFC 3339; empty: not in maintenance
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// The memory-first shared pool (CPUs no instance holds pieces of, a share
+	// base of pieces each) and the memory-first CPU quotas committed against
+	// it, in pieces; committed above the pool means the pool is oversold.
+	SharedPoolPieces       int32 `protobuf:"varint,22,opt,name=shared_pool_pieces,json=sharedPoolPieces,proto3" json:"shared_pool_pieces,omitempty"`
+	MemoryFirstQuotaPieces int32 `protobuf:"varint,23,opt,name=memory_first_quota_pieces,json=memoryFirstQuotaPieces,proto3" json:"memory_first_quota_pieces,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -294,6 +299,20 @@ func (x *Host) GetMaintenanceUntil() string {
 		return x.MaintenanceUntil
 	}
 	return ""
+}
+
+func (x *Host) GetSharedPoolPieces() int32 {
+	if x != nil {
+		return x.SharedPoolPieces
+	}
+	return 0
+}
+
+func (x *Host) GetMemoryFirstQuotaPieces() int32 {
+	if x != nil {
+		return x.MemoryFirstQuotaPieces
+	}
+	return 0
 }
 
 type SetHostMaintenanceRequest struct {
@@ -3139,7 +3158,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\tR\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12*\n" +
-	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\x82\t\n" +
+	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xeb\t\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12G\n" +
@@ -3166,7 +3185,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"properties\x12!\n" +
 	"\ffault_domain\x18\x13 \x01(\tR\vfaultDomain\x12%\n" +
 	"\x0eupgrade_domain\x18\x14 \x01(\tR\rupgradeDomain\x12+\n" +
-	"\x11maintenance_until\x18\x15 \x01(\tR\x10maintenanceUntil\x1a?\n" +
+	"\x11maintenance_until\x18\x15 \x01(\tR\x10maintenanceUntil\x12,\n" +
+	"\x12shared_pool_pieces\x18\x16 \x01(\x05R\x10sharedPoolPieces\x129\n" +
+	"\x19memory_first_quota_pieces\x18\x17 \x01(\x05R\x16memoryFirstQuotaPieces\x1a?\n" +
 	"\x11CapacityCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a;\n" +

@@ -1,0 +1,60 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"testing"
+
+	"github.com/pinfold/pinfold/planner/model"
+)
+
+func freeURL(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return fmt.Sprintf("http://%s", l.Addr())
+}
+
+// TestCommitOutcomeReadBack: when etcd's answer to a commit is lost, the
+// commit marker tells whether it applied: the marker holding the commit's
+// value means applied (its revision is returned), any other value means
+// not applied (ErrConflict: re-plan, nothing was written).
+func TestCommitOutcomeReadBack(t *testing.T) {
+	cu, pu := freeURL(t), freeURL(t)
+	e, err := StartEmbedded(EmbedConfig{Name: "t", Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	s, err := Open(ctx, Dial{Endpoints: []string{cu}}, Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var c Change
+	c.PutService(Service{Name: "web"})
+	rev, err := s.Commit(ctx, &c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := errors.New("etcdserver: request timed out")
+	applied := fmt.Sprintf("%s/%d", s.id, s.commits.Load())
+	if got, err := s.resolve(ctx, &c, applied, lost); err != nil || got != rev {
+		t.Errorf("the commit that applied read back as rev %d, %v; want %d", got, err, rev)
+	}
+	if _, err := s.resolve(ctx, &c, applied+"-not", lost); !errors.Is(err, ErrConflict) {
+		t.Errorf("a commit that did not apply read back as %v, want ErrConflict", err)
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := s.resolve(cancelled, &c, applied, lost); err == nil || errors.Is(err, ErrConflict) || !errors.Is(err, lost) {
+		t.Errorf("no answer from etcd read back as %v, want the lost answer's error, outcome unknown", err)
+	}
+}
