@@ -27,6 +27,7 @@ echo "== fuzz (short)"
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/cpuset
 go test -run '^$' -fuzz '^FuzzDiscoverFiles$' -fuzztime 15s ./numa
 go test -run '^$' -fuzz '^FuzzDecodeFile$' -fuzztime 15s ./planner/planfile
+go test -run '^$' -fuzz '^FuzzPieces$' -fuzztime 10s ./planner/planfile
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/placement
 # Every API method through the real handler over a real store: no panic, no
 # internal error, a refused request changes nothing.

@@ -126,10 +126,12 @@ func (fh *Host) placementHost(at string, sb int) (*placement.Host, error) {
 	return h, nil
 }
 
-func parseCPUKey(field, k string) (cpuset.CPUID, error) {
+// parseCPUKey reads a CPU id key; field names it in an error (a function:
+// a file has a million keys, and the name is needed only when one is bad).
+func parseCPUKey(field func() string, k string) (cpuset.CPUID, error) {
 	n, err := strconv.Atoi(k)
-	if err != nil || n < 0 || n > cpuset.MaxID || strconv.Itoa(n) != k {
-		return 0, invalid(field, k, "a CPU id must be a decimal number from 0 to %d", cpuset.MaxID)
+	if err != nil || n < 0 || n > cpuset.MaxID || (len(k) > 1 && k[0] == '0') || k[0] == '+' || k[0] == '-' {
+		return 0, invalid(field(), k, "a CPU id must be a decimal number from 0 to %d", cpuset.MaxID)
 	}
 	return cpuset.CPUID(n), nil
 }
@@ -144,33 +146,43 @@ func (fh *Host) build(at string, sb int) (*alloc.Host, error) {
 	if len(fh.Capacity.CPUs) == 0 {
 		return nil, invalid(at+".capacity.cpus", raw("{}"), "a host needs at least one CPU")
 	}
-	for _, k := range slices.Sorted(maps.Keys(fh.Capacity.CPUs)) {
-		field := fmt.Sprintf("%s.capacity.cpus[%q]", at, k)
-		id, err := parseCPUKey(field, k)
+	h.CPUs = make([]alloc.CPU, 0, len(fh.Capacity.CPUs))
+	for _, e := range fh.Capacity.CPUs {
+		field := func() string { return fmt.Sprintf("%s.capacity.cpus[%q]", at, e.Key) } // built only for an error
+		id, err := parseCPUKey(field, e.Key)
 		if err != nil {
 			return nil, err
 		}
-		v := fh.Capacity.CPUs[k]
-		if v < 1 || v > 100*sb {
-			return nil, invalid(field, v, "want 1..%d pieces (share_base %d per CPU, up to 100x oversold)", 100*sb, sb)
+		if v := e.Value; v < 1 || v > 100*sb {
+			return nil, invalid(field(), v, "want 1..%d pieces (share_base %d per CPU, up to 100x oversold)", 100*sb, sb)
 		}
-		h.CPUs = append(h.CPUs, alloc.CPU{ID: id, Capacity: v})
+		h.CPUs = append(h.CPUs, alloc.CPU{ID: id, Capacity: e.Value})
 	}
 	slices.SortFunc(h.CPUs, func(a, b alloc.CPU) int { return int(a.ID) - int(b.ID) })
-	for _, k := range slices.Sorted(maps.Keys(fh.Used.CPUs)) {
-		field := fmt.Sprintf("%s.used.cpus[%q]", at, k)
-		id, err := parseCPUKey(field, k)
+	for i := 1; i < len(h.CPUs); i++ {
+		if h.CPUs[i].ID == h.CPUs[i-1].ID {
+			return nil, invalid(fmt.Sprintf("%s.capacity.cpus", at), h.CPUs[i].ID, "CPU %d is given twice", h.CPUs[i].ID)
+		}
+	}
+	seenUsed := make(map[cpuset.CPUID]bool, len(fh.Used.CPUs))
+	for _, e := range fh.Used.CPUs {
+		field := func() string { return fmt.Sprintf("%s.used.cpus[%q]", at, e.Key) }
+		id, err := parseCPUKey(field, e.Key)
 		if err != nil {
 			return nil, err
 		}
+		if seenUsed[id] {
+			return nil, invalid(field(), e.Value, "CPU %d is given twice", id)
+		}
+		seenUsed[id] = true
 		i, ok := slices.BinarySearchFunc(h.CPUs, id, func(c alloc.CPU, id cpuset.CPUID) int { return int(c.ID) - int(id) })
 		if !ok {
-			return nil, invalid(field, fh.Used.CPUs[k], "CPU %d is not in the host's capacity", id)
+			return nil, invalid(field(), e.Value, "CPU %d is not in the host's capacity", id)
 		}
-		if v := fh.Used.CPUs[k]; v < 0 || v > h.CPUs[i].Capacity {
-			return nil, invalid(field, v, "want 0..%d (the CPU's capacity)", h.CPUs[i].Capacity)
+		if v := e.Value; v < 0 || v > h.CPUs[i].Capacity {
+			return nil, invalid(field(), v, "want 0..%d (the CPU's capacity)", h.CPUs[i].Capacity)
 		}
-		h.CPUs[i].Used = fh.Used.CPUs[k]
+		h.CPUs[i].Used = e.Value
 	}
 	if h.MemoryBytes <= 0 {
 		return nil, invalid(at+".capacity.memory_bytes", h.MemoryBytes, "want more than 0")
@@ -312,7 +324,7 @@ func (fz *Resize) build(p alloc.Params, hosts []*alloc.Host) (*alloc.Resize, err
 	}
 	rz.Current = model.Allocation{Bind: curBind, CPUs: map[cpuset.CPUID]int{}, NUMANode: cpuset.NUMANodeID(numa), Memory: fz.Current.MemoryBytes}
 	for _, k := range slices.Sorted(maps.Keys(fz.Current.CPUs)) {
-		id, err := parseCPUKey(fmt.Sprintf("resize.current.cpus[%q]", k), k)
+		id, err := parseCPUKey(func() string { return fmt.Sprintf("resize.current.cpus[%q]", k) }, k)
 		if err != nil {
 			return nil, err
 		}

@@ -38,11 +38,11 @@ type File struct {
 type Host struct {
 	Name     string `json:"name"`
 	Capacity struct {
-		CPUs        map[string]int `json:"cpus"`
-		MemoryBytes int64          `json:"memory_bytes"`
+		CPUs        Pieces `json:"cpus"`
+		MemoryBytes int64  `json:"memory_bytes"`
 	} `json:"capacity"`
 	Used struct {
-		CPUs            map[string]int   `json:"cpus"`
+		CPUs            Pieces           `json:"cpus"`
 		MemoryBytes     int64            `json:"memory_bytes"`
 		NUMAMemoryBytes map[string]int64 `json:"numa_memory_bytes"`
 	} `json:"used"`
