@@ -26,7 +26,7 @@ func TestDecodeFileBothOrNeither(t *testing.T) {
 		{strings.Replace(fileSeed, `"1": 100`, `"0": 50`, 1), `hosts["h1"].capacity.cpus = 0: CPU 0 is given twice`},
 		{strings.Replace(fileSeed, `"1": 100`, `"01": 100`, 1), `hosts["h1"].capacity.cpus["01"] = "01": a CPU id must be a decimal number`},
 		{strings.Replace(fileSeed, `"1": 100`, `"+1": 100`, 1), `capacity.cpus["+1"] = "+1"`},
-		{strings.Replace(fileSeed, `"1": 100`, `"1": 1.5`, 1), `cannot unmarshal number 1.5`},
+		{strings.Replace(fileSeed, `"1": 100`, `"1": 1.5`, 1), `hosts.capacity.cpus: got a JSON number 1.5, want int`},
 		{strings.Replace(fileSeed, `"memory_bytes": 4294967296},`, `"memory_bytes": 4294967296}, "used": {"cpus": {"1": 10, "1": 20}},`, 1), `hosts["h1"].used.cpus["1"] = 20: CPU 1 is given twice`},
 	} {
 		_, err := planfile.Decode(strings.NewReader(tt.in))
