@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -112,11 +113,17 @@ func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
 		}
 	}
 	if asJSON {
-		if err := writeJSON(w, o); err != nil {
+		if err := o.WriteJSON(w); err != nil {
 			return err
 		}
-	} else if err := printPlan(w, in, o); err != nil {
-		return err
+	} else {
+		bw := bufio.NewWriterSize(w, 1<<16) // a large plan is thousands of lines: one write each would dominate
+		if err := printPlan(bw, in, o); err != nil {
+			return err
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
 	}
 	if o.Error != nil {
 		return &exitError{code: exitUnmet, err: o.Error.Error}
@@ -173,11 +180,17 @@ func printPlan(w io.Writer, in *planfile.Input, o planfile.Output) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(o.Placements) == 0 || len(o.Placements[0].CPUs) == 0 {
+		return nil
+	}
+	byHost := map[string][]int{} // host → the numbers of its new instances, in order
+	for i, p := range o.Placements {
+		byHost[p.Host] = append(byHost[p.Host], i)
+	}
 	for _, h := range in.Hosts {
-		if newOn[h.Name] == 0 || len(o.Placements) == 0 || len(o.Placements[0].CPUs) == 0 {
-			continue
+		if len(byHost[h.Name]) > 0 {
+			printCPUMap(w, h.Resources, o.Placements, byHost[h.Name], sb)
 		}
-		printCPUMap(w, h.Resources, o.Placements, sb)
 	}
 	return nil
 }
@@ -202,13 +215,13 @@ func printEliminations(w io.Writer, es []placement.Elimination) error {
 }
 
 // printCPUMap shows, per NUMA node, who holds how many pieces of each CPU.
-func printCPUMap(w io.Writer, h *alloc.Host, pls []planfile.OutputPlacement, sb int) {
+// printCPUMap prints host h's CPUs with the new instances mine (indexes
+// into pls) on them.
+func printCPUMap(w io.Writer, h *alloc.Host, pls []planfile.OutputPlacement, mine []int, sb int) {
 	fmt.Fprintf(w, "\nCPU map of %s (%d pieces per CPU; used = held before this plan, #N = new instance N):\n", h.Name, sb)
 	holders := map[cpuset.CPUID][]string{}
-	for i, p := range pls {
-		if p.Host != h.Name {
-			continue
-		}
+	for _, i := range mine {
+		p := pls[i]
 		for _, id := range slices.Sorted(maps.Keys(p.CPUs)) {
 			holders[id] = append(holders[id], fmt.Sprintf("#%d %d", i+1, p.CPUs[id]))
 		}

@@ -64,8 +64,13 @@ func TestPlanResizeFile(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, `"0": 100`) || !strings.Contains(out, `"1": 100`) || strings.Count(out, `"host"`) != 1 {
-		t.Errorf("resize 1.3 + 0.7 should keep CPUs 0 and 1 whole:\n%s", out)
+	var o struct {
+		Placements []struct {
+			CPUs map[string]int `json:"cpus"`
+		} `json:"placements"`
+	}
+	if err := json.Unmarshal([]byte(out), &o); err != nil || len(o.Placements) != 1 || o.Placements[0].CPUs["0"] != 100 || o.Placements[0].CPUs["1"] != 100 {
+		t.Errorf("resize 1.3 + 0.7 should keep CPUs 0 and 1 whole (%v):\n%s", err, out)
 	}
 }
 

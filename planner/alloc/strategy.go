@@ -55,6 +55,7 @@ type candidate struct {
 	total    uint64 // for Global: total amount of it
 	rank     int    // from Request.Rank: lower first
 	tie      uint64 // tie-break key from Request.Seed (0: by name)
+	placed   int    // Auto and Global: new instances given to it so far
 }
 
 // tieKey hashes (seed, name) with FNV-1a; seed 0 gives 0 (name order).
@@ -134,8 +135,9 @@ func spread(r Request, per uint64, cands []*candidate) (map[string]int, *Error) 
 		if err := enough(r, cands); err != nil {
 			return nil, err
 		}
-		h := &candHeap{global: r.Strategy == Global, per: per, counts: counts}
+		h := &candHeap{global: r.Strategy == Global, per: per}
 		for _, c := range cands {
+			c.placed = 0
 			if c.room > 0 {
 				h.items = append(h.items, c)
 			}
@@ -143,12 +145,17 @@ func spread(r Request, per uint64, cands []*candidate) (map[string]int, *Error) 
 		heap.Init(h)
 		for range r.Count {
 			c := h.items[0]
-			counts[c.name]++
+			c.placed++
 			c.used += per
-			if counts[c.name] == c.room {
+			if c.placed == c.room {
 				heap.Pop(h)
 			} else {
 				heap.Fix(h, 0)
+			}
+		}
+		for _, c := range cands {
+			if c.placed > 0 {
+				counts[c.name] = c.placed
 			}
 		}
 	}
@@ -197,7 +204,6 @@ type candHeap struct {
 	items  []*candidate
 	global bool
 	per    uint64
-	counts map[string]int
 }
 
 func (h *candHeap) Len() int      { return len(h.items) }
@@ -220,14 +226,14 @@ func (h *candHeap) Less(i, j int) bool {
 		}
 		return tieLess(a, b)
 	}
-	na, nb := a.existing+h.counts[a.name], b.existing+h.counts[b.name]
+	na, nb := a.existing+a.placed, b.existing+b.placed
 	if na != nb {
 		return na < nb
 	}
 	if a.rank != b.rank { // a placement policy ranks before remaining room
 		return a.rank < b.rank
 	}
-	ra, rb := a.room-h.counts[a.name], b.room-h.counts[b.name]
+	ra, rb := a.room-a.placed, b.room-b.placed
 	if ra != rb {
 		return ra > rb
 	}
