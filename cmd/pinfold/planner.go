@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/signal"
@@ -32,6 +34,7 @@ type plannerFlags struct {
 	etcdCA, etcdCert, etcdKey                            string
 	tlsNoClientAuth, insecure                            bool
 	shareBase, maxFragmentCores, maxRequestBytes         int
+	pprofListen                                          string
 	logLevel                                             string
 	etcdLogLevel                                         string // tests: "fatal"
 }
@@ -55,6 +58,7 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.maxFragmentCores, "max-fragment-cores", -1, "CPUs per host that may carry fragments (-1: no cap)")
 	cmd.Flags().IntVar(&f.maxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request accepted, in bytes (larger ones are refused unread)")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	cmd.Flags().StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's profiler (net/http/pprof) on this loopback address, for measuring the planner")
 }
 
 // loopback reports whether a listen address is on loopback only.
@@ -83,6 +87,19 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 	}
 	if f.tlsCert == "" && !loopback(f.listen) && !f.insecure {
 		return nil, badInput("--listen %q is off loopback and has no TLS: anyone who reaches it could do everything; give --tls-cert/--tls-key/--tls-ca (see pinfold pki), or --insecure", f.listen)
+	}
+	if f.pprofListen != "" {
+		if !loopback(f.pprofListen) {
+			return nil, badInput("--pprof-listen %q: want a loopback address (the profiler shows the planner's memory)", f.pprofListen)
+		}
+		ln, err := net.Listen("tcp", f.pprofListen)
+		if err != nil {
+			return nil, badInput("--pprof-listen %q: %v", f.pprofListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		go func() { _ = http.Serve(ln, mux) }()
 	}
 	if f.maxRequestBytes != 0 && (f.maxRequestBytes < 64<<10 || f.maxRequestBytes > 256<<20) {
 		return nil, badInput("--max-request-bytes %d: want 65536..268435456 (0: the default)", f.maxRequestBytes)

@@ -109,34 +109,32 @@ func (s *Store) Lead(ctx context.Context, id string, ttl time.Duration, lead fun
 // (no etcd watch per caller): a burst of changes is sent once, as of the
 // revision the cache reached.
 func (s *Store) WatchHost(ctx context.Context, host string, send func(rev int64) error) error {
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.changed.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
-	s.mu.Lock()
+	s.mu.RLock()
 	seen := s.hostChange[host]
 	rev := s.rev
+	s.mu.RUnlock()
 	for {
-		s.mu.Unlock()
 		if err := send(rev); err != nil {
 			return err
 		}
 		s.mu.Lock()
 		for s.hostChange[host] == seen {
-			if err := ctx.Err(); err != nil {
-				s.mu.Unlock()
-				return err
-			}
 			if s.werr != nil {
 				err := s.werr
 				s.mu.Unlock()
 				return err
 			}
-			s.changed.Wait()
+			ch := s.hostWait(host)
+			s.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			s.mu.Lock()
 		}
 		seen, rev = s.hostChange[host], s.rev
+		s.mu.Unlock()
 	}
 }
 

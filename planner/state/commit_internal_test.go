@@ -58,3 +58,43 @@ func TestCommitOutcomeReadBack(t *testing.T) {
 		t.Errorf("no answer from etcd read back as %v, want the lost answer's error, outcome unknown", err)
 	}
 }
+
+// TestLoadInPages: a store larger than one read opens whole, at one
+// revision (a 10,000-host store is over 100 MB: one response cannot carry
+// it, and the restarted planner once failed to start on it).
+func TestLoadInPages(t *testing.T) {
+	cu, pu := freeURL(t), freeURL(t)
+	e, err := StartEmbedded(EmbedConfig{Name: "t", Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	cfg := Config{ShareBase: 100, MaxFragmentCores: -1}
+	s, err := Open(ctx, Dial{Endpoints: []string{cu}}, cfg, model.Protocol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const n = 2*loadPage + 57
+	var c Change
+	for i := range n {
+		c.PutService(Service{Name: fmt.Sprintf("svc%04d", i)})
+	}
+	if _, err := s.Commit(ctx, &c); err != nil {
+		t.Fatal(err)
+	}
+	again, err := Open(ctx, Dial{Endpoints: []string{cu}}, cfg, model.Protocol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close()
+	for i := range n {
+		if _, ok := again.Service(fmt.Sprintf("svc%04d", i)); !ok {
+			t.Fatalf("service svc%04d missing after a load in pages of %d", i, loadPage)
+		}
+	}
+	if again.Rev() < s.Rev() {
+		t.Errorf("loaded at revision %d, before the commit at %d", again.Rev(), s.Rev())
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -72,8 +73,12 @@ type Store struct {
 	resources map[string]*alloc.Host
 
 	// hostChange is, per host, the revision of the last change to its
-	// registration or desired instances (WatchHost waits on it).
+	// registration or desired instances; hostSignal, per host someone
+	// waits on, a channel closed at its next change (WatchHost). One
+	// channel per host, not one condition for all: a change wakes only
+	// that host's watchers, not every agent's stream.
 	hostChange map[string]int64
+	hostSignal map[string]chan struct{}
 
 	leaseMu sync.Mutex
 	leases  map[string]clientv3.LeaseID // host → its heartbeat lease
@@ -127,19 +132,19 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 	_, _ = rand.Read(id[:])
 	s := &Store{cli: cli, log: log, cfg: cfg, protocol: protocol, done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
 	s.changed = sync.NewCond(&s.mu)
-	get, err := cli.Get(ctx, Prefix, clientv3.WithPrefix())
+	kvs, rev, err := loadAll(ctx, cli)
 	if err != nil {
-		return nil, fmt.Errorf("state: load %s: %w", Prefix, err)
+		return nil, err
 	}
 	s.reset()
-	for _, kv := range get.Kvs {
+	for _, kv := range kvs {
 		s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
 	}
-	s.rev = get.Header.Revision
+	s.rev = rev
 	s.reindexAll()
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	go s.watch(wctx, get.Header.Revision+1)
+	go s.watch(wctx, rev+1)
 	return s, nil
 }
 
@@ -163,10 +168,41 @@ func (s *Store) reset() {
 	s.placement = placement.Settings{}
 	s.topologies = map[[32]byte]*topology.Topology{}
 	s.hostChange = map[string]int64{}
+	if s.hostSignal == nil {
+		s.hostSignal = map[string]chan struct{}{} // kept across a reload: its waiters are woken by signalAll
+	}
 	s.byService, s.where = map[string]map[string]string{}, map[string]string{}
 	s.resMu.Lock()
 	s.resources = map[string]*alloc.Host{}
 	s.resMu.Unlock()
+}
+
+// markHost records a change to host at rev and wakes its watchers; the
+// caller holds mu.
+func (s *Store) markHost(host string, rev int64) {
+	s.hostChange[host] = rev
+	if ch, ok := s.hostSignal[host]; ok {
+		close(ch)
+		delete(s.hostSignal, host)
+	}
+}
+
+// signalAll wakes every host's watchers; the caller holds mu.
+func (s *Store) signalAll() {
+	for h, ch := range s.hostSignal {
+		close(ch)
+		delete(s.hostSignal, h)
+	}
+}
+
+// hostWait is the channel closed at host's next change; the caller holds mu.
+func (s *Store) hostWait(host string) <-chan struct{} {
+	ch, ok := s.hostSignal[host]
+	if !ok {
+		ch = make(chan struct{})
+		s.hostSignal[host] = ch
+	}
+	return ch
 }
 
 // dropResources forgets host's cached engine view; the caller holds mu.
@@ -212,21 +248,27 @@ func (s *Store) watch(ctx context.Context, from int64) {
 			s.mu.Lock()
 			s.werr = ctx.Err()
 			s.changed.Broadcast()
+			s.signalAll()
 			s.mu.Unlock()
 			return
 		}
 		// Compacted or lost leader: reload everything and watch again.
-		get, err := s.cli.Get(ctx, Prefix, clientv3.WithPrefix())
+		kvs, rev, err := loadAll(ctx, s.cli)
 		if err != nil {
+			s.log.Warn("store reload failed; retrying", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 			continue
 		}
 		s.mu.Lock()
 		before := s.hostChange
 		s.reset()
-		for _, kv := range get.Kvs {
+		for _, kv := range kvs {
 			s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
 		}
-		s.rev = get.Header.Revision
+		s.rev = rev
 		// A reload may hide deletions: every host's watchers look again.
 		for h := range before {
 			s.hostChange[h] = s.rev
@@ -234,10 +276,43 @@ func (s *Store) watch(ctx context.Context, from int64) {
 		for h := range s.hostChange {
 			s.hostChange[h] = s.rev
 		}
+		s.signalAll()
 		s.reindexAll()
 		from = s.rev + 1
 		s.changed.Broadcast()
 		s.mu.Unlock()
+	}
+}
+
+// loadPage is how many keys one read of the initial load asks for: a host
+// document with a 1,024-CPU topology is about 120 KiB, so a page stays well
+// under the client's 64 MiB message limit (a 10,000-host store is about
+// 150 MB, which one response cannot carry).
+const loadPage = 200
+
+// loadAll reads every key under Prefix at one revision, a page at a time,
+// and returns them with that revision.
+func loadAll(ctx context.Context, cli *clientv3.Client) ([]*mvccpb.KeyValue, int64, error) {
+	var out []*mvccpb.KeyValue
+	var rev int64
+	key, end := Prefix, clientv3.GetPrefixRangeEnd(Prefix)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(loadPage)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := cli.Get(ctx, key, opts...)
+		if err != nil {
+			return nil, 0, fmt.Errorf("state: load %s from %q (%d keys read): %w", Prefix, key, len(out), err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		out = append(out, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, rev, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
 }
 
@@ -255,7 +330,7 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 	kind, name, _ := strings.Cut(rest, "/")
 	switch kind {
 	case "hosts":
-		s.hostChange[name] = rev
+		s.markHost(name, rev)
 		s.dropResources(name)
 		if deleted {
 			delete(s.hosts, name)
@@ -273,7 +348,7 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 	case "instances", "status":
 		host, id, _ := strings.Cut(name, "/")
 		if kind == "instances" {
-			s.hostChange[host] = rev
+			s.markHost(host, rev)
 			s.unindex(host, id)
 			setNested(s.instances, host, id, val, rev, deleted)
 			if d, ok := s.instances[host][id]; ok {

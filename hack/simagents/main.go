@@ -1,0 +1,537 @@
+// Command simagents measures one planner against thousands of simulated
+// node agents speaking the real API: each registers its host (a 128-CPU,
+// two-NUMA-node topology), heartbeats every 10 s and holds one
+// WatchInstances stream, over its own HTTP/2 connection, as agents on
+// separate machines do. It runs etcd and the planner as child processes so
+// that their CPU time and memory are measured apart:
+//
+//	go build -o /tmp/pinfold ./cmd/pinfold
+//	go run ./hack/simagents -pinfold /tmp/pinfold -agents 10000
+//
+// Phases: registration of every agent (with its stream and first
+// heartbeat), a steady minute with one-instance deploys at a steady rate
+// (deploy sent → the host's agent sees the instance on its stream), then a
+// planner restart (killed, started again) and the time until every agent
+// has its stream back and a heartbeat accepted. It prints a table and, with
+// -json, writes the figures. It fails (exit 1) when a phase does not
+// complete within its limit.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+func main() {
+	if os.Getenv("SIMAGENTS_ETCD") != "" {
+		runEtcd()
+		return
+	}
+	var cfg config
+	flag.StringVar(&cfg.pinfold, "pinfold", "", "the pinfold binary to run the planner with (required)")
+	flag.IntVar(&cfg.agents, "agents", 10000, "simulated agents (hosts)")
+	flag.DurationVar(&cfg.heartbeat, "heartbeat", 10*time.Second, "heartbeat interval (the lease TTL is 3 times it)")
+	flag.DurationVar(&cfg.steady, "steady", time.Minute, "length of the steady phase")
+	flag.IntVar(&cfg.deploys, "deploys", 300, "one-instance deploys during the steady phase")
+	flag.IntVar(&cfg.registerConcurrency, "register-concurrency", 200, "registrations in flight at once")
+	flag.StringVar(&cfg.dir, "dir", "", "working directory (default: a new temporary one)")
+	flag.StringVar(&cfg.jsonOut, "json", "", "also write the figures as JSON to this file")
+	flag.BoolVar(&cfg.profile, "profile", false, "save the planner's heap and a 10 s CPU profile of the steady phase in -dir (planner-heap.pprof, planner-cpu.pprof)")
+	flag.Parse()
+	if cfg.pinfold == "" || cfg.agents < 1 || cfg.deploys < 1 {
+		fmt.Fprintln(os.Stderr, "simagents: -pinfold is required; -agents and -deploys must be at least 1")
+		os.Exit(2)
+	}
+	rep, err := run(cfg)
+	rep.print()
+	if cfg.jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if werr := os.WriteFile(cfg.jsonOut, b, 0o644); werr != nil {
+			fmt.Fprintln(os.Stderr, "simagents:", werr)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simagents:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	pinfold             string
+	agents              int
+	heartbeat           time.Duration
+	steady              time.Duration
+	deploys             int
+	registerConcurrency int
+	dir                 string
+	jsonOut             string
+	profile             bool
+}
+
+// runEtcd is the etcd child: embedded etcd (fsync on) until killed.
+func runEtcd() {
+	e, err := state.StartEmbedded(state.EmbedConfig{Name: "sim", Dir: os.Getenv("SIMAGENTS_DIR"),
+		ClientURL: os.Getenv("SIMAGENTS_CLIENT"), PeerURL: os.Getenv("SIMAGENTS_PEER"), LogLevel: "error"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simagents etcd:", err)
+		os.Exit(1)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	e.Close()
+}
+
+// usage is a process's CPU time and resident memory.
+type usage struct {
+	CPU time.Duration
+	RSS int64
+}
+
+// procUsage reads /proc/PID/stat (utime, stime) and /proc/PID/status (VmRSS).
+func procUsage(pid int) usage {
+	var u usage
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i > 0 {
+			f := strings.Fields(s[i+2:])
+			if len(f) > 12 {
+				ut, _ := strconv.ParseInt(f[11], 10, 64)
+				st, _ := strconv.ParseInt(f[12], 10, 64)
+				u.CPU = time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
+			}
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				u.RSS = kb << 10
+			}
+		}
+	}
+	return u
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// report is what the run measured.
+type report struct {
+	Agents              int     `json:"agents"`
+	RegisterSeconds     float64 `json:"register_seconds"`
+	RegisterPerSecond   float64 `json:"registrations_per_second"`
+	SteadySeconds       float64 `json:"steady_seconds"`
+	HeartbeatsPerSecond float64 `json:"heartbeats_per_second"`
+	HeartbeatErrors     int64   `json:"heartbeat_errors"`
+	Deploys             int     `json:"deploys"`
+	NotifyP50Ms         float64 `json:"notify_p50_ms"`
+	NotifyP99Ms         float64 `json:"notify_p99_ms"`
+	NotifyMaxMs         float64 `json:"notify_max_ms"`
+	NotifyMissed        int     `json:"notify_missed"`
+	PlannerCPUPercent   float64 `json:"planner_cpu_percent"` // of one core, steady phase
+	EtcdCPUPercent      float64 `json:"etcd_cpu_percent"`
+	SimCPUPercent       float64 `json:"simulator_cpu_percent"`
+	PlannerRSSMiB       float64 `json:"planner_rss_mib"`
+	EtcdRSSMiB          float64 `json:"etcd_rss_mib"`
+	SimRSSMiB           float64 `json:"simulator_rss_mib"`
+	PlannerRSSPerHostKB float64 `json:"planner_rss_per_host_kib"`
+	RestartSeconds      float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
+	RestartPlannerStart float64 `json:"restart_planner_start_seconds"`
+	AfterRestartCPU     float64 `json:"planner_cpu_percent_after_restart"`
+}
+
+func (r report) print() {
+	fmt.Printf(`
+simulated agents          %d
+registration              %.1f s (%.0f/s, each with its stream and first heartbeat)
+steady phase              %.0f s: %.0f heartbeats/s, %d heartbeat errors
+deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d never seen
+CPU (of one core)         planner %.1f %%, etcd %.1f %%, simulator %.1f %% (steady phase)
+memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
+planner restart           API up after %.1f s; every agent streaming and heartbeating %.1f s after the restart; planner CPU then %.1f %%
+`, r.Agents, r.RegisterSeconds, r.RegisterPerSecond, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
+		r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed,
+		r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent,
+		r.PlannerRSSMiB, r.PlannerRSSPerHostKB, r.EtcdRSSMiB, r.SimRSSMiB,
+		r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU)
+}
+
+// agent is one simulated node agent.
+type agent struct {
+	name string
+	cl   pinfoldv1connect.PlannerServiceClient
+	// streamAt and beatAt are the last time (UnixNano) its stream
+	// delivered its first message and a heartbeat was accepted.
+	streamAt, beatAt atomic.Int64
+}
+
+// sim is the running fleet.
+type sim struct {
+	cfg     config
+	topo    []byte
+	agents  []*agent
+	beats   atomic.Int64
+	beatErr atomic.Int64
+	// seen is, per instance ID, when an agent's stream first carried it.
+	seen sync.Map
+}
+
+func run(cfg config) (report, error) {
+	rep := report{Agents: cfg.agents}
+	if cfg.dir == "" {
+		d, err := os.MkdirTemp("", "simagents-")
+		if err != nil {
+			return rep, err
+		}
+		defer os.RemoveAll(d)
+		cfg.dir = d
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// etcd, as a child process of this binary.
+	ec, ep := fmt.Sprintf("http://127.0.0.1:%d", freePort()), fmt.Sprintf("http://127.0.0.1:%d", freePort())
+	self, _ := os.Executable()
+	etcd := exec.Command(self)
+	etcd.Env = append(os.Environ(), "SIMAGENTS_ETCD=1", "SIMAGENTS_DIR="+filepath.Join(cfg.dir, "etcd"), "SIMAGENTS_CLIENT="+ec, "SIMAGENTS_PEER="+ep)
+	etcdLog, err := os.Create(filepath.Join(cfg.dir, "etcd.log"))
+	if err != nil {
+		return rep, err
+	}
+	defer etcdLog.Close()
+	etcd.Stdout, etcd.Stderr = etcdLog, etcdLog
+	if err := etcd.Start(); err != nil {
+		return rep, fmt.Errorf("start etcd: %w", err)
+	}
+	defer func() { _ = etcd.Process.Signal(syscall.SIGTERM); _ = etcd.Wait() }()
+	if err := waitEtcd(ctx, ec); err != nil {
+		return rep, err
+	}
+	api := fmt.Sprintf("127.0.0.1:%d", freePort())
+	pprofAt := fmt.Sprintf("127.0.0.1:%d", freePort())
+	startPlanner := func() (*exec.Cmd, error) {
+		args := []string{"planner", "--etcd-endpoints", ec, "--listen", api, "--log-level", "warn", "--data-dir", filepath.Join(cfg.dir, "planner")}
+		if cfg.profile {
+			args = append(args, "--pprof-listen", pprofAt)
+		}
+		cmd := exec.Command(cfg.pinfold, args...)
+		logf, err := os.OpenFile(filepath.Join(cfg.dir, "planner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
+		return cmd, cmd.Start()
+	}
+	planner, err := startPlanner()
+	if err != nil {
+		return rep, fmt.Errorf("start the planner: %w", err)
+	}
+	defer func() { _ = planner.Process.Kill(); _ = planner.Wait() }()
+	admin := newClient("http://" + api)
+	if err := waitAPI(ctx, admin, 30*time.Second); err != nil {
+		return rep, fmt.Errorf("planner did not come up (log: %s): %w", filepath.Join(cfg.dir, "planner.log"), err)
+	}
+
+	s := &sim{cfg: cfg}
+	s.topo, _ = json.Marshal(topologytest.BenchHost().Topology())
+	for i := range cfg.agents {
+		s.agents = append(s.agents, &agent{name: fmt.Sprintf("sim-%05d", i), cl: newClient("http://" + api)})
+	}
+
+	// Phase 1: registration, stream and first heartbeat of every agent.
+	start := time.Now()
+	sem := make(chan struct{}, cfg.registerConcurrency)
+	var wg sync.WaitGroup
+	var regErr atomic.Value
+	for _, a := range s.agents {
+		wg.Go(func() {
+			sem <- struct{}{}
+			err := s.register(ctx, a)
+			<-sem
+			if err != nil {
+				regErr.Store(err)
+				return
+			}
+			go s.heartbeats(ctx, a)
+			go s.watch(ctx, a)
+		})
+	}
+	wg.Wait()
+	if e, ok := regErr.Load().(error); ok {
+		return rep, fmt.Errorf("registration: %w", e)
+	}
+	if err := s.waitAll(start, 5*time.Minute); err != nil {
+		return rep, fmt.Errorf("registration: %w", err)
+	}
+	rep.RegisterSeconds = time.Since(start).Seconds()
+	rep.RegisterPerSecond = float64(cfg.agents) / rep.RegisterSeconds
+
+	// Phase 2: steady, with deploys at a steady rate.
+	time.Sleep(cfg.heartbeat) // let the registration burst's heartbeats spread out
+	p0, e0, s0 := procUsage(planner.Process.Pid), procUsage(etcd.Process.Pid), procUsage(os.Getpid())
+	b0, be0 := s.beats.Load(), s.beatErr.Load()
+	t0 := time.Now()
+	if cfg.profile {
+		go fetch("http://"+pprofAt+"/debug/pprof/profile?seconds=10", filepath.Join(cfg.dir, "planner-cpu.pprof"))
+	}
+	sent := s.deploy(ctx, admin, cfg.deploys, cfg.steady)
+	if rest := cfg.steady - time.Since(t0); rest > 0 {
+		time.Sleep(rest)
+	}
+	el := time.Since(t0)
+	p1, e1, s1 := procUsage(planner.Process.Pid), procUsage(etcd.Process.Pid), procUsage(os.Getpid())
+	if cfg.profile {
+		fetch("http://"+pprofAt+"/debug/pprof/heap", filepath.Join(cfg.dir, "planner-heap.pprof"))
+	}
+	rep.SteadySeconds = el.Seconds()
+	rep.HeartbeatsPerSecond = float64(s.beats.Load()-b0) / el.Seconds()
+	rep.HeartbeatErrors = s.beatErr.Load() - be0
+	pct := func(a, b usage) float64 { return 100 * (b.CPU - a.CPU).Seconds() / el.Seconds() }
+	rep.PlannerCPUPercent, rep.EtcdCPUPercent, rep.SimCPUPercent = pct(p0, p1), pct(e0, e1), pct(s0, s1)
+	rep.PlannerRSSMiB, rep.EtcdRSSMiB, rep.SimRSSMiB = float64(p1.RSS)/(1<<20), float64(e1.RSS)/(1<<20), float64(s1.RSS)/(1<<20)
+	rep.PlannerRSSPerHostKB = float64(p1.RSS) / 1024 / float64(cfg.agents)
+	var lat []float64
+	for id, at := range sent {
+		if v, ok := s.seen.Load(id); ok {
+			lat = append(lat, float64(v.(int64)-at.UnixNano())/1e6)
+		} else {
+			rep.NotifyMissed++
+		}
+	}
+	rep.Deploys = len(sent)
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		rep.NotifyP50Ms, rep.NotifyP99Ms, rep.NotifyMaxMs = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)-1]
+	}
+
+	// Phase 3: the planner is killed and started again.
+	_ = planner.Process.Kill()
+	_ = planner.Wait()
+	restart := time.Now()
+	planner, err = startPlanner()
+	if err != nil {
+		return rep, fmt.Errorf("restart the planner: %w", err)
+	}
+	if err := waitAPI(ctx, admin, 60*time.Second); err != nil {
+		return rep, fmt.Errorf("planner did not come back: %w", err)
+	}
+	rep.RestartPlannerStart = time.Since(restart).Seconds()
+	if err := s.waitAll(restart, 5*time.Minute); err != nil {
+		return rep, fmt.Errorf("after the restart: %w", err)
+	}
+	rep.RestartSeconds = time.Since(restart).Seconds()
+	q0 := procUsage(planner.Process.Pid)
+	time.Sleep(cfg.heartbeat * 2)
+	q1 := procUsage(planner.Process.Pid)
+	rep.AfterRestartCPU = 100 * (q1.CPU - q0.CPU).Seconds() / (cfg.heartbeat * 2).Seconds()
+	if rep.NotifyMissed > 0 {
+		return rep, fmt.Errorf("%d of %d deployed instances never reached their agent's stream", rep.NotifyMissed, rep.Deploys)
+	}
+	return rep, nil
+}
+
+// fetch saves a profile from the planner's profiler.
+func fetch(url, file string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simagents: profile:", err)
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simagents: profile:", err)
+		return
+	}
+	defer f.Close()
+	_, _ = io.Copy(f, resp.Body)
+}
+
+// newClient is one agent's client: its own HTTP/2 (h2c) connection, as an
+// agent on its own machine has.
+func newClient(base string) pinfoldv1connect.PlannerServiceClient {
+	tr := &http.Transport{MaxIdleConnsPerHost: 1, Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC())
+}
+
+func waitEtcd(ctx context.Context, endpoint string) error {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		_, err = cli.Get(c, "health")
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("etcd at %s did not answer: %w", endpoint, err)
+}
+
+func waitAPI(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, limit time.Duration) error {
+	var err error
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		_, err = cl.GetPlacementSettings(c, connect.NewRequest(&pinfoldv1.GetPlacementSettingsRequest{}))
+		cancel()
+		if err == nil {
+			return nil
+		}
+	}
+	return err
+}
+
+// backoff is the real agent's: 200 ms doubling to 5 s, with jitter.
+func backoff(ctx context.Context, attempt int) {
+	d := min(time.Duration(1<<min(attempt, 5))*200*time.Millisecond, 5*time.Second)
+	d = d/2 + rand.N(d/2+1)
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}
+
+func (s *sim) register(ctx context.Context, a *agent) error {
+	for i := 0; ; i++ {
+		_, err := a.cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: a.name, TopologyJson: s.topo,
+			Agent: true, AgentVersion: "sim", Protocol: model.Protocol, MemoryShare: 1}))
+		if err == nil {
+			return nil
+		}
+		if ce := new(connect.Error); errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument || i > 20 {
+			return fmt.Errorf("host %s: %w", a.name, err)
+		}
+		backoff(ctx, i)
+	}
+}
+
+func (s *sim) heartbeats(ctx context.Context, a *agent) {
+	ttl := int32(3 * s.cfg.heartbeat / time.Second)
+	for i := 0; ctx.Err() == nil; {
+		c, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := a.cl.Heartbeat(c, connect.NewRequest(&pinfoldv1.HeartbeatRequest{Host: a.name, AgentVersion: "sim", Protocol: model.Protocol, TtlSeconds: ttl}))
+		cancel()
+		if err != nil {
+			s.beatErr.Add(1)
+			i++
+			backoff(ctx, i)
+			continue
+		}
+		i = 0
+		s.beats.Add(1)
+		a.beatAt.Store(time.Now().UnixNano())
+		select {
+		case <-time.After(s.cfg.heartbeat - s.cfg.heartbeat/10 + rand.N(s.cfg.heartbeat/5)):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (s *sim) watch(ctx context.Context, a *agent) {
+	for i := 0; ctx.Err() == nil; i++ {
+		stream, err := a.cl.WatchInstances(ctx, connect.NewRequest(&pinfoldv1.WatchInstancesRequest{Host: a.name}))
+		if err != nil {
+			backoff(ctx, i)
+			continue
+		}
+		first := true
+		for stream.Receive() {
+			now := time.Now().UnixNano()
+			if first {
+				a.streamAt.Store(now)
+				first, i = false, 0
+			}
+			for _, in := range stream.Msg().Instances {
+				s.seen.LoadOrStore(in.Id, now)
+			}
+		}
+		stream.Close()
+		backoff(ctx, i)
+	}
+}
+
+// waitAll waits until every agent's stream delivered and a heartbeat was
+// accepted after since.
+func (s *sim) waitAll(since time.Time, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		behind := 0
+		for _, a := range s.agents {
+			if a.streamAt.Load() < since.UnixNano() || a.beatAt.Load() < since.UnixNano() {
+				behind++
+			}
+		}
+		if behind == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d agents not back after %s", behind, len(s.agents), limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// deploy sends n one-instance deploys spread evenly over d and returns,
+// per instance ID, when its deploy was sent.
+func (s *sim) deploy(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, n int, d time.Duration) map[string]time.Time {
+	out := map[string]time.Time{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		time.Sleep(time.Until(start.Add(d * time.Duration(i) / time.Duration(n) * 9 / 10)))
+		wg.Go(func() {
+			at := time.Now()
+			resp, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("svc%d", i%20), Count: 1, Cpu: "0.5", Bind: true, MemoryBytes: 64 << 20}))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "simagents: deploy:", err)
+				return
+			}
+			mu.Lock()
+			for _, in := range resp.Msg.Instances {
+				out[in.Id] = at
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
