@@ -40,8 +40,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
@@ -389,21 +387,25 @@ func newClient(base string) pinfoldv1connect.PlannerServiceClient {
 	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC())
 }
 
+// waitEtcd polls etcd's /health endpoint (this tool speaks to etcd only
+// through the planner; the state package is the only etcd client).
 func waitEtcd(ctx context.Context, endpoint string) error {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return err
-	}
-	defer cli.Close()
+	var last error
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		c, cancel := context.WithTimeout(ctx, time.Second)
-		_, err = cli.Get(c, "health")
-		cancel()
-		if err == nil {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/health", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			last = err
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.Contains(string(b), `"health":"true"`) {
 			return nil
 		}
+		last = fmt.Errorf("HTTP %d %s", resp.StatusCode, b)
 	}
-	return fmt.Errorf("etcd at %s did not answer: %w", endpoint, err)
+	return fmt.Errorf("etcd at %s did not answer: %w", endpoint, last)
 }
 
 func waitAPI(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, limit time.Duration) error {
