@@ -161,6 +161,8 @@ type report struct {
 	NotifyP99Ms         float64 `json:"notify_p99_ms"`
 	NotifyMaxMs         float64 `json:"notify_max_ms"`
 	NotifyMissed        int     `json:"notify_missed"`
+	DeployP50Ms         float64 `json:"deploy_answer_p50_ms"` // the deploy call's own answer
+	DeployP99Ms         float64 `json:"deploy_answer_p99_ms"`
 	PlannerCPUPercent   float64 `json:"planner_cpu_percent"` // of one core, steady phase
 	EtcdCPUPercent      float64 `json:"etcd_cpu_percent"`
 	SimCPUPercent       float64 `json:"simulator_cpu_percent"`
@@ -178,12 +180,12 @@ func (r report) print() {
 simulated agents          %d
 registration              %.1f s (%.0f/s, each with its stream and first heartbeat)
 steady phase              %.0f s: %.0f heartbeats/s, %d heartbeat errors
-deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d never seen
+deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d never seen (the deploy's answer: p50 %.1f ms, p99 %.1f ms)
 CPU (of one core)         planner %.1f %%, etcd %.1f %%, simulator %.1f %% (steady phase)
 memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
 planner restart           API up after %.1f s; every agent streaming and heartbeating %.1f s after the restart; planner CPU then %.1f %%
 `, r.Agents, r.RegisterSeconds, r.RegisterPerSecond, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
-		r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed,
+		r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed, r.DeployP50Ms, r.DeployP99Ms,
 		r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent,
 		r.PlannerRSSMiB, r.PlannerRSSPerHostKB, r.EtcdRSSMiB, r.SimRSSMiB,
 		r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU)
@@ -306,7 +308,11 @@ func run(cfg config) (report, error) {
 	if cfg.profile {
 		go fetch("http://"+pprofAt+"/debug/pprof/profile?seconds=10", filepath.Join(cfg.dir, "planner-cpu.pprof"))
 	}
-	sent := s.deploy(ctx, admin, cfg.deploys, cfg.steady)
+	sent, answers := s.deploy(ctx, admin, cfg.deploys, cfg.steady)
+	if len(answers) > 0 {
+		slices.Sort(answers)
+		rep.DeployP50Ms, rep.DeployP99Ms = answers[len(answers)/2], answers[min(len(answers)-1, len(answers)*99/100)]
+	}
 	if rest := cfg.steady - time.Since(t0); rest > 0 {
 		time.Sleep(rest)
 	}
@@ -512,9 +518,11 @@ func (s *sim) waitAll(since time.Time, limit time.Duration) error {
 }
 
 // deploy sends n one-instance deploys spread evenly over d and returns,
-// per instance ID, when its deploy was sent.
-func (s *sim) deploy(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, n int, d time.Duration) map[string]time.Time {
+// per instance ID, when its deploy was sent, and each deploy's answer time
+// in milliseconds.
+func (s *sim) deploy(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, n int, d time.Duration) (map[string]time.Time, []float64) {
 	out := map[string]time.Time{}
+	var answers []float64
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -527,13 +535,15 @@ func (s *sim) deploy(ctx context.Context, cl pinfoldv1connect.PlannerServiceClie
 				fmt.Fprintln(os.Stderr, "simagents: deploy:", err)
 				return
 			}
+			took := float64(time.Since(at).Microseconds()) / 1e3
 			mu.Lock()
 			for _, in := range resp.Msg.Instances {
 				out[in.Id] = at
 			}
+			answers = append(answers, took)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return out
+	return out, answers
 }

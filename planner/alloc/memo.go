@@ -36,7 +36,7 @@ func (m *CapacityMemo) put(k memoKey, c Capacity) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.m == nil || len(m.m) >= memoEntries {
-		m.m = make(map[memoKey]Capacity, memoEntries)
+		m.m = make(map[memoKey]Capacity, 2) // most hosts see one or two request sizes between changes
 	}
 	m.m[k] = c
 }

@@ -53,7 +53,8 @@ func (p *Pending) Schedulable() []HostView {
 	return out
 }
 
-// Host returns one host's view with its pending usage.
+// Host returns one host's view with its pending usage (Resources only
+// where the usage is pending).
 func (p *Pending) Host(name string) (HostView, bool) {
 	v, ok := p.base.Host(name)
 	if !ok {

@@ -54,7 +54,13 @@ type Store struct {
 	// and up (a live heartbeat) when an agent manages them, speaking the
 	// current protocol. Planning reads only these, never scans the rest.
 	schedulable map[string]bool
-	protocol    int
+	// schedOrder is schedulable's names sorted, rebuilt on the first read
+	// after the index changed (nil); schedMu guards it apart from mu, so
+	// that readers holding mu's read lock can rebuild it. It is never
+	// changed in place, only replaced.
+	schedMu    sync.Mutex
+	schedOrder []string
+	protocol   int
 	// topologies interns decoded topologies by their JSON: hosts of one
 	// model share one copy (10,000 identical hosts cost one topology).
 	topologies map[[32]byte]*topology.Topology
@@ -165,6 +171,9 @@ func (s *Store) reset() {
 	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
 	s.instances, s.statuses = map[string]map[string]Doc[model.Instance]{}, map[string]map[string]Doc[model.Status]{}
 	s.live, s.schedulable, s.metrics = map[string]bool{}, map[string]bool{}, map[string]Metrics{}
+	s.schedMu.Lock()
+	s.schedOrder = nil
+	s.schedMu.Unlock()
 	s.placement = placement.Settings{}
 	s.topologies = map[[32]byte]*topology.Topology{}
 	s.hostChange = map[string]int64{}
@@ -458,10 +467,16 @@ func (s *Store) reindexAll() {
 // reindex keeps the schedulable index right for one host.
 func (s *Store) reindex(name string) {
 	h, ok := s.hosts[name]
+	was := s.schedulable[name]
 	if ok && hostState(h.Value, s.live[name], s.protocol) == "up" {
 		s.schedulable[name] = true
 	} else {
 		delete(s.schedulable, name)
+	}
+	if was != s.schedulable[name] {
+		s.schedMu.Lock()
+		s.schedOrder = nil
+		s.schedMu.Unlock()
 	}
 }
 
@@ -506,7 +521,8 @@ type HostView struct {
 	Live     bool
 	Metrics  *Metrics // nil until the agent sent some
 	// Resources is the allocation engine's view of Host and Alloc
-	// (AllocHost), shared and never changed.
+	// (AllocHost), shared and never changed; set in the views planning
+	// reads (Store.Schedulable, Pending), nil elsewhere.
 	Resources *alloc.Host
 	state     string
 }
@@ -535,11 +551,22 @@ func (s *Store) Unschedulable() map[string][]string {
 }
 
 // Schedulable returns the hosts that may take new work, sorted by name,
-// read from the index (disabled and down hosts are never visited).
+// read from the index (disabled and down hosts are never visited), with
+// their engine views (Resources): these are the hosts planning reads.
 func (s *Store) Schedulable() []HostView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.viewsLocked(slices.Sorted(maps.Keys(s.schedulable)))
+	s.schedMu.Lock()
+	if s.schedOrder == nil {
+		s.schedOrder = slices.Sorted(maps.Keys(s.schedulable))
+	}
+	names := s.schedOrder
+	s.schedMu.Unlock()
+	out := s.viewsLocked(names)
+	for i := range out {
+		out[i].Resources = s.resourcesLocked(out[i].Host.Name, out[i].Host, out[i].Alloc)
+	}
+	return out
 }
 
 func (s *Store) viewsLocked(names []string) []HostView {
@@ -556,8 +583,7 @@ func (s *Store) viewLocked(name string) HostView {
 	if !ok {
 		a.Value = NewAlloc()
 	}
-	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name], state: hostState(h.Value, s.live[name], s.protocol),
-		Resources: s.resourcesLocked(name, h.Value, a.Value)}
+	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name], state: hostState(h.Value, s.live[name], s.protocol)}
 	if m, ok := s.metrics[name]; ok {
 		v.Metrics = &m
 	}
