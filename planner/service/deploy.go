@@ -95,14 +95,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	var out DeployResult
 	var hosts int
 	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
-		views := rd.Schedulable()
-		phosts := make([]*placement.Host, len(views))
-		byName := make(map[string]state.HostView, len(views))
-		for i, v := range views {
-			phosts[i] = PlacementHost(v)
-			byName[v.Host.Name] = v
-		}
-		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), phosts, req) // validated above, once
+		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), rd.SchedulablePlacement(), req) // validated above, once
 		if err != nil {
 			return nil, s.placementError(rd, err)
 		}
@@ -112,7 +105,10 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		for _, p := range res.Placements {
 			a, ok := allocs[p.Host]
 			if !ok {
-				v := byName[p.Host]
+				v, found := rd.Host(p.Host)
+				if !found {
+					return nil, errf(Conflicted, "host %s left while it was planned", p.Host)
+				}
 				a = v.Alloc.Clone()
 				c.GuardView(v)
 			}
@@ -136,21 +132,6 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	}
 	s.log.Info("deployed", "service", r.Service, "instances", len(out.Instances), "hosts", hosts, "domain_spread", out.DomainSpread, "violations", len(out.Violations))
 	return out, nil
-}
-
-// PlacementHost is a host as the placement rules see it.
-func PlacementHost(v state.HostView) *placement.Host {
-	res := v.Resources
-	if res == nil {
-		res = state.AllocHost(v.Host, v.Alloc)
-	}
-	h := &placement.Host{Name: v.Host.Name, Type: v.Host.Type, Properties: v.Host.Properties, FaultDomain: v.Host.FaultDomain,
-		UpgradeDomain: v.Host.UpgradeDomain, Disabled: v.Host.Disabled, Maintenance: !v.Host.MaintenanceUntil.IsZero(),
-		Resources: res}
-	if v.Metrics != nil {
-		h.LoadAvg = v.Metrics.Load1
-	}
-	return h
 }
 
 // placementError turns a placement failure into an error carrying the

@@ -14,7 +14,7 @@ import (
 // changes planned before it in the same commit group laid over it
 // (state.Pending).
 type reader interface {
-	Schedulable() []state.HostView
+	SchedulablePlacement() []*placement.Host
 	Unschedulable() map[string][]string
 	Host(name string) (state.HostView, bool)
 	Instance(id string) (state.InstanceView, bool)

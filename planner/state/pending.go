@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -49,6 +50,29 @@ func (p *Pending) Schedulable() []HostView {
 	}
 	for i := range out {
 		out[i] = p.over(out[i])
+	}
+	return out
+}
+
+// SchedulablePlacement is Store.SchedulablePlacement with the hosts whose
+// usage is pending replaced by their pending views (the store's list is
+// shared: it is copied before one is replaced).
+func (p *Pending) SchedulablePlacement() []*placement.Host {
+	out := p.base.SchedulablePlacement()
+	if len(p.c.allocs) == 0 {
+		return out
+	}
+	out = slices.Clone(out)
+	for h := range p.c.allocs {
+		i, ok := slices.BinarySearchFunc(out, h, func(x *placement.Host, name string) int { return cmp.Compare(x.Name, name) })
+		if !ok {
+			continue // not schedulable (any more)
+		}
+		v, found := p.Host(h)
+		if !found {
+			continue
+		}
+		out[i] = v.PlacementHost()
 	}
 	return out
 }

@@ -77,6 +77,11 @@ type Store struct {
 	// holding mu's read lock can fill it.
 	resMu     sync.Mutex
 	resources map[string]*alloc.Host
+	// placed caches each schedulable host's placement view (registration,
+	// engine view, load), and placedList all of them sorted by name (nil
+	// after any change); also guarded by resMu.
+	placed     map[string]*placement.Host
+	placedList []*placement.Host
 
 	// hostChange is, per host, the revision of the last change to its
 	// registration or desired instances; hostSignal, per host someone
@@ -183,6 +188,15 @@ func (s *Store) reset() {
 	s.byService, s.where = map[string]map[string]string{}, map[string]string{}
 	s.resMu.Lock()
 	s.resources = map[string]*alloc.Host{}
+	s.placed, s.placedList = map[string]*placement.Host{}, nil
+	s.resMu.Unlock()
+}
+
+// dropPlaced forgets host's cached placement view; the caller holds mu.
+func (s *Store) dropPlaced(host string) {
+	s.resMu.Lock()
+	delete(s.placed, host)
+	s.placedList = nil
 	s.resMu.Unlock()
 }
 
@@ -218,6 +232,8 @@ func (s *Store) hostWait(host string) <-chan struct{} {
 func (s *Store) dropResources(host string) {
 	s.resMu.Lock()
 	delete(s.resources, host)
+	delete(s.placed, host)
+	s.placedList = nil
 	s.resMu.Unlock()
 }
 
@@ -387,6 +403,7 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 			}
 		}
 	case "live":
+		s.dropPlaced(name)
 		s.live[name] = !deleted
 		delete(s.metrics, name)
 		if deleted {
@@ -477,6 +494,7 @@ func (s *Store) reindex(name string) {
 		s.schedMu.Lock()
 		s.schedOrder = nil
 		s.schedMu.Unlock()
+		s.dropPlaced(name)
 	}
 }
 
@@ -588,6 +606,62 @@ func (s *Store) viewLocked(name string) HostView {
 		v.Metrics = &m
 	}
 	return v
+}
+
+// SchedulablePlacement returns the hosts that may take new work as the
+// placement rules see them, sorted by name: a cached list, rebuilt after a
+// change from cached per-host views (a deploy over 10,000 hosts builds one
+// view, not 10,000). The hosts are shared and must not be changed.
+func (s *Store) SchedulablePlacement() []*placement.Host {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.resMu.Lock()
+	list := s.placedList
+	s.resMu.Unlock()
+	if list != nil {
+		return list
+	}
+	s.schedMu.Lock()
+	if s.schedOrder == nil {
+		s.schedOrder = slices.Sorted(maps.Keys(s.schedulable))
+	}
+	names := s.schedOrder
+	s.schedMu.Unlock()
+	list = make([]*placement.Host, len(names))
+	for i, name := range names {
+		s.resMu.Lock()
+		ph, ok := s.placed[name]
+		s.resMu.Unlock()
+		if !ok {
+			v := s.viewLocked(name)
+			v.Resources = s.resourcesLocked(name, v.Host, v.Alloc)
+			ph = v.PlacementHost()
+			s.resMu.Lock()
+			s.placed[name] = ph
+			s.resMu.Unlock()
+		}
+		list[i] = ph
+	}
+	s.resMu.Lock()
+	s.placedList = list
+	s.resMu.Unlock()
+	return list
+}
+
+// PlacementHost is the host as the placement rules see it (Resources from
+// the view, or built when the view has none).
+func (v HostView) PlacementHost() *placement.Host {
+	res := v.Resources
+	if res == nil {
+		res = AllocHost(v.Host, v.Alloc)
+	}
+	h := &placement.Host{Name: v.Host.Name, Type: v.Host.Type, Properties: v.Host.Properties, FaultDomain: v.Host.FaultDomain,
+		UpgradeDomain: v.Host.UpgradeDomain, Disabled: v.Host.Disabled, Maintenance: !v.Host.MaintenanceUntil.IsZero(),
+		Resources: res}
+	if v.Metrics != nil {
+		h.LoadAvg = v.Metrics.Load1
+	}
+	return h
 }
 
 // Host returns one host's view.
