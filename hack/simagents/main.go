@@ -163,6 +163,9 @@ type report struct {
 	NotifyMissed        int     `json:"notify_missed"`
 	DeployP50Ms         float64 `json:"deploy_answer_p50_ms"` // the deploy call's own answer
 	DeployP99Ms         float64 `json:"deploy_answer_p99_ms"`
+	// SlowDeploys are the deploys answered after more than 200 ms: when
+	// each was sent (seconds into the steady phase) and how long it took.
+	SlowDeploys []string `json:"slow_deploys,omitempty"`
 	PlannerCPUPercent   float64 `json:"planner_cpu_percent"` // of one core, steady phase
 	EtcdCPUPercent      float64 `json:"etcd_cpu_percent"`
 	SimCPUPercent       float64 `json:"simulator_cpu_percent"`
@@ -184,11 +187,12 @@ deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %
 CPU (of one core)         planner %.1f %%, etcd %.1f %%, simulator %.1f %% (steady phase)
 memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
 planner restart           API up after %.1f s; every agent streaming and heartbeating %.1f s after the restart; planner CPU then %.1f %%
+deploys over 200 ms       %v (sent at : took)
 `, r.Agents, r.RegisterSeconds, r.RegisterPerSecond, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
 		r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed, r.DeployP50Ms, r.DeployP99Ms,
 		r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent,
 		r.PlannerRSSMiB, r.PlannerRSSPerHostKB, r.EtcdRSSMiB, r.SimRSSMiB,
-		r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU)
+		r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU, r.SlowDeploys)
 }
 
 // agent is one simulated node agent.
@@ -209,6 +213,7 @@ type sim struct {
 	beatErr atomic.Int64
 	// seen is, per instance ID, when an agent's stream first carried it.
 	seen sync.Map
+	slow []string // slow deploys (see report.SlowDeploys)
 }
 
 func run(cfg config) (report, error) {
@@ -313,6 +318,8 @@ func run(cfg config) (report, error) {
 		slices.Sort(answers)
 		rep.DeployP50Ms, rep.DeployP99Ms = answers[len(answers)/2], answers[min(len(answers)-1, len(answers)*99/100)]
 	}
+	slices.Sort(s.slow)
+	rep.SlowDeploys = s.slow
 	if rest := cfg.steady - time.Since(t0); rest > 0 {
 		time.Sleep(rest)
 	}
@@ -537,6 +544,9 @@ func (s *sim) deploy(ctx context.Context, cl pinfoldv1connect.PlannerServiceClie
 			}
 			took := float64(time.Since(at).Microseconds()) / 1e3
 			mu.Lock()
+			if took > 200 {
+				s.slow = append(s.slow, fmt.Sprintf("%.1fs:%.0fms", at.Sub(start).Seconds(), took))
+			}
 			for _, in := range resp.Msg.Instances {
 				out[in.Id] = at
 			}
