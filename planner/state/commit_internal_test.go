@@ -7,6 +7,10 @@ import (
 	"net"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinfold/pinfold/planner/model"
 )
@@ -96,5 +100,46 @@ func TestLoadInPages(t *testing.T) {
 	}
 	if again.Rev() < s.Rev() {
 		t.Errorf("loaded at revision %d, before the commit at %d", again.Rev(), s.Rev())
+	}
+}
+
+// TestEmbeddedHistoryCompacted: the embedded etcd compacts its history
+// (without it, every write ever made stays until the database quota
+// refuses all writes); the store follows across the compaction.
+func TestEmbeddedHistoryCompacted(t *testing.T) {
+	cu, pu := freeURL(t), freeURL(t)
+	e, err := StartEmbedded(EmbedConfig{Name: "t", Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true, History: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	ctx := context.Background()
+	s, err := Open(ctx, Dial{Endpoints: []string{cu}}, Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	commit := func(name string) int64 {
+		var c Change
+		c.PutService(Service{Name: name})
+		rev, err := s.Commit(ctx, &c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	first := commit("a")
+	var compacted bool
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline) && !compacted; time.Sleep(200 * time.Millisecond) {
+		commit("b")
+		_, err := s.cli.Get(ctx, ServiceKey("a"), clientv3.WithRev(first))
+		compacted = errors.Is(err, rpctypes.ErrCompacted)
+	}
+	if !compacted {
+		t.Fatal("revision of the first write still readable after 20 s: the history is never compacted")
+	}
+	commit("c")
+	if _, ok := s.Service("c"); !ok {
+		t.Error("the store stopped following after the compaction")
 	}
 }

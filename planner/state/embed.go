@@ -29,7 +29,16 @@ type EmbedConfig struct {
 	// TLS, when set, serves the client and peer URLs (https://) over TLS
 	// and requires a client certificate signed by TLS.CA on both.
 	TLS *pki.Files
+	// History is how long etcd keeps old revisions before compacting them
+	// (default DefaultHistory). Without compaction every write ever made
+	// stays in etcd's database until it hits its quota and refuses all
+	// writes.
+	History time.Duration
 }
+
+// DefaultHistory is the embedded etcd's history: a store watch that falls
+// further behind reloads (Store.watch).
+const DefaultHistory = 5 * time.Minute
 
 // Dial is how the store reaches etcd: its client URLs, and TLS (nil:
 // plaintext) with the client certificate etcd requires.
@@ -88,6 +97,11 @@ func StartEmbedded(c EmbedConfig) (*Member, error) {
 	cfg.MaxTxnOps = 1 << 20
 	cfg.MaxRequestBytes = MaxMessageBytes
 	cfg.QuotaBackendBytes = 8 << 30
+	history := c.History
+	if history <= 0 {
+		history = DefaultHistory
+	}
+	cfg.AutoCompactionMode, cfg.AutoCompactionRetention = "periodic", history.String()
 	if t := c.TLS; t != nil {
 		info := transport.TLSInfo{CertFile: t.Cert, KeyFile: t.Key, TrustedCAFile: t.CA, ClientCertAuth: true}
 		cfg.ClientTLSInfo, cfg.PeerTLSInfo = info, info
