@@ -166,17 +166,17 @@ type report struct {
 	DeployP99Ms         float64 `json:"deploy_answer_p99_ms"`
 	// SlowDeploys are the deploys answered after more than 200 ms: when
 	// each was sent (seconds into the steady phase) and how long it took.
-	SlowDeploys []string `json:"slow_deploys,omitempty"`
-	PlannerCPUPercent   float64 `json:"planner_cpu_percent"` // of one core, steady phase
-	EtcdCPUPercent      float64 `json:"etcd_cpu_percent"`
-	SimCPUPercent       float64 `json:"simulator_cpu_percent"`
-	PlannerRSSMiB       float64 `json:"planner_rss_mib"`
-	EtcdRSSMiB          float64 `json:"etcd_rss_mib"`
-	SimRSSMiB           float64 `json:"simulator_rss_mib"`
-	PlannerRSSPerHostKB float64 `json:"planner_rss_per_host_kib"`
-	RestartSeconds      float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
-	RestartPlannerStart float64 `json:"restart_planner_start_seconds"`
-	AfterRestartCPU     float64 `json:"planner_cpu_percent_after_restart"`
+	SlowDeploys         []string `json:"slow_deploys,omitempty"`
+	PlannerCPUPercent   float64  `json:"planner_cpu_percent"` // of one core, steady phase
+	EtcdCPUPercent      float64  `json:"etcd_cpu_percent"`
+	SimCPUPercent       float64  `json:"simulator_cpu_percent"`
+	PlannerRSSMiB       float64  `json:"planner_rss_mib"`
+	EtcdRSSMiB          float64  `json:"etcd_rss_mib"`
+	SimRSSMiB           float64  `json:"simulator_rss_mib"`
+	PlannerRSSPerHostKB float64  `json:"planner_rss_per_host_kib"`
+	RestartSeconds      float64  `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
+	RestartPlannerStart float64  `json:"restart_planner_start_seconds"`
+	AfterRestartCPU     float64  `json:"planner_cpu_percent_after_restart"`
 }
 
 func (r report) print() {
