@@ -110,13 +110,10 @@ func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeI
 	picked := make([]int32, 0, sh.x)
 	for range k {
 		picked = picked[:0]
-		switch {
-		case c.single:
+		if c.single {
 			picked = s.pickWholeTopo(whole, sh.x, picked)
-		case how.drainWhole:
-			picked = s.pickWholeLeast(whole, sh.x, picked)
-		default:
-			picked = s.pickWholeMost(whole, sh.x, picked)
+		} else {
+			picked = s.pickWholeOversold(whole, sh.x, picked, how.drainWhole)
 		}
 		if len(picked) < sh.x {
 			return nil, fmt.Errorf("alloc: internal error: found %d of %d whole CPUs on host %s", len(picked), sh.x, s.h.Name)
@@ -199,10 +196,10 @@ func (s *hostState) pickWholeTopo(pool []int32, x int, picked []int32) []int32 {
 	return picked
 }
 
-// pickWholeLeast is step 2 on hosts with oversold CPUs when the cross-node
-// phase gains from it: the x candidates with the fewest free pieces that
-// still hold a whole CPU, ties by CPU ID.
-func (s *hostState) pickWholeLeast(pool []int32, x int, picked []int32) []int32 {
+// pickWholeOversold is step 2 on hosts with oversold CPUs: the x
+// candidates with the most free pieces (or, draining, the fewest that still
+// hold a whole CPU, when the cross-node phase gains from it), ties by CPU ID.
+func (s *hostState) pickWholeOversold(pool []int32, x int, picked []int32, drain bool) []int32 {
 	cand := make([]int32, 0, len(pool))
 	for _, p := range pool {
 		if s.free[p] >= s.p.ShareBase {
@@ -210,22 +207,11 @@ func (s *hostState) pickWholeLeast(pool []int32, x int, picked []int32) []int32 
 		}
 	}
 	slices.SortFunc(cand, func(a, b int32) int {
-		return cmp.Or(cmp.Compare(s.free[a], s.free[b]), cmp.Compare(s.ids[a], s.ids[b]))
-	})
-	return append(picked, cand[:min(x, len(cand))]...)
-}
-
-// pickWholeMost is step 2 on hosts with oversold CPUs: the x candidates with
-// the most free pieces, ties by CPU ID.
-func (s *hostState) pickWholeMost(pool []int32, x int, picked []int32) []int32 {
-	cand := make([]int32, 0, len(pool))
-	for _, p := range pool {
-		if s.free[p] >= s.p.ShareBase {
-			cand = append(cand, p)
+		byFree := cmp.Compare(s.free[b], s.free[a])
+		if drain {
+			byFree = -byFree
 		}
-	}
-	slices.SortFunc(cand, func(a, b int32) int {
-		return cmp.Or(cmp.Compare(s.free[b], s.free[a]), cmp.Compare(s.ids[a], s.ids[b]))
+		return cmp.Or(byFree, cmp.Compare(s.ids[a], s.ids[b]))
 	})
 	return append(picked, cand[:min(x, len(cand))]...)
 }

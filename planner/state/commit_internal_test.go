@@ -25,23 +25,31 @@ func freeURL(t *testing.T) string {
 	return fmt.Sprintf("http://%s", l.Addr())
 }
 
+// startStore starts a single-member embedded etcd (fsync off, history
+// kept for history; 0: the default) and opens a store on it.
+func startStore(t *testing.T, history time.Duration) (*Store, string) {
+	t.Helper()
+	cu, pu := freeURL(t), freeURL(t)
+	e, err := StartEmbedded(EmbedConfig{Name: "t", Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true, History: history})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	s, err := Open(context.Background(), Dial{Endpoints: []string{cu}}, Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s, cu
+}
+
 // TestCommitOutcomeReadBack: when etcd's answer to a commit is lost, the
 // commit marker tells whether it applied: the marker holding the commit's
 // value means applied (its revision is returned), any other value means
 // not applied (ErrConflict: re-plan, nothing was written).
 func TestCommitOutcomeReadBack(t *testing.T) {
-	cu, pu := freeURL(t), freeURL(t)
-	e, err := StartEmbedded(EmbedConfig{Name: "t", Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	s, _ := startStore(t, 0)
 	ctx := context.Background()
-	s, err := Open(ctx, Dial{Endpoints: []string{cu}}, Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	var c Change
 	c.PutService(Service{Name: "web"})
 	rev, err := s.Commit(ctx, &c)
@@ -67,19 +75,8 @@ func TestCommitOutcomeReadBack(t *testing.T) {
 // revision (a 10,000-host store is over 100 MB: one response cannot carry
 // it, and the restarted planner once failed to start on it).
 func TestLoadInPages(t *testing.T) {
-	cu, pu := freeURL(t), freeURL(t)
-	e, err := StartEmbedded(EmbedConfig{Name: "t", Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	s, cu := startStore(t, 0)
 	ctx := context.Background()
-	cfg := Config{ShareBase: 100, MaxFragmentCores: -1}
-	s, err := Open(ctx, Dial{Endpoints: []string{cu}}, cfg, model.Protocol, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	const n = 2*loadPage + 57
 	var c Change
 	for i := range n {
@@ -88,7 +85,7 @@ func TestLoadInPages(t *testing.T) {
 	if _, err := s.Commit(ctx, &c); err != nil {
 		t.Fatal(err)
 	}
-	again, err := Open(ctx, Dial{Endpoints: []string{cu}}, cfg, model.Protocol, nil)
+	again, err := Open(ctx, Dial{Endpoints: []string{cu}}, s.Config(), model.Protocol, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,18 +104,8 @@ func TestLoadInPages(t *testing.T) {
 // (without it, every write ever made stays until the database quota
 // refuses all writes); the store follows across the compaction.
 func TestEmbeddedHistoryCompacted(t *testing.T) {
-	cu, pu := freeURL(t), freeURL(t)
-	e, err := StartEmbedded(EmbedConfig{Name: "t", Dir: filepath.Join(t.TempDir(), "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true, History: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	s, _ := startStore(t, time.Second)
 	ctx := context.Background()
-	s, err := Open(ctx, Dial{Endpoints: []string{cu}}, Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	commit := func(name string) int64 {
 		var c Change
 		c.PutService(Service{Name: name})
