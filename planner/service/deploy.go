@@ -95,7 +95,8 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	var out DeployResult
 	var hosts int
 	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
-		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), rd.SchedulablePlacement(), req) // validated above, once
+		placed := rd.SchedulablePlacement()
+		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), placed.Hosts, req) // validated above, once
 		if err != nil {
 			return nil, s.placementError(rd, err)
 		}
@@ -105,9 +106,12 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		for _, p := range res.Placements {
 			a, ok := allocs[p.Host]
 			if !ok {
+				// The host's documents now, which must be the ones the
+				// plan read: otherwise plan again from the new ones.
 				v, found := rd.Host(p.Host)
-				if !found {
-					return nil, errf(Conflicted, "host %s left while it was planned", p.Host)
+				i, planned := placed.Index(p.Host)
+				if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Revs[i] {
+					return nil, state.ErrConflict
 				}
 				a = v.Alloc.Clone()
 				c.GuardView(v)

@@ -14,7 +14,7 @@ import (
 // changes planned before it in the same commit group laid over it
 // (state.Pending).
 type reader interface {
-	SchedulablePlacement() []*placement.Host
+	SchedulablePlacement() *state.Placed
 	Unschedulable() map[string][]string
 	Host(name string) (state.HostView, bool)
 	Instance(id string) (state.InstanceView, bool)
@@ -25,7 +25,8 @@ type reader interface {
 
 // planFunc plans one request's change against r; it runs on the
 // pipeline's goroutine, once per attempt, and must not write anywhere but
-// its own result variables.
+// its own result variables. It returns state.ErrConflict when what it read
+// changed while it planned (the cache moved on): it is then run again.
 type planFunc func(r reader) (*state.Change, error)
 
 // pipeline commits the changes of concurrent requests in groups, as
@@ -48,6 +49,9 @@ type pipeline struct {
 	mu      sync.Mutex
 	queue   []*job
 	running bool
+
+	// wrap, when set (tests), wraps what the plan functions read.
+	wrap func(reader) reader
 }
 
 type job struct {
@@ -109,13 +113,23 @@ func (p *pipeline) group(batch []*job) []*job {
 	var rest []*job // planned when this group is done
 	for attempt := 1; ; attempt++ {
 		pend := p.st.Pending()
+		var rd reader = pend
+		if p.wrap != nil {
+			rd = p.wrap(pend)
+		}
 		var live []*job
 		for i, j := range in {
 			if err := j.ctx.Err(); err != nil {
 				j.done <- err
 				continue
 			}
-			c, err := j.plan(pend)
+			c, err := j.plan(rd)
+			for k := 1; errors.Is(err, state.ErrConflict) && k < maxAttempts; k++ {
+				c, err = j.plan(rd)
+			}
+			if errors.Is(err, state.ErrConflict) {
+				err = errf(Conflicted, "gave up after %d conflicting attempts; the hosts are changing too fast", maxAttempts)
+			}
 			if err != nil || c.Len() == 0 {
 				j.done <- err // an error, or nothing to write
 				continue

@@ -167,3 +167,58 @@ func TestPipelineConflictReplans(t *testing.T) {
 		t.Errorf("%d instances of d, want 1", n)
 	}
 }
+
+// changingReader is a reader under which the host h changes (another
+// planner writes its registration) the first time a plan reads it after
+// reading the placement views.
+type changingReader struct {
+	reader
+	t       *testing.T
+	st      *state.Store
+	changed bool
+	reads   int
+}
+
+func (r *changingReader) Host(name string) (state.HostView, bool) {
+	r.reads++
+	if !r.changed {
+		r.changed = true
+		v, _ := r.st.Host(name)
+		var c state.Change
+		c.GuardHost(name, v.HostRev)
+		h := v.Host
+		h.Disabled = true
+		c.PutHost(h)
+		if _, err := r.st.Commit(context.Background(), &c); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	return r.reader.Host(name)
+}
+
+// TestDeployNeverCommitsAStalePlan: a host that changes between the
+// placement views a deploy planned on and the documents it guards is not
+// committed as planned: the plan runs again on the new documents (here
+// the host was disabled, so the deploy finds no host).
+func TestDeployNeverCommitsAStalePlan(t *testing.T) {
+	h := holdPipeline(t)
+	var cr *changingReader
+	h.pipe.wrap = func(r reader) reader {
+		cr = &changingReader{reader: r, t: t, st: h.st}
+		return cr
+	}
+	deploy := h.queue(func() error {
+		_, err := h.Deploy(context.Background(), DeployRequest{Service: "d", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 100, Bind: true, Memory: 1 << 30})
+		return err
+	})
+	h.release()
+	if err := <-deploy; CodeOf(err) != Exhausted {
+		t.Fatalf("deploy onto a host disabled while it was planned = %v, want %s (planned again, no host left)", err, Exhausted)
+	}
+	if cr.reads != 1 {
+		t.Errorf("the host was read %d times; want 1 (the second plan finds no host)", cr.reads)
+	}
+	if n := len(h.st.Instances("")); n != 0 {
+		t.Errorf("%d instances stored on a disabled host", n)
+	}
+}

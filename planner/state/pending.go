@@ -1,7 +1,6 @@
 package state
 
 import (
-	"cmp"
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -42,29 +41,17 @@ func (p *Pending) PlacementSettings() placement.Settings { return p.base.Placeme
 // Unschedulable is the store's (the pipeline changes no host's state).
 func (p *Pending) Unschedulable() map[string][]string { return p.base.Unschedulable() }
 
-// Schedulable returns the hosts that may take new work, with pending usage.
-func (p *Pending) Schedulable() []HostView {
-	out := p.base.Schedulable()
-	if len(p.c.allocs) == 0 {
-		return out
-	}
-	for i := range out {
-		out[i] = p.over(out[i])
-	}
-	return out
-}
-
 // SchedulablePlacement is Store.SchedulablePlacement with the hosts whose
 // usage is pending replaced by their pending views (the store's list is
 // shared: it is copied before one is replaced).
-func (p *Pending) SchedulablePlacement() []*placement.Host {
-	out := p.base.SchedulablePlacement()
+func (p *Pending) SchedulablePlacement() *Placed {
+	base := p.base.SchedulablePlacement()
 	if len(p.c.allocs) == 0 {
-		return out
+		return base
 	}
-	out = slices.Clone(out)
+	out := &Placed{Hosts: slices.Clone(base.Hosts), Revs: slices.Clone(base.Revs)}
 	for h := range p.c.allocs {
-		i, ok := slices.BinarySearchFunc(out, h, func(x *placement.Host, name string) int { return cmp.Compare(x.Name, name) })
+		i, ok := out.Index(h)
 		if !ok {
 			continue // not schedulable (any more)
 		}
@@ -72,7 +59,7 @@ func (p *Pending) SchedulablePlacement() []*placement.Host {
 		if !found {
 			continue
 		}
-		out[i] = v.PlacementHost()
+		out.Hosts[i], out.Revs[i] = v.PlacementHost(), Revs{v.HostRev, v.AllocRev}
 	}
 	return out
 }

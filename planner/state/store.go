@@ -80,8 +80,8 @@ type Store struct {
 	// placed caches each schedulable host's placement view (registration,
 	// engine view, load), and placedList all of them sorted by name (nil
 	// after any change); also guarded by resMu.
-	placed     map[string]*placement.Host
-	placedList []*placement.Host
+	placed     map[string]placedHost
+	placedList *Placed
 
 	// hostChange is, per host, the revision of the last change to its
 	// registration or desired instances; hostSignal, per host someone
@@ -188,7 +188,7 @@ func (s *Store) reset() {
 	s.byService, s.where = map[string]map[string]string{}, map[string]string{}
 	s.resMu.Lock()
 	s.resources = map[string]*alloc.Host{}
-	s.placed, s.placedList = map[string]*placement.Host{}, nil
+	s.placed, s.placedList = map[string]placedHost{}, nil
 	s.resMu.Unlock()
 }
 
@@ -608,11 +608,34 @@ func (s *Store) viewLocked(name string) HostView {
 	return v
 }
 
-// SchedulablePlacement returns the hosts that may take new work as the
-// placement rules see them, sorted by name: a cached list, rebuilt after a
-// change from cached per-host views (a deploy over 10,000 hosts builds one
-// view, not 10,000). The hosts are shared and must not be changed.
-func (s *Store) SchedulablePlacement() []*placement.Host {
+// Placed is the hosts that may take new work as the placement rules see
+// them, sorted by name, with the revisions of the documents each view was
+// built from: a change planned on Hosts[i] guards Revs[i], so a host that
+// changed since fails the commit instead of being planned stale. Shared:
+// never change it.
+type Placed struct {
+	Hosts []*placement.Host
+	Revs  []Revs
+}
+
+// Revs are the revisions of a host's registration and usage documents.
+type Revs struct{ Host, Alloc int64 }
+
+// Index finds host name.
+func (p *Placed) Index(name string) (int, bool) {
+	return slices.BinarySearchFunc(p.Hosts, name, func(h *placement.Host, name string) int { return cmp.Compare(h.Name, name) })
+}
+
+// placedHost is one host's cached placement view and its revisions.
+type placedHost struct {
+	ph   *placement.Host
+	revs Revs
+}
+
+// SchedulablePlacement returns the schedulable hosts' placement views: a
+// cached list, rebuilt after a change from cached per-host views (a deploy
+// over 10,000 hosts builds one view, not 10,000).
+func (s *Store) SchedulablePlacement() *Placed {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	s.resMu.Lock()
@@ -627,20 +650,20 @@ func (s *Store) SchedulablePlacement() []*placement.Host {
 	}
 	names := s.schedOrder
 	s.schedMu.Unlock()
-	list = make([]*placement.Host, len(names))
+	list = &Placed{Hosts: make([]*placement.Host, len(names)), Revs: make([]Revs, len(names))}
 	for i, name := range names {
 		s.resMu.Lock()
-		ph, ok := s.placed[name]
+		e, ok := s.placed[name]
 		s.resMu.Unlock()
 		if !ok {
 			v := s.viewLocked(name)
 			v.Resources = s.resourcesLocked(name, v.Host, v.Alloc)
-			ph = v.PlacementHost()
+			e = placedHost{v.PlacementHost(), Revs{v.HostRev, v.AllocRev}}
 			s.resMu.Lock()
-			s.placed[name] = ph
+			s.placed[name] = e
 			s.resMu.Unlock()
 		}
-		list[i] = ph
+		list.Hosts[i], list.Revs[i] = e.ph, e.revs
 	}
 	s.resMu.Lock()
 	s.placedList = list
