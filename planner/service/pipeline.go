@@ -52,6 +52,11 @@ type pipeline struct {
 
 	// wrap, when set (tests), wraps what the plan functions read.
 	wrap func(reader) reader
+	// limit is the most writes a group holds: groupOps, halved each time
+	// etcd refuses a group as too large (an external cluster may keep
+	// etcd's default of 128 writes per transaction). Only the pipeline's
+	// goroutine uses it.
+	limit int
 }
 
 type job struct {
@@ -61,7 +66,8 @@ type job struct {
 }
 
 // groupOps bounds the writes of one group: requests are added while the
-// merged change has fewer (a single larger request commits alone).
+// merged change has fewer (a single larger request commits alone). A
+// group etcd refuses as too large lowers the bound (pipeline.limit).
 const groupOps = 4096
 
 // commitTimeout bounds one group's commit and the wait for the cache.
@@ -134,7 +140,10 @@ func (p *pipeline) group(batch []*job) []*job {
 				j.done <- err // an error, or nothing to write
 				continue
 			}
-			if len(live) > 0 && pend.Change().Len()+c.Len() > groupOps {
+			if p.limit == 0 {
+				p.limit = groupOps
+			}
+			if len(live) > 0 && pend.Change().Len()+c.Len() > p.limit {
 				rest = append(in[i:len(in):len(in)], rest...)
 				break
 			}
@@ -151,8 +160,17 @@ func (p *pipeline) group(batch []*job) []*job {
 			in = live
 			continue
 		}
-		if errors.Is(err, state.ErrConflict) {
+		if errors.Is(err, state.ErrTooLarge) && len(live) > 1 {
+			// Smaller groups; the requests are planned again, none lost.
+			p.limit = max(pend.Change().Len()/2, 1)
+			in = live
+			continue
+		}
+		switch {
+		case errors.Is(err, state.ErrConflict):
 			err = errf(Conflicted, "gave up after %d conflicting attempts; the hosts are changing too fast", maxAttempts)
+		case errors.Is(err, state.ErrTooLarge):
+			err = errf(Invalid, "this request is one etcd transaction, and etcd refused it as too large (%w); ask for fewer instances at once, or raise the etcd cluster's --max-txn-ops and --max-request-bytes", err)
 		}
 		for _, j := range live {
 			j.done <- err

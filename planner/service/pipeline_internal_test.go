@@ -2,6 +2,9 @@ package service
 
 import (
 	"context"
+	"fmt"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -220,5 +223,68 @@ func TestDeployNeverCommitsAStalePlan(t *testing.T) {
 	}
 	if n := len(h.st.Instances("")); n != 0 {
 		t.Errorf("%d instances stored on a disabled host", n)
+	}
+}
+
+// TestPipelineUnderEtcdTxnLimit: against an etcd that keeps its default
+// of 128 writes per transaction (an external cluster may), a group etcd
+// refuses is split and planned again: 80 queued deploys all commit; one
+// request larger than the limit is refused naming the fix.
+func TestPipelineUnderEtcdTxnLimit(t *testing.T) {
+	dir := t.TempDir()
+	free := func() string {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return "http://" + l.Addr().String()
+	}
+	cu, pu := free(), free()
+	e, err := state.StartEmbedded(state.EmbedConfig{Name: "t", Dir: filepath.Join(dir, "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true, MaxTxnOps: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	st, err := state.Open(context.Background(), state.Dial{Endpoints: []string{cu}}, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	s := New(st, nil)
+	for _, name := range []string{"a", "b"} {
+		if _, err := s.RegisterHost(context.Background(), RegisterHostRequest{Name: name, Topology: topologytest.BenchHost().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.pipe.mu.Lock()
+	s.pipe.running = true
+	s.pipe.mu.Unlock()
+	h := held{s, t}
+	var outs []chan error
+	for i := range 80 {
+		outs = append(outs, h.queue(func() error {
+			_, err := h.Deploy(context.Background(), DeployRequest{Service: fmt.Sprintf("s%d", i), Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 10, Bind: true, Memory: 8 << 20})
+			return err
+		}))
+	}
+	h.release()
+	for i, ch := range outs {
+		if err := <-ch; err != nil {
+			t.Fatalf("deploy %d: %v", i, err)
+		}
+	}
+	if n := len(st.Instances("")); n != 80 {
+		t.Fatalf("%d instances stored, want 80", n)
+	}
+	if s.pipe.limit >= 128 {
+		t.Errorf("group limit %d: never lowered below etcd's 128", s.pipe.limit)
+	}
+	_, err = s.Deploy(context.Background(), DeployRequest{Service: "big", Spec: model.Spec{Image: "busybox"}, Count: 200, Pieces: 10, Bind: true, Memory: 8 << 20})
+	if CodeOf(err) != Invalid || !strings.Contains(err.Error(), "--max-txn-ops") {
+		t.Errorf("a 200-instance deploy against a 128-write etcd = %v, want invalid_argument naming --max-txn-ops", err)
+	}
+	if bad := Verify(st, 100); len(bad) > 0 {
+		t.Errorf("store invariants violated:\n%s", strings.Join(bad, "\n"))
 	}
 }

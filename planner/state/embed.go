@@ -34,6 +34,9 @@ type EmbedConfig struct {
 	// stays in etcd's database until it hits its quota and refuses all
 	// writes.
 	History time.Duration
+	// MaxTxnOps is the most writes one transaction may hold (0: 1<<20;
+	// etcd's own default is 128, which an external cluster may keep).
+	MaxTxnOps int
 }
 
 // DefaultHistory is the embedded etcd's history: a store watch that falls
@@ -95,6 +98,9 @@ func StartEmbedded(c EmbedConfig) (*Member, error) {
 	}
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
 	cfg.MaxTxnOps = 1 << 20
+	if c.MaxTxnOps > 0 {
+		cfg.MaxTxnOps = uint(c.MaxTxnOps)
+	}
 	cfg.MaxRequestBytes = MaxMessageBytes
 	cfg.QuotaBackendBytes = 8 << 30
 	history := c.History

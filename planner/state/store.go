@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -813,6 +814,11 @@ func (s *Store) WaitRev(ctx context.Context, rev int64) error {
 	return nil
 }
 
+// ErrTooLarge means etcd refused a commit as too large (more writes than
+// its --max-txn-ops, or more bytes than its request limit): nothing of it
+// applied.
+var ErrTooLarge = errors.New("state: commit too large for etcd")
+
 // ErrConflict means a compared document changed since it was read, or
 // that a commit whose answer was lost did not apply: either way nothing of
 // the change was written and the caller re-plans from the fresh cache.
@@ -833,7 +839,10 @@ func (s *Store) Commit(ctx context.Context, c *Change) (int64, error) {
 	token := fmt.Sprintf("%s/%d", s.id, s.commits.Add(1))
 	ops := append(c.ops[:len(c.ops):len(c.ops)], clientv3.OpPut(s.markerKey(), token))
 	resp, err := s.cli.Txn(ctx).If(c.cmps()...).Then(ops...).Commit()
-	if err != nil {
+	switch {
+	case errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge):
+		return 0, fmt.Errorf("%w: %d writes: %w", ErrTooLarge, len(ops), err) // refused whole: nothing applied
+	case err != nil:
 		return s.resolve(ctx, c, token, err)
 	}
 	if err := s.WaitRev(ctx, resp.Header.Revision); err != nil {
