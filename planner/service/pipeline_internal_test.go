@@ -3,8 +3,6 @@ package service
 import (
 	"context"
 	"fmt"
-	"net"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +22,21 @@ type held struct {
 
 func holdPipeline(t *testing.T) held {
 	t.Helper()
-	c := statetest.Start(t, 1)
+	return holdPipelineOn(t, topologytest.Laptop(), []string{"h"}) // 8 CPUs, 16 GiB
+}
+
+// holdPipelineOn is holdPipeline with the hosts names of shape, on etcd
+// configured by options.
+func holdPipelineOn(t *testing.T, shape topologytest.Shape, names []string, options ...func(*state.EmbedConfig)) held {
+	t.Helper()
+	c := statetest.Start(t, 1, options...)
 	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
 	s := New(st, nil)
-	if _, err := s.RegisterHost(context.Background(), RegisterHostRequest{Name: "h", Topology: topologytest.Laptop().Topology(),
-		Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil { // 8 CPUs, 16 GiB
-		t.Fatal(err)
+	for _, name := range names {
+		if _, err := s.RegisterHost(context.Background(), RegisterHostRequest{Name: name, Topology: shape.Topology(),
+			Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.pipe.mu.Lock()
 	s.pipe.running = true
@@ -231,36 +238,8 @@ func TestDeployNeverCommitsAStalePlan(t *testing.T) {
 // refuses is split and planned again: 80 queued deploys all commit; one
 // request larger than the limit is refused naming the fix.
 func TestPipelineUnderEtcdTxnLimit(t *testing.T) {
-	dir := t.TempDir()
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return "http://" + l.Addr().String()
-	}
-	cu, pu := free(), free()
-	e, err := state.StartEmbedded(state.EmbedConfig{Name: "t", Dir: filepath.Join(dir, "etcd"), ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: true, MaxTxnOps: 128})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	st, err := state.Open(context.Background(), state.Dial{Endpoints: []string{cu}}, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Close)
-	s := New(st, nil)
-	for _, name := range []string{"a", "b"} {
-		if _, err := s.RegisterHost(context.Background(), RegisterHostRequest{Name: name, Topology: topologytest.BenchHost().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.pipe.mu.Lock()
-	s.pipe.running = true
-	s.pipe.mu.Unlock()
-	h := held{s, t}
+	h := holdPipelineOn(t, topologytest.BenchHost(), []string{"a", "b"}, func(c *state.EmbedConfig) { c.MaxTxnOps = 128 })
+	s, st := h.Service, h.st
 	var outs []chan error
 	for i := range 80 {
 		outs = append(outs, h.queue(func() error {
@@ -280,7 +259,7 @@ func TestPipelineUnderEtcdTxnLimit(t *testing.T) {
 	if s.pipe.limit >= 128 {
 		t.Errorf("group limit %d: never lowered below etcd's 128", s.pipe.limit)
 	}
-	_, err = s.Deploy(context.Background(), DeployRequest{Service: "big", Spec: model.Spec{Image: "busybox"}, Count: 200, Pieces: 10, Bind: true, Memory: 8 << 20})
+	_, err := s.Deploy(context.Background(), DeployRequest{Service: "big", Spec: model.Spec{Image: "busybox"}, Count: 200, Pieces: 10, Bind: true, Memory: 8 << 20})
 	if CodeOf(err) != Invalid || !strings.Contains(err.Error(), "--max-txn-ops") {
 		t.Errorf("a 200-instance deploy against a 128-write etcd = %v, want invalid_argument naming --max-txn-ops", err)
 	}

@@ -31,8 +31,9 @@ type Cluster struct {
 	Endpoints []string
 }
 
-// Start starts an n-member etcd cluster on loopback, stopped at cleanup.
-func Start(t testing.TB, n int) *Cluster {
+// Start starts an n-member etcd cluster on loopback, stopped at cleanup;
+// each option changes every member's configuration (say, MaxTxnOps).
+func Start(t testing.TB, n int, options ...func(*state.EmbedConfig)) *Cluster {
 	t.Helper()
 	dir := t.TempDir()
 	var cfgs []state.EmbedConfig
@@ -41,6 +42,9 @@ func Start(t testing.TB, n int) *Cluster {
 	for i := range n {
 		cfg := state.EmbedConfig{Name: fmt.Sprintf("m%d", i), Dir: filepath.Join(dir, fmt.Sprintf("m%d", i)),
 			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), LogLevel: "fatal"}
+		for _, o := range options {
+			o(&cfg)
+		}
 		cfgs = append(cfgs, cfg)
 		initial = append(initial, cfg.Name+"="+cfg.PeerURL)
 		c.Endpoints = append(c.Endpoints, cfg.ClientURL)
