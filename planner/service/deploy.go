@@ -188,8 +188,8 @@ func (s *Service) Capacity(r DeployRequest) (map[string]alloc.Capacity, error) {
 		return nil, fromAlloc(err)
 	}
 	out := map[string]alloc.Capacity{}
-	for _, v := range s.st.Schedulable() {
-		out[v.Host.Name] = alloc.HostCapacity(s.params, state.AllocHost(v.Host, v.Alloc), req)
+	for _, h := range s.st.SchedulablePlacement().Hosts {
+		out[h.Name] = alloc.HostCapacity(s.params, h.Resources, req) // cached engine views and their capacity memos
 	}
 	return out, nil
 }

@@ -96,8 +96,11 @@ type Store struct {
 	leases  map[string]clientv3.LeaseID // host → its heartbeat lease
 
 	// id names this store's commit marker; commits numbers its values.
-	id      string
-	commits atomic.Int64
+	// commitMu lets one transaction at a time write the marker, so that a
+	// later commit cannot overwrite it before a lost answer is read back.
+	id       string
+	commits  atomic.Int64
+	commitMu sync.Mutex
 }
 
 // Open connects to the etcd endpoints, loads the store, initialises or
@@ -540,8 +543,8 @@ type HostView struct {
 	Live     bool
 	Metrics  *Metrics // nil until the agent sent some
 	// Resources is the allocation engine's view of Host and Alloc
-	// (AllocHost), shared and never changed; set in the views planning
-	// reads (Store.Schedulable, Pending), nil elsewhere.
+	// (AllocHost), shared and never changed; set where planning reads it
+	// (SchedulablePlacement's views, Pending's pending hosts), nil elsewhere.
 	Resources *alloc.Host
 	state     string
 }
@@ -570,8 +573,8 @@ func (s *Store) Unschedulable() map[string][]string {
 }
 
 // Schedulable returns the hosts that may take new work, sorted by name,
-// read from the index (disabled and down hosts are never visited), with
-// their engine views (Resources): these are the hosts planning reads.
+// read from the index (disabled and down hosts are never visited).
+// Planning reads SchedulablePlacement, which caches the views.
 func (s *Store) Schedulable() []HostView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -581,11 +584,7 @@ func (s *Store) Schedulable() []HostView {
 	}
 	names := s.schedOrder
 	s.schedMu.Unlock()
-	out := s.viewsLocked(names)
-	for i := range out {
-		out[i].Resources = s.resourcesLocked(out[i].Host.Name, out[i].Host, out[i].Alloc)
-	}
-	return out
+	return s.viewsLocked(names)
 }
 
 func (s *Store) viewsLocked(names []string) []HostView {
@@ -833,18 +832,28 @@ var ErrConflict = errors.New("state: conflict: a host changed since it was read"
 // new value each time). When etcd's answer is lost (a leader fails
 // mid-request: "request timed out"), the outcome is unknown; Commit then
 // reads the marker until etcd answers: the commit applied if it holds this
-// commit's value, and did not (ErrConflict: re-plan) otherwise. A request
-// is never applied twice and never reported failed when it applied.
+// commit's value, and did not (ErrConflict: re-plan) otherwise. Commits of
+// one store write the marker one at a time (the store's writes are few
+// besides the pipeline's one group at a time), so no later commit can
+// overwrite it first. What this cannot see: a proposal etcd still applies
+// after the read-back (a new leader committing the dead one's entry);
+// its guards and the re-plan's overlap on the hosts both touch, not on
+// hosts only one of them chose.
 func (s *Store) Commit(ctx context.Context, c *Change) (int64, error) {
 	token := fmt.Sprintf("%s/%d", s.id, s.commits.Add(1))
 	ops := append(c.ops[:len(c.ops):len(c.ops)], clientv3.OpPut(s.markerKey(), token))
+	s.commitMu.Lock()
 	resp, err := s.cli.Txn(ctx).If(c.cmps()...).Then(ops...).Commit()
 	switch {
 	case errors.Is(err, rpctypes.ErrTooManyOps) || errors.Is(err, rpctypes.ErrRequestTooLarge):
+		s.commitMu.Unlock()
 		return 0, fmt.Errorf("%w: %d writes: %w", ErrTooLarge, len(ops), err) // refused whole: nothing applied
 	case err != nil:
-		return s.resolve(ctx, c, token, err)
+		rev, err := s.resolve(ctx, c, token, err)
+		s.commitMu.Unlock()
+		return rev, err
 	}
+	s.commitMu.Unlock()
 	if err := s.WaitRev(ctx, resp.Header.Revision); err != nil {
 		return 0, err
 	}
