@@ -21,6 +21,9 @@ const (
 	LabelManaged  = "io.pinfold.managed" // "true"
 	LabelService  = "io.pinfold.service"
 	LabelInstance = "io.pinfold.instance"
+	// LabelHost is the pinfold host whose agent made the container: agents
+	// of several hosts may share one engine, and each touches only its own.
+	LabelHost = "io.pinfold.host"
 )
 
 // engineAPI is the part of the moby client the adapter calls (signatures
@@ -38,6 +41,7 @@ type engineAPI interface {
 	ContainerUnpause(ctx context.Context, id string, o mobyclient.ContainerUnpauseOptions) (mobyclient.ContainerUnpauseResult, error)
 	ContainerStop(ctx context.Context, id string, o mobyclient.ContainerStopOptions) (mobyclient.ContainerStopResult, error)
 	ContainerRemove(ctx context.Context, id string, o mobyclient.ContainerRemoveOptions) (mobyclient.ContainerRemoveResult, error)
+	ImagePull(ctx context.Context, ref string, o mobyclient.ImagePullOptions) (mobyclient.ImagePullResponse, error)
 	ExecCreate(ctx context.Context, id string, o mobyclient.ExecCreateOptions) (mobyclient.ExecCreateResult, error)
 	ExecStart(ctx context.Context, execID string, o mobyclient.ExecStartOptions) (mobyclient.ExecStartResult, error)
 	ExecInspect(ctx context.Context, execID string, o mobyclient.ExecInspectOptions) (mobyclient.ExecInspectResult, error)
@@ -122,6 +126,8 @@ type CreateSpec struct {
 	Resources Resources
 	// CgroupParent is optional: a cgroupfs path or, under systemd, a slice.
 	CgroupParent string
+	// Host labels the container as made by that host's agent (LabelHost).
+	Host string
 }
 
 // Container is what the adapter reports about one container.
@@ -129,14 +135,17 @@ type Container struct {
 	ID, Name, Image   string
 	Cmd               []string
 	Service, Instance string
-	Labels            map[string]string
-	PID               int
-	Status            string // created, running, paused, exited, …
-	Running, Paused   bool
-	OOMKilled         bool
-	ExitCode          int
-	Applied           Resources // as the daemon stored them
-	CgroupPath        string    // relative to the cgroup2 mount
+	// Host is the host whose agent made it (LabelHost); "" for containers
+	// made before agents labelled them.
+	Host            string
+	Labels          map[string]string
+	PID             int
+	Status          string // created, running, paused, exited, …
+	Running, Paused bool
+	OOMKilled       bool
+	ExitCode        int
+	Applied         Resources // as the daemon stored them
+	CgroupPath      string    // relative to the cgroup2 mount
 	// Health is the image's HEALTHCHECK state: "" (none), starting,
 	// healthy or unhealthy.
 	Health string
@@ -163,6 +172,9 @@ func (a *Adapter) Create(ctx context.Context, s CreateSpec) (string, error) {
 		labels = map[string]string{}
 	}
 	labels[LabelManaged], labels[LabelService], labels[LabelInstance] = "true", s.Service, s.Instance
+	if s.Host != "" {
+		labels[LabelHost] = s.Host
+	}
 	res := resourcesFor(s.Resources)
 	res.CgroupParent = s.CgroupParent
 	out, err := a.api.ContainerCreate(ctx, mobyclient.ContainerCreateOptions{
@@ -178,6 +190,28 @@ func (a *Adapter) Create(ctx context.Context, s CreateSpec) (string, error) {
 	}
 	a.log.Debug("container created", "container_id", short(out.ID), "service", s.Service, "instance", s.Instance, "cpus", s.Resources.CPUs)
 	return out.ID, nil
+}
+
+// Pull pulls image from its registry and waits until the engine has it.
+func (a *Adapter) Pull(ctx context.Context, image string) error {
+	if image == "" {
+		return &Error{Field: "image", Value: `""`, Reason: "an image is required"}
+	}
+	r, err := a.api.ImagePull(ctx, image, mobyclient.ImagePullOptions{})
+	if err != nil {
+		return &Error{Reason: "pull " + image, Err: err}
+	}
+	defer r.Close()
+	if err := r.Wait(ctx); err != nil {
+		return &Error{Reason: "pull " + image, Err: err}
+	}
+	a.log.Info("image pulled", "image", image)
+	return nil
+}
+
+// IsNoImage reports whether err is the engine saying it lacks an image.
+func IsNoImage(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "No such image") || strings.Contains(err.Error(), "no such image"))
 }
 
 // Start starts a pinfold container.
@@ -204,7 +238,7 @@ func (a *Adapter) fromInspect(in container.InspectResponse) (Container, error) {
 	c := Container{ID: in.ID, Name: strings.TrimPrefix(in.Name, "/")}
 	if in.Config != nil {
 		c.Image, c.Labels, c.Cmd = in.Config.Image, in.Config.Labels, in.Config.Cmd
-		c.Service, c.Instance = c.Labels[LabelService], c.Labels[LabelInstance]
+		c.Service, c.Instance, c.Host = c.Labels[LabelService], c.Labels[LabelInstance], c.Labels[LabelHost]
 	}
 	if st := in.State; st != nil {
 		c.PID, c.Status, c.Running, c.Paused, c.OOMKilled, c.ExitCode = st.Pid, string(st.Status), st.Running, st.Paused, st.OOMKilled, st.ExitCode

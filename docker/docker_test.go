@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/api/types/system"
 	mobyclient "github.com/moby/moby/client"
 
@@ -81,6 +84,29 @@ type fakeEngine struct {
 	updates    []container.Resources
 	next       int
 	execs      map[string][]string
+	pulls      []string
+}
+
+// fakePull is a pull that finished: with err when the registry refused.
+type fakePull struct {
+	io.ReadCloser
+	err error
+}
+
+func (p fakePull) JSONMessages(context.Context) iter.Seq2[jsonstream.Message, error] {
+	return func(func(jsonstream.Message, error) bool) {}
+}
+func (p fakePull) Wait(context.Context) error { return p.err }
+
+// ImagePull records the reference; "unreachable/…" fails as a registry
+// that cannot be reached would, at Wait.
+func (f *fakeEngine) ImagePull(_ context.Context, ref string, _ mobyclient.ImagePullOptions) (mobyclient.ImagePullResponse, error) {
+	f.pulls = append(f.pulls, ref)
+	var err error
+	if strings.HasPrefix(ref, "unreachable/") {
+		err = errors.New("dial tcp: lookup unreachable: no such host")
+	}
+	return fakePull{ReadCloser: io.NopCloser(strings.NewReader("")), err: err}, nil
 }
 
 var _ engineAPI = (*fakeEngine)(nil)
@@ -194,7 +220,7 @@ func TestAdapterWithFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := Resources{CPUs: cpuset.MustParseCPUs("2-3"), Mems: cpuset.MustParseMems("1"), MemoryBytes: 128 << 20}
-	id, err := a.Create(ctx, CreateSpec{Name: "web-1", Image: "img", Service: "web", Instance: "web-1", Resources: res, Network: "host"})
+	id, err := a.Create(ctx, CreateSpec{Name: "web-1", Image: "img", Service: "web", Instance: "web-1", Resources: res, Network: "host", Host: "h1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,8 +228,17 @@ func TestAdapterWithFake(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := a.Inspect(ctx, id)
-	if err != nil || c.CgroupPath != "docker/"+id || c.Service != "web" || c.PID != 4242 || !c.Applied.CPUs.Equal(res.CPUs) || c.Network != "host" {
+	if err != nil || c.CgroupPath != "docker/"+id || c.Service != "web" || c.PID != 4242 || !c.Applied.CPUs.Equal(res.CPUs) || c.Network != "host" || c.Host != "h1" {
 		t.Fatalf("Inspect = %+v, %v", c, err)
+	}
+	if err := a.Pull(ctx, "img:1"); err != nil || f.pulls[len(f.pulls)-1] != "img:1" {
+		t.Errorf("Pull(img:1) = %v, pulls %v", err, f.pulls)
+	}
+	if err := a.Pull(ctx, "unreachable/img:1"); err == nil || !strings.Contains(err.Error(), "pull unreachable/img:1") {
+		t.Errorf("Pull from an unreachable registry = %v, want an error naming the image", err)
+	}
+	if err := a.Pull(ctx, ""); err == nil || len(f.pulls) != 2 {
+		t.Errorf("Pull(\"\") = %v (pulls %v), want refused before the engine", err, f.pulls)
 	}
 	res.MemoryBytes = 256 << 20
 	if _, err := a.Update(ctx, id, res); err != nil {

@@ -40,6 +40,7 @@ type engine interface {
 	Unpause(ctx context.Context, id string) error
 	Remove(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, cmd []string) (int, error)
+	Pull(ctx context.Context, image string) error
 }
 
 // cgroupWriter writes the files Docker cannot express (Apply is
@@ -51,7 +52,11 @@ type cgroupWriter interface {
 
 // Config configures an Agent.
 type Config struct {
-	Host         string
+	Host string
+	// CgroupParent is the cgroup parent of the containers the agent makes
+	// ("": the engine's default): agents of several hosts sharing one
+	// engine keep their containers apart with it.
+	CgroupParent string
 	Version      string
 	StateDir     string
 	Scheme       Scheme
@@ -87,6 +92,10 @@ type Agent struct {
 	host    Host
 	desired []model.Instance
 	haveDes bool
+	// fenced: desired came from the checkpoint, not from the planner: the
+	// agent keeps what runs in shape but starts nothing (an instance the
+	// planner placed elsewhere meanwhile must not come back here).
+	fenced  bool
 	rev     int64              // the planner's revision desired was read at
 	records map[string]*record // by instance ID
 	kick    chan struct{}
@@ -253,12 +262,12 @@ func (a *Agent) restore() {
 		return
 	}
 	a.mu.Lock()
-	a.desired, a.haveDes, a.rev = cp.Desired, true, cp.Revision
+	a.desired, a.haveDes, a.rev, a.fenced = cp.Desired, true, cp.Revision, true
 	if !cp.CPUs.IsEmpty() && cp.ShareBase > 0 {
 		a.host.CPUs, a.host.ShareBase = cp.CPUs, cp.ShareBase
 	}
 	a.mu.Unlock()
-	a.log.Info("enforcing the checkpointed desired state until the planner answers", "instances", len(cp.Desired), "revision", cp.Revision)
+	a.log.Info("enforcing the checkpointed desired state until the planner answers (resources and drift only: nothing is started before it answers)", "instances", len(cp.Desired), "revision", cp.Revision)
 	a.wake()
 }
 
@@ -370,7 +379,7 @@ func (a *Agent) received(m *pinfoldv1.WatchInstancesResponse) {
 	if sb > 0 {
 		a.host.ShareBase = sb
 	}
-	a.desired, a.haveDes, a.rev = ds, true, m.Revision
+	a.desired, a.haveDes, a.rev, a.fenced = ds, true, m.Revision, false
 	cp := checkpoint.State{Host: a.cfg.Host, Revision: m.Revision, ShareBase: a.host.ShareBase, CPUs: a.host.CPUs, Desired: ds}
 	a.mu.Unlock()
 	if a.cfg.StateDir != "" {
@@ -385,6 +394,6 @@ func (a *Agent) received(m *pinfoldv1.WatchInstancesResponse) {
 // checkpoint); for tests.
 func (a *Agent) SetDesired(ds []model.Instance) {
 	a.mu.Lock()
-	a.desired, a.haveDes = ds, true
+	a.desired, a.haveDes, a.fenced = ds, true, false
 	a.mu.Unlock()
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,24 @@ type fakeEngine struct {
 	createErr error
 	creates   int
 	updates   int
+	// images, when not nil, are the images the engine has: Create of
+	// another fails as the engine's "No such image"; Pull adds one.
+	images  map[string]bool
+	pulls   []string
+	pullErr error
+}
+
+func (f *fakeEngine) Pull(_ context.Context, image string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pulls = append(f.pulls, image)
+	if f.pullErr != nil {
+		return f.pullErr
+	}
+	if f.images != nil {
+		f.images[image] = true
+	}
+	return nil
 }
 
 func newFakeEngine() *fakeEngine { return &fakeEngine{cs: map[string]*docker.Container{}} }
@@ -60,14 +79,21 @@ func (f *fakeEngine) Create(_ context.Context, s docker.CreateSpec) (string, err
 	if f.createErr != nil {
 		return "", f.createErr
 	}
+	if f.images != nil && !f.images[s.Image] {
+		return "", fmt.Errorf("docker: create %s from %s: Error response from daemon: No such image: %s", s.Name, s.Image, s.Image)
+	}
 	f.n++
 	id := fmt.Sprintf("c%d", f.n)
 	labels := map[string]string{docker.LabelManaged: "true"}
 	for k, v := range s.Labels {
 		labels[k] = v
 	}
-	f.cs[id] = &docker.Container{ID: id, Name: s.Name, Image: s.Image, Cmd: s.Cmd, Service: s.Service, Instance: s.Instance,
-		Labels: labels, Status: "created", Applied: s.Resources, CgroupPath: "docker/" + id}
+	parent := "docker"
+	if s.CgroupParent != "" {
+		parent = s.CgroupParent
+	}
+	f.cs[id] = &docker.Container{ID: id, Name: s.Name, Image: s.Image, Cmd: s.Cmd, Service: s.Service, Instance: s.Instance, Host: s.Host,
+		Labels: labels, Status: "created", Applied: s.Resources, CgroupPath: parent + "/" + id}
 	return id, nil
 }
 func (f *fakeEngine) get(id string) (*docker.Container, error) {
@@ -562,7 +588,9 @@ func (*downPlanner) ReportStatus(context.Context, *connect.Request[pinfoldv1.Rep
 // TestCheckpointEnforcedWhilePlannerDown: the desired state the planner
 // sent (with the host's CPUs in capacity: reserved 0-1 left out) is
 // checkpointed; an agent restarted while the planner is down enforces it
-// from the checkpoint: it creates what is missing and reverts drift.
+// from the checkpoint: it reverts drift, but it starts nothing (fenced: the
+// planner may have placed an instance elsewhere meanwhile); once the
+// planner answers, what is missing is created.
 func TestCheckpointEnforcedWhilePlannerDown(t *testing.T) {
 	dir := t.TempDir()
 	eng, cg := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}
@@ -571,11 +599,13 @@ func TestCheckpointEnforcedWhilePlannerDown(t *testing.T) {
 	db := memInst(1, 128<<20)
 	web := model.Instance{ID: "web-1", Service: "web", Spec: model.Spec{Image: "img"}, Generation: 1,
 		Allocation: model.Allocation{CPUQuota: 150, NUMANode: -1, Memory: 64 << 20}}
+	gone := model.Instance{ID: "gone-1", Service: "gone", Spec: model.Spec{Image: "img"}, Generation: 1,
+		Allocation: model.Allocation{CPUQuota: 50, NUMANode: -1, Memory: 32 << 20}}
 	a.received(&pinfoldv1.WatchInstancesResponse{Revision: 7, Cpus: "1-7", Instances: []*pinfoldv1.Instance{
-		pinfoldv1.NewInstance(db, nil, "pending", 100), pinfoldv1.NewInstance(web, nil, "pending", 100)}})
+		pinfoldv1.NewInstance(db, nil, "pending", 100), pinfoldv1.NewInstance(web, nil, "pending", 100), pinfoldv1.NewInstance(gone, nil, "pending", 100)}})
 	settle(t, a)
 	cs, _ := eng.List(context.Background())
-	if len(cs) != 2 {
+	if len(cs) != 3 {
 		t.Fatalf("containers after the first pass: %+v", cs)
 	}
 	for _, c := range cs {
@@ -586,14 +616,16 @@ func TestCheckpointEnforcedWhilePlannerDown(t *testing.T) {
 			t.Errorf("bound container cpuset = %s, want 0", c.Applied.CPUs)
 		}
 	}
-	// Drift while the agent is away: someone resizes db's container and
-	// removes web's.
+	// Drift while the agent is away: someone resizes db's container,
+	// moves web's onto CPU 0 and removes gone's.
 	eng.mu.Lock()
 	for id, c := range eng.cs {
 		switch c.Instance {
 		case "db-1":
 			c.Applied.MemoryBytes = 32 << 20
 		case "web-1":
+			c.Applied.CPUs = cpuset.MustParseCPUs("0")
+		case "gone-1":
 			delete(eng.cs, id)
 		}
 	}
@@ -624,6 +656,14 @@ func TestCheckpointEnforcedWhilePlannerDown(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	time.Sleep(5 * cfg.Resync)
+	eng.mu.Lock()
+	for _, c := range eng.cs {
+		if c.Instance == "gone-1" {
+			t.Errorf("gone-1 was created again from the checkpoint alone, planner down: %+v", c)
+		}
+	}
+	eng.mu.Unlock()
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run = %v, want it to keep running until cancelled", err)
@@ -701,5 +741,105 @@ func TestFailingActionNotInATightLoop(t *testing.T) {
 	}
 	if r := a.records["db-1"]; r == nil || !strings.Contains(r.err, "pull access denied") {
 		t.Errorf("the failure is not recorded: %+v", r)
+	}
+}
+
+// TestReplaceSameImageSwaps: a replace with the image and command the
+// container already runs (SpecGeneration grows) still makes a new
+// container; a resize after it does not. With Pull always the host pulls
+// first; with the default, only an image the engine lacks is pulled.
+func TestReplaceSameImageSwaps(t *testing.T) {
+	a, eng, _, pl := newTestAgent(t)
+	ctx := context.Background()
+	eng.images = map[string]bool{}
+	a.SetDesired([]model.Instance{memInst(1, 128<<20)})
+	settle(t, a)
+	if !slices.Equal(eng.pulls, []string{"img"}) {
+		t.Errorf("pulls after creating from a missing image = %v, want [img] (pull missing)", eng.pulls)
+	}
+	restart := memInst(2, 128<<20)
+	restart.SpecGeneration, restart.Pull = 2, model.PullAlways
+	a.SetDesired([]model.Instance{restart})
+	settle(t, a)
+	cs, _ := eng.List(ctx)
+	if len(cs) != 1 || cs[0].ID == "c1" || cs[0].Labels[LabelGeneration] != "2" {
+		t.Fatalf("after a replace with the same image: %+v, want one new container of generation 2", cs)
+	}
+	if !slices.Equal(eng.pulls, []string{"img", "img"}) {
+		t.Errorf("pulls = %v, want the image pulled again (pull always)", eng.pulls)
+	}
+	if r := pl.last("db-1"); r.State != "running" || r.Generation != 2 {
+		t.Errorf("report after the restart: %+v", r)
+	}
+	resized := restart
+	resized.Generation, resized.Memory = 3, 96<<20
+	a.SetDesired([]model.Instance{resized})
+	settle(t, a)
+	if cs2, _ := eng.List(ctx); len(cs2) != 1 || cs2[0].ID != cs[0].ID {
+		t.Errorf("a resize after the restart replaced the container: %+v", cs2)
+	}
+	eng.pullErr = errors.New("registry unreachable")
+	again := resized
+	again.Generation, again.SpecGeneration = 4, 4
+	a.SetDesired([]model.Instance{again})
+	settle(t, a)
+	if cs3, _ := eng.List(ctx); len(cs3) != 1 || cs3[0].ID != cs[0].ID || !cs3[0].Running {
+		t.Errorf("a replace whose pull failed: %+v, want the old container running on", cs3)
+	}
+	if r := pl.last("db-1"); !strings.Contains(r.Error, "registry unreachable") || r.RefusedGeneration != 4 {
+		t.Errorf("report after a failed pull: %+v, want the pull's error and generation 4 refused", r)
+	}
+}
+
+// TestMoveHealthGate: an instance that replaces another (a move) is
+// reported running only after its health gate; one that fails it is
+// removed, reported refused, and not created again.
+func TestMoveHealthGate(t *testing.T) {
+	a, eng, _, pl := newTestAgent(t)
+	ctx := context.Background()
+	in := memInst(1, 128<<20)
+	in.Replaces, in.Health = "db-0", &model.HealthCheck{Exec: []string{"test", "-f", "/ready"}, Timeout: "300ms"}
+	eng.execCode = 1
+	a.SetDesired([]model.Instance{in})
+	a.Reconcile(ctx)
+	a.Reconcile(ctx)
+	if cs, _ := eng.List(ctx); len(cs) != 0 {
+		t.Errorf("after a failed health gate: %+v, want the container removed", cs)
+	}
+	r := pl.last("db-1")
+	if r == nil || r.RefusedGeneration != 1 || !strings.Contains(r.Error, "health gate") || r.State == "running" {
+		t.Fatalf("report after a failed gate: %+v, want refused generation 1 naming the gate", r)
+	}
+	creates := eng.creates
+	settle(t, a)
+	if eng.creates != creates {
+		t.Errorf("a move whose gate failed was created again (%d creates, was %d)", eng.creates, creates)
+	}
+	// The same with a passing probe: running once the gate passed.
+	b, eng2, _, pl2 := newTestAgent(t)
+	eng2.execCode = 0
+	b.SetDesired([]model.Instance{in})
+	settle(t, b)
+	if r := pl2.last("db-1"); r == nil || r.State != "running" || r.Error != "" || r.Generation != 1 {
+		t.Errorf("report after a passing gate: %+v", r)
+	}
+	if len(eng2.execs) == 0 {
+		t.Errorf("the probe never ran")
+	}
+}
+
+// TestFence: from the checkpoint alone the agent starts nothing.
+func TestFence(t *testing.T) {
+	t.Parallel()
+	all := []Action{{Kind: Remove}, {Kind: Update}, {Kind: Create}, {Kind: Start}, {Kind: Replace}, {Kind: Unpause}, {Kind: FinishReplace}, {Kind: Reassert}}
+	var got []Kind
+	for _, a := range Fence(all) {
+		got = append(got, a.Kind)
+	}
+	if want := []Kind{Remove, Update, Unpause, FinishReplace, Reassert}; !slices.Equal(got, want) {
+		t.Errorf("Fence kept %v, want %v", got, want)
+	}
+	if len(all) != 8 {
+		t.Errorf("Fence changed its input")
 	}
 }

@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 
 	"github.com/pinfold/pinfold/docker"
@@ -47,6 +48,21 @@ func releases(have, want docker.Resources) bool {
 	quotaLE := have.CPUQuota == 0 || want.CPUQuota != 0 && want.CPUQuota <= have.CPUQuota // 0: no limit
 	return want.CPUs.IsSubsetOf(have.CPUs) && want.Mems.IsSubsetOf(have.Mems) && quotaLE &&
 		want.MemoryBytes <= have.MemoryBytes && want.MemoryReservation <= have.MemoryReservation
+}
+
+// Fence keeps the actions that start nothing: what an agent may do on the
+// word of its checkpoint alone, before the planner answered (an instance
+// the planner placed elsewhere meanwhile must not come back here). It
+// drops Create, Start and Replace (which makes a new container); resuming
+// a paused container and settling an interrupted replace stay.
+func Fence(actions []Action) []Action {
+	return slices.DeleteFunc(slices.Clone(actions), func(a Action) bool {
+		switch a.Kind {
+		case Create, Start, Replace:
+			return true
+		}
+		return false
+	})
 }
 
 // Known is what the agent learnt in earlier passes, by instance ID.
@@ -107,6 +123,8 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 			return cmp.Or(cmp.Compare(a.Generation, b.Generation), cmp.Compare(a.ID, b.ID))
 		})
 		switch {
+		case len(cs) == 0 && in.Replaces != "" && known.Failed[in.ID] == in.Generation:
+			continue // a move whose health gate failed: given up, reported
 		case len(cs) == 0:
 			out = append(out, Action{Kind: Create, Instance: in, Want: want, Reason: "no container"})
 			continue
@@ -130,6 +148,9 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 		case specChanged(c, in) && known.Failed[in.ID] != in.Generation:
 			out = append(out, Action{Kind: Replace, Instance: in, Container: c.ID, Want: want, Reason: "image, command or network changed"})
 			continue
+		case c.Generation < in.SpecGeneration && known.Failed[in.ID] != in.Generation:
+			out = append(out, Action{Kind: Replace, Instance: in, Container: c.ID, Want: want, Reason: fmt.Sprintf("replace asked at generation %d; the container is of generation %d", in.SpecGeneration, c.Generation)})
+			continue
 		case !sameResources(c.Applied, want.Resources) && known.Refused[in.ID] != in.Generation:
 			out = append(out, Action{Kind: Update, Instance: in, Container: c.ID, Want: want, Reason: "resources differ", MemoryCurrent: c.MemoryCurrent})
 		case c.Paused:
@@ -147,6 +168,9 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 	slices.SortFunc(orphans, func(a, b Observed) int { return cmp.Compare(a.ID, b.ID) })
 	var first []Action
 	for _, o := range orphans {
+		if o.Host == "" {
+			continue // made before host labels: maybe another host's agent's, so never removed
+		}
 		first = append(first, Action{Kind: Remove, Container: o.ID, Reason: "no desired instance " + o.Instance})
 	}
 	have := map[string]docker.Resources{}

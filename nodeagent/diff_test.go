@@ -64,7 +64,8 @@ func TestMap(t *testing.T) {
 }
 
 func obs(id, instance, image string, gen int64, r docker.Resources, running, paused bool) Observed {
-	return Observed{Container: docker.Container{ID: id, Instance: instance, Image: image, Cmd: []string{"sleep", "1"}, Running: running, Paused: paused, Applied: r, Status: "x"}, Generation: gen}
+	return Observed{Container: docker.Container{ID: id, Instance: instance, Image: image, Cmd: []string{"sleep", "1"}, Running: running, Paused: paused, Applied: r, Status: "x",
+		Host: "h"}, Generation: gen}
 }
 
 func kinds(as []Action) []string {
@@ -94,6 +95,16 @@ func TestDiff(t *testing.T) {
 		o.Network = network
 		return o
 	}
+	restart := a
+	restart.Generation, restart.SpecGeneration = 2, 2
+	restartResized := restart
+	restartResized.Generation = 3
+	foreign := obs("c8", "elsewhere", "img", 1, want.Resources, true, false)
+	foreign.Host = "other-host" // own() drops it before Diff; Diff alone would remove it
+	legacy := obs("c7", "old", "img", 1, want.Resources, true, false)
+	legacy.Host = ""
+	legacyA := obs("c1", "a", "img", 1, want.Resources, true, false)
+	legacyA.Host = ""
 	tests := []struct {
 		name     string
 		desired  []model.Instance
@@ -111,6 +122,13 @@ func TestDiff(t *testing.T) {
 		{"no network asked: any will do", []model.Instance{a}, []Observed{onNet("host")}, []string{"reassert:c1"}},
 		{"replace in flight, new runs", []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, true, false)}, []string{"finish-replace:c1"}},
 		{"replace in flight, new failed", []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, false, true), obs("c2", "a", "img2", 2, want.Resources, false, false)}, []string{"remove:c2", "unpause:c1"}},
+		// replace with the same image: the container predates SpecGeneration.
+		{"restart: same image, older container", []model.Instance{restart}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, []string{"replace:c1"}},
+		{"restart done: container of the replace's generation", []model.Instance{restart}, []Observed{obs("c1", "a", "img", 2, want.Resources, true, false)}, []string{"reassert:c1"}},
+		{"resize after a restart: no replace", []model.Instance{restartResized}, []Observed{obs("c1", "a", "img", 2, want.Resources, true, false)}, []string{"reassert:c1"}},
+		{"another host's container is not an orphan", nil, []Observed{foreign}, nil},
+		{"a container without a host label is never removed", nil, []Observed{legacy}, nil},
+		{"a legacy container of a desired instance is adopted", []model.Instance{a}, []Observed{legacyA}, []string{"reassert:c1"}},
 	}
 	// A replace that failed for this generation is not retried.
 	if got := kinds(Diff(host6, []model.Instance{newImage}, []Observed{obs("c1", "a", "img", 1, want.Resources, true, false)}, SchemeQuota, Known{Failed: map[string]int64{"a": 2}})); !slices.Equal(got, []string{"reassert:c1"}) {
@@ -121,7 +139,15 @@ func TestDiff(t *testing.T) {
 		t.Errorf("refused resize retried: %v", got)
 	}
 	for _, tt := range tests {
-		got := kinds(Diff(host6, tt.desired, tt.observed, SchemeQuota, Known{}))
+		observed := tt.observed
+		var cs []docker.Container
+		for _, o := range observed {
+			cs = append(cs, o.Container)
+		}
+		if kept := own(cs, "h"); len(kept) != len(cs) {
+			observed = slices.DeleteFunc(slices.Clone(observed), func(o Observed) bool { return o.Host != "" && o.Host != "h" })
+		}
+		got := kinds(Diff(host6, tt.desired, observed, SchemeQuota, Known{}))
 		if !slices.Equal(got, tt.want) {
 			t.Errorf("%s: Diff = %v, want %v", tt.name, got, tt.want)
 		}

@@ -20,7 +20,7 @@ import (
 // report the result).
 func (a *Agent) Reconcile(ctx context.Context) bool {
 	a.mu.Lock()
-	desired, h := slices.Clone(a.desired), a.host
+	desired, h, fenced := slices.Clone(a.desired), a.host, a.fenced
 	failed := map[string]int64{}  // replaces rolled back, by generation
 	refused := map[string]int64{} // resizes refused, by generation
 	for id, r := range a.records {
@@ -37,9 +37,12 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 		a.log.Warn("docker list failed", "err", err)
 		return false
 	}
-	obs := a.observe(cs)
+	obs := a.observe(own(cs, a.cfg.Host))
 	a.measure(desired, obs, h.ShareBase, time.Now())
 	actions := Diff(h, desired, obs, a.cfg.Scheme, Known{Failed: failed, Refused: refused, Weights: a.shares.Weights()})
+	if fenced {
+		actions = Fence(actions)
+	}
 	// An instance with nothing left to do has converged: an error from an
 	// earlier pass (say, a size that was since rolled back) no longer holds.
 	// A refused generation is not retried, and stays reported until the
@@ -117,7 +120,7 @@ func (a *Agent) remember(act Action, err error) {
 	defer a.mu.Unlock()
 	r := a.recordLocked(act.Instance.ID)
 	switch {
-	case err != nil && (act.Kind == Replace || act.Kind == FinishReplace):
+	case err != nil && (act.Kind == Replace || act.Kind == FinishReplace || act.Kind == Create && act.Instance.Replaces != ""):
 		r.failed, r.failMsg = act.Instance.Generation, err.Error()
 	case err != nil:
 		r.err = err.Error()
@@ -162,21 +165,57 @@ func short(id string) string {
 
 func (a *Agent) spec(in *model.Instance, gen int64, r docker.Resources) docker.CreateSpec {
 	return docker.CreateSpec{Name: fmt.Sprintf("pinfold-%s-g%d", in.ID, gen), Image: in.Image, Cmd: in.Command, Env: in.Env, Network: in.Network,
-		Service: in.Service, Instance: in.ID, Labels: map[string]string{LabelGeneration: strconv.FormatInt(gen, 10)}, Resources: r}
+		Service: in.Service, Instance: in.ID, Labels: map[string]string{LabelGeneration: strconv.FormatInt(gen, 10)}, Resources: r,
+		Host: a.cfg.Host, CgroupParent: a.cfg.CgroupParent}
+}
+
+// own keeps the containers of host's agent: those labelled with host, and
+// those made before agents labelled them (no host label).
+func own(cs []docker.Container, host string) []docker.Container {
+	return slices.DeleteFunc(cs, func(c docker.Container) bool { return c.Host != "" && c.Host != host })
+}
+
+// create makes in's container under the pull policy: PullAlways pulls
+// first; otherwise an image the engine lacks is pulled once.
+func (a *Agent) create(ctx context.Context, in *model.Instance, r docker.Resources) (string, error) {
+	if in.Pull == model.PullAlways {
+		if err := a.eng.Pull(ctx, in.Image); err != nil {
+			return "", err
+		}
+	}
+	spec := a.spec(in, in.Generation, r)
+	id, err := a.eng.Create(ctx, spec)
+	if docker.IsNoImage(err) && in.Pull != model.PullAlways {
+		if perr := a.eng.Pull(ctx, in.Image); perr != nil {
+			return "", fmt.Errorf("%w (and the pull failed: %v)", err, perr)
+		}
+		id, err = a.eng.Create(ctx, spec)
+	}
+	return id, err
 }
 
 func (a *Agent) apply(ctx context.Context, act Action) error {
 	in := act.Instance
 	switch act.Kind {
 	case Create:
-		id, err := a.eng.Create(ctx, a.spec(in, in.Generation, act.Want.Resources))
+		id, err := a.create(ctx, in, act.Want.Resources)
 		if err != nil {
 			return err
 		}
 		if err := a.eng.Start(ctx, id); err != nil {
 			return err
 		}
-		return a.reassert(ctx, id, act.Want)
+		if err := a.reassert(ctx, id, act.Want); err != nil {
+			return err
+		}
+		if in.Replaces != "" {
+			// A move: the old instance goes only once this one is healthy.
+			if err := a.healthy(ctx, id, probeOf(in.Health)); err != nil {
+				_ = a.eng.Remove(ctx, id)
+				return fmt.Errorf("moved instance failed its health gate (the move is given up, %s runs on): %w", in.Replaces, err)
+			}
+		}
+		return nil
 	case Update:
 		return a.update(ctx, act)
 	case Start:
@@ -254,7 +293,7 @@ func (a *Agent) replace(ctx context.Context, in *model.Instance, old string, wan
 		}
 		return fmt.Errorf("replace rolled back, the old container runs on: %w", cause)
 	}
-	id, err := a.eng.Create(ctx, a.spec(in, in.Generation, want.Resources))
+	id, err := a.create(ctx, in, want.Resources)
 	if err != nil {
 		return rollback("", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,7 +20,7 @@ import (
 type agentFlags struct {
 	client                                                         clientFlags
 	host, sysfsRoot, procRoot, cgroupRoot                          string
-	dockerHost, stateDir, scheme, logLevel                         string
+	dockerHost, stateDir, scheme, logLevel, cgroupParent           string
 	ttl, resync, health, healthTimeout, shareEvery, shrinkDeadline time.Duration
 }
 
@@ -34,6 +35,7 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.StringVar(&f.procRoot, "proc-root", "/proc", "procfs (MemTotal on hosts without NUMA information)")
 	fl.StringVar(&f.cgroupRoot, "cgroup-root", cgroup.HostMount, "cgroup v2 mount")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine (default: DOCKER_HOST or the local socket)")
+	fl.StringVar(&f.cgroupParent, "cgroup-parent", "", "cgroup parent of the containers this agent makes (default: the engine's); agents of several hosts sharing one engine each take their own (/pinfold-h2, or h2.slice under systemd)")
 	fl.StringVar(&f.stateDir, "state-dir", filepath.Join(home, ".local/state/pinfold-agent"), "where the agent keeps its checkpoint")
 	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: capped (cpu.weight ∝ fragment pieces + cpu.max = pieces; measured closest), weight (Eru: cpu.weight only) or quota (cpu.max = pieces)")
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
@@ -66,6 +68,9 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if f.host == "" {
 		f.host, _ = os.Hostname()
 	}
+	if len(f.cgroupParent) > 255 || strings.ContainsAny(f.cgroupParent, " \t\n\x00") || strings.Contains(f.cgroupParent, "..") {
+		return badInput("--cgroup-parent %q: want a cgroup path (/pinfold-h2) or a systemd slice (h2.slice) without blanks or '..'", f.cgroupParent)
+	}
 	topo, err := numa.Discover(os.DirFS(f.sysfsRoot), os.DirFS(f.procRoot))
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
@@ -83,7 +88,7 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	a := nodeagent.New(nodeagent.Config{Host: f.host, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
+	a := nodeagent.New(nodeagent.Config{Host: f.host, CgroupParent: f.cgroupParent, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
 		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout, ShareEvery: shareEvery, Shrink: nodeagent.ShrinkOptions{Deadline: f.shrinkDeadline}}, cl, eng, cg, topo, log)
 	err = a.Run(ctx)
 	if ctx.Err() != nil {

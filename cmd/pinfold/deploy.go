@@ -368,15 +368,19 @@ func newReplaceCmd() *cobra.Command {
 		batch  int
 		wait   time.Duration
 		health healthFlags
+		pull   string
 	)
 	cmd := &cobra.Command{
-		Use:   "replace (SERVICE|INSTANCE) --image IMG [-- COMMAND ARGS…]",
+		Use:   "replace (SERVICE|INSTANCE) --image IMG [--pull missing|always] [-- COMMAND ARGS…]",
 		Short: "Replace containers blue-green with a new image, on the same CPUs and memory",
 		Long: `Record a new image (and optionally command) for an instance or a whole
 service. No resources are planned: each host's agent pauses the old
 container, starts the new one on the same allocation, and removes the old
 one only after the new one is healthy; otherwise it removes the new one and
-resumes the old.
+resumes the old. Every replaced instance gets new containers, also when the
+image and command are unchanged (a restart, like kubectl rollout restart).
+--pull always makes the host pull the image first (a re-pushed tag); the
+default, missing, pulls only an image the host lacks.
 
 Healthy means: the probe given here (--health-cmd, --health-tcp or
 --health-http) passes within --health-timeout; else the image's own
@@ -386,7 +390,8 @@ A service is replaced host by host: --batch N hosts at a time (0: all at
 once), each batch waited for before the next starts; the first failure
 stops the rollout (exit 1) and leaves later hosts untouched.`,
 		Example: `  pinfold replace web --image nginx:1.27 --batch 1 --health-http 80/
-  pinfold replace web-3f2a9c0d1e --image nginx:1.27 --health-cmd "test -f /run/ready"`,
+  pinfold replace web-3f2a9c0d1e --image nginx:1.27 --health-cmd "test -f /run/ready"
+  pinfold replace web --image nginx:1.27 --pull always   # restart on a re-pushed tag`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
@@ -397,6 +402,9 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 			}
 			if batch < 0 {
 				return badInput("--batch %d: want 0 (all hosts at once) or more", batch)
+			}
+			if pull != "missing" && pull != "always" {
+				return badInput("--pull %q: want missing or always", pull)
 			}
 			if wait < 0 {
 				return badInput("--wait %s: want 0 (do not wait) or more", wait)
@@ -426,7 +434,7 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 				var all []*pinfoldv1.Instance
 				for i, hosts := range groups {
 					resp, err := cl.Replace(ctx, connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: args[0], Image: image, Command: command,
-						Health: hc, Hosts: hosts}))
+						Health: hc, Hosts: hosts, Pull: pull}))
 					if err != nil {
 						return err
 					}
@@ -466,6 +474,7 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 	out.register(cmd)
 	cmd.Flags().StringVar(&image, "image", "", "the new image")
 	cmd.Flags().IntVar(&batch, "batch", 0, "hosts replaced at a time for a service (0: all at once)")
+	cmd.Flags().StringVar(&pull, "pull", "missing", "when hosts pull the image: missing (only when they lack it) or always")
 	cmd.Flags().DurationVar(&wait, "wait", 5*time.Minute, "wait this long for each batch (0: return once recorded)")
 	health.register(cmd)
 	return cmd

@@ -30,7 +30,7 @@ registers it with its discovered topology; 'host add' registers one by hand
 from a 'pinfold topology -o json' file (deploys onto it stay pending until an
 agent runs there).`,
 	}
-	cmd.AddCommand(newHostAddCmd(), newHostListCmd(), newHostShowCmd(), newHostSetCmd(),
+	cmd.AddCommand(newHostAddCmd(), newHostListCmd(), newHostShowCmd(), newHostSetCmd(), newHostDrainCmd(),
 		newHostEnableCmd(true), newHostEnableCmd(false), newHostMaintenanceCmd(), newHostRemoveCmd())
 	return cmd
 }
@@ -56,6 +56,8 @@ type hostJSON struct {
 	FaultDomain      string             `json:"fault_domain,omitempty"`
 	UpgradeDomain    string             `json:"upgrade_domain,omitempty"`
 	MaintenanceUntil string             `json:"maintenance_until,omitempty"`
+	Draining         bool               `json:"draining,omitempty"`
+	DrainDeadline    string             `json:"drain_deadline,omitempty"`
 	Topology         *topology.Topology `json:"topology,omitempty"`
 }
 
@@ -93,7 +95,7 @@ func toHostJSON(h *pinfoldv1.Host) hostJSON {
 		HostType: h.HostType, Properties: h.Properties, FaultDomain: h.FaultDomain, UpgradeDomain: h.UpgradeDomain, MaintenanceUntil: h.MaintenanceUntil,
 		Capacity: resourcesJSON{cpuMapJSON(h.CapacityCpus), h.CapacityMemoryBytes},
 		Used:     resourcesJSON{cpuMapJSON(h.UsedCpus), h.UsedMemoryBytes}, NUMANodes: []numaJSON{},
-		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces}
+		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces, Draining: h.Draining, DrainDeadline: h.DrainDeadline}
 	if out.Instances == nil {
 		out.Instances = map[string]int32{}
 	}
@@ -347,6 +349,9 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 			over = "; oversold, as memory-first capacity is counted by memory"
 		}
 		fmt.Fprintf(w, "Memory-first: quotas %s committed against the shared pool (the CPUs no instance holds pieces of), whose CPU time they share%s\n", quotaPool(h), over)
+	}
+	if h.Draining {
+		fmt.Fprintf(w, "Draining: its instances are moving to other hosts (deadline %s)\n", orDash(h.DrainDeadline))
 	}
 	if h.MaintenanceUntil != "" {
 		fmt.Fprintf(w, "In maintenance: keeps its instances, takes nothing new; grace until %s\n", h.MaintenanceUntil)
@@ -607,15 +612,37 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 }
 
 func newHostRemoveCmd() *cobra.Command {
-	var c clientFlags
+	var (
+		c   clientFlags
+		out outputFlag
+	)
 	cmd := &cobra.Command{
 		Use:   "remove NAME",
-		Short: "Unregister a host that runs no instances",
-		Args:  cobra.ExactArgs(1),
+		Short: "Unregister a host; its instances are placed again on other hosts first",
+		Long: `Unregister a host. Its instances are placed again on other hosts first, through
+the same placement rules as a deploy (they may use the buffer and the
+overbooking, as any replacement of failed instances): the old instances are
+released at once, and the host's agent, if it still runs, removes their
+containers. When an instance cannot be placed elsewhere, the host stays
+registered (now disabled) and nothing else changes for that instance.
+To move live work with health gates first, use 'pinfold host drain'.`,
+		Example: `  pinfold host remove h3
+  pinfold host drain h3 && pinfold host remove h3   # blue-green first`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				if _, err := cl.RemoveHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RemoveHostRequest{Name: args[0]})); err != nil {
+				resp, err := cl.RemoveHost(cmd.Context(), connect.NewRequest(&pinfoldv1.RemoveHostRequest{Name: args[0]}))
+				if err != nil {
 					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"host": args[0], "removed": true, "moved": movesJSON(resp.Msg.Moved)})
+				}
+				for _, m := range resp.Msg.Moved {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) placed again on %s as %s\n", m.Instance, m.Service, m.To, m.NewInstance)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "host %s removed\n", args[0])
 				return nil
@@ -623,5 +650,106 @@ func newHostRemoveCmd() *cobra.Command {
 		},
 	}
 	c.register(cmd)
+	out.register(cmd)
 	return cmd
+}
+
+func newHostDrainCmd() *cobra.Command {
+	var (
+		c        clientFlags
+		out      outputFlag
+		deadline time.Duration
+		noWait   bool
+		cancel   bool
+	)
+	cmd := &cobra.Command{
+		Use:   "drain NAME [--deadline D] [--no-wait | --cancel]",
+		Short: "Move every instance off a host, blue-green, and leave it disabled",
+		Long: `Disable a host and move each of its instances to another host through the
+same placement rules as a deploy: a new instance starts elsewhere, and the old
+one is removed only once the new one runs and passed its health gate on its
+host. The planner carries the drain on in the background (also after a
+planner restart) until the host holds no instances; it then stays disabled.
+This command shows the progress until then (--no-wait returns at once).
+
+--deadline bounds the wait for health gates: past it, an old instance is
+removed as soon as its replacement exists, healthy or not. An instance that
+cannot be placed anywhere stays, and the drain retries it every second.
+--cancel stops starting moves (those in flight settle; the host stays
+disabled; 'pinfold host enable' lets it take work again).`,
+		Example: `  pinfold host drain h3
+  pinfold host drain h3 --deadline 10m
+  pinfold host drain h3 --no-wait -o json
+  pinfold host drain h3 --cancel`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if deadline < 0 {
+				return badInput("--deadline %s: want 0 (none) or more", deadline)
+			}
+			name := args[0]
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.DrainHost(cmd.Context(), connect.NewRequest(&pinfoldv1.DrainHostRequest{Name: name,
+					DeadlineSeconds: int64(deadline / time.Second), Cancel: cancel}))
+				if err != nil {
+					return err
+				}
+				h := resp.Msg.Host
+				if cancel || noWait {
+					if out.json() {
+						return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
+					}
+					what := "draining in the background"
+					if cancel {
+						what = "drain cancelled; stays disabled"
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "host %s: %s\n", name, what)
+					return nil
+				}
+				return waitDrain(cmd, cl, name, out.json())
+			})
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().DurationVar(&deadline, "deadline", 0, "past it, old instances go once their replacements exist, healthy or not (0: none)")
+	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the drain is recorded; the planner carries it on")
+	cmd.Flags().BoolVar(&cancel, "cancel", false, "stop the drain")
+	cmd.MarkFlagsMutuallyExclusive("no-wait", "cancel")
+	return cmd
+}
+
+// waitDrain shows a drain's progress until the host holds no instances
+// and the drain ended, then the host's state.
+func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, name string, asJSON bool) error {
+	total, last := -1, ""
+	for {
+		resp, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: name}))
+		if err != nil {
+			return err
+		}
+		left := len(resp.Msg.Instances)
+		if total < left {
+			total = left
+		}
+		line := fmt.Sprintf("drain %s: %d of %d instances moved", name, total-left, total)
+		if line != last && !asJSON {
+			fmt.Fprintln(cmd.ErrOrStderr(), line)
+			last = line
+		}
+		if h := resp.Msg.Host; left == 0 && !h.Draining {
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s drained: %d instances moved; it is %s\n", name, total, h.State)
+			return nil
+		}
+		select {
+		case <-cmd.Context().Done():
+			return cmd.Context().Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

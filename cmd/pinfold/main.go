@@ -81,7 +81,7 @@ Exit codes: 0 ok, 1 request cannot be met, 2 bad input or unreadable host.`,
 	}
 	root.CompletionOptions.HiddenDefaultCmd = false
 	root.AddCommand(newTopologyCmd(), newPlanCmd(), newPlannerCmd(), newPKICmd(), newAgentCmd(), newUpCmd(), newHostCmd(),
-		newDeployCmd(), newResizeCmd(), newRemoveCmd(), newReplaceCmd(), newPsCmd(), newCapacityCmd(),
+		newDeployCmd(), newScaleCmd(), newResizeCmd(), newRemoveCmd(), newReplaceCmd(), newRebalanceCmd(), newPsCmd(), newCapacityCmd(),
 		newHealthCmd(), newSettingsCmd(), newVersionCmd())
 	return root
 }

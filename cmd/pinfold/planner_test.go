@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -179,7 +181,14 @@ func TestPlannerCLI(t *testing.T) {
 		{[]string{"host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json"}, "host h1 is already registered"},
 		{[]string{"replace", "web"}, "--image is required"},
 		{[]string{"replace", "ghost", "--image", "x"}, `no instance or service named "ghost"`},
-		{[]string{"host", "remove", ins[0].Host}, "runs"},
+		{[]string{"host", "drain", "nosuch"}, `host "nosuch" is not registered`},
+		{[]string{"host", "drain", "h1", "--deadline", "-1s"}, "--deadline -1s"},
+		{[]string{"scale", "web"}, "--count N is required"},
+		{[]string{"scale", "ghost", "--count", "2"}, `service "ghost" is not deployed`},
+		{[]string{"rebalance", "--balancing-threshold", "0.5"}, "balancing threshold = 0.5"},
+		{[]string{"rebalance", "--apply", "--dry-run"}, "give one"},
+		{[]string{"replace", "web", "--image", "x", "--pull", "sometimes"}, `--pull "sometimes"`},
+		{[]string{"settings", "--down-grace", "100ms"}, "--down-grace 100ms"},
 		{[]string{"remove", "ghost"}, `no instance or service named "ghost"`},
 	} {
 		_, errOut, code := runCLI(t, "", append(tt.args, pl...)...)
@@ -198,8 +207,51 @@ func TestPlannerCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "unreachable") {
 		t.Errorf("unreachable planner: exit %d %s", code, errOut)
 	}
+	// Scale, rebalance (a dry run), then removing a host places its
+	// instances on the other.
+	var scaled struct {
+		Count   int               `json:"count"`
+		Added   []json.RawMessage `json:"added"`
+		Removed []string          `json:"removed"`
+	}
+	if err := json.Unmarshal([]byte(must("scale", "web", "--count", "6", "-o", "json")), &scaled); err != nil || scaled.Count != 6 || len(scaled.Added) != 2 {
+		t.Errorf("scale web --count 6 = %+v, %v", scaled, err)
+	}
+	if err := json.Unmarshal([]byte(must("scale", "web", "--count", "4", "-o", "json")), &scaled); err != nil || scaled.Count != 4 || len(scaled.Removed) != 2 {
+		t.Errorf("scale web --count 4 = %+v, %v", scaled, err)
+	}
+	before = must("ps", "-o", "json")
+	if out := must("rebalance"); !strings.Contains(out, "cpu: most/least used host") {
+		t.Errorf("rebalance: %s", out)
+	}
+	if after := must("ps", "-o", "json"); after != before {
+		t.Errorf("a rebalance dry run changed the instances")
+	}
+	if out := must("settings", "--down-grace", "2m"); !regexp.MustCompile(`down grace +2m0s`).MatchString(out) {
+		t.Errorf("settings --down-grace 2m: %s", out)
+	}
+	var removed struct {
+		Moved []struct {
+			Instance, To, NewInstance string `json:"instance"`
+		} `json:"moved"`
+	}
+	out = must("host", "remove", "h1", "-o", "json")
+	if err := json.Unmarshal([]byte(out), &removed); err != nil {
+		t.Fatalf("host remove h1 -o json: %v\n%s", err, out)
+	}
+	var left []struct {
+		Host string `json:"host"`
+	}
+	_ = json.Unmarshal([]byte(must("ps", "-o", "json")), &left)
+	if len(left) != 4 || slices.ContainsFunc(left, func(e struct {
+		Host string `json:"host"`
+	}) bool {
+		return e.Host != "h2"
+	}) {
+		t.Errorf("after host remove h1 (%s): instances %+v, want 4, all on h2", out, left)
+	}
 	out = must("remove", "web", "-o", "json")
-	if !strings.Contains(out, ins[0].ID) {
+	if !strings.Contains(out, "web-") {
 		t.Errorf("remove web: %s", out)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -109,11 +110,13 @@ func newSettingsCmd() *cobra.Command {
 		c                   clientFlags
 		out                 outputFlag
 		buffer, over, prios []string
+		downGrace           time.Duration
 	)
 	show := func(cmd *cobra.Command, ps *pinfoldv1.PlacementSettings, asJSON bool) error {
 		if asJSON {
 			return writeJSON(cmd.OutOrStdout(), map[string]any{"buffer_percent": orEmpty(ps.BufferPercent),
-				"overbooking_percent": orEmpty(ps.OverbookingPercent), "constraint_priorities": ps.ConstraintPriorities})
+				"overbooking_percent": orEmpty(ps.OverbookingPercent), "constraint_priorities": ps.ConstraintPriorities,
+				"down_grace_seconds": ps.DownGraceSeconds})
 		}
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "SETTING\tVALUE")
@@ -140,11 +143,12 @@ func newSettingsCmd() *cobra.Command {
 			}
 			fmt.Fprintf(tw, "%s priority\t%d (%s, %s)\n", r, p, names[p], src)
 		}
+		fmt.Fprintf(tw, "down grace\t%s (a host's agent gone this long: its instances are placed again elsewhere)\n", time.Duration(ps.DownGraceSeconds)*time.Second)
 		return tw.Flush()
 	}
 	cmd := &cobra.Command{
-		Use:   "settings [--buffer RES=F] [--overbooking RES=F] [--priority RULE=P]",
-		Short: "Show or change the cluster's placement settings (buffer, overbooking, rule priorities)",
+		Use:   "settings [--buffer RES=F] [--overbooking RES=F] [--priority RULE=P] [--down-grace D]",
+		Short: "Show or change the cluster's placement settings (buffer, overbooking, rule priorities, down grace)",
 		Long: `Without flags, show the settings. Per resource (cpu, memory) a host buffer
 (kept free in normal placement, usable for replacing failed instances and
 upgrades: capacity 100 with a 0.2 buffer gives 80 normally, 100 then) or an
@@ -152,9 +156,16 @@ overbooking (capacity 100 with 0.2 gives 100 normally, 120 then; -1 =
 unlimited), never both (seed 000). Rule priorities (seed 001): -1 off,
 0 hard, 1 soft, 2 optimization; defaults PlacementConstraint 0,
 NodeCapacity 0, Affinity 0, FaultDomain 0, UpgradeDomain 1,
-PreferredLocation 2. Setting replaces all three maps at once.`,
+PreferredLocation 2. Setting replaces all three maps at once.
+
+--down-grace (default 5m) is how long a host's agent may be gone before the
+host's instances are placed again on other hosts (through the same rules;
+they may use the buffer and the overbooking). When the agent returns, it
+removes the containers of the instances that moved first. Changing only the
+down grace keeps the other settings.`,
 		Example: `  pinfold settings
-  pinfold settings --buffer cpu=0.15 --overbooking memory=0.2 --priority UpgradeDomain=0`,
+  pinfold settings --buffer cpu=0.15 --overbooking memory=0.2 --priority UpgradeDomain=0
+  pinfold settings --down-grace 2m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.validate(); err != nil {
@@ -193,10 +204,25 @@ PreferredLocation 2. Setting replaces all three maps at once.`,
 			if err := local.Validate(); err != nil {
 				return badInput("%v", err)
 			}
-			set := len(buffer)+len(over)+len(prios) > 0
+			if cmd.Flags().Changed("down-grace") && (downGrace < time.Second || downGrace > placement.MaxDownGrace) {
+				return badInput("--down-grace %s: want 1s..%s", downGrace, placement.MaxDownGrace)
+			}
+			setMaps := len(buffer)+len(over)+len(prios) > 0
+			set := setMaps || cmd.Flags().Changed("down-grace")
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				var got *pinfoldv1.PlacementSettings
 				if set {
+					cur, err := cl.GetPlacementSettings(cmd.Context(), connect.NewRequest(&pinfoldv1.GetPlacementSettingsRequest{}))
+					if err != nil {
+						return err
+					}
+					if !setMaps {
+						ps = cur.Msg // only the down grace changes
+					}
+					ps.DownGraceSeconds = cur.Msg.DownGraceSeconds
+					if cmd.Flags().Changed("down-grace") {
+						ps.DownGraceSeconds = int64(downGrace / time.Second)
+					}
 					resp, err := cl.SetPlacementSettings(cmd.Context(), connect.NewRequest(ps))
 					if err != nil {
 						return err
@@ -218,6 +244,7 @@ PreferredLocation 2. Setting replaces all three maps at once.`,
 	cmd.Flags().StringArrayVar(&buffer, "buffer", nil, "buffer fraction per resource, RES=F (cpu=0.15)")
 	cmd.Flags().StringArrayVar(&over, "overbooking", nil, "overbooking fraction per resource, RES=F (memory=0.2; -1 unlimited)")
 	cmd.Flags().StringArrayVar(&prios, "priority", nil, "rule priority RULE=P (UpgradeDomain=0)")
+	cmd.Flags().DurationVar(&downGrace, "down-grace", 0, "how long a host's agent may be gone before its instances are placed elsewhere (default 5m)")
 	return cmd
 }
 

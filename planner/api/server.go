@@ -20,6 +20,7 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/balance"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
@@ -35,7 +36,10 @@ type Planner interface {
 	SetHost(context.Context, service.SetHostRequest) (state.HostView, error)
 	SetEnabled(ctx context.Context, name string, enabled bool) (state.HostView, error)
 	SetMaintenance(ctx context.Context, name string, grace time.Duration) (state.HostView, error)
-	RemoveHost(ctx context.Context, name string) error
+	RemoveHost(ctx context.Context, name string) ([]service.Moved, error)
+	Drain(ctx context.Context, host string, deadline time.Duration, cancel bool, now time.Time) (state.HostView, error)
+	Scale(ctx context.Context, svc string, count int) (service.ScaleResult, error)
+	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
 	SetPlacementSettings(context.Context, placement.Settings) (placement.Settings, error)
 	DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error)
 	Resize(context.Context, service.ResizeRequest) ([]model.Instance, error)
@@ -209,6 +213,10 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 	if !v.Host.MaintenanceUntil.IsZero() {
 		h.MaintenanceUntil = v.Host.MaintenanceUntil.Format(time.RFC3339)
 	}
+	h.Draining = v.Host.Draining
+	if !v.Host.DrainDeadline.IsZero() {
+		h.DrainDeadline = v.Host.DrainDeadline.Format(time.RFC3339)
+	}
 	if len(v.Host.Properties) > 0 {
 		h.Properties = map[string]string{}
 		for k, p := range v.Host.Properties {
@@ -348,7 +356,8 @@ func (s *Server) SetHostMaintenance(ctx context.Context, r *connect.Request[pinf
 }
 
 func settingsMsg(ps placement.Settings) *pinfoldv1.PlacementSettings {
-	m := &pinfoldv1.PlacementSettings{BufferPercent: ps.Buffer, OverbookingPercent: ps.Overbooking, ConstraintPriorities: map[string]int32{}}
+	m := &pinfoldv1.PlacementSettings{BufferPercent: ps.Buffer, OverbookingPercent: ps.Overbooking, ConstraintPriorities: map[string]int32{},
+		DownGraceSeconds: int64(ps.Grace() / time.Second)}
 	for r, p := range ps.Priorities {
 		m.ConstraintPriorities[r] = int32(p)
 	}
@@ -360,7 +369,10 @@ func (s *Server) GetPlacementSettings(context.Context, *connect.Request[pinfoldv
 }
 
 func (s *Server) SetPlacementSettings(ctx context.Context, r *connect.Request[pinfoldv1.PlacementSettings]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
-	ps := placement.Settings{Buffer: r.Msg.BufferPercent, Overbooking: r.Msg.OverbookingPercent}
+	if g := r.Msg.DownGraceSeconds; g < 0 || g > int64(placement.MaxDownGrace/time.Second) {
+		return nil, toConnect(&service.Error{Code: service.Invalid, Message: fmt.Sprintf("down_grace_seconds = %d: want 0 (the default, %s) ..%d", g, placement.DefaultDownGrace, int64(placement.MaxDownGrace/time.Second))})
+	}
+	ps := placement.Settings{Buffer: r.Msg.BufferPercent, Overbooking: r.Msg.OverbookingPercent, DownGrace: time.Duration(r.Msg.DownGraceSeconds) * time.Second}
 	if len(r.Msg.ConstraintPriorities) > 0 {
 		ps.Priorities = map[placement.Rule]placement.Priority{}
 		for k, v := range r.Msg.ConstraintPriorities {
@@ -383,10 +395,51 @@ func (s *Server) Health(context.Context, *connect.Request[pinfoldv1.HealthReques
 }
 
 func (s *Server) RemoveHost(ctx context.Context, r *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
-	if err := s.svc.RemoveHost(ctx, r.Msg.Name); err != nil {
+	moved, err := s.svc.RemoveHost(ctx, r.Msg.Name)
+	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pinfoldv1.RemoveHostResponse{}), nil
+	out := &pinfoldv1.RemoveHostResponse{}
+	for _, m := range moved {
+		out.Moved = append(out.Moved, &pinfoldv1.Move{Instance: m.From.ID, Service: m.From.Service, From: m.From.Host, To: m.To.Host, NewInstance: m.To.ID,
+			Why: "its host was removed"})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *Server) DrainHost(ctx context.Context, r *connect.Request[pinfoldv1.DrainHostRequest]) (*connect.Response[pinfoldv1.DrainHostResponse], error) {
+	d := r.Msg.DeadlineSeconds
+	if d < 0 || d > 30*24*3600 {
+		return nil, toConnect(&service.Error{Code: service.Invalid, Message: fmt.Sprintf("deadline_seconds = %d: want 0 (none) ..%d", d, 30*24*3600)})
+	}
+	v, err := s.svc.Drain(ctx, r.Msg.Name, time.Duration(d)*time.Second, r.Msg.Cancel, time.Now())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.DrainHostResponse{Host: hostMsg(v, s.sb())}), nil
+}
+
+func (s *Server) Scale(ctx context.Context, r *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error) {
+	res, err := s.svc.Scale(ctx, r.Msg.Service, int(r.Msg.Count))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.ScaleResponse{Added: s.plannedMsgs(res.Added), Removed: res.Removed, Count: int32(res.Count)}), nil
+}
+
+func (s *Server) Rebalance(ctx context.Context, r *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error) {
+	m := r.Msg
+	res, err := s.svc.Rebalance(ctx, service.RebalanceRequest{Apply: m.Apply, Defragment: m.Defragment,
+		Options: balance.Options{BalancingThreshold: m.BalancingThreshold, ActivityThreshold: m.ActivityThreshold, MaxMoves: int(m.MaxMoves)}})
+	out := &pinfoldv1.RebalanceResponse{ImbalanceBefore: res.Before, ImbalanceAfter: res.After,
+		FragmentedBefore: int32(res.FragmentedBefore), FragmentedAfter: int32(res.FragmentedAfter)}
+	for _, mv := range res.Moves {
+		out.Moves = append(out.Moves, &pinfoldv1.Move{Instance: mv.Instance, Service: mv.Service, From: mv.From, To: mv.To, Why: mv.Why, NewInstance: mv.NewInstance})
+	}
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {
@@ -431,7 +484,7 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 
 func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
 	ins, err := s.svc.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command,
-		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts})
+		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts, Pull: r.Msg.Pull})
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -35,7 +35,17 @@ type Spec struct {
 	// Health is the check a replacement must pass (nil: keeps running, or
 	// the image's own HEALTHCHECK).
 	Health *HealthCheck `json:"health,omitempty"`
+	// Pull is when the host pulls Image before creating a container:
+	// "" (PullMissing) when the engine lacks it, PullAlways every time (a
+	// re-pushed tag).
+	Pull string `json:"pull,omitempty"`
 }
+
+// Pull policies.
+const (
+	PullMissing = ""
+	PullAlways  = "always"
+)
 
 // Allocation is what the planner gave an instance on its host: every field
 // can change live (a resize).
@@ -82,6 +92,15 @@ type Instance struct {
 	Previous *Previous `json:"previous,omitempty"`
 	// RolledBack says why the last resize was undone ("" = it was not).
 	RolledBack string `json:"rolled_back,omitempty"`
+	// SpecGeneration is the generation of the instance's last replace: a
+	// container created at an older generation is replaced even when its
+	// image and command are unchanged (a restart, or a re-pushed tag).
+	// 0: never replaced.
+	SpecGeneration int64 `json:"spec_generation,omitempty"`
+	// Replaces is the instance this one takes over from (a move by drain
+	// or rebalance): that one is removed once this one runs and passed its
+	// health gate. "": none.
+	Replaces string `json:"replaces,omitempty"`
 }
 
 // Previous is an instance's allocation before a resize.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 )
@@ -14,6 +15,24 @@ type Settings struct {
 	Buffer      map[string]float64
 	Overbooking map[string]float64 // -1 = unlimited
 	Priorities  map[Rule]Priority
+	// DownGrace is how long a host's agent may be gone before its
+	// instances are placed again elsewhere (0: DefaultDownGrace).
+	DownGrace time.Duration `json:",omitempty"`
+}
+
+// DefaultDownGrace is the down grace when none is set: a host whose agent
+// has been gone this long has its instances placed again elsewhere.
+const DefaultDownGrace = 5 * time.Minute
+
+// MaxDownGrace bounds the down grace.
+const MaxDownGrace = 7 * 24 * time.Hour
+
+// Grace is the down grace in force.
+func (s Settings) Grace() time.Duration {
+	if s.DownGrace == 0 {
+		return DefaultDownGrace
+	}
+	return s.DownGrace
 }
 
 // Resources the buffer and overbooking settings apply to.
@@ -39,6 +58,9 @@ func (s Settings) Validate() error {
 		if !(v >= 0 && v <= 100) && v != -1 {
 			return fmt.Errorf("overbooking_percent.%s = %v: want ≥ 0 (0.2 = 20%%) or -1 (unlimited)", k, v)
 		}
+	}
+	if s.DownGrace != 0 && (s.DownGrace < time.Second || s.DownGrace > MaxDownGrace) {
+		return fmt.Errorf("down_grace = %s: want 1s..%s (0: the default, %s)", s.DownGrace, MaxDownGrace, DefaultDownGrace)
 	}
 	for r, p := range s.Priorities {
 		if _, ok := DefaultPriorities[r]; !ok {

@@ -360,15 +360,32 @@ func (s *Service) SetMaintenance(ctx context.Context, name string, grace time.Du
 	return s.changeHost(ctx, name, func(h *state.Host) { h.MaintenanceUntil = until })
 }
 
-// RemoveHost unregisters a host that runs no instances.
-func (s *Service) RemoveHost(ctx context.Context, name string) error {
+// RemoveHost unregisters a host. Its instances are placed again on other
+// hosts first (the host is disabled so that nothing new lands on it); when
+// one cannot be placed, the host stays, disabled, and the error names it.
+// The removed host's agent, if it still runs, removes their containers.
+func (s *Service) RemoveHost(ctx context.Context, name string) ([]Moved, error) {
+	if _, ok := s.st.Host(name); !ok {
+		return nil, errf(NotFound, "host %q is not registered", name)
+	}
+	var moved []Moved
+	if len(s.st.Instances(name)) > 0 {
+		if _, err := s.SetEnabled(ctx, name, false); err != nil {
+			return nil, err
+		}
+		m, err := s.Heal(ctx, name, true)
+		moved = m
+		if err != nil {
+			return moved, errf(Precond, "host %s stays registered (now disabled): not every instance could be placed elsewhere: %w", name, err)
+		}
+	}
 	_, err := retry(ctx, func() (struct{}, error) {
 		v, ok := s.st.Host(name)
 		if !ok {
 			return struct{}{}, errf(NotFound, "host %q is not registered", name)
 		}
 		if ins := s.st.Instances(name); len(ins) > 0 {
-			return struct{}{}, errf(Precond, "host %s runs %d instances (e.g. %s); remove them first", name, len(ins), ins[0].Instance.ID)
+			return struct{}{}, errf(Precond, "host %s runs %d instances (e.g. %s) placed on it meanwhile; try again", name, len(ins), ins[0].Instance.ID)
 		}
 		var c state.Change
 		c.GuardView(v)
@@ -376,5 +393,5 @@ func (s *Service) RemoveHost(ctx context.Context, name string) error {
 		_, err := s.st.Commit(ctx, &c)
 		return struct{}{}, err
 	})
-	return err
+	return moved, err
 }

@@ -23,12 +23,22 @@ type ReplaceRequest struct {
 	// Hosts limits a service's replacement to instances on these hosts (a
 	// batch of a rolling replace); empty means every host.
 	Hosts []string
+	// Pull is the pull policy: model.PullMissing or model.PullAlways.
+	Pull string
 }
 
 // Replace records the new image, all or nothing; no resources are planned.
+// Every replaced instance gets new containers, even when its image and
+// command are unchanged (a restart, or a re-pushed tag with Pull always).
 func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instance, error) {
 	if strings.TrimSpace(r.Image) == "" {
 		return nil, errf(Invalid, "image = %q: a replacement needs an image", r.Image)
+	}
+	if r.Pull == "missing" {
+		r.Pull = model.PullMissing
+	}
+	if r.Pull != model.PullMissing && r.Pull != model.PullAlways {
+		return nil, errf(Invalid, "pull = %q: want missing (pull only when the host lacks the image) or always", r.Pull)
 	}
 	if err := validateSpec(model.Spec{Image: r.Image, Command: r.Command, Health: r.Health}); err != nil {
 		return nil, err
@@ -56,14 +66,16 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			if r.Health != nil {
 				next.Health = r.Health
 			}
+			next.Pull = r.Pull
 			next.Generation++
+			next.SpecGeneration = next.Generation
 			c.GuardInstance(next.Host, next.ID, t.Rev)
 			c.PutInstance(next)
 			out = append(out, next)
 		}
 		if d, ok := rd.Service(out[0].Service); ok && r.Target == out[0].Service {
 			svc := d.Value
-			svc.Image = r.Image
+			svc.Image, svc.Pull = r.Image, r.Pull
 			if r.Command != nil {
 				svc.Command = r.Command
 			}
@@ -145,6 +157,13 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		}
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
+		}
+		if d, ok := rd.Service(r.Target); ok && len(out) > 0 {
+			// The service's size follows (scale deploys at it).
+			svc := d.Value
+			svc.Pieces, svc.Bind, svc.Memory, svc.MemorySoft = out[0].Pieces(), out[0].Bind, out[0].Memory, out[0].MemorySoft
+			c.GuardService(svc.Name, d.Rev)
+			c.PutService(svc)
 		}
 		return c, nil
 	})

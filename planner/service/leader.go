@@ -5,9 +5,15 @@ import (
 	"time"
 )
 
+// HealEvery is how often the leader looks for dead hosts, moves to settle
+// and draining hosts.
+const HealEvery = time.Second
+
 // RunBackground campaigns for leadership among the planners sharing the
-// store (session TTL ttl) and, while leading, audits the store every
-// interval: Verify's violations are logged as errors. onLead, if set, is
+// store (session TTL ttl) and, while leading, heals every HealEvery (dead
+// hosts' instances placed again, moves settled, drains carried on: see
+// heal.go) and audits the store every interval: Verify's violations are
+// logged as errors. onLead, if set, is
 // called with true when this planner becomes leader and false when it stops
 // leading. It returns when ctx ends.
 func (s *Service) RunBackground(ctx context.Context, id string, ttl, interval time.Duration, onLead func(bool)) error {
@@ -20,10 +26,15 @@ func (s *Service) RunBackground(ctx context.Context, id string, ttl, interval ti
 			}
 			tick := time.NewTicker(interval)
 			defer tick.Stop()
+			heal := time.NewTicker(HealEvery)
+			defer heal.Stop()
+			t := newTracker()
 			for {
 				select {
 				case <-ctx.Done():
 					return nil
+				case now := <-heal.C:
+					s.tick(ctx, t, now)
 				case <-tick.C:
 					for _, v := range Verify(s.st, s.params.ShareBase) {
 						s.log.Error("store invariant violated", "violation", v)

@@ -76,23 +76,35 @@ const commitTimeout = 30 * time.Second
 // do queues plan and waits for its group's outcome: nil once its change
 // committed and the cache reflects it, its plan's error, or the commit's.
 func (p *pipeline) do(ctx context.Context, plan planFunc) error {
-	j := &job{ctx: ctx, plan: plan, done: make(chan error, 1)}
+	return p.doAll(ctx, []planFunc{plan})[0]
+}
+
+// doAll queues plans together, so that they share commit groups, and waits
+// for each one's outcome (do's), in the order of plans.
+func (p *pipeline) doAll(ctx context.Context, plans []planFunc) []error {
+	jobs := make([]*job, len(plans))
 	p.mu.Lock()
-	p.queue = append(p.queue, j)
+	for i, plan := range plans {
+		jobs[i] = &job{ctx: ctx, plan: plan, done: make(chan error, 1)}
+		p.queue = append(p.queue, jobs[i])
+	}
 	start := !p.running
 	p.running = true
 	p.mu.Unlock()
 	if start {
 		go p.run()
 	}
-	select {
-	case err := <-j.done:
-		return err
-	case <-ctx.Done():
-		// The request may still commit (as a cancelled transaction may);
-		// the pipeline skips it if it has not been planned yet.
-		return ctx.Err()
+	errs := make([]error, len(jobs))
+	for i, j := range jobs {
+		select {
+		case errs[i] = <-j.done:
+		case <-ctx.Done():
+			// The request may still commit (as a cancelled transaction
+			// may); the pipeline skips it if it has not been planned yet.
+			errs[i] = ctx.Err()
+		}
 	}
+	return errs
 }
 
 func (p *pipeline) run() {

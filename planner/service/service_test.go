@@ -264,7 +264,7 @@ func TestHostRulesAndBadInput(t *testing.T) {
 			t.Errorf("Deploy(%+v) = %v, want invalid_argument", r, err)
 		}
 	}
-	if err := s.RemoveHost(ctx, "h1"); service.CodeOf(err) != service.Precond {
+	if _, err := s.RemoveHost(ctx, "h1"); service.CodeOf(err) != service.Precond {
 		t.Errorf("remove a host with instances = %v", err)
 	}
 	if _, err := s.Remove(ctx, "nothing"); service.CodeOf(err) != service.NotFound {

@@ -75,6 +75,11 @@ type Host struct {
 	FaultDomain      string                     `json:"fault_domain,omitempty"`
 	UpgradeDomain    string                     `json:"upgrade_domain,omitempty"`
 	MaintenanceUntil time.Time                  `json:"maintenance_until,omitzero"`
+	// Draining: the host is disabled and its instances move to other
+	// hosts (Service.Drain); past DrainDeadline (zero: none) an old
+	// instance goes once its replacement exists, healthy or not.
+	Draining      bool      `json:"draining,omitempty"`
+	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
 }
 
 // Alloc is a host's usage.

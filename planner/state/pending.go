@@ -146,3 +146,25 @@ func (p *Pending) Service(name string) (Doc[Service], bool) {
 	}
 	return Doc[Service]{Value: *s, Rev: d.Rev}, true
 }
+
+// Instances returns host's instances with pending writes, sorted by ID.
+func (p *Pending) Instances(host string) []InstanceView {
+	out := p.base.Instances(host)
+	if len(p.c.instances) == 0 {
+		return out
+	}
+	out = slices.DeleteFunc(out, func(v InstanceView) bool {
+		_, pending := p.c.instances[v.Instance.ID]
+		return pending
+	})
+	for id, w := range p.c.instances {
+		if w.in == nil || w.in.Host != host {
+			continue
+		}
+		if v, ok := p.Instance(id); ok {
+			out = append(out, v)
+		}
+	}
+	sortInstances(out)
+	return out
+}

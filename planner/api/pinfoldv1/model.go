@@ -16,7 +16,7 @@ func NewInstance(in model.Instance, st *model.Status, state string, shareBase in
 		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind,
 		CpuQuotaPieces: int32(in.CPUQuota), ShareBase: int32(shareBase),
 		Image: in.Image, Command: in.Command, Env: in.Env, Network: in.Network, Health: NewHealthCheck(in.Health),
-		Generation: in.Generation, RolledBack: in.RolledBack, State: state}
+		Generation: in.Generation, RolledBack: in.RolledBack, State: state, SpecGeneration: in.SpecGeneration, Replaces: in.Replaces, Pull: in.Pull}
 	for id, p := range in.CPUs {
 		m.Cpus[int32(id)] = int32(p)
 	}
@@ -32,7 +32,8 @@ func NewInstance(in model.Instance, st *model.Status, state string, shareBase in
 // Model is the desired instance m describes (its observed fields aside).
 func (m *Instance) Model() model.Instance {
 	in := model.Instance{ID: m.Id, Service: m.Service, Host: m.Host, Generation: m.Generation, RolledBack: m.RolledBack,
-		Spec: model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model()},
+		SpecGeneration: m.SpecGeneration, Replaces: m.Replaces,
+		Spec: model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Pull: m.Pull},
 		Allocation: model.Allocation{Bind: m.Bind, CPUs: make(map[cpuset.CPUID]int, len(m.Cpus)), CPUQuota: int(m.CpuQuotaPieces),
 			NUMANode: cpuset.NUMANodeID(m.NumaNode), Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes}}
 	for id, p := range m.Cpus {

@@ -120,8 +120,11 @@ type Host struct {
 	// it, in pieces; committed above the pool means the pool is oversold.
 	SharedPoolPieces       int32 `protobuf:"varint,22,opt,name=shared_pool_pieces,json=sharedPoolPieces,proto3" json:"shared_pool_pieces,omitempty"`
 	MemoryFirstQuotaPieces int32 `protobuf:"varint,23,opt,name=memory_first_quota_pieces,json=memoryFirstQuotaPieces,proto3" json:"memory_first_quota_pieces,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Draining: its instances are moving to other hosts (it is disabled).
+	Draining      bool   `protobuf:"varint,24,opt,name=draining,proto3" json:"draining,omitempty"`
+	DrainDeadline string `protobuf:"bytes,25,opt,name=drain_deadline,json=drainDeadline,proto3" json:"drain_deadline,omitempty"` // RFC 3339; empty: none
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Host) Reset() {
@@ -315,6 +318,20 @@ func (x *Host) GetMemoryFirstQuotaPieces() int32 {
 	return 0
 }
 
+func (x *Host) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+func (x *Host) GetDrainDeadline() string {
+	if x != nil {
+		return x.DrainDeadline
+	}
+	return ""
+}
+
 type SetHostMaintenanceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -424,8 +441,11 @@ type PlacementSettings struct {
 	BufferPercent        map[string]float64     `protobuf:"bytes,1,rep,name=buffer_percent,json=bufferPercent,proto3" json:"buffer_percent,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`                     // cpu, memory: 0.15 = 15%
 	OverbookingPercent   map[string]float64     `protobuf:"bytes,2,rep,name=overbooking_percent,json=overbookingPercent,proto3" json:"overbooking_percent,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`      // -1 = unlimited
 	ConstraintPriorities map[string]int32       `protobuf:"bytes,3,rep,name=constraint_priorities,json=constraintPriorities,proto3" json:"constraint_priorities,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"` // rule -> -1 off, 0 hard, 1 soft, 2 optimization
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// How long a host's agent may be gone before its instances are placed
+	// again elsewhere; 0: the default (5 minutes).
+	DownGraceSeconds int64 `protobuf:"varint,4,opt,name=down_grace_seconds,json=downGraceSeconds,proto3" json:"down_grace_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PlacementSettings) Reset() {
@@ -477,6 +497,13 @@ func (x *PlacementSettings) GetConstraintPriorities() map[string]int32 {
 		return x.ConstraintPriorities
 	}
 	return nil
+}
+
+func (x *PlacementSettings) GetDownGraceSeconds() int64 {
+	if x != nil {
+		return x.DownGraceSeconds
+	}
+	return 0
 }
 
 type GetPlacementSettingsRequest struct {
@@ -980,6 +1007,9 @@ type Instance struct {
 	CpuQuotaPieces     int32                  `protobuf:"varint,26,opt,name=cpu_quota_pieces,json=cpuQuotaPieces,proto3" json:"cpu_quota_pieces,omitempty"` // memory-first only: CPU time in pieces of share_base
 	ShareBase          int32                  `protobuf:"varint,27,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"`                  // pieces per CPU
 	CpuGotPieces       int32                  `protobuf:"varint,28,opt,name=cpu_got_pieces,json=cpuGotPieces,proto3" json:"cpu_got_pieces,omitempty"`       // observed: CPU time used over the agent's last window, in pieces
+	SpecGeneration     int64                  `protobuf:"varint,29,opt,name=spec_generation,json=specGeneration,proto3" json:"spec_generation,omitempty"`   // the generation of the last replace: older containers are swapped
+	Replaces           string                 `protobuf:"bytes,30,opt,name=replaces,proto3" json:"replaces,omitempty"`                                      // a move in flight: the instance this one takes over from
+	Pull               string                 `protobuf:"bytes,31,opt,name=pull,proto3" json:"pull,omitempty"`                                              // "" (pull when missing) or "always"
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1194,6 +1224,27 @@ func (x *Instance) GetCpuGotPieces() int32 {
 		return x.CpuGotPieces
 	}
 	return 0
+}
+
+func (x *Instance) GetSpecGeneration() int64 {
+	if x != nil {
+		return x.SpecGeneration
+	}
+	return 0
+}
+
+func (x *Instance) GetReplaces() string {
+	if x != nil {
+		return x.Replaces
+	}
+	return ""
+}
+
+func (x *Instance) GetPull() string {
+	if x != nil {
+		return x.Pull
+	}
+	return ""
 }
 
 type RegisterHostRequest struct {
@@ -1840,15 +1891,471 @@ func (x *RemoveHostRequest) GetName() string {
 	return ""
 }
 
+// DrainHostRequest disables a host and moves its instances to other hosts,
+// blue-green (each new instance runs and passes its health gate before the
+// old one is removed).
+type DrainHostRequest struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DeadlineSeconds int64                  `protobuf:"varint,2,opt,name=deadline_seconds,json=deadlineSeconds,proto3" json:"deadline_seconds,omitempty"` // 0: none; past it, old instances go without waiting for their replacements' health gate
+	Cancel          bool                   `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`                                          // stop draining (moves in flight finish; the host stays disabled)
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DrainHostRequest) Reset() {
+	*x = DrainHostRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainHostRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainHostRequest) ProtoMessage() {}
+
+func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainHostRequest.ProtoReflect.Descriptor instead.
+func (*DrainHostRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *DrainHostRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DrainHostRequest) GetDeadlineSeconds() int64 {
+	if x != nil {
+		return x.DeadlineSeconds
+	}
+	return 0
+}
+
+func (x *DrainHostRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type DrainHostResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Host          *Host                  `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainHostResponse) Reset() {
+	*x = DrainHostResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainHostResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainHostResponse) ProtoMessage() {}
+
+func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainHostResponse.ProtoReflect.Descriptor instead.
+func (*DrainHostResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DrainHostResponse) GetHost() *Host {
+	if x != nil {
+		return x.Host
+	}
+	return nil
+}
+
+type RebalanceRequest struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	Apply              bool                   `protobuf:"varint,1,opt,name=apply,proto3" json:"apply,omitempty"`                                                      // false: a dry run
+	MaxMoves           int32                  `protobuf:"varint,2,opt,name=max_moves,json=maxMoves,proto3" json:"max_moves,omitempty"`                                // 0: 10
+	BalancingThreshold float64                `protobuf:"fixed64,3,opt,name=balancing_threshold,json=balancingThreshold,proto3" json:"balancing_threshold,omitempty"` // most/least loaded ratio above which a resource is balanced; 0: 1.5
+	ActivityThreshold  float64                `protobuf:"fixed64,4,opt,name=activity_threshold,json=activityThreshold,proto3" json:"activity_threshold,omitempty"`    // busiest host's load below which nothing moves; 0: 0.1
+	Defragment         bool                   `protobuf:"varint,5,opt,name=defragment,proto3" json:"defragment,omitempty"`                                            // also propose moves that free whole CPUs and NUMA nodes
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RebalanceRequest) Reset() {
+	*x = RebalanceRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceRequest) ProtoMessage() {}
+
+func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RebalanceRequest) GetApply() bool {
+	if x != nil {
+		return x.Apply
+	}
+	return false
+}
+
+func (x *RebalanceRequest) GetMaxMoves() int32 {
+	if x != nil {
+		return x.MaxMoves
+	}
+	return 0
+}
+
+func (x *RebalanceRequest) GetBalancingThreshold() float64 {
+	if x != nil {
+		return x.BalancingThreshold
+	}
+	return 0
+}
+
+func (x *RebalanceRequest) GetActivityThreshold() float64 {
+	if x != nil {
+		return x.ActivityThreshold
+	}
+	return 0
+}
+
+func (x *RebalanceRequest) GetDefragment() bool {
+	if x != nil {
+		return x.Defragment
+	}
+	return false
+}
+
+type Move struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Instance      string                 `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	Service       string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	From          string                 `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
+	To            string                 `protobuf:"bytes,4,opt,name=to,proto3" json:"to,omitempty"`
+	Why           string                 `protobuf:"bytes,5,opt,name=why,proto3" json:"why,omitempty"`
+	NewInstance   string                 `protobuf:"bytes,6,opt,name=new_instance,json=newInstance,proto3" json:"new_instance,omitempty"` // with apply: the instance started on "to"
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Move) Reset() {
+	*x = Move{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Move) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Move) ProtoMessage() {}
+
+func (x *Move) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Move.ProtoReflect.Descriptor instead.
+func (*Move) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Move) GetInstance() string {
+	if x != nil {
+		return x.Instance
+	}
+	return ""
+}
+
+func (x *Move) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *Move) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *Move) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Move) GetWhy() string {
+	if x != nil {
+		return x.Why
+	}
+	return ""
+}
+
+func (x *Move) GetNewInstance() string {
+	if x != nil {
+		return x.NewInstance
+	}
+	return ""
+}
+
+type RebalanceResponse struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Moves            []*Move                `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	ImbalanceBefore  map[string]float64     `protobuf:"bytes,2,rep,name=imbalance_before,json=imbalanceBefore,proto3" json:"imbalance_before,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"` // per resource: most/least loaded ratio
+	ImbalanceAfter   map[string]float64     `protobuf:"bytes,3,rep,name=imbalance_after,json=imbalanceAfter,proto3" json:"imbalance_after,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	FragmentedBefore int32                  `protobuf:"varint,4,opt,name=fragmented_before,json=fragmentedBefore,proto3" json:"fragmented_before,omitempty"` // CPUs shared in pieces
+	FragmentedAfter  int32                  `protobuf:"varint,5,opt,name=fragmented_after,json=fragmentedAfter,proto3" json:"fragmented_after,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RebalanceResponse) Reset() {
+	*x = RebalanceResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceResponse) ProtoMessage() {}
+
+func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
+func (*RebalanceResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RebalanceResponse) GetMoves() []*Move {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *RebalanceResponse) GetImbalanceBefore() map[string]float64 {
+	if x != nil {
+		return x.ImbalanceBefore
+	}
+	return nil
+}
+
+func (x *RebalanceResponse) GetImbalanceAfter() map[string]float64 {
+	if x != nil {
+		return x.ImbalanceAfter
+	}
+	return nil
+}
+
+func (x *RebalanceResponse) GetFragmentedBefore() int32 {
+	if x != nil {
+		return x.FragmentedBefore
+	}
+	return 0
+}
+
+func (x *RebalanceResponse) GetFragmentedAfter() int32 {
+	if x != nil {
+		return x.FragmentedAfter
+	}
+	return 0
+}
+
+type ScaleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	Count         int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScaleRequest) Reset() {
+	*x = ScaleRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScaleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScaleRequest) ProtoMessage() {}
+
+func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScaleRequest.ProtoReflect.Descriptor instead.
+func (*ScaleRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ScaleRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ScaleRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type ScaleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Added         []*Instance            `protobuf:"bytes,1,rep,name=added,proto3" json:"added,omitempty"`
+	Removed       []string               `protobuf:"bytes,2,rep,name=removed,proto3" json:"removed,omitempty"`
+	Count         int32                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScaleResponse) Reset() {
+	*x = ScaleResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScaleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScaleResponse) ProtoMessage() {}
+
+func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScaleResponse.ProtoReflect.Descriptor instead.
+func (*ScaleResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ScaleResponse) GetAdded() []*Instance {
+	if x != nil {
+		return x.Added
+	}
+	return nil
+}
+
+func (x *ScaleResponse) GetRemoved() []string {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+func (x *ScaleResponse) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type RemoveHostResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Moved         []*Move                `protobuf:"bytes,1,rep,name=moved,proto3" json:"moved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemoveHostResponse) Reset() {
 	*x = RemoveHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +2367,7 @@ func (x *RemoveHostResponse) String() string {
 func (*RemoveHostResponse) ProtoMessage() {}
 
 func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +2380,14 @@ func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *RemoveHostResponse) GetMoved() []*Move {
+	if x != nil {
+		return x.Moved
+	}
+	return nil
 }
 
 type DeployRequest struct {
@@ -1907,7 +2421,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1919,7 +2433,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1932,7 +2446,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeployRequest) GetService() string {
@@ -2100,7 +2614,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2626,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2639,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeployResponse) GetInstances() []*Instance {
@@ -2161,7 +2675,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2687,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2700,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResizeRequest) GetTarget() string {
@@ -2226,7 +2740,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2752,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2765,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResizeResponse) GetInstances() []*Instance {
@@ -2268,13 +2782,14 @@ type ReplaceRequest struct {
 	Command       []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
 	Health        *HealthCheck           `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
 	Hosts         []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"` // only instances on these hosts (a rolling batch)
+	Pull          string                 `protobuf:"bytes,6,opt,name=pull,proto3" json:"pull,omitempty"`   // "" or "missing": pull the image when the host lacks it; "always"
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplaceRequest) Reset() {
 	*x = ReplaceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2286,7 +2801,7 @@ func (x *ReplaceRequest) String() string {
 func (*ReplaceRequest) ProtoMessage() {}
 
 func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2299,7 +2814,7 @@ func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReplaceRequest) GetTarget() string {
@@ -2337,6 +2852,13 @@ func (x *ReplaceRequest) GetHosts() []string {
 	return nil
 }
 
+func (x *ReplaceRequest) GetPull() string {
+	if x != nil {
+		return x.Pull
+	}
+	return ""
+}
+
 type ReplaceResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -2346,7 +2868,7 @@ type ReplaceResponse struct {
 
 func (x *ReplaceResponse) Reset() {
 	*x = ReplaceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2880,7 @@ func (x *ReplaceResponse) String() string {
 func (*ReplaceResponse) ProtoMessage() {}
 
 func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2893,7 @@ func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReplaceResponse) GetInstances() []*Instance {
@@ -2390,7 +2912,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2924,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2937,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -2434,7 +2956,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2446,7 +2968,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2459,7 +2981,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -2479,7 +3001,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2491,7 +3013,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2504,7 +3026,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -2530,7 +3052,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2542,7 +3064,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2555,7 +3077,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -2576,7 +3098,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +3110,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +3123,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -2636,7 +3158,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2648,7 +3170,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2661,7 +3183,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -2698,7 +3220,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +3232,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +3245,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -2770,7 +3292,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2782,7 +3304,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2795,7 +3317,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -2824,7 +3346,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +3358,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +3371,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -2943,7 +3465,7 @@ type Applied struct {
 
 func (x *Applied) Reset() {
 	*x = Applied{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3477,7 @@ func (x *Applied) String() string {
 func (*Applied) ProtoMessage() {}
 
 func (x *Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3490,7 @@ func (x *Applied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Applied.ProtoReflect.Descriptor instead.
 func (*Applied) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Applied) GetCpus() string {
@@ -3014,7 +3536,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3548,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3561,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
 }
 
 type WatchInstancesRequest struct {
@@ -3051,7 +3573,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3585,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3598,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -3099,7 +3621,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3111,7 +3633,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3124,7 +3646,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -3158,7 +3680,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\tR\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12*\n" +
-	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xeb\t\n" +
+	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xae\n" +
+	"\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12G\n" +
@@ -3187,7 +3710,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x0eupgrade_domain\x18\x14 \x01(\tR\rupgradeDomain\x12+\n" +
 	"\x11maintenance_until\x18\x15 \x01(\tR\x10maintenanceUntil\x12,\n" +
 	"\x12shared_pool_pieces\x18\x16 \x01(\x05R\x10sharedPoolPieces\x129\n" +
-	"\x19memory_first_quota_pieces\x18\x17 \x01(\x05R\x16memoryFirstQuotaPieces\x1a?\n" +
+	"\x19memory_first_quota_pieces\x18\x17 \x01(\x05R\x16memoryFirstQuotaPieces\x12\x1a\n" +
+	"\bdraining\x18\x18 \x01(\bR\bdraining\x12%\n" +
+	"\x0edrain_deadline\x18\x19 \x01(\tR\rdrainDeadline\x1a?\n" +
 	"\x11CapacityCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a;\n" +
@@ -3205,11 +3730,12 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\rgrace_seconds\x18\x02 \x01(\x03R\fgraceSeconds\x12\x10\n" +
 	"\x03off\x18\x03 \x01(\bR\x03off\"B\n" +
 	"\x1aSetHostMaintenanceResponse\x12$\n" +
-	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\x94\x04\n" +
+	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\xc2\x04\n" +
 	"\x11PlacementSettings\x12W\n" +
 	"\x0ebuffer_percent\x18\x01 \x03(\v20.pinfold.v1.PlacementSettings.BufferPercentEntryR\rbufferPercent\x12f\n" +
 	"\x13overbooking_percent\x18\x02 \x03(\v25.pinfold.v1.PlacementSettings.OverbookingPercentEntryR\x12overbookingPercent\x12l\n" +
-	"\x15constraint_priorities\x18\x03 \x03(\v27.pinfold.v1.PlacementSettings.ConstraintPrioritiesEntryR\x14constraintPriorities\x1a@\n" +
+	"\x15constraint_priorities\x18\x03 \x03(\v27.pinfold.v1.PlacementSettings.ConstraintPrioritiesEntryR\x14constraintPriorities\x12,\n" +
+	"\x12down_grace_seconds\x18\x04 \x01(\x03R\x10downGraceSeconds\x1a@\n" +
 	"\x12BufferPercentEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aE\n" +
@@ -3245,7 +3771,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xa0\a\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xf9\a\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -3277,7 +3803,10 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x10cpu_quota_pieces\x18\x1a \x01(\x05R\x0ecpuQuotaPieces\x12\x1d\n" +
 	"\n" +
 	"share_base\x18\x1b \x01(\x05R\tshareBase\x12$\n" +
-	"\x0ecpu_got_pieces\x18\x1c \x01(\x05R\fcpuGotPieces\x1a7\n" +
+	"\x0ecpu_got_pieces\x18\x1c \x01(\x05R\fcpuGotPieces\x12'\n" +
+	"\x0fspec_generation\x18\x1d \x01(\x03R\x0especGeneration\x12\x1a\n" +
+	"\breplaces\x18\x1e \x01(\tR\breplaces\x12\x12\n" +
+	"\x04pull\x18\x1f \x01(\tR\x04pull\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01J\x04\b\t\x10\n" +
@@ -3340,8 +3869,49 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x16SetHostEnabledResponse\x12$\n" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"'\n" +
 	"\x11RemoveHostRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
-	"\x12RemoveHostResponse\"\xd5\x05\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"i\n" +
+	"\x10DrainHostRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
+	"\x10deadline_seconds\x18\x02 \x01(\x03R\x0fdeadlineSeconds\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"9\n" +
+	"\x11DrainHostResponse\x12$\n" +
+	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\xc5\x01\n" +
+	"\x10RebalanceRequest\x12\x14\n" +
+	"\x05apply\x18\x01 \x01(\bR\x05apply\x12\x1b\n" +
+	"\tmax_moves\x18\x02 \x01(\x05R\bmaxMoves\x12/\n" +
+	"\x13balancing_threshold\x18\x03 \x01(\x01R\x12balancingThreshold\x12-\n" +
+	"\x12activity_threshold\x18\x04 \x01(\x01R\x11activityThreshold\x12\x1e\n" +
+	"\n" +
+	"defragment\x18\x05 \x01(\bR\n" +
+	"defragment\"\x95\x01\n" +
+	"\x04Move\x12\x1a\n" +
+	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
+	"\x04from\x18\x03 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x04 \x01(\tR\x02to\x12\x10\n" +
+	"\x03why\x18\x05 \x01(\tR\x03why\x12!\n" +
+	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\xd5\x03\n" +
+	"\x11RebalanceResponse\x12&\n" +
+	"\x05moves\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moves\x12]\n" +
+	"\x10imbalance_before\x18\x02 \x03(\v22.pinfold.v1.RebalanceResponse.ImbalanceBeforeEntryR\x0fimbalanceBefore\x12Z\n" +
+	"\x0fimbalance_after\x18\x03 \x03(\v21.pinfold.v1.RebalanceResponse.ImbalanceAfterEntryR\x0eimbalanceAfter\x12+\n" +
+	"\x11fragmented_before\x18\x04 \x01(\x05R\x10fragmentedBefore\x12)\n" +
+	"\x10fragmented_after\x18\x05 \x01(\x05R\x0ffragmentedAfter\x1aB\n" +
+	"\x14ImbalanceBeforeEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aA\n" +
+	"\x13ImbalanceAfterEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\">\n" +
+	"\fScaleRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"k\n" +
+	"\rScaleResponse\x12*\n" +
+	"\x05added\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\x05added\x12\x18\n" +
+	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\"<\n" +
+	"\x12RemoveHostResponse\x12&\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xd5\x05\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -3384,13 +3954,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01B\a\n" +
 	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"D\n" +
 	"\x0eResizeResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\x9f\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xb3\x01\n" +
 	"\x0eReplaceRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x03 \x03(\tR\acommand\x12/\n" +
 	"\x06health\x18\x04 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x12\x14\n" +
-	"\x05hosts\x18\x05 \x03(\tR\x05hosts\"E\n" +
+	"\x05hosts\x18\x05 \x03(\tR\x05hosts\x12\x12\n" +
+	"\x04pull\x18\x06 \x01(\tR\x04pull\"E\n" +
 	"\x0fReplaceResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
@@ -3454,7 +4025,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x16WatchInstancesResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
-	"\x04cpus\x18\x03 \x01(\tR\x04cpus2\xd3\v\n" +
+	"\x04cpus\x18\x03 \x01(\tR\x04cpus2\xa5\r\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -3462,7 +4033,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\aSetHost\x12\x1a.pinfold.v1.SetHostRequest\x1a\x1b.pinfold.v1.SetHostResponse\x12W\n" +
 	"\x0eSetHostEnabled\x12!.pinfold.v1.SetHostEnabledRequest\x1a\".pinfold.v1.SetHostEnabledResponse\x12K\n" +
 	"\n" +
-	"RemoveHost\x12\x1d.pinfold.v1.RemoveHostRequest\x1a\x1e.pinfold.v1.RemoveHostResponse\x12c\n" +
+	"RemoveHost\x12\x1d.pinfold.v1.RemoveHostRequest\x1a\x1e.pinfold.v1.RemoveHostResponse\x12H\n" +
+	"\tDrainHost\x12\x1c.pinfold.v1.DrainHostRequest\x1a\x1d.pinfold.v1.DrainHostResponse\x12c\n" +
 	"\x12SetHostMaintenance\x12%.pinfold.v1.SetHostMaintenanceRequest\x1a&.pinfold.v1.SetHostMaintenanceResponse\x12^\n" +
 	"\x14GetPlacementSettings\x12'.pinfold.v1.GetPlacementSettingsRequest\x1a\x1d.pinfold.v1.PlacementSettings\x12T\n" +
 	"\x14SetPlacementSettings\x12\x1d.pinfold.v1.PlacementSettings\x1a\x1d.pinfold.v1.PlacementSettings\x12?\n" +
@@ -3472,7 +4044,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x06Remove\x12\x19.pinfold.v1.RemoveRequest\x1a\x1a.pinfold.v1.RemoveResponse\x12B\n" +
 	"\aReplace\x12\x1a.pinfold.v1.ReplaceRequest\x1a\x1b.pinfold.v1.ReplaceResponse\x12T\n" +
 	"\rListInstances\x12 .pinfold.v1.ListInstancesRequest\x1a!.pinfold.v1.ListInstancesResponse\x12E\n" +
-	"\bCapacity\x12\x1b.pinfold.v1.CapacityRequest\x1a\x1c.pinfold.v1.CapacityResponse\x12H\n" +
+	"\bCapacity\x12\x1b.pinfold.v1.CapacityRequest\x1a\x1c.pinfold.v1.CapacityResponse\x12<\n" +
+	"\x05Scale\x12\x18.pinfold.v1.ScaleRequest\x1a\x19.pinfold.v1.ScaleResponse\x12H\n" +
+	"\tRebalance\x12\x1c.pinfold.v1.RebalanceRequest\x1a\x1d.pinfold.v1.RebalanceResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.pinfold.v1.HeartbeatRequest\x1a\x1d.pinfold.v1.HeartbeatResponse\x12Q\n" +
 	"\fReportStatus\x12\x1f.pinfold.v1.ReportStatusRequest\x1a .pinfold.v1.ReportStatusResponse\x12Y\n" +
 	"\x0eWatchInstances\x12!.pinfold.v1.WatchInstancesRequest\x1a\".pinfold.v1.WatchInstancesResponse0\x01B<Z:github.com/pinfold/pinfold/planner/api/pinfoldv1;pinfoldv1b\x06proto3"
@@ -3489,7 +4063,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -3517,120 +4091,141 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*SetHostEnabledRequest)(nil),       // 23: pinfold.v1.SetHostEnabledRequest
 	(*SetHostEnabledResponse)(nil),      // 24: pinfold.v1.SetHostEnabledResponse
 	(*RemoveHostRequest)(nil),           // 25: pinfold.v1.RemoveHostRequest
-	(*RemoveHostResponse)(nil),          // 26: pinfold.v1.RemoveHostResponse
-	(*DeployRequest)(nil),               // 27: pinfold.v1.DeployRequest
-	(*DeployResponse)(nil),              // 28: pinfold.v1.DeployResponse
-	(*ResizeRequest)(nil),               // 29: pinfold.v1.ResizeRequest
-	(*ResizeResponse)(nil),              // 30: pinfold.v1.ResizeResponse
-	(*ReplaceRequest)(nil),              // 31: pinfold.v1.ReplaceRequest
-	(*ReplaceResponse)(nil),             // 32: pinfold.v1.ReplaceResponse
-	(*RemoveRequest)(nil),               // 33: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 34: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),        // 35: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),       // 36: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),             // 37: pinfold.v1.CapacityRequest
-	(*CapacityResponse)(nil),            // 38: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),            // 39: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 40: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),         // 41: pinfold.v1.ReportStatusRequest
-	(*Applied)(nil),                     // 42: pinfold.v1.Applied
-	(*ReportStatusResponse)(nil),        // 43: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 44: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 45: pinfold.v1.WatchInstancesResponse
-	nil,                                 // 46: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 47: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 48: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 49: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 50: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 51: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 52: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 53: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 54: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 55: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 56: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 57: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 58: pinfold.v1.CapacityResponse.LimitEntry
+	(*DrainHostRequest)(nil),            // 26: pinfold.v1.DrainHostRequest
+	(*DrainHostResponse)(nil),           // 27: pinfold.v1.DrainHostResponse
+	(*RebalanceRequest)(nil),            // 28: pinfold.v1.RebalanceRequest
+	(*Move)(nil),                        // 29: pinfold.v1.Move
+	(*RebalanceResponse)(nil),           // 30: pinfold.v1.RebalanceResponse
+	(*ScaleRequest)(nil),                // 31: pinfold.v1.ScaleRequest
+	(*ScaleResponse)(nil),               // 32: pinfold.v1.ScaleResponse
+	(*RemoveHostResponse)(nil),          // 33: pinfold.v1.RemoveHostResponse
+	(*DeployRequest)(nil),               // 34: pinfold.v1.DeployRequest
+	(*DeployResponse)(nil),              // 35: pinfold.v1.DeployResponse
+	(*ResizeRequest)(nil),               // 36: pinfold.v1.ResizeRequest
+	(*ResizeResponse)(nil),              // 37: pinfold.v1.ResizeResponse
+	(*ReplaceRequest)(nil),              // 38: pinfold.v1.ReplaceRequest
+	(*ReplaceResponse)(nil),             // 39: pinfold.v1.ReplaceResponse
+	(*RemoveRequest)(nil),               // 40: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 41: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),        // 42: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 43: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),             // 44: pinfold.v1.CapacityRequest
+	(*CapacityResponse)(nil),            // 45: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 46: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 47: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 48: pinfold.v1.ReportStatusRequest
+	(*Applied)(nil),                     // 49: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 50: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 51: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 52: pinfold.v1.WatchInstancesResponse
+	nil,                                 // 53: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 54: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 55: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 56: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 57: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 58: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 59: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 60: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 61: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 62: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 63: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 64: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 65: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 66: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 67: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	46, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	47, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	53, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	54, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	48, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	55, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	49, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	56, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	50, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	51, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	52, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	57, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	58, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	59, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	53, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	60, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	42, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	49, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
 	1,  // 15: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 16: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
 	1,  // 17: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
 	14, // 18: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	54, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	55, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	56, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	61, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	62, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	63, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
 	1,  // 22: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 23: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
-	13, // 24: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 25: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	11, // 26: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
-	14, // 27: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	13, // 28: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 29: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	14, // 30: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	57, // 31: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	58, // 32: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 33: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	42, // 34: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	14, // 35: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	15, // 36: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	17, // 37: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	19, // 38: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	21, // 39: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	23, // 40: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	25, // 41: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	2,  // 42: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 43: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 44: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 45: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	27, // 46: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	29, // 47: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	33, // 48: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	31, // 49: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	35, // 50: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	37, // 51: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	39, // 52: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	41, // 53: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	44, // 54: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	16, // 55: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	18, // 56: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	20, // 57: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	22, // 58: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	24, // 59: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	26, // 60: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	3,  // 61: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 62: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 63: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 64: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	28, // 65: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	30, // 66: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	34, // 67: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	32, // 68: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	36, // 69: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	38, // 70: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	40, // 71: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	43, // 72: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	45, // 73: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	55, // [55:74] is the sub-list for method output_type
-	36, // [36:55] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	1,  // 24: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
+	29, // 25: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
+	64, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	65, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	14, // 28: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
+	29, // 29: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
+	13, // 30: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 31: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	11, // 32: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
+	14, // 33: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	13, // 34: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 35: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	14, // 36: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	66, // 37: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	67, // 38: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 39: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	49, // 40: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	14, // 41: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	15, // 42: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	17, // 43: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	19, // 44: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	21, // 45: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	23, // 46: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	25, // 47: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	26, // 48: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 49: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 50: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 51: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 52: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	34, // 53: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	36, // 54: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	40, // 55: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	38, // 56: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	42, // 57: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	44, // 58: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	31, // 59: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	28, // 60: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	46, // 61: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	48, // 62: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	51, // 63: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	16, // 64: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	18, // 65: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	20, // 66: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	22, // 67: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	24, // 68: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	33, // 69: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	27, // 70: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 71: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 72: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 73: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 74: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	35, // 75: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	37, // 76: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	41, // 77: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	39, // 78: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	43, // 79: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	45, // 80: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	32, // 81: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	30, // 82: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	47, // 83: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	50, // 84: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	52, // 85: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	64, // [64:86] is the sub-list for method output_type
+	42, // [42:64] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -3639,14 +4234,14 @@ func file_pinfold_v1_planner_proto_init() {
 		return
 	}
 	file_pinfold_v1_planner_proto_msgTypes[21].OneofWrappers = []any{}
-	file_pinfold_v1_planner_proto_msgTypes[29].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   59,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,9 @@ const (
 	// PlannerServiceRemoveHostProcedure is the fully-qualified name of the PlannerService's RemoveHost
 	// RPC.
 	PlannerServiceRemoveHostProcedure = "/pinfold.v1.PlannerService/RemoveHost"
+	// PlannerServiceDrainHostProcedure is the fully-qualified name of the PlannerService's DrainHost
+	// RPC.
+	PlannerServiceDrainHostProcedure = "/pinfold.v1.PlannerService/DrainHost"
 	// PlannerServiceSetHostMaintenanceProcedure is the fully-qualified name of the PlannerService's
 	// SetHostMaintenance RPC.
 	PlannerServiceSetHostMaintenanceProcedure = "/pinfold.v1.PlannerService/SetHostMaintenance"
@@ -76,6 +79,11 @@ const (
 	PlannerServiceListInstancesProcedure = "/pinfold.v1.PlannerService/ListInstances"
 	// PlannerServiceCapacityProcedure is the fully-qualified name of the PlannerService's Capacity RPC.
 	PlannerServiceCapacityProcedure = "/pinfold.v1.PlannerService/Capacity"
+	// PlannerServiceScaleProcedure is the fully-qualified name of the PlannerService's Scale RPC.
+	PlannerServiceScaleProcedure = "/pinfold.v1.PlannerService/Scale"
+	// PlannerServiceRebalanceProcedure is the fully-qualified name of the PlannerService's Rebalance
+	// RPC.
+	PlannerServiceRebalanceProcedure = "/pinfold.v1.PlannerService/Rebalance"
 	// PlannerServiceHeartbeatProcedure is the fully-qualified name of the PlannerService's Heartbeat
 	// RPC.
 	PlannerServiceHeartbeatProcedure = "/pinfold.v1.PlannerService/Heartbeat"
@@ -96,6 +104,7 @@ type PlannerServiceClient interface {
 	SetHost(context.Context, *connect.Request[pinfoldv1.SetHostRequest]) (*connect.Response[pinfoldv1.SetHostResponse], error)
 	SetHostEnabled(context.Context, *connect.Request[pinfoldv1.SetHostEnabledRequest]) (*connect.Response[pinfoldv1.SetHostEnabledResponse], error)
 	RemoveHost(context.Context, *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error)
+	DrainHost(context.Context, *connect.Request[pinfoldv1.DrainHostRequest]) (*connect.Response[pinfoldv1.DrainHostResponse], error)
 	// SetHostMaintenance puts a host in maintenance for a grace period (it
 	// keeps its instances and receives nothing new) or ends it.
 	SetHostMaintenance(context.Context, *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error)
@@ -113,6 +122,10 @@ type PlannerServiceClient interface {
 	Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error)
 	ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error)
 	Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error)
+	// Scale adds instances through placement or removes the worst placed.
+	Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error)
+	// Rebalance proposes (and with apply starts) moves that reduce imbalance.
+	Rebalance(context.Context, *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error)
 	// Agents.
 	Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error)
 	ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error)
@@ -166,6 +179,12 @@ func NewPlannerServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			httpClient,
 			baseURL+PlannerServiceRemoveHostProcedure,
 			connect.WithSchema(plannerServiceMethods.ByName("RemoveHost")),
+			connect.WithClientOptions(opts...),
+		),
+		drainHost: connect.NewClient[pinfoldv1.DrainHostRequest, pinfoldv1.DrainHostResponse](
+			httpClient,
+			baseURL+PlannerServiceDrainHostProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("DrainHost")),
 			connect.WithClientOptions(opts...),
 		),
 		setHostMaintenance: connect.NewClient[pinfoldv1.SetHostMaintenanceRequest, pinfoldv1.SetHostMaintenanceResponse](
@@ -228,6 +247,18 @@ func NewPlannerServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(plannerServiceMethods.ByName("Capacity")),
 			connect.WithClientOptions(opts...),
 		),
+		scale: connect.NewClient[pinfoldv1.ScaleRequest, pinfoldv1.ScaleResponse](
+			httpClient,
+			baseURL+PlannerServiceScaleProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("Scale")),
+			connect.WithClientOptions(opts...),
+		),
+		rebalance: connect.NewClient[pinfoldv1.RebalanceRequest, pinfoldv1.RebalanceResponse](
+			httpClient,
+			baseURL+PlannerServiceRebalanceProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("Rebalance")),
+			connect.WithClientOptions(opts...),
+		),
 		heartbeat: connect.NewClient[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse](
 			httpClient,
 			baseURL+PlannerServiceHeartbeatProcedure,
@@ -257,6 +288,7 @@ type plannerServiceClient struct {
 	setHost              *connect.Client[pinfoldv1.SetHostRequest, pinfoldv1.SetHostResponse]
 	setHostEnabled       *connect.Client[pinfoldv1.SetHostEnabledRequest, pinfoldv1.SetHostEnabledResponse]
 	removeHost           *connect.Client[pinfoldv1.RemoveHostRequest, pinfoldv1.RemoveHostResponse]
+	drainHost            *connect.Client[pinfoldv1.DrainHostRequest, pinfoldv1.DrainHostResponse]
 	setHostMaintenance   *connect.Client[pinfoldv1.SetHostMaintenanceRequest, pinfoldv1.SetHostMaintenanceResponse]
 	getPlacementSettings *connect.Client[pinfoldv1.GetPlacementSettingsRequest, pinfoldv1.PlacementSettings]
 	setPlacementSettings *connect.Client[pinfoldv1.PlacementSettings, pinfoldv1.PlacementSettings]
@@ -267,6 +299,8 @@ type plannerServiceClient struct {
 	replace              *connect.Client[pinfoldv1.ReplaceRequest, pinfoldv1.ReplaceResponse]
 	listInstances        *connect.Client[pinfoldv1.ListInstancesRequest, pinfoldv1.ListInstancesResponse]
 	capacity             *connect.Client[pinfoldv1.CapacityRequest, pinfoldv1.CapacityResponse]
+	scale                *connect.Client[pinfoldv1.ScaleRequest, pinfoldv1.ScaleResponse]
+	rebalance            *connect.Client[pinfoldv1.RebalanceRequest, pinfoldv1.RebalanceResponse]
 	heartbeat            *connect.Client[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse]
 	reportStatus         *connect.Client[pinfoldv1.ReportStatusRequest, pinfoldv1.ReportStatusResponse]
 	watchInstances       *connect.Client[pinfoldv1.WatchInstancesRequest, pinfoldv1.WatchInstancesResponse]
@@ -300,6 +334,11 @@ func (c *plannerServiceClient) SetHostEnabled(ctx context.Context, req *connect.
 // RemoveHost calls pinfold.v1.PlannerService.RemoveHost.
 func (c *plannerServiceClient) RemoveHost(ctx context.Context, req *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
 	return c.removeHost.CallUnary(ctx, req)
+}
+
+// DrainHost calls pinfold.v1.PlannerService.DrainHost.
+func (c *plannerServiceClient) DrainHost(ctx context.Context, req *connect.Request[pinfoldv1.DrainHostRequest]) (*connect.Response[pinfoldv1.DrainHostResponse], error) {
+	return c.drainHost.CallUnary(ctx, req)
 }
 
 // SetHostMaintenance calls pinfold.v1.PlannerService.SetHostMaintenance.
@@ -352,6 +391,16 @@ func (c *plannerServiceClient) Capacity(ctx context.Context, req *connect.Reques
 	return c.capacity.CallUnary(ctx, req)
 }
 
+// Scale calls pinfold.v1.PlannerService.Scale.
+func (c *plannerServiceClient) Scale(ctx context.Context, req *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error) {
+	return c.scale.CallUnary(ctx, req)
+}
+
+// Rebalance calls pinfold.v1.PlannerService.Rebalance.
+func (c *plannerServiceClient) Rebalance(ctx context.Context, req *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error) {
+	return c.rebalance.CallUnary(ctx, req)
+}
+
 // Heartbeat calls pinfold.v1.PlannerService.Heartbeat.
 func (c *plannerServiceClient) Heartbeat(ctx context.Context, req *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {
 	return c.heartbeat.CallUnary(ctx, req)
@@ -376,6 +425,7 @@ type PlannerServiceHandler interface {
 	SetHost(context.Context, *connect.Request[pinfoldv1.SetHostRequest]) (*connect.Response[pinfoldv1.SetHostResponse], error)
 	SetHostEnabled(context.Context, *connect.Request[pinfoldv1.SetHostEnabledRequest]) (*connect.Response[pinfoldv1.SetHostEnabledResponse], error)
 	RemoveHost(context.Context, *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error)
+	DrainHost(context.Context, *connect.Request[pinfoldv1.DrainHostRequest]) (*connect.Response[pinfoldv1.DrainHostResponse], error)
 	// SetHostMaintenance puts a host in maintenance for a grace period (it
 	// keeps its instances and receives nothing new) or ends it.
 	SetHostMaintenance(context.Context, *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error)
@@ -393,6 +443,10 @@ type PlannerServiceHandler interface {
 	Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error)
 	ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error)
 	Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error)
+	// Scale adds instances through placement or removes the worst placed.
+	Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error)
+	// Rebalance proposes (and with apply starts) moves that reduce imbalance.
+	Rebalance(context.Context, *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error)
 	// Agents.
 	Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error)
 	ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error)
@@ -442,6 +496,12 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 		PlannerServiceRemoveHostProcedure,
 		svc.RemoveHost,
 		connect.WithSchema(plannerServiceMethods.ByName("RemoveHost")),
+		connect.WithHandlerOptions(opts...),
+	)
+	plannerServiceDrainHostHandler := connect.NewUnaryHandler(
+		PlannerServiceDrainHostProcedure,
+		svc.DrainHost,
+		connect.WithSchema(plannerServiceMethods.ByName("DrainHost")),
 		connect.WithHandlerOptions(opts...),
 	)
 	plannerServiceSetHostMaintenanceHandler := connect.NewUnaryHandler(
@@ -504,6 +564,18 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 		connect.WithSchema(plannerServiceMethods.ByName("Capacity")),
 		connect.WithHandlerOptions(opts...),
 	)
+	plannerServiceScaleHandler := connect.NewUnaryHandler(
+		PlannerServiceScaleProcedure,
+		svc.Scale,
+		connect.WithSchema(plannerServiceMethods.ByName("Scale")),
+		connect.WithHandlerOptions(opts...),
+	)
+	plannerServiceRebalanceHandler := connect.NewUnaryHandler(
+		PlannerServiceRebalanceProcedure,
+		svc.Rebalance,
+		connect.WithSchema(plannerServiceMethods.ByName("Rebalance")),
+		connect.WithHandlerOptions(opts...),
+	)
 	plannerServiceHeartbeatHandler := connect.NewUnaryHandler(
 		PlannerServiceHeartbeatProcedure,
 		svc.Heartbeat,
@@ -536,6 +608,8 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 			plannerServiceSetHostEnabledHandler.ServeHTTP(w, r)
 		case PlannerServiceRemoveHostProcedure:
 			plannerServiceRemoveHostHandler.ServeHTTP(w, r)
+		case PlannerServiceDrainHostProcedure:
+			plannerServiceDrainHostHandler.ServeHTTP(w, r)
 		case PlannerServiceSetHostMaintenanceProcedure:
 			plannerServiceSetHostMaintenanceHandler.ServeHTTP(w, r)
 		case PlannerServiceGetPlacementSettingsProcedure:
@@ -556,6 +630,10 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 			plannerServiceListInstancesHandler.ServeHTTP(w, r)
 		case PlannerServiceCapacityProcedure:
 			plannerServiceCapacityHandler.ServeHTTP(w, r)
+		case PlannerServiceScaleProcedure:
+			plannerServiceScaleHandler.ServeHTTP(w, r)
+		case PlannerServiceRebalanceProcedure:
+			plannerServiceRebalanceHandler.ServeHTTP(w, r)
 		case PlannerServiceHeartbeatProcedure:
 			plannerServiceHeartbeatHandler.ServeHTTP(w, r)
 		case PlannerServiceReportStatusProcedure:
@@ -593,6 +671,10 @@ func (UnimplementedPlannerServiceHandler) SetHostEnabled(context.Context, *conne
 
 func (UnimplementedPlannerServiceHandler) RemoveHost(context.Context, *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.RemoveHost is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) DrainHost(context.Context, *connect.Request[pinfoldv1.DrainHostRequest]) (*connect.Response[pinfoldv1.DrainHostResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.DrainHost is not implemented"))
 }
 
 func (UnimplementedPlannerServiceHandler) SetHostMaintenance(context.Context, *connect.Request[pinfoldv1.SetHostMaintenanceRequest]) (*connect.Response[pinfoldv1.SetHostMaintenanceResponse], error) {
@@ -633,6 +715,14 @@ func (UnimplementedPlannerServiceHandler) ListInstances(context.Context, *connec
 
 func (UnimplementedPlannerServiceHandler) Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Capacity is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Scale is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) Rebalance(context.Context, *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Rebalance is not implemented"))
 }
 
 func (UnimplementedPlannerServiceHandler) Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/balance"
+)
+
+// moveJSON is one move of an instance between hosts.
+type moveJSON struct {
+	Instance    string `json:"instance"`
+	Service     string `json:"service"`
+	From        string `json:"from"`
+	To          string `json:"to"`
+	Why         string `json:"why,omitempty"`
+	NewInstance string `json:"new_instance,omitempty"`
+}
+
+func movesJSON(ms []*pinfoldv1.Move) []moveJSON {
+	out := []moveJSON{}
+	for _, m := range ms {
+		out = append(out, moveJSON{Instance: m.Instance, Service: m.Service, From: m.From, To: m.To, Why: m.Why, NewInstance: m.NewInstance})
+	}
+	return out
+}
+
+func newRebalanceCmd() *cobra.Command {
+	var (
+		c                   clientFlags
+		out                 outputFlag
+		apply, dryRun, frag bool
+		maxMoves            int
+		balancing, activity float64
+	)
+	cmd := &cobra.Command{
+		Use:   "rebalance [--dry-run | --apply] [--defragment] [--max-moves N]",
+		Short: "Propose (or start) moves that even out CPU and memory use and free shared CPUs",
+		Long: `Propose a bounded list of moves that reduce imbalance between the hosts that
+take work, resource by resource: a resource is balanced when the most used
+host's share of it, divided by the least used host's share, exceeds the
+balancing threshold, and only while the most used host's share is at least
+the activity threshold (an idle cluster is left alone). Each move must lower
+the spread of the hosts' shares, and each is planned through the same
+placement rules as a deploy, one after another, so no step breaks a
+constraint, an affinity or a domain spread. --defragment adds moves of
+instances that hold a fragment of one CPU when that leaves fewer CPUs shared
+in pieces.
+
+Without --apply nothing changes (a dry run, the default); every move says
+why. --apply starts the moves blue-green: each new instance must run and pass
+its health gate before its old instance is removed ('pinfold ps' shows them).`,
+		Example: `  pinfold rebalance
+  pinfold rebalance --defragment --max-moves 5 -o json
+  pinfold rebalance --balancing-threshold 1.2 --apply`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if apply && dryRun {
+				return badInput("--apply and --dry-run: give one")
+			}
+			o := balance.Options{BalancingThreshold: balancing, ActivityThreshold: activity, MaxMoves: maxMoves}
+			if err := o.Validate(); err != nil {
+				return badInput("%v", err)
+			}
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.Rebalance(cmd.Context(), connect.NewRequest(&pinfoldv1.RebalanceRequest{Apply: apply, MaxMoves: int32(maxMoves),
+					BalancingThreshold: balancing, ActivityThreshold: activity, Defragment: frag}))
+				if err != nil {
+					return err
+				}
+				m := resp.Msg
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"applied": apply, "moves": movesJSON(m.Moves),
+						"imbalance_before": ratiosJSON(m.ImbalanceBefore), "imbalance_after": ratiosJSON(m.ImbalanceAfter),
+						"fragmented_cpus_before": m.FragmentedBefore, "fragmented_cpus_after": m.FragmentedAfter})
+				}
+				w := cmd.OutOrStdout()
+				for _, r := range balance.Resources {
+					fmt.Fprintf(w, "%s: most/least used host %s → %s\n", r, ratioText(m.ImbalanceBefore[r]), ratioText(m.ImbalanceAfter[r]))
+				}
+				fmt.Fprintf(w, "CPUs shared in pieces: %d → %d\n", m.FragmentedBefore, m.FragmentedAfter)
+				if len(m.Moves) == 0 {
+					fmt.Fprintln(w, "no move: nothing is above the thresholds, or nothing can move without breaking a rule")
+					return nil
+				}
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+				head := "#\tINSTANCE\tSERVICE\tFROM\tTO\tWHY"
+				if apply {
+					head += "\tNEW INSTANCE"
+				}
+				fmt.Fprintln(tw, head)
+				for i, mv := range m.Moves {
+					line := fmt.Sprintf("%d\t%s\t%s\t%s\t%s\t%s", i+1, mv.Instance, mv.Service, mv.From, mv.To, mv.Why)
+					if apply {
+						line += "\t" + mv.NewInstance
+					}
+					fmt.Fprintln(tw, line)
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if !apply {
+					fmt.Fprintln(w, "dry run: nothing changed; --apply starts these moves")
+				}
+				return nil
+			})
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().BoolVar(&apply, "apply", false, "start the moves (blue-green, with health gates)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only propose (the default)")
+	cmd.Flags().BoolVar(&frag, "defragment", false, "also move single-fragment instances when that frees CPUs shared in pieces")
+	cmd.Flags().IntVar(&maxMoves, "max-moves", 0, fmt.Sprintf("at most this many moves (0: %d)", balance.DefaultMaxMoves))
+	cmd.Flags().Float64Var(&balancing, "balancing-threshold", 0, fmt.Sprintf("most/least used share above which a resource is balanced (0: %g)", balance.DefaultBalancing))
+	cmd.Flags().Float64Var(&activity, "activity-threshold", 0, fmt.Sprintf("most used share below which nothing moves, 0..1 (0: %g)", balance.DefaultActivity))
+	return cmd
+}
+
+// ratiosJSON keeps a ratio per resource; an infinite one (a host uses none
+// of it) is null.
+func ratiosJSON(m map[string]float64) map[string]any {
+	out := map[string]any{}
+	for _, r := range slices.Sorted(maps.Keys(m)) {
+		if m[r] < 0 || math.IsInf(m[r], 0) {
+			out[r] = nil
+		} else {
+			out[r] = m[r]
+		}
+	}
+	return out
+}
+
+func ratioText(v float64) string {
+	if v < 0 {
+		return "∞ (a host uses none)"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+func newScaleCmd() *cobra.Command {
+	var (
+		c     clientFlags
+		out   outputFlag
+		count int
+	)
+	cmd := &cobra.Command{
+		Use:   "scale SERVICE --count N",
+		Short: "Set the number of a service's instances",
+		Long: `Set how many instances a deployed service has. Missing instances are placed
+like a deploy, with the service's image, size and placement rules; surplus
+ones are removed worst placed first: those on hosts that are down, disabled
+or in maintenance, then those on the host holding most of the service, then
+those on the host using the largest share of its CPU. --count 0 keeps the
+service's record (scale it up again later).`,
+		Example: `  pinfold scale web --count 5
+  pinfold scale web --count 0 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("count") {
+				return badInput("--count N is required")
+			}
+			if count < 0 {
+				return badInput("--count %d: want 0 or more", count)
+			}
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.Scale(cmd.Context(), connect.NewRequest(&pinfoldv1.ScaleRequest{Service: args[0], Count: int32(count)}))
+				if err != nil {
+					return err
+				}
+				m := resp.Msg
+				if out.json() {
+					added := []instanceJSON{}
+					for _, in := range m.Added {
+						added = append(added, toInstanceJSON(in))
+					}
+					removed := m.Removed
+					if removed == nil {
+						removed = []string{}
+					}
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"service": args[0], "count": m.Count, "added": added, "removed": removed})
+				}
+				for _, in := range m.Added {
+					fmt.Fprintf(cmd.OutOrStdout(), "added %s on %s\n", in.Id, in.Host)
+				}
+				for _, id := range m.Removed {
+					fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", id)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d instances\n", args[0], m.Count)
+				return nil
+			})
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().IntVar(&count, "count", 0, "the number of instances wanted")
+	return cmd
+}

@@ -1,0 +1,148 @@
+package balance
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"testing"
+)
+
+// cluster builds hosts of 8 CPUs (800 pieces) and 16 GiB and items of cpu
+// pieces each, placed per host.
+func cluster(per map[string][]int64) ([]Host, []Item) {
+	var hosts []Host
+	var items []Item
+	for _, name := range []string{"a", "b", "c", "d"} {
+		ps, ok := per[name]
+		if !ok {
+			continue
+		}
+		h := Host{Name: name, Capacity: map[string]int64{"cpu": 800, "memory": 16 << 30}, Used: map[string]int64{}}
+		for i, p := range ps {
+			items = append(items, Item{ID: fmt.Sprintf("%s-%d", name, i), Service: "web", Host: name, Use: map[string]int64{"cpu": p, "memory": 1 << 30}})
+			h.Used["cpu"] += p
+			h.Used["memory"] += 1 << 30
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, items
+}
+
+// model is the caller's side of Try: it accepts unless refuse says no.
+func accept(refuse func(Item, string) bool) Try {
+	return func(it Item, to string) bool { return refuse == nil || !refuse(it, to) }
+}
+
+func TestPlan(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		per       map[string][]int64
+		o         Options
+		refuse    func(Item, string) bool
+		wantMoves int // -1: at least one
+		check     func(t *testing.T, moves []Move)
+	}{
+		{name: "all on one host: moves until balanced", per: map[string][]int64{"a": {100, 100, 100, 100, 100, 100}, "b": {}, "c": {}}, wantMoves: 4},
+		{name: "balanced within the threshold: nothing", per: map[string][]int64{"a": {100, 100, 100}, "b": {100, 100}, "c": {100, 100}}, wantMoves: 0},
+		{name: "above a 1.2 threshold, but no single move lowers the spread", per: map[string][]int64{"a": {100, 100, 100}, "b": {100, 100}, "c": {100, 100}}, o: Options{BalancingThreshold: 1.2}, wantMoves: 0},
+		{name: "idle cluster under the activity threshold: nothing", per: map[string][]int64{"a": {10, 10}, "b": {}, "c": {}}, o: Options{ActivityThreshold: 0.2}, wantMoves: 0},
+		{name: "a hard rule refuses c: only b takes", per: map[string][]int64{"a": {100, 100, 100, 100}, "b": {}, "c": {}},
+			refuse: func(_ Item, to string) bool { return to == "c" }, wantMoves: -1,
+			check: func(t *testing.T, moves []Move) {
+				for _, m := range moves {
+					if m.To == "c" {
+						t.Errorf("move %+v to a refused host", m)
+					}
+				}
+			}},
+		{name: "max moves bounds the proposal", per: map[string][]int64{"a": {50, 50, 50, 50, 50, 50, 50, 50}, "b": {}, "c": {}, "d": {}}, o: Options{MaxMoves: 3}, wantMoves: 3},
+		{name: "a move that would overshoot is not made", per: map[string][]int64{"a": {400}, "b": {50}}, wantMoves: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hosts, items := cluster(tc.per)
+			before := Score(hosts)
+			moves, after := Plan(hosts, items, tc.o, accept(tc.refuse))
+			switch {
+			case tc.wantMoves == -1 && len(moves) == 0:
+				t.Fatalf("no moves, want some")
+			case tc.wantMoves >= 0 && len(moves) != tc.wantMoves:
+				t.Fatalf("%d moves %+v, want %d", len(moves), moves, tc.wantMoves)
+			}
+			if len(moves) > 0 && !(Score(after) < before) {
+				t.Errorf("score %.4f → %.4f: the moves did not reduce imbalance", before, Score(after))
+			}
+			// Replaying the moves one by one, each lowers the score.
+			cur := make([]Host, len(hosts))
+			for i, h := range hosts {
+				cur[i] = Host{Name: h.Name, Capacity: h.Capacity, Used: clone(h.Used)}
+			}
+			for _, m := range moves {
+				s0 := Score(cur)
+				var from, to *Host
+				for i := range cur {
+					switch cur[i].Name {
+					case m.Item.Host:
+						from = &cur[i]
+					case m.To:
+						to = &cur[i]
+					}
+				}
+				shift(from, to, m.Item, +1)
+				if s1 := Score(cur); !(s1 < s0) {
+					t.Errorf("move %+v: score %.4f → %.4f", m, s0, s1)
+				}
+				if m.Why == "" {
+					t.Errorf("move %+v has no reason", m)
+				}
+			}
+			for i := range cur {
+				for _, r := range Resources {
+					if cur[i].Used[r] != after[i].Used[r] {
+						t.Errorf("replayed host %s uses %d of %s, Plan says %d", cur[i].Name, cur[i].Used[r], r, after[i].Used[r])
+					}
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, moves)
+			}
+			// hosts and items are not changed, and the result is the same twice.
+			hosts2, items2 := cluster(tc.per)
+			if !reflect.DeepEqual(hosts, hosts2) || !reflect.DeepEqual(items, items2) {
+				t.Errorf("Plan changed its input")
+			}
+			again, _ := Plan(hosts2, items2, tc.o, accept(tc.refuse))
+			if !reflect.DeepEqual(moves, again) {
+				t.Errorf("not deterministic: %+v then %+v", moves, again)
+			}
+		})
+	}
+}
+
+func TestRatio(t *testing.T) {
+	t.Parallel()
+	hosts, _ := cluster(map[string][]int64{"a": {400}, "b": {200}})
+	if got := Ratio(hosts, "cpu"); got != 2 {
+		t.Errorf("Ratio = %v, want 2", got)
+	}
+	hosts, _ = cluster(map[string][]int64{"a": {400}, "b": {}})
+	if got := Ratio(hosts, "cpu"); !math.IsInf(got, 1) {
+		t.Errorf("Ratio with an empty host = %v, want +Inf", got)
+	}
+	hosts, _ = cluster(map[string][]int64{"a": {}, "b": {}})
+	if got := Ratio(hosts, "cpu"); got != 1 {
+		t.Errorf("Ratio of an idle cluster = %v, want 1", got)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
+	for _, o := range []Options{{BalancingThreshold: 0.5}, {BalancingThreshold: math.NaN()}, {ActivityThreshold: -0.1}, {ActivityThreshold: 2}, {MaxMoves: -1}, {MaxMoves: MaxMovesLimit + 1}} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", o)
+		}
+	}
+	if err := (Options{BalancingThreshold: 1, ActivityThreshold: 0.5, MaxMoves: 5}).Validate(); err != nil {
+		t.Errorf("Validate(valid) = %v", err)
+	}
+}

@@ -1,0 +1,613 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// A service is desired state: its record keeps the spec and the rules, and
+// its instances are kept placed on hosts that run them. This file moves
+// instances between hosts:
+//
+//   - heal: a host whose agent has been gone longer than the down grace
+//     (placement.Settings.Grace) has its instances placed again elsewhere
+//     at once, as an availability action (it may use the buffer and the
+//     overbooking, seed 000), and the old ones released;
+//   - move: drain and rebalance start a new instance elsewhere that
+//     replaces the old one (model.Instance.Replaces); the old one is
+//     removed only once the new one runs and passed its health gate on its
+//     host (finishMoves), so a move never leaves a service short.
+//
+// Everything here is planned through the pipeline like a deploy, with the
+// same placement rules: constraints, affinity, domain spread, max per host.
+
+// placeLike plans a new instance of old's service, of old's size and spec,
+// on one of the schedulable hosts other than skip (only on to when to is
+// not ""), and adds it to c with its host's usage. The new instance
+// replaces replaces ("" for none).
+func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces string, useBuffer bool, c *state.Change) (model.Instance, error) {
+	req := placement.Request{Request: alloc.Request{Service: old.Service, Count: 1, Pieces: old.Pieces(), Bind: old.Bind,
+		MemoryBytes: old.Memory, Strategy: alloc.Auto}, UseBuffer: useBuffer}
+	if d, ok := rd.Service(old.Service); ok {
+		svc := d.Value
+		if svc.Strategy != "" {
+			req.Strategy = alloc.Strategy(svc.Strategy)
+		}
+		req.MaxPerHost = svc.MaxPerHost
+		if r := svc.Rules; r != nil {
+			req.Constraint, req.Affinity, req.AntiAffinity = r.Constraint, r.Affinity, r.AntiAffinity
+			req.Policy, req.HostsOrder, req.DomainSpread = placement.Policy(r.Policy), r.HostsOrder, placement.Spread(r.DomainSpread)
+		}
+	}
+	req.Seed = seedOf(old.ID)
+	if err := alloc.ValidateRequest(s.params, req.Request); err != nil {
+		return model.Instance{}, fromAlloc(err)
+	}
+	placed := rd.SchedulablePlacement()
+	hosts := make([]*placement.Host, 0, len(placed.Hosts))
+	domains := false
+	for _, h := range placed.Hosts {
+		domains = domains || h.FaultDomain != "" || h.UpgradeDomain != ""
+		if h.Name != skip {
+			hosts = append(hosts, h)
+		}
+	}
+	if spread, _ := placement.ParseSpread(string(req.DomainSpread)); spread == placement.SpreadOff {
+		domains = false
+	}
+	if to != "" && !domains {
+		// Every rule but the domain spread is decided host by host.
+		hosts = slices.DeleteFunc(hosts, func(h *placement.Host) bool { return h.Name != to })
+	}
+	res, err := placement.Plan(s.params, rd.PlacementSettings(), hosts, req)
+	if err != nil {
+		return model.Instance{}, s.placementError(rd, err)
+	}
+	p := res.Placements[0]
+	if to != "" && p.Host != to {
+		// The domain spread is decided over every host: it chose another.
+		return model.Instance{}, errf(Exhausted, "instance %s cannot move to %s: the domain spread rules place it on %s", old.ID, to, p.Host)
+	}
+	v, found := rd.Host(p.Host)
+	i, planned := placed.Index(p.Host)
+	if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Revs[i] {
+		return model.Instance{}, state.ErrConflict
+	}
+	a := v.Alloc.Clone()
+	c.GuardView(v)
+	in := model.Instance{ID: newID(old.Service), Service: old.Service, Host: p.Host, Spec: old.Spec, Generation: 1,
+		Allocation: p.Allocation, Replaces: replaces}
+	in.MemorySoft = min(old.MemorySoft, in.Memory)
+	a.Add(in, +1)
+	c.PutAlloc(p.Host, a)
+	c.PutInstance(in)
+	return in, nil
+}
+
+// seedOf is a placement seed from an instance ID (deterministic: the same
+// instance is planned the same way on every attempt).
+func seedOf(id string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(id); i++ {
+		h = (h ^ uint64(id[i])) * 1099511628211
+	}
+	return h | 1
+}
+
+// release adds to c the removal of instance v from its host, with the
+// host's usage (when the host is still registered). allocs holds the usage
+// of hosts already changed by c (nil: none), so that several instances of
+// one host can be released in one change.
+func release(rd reader, v state.InstanceView, c *state.Change, allocs map[string]state.Alloc) {
+	in := v.Instance
+	if h, ok := rd.Host(in.Host); ok {
+		a, changed := allocs[in.Host]
+		if !changed {
+			a = h.Alloc.Clone()
+			c.GuardAlloc(in.Host, h.AllocRev)
+		}
+		a.Add(in, -1)
+		if allocs != nil {
+			allocs[in.Host] = a
+		}
+		c.PutAlloc(in.Host, a)
+	}
+	c.GuardInstance(in.Host, in.ID, v.Rev)
+	c.DeleteInstance(in.Host, in.ID)
+}
+
+// replacementOf is the instance that replaces id (a move in flight), if any.
+func replacementOf(rd reader, service, id string) (state.InstanceView, bool) {
+	for _, v := range rd.ServiceInstances(service) {
+		if v.Instance.Replaces == id {
+			return v, true
+		}
+	}
+	return state.InstanceView{}, false
+}
+
+// healJob places instance id, on the dead host host, again elsewhere and
+// releases it, unless it moved or its host came back meanwhile. A move of
+// it in flight is finished instead: its replacement takes over at once.
+func (s *Service) healJob(id, host string, evenLive bool, moved *[]Moved) planFunc {
+	return func(rd reader) (*state.Change, error) {
+		c := new(state.Change)
+		v, ok := rd.Instance(id)
+		if !ok || v.Instance.Host != host {
+			return c, nil
+		}
+		if h, ok := rd.Host(host); ok && h.Live && !evenLive {
+			return c, nil
+		}
+		if r, ok := replacementOf(rd, v.Instance.Service, id); ok {
+			next := r.Instance
+			next.Replaces = ""
+			c.GuardInstance(next.Host, next.ID, r.Rev)
+			c.PutInstance(next)
+			release(rd, v, c, nil)
+			*moved = []Moved{{From: v.Instance, To: next}}
+			return c, nil
+		}
+		in, err := s.placeLike(rd, v.Instance, host, "", "", true, c)
+		if err != nil {
+			return nil, err
+		}
+		release(rd, v, c, nil)
+		*moved = []Moved{{From: v.Instance, To: in}}
+		return c, nil
+	}
+}
+
+// Moved is one instance placed again: From the old, To the new.
+type Moved struct {
+	From, To model.Instance
+}
+
+// Heal places the instances of host again on other hosts (its agent is
+// gone, and the caller decided the grace has passed; or evenLive: the host
+// is being removed), each on its own: one
+// that cannot be placed stays on host, and its error is returned with the
+// others joined. Placement follows the service's rules and may use the
+// buffer and the overbooking (an availability action).
+func (s *Service) Heal(ctx context.Context, host string, evenLive bool) ([]Moved, error) {
+	ins := s.st.Instances(host)
+	moved := make([][]Moved, len(ins))
+	plans := make([]planFunc, len(ins))
+	for i, v := range ins {
+		plans[i] = s.healJob(v.Instance.ID, host, evenLive, &moved[i])
+	}
+	var out []Moved
+	var errs []error
+	for i, err := range s.pipe.doAll(ctx, plans) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("instance %s: %w", ins[i].Instance.ID, err))
+			continue
+		}
+		out = append(out, moved[i]...)
+	}
+	for _, m := range out {
+		s.log.Warn("instance placed again on another host", "evacuated", evenLive, "instance", m.From.ID, "from", m.From.Host, "new_instance", m.To.ID, "to", m.To.Host)
+	}
+	return out, errors.Join(errs...)
+}
+
+// moveJob starts a move of instance id off its host: a new instance on
+// another host (on to when not "") that replaces it. Nothing happens when
+// the instance is gone or already moving.
+func (s *Service) moveJob(id, to string, useBuffer bool, moved *[]Moved) planFunc {
+	return func(rd reader) (*state.Change, error) {
+		c := new(state.Change)
+		v, ok := rd.Instance(id)
+		if !ok {
+			return c, nil
+		}
+		if _, moving := replacementOf(rd, v.Instance.Service, id); moving || v.Instance.Replaces != "" {
+			return c, nil
+		}
+		in, err := s.placeLike(rd, v.Instance, v.Instance.Host, to, id, useBuffer, c)
+		if err != nil {
+			return nil, err
+		}
+		*moved = []Moved{{From: v.Instance, To: in}}
+		return c, nil
+	}
+}
+
+// moveOutcome is what to do with a move in flight.
+type moveOutcome int
+
+const (
+	moveWait   moveOutcome = iota // the new instance is not up yet
+	moveFinish                    // it runs and passed its gate: remove the old one
+	moveAbort                     // it failed, or its host is gone: remove it, keep the old one
+)
+
+// judgeMove decides a move in flight from the new instance's report and
+// host: it finishes once the new instance runs its generation with no
+// error (its agent reports running only after the health gate), or past
+// deadline (non-zero) once it exists at all; it aborts when the new
+// instance's host is gone or down, or the instance failed or its host
+// refused it (its health gate failed). Pure.
+func judgeMove(n state.InstanceView, host state.HostView, hostOK bool, now, deadline time.Time) moveOutcome {
+	st := n.Status
+	switch {
+	case !hostOK || host.Host.Agent && !host.Live:
+		return moveAbort
+	case st != nil && st.State == "running" && st.Generation == n.Instance.Generation && st.Error == "":
+		return moveFinish
+	case st != nil && (st.Refused == n.Instance.Generation ||
+		st.Generation == n.Instance.Generation && (st.State == "error" || st.State == "exited" || st.State == "oom_killed")):
+		return moveAbort
+	case !deadline.IsZero() && now.After(deadline):
+		return moveFinish
+	}
+	return moveWait
+}
+
+// finishJob settles the move whose new instance is id: outcome finish
+// removes the old instance and clears Replaces; abort removes the new one.
+func (s *Service) finishJob(id string, outcome moveOutcome) planFunc {
+	return func(rd reader) (*state.Change, error) {
+		c := new(state.Change)
+		n, ok := rd.Instance(id)
+		if !ok || n.Instance.Replaces == "" {
+			return c, nil
+		}
+		if outcome == moveAbort {
+			release(rd, n, c, nil)
+			return c, nil
+		}
+		next := n.Instance
+		next.Replaces = ""
+		c.GuardInstance(next.Host, next.ID, n.Rev)
+		c.PutInstance(next)
+		if old, ok := rd.Instance(n.Instance.Replaces); ok {
+			release(rd, old, c, nil)
+		}
+		return c, nil
+	}
+}
+
+// tracker is the leader's memory between ticks: when it first saw each
+// host down, and the last error logged per subject (so a failure is logged
+// once, not every tick).
+type tracker struct {
+	downSince map[string]time.Time
+	logged    map[string]string
+	// retryAt: an instance whose move was aborted is not moved again
+	// before this time (a failing health gate is not retried every tick).
+	retryAt map[string]time.Time
+}
+
+// moveBackoff is how long a drain waits before moving an instance again
+// after its move was aborted.
+const moveBackoff = 30 * time.Second
+
+func newTracker() *tracker {
+	return &tracker{downSince: map[string]time.Time{}, logged: map[string]string{}, retryAt: map[string]time.Time{}}
+}
+
+// once reports whether msg is new for subject (and records it).
+func (t *tracker) once(subject, msg string) bool {
+	if t.logged[subject] == msg {
+		return false
+	}
+	t.logged[subject] = msg
+	return true
+}
+
+// deadHosts updates t from the hosts' views at now and returns the hosts
+// whose agent has been gone at least grace and that hold instances, by name.
+// A host in maintenance (until a time not yet passed) is never dead: it
+// keeps its instances. Pure apart from t.
+func (t *tracker) deadHosts(views []state.HostView, instances map[string]int, now time.Time, grace time.Duration) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, v := range views {
+		h := v.Host
+		seen[h.Name] = true
+		if !h.Agent || v.Live || !h.MaintenanceUntil.IsZero() && now.Before(h.MaintenanceUntil) {
+			delete(t.downSince, h.Name)
+			continue
+		}
+		since, ok := t.downSince[h.Name]
+		if !ok {
+			t.downSince[h.Name] = now
+			since = now
+		}
+		if now.Sub(since) >= grace && instances[h.Name] > 0 {
+			out = append(out, h.Name)
+		}
+	}
+	for h := range t.downSince {
+		if !seen[h] {
+			delete(t.downSince, h)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// tick is one pass of the leader's healing: dead hosts' instances placed
+// again, moves in flight settled, draining hosts' instances moved.
+func (s *Service) tick(ctx context.Context, t *tracker, now time.Time) {
+	for id, at := range t.retryAt {
+		if !now.Before(at) {
+			delete(t.retryAt, id)
+		}
+	}
+	views := s.st.Hosts()
+	all := s.st.Instances("")
+	perHost := map[string]int{}
+	for _, v := range all {
+		perHost[v.Instance.Host]++
+	}
+	for _, host := range t.deadHosts(views, perHost, now, s.st.PlacementSettings().Grace()) {
+		if _, err := s.Heal(ctx, host, false); err != nil && t.once("heal/"+host, err.Error()) {
+			s.log.Error("instances of a dead host could not be placed again; retrying", "host", host, "err", err)
+		}
+	}
+	s.settleMoves(ctx, t, views, all, now)
+	s.drainTick(ctx, t, views, all, now)
+}
+
+// settleMoves finishes or aborts the moves in flight.
+func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.HostView, all []state.InstanceView, now time.Time) {
+	byName := map[string]state.HostView{}
+	for _, v := range views {
+		byName[v.Host.Name] = v
+	}
+	where := map[string]string{}
+	for _, v := range all {
+		where[v.Instance.ID] = v.Instance.Host
+	}
+	var plans []planFunc
+	var what []string
+	var aborted []string // the old instances of aborted moves
+	for _, n := range all {
+		if n.Instance.Replaces == "" {
+			continue
+		}
+		h, ok := byName[n.Instance.Host]
+		var deadline time.Time
+		if from, ok := byName[where[n.Instance.Replaces]]; ok && from.Host.Draining {
+			deadline = from.Host.DrainDeadline
+		}
+		switch o := judgeMove(n, h, ok, now, deadline); o {
+		case moveFinish, moveAbort:
+			plans = append(plans, s.finishJob(n.Instance.ID, o))
+			what = append(what, fmt.Sprintf("%s→%s (%s)", n.Instance.Replaces, n.Instance.ID, map[moveOutcome]string{moveFinish: "finished", moveAbort: "aborted"}[o]))
+			old := ""
+			if o == moveAbort {
+				old = n.Instance.Replaces
+			}
+			aborted = append(aborted, old)
+		}
+	}
+	for i, err := range s.pipe.doAll(ctx, plans) {
+		if err != nil {
+			if t.once("settle/"+what[i], err.Error()) {
+				s.log.Warn("settling a move failed; retrying", "move", what[i], "err", err)
+			}
+			continue
+		}
+		if aborted[i] != "" {
+			t.retryAt[aborted[i]] = now.Add(moveBackoff)
+		}
+		s.log.Info("move settled", "move", what[i])
+	}
+}
+
+// drainTick starts moves for the instances of draining hosts, and ends the
+// drain of a host that holds none.
+func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostView, all []state.InstanceView, now time.Time) {
+	on := map[string][]state.InstanceView{}
+	for _, v := range all {
+		on[v.Instance.Host] = append(on[v.Instance.Host], v)
+	}
+	for _, v := range views {
+		h := v.Host
+		if !h.Draining {
+			continue
+		}
+		if len(on[h.Name]) == 0 {
+			if _, err := s.changeHost(ctx, h.Name, func(h *state.Host) { h.Draining, h.DrainDeadline = false, time.Time{} }); err != nil {
+				s.log.Warn("ending a finished drain", "host", h.Name, "err", err)
+			} else {
+				s.log.Info("host drained: no instances left; it stays disabled", "host", h.Name)
+			}
+			continue
+		}
+		ins := slices.DeleteFunc(slices.Clone(on[h.Name]), func(v state.InstanceView) bool { return now.Before(t.retryAt[v.Instance.ID]) })
+		moved := make([][]Moved, len(ins))
+		plans := make([]planFunc, len(ins))
+		for i, iv := range ins {
+			plans[i] = s.moveJob(iv.Instance.ID, "", true, &moved[i])
+		}
+		for i, err := range s.pipe.doAll(ctx, plans) {
+			id := ins[i].Instance.ID
+			if err != nil {
+				if t.once("drain/"+id, err.Error()) {
+					s.log.Warn("drain: an instance cannot move yet; retrying", "host", h.Name, "instance", id, "err", err)
+				}
+				continue
+			}
+			for _, m := range moved[i] {
+				s.log.Info("drain: moving", "instance", id, "from", h.Name, "new_instance", m.To.ID, "to", m.To.Host)
+			}
+		}
+	}
+}
+
+// Drain disables host and marks it draining: the leader moves its
+// instances to other hosts, blue-green, until none is left (deadline: see
+// state.Host.DrainDeadline). cancel ends the drain (moves in flight
+// settle; the host stays disabled).
+func (s *Service) Drain(ctx context.Context, host string, deadline time.Duration, cancel bool, now time.Time) (state.HostView, error) {
+	if deadline < 0 || deadline > 30*24*time.Hour {
+		return state.HostView{}, errf(Invalid, "drain deadline = %s: want 0 (none) ..720h", deadline)
+	}
+	return s.changeHost(ctx, host, func(h *state.Host) {
+		if cancel {
+			h.Draining, h.DrainDeadline = false, time.Time{}
+			return
+		}
+		h.Disabled, h.Draining, h.DrainDeadline = true, true, time.Time{}
+		if deadline > 0 {
+			h.DrainDeadline = now.Add(deadline).UTC().Truncate(time.Second)
+		}
+	})
+}
+
+// Move starts moving instance id to host to (any other host when ""),
+// blue-green: the new instance replaces it once it runs.
+func (s *Service) Move(ctx context.Context, id, to string) (Moved, error) {
+	var moved []Moved
+	if err := s.pipe.do(ctx, s.moveJob(id, to, false, &moved)); err != nil {
+		return Moved{}, err
+	}
+	if len(moved) == 0 {
+		return Moved{}, errf(Precond, "instance %s is gone or already moving", id)
+	}
+	return moved[0], nil
+}
+
+// ScaleResult is what a scale did.
+type ScaleResult struct {
+	Added   []model.Instance
+	Removed []string
+	Count   int // the service's instances now
+}
+
+// Scale sets the number of service's instances to count: it deploys the
+// missing ones through placement with the service's spec, size and rules,
+// or removes the worst placed first (worstFirst). An instance and the one
+// replacing it (a move in flight) count once.
+func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleResult, error) {
+	if err := state.ValidateServiceName(service); err != nil {
+		return ScaleResult{}, errf(Invalid, "service: %w", err)
+	}
+	if count < 0 || count > MaxDeployCount {
+		return ScaleResult{}, errf(Invalid, "count = %d: want 0..%d", count, MaxDeployCount)
+	}
+	d, ok := s.st.Service(service)
+	if !ok {
+		return ScaleResult{}, errf(NotFound, "service %q is not deployed: deploy it first (scale keeps its spec, size and rules)", service)
+	}
+	have := countInstances(s.st.ServiceInstances(service))
+	switch {
+	case count > have:
+		svc := d.Value
+		r := DeployRequest{Service: service, Spec: svc.Spec, Count: count - have, Pieces: svc.Pieces, Bind: svc.Bind, Memory: svc.Memory,
+			MemorySoft: svc.MemorySoft, Strategy: alloc.Strategy(svc.Strategy), MaxPerHost: svc.MaxPerHost}
+		if svc.Rules != nil {
+			r.Rules = *svc.Rules
+		}
+		res, err := s.DeployWithRules(ctx, r)
+		if err != nil {
+			return ScaleResult{}, err
+		}
+		return ScaleResult{Added: res.Instances, Count: count}, nil
+	case count < have:
+		var removed []string
+		err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+			removed = nil
+			ins := rd.ServiceInstances(service)
+			k := countInstances(ins) - count
+			if k <= 0 {
+				return new(state.Change), nil
+			}
+			views := map[string]state.HostView{}
+			for _, v := range ins {
+				if _, ok := views[v.Instance.Host]; !ok {
+					views[v.Instance.Host], _ = rd.Host(v.Instance.Host)
+				}
+			}
+			c := new(state.Change)
+			allocs := map[string]state.Alloc{}
+			for _, v := range worstFirst(ins, views)[:k] {
+				release(rd, v, c, allocs)
+				removed = append(removed, v.Instance.ID)
+				if r, ok := replacementOf(rd, service, v.Instance.ID); ok {
+					release(rd, r, c, allocs) // its move in flight goes with it
+					removed = append(removed, r.Instance.ID)
+				}
+			}
+			return c, nil
+		})
+		if err != nil {
+			return ScaleResult{}, err
+		}
+		s.log.Info("scaled down", "service", service, "count", count, "removed", removed)
+		return ScaleResult{Removed: removed, Count: count}, nil
+	}
+	return ScaleResult{Count: have}, nil
+}
+
+// countInstances counts a service's instances, an instance being replaced
+// by a move in flight and its replacement once.
+func countInstances(ins []state.InstanceView) int {
+	n := 0
+	for _, v := range ins {
+		if v.Instance.Replaces == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// worstFirst orders a service's instances (replacements of moves in flight
+// left out) from the worst placed: on a host that is not up, then on the
+// host holding most of the service, then on the host with the largest
+// share of its CPU in use, ties by ID. Pure.
+func worstFirst(ins []state.InstanceView, hosts map[string]state.HostView) []state.InstanceView {
+	per := map[string]int{}
+	for _, v := range ins {
+		per[v.Instance.Host]++
+	}
+	used := func(h string) float64 {
+		v := hosts[h]
+		c, u := 0, 0
+		for id, p := range v.Host.CPUs {
+			c += p
+			u += v.Alloc.Used[id]
+		}
+		if c == 0 {
+			return 0
+		}
+		return float64(u) / float64(c)
+	}
+	up := func(h string) int {
+		if v, ok := hosts[h]; ok && v.State() == "up" {
+			return 1
+		}
+		return 0
+	}
+	out := slices.DeleteFunc(slices.Clone(ins), func(v state.InstanceView) bool { return v.Instance.Replaces != "" })
+	slices.SortStableFunc(out, func(a, b state.InstanceView) int {
+		ha, hb := a.Instance.Host, b.Instance.Host
+		if d := up(ha) - up(hb); d != 0 {
+			return d
+		}
+		if d := per[hb] - per[ha]; d != 0 {
+			return d
+		}
+		if ua, ub := used(ha), used(hb); ua != ub {
+			if ua > ub {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Instance.ID, b.Instance.ID)
+	})
+	return out
+}

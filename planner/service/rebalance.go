@@ -1,0 +1,193 @@
+package service
+
+import (
+	"context"
+	"math"
+
+	"github.com/pinfold/pinfold/planner/balance"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// RebalanceRequest asks for moves that reduce imbalance (balance.Plan) and,
+// with Defragment, moves that leave fewer CPUs shared in pieces.
+type RebalanceRequest struct {
+	Options    balance.Options
+	Defragment bool
+	// Apply starts the moves (blue-green, with health gates); otherwise
+	// the result is a dry run.
+	Apply bool
+}
+
+// RebalanceMove is one proposed (or started) move.
+type RebalanceMove struct {
+	Instance, Service, From, To, Why string
+	// NewInstance is the instance started on To (Apply only).
+	NewInstance string
+}
+
+// RebalanceResult is the proposal with the measures before and after it.
+type RebalanceResult struct {
+	Moves []RebalanceMove
+	// Ratio per resource: the most used host's share / the least used
+	// one's (balance.Ratio); -1 stands for infinite (a host uses none).
+	Before, After map[string]float64
+	// Fragmented is the number of CPUs shared in pieces.
+	FragmentedBefore, FragmentedAfter int
+}
+
+// Rebalance plans moves over the schedulable hosts against the cache with
+// the moves planned so far laid over it (state.Pending), each through the
+// same placement rules as a deploy (hard rules, capacity, domain spread):
+// a proposal never breaks a hard rule. With Apply it then starts them.
+func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceResult, error) {
+	if err := r.Options.Validate(); err != nil {
+		return RebalanceResult{}, errf(Invalid, "%w", err)
+	}
+	pend := s.st.Pending()
+	hosts, items := balanceModel(pend)
+	fragBefore := fragmented(pend)
+	var moves []RebalanceMove
+	try := func(it balance.Item, to string) bool {
+		v, ok := pend.Instance(it.ID)
+		if !ok {
+			return false
+		}
+		c := new(state.Change)
+		if _, err := s.placeLike(pend, v.Instance, v.Instance.Host, to, "", false, c); err != nil {
+			return false
+		}
+		release(pend, v, c, nil)
+		pend.Add(c)
+		return true
+	}
+	planned, after := balance.Plan(hosts, items, r.Options, try)
+	for _, m := range planned {
+		moves = append(moves, RebalanceMove{Instance: m.Item.ID, Service: m.Item.Service, From: m.Item.Host, To: m.To, Why: m.Why})
+	}
+	if r.Defragment {
+		moves = append(moves, s.defragment(pend, r.Options, len(moves))...)
+		after, _ = balanceModel(pend)
+	}
+	out := RebalanceResult{Moves: moves, Before: ratios(hosts), After: ratios(after), FragmentedBefore: fragBefore, FragmentedAfter: fragmented(pend)}
+	if !r.Apply {
+		return out, nil
+	}
+	for i, m := range out.Moves {
+		mv, err := s.Move(ctx, m.Instance, m.To)
+		if err != nil {
+			out.Moves = out.Moves[:i]
+			return out, errf(CodeOf(err), "move %d of %d (%s from %s to %s): %w; the moves before it were started", i+1, len(moves), m.Instance, m.From, m.To, err)
+		}
+		out.Moves[i].NewInstance = mv.To.ID
+	}
+	s.log.Info("rebalance started", "moves", len(out.Moves))
+	return out, nil
+}
+
+// defragment proposes moves of instances that hold only a fragment of one
+// CPU, each accepted when it lowers the number of CPUs shared in pieces.
+func (s *Service) defragment(pend *state.Pending, o balance.Options, done int) []RebalanceMove {
+	limit := o.MaxMoves
+	if limit == 0 {
+		limit = balance.DefaultMaxMoves
+	}
+	var out []RebalanceMove
+	for _, h := range pend.SchedulablePlacement().Hosts {
+		for _, v := range pend.Instances(h.Name) {
+			if done+len(out) >= limit {
+				return out
+			}
+			in := v.Instance
+			if !in.Bind || len(in.CPUs) != 1 || in.Pieces() >= s.params.ShareBase || in.Replaces != "" {
+				continue
+			}
+			trial := s.st.Pending()
+			trial.Add(pend.Change())
+			cur, ok := trial.Instance(in.ID)
+			if !ok || cur.Instance.Host != h.Name {
+				continue
+			}
+			c := new(state.Change)
+			moved, err := s.placeLike(trial, cur.Instance, h.Name, "", "", false, c)
+			if err != nil {
+				continue
+			}
+			release(trial, cur, c, nil)
+			before := fragmented(trial)
+			trial.Add(c)
+			if fragmented(trial) >= before {
+				continue
+			}
+			pend.Add(c)
+			out = append(out, RebalanceMove{Instance: in.ID, Service: in.Service, From: h.Name, To: moved.Host,
+				Why: "defragment: frees a CPU shared in pieces on " + h.Name})
+		}
+	}
+	return out
+}
+
+// balanceModel is the schedulable hosts' CPU and memory use and the
+// instances that may move (none that is moving already).
+func balanceModel(rd *state.Pending) ([]balance.Host, []balance.Item) {
+	var hosts []balance.Host
+	var items []balance.Item
+	for _, ph := range rd.SchedulablePlacement().Hosts {
+		v, ok := rd.Host(ph.Name)
+		if !ok {
+			continue
+		}
+		h := balance.Host{Name: ph.Name, Capacity: map[string]int64{"memory": v.Host.MemoryBytes}, Used: map[string]int64{"memory": v.Alloc.MemoryUsed}}
+		for id, c := range v.Host.CPUs {
+			h.Capacity["cpu"] += int64(c)
+			h.Used["cpu"] += int64(v.Alloc.Used[id])
+		}
+		hosts = append(hosts, h)
+	}
+	for _, h := range hosts {
+		for _, v := range rd.Instances(h.Name) {
+			in := v.Instance
+			if in.Replaces != "" {
+				continue
+			}
+			if _, moving := replacementOf(rd, in.Service, in.ID); moving {
+				continue
+			}
+			it := balance.Item{ID: in.ID, Service: in.Service, Host: in.Host, Use: map[string]int64{"memory": in.Memory}}
+			if in.Bind {
+				it.Use["cpu"] = int64(in.Pieces())
+			}
+			items = append(items, it)
+		}
+	}
+	return hosts, items
+}
+
+// fragmented counts the schedulable hosts' CPUs shared in pieces (some
+// used, not all).
+func fragmented(rd *state.Pending) int {
+	n := 0
+	for _, ph := range rd.SchedulablePlacement().Hosts {
+		v, ok := rd.Host(ph.Name)
+		if !ok {
+			continue
+		}
+		for id, c := range v.Host.CPUs {
+			if u := v.Alloc.Used[id]; u > 0 && u < c {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func ratios(hosts []balance.Host) map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range balance.Resources {
+		v := balance.Ratio(hosts, r)
+		if math.IsInf(v, 1) {
+			v = -1
+		}
+		out[r] = v
+	}
+	return out
+}
