@@ -760,6 +760,10 @@ func TestReplaceSameImageSwaps(t *testing.T) {
 	restart := memInst(2, 128<<20)
 	restart.SpecGeneration, restart.Pull = 2, model.PullAlways
 	a.SetDesired([]model.Instance{restart})
+	a.Reconcile(ctx) // reports the old container, then replaces it
+	if r := pl.last("db-1"); r.Generation != 1 {
+		t.Errorf("the old container was reported at generation %d; want 1 (it predates the replace)", r.Generation)
+	}
 	settle(t, a)
 	cs, _ := eng.List(ctx)
 	if len(cs) != 1 || cs[0].ID == "c1" || cs[0].Labels[LabelGeneration] != "2" {

@@ -49,9 +49,10 @@ func statusOf(h Host, in model.Instance, cs []Observed, scheme Scheme, shared cp
 	// The container runs the desired generation when nothing differs that a
 	// pass would change: the resources, and the image, command and network
 	// (a container from the same image with another command is the old one
-	// of a replace in flight).
+	// of a replace in flight), and its generation is not older than the
+	// instance's last replace (SpecGeneration: a restart).
 	st.Generation = c.Generation
-	if want := Map(h, in, scheme, shared); sameResources(c.Applied, want.Resources) && !specChanged(*c, &in) {
+	if want := Map(h, in, scheme, shared); sameResources(c.Applied, want.Resources) && !specChanged(*c, &in) && c.Generation >= in.SpecGeneration {
 		st.Generation = in.Generation
 	}
 	st.MemoryCurrent = c.MemoryCurrent

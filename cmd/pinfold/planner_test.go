@@ -232,12 +232,23 @@ func TestPlannerCLI(t *testing.T) {
 	}
 	var removed struct {
 		Moved []struct {
-			Instance, To, NewInstance string `json:"instance"`
+			Instance    string `json:"instance"`
+			To          string `json:"to"`
+			NewInstance string `json:"new_instance"`
 		} `json:"moved"`
 	}
+	onH1 := strings.Count(must("ps", "-o", "json"), `"host": "h1"`)
 	out = must("host", "remove", "h1", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &removed); err != nil {
 		t.Fatalf("host remove h1 -o json: %v\n%s", err, out)
+	}
+	if len(removed.Moved) != onH1 || onH1 == 0 {
+		t.Errorf("host remove h1 moved %d instances, h1 had %d", len(removed.Moved), onH1)
+	}
+	for _, m := range removed.Moved {
+		if m.To != "h2" || m.NewInstance == "" || m.Instance == "" {
+			t.Errorf("moved %+v, want to h2 as a new instance", m)
+		}
 	}
 	var left []struct {
 		Host string `json:"host"`

@@ -294,12 +294,16 @@ func TestDrainMovesBlueGreen(t *testing.T) {
 	if b := f.on("b"); len(b) != 1 || b[0].ID != news[0].ID || b[0].Replaces != "" {
 		t.Fatalf("on b %+v, want only %s, its move finished", b, news[0].ID)
 	}
-	// Not moved again before the back-off; then moved, and it runs.
+	// Not moved again before the back-off.
 	f.tick(f.ctx, tr, now.Add(3*time.Second))
 	if len(f.on("b")) != 1 {
 		t.Fatalf("an aborted move was retried at once")
 	}
-	f.tick(f.ctx, tr, now.Add(3*time.Second+moveBackoff))
+	// The planner restarts (a new service and tracker over the same store:
+	// its memory, the back-off included, is lost): the drain goes on from
+	// the host's document and moves the instance again.
+	f.Service, tr = New(f.st, nil), newTracker()
+	f.tick(f.ctx, tr, now.Add(4*time.Second))
 	var again model.Instance
 	for _, in := range f.on("b") {
 		if in.Replaces != "" {
@@ -307,14 +311,14 @@ func TestDrainMovesBlueGreen(t *testing.T) {
 		}
 	}
 	if again.ID == "" {
-		t.Fatalf("no new move after the back-off: on b %v", f.on("b"))
+		t.Fatalf("no new move after the restart: on b %v", f.on("b"))
 	}
 	if err := f.ReportStatus(f.ctx, "b", again.ID, model.Status{State: "running", Generation: 1}); err != nil {
 		t.Fatal(err)
 	}
 	f.sync()
-	f.tick(f.ctx, tr, now.Add(4*time.Second+moveBackoff))
-	f.tick(f.ctx, tr, now.Add(5*time.Second+moveBackoff))
+	f.tick(f.ctx, tr, now.Add(5*time.Second))
+	f.tick(f.ctx, tr, now.Add(6*time.Second))
 	v, _ := f.Host("a")
 	if len(f.on("a")) != 0 || v.Host.Draining || !v.Host.Disabled {
 		t.Errorf("after the drain: on a %v, host %+v; want empty, disabled, not draining", f.on("a"), v.Host)
@@ -425,6 +429,17 @@ func TestRebalanceNeverBreaksAHardRule(t *testing.T) {
 		if m.From != "a" || m.Why == "" {
 			t.Errorf("move %+v: want from a, with a reason", m)
 		}
+	}
+	// A host in maintenance (an upgrade, seed 001) is never a target.
+	if _, err := f.SetMaintenance(f.ctx, "c", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := f.Rebalance(f.ctx, RebalanceRequest{}); err != nil || len(res.Moves) == 0 ||
+		slices.ContainsFunc(res.Moves, func(m RebalanceMove) bool { return m.To == "c" }) {
+		t.Errorf("with c in maintenance: %+v, %v; want moves, none to c", res.Moves, err)
+	}
+	if _, err := f.SetMaintenance(f.ctx, "c", -1); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := f.Rebalance(f.ctx, RebalanceRequest{Options: balanceOptions(0.5)}); CodeOf(err) != Invalid {
 		t.Errorf("balancing threshold 0.5 = %v, want invalid", err)
