@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Every test tier pinfold has, from a fresh clone: installs what it needs,
-# then runs lint, the unit and fake-tree tiers (go test ./...), short fuzzing
-# of the parsers, the benchmarks once, and the kernel tier in the QEMU guest
-# (hack/vm: 2 NUMA nodes, cgroup v2, dockerd). A tier that is asked for and
+# then runs lint, the unit and fake-tree tiers (go test ./...), the web view
+# in headless Chromium, the .deb package's contents, short fuzzing of the
+# parsers, the benchmarks once, and the kernel and e2e tiers in the QEMU
+# guest (hack/vm: 2 NUMA nodes, cgroup v2, dockerd). A tier that is asked for and
 # cannot run fails; it never skips.
 #
 #   hack/test.sh                    every tier
@@ -23,6 +24,23 @@ echo "== lint"
 hack/lint.sh
 echo "== unit and fake-tree tiers"
 go test -race -count=1 ./...
+echo "== UI tier (the planner's live web view in headless Chromium)"
+apt_install chromium
+go test -count=1 -tags ui -run '^TestUI' ./cmd/pinfold/
+echo "== package (the .deb, its contents checked)"
+pkgdir=$(mktemp -d)
+deb=$(hack/package.sh "$pkgdir")
+contents=$(dpkg-deb -c "$deb")
+for f in ./usr/bin/pinfold ./lib/systemd/system/pinfold-planner.service ./lib/systemd/system/pinfold-agent.service \
+  ./etc/default/pinfold ./usr/share/man/man1/pinfold.1.gz ./usr/share/man/man1/pinfold-planner.1.gz \
+  ./usr/share/man/man1/pinfold-agent.1.gz ./usr/share/doc/pinfold/copyright; do
+  grep -q " $f\$" <<<"$contents" || { echo "package: $deb lacks $f"; echo "$contents"; exit 1; }
+done
+dpkg-deb -f "$deb" Package Version Architecture Depends
+grep -q '^Type=notify' <(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/pinfold-planner.service) || { echo "package: the planner unit is not Type=notify"; exit 1; }
+apt_install lintian
+lintian --fail-on error --suppress-tags statically-linked-binary,no-manual-page "$deb"
+rm -rf "$pkgdir"
 echo "== fuzz (short)"
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/cpuset
 go test -run '^$' -fuzz '^FuzzDiscoverFiles$' -fuzztime 15s ./numa

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -100,6 +101,16 @@ type Agent struct {
 	records map[string]*record // by instance ID
 	kick    chan struct{}
 	shares  *ShareEnforcer
+	prom    *promMetrics
+	// looped is when the main loop last finished a turn (unix ns): Alive.
+	looped atomic.Int64
+}
+
+// Alive reports whether the agent's loop turned recently (within 3
+// --resync periods plus a minute for a slow pass): systemd's watchdog.
+func (a *Agent) Alive() bool {
+	last := a.looped.Load()
+	return last == 0 || time.Since(time.Unix(0, last)) < 3*a.cfg.Resync+time.Minute
 }
 
 // record is what the agent remembers of one instance between passes.
@@ -149,7 +160,8 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 			mems = append(mems, n.ID)
 		}
 	}
-	return &Agent{cfg: cfg, planner: planner, eng: eng, cg: cg, topo: topo, log: log,
+	prom := newPromMetrics()
+	return &Agent{cfg: cfg, planner: planner, eng: timedEngine{eng, prom.docker}, cg: cg, topo: topo, log: log, prom: prom,
 		host:    Host{CPUs: topo.Online, Isolated: topo.Isolated, Mems: cpuset.Of(mems...), ShareBase: 100},
 		records: map[string]*record{}, kick: make(chan struct{}, 1), shares: NewShareEnforcer(cg, log)}
 }
@@ -191,6 +203,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		// result; not by a chain of them: an action that keeps failing is
 		// retried at --resync, not in a tight loop against Docker.
 		acted := a.ready() && a.Reconcile(ctx)
+		a.looped.Store(time.Now().UnixNano())
 		if acted && !followUp {
 			a.wake()
 		}

@@ -17,6 +17,10 @@ import (
 
 	"connectrpc.com/connect"
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
+	promodel "github.com/prometheus/common/model"
 
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/docker"
@@ -173,6 +177,10 @@ type fakeCgroup struct {
 	usage  map[string]uint64 // cgroup path → cpu.stat usage_usec
 	high   map[string]int64  // cgroup path → memory.high (absent: max)
 	stall  map[string]uint64 // cgroup path → cpu.pressure some total (µs)
+	// throttled is cpu.stat nr_throttled, memSome memory.pressure's some
+	// avg10 (a percentage), per cgroup path.
+	throttled map[string]uint64
+	memSome   map[string]float64
 }
 
 func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
@@ -201,7 +209,7 @@ func (f *fakeCgroup) Read(p cgroup.Path, name string) (string, error) {
 	case "cpu.weight":
 		return strconv.FormatUint(f.weight[p.String()], 10), nil
 	case "cpu.stat":
-		return fmt.Sprintf("usage_usec %d\nuser_usec 0\nsystem_usec 0\n", f.usage[p.String()]), nil
+		return fmt.Sprintf("usage_usec %d\nuser_usec 0\nsystem_usec 0\nnr_periods 10\nnr_throttled %d\n", f.usage[p.String()], f.throttled[p.String()]), nil
 	case "memory.high":
 		if h, ok := f.high[p.String()]; ok && h != cgroup.Max {
 			return strconv.FormatInt(h, 10), nil
@@ -210,7 +218,7 @@ func (f *fakeCgroup) Read(p cgroup.Path, name string) (string, error) {
 	case "cpu.pressure":
 		return fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", f.stall[p.String()]), nil
 	case "memory.pressure":
-		return "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", nil
+		return fmt.Sprintf("some avg10=%.2f avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", f.memSome[p.String()]), nil
 	}
 	return "", errors.New("unexpected read of " + name)
 }
@@ -845,5 +853,84 @@ func TestFence(t *testing.T) {
 	}
 	if len(all) != 8 {
 		t.Errorf("Fence changed its input")
+	}
+}
+
+// TestAgentMetrics: the agent's series, scraped over HTTP and parsed as the
+// Prometheus text format: per instance the plan, the memory and pressure
+// read from its cgroup, the actions, reconcile and Docker call latency.
+func TestAgentMetrics(t *testing.T) {
+	a, _, cg, _ := newTestAgent(t)
+	a.SetDesired([]model.Instance{memInst(1, 128<<20)})
+	settle(t, a)
+	cg.mu.Lock()
+	cg.mem["docker/c1"] = 40 << 20
+	cg.throttled = map[string]uint64{"docker/c1": 7}
+	cg.memSome = map[string]float64{"docker/c1": 12.5}
+	cg.mu.Unlock()
+	reg := prometheus.NewRegistry()
+	if err := a.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(promodel.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(name string, labels ...string) (float64, bool) {
+		for _, m := range fams[name].GetMetric() {
+			ok := true
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, l := range m.GetLabel() {
+					found = found || l.GetName() == labels[i] && l.GetValue() == labels[i+1]
+				}
+				ok = ok && found
+			}
+			if !ok {
+				continue
+			}
+			switch {
+			case m.Gauge != nil:
+				return m.Gauge.GetValue(), true
+			case m.Counter != nil:
+				return m.Counter.GetValue(), true
+			case m.Histogram != nil:
+				return float64(m.Histogram.GetSampleCount()), true
+			}
+		}
+		return 0, false
+	}
+	for _, tc := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"pinfold_agent_instance_cpu_planned_cpus", []string{"instance", "db-1", "service", "db"}, 1},
+		{"pinfold_agent_instance_memory_limit_bytes", []string{"instance", "db-1"}, 128 << 20},
+		{"pinfold_agent_instance_memory_current_bytes", []string{"instance", "db-1"}, 40 << 20},
+		{"pinfold_agent_instance_cpu_throttled_periods_total", []string{"instance", "db-1"}, 7},
+		{"pinfold_agent_instance_memory_pressure_some_ratio", []string{"instance", "db-1"}, 0.125},
+		{"pinfold_agent_instance_cpu_pressure_some_ratio", []string{"instance", "db-1"}, 0},
+		{"pinfold_agent_actions_total", []string{"kind", "create", "result", "ok"}, 1},
+	} {
+		if v, ok := get(tc.name, tc.labels...); !ok || v != tc.want {
+			t.Errorf("%s%v = %v (present %v), want %v", tc.name, tc.labels, v, ok, tc.want)
+		}
+	}
+	for _, name := range []string{"pinfold_agent_reconcile_duration_seconds", "pinfold_agent_docker_call_duration_seconds"} {
+		if v, ok := get(name); !ok || v == 0 {
+			t.Errorf("%s: %v observations (present %v), want some", name, v, ok)
+		}
+	}
+	if _, ok := get("pinfold_agent_instance_cpu_used_cpus", "instance", "db-1"); !ok {
+		t.Errorf("pinfold_agent_instance_cpu_used_cpus missing for a running instance")
 	}
 }

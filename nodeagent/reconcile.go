@@ -19,6 +19,7 @@ import (
 // It reports whether it acted (then another pass should follow soon, to
 // report the result).
 func (a *Agent) Reconcile(ctx context.Context) bool {
+	defer func(start time.Time) { a.prom.reconcile.Observe(time.Since(start).Seconds()) }(time.Now())
 	a.mu.Lock()
 	desired, h, fenced := slices.Clone(a.desired), a.host, a.fenced
 	failed := map[string]int64{}  // replaces rolled back, by generation
@@ -70,6 +71,7 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 	for _, act := range actions {
 		t0 := time.Now()
 		err := a.apply(ctx, act)
+		a.prom.action(act.Kind, err)
 		if act.Kind != Reassert {
 			acted = true
 			id := ""

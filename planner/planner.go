@@ -49,9 +49,14 @@ type Config struct {
 	ID string
 	// MaxRequestBytes bounds one API request (0: api.DefaultMaxRequestBytes).
 	MaxRequestBytes int
-	// AuditEvery is how often the leader audits the store (default 30s).
+	// AuditEvery is how often the leader audits the store and prunes the
+	// event log (default 30s).
 	AuditEvery time.Duration
-	Log        *slog.Logger
+	// EventsKeep and EventsMaxAge are the event log's retention (0: the
+	// defaults, service.DefaultEventsKeep and DefaultEventsMaxAge).
+	EventsKeep   int
+	EventsMaxAge time.Duration
+	Log          *slog.Logger
 }
 
 // StoreError is a store that cannot be opened as configured (say, its
@@ -101,6 +106,11 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	}
 	p.closers = append(p.closers, st.Close)
 	p.Service = service.New(st, log)
+	p.Service.SetEventRetention(cfg.EventsKeep, cfg.EventsMaxAge)
+	ectx, stopEvents := context.WithCancel(context.Background())
+	eventsDone := make(chan struct{})
+	go func() { defer close(eventsDone); p.Service.RunEvents(ectx) }()
+	p.closers = append(p.closers, func() { stopEvents(); <-eventsDone }) // before the store closes
 	// Build the hosts' placement views now, not in the first deploy (with
 	// 10,000 hosts that deploy took 0.4 s longer).
 	go st.SchedulablePlacement()
@@ -113,7 +123,10 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	}
 	p.Addr = ln.Addr().String()
 	p.background(cfg)
-	p.srv = &http.Server{Handler: api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
+	metrics := api.NewMetrics(p.Service)
+	st.ObserveCommits(metrics.ObserveCommit)
+	p.srv = &http.Server{Handler: api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Metrics: metrics,
+		Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	p.srv.Protocols = new(http.Protocols)
 	p.srv.Protocols.SetHTTP1(true)
 	p.srv.Protocols.SetHTTP2(true)
@@ -166,7 +179,7 @@ func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
 	}
 	dir := filepath.Join(cfg.DataDir, "etcd")
 	e, err := state.StartEmbedded(state.EmbedConfig{Name: "pinfold", Dir: dir, ClientURL: cfg.EtcdClientURL, PeerURL: cfg.EtcdPeerURL,
-		LogLevel: cfg.EtcdLogLevel, TLS: &srv})
+		LogLevel: cfg.EtcdLogLevel, TLS: &srv, Log: log})
 	if err != nil {
 		return state.Dial{}, err
 	}

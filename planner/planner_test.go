@@ -1,16 +1,19 @@
 package planner_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,4 +121,56 @@ func TestEmbeddedEtcdLockedDown(t *testing.T) {
 	if code, err := get(withCert, "https://"+host+"/version"); err != nil || code != 200 {
 		t.Errorf("the planner's own client certificate: %d %v, want 200", code, err)
 	}
+}
+
+// TestCleanShutdownLogs: etcd's logs go through the planner's logger
+// (component=etcd), and a planner that starts, serves and stops cleanly
+// logs no ERROR line and no stack trace, etcd's included.
+func TestCleanShutdownLogs(t *testing.T) {
+	var buf syncBuffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	p, err := planner.Start(context.Background(), planner.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), EtcdClientURL: "https" + strings.TrimPrefix(freeURL(t), "http"),
+		EtcdPeerURL: "https" + strings.TrimPrefix(freeURL(t), "http"), EtcdLogLevel: "info", ShareBase: 100, MaxFragmentCores: -1, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := http.Get(fmt.Sprintf("http://%s/healthz", p.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	time.Sleep(200 * time.Millisecond)
+	p.Close()
+	out := buf.String()
+	if !strings.Contains(out, `"component":"etcd"`) {
+		t.Errorf("no etcd log line went through the planner's logger:\n%s", tailLines(out, 20))
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, `"level":"ERROR"`) || strings.Contains(line, "goroutine ") || strings.Contains(line, "stacktrace") {
+			t.Errorf("a clean start and stop logged: %s", line)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

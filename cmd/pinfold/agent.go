@@ -3,12 +3,17 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/pinfold/pinfold/cgroup"
@@ -21,6 +26,7 @@ type agentFlags struct {
 	client                                                         clientFlags
 	host, sysfsRoot, procRoot, cgroupRoot                          string
 	dockerHost, stateDir, scheme, logLevel, cgroupParent           string
+	metricsListen                                                  string
 	ttl, resync, health, healthTimeout, shareEvery, shrinkDeadline time.Duration
 }
 
@@ -35,9 +41,10 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.StringVar(&f.procRoot, "proc-root", "/proc", "procfs (MemTotal on hosts without NUMA information)")
 	fl.StringVar(&f.cgroupRoot, "cgroup-root", cgroup.HostMount, "cgroup v2 mount")
 	fl.StringVar(&f.dockerHost, "docker-host", "", "Docker engine (default: DOCKER_HOST or the local socket)")
+	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (per instance: planned and used CPU, throttling, memory, pressure; reconcile and Docker latency); empty: off")
 	fl.StringVar(&f.cgroupParent, "cgroup-parent", "", "cgroup parent of the containers this agent makes (default: the engine's); agents of several hosts sharing one engine each take their own (/pinfold-h2, or h2.slice under systemd)")
 	fl.StringVar(&f.stateDir, "state-dir", filepath.Join(home, ".local/state/pinfold-agent"), "where the agent keeps its checkpoint")
-	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: capped (cpu.weight ∝ fragment pieces + cpu.max = pieces; measured closest), weight (Eru: cpu.weight only) or quota (cpu.max = pieces)")
+	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: capped (cpu.weight ∝ fragment pieces + cpu.max = pieces; measured closest), weight (cpu.weight only, as Eru does) or quota (cpu.max = pieces)")
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
 	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement without a health check must keep running this long")
@@ -90,6 +97,16 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	}
 	a := nodeagent.New(nodeagent.Config{Host: f.host, CgroupParent: f.cgroupParent, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
 		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout, ShareEvery: shareEvery, Shrink: nodeagent.ShrinkOptions{Deadline: f.shrinkDeadline}}, cl, eng, cg, topo, log)
+	if f.metricsListen != "" {
+		stop, addr, err := serveAgentMetrics(a, f.metricsListen)
+		if err != nil {
+			return badInput("--metrics-listen %s: %v", f.metricsListen, err)
+		}
+		defer stop()
+		log.Info("agent metrics", "url", "http://"+addr+"/metrics")
+	}
+	stopping := notifySystemd(ctx, log, a.Alive)
+	defer stopping()
 	err = a.Run(ctx)
 	if ctx.Err() != nil {
 		return nil
@@ -140,4 +157,23 @@ func startAgentInBackground(ctx context.Context, f *agentFlags, log *slog.Logger
 			}
 		}
 	}()
+}
+
+// serveAgentMetrics serves the agent's series (and the Go runtime's and the
+// process's) at http://addr/metrics until stop.
+func serveAgentMetrics(a *nodeagent.Agent, addr string) (stop func(), bound string, err error) {
+	reg := prometheus.NewRegistry()
+	if err := a.Register(reg); err != nil {
+		return nil, "", err
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, "", err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
+	go func() { _ = srv.Serve(ln) }()
+	return func() { _ = srv.Close() }, ln.Addr().String(), nil
 }

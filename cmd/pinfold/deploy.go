@@ -150,7 +150,7 @@ host that can take N), fill (top every host up to N), global (least used
 share first), drained (smallest remaining capacity first).
 
 Placement rules decide which hosts may take the instances before the
-strategy decides how many each gets (seeds 000-003): disabled and
+strategy decides how many each gets: disabled and
 maintenance hosts are left out, then --constraint (an expression over host
 properties: == != > >= < <=, && || !, parentheses, in (a b)), then
 --affinity/--anti-affinity to other services' instances (hard; the --soft-
@@ -175,7 +175,7 @@ container resumes.`,
       --anti-affinity batch --placement-policy load_avg`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			cpuS, mem, err := parseCPUAndMemory(cpu, memory)
@@ -272,7 +272,7 @@ func newResizeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resize (SERVICE|INSTANCE)",
 		Short: "Change CPU and memory of running instances by deltas, in place",
-		Long: `Resize by deltas (seed 004: pass the difference, not the target). The
+		Long: `Resize by deltas (pass the difference, not the target). The
 instance keeps its CPUs wherever possible; --bind/--no-bind switch between
 CPU-bound and memory-first. For a service every instance is resized, all or
 nothing.
@@ -294,7 +294,7 @@ host's reason (exit 1).`,
   pinfold resize db --memory -2GiB`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			req := &pinfoldv1.ResizeRequest{Target: args[0]}
@@ -348,6 +348,7 @@ host's reason (exit 1).`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, false, true, true)
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVar(&cpu, "cpu", "", "CPU delta, e.g. +0.7 or -0.5")
@@ -394,7 +395,7 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
   pinfold replace web --image nginx:1.27 --pull always   # restart on a re-pushed tag`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if image == "" {
@@ -470,6 +471,7 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, false, true, true)
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVar(&image, "image", "", "the new image")
@@ -495,9 +497,15 @@ func newRemoveCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "remove (SERVICE|INSTANCE)",
 		Short: "Remove an instance, or a whole service, releasing its resources",
-		Args:  cobra.ExactArgs(1),
+		Long: `Remove one instance (by ID) or every instance of a service and the service's
+record, releasing their CPUs and memory in one transaction; each host's
+agent then removes the containers. To keep the service and change its
+number of instances, use 'pinfold scale'.`,
+		Example: `  pinfold remove web
+  pinfold remove web-3f2a9c0d1e -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
@@ -513,6 +521,7 @@ func newRemoveCmd() *cobra.Command {
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, false, true, true)
 	c.register(cmd)
 	out.register(cmd)
 	return cmd
@@ -523,29 +532,43 @@ func newPsCmd() *cobra.Command {
 		c             clientFlags
 		out           outputFlag
 		host, service string
+		w             watchFlag
 	)
 	cmd := &cobra.Command{
-		Use:   "ps",
+		Use:   "ps [--host H] [--service S] [--watch]",
 		Short: "List instances with their CPUs, NUMA node, memory and state",
-		Args:  cobra.NoArgs,
+		Long: `List the instances the planner placed: host, CPUs (CPU:pieces) or the
+memory-first quota, NUMA node, memory, the state their host reports, and the
+CPU each one used over its host's last window next to what it was given.
+--watch redraws the list every --interval until Ctrl-C.`,
+		Example: `  pinfold ps
+  pinfold ps --service web --watch
+  pinfold ps --host h3 -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
+				return err
+			}
+			if err := w.validate(); err != nil {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				resp, err := cl.ListInstances(cmd.Context(), connect.NewRequest(&pinfoldv1.ListInstancesRequest{Host: host, Service: service}))
-				if err != nil {
-					return err
-				}
-				if out.json() {
-					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
-				}
-				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+				return w.run(cmd, func() error {
+					resp, err := cl.ListInstances(cmd.Context(), connect.NewRequest(&pinfoldv1.ListInstancesRequest{Host: host, Service: service}))
+					if err != nil {
+						return err
+					}
+					if out.json() {
+						return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+					}
+					return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+				})
 			})
 		},
 	}
 	c.register(cmd)
 	out.register(cmd)
+	w.register(cmd)
 	cmd.Flags().StringVar(&host, "host", "", "only this host")
 	cmd.Flags().StringVar(&service, "service", "", "only this service")
 	return cmd
@@ -564,7 +587,7 @@ func newCapacityCmd() *cobra.Command {
 		Example: `  pinfold capacity --cpu 1.7 --bind --memory 1GiB`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			cpuS, mem, err := parseCPUAndMemory(cpu, memory)

@@ -63,7 +63,7 @@ its health gate before its old instance is removed ('pinfold ps' shows them).`,
   pinfold rebalance --balancing-threshold 1.2 --apply`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if apply && dryRun {
@@ -168,7 +168,7 @@ service's record (scale it up again later).`,
   pinfold scale web --count 0 -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if !cmd.Flags().Changed("count") {
@@ -205,6 +205,7 @@ service's record (scale it up again later).`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, false, true, false)
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().IntVar(&count, "count", 0, "the number of instances wanted")

@@ -187,7 +187,7 @@ func newHostAddCmd() *cobra.Command {
   pinfold host add h1 --topology h1.json --reserved-cpus 0 --reserved-memory 2GiB`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if file == "" {
@@ -233,7 +233,7 @@ func newHostAddCmd() *cobra.Command {
 	}
 	c.register(cmd)
 	out.register(cmd)
-	cmd.Flags().StringVar(&file, "topology", "", "topology JSON (the output of `pinfold topology -o json`)")
+	cmd.Flags().StringVar(&file, "topology", "", "topology JSON file: the output of 'pinfold topology -o json' on the host")
 	cmd.Flags().Int32Var(&pieces, "pieces-per-cpu", 0, "capacity of each CPU in pieces (default: the share base; more oversells on purpose)")
 	cmd.Flags().StringVar(&reserved, "reserved-cpus", "", "CPUs kept for the system, e.g. 0,64")
 	cmd.Flags().StringVar(&resMem, "reserved-memory", "", "memory kept for the system, e.g. 2GiB")
@@ -246,51 +246,68 @@ func newHostListCmd() *cobra.Command {
 	var (
 		c   clientFlags
 		out outputFlag
+		w   watchFlag
 	)
 	cmd := &cobra.Command{
-		Use:     "list",
+		Use:     "list [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List hosts with their state, capacity and use",
-		Args:    cobra.NoArgs,
+		Long: `List the registered hosts: state (up, down, disabled, maintenance), CPU and
+memory used of capacity, the memory-first quota against the shared pool,
+NUMA nodes, instances, fault and upgrade domains, and the agent's version.
+--watch redraws the list every --interval until Ctrl-C.`,
+		Example: `  pinfold host list
+  pinfold host list --watch --interval 5s
+  pinfold host list -o yaml`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
+				return err
+			}
+			if err := w.validate(); err != nil {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				resp, err := cl.ListHosts(cmd.Context(), connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
-				if err != nil {
-					return err
-				}
-				if out.json() {
-					list := []hostJSON{}
-					for _, h := range resp.Msg.Hosts {
-						list = append(list, toHostJSON(h))
-					}
-					return writeJSON(cmd.OutOrStdout(), list)
-				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tMEMORY-FIRST QUOTA/POOL\tNUMA NODES\tINSTANCES\tFAULT DOMAIN\tUPGRADE DOMAIN\tAGENT")
-				for _, h := range resp.Msg.Hosts {
-					n := int32(0)
-					for _, v := range h.Instances {
-						n += v
-					}
-					agent := "none (pending)"
-					if h.Agent {
-						agent = orDash(h.AgentVersion)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%s\t%d\t%d\t%s\t%s\t%s\n", h.Name, h.State,
-						cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
-						formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), quotaPool(h), len(h.NumaNodes), n,
-						orDash(h.FaultDomain), orDash(h.UpgradeDomain), agent)
-				}
-				return tw.Flush()
+				return w.run(cmd, func() error { return listHosts(cmd, cl, out) })
 			})
 		},
 	}
 	c.register(cmd)
 	out.register(cmd)
+	w.register(cmd)
 	return cmd
+}
+
+// listHosts prints the host list once.
+func listHosts(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, out outputFlag) error {
+	resp, err := cl.ListHosts(cmd.Context(), connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+	if err != nil {
+		return err
+	}
+	if out.json() {
+		list := []hostJSON{}
+		for _, h := range resp.Msg.Hosts {
+			list = append(list, toHostJSON(h))
+		}
+		return writeJSON(cmd.OutOrStdout(), list)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tMEMORY-FIRST QUOTA/POOL\tNUMA NODES\tINSTANCES\tFAULT DOMAIN\tUPGRADE DOMAIN\tAGENT")
+	for _, h := range resp.Msg.Hosts {
+		n := int32(0)
+		for _, v := range h.Instances {
+			n += v
+		}
+		agent := "none (pending)"
+		if h.Agent {
+			agent = orDash(h.AgentVersion)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%s\t%d\t%d\t%s\t%s\t%s\n", h.Name, h.State,
+			cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
+			formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), quotaPool(h), len(h.NumaNodes), n,
+			orDash(h.FaultDomain), orDash(h.UpgradeDomain), agent)
+	}
+	return tw.Flush()
 }
 
 func newHostShowCmd() *cobra.Command {
@@ -301,9 +318,14 @@ func newHostShowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show NAME",
 		Short: "Show a host's CPU map: which instance holds how many pieces of which CPU",
-		Args:  cobra.ExactArgs(1),
+		Long: `Show one host: its state, capacity and use, the agent's measurements, and the
+CPU map: per NUMA node, each CPU with the pieces each instance holds of it,
+what is free, and the memory-first instances sharing the free CPUs.`,
+		Example: `  pinfold host show h1
+  pinfold host show h1 -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
@@ -326,6 +348,7 @@ func newHostShowCmd() *cobra.Command {
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, true, false, false)
 	c.register(cmd)
 	out.register(cmd)
 	return cmd
@@ -435,7 +458,7 @@ violation.`,
   pinfold host set h1 --memory 60GiB --numa-memory 0=30GiB --numa-memory 1=30GiB`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			req := &pinfoldv1.SetHostRequest{Name: args[0], AddCpus: map[int32]int32{}, NumaMemoryBytes: map[int32]int64{}}
@@ -518,6 +541,7 @@ violation.`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, true, false, false)
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVar(&addCPUs, "add-cpus", "", "CPUs to add to capacity (list format)")
@@ -543,7 +567,7 @@ func newHostMaintenanceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "maintenance NAME (--grace DURATION | --off)",
 		Short: "Put a host in maintenance (keeps its instances, takes nothing new) or end it",
-		Long: `A host in maintenance (seed 003) keeps its instances and receives nothing new.
+		Long: `A host in maintenance keeps its instances and receives nothing new.
 Its agent may stop heartbeating (a reboot, a daemon upgrade) for up to the
 grace period without the host being reported down; past it, 'pinfold health'
 warns that its instances are not running. --off ends the maintenance.`,
@@ -551,7 +575,7 @@ warns that its instances are not running. --off ends the maintenance.`,
   pinfold host maintenance h1 --off`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if off == (grace != 0) {
@@ -579,6 +603,7 @@ warns that its instances are not running. --off ends the maintenance.`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, true, false, false)
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().DurationVar(&grace, "grace", 0, "how long the host may be away without being reported down")
@@ -593,9 +618,10 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 		use, short = "enable NAME", "Let a disabled host take new work again"
 	}
 	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Use:     use,
+		Short:   short,
+		Example: "  pinfold host " + strings.Fields(use)[0] + " h1",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.SetHostEnabled(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostEnabledRequest{Name: args[0], Enabled: enable}))
@@ -607,6 +633,7 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, true, false, false)
 	c.register(cmd)
 	return cmd
 }
@@ -630,7 +657,7 @@ To move live work with health gates first, use 'pinfold host drain'.`,
   pinfold host drain h3 && pinfold host remove h3   # blue-green first`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
@@ -649,6 +676,7 @@ To move live work with health gates first, use 'pinfold host drain'.`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, true, false, false)
 	c.register(cmd)
 	out.register(cmd)
 	return cmd
@@ -683,7 +711,7 @@ disabled; 'pinfold host enable' lets it take work again).`,
   pinfold host drain h3 --cancel`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if deadline < 0 {
@@ -712,6 +740,7 @@ disabled; 'pinfold host enable' lets it take work again).`,
 			})
 		},
 	}
+	cmd.ValidArgsFunction = completeNames(&c, true, false, false)
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().DurationVar(&deadline, "deadline", 0, "past it, old instances go once their replacements exist, healthy or not (0: none)")

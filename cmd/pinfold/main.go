@@ -11,8 +11,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/cobra/doc"
 )
 
 // Exit codes.
@@ -82,21 +85,104 @@ Exit codes: 0 ok, 1 request cannot be met, 2 bad input or unreadable host.`,
 	root.CompletionOptions.HiddenDefaultCmd = false
 	root.AddCommand(newTopologyCmd(), newPlanCmd(), newPlannerCmd(), newPKICmd(), newAgentCmd(), newUpCmd(), newHostCmd(),
 		newDeployCmd(), newScaleCmd(), newResizeCmd(), newRemoveCmd(), newReplaceCmd(), newRebalanceCmd(), newPsCmd(), newCapacityCmd(),
-		newHealthCmd(), newSettingsCmd(), newVersionCmd())
+		newHealthCmd(), newSettingsCmd(), newEventsCmd(), newVersionCmd())
+	root.AddCommand(newManCmd(root))
 	return root
 }
 
-// version is set at link time: -ldflags "-X main.version=…".
+// version is set at link time: -ldflags "-X main.version=…"
+// (hack/package.sh); otherwise the build's module version, or "dev".
 var version = "dev"
 
+// buildInfo is the release and the commit the binary was built from, as
+// the Go toolchain stamped them (go build in a git checkout records
+// vcs.revision, vcs.time and vcs.modified).
+type buildInfo struct {
+	Version  string `json:"version"`
+	Commit   string `json:"commit,omitempty"`
+	Time     string `json:"commit_time,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+}
+
+func readBuildInfo() buildInfo {
+	b := buildInfo{Version: version, Go: runtime.Version()}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	if b.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		b.Version = info.Main.Version
+	}
+	for _, kv := range info.Settings {
+		switch kv.Key {
+		case "vcs.revision":
+			b.Commit = kv.Value
+		case "vcs.time":
+			b.Time = kv.Value
+		case "vcs.modified":
+			b.Modified = kv.Value == "true"
+		}
+	}
+	return b
+}
+
+func (b buildInfo) String() string {
+	s := "pinfold " + b.Version
+	if b.Commit != "" {
+		s += " (commit " + b.Commit[:min(12, len(b.Commit))]
+		if b.Time != "" {
+			s += " of " + b.Time
+		}
+		if b.Modified {
+			s += ", with uncommitted changes"
+		}
+		s += ")"
+	}
+	return s + ", " + b.Go
+}
+
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the pinfold version",
-		Args:  cobra.NoArgs,
+		Short: "Print the pinfold release and the commit it was built from",
+		Long: `Print the release (set by hack/package.sh, else the module version, else
+"dev") and the git commit the binary was built from, with its time and
+whether the checkout had uncommitted changes, as the Go toolchain stamped
+them at build time.`,
+		Example: `  pinfold version
+  pinfold version -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := fmt.Fprintln(cmd.OutOrStdout(), "pinfold", version)
+			if err := out.validate(cmd); err != nil {
+				return err
+			}
+			b := readBuildInfo()
+			if out.json() {
+				return writeJSON(cmd.OutOrStdout(), b)
+			}
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), b)
 			return err
+		},
+	}
+	out.register(cmd)
+	return cmd
+}
+
+// newManCmd writes the man pages (hack/package.sh); hidden from --help.
+func newManCmd(root *cobra.Command) *cobra.Command {
+	return &cobra.Command{
+		Use:    "man DIR",
+		Short:  "Write a man page per command into DIR",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := os.MkdirAll(args[0], 0o755); err != nil {
+				return badInput("%v", err)
+			}
+			root.DisableAutoGenTag = true
+			return doc.GenManTree(root, &doc.GenManHeader{Title: "PINFOLD", Section: "1", Source: "pinfold " + readBuildInfo().Version, Manual: "pinfold manual"}, args[0])
 		},
 	}
 }

@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/spf13/cobra"
 )
@@ -12,22 +16,47 @@ import (
 type outputFlag struct{ format string }
 
 func (o *outputFlag) register(cmd *cobra.Command) {
-	cmd.Flags().StringVarP(&o.format, "output", "o", "table", "output format: table (for people) or json (for scripts)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
+	cmd.Flags().StringVarP(&o.format, "output", "o", "table", "output format: table (for people), json or yaml (for scripts)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json", "yaml"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // validate is called before any work is done, so a bad -o changes nothing.
-func (o *outputFlag) validate() error {
+// With yaml, the command's output turns what it writes with writeJSON into
+// YAML (the same fields, in the same shape).
+func (o *outputFlag) validate(cmd *cobra.Command) error {
 	switch o.format {
 	case "table", "json":
 		return nil
+	case "yaml":
+		if _, ok := cmd.OutOrStdout().(yamlOut); !ok {
+			cmd.SetOut(yamlOut{cmd.OutOrStdout()})
+		}
+		return nil
 	}
-	return badInput("--output %q: want table or json", o.format)
+	return badInput("--output %q: want table, json or yaml", o.format)
 }
 
-func (o *outputFlag) json() bool { return o.format == "json" }
+// json reports whether the output is for scripts (JSON or YAML).
+func (o *outputFlag) json() bool { return o.format == "json" || o.format == "yaml" }
 
+// yamlOut marks a command output that wants YAML documents.
+type yamlOut struct{ io.Writer }
+
+// writeJSON writes v as indented JSON, or as a YAML document when w wants
+// YAML (-o yaml): one shape for both.
 func writeJSON(w io.Writer, v any) error {
+	if y, ok := w.(yamlOut); ok {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		out, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(y.Writer, "---\n%s", out)
+		return err
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
@@ -54,4 +83,52 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// watchFlag is --watch and --interval: redraw a listing until Ctrl-C.
+type watchFlag struct {
+	on    bool
+	every time.Duration
+}
+
+func (f *watchFlag) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVarP(&f.on, "watch", "w", false, "redraw every --interval until Ctrl-C")
+	cmd.Flags().DurationVar(&f.every, "interval", 2*time.Second, "with --watch: how often to redraw")
+}
+
+func (f *watchFlag) validate() error {
+	if f.every < 100*time.Millisecond {
+		return badInput("--interval %s: want at least 100ms", f.every)
+	}
+	return nil
+}
+
+// run calls show once, or with --watch every interval until the command's
+// context ends, clearing a terminal before each redraw (elsewhere a blank
+// line separates them).
+func (f *watchFlag) run(cmd *cobra.Command, show func() error) error {
+	for first := true; ; first = false {
+		if f.on {
+			w := cmd.OutOrStdout()
+			if file, ok := w.(*os.File); ok && isTerminal(file) {
+				fmt.Fprint(w, "\033[H\033[2J")
+				fmt.Fprintf(w, "every %s: %s\n\n", f.every, time.Now().Format("15:04:05"))
+			} else if !first {
+				fmt.Fprintln(w)
+			}
+		}
+		if err := show(); err != nil || !f.on {
+			return err
+		}
+		select {
+		case <-cmd.Context().Done():
+			return nil
+		case <-time.After(f.every):
+		}
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

@@ -52,7 +52,7 @@ func newPKIInitCmd() *cobra.Command {
   pinfold pki init --dir /etc/pinfold/pki --host planner.example.com --host 10.0.0.5 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if dir == "" {
@@ -83,7 +83,7 @@ func newPKIIssueCmd() *cobra.Command {
   pinfold pki issue viewer dashboards --dir ./pki -o json`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if dir == "" {

@@ -47,7 +47,7 @@ out on which hosts); 2 invalid input (the message names the field and value).`,
   cat plan.json | pinfold plan -f -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			if file == "" {

@@ -26,6 +26,7 @@ import (
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/pki"
+	"github.com/pinfold/pinfold/planner/service"
 )
 
 type plannerFlags struct {
@@ -34,6 +35,8 @@ type plannerFlags struct {
 	etcdCA, etcdCert, etcdKey                            string
 	tlsNoClientAuth, insecure                            bool
 	shareBase, maxFragmentCores, maxRequestBytes         int
+	eventsKeep                                           int
+	eventsMaxAge                                         time.Duration
 	pprofListen                                          string
 	logLevel                                             string
 	etcdLogLevel                                         string // tests: "fatal"
@@ -57,6 +60,8 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.shareBase, "share-base", 100, "pieces per CPU (10..10000); fixed when the store is created")
 	cmd.Flags().IntVar(&f.maxFragmentCores, "max-fragment-cores", -1, "CPUs per host that may carry fragments (-1: no cap)")
 	cmd.Flags().IntVar(&f.maxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request accepted, in bytes (larger ones are refused unread)")
+	cmd.Flags().IntVar(&f.eventsKeep, "events-keep", service.DefaultEventsKeep, "the event log keeps this many newest events ('pinfold events')")
+	cmd.Flags().DurationVar(&f.eventsMaxAge, "events-max-age", service.DefaultEventsMaxAge, "the event log keeps no event older than this")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	cmd.Flags().StringVar(&f.pprofListen, "pprof-listen", "", "serve Go's profiler (net/http/pprof) on this loopback address, for measuring the planner")
 }
@@ -104,8 +109,15 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 	if f.maxRequestBytes != 0 && (f.maxRequestBytes < 64<<10 || f.maxRequestBytes > 256<<20) {
 		return nil, badInput("--max-request-bytes %d: want 65536..268435456 (0: the default)", f.maxRequestBytes)
 	}
+	if f.eventsKeep < 0 || f.eventsKeep > 10_000_000 {
+		return nil, badInput("--events-keep %d: want 0 (the default, %d) ..10000000", f.eventsKeep, service.DefaultEventsKeep)
+	}
+	if f.eventsMaxAge < 0 {
+		return nil, badInput("--events-max-age %s: want 0 (the default, %s) or more", f.eventsMaxAge, service.DefaultEventsMaxAge)
+	}
 	cfg := planner.Config{Listen: f.listen, DataDir: f.dataDir, EtcdClientURL: f.etcdClient, EtcdPeerURL: f.etcdPeer,
-		EtcdLogLevel: f.etcdLogLevel, ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores, MaxRequestBytes: f.maxRequestBytes, Log: log}
+		EtcdLogLevel: f.etcdLogLevel, ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores, MaxRequestBytes: f.maxRequestBytes, Log: log,
+		EventsKeep: f.eventsKeep, EventsMaxAge: f.eventsMaxAge}
 	if f.etcdEndpoints != "" {
 		cfg.EtcdEndpoints = strings.Split(f.etcdEndpoints, ",")
 		tc, err := f.etcdTLS()
@@ -270,7 +282,10 @@ transaction guarded by revisions, so nothing is ever allocated twice).`,
 				return err
 			}
 			defer p.Close()
+			// Alive while the cache keeps up with etcd (a failed watch stops it).
+			stopping := notifySystemd(ctx, log, func() bool { return p.Service.Healthy() })
 			<-ctx.Done()
+			stopping()
 			log.Info("planner stopping")
 			return nil
 		},

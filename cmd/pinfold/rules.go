@@ -57,14 +57,16 @@ func newHealthCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "health",
 		Short: "List standing placement rule violations (health warnings)",
-		Long: `Seed 001's health warnings: what the planner's rules say no longer holds,
+		Example: `  pinfold health
+  pinfold health -o json`,
+		Long: `Health warnings: what the planner's rules say no longer holds,
 typically after a host changed: a host over capacity, instances on hosts
 their service's constraint no longer matches, a service packed into too few
 fault or upgrade domains, a host past its maintenance grace, a down host
 that holds instances. Exit code 0 when there are none, 1 otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
@@ -153,7 +155,7 @@ func newSettingsCmd() *cobra.Command {
 (kept free in normal placement, usable for replacing failed instances and
 upgrades: capacity 100 with a 0.2 buffer gives 80 normally, 100 then) or an
 overbooking (capacity 100 with 0.2 gives 100 normally, 120 then; -1 =
-unlimited), never both (seed 000). Rule priorities (seed 001): -1 off,
+unlimited), never both. Rule priorities: -1 off,
 0 hard, 1 soft, 2 optimization; defaults PlacementConstraint 0,
 NodeCapacity 0, Affinity 0, FaultDomain 0, UpgradeDomain 1,
 PreferredLocation 2. Setting replaces all three maps at once.
@@ -168,7 +170,7 @@ down grace keeps the other settings.`,
   pinfold settings --down-grace 2m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			ps := &pinfoldv1.PlacementSettings{BufferPercent: map[string]float64{}, OverbookingPercent: map[string]float64{}, ConstraintPriorities: map[string]int32{}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,6 +115,44 @@ func TestPlannerTLS(t *testing.T) {
 	}
 	if connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("agent h2: watch h1's instances = %v, want permission denied", err)
+	}
+	// The event log names who did what: admin:alice's deploy (and the
+	// viewer's refused disable) with their identities.
+	if out, errOut, code := as(admin, "deploy", "web", "--count", "1", "--cpu", "1", "--memory", "64MiB", "--image", "busybox"); code != 0 {
+		t.Fatalf("admin: deploy: %s %s", out, errOut)
+	}
+	var evs []struct {
+		Identity, Kind, Subject, Outcome string
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, errOut, code := as(viewer, "events", "-o", "json")
+		if code != 0 {
+			t.Fatalf("viewer: events: %s", errOut)
+		}
+		evs = nil
+		_ = json.Unmarshal([]byte(out), &evs)
+		if slices.ContainsFunc(evs, func(e struct{ Identity, Kind, Subject, Outcome string }) bool { return e.Kind == "Deploy" && e.Subject == "web" }) ||
+			time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want := map[string]bool{"admin:alice Deploy web ok": false, "admin:alice RegisterHost h1 ok": false}
+	refused := false
+	for _, e := range evs {
+		if _, ok := want[e.Identity+" "+e.Kind+" "+e.Subject+" "+e.Outcome]; ok {
+			want[e.Identity+" "+e.Kind+" "+e.Subject+" "+e.Outcome] = true
+		}
+		refused = refused || e.Identity == "viewer:bob" && e.Kind == "SetHostEnabled" && strings.HasPrefix(e.Outcome, "permission_denied")
+	}
+	for k, seen := range want {
+		if !seen {
+			t.Errorf("events lack %q: %+v", k, evs)
+		}
+	}
+	if !refused {
+		t.Errorf("events lack viewer:bob's refused SetHostEnabled: %+v", evs)
 	}
 	// Without a client certificate, or without the CA, nothing gets in.
 	if _, _, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-ca", srv.CA); code == 0 {

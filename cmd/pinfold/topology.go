@@ -39,7 +39,7 @@ and "numa_source": "flat".`,
   pinfold topology --sysfs-root numa/testdata/sysfs/flat-vm --proc-root numa/testdata/proc/flat-vm`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+			if err := out.validate(cmd); err != nil {
 				return err
 			}
 			for flag, dir := range map[string]string{"--sysfs-root": sysfsRoot, "--proc-root": procRoot} {

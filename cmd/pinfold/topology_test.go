@@ -104,7 +104,7 @@ func TestTopologyErrors(t *testing.T) {
 	}{
 		{"missing root", []string{"topology", "--sysfs-root", "/no/such/dir"}, 2, `--sysfs-root "/no/such/dir": not a readable directory`},
 		{"malformed tree", []string{"topology", "--sysfs-root", broken}, 2, `devices/system/cpu/online: bad value "0-3,,"`},
-		{"bad output", []string{"topology", "-o", "yaml"}, 2, `--output "yaml"`},
+		{"bad output", []string{"topology", "-o", "xml"}, 2, `--output "xml"`},
 		{"unknown flag", []string{"topology", "--frobnicate"}, 2, "unknown flag"},
 		{"extra argument", []string{"topology", "extra"}, 2, "unknown command"},
 		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},

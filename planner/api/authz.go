@@ -25,7 +25,7 @@ const (
 // methodAccess is, per API method, who may call it; a method missing here
 // is admin only.
 var methodAccess = map[string]access{
-	"ListHosts": read, "GetHost": read, "ListInstances": read, "Capacity": read, "Health": read, "GetPlacementSettings": read,
+	"ListHosts": read, "GetHost": read, "ListInstances": read, "Capacity": read, "Health": read, "GetPlacementSettings": read, "ListEvents": read,
 	"RegisterHost": ownHost, "Heartbeat": ownHost, "ReportStatus": ownHost, "WatchInstances": ownHost,
 }
 
@@ -128,4 +128,21 @@ func (c *checkedConn) Receive(msg any) error {
 		return err
 	}
 	return c.check(msg)
+}
+
+// readers lets through the requests whose verified identity may read the
+// cluster (admin, viewer): the pages and series outside the API (/metrics,
+// /ui/) under the API's authorization.
+func readers(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		who, _ := r.Context().Value(identityKey{}).(identified)
+		switch {
+		case who.err != nil:
+			http.Error(w, "pinfold: "+who.err.Error(), http.StatusUnauthorized)
+		case who.id.Role != pki.RoleAdmin && who.id.Role != pki.RoleViewer:
+			http.Error(w, fmt.Sprintf("pinfold: identity %s may not read %s", who.id, r.URL.Path), http.StatusForbidden)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
 }

@@ -27,6 +27,8 @@ import (
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/topology"
+	"github.com/pinfold/pinfold/planner/ui"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Planner is what the API serves: the planner service's requests and reads.
@@ -40,6 +42,11 @@ type Planner interface {
 	Drain(ctx context.Context, host string, deadline time.Duration, cancel bool, now time.Time) (state.HostView, error)
 	Scale(ctx context.Context, svc string, count int) (service.ScaleResult, error)
 	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
+	Leading() bool
+	Record(ev state.Event)
+	Rev() int64
+	WaitRev(ctx context.Context, rev int64) error
+	Events(ctx context.Context, service, host, after string, limit int) ([]state.Event, error)
 	SetPlacementSettings(context.Context, placement.Settings) (placement.Settings, error)
 	DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error)
 	Resize(context.Context, service.ResizeRequest) ([]model.Instance, error)
@@ -79,10 +86,24 @@ func Handler(svc Planner, o Options) http.Handler {
 		maxBytes = DefaultMaxRequestBytes
 	}
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxBytes), connect.WithCodec(strictJSON{})}
+	// Metrics and the event log wrap the authorizer: a call it refuses is
+	// counted and recorded too, with its identity.
+	if o.Metrics != nil {
+		opts = append(opts, connect.WithInterceptors(o.Metrics.interceptor()))
+	}
+	opts = append(opts, connect.WithInterceptors(eventRecorder{svc}))
 	if o.Authorize {
 		opts = append(opts, connect.WithInterceptors(authorizer{}))
 	}
+	guard := func(h http.Handler) http.Handler { return h }
+	if o.Authorize {
+		guard = readers
+	}
 	mux := http.NewServeMux()
+	if o.Metrics != nil {
+		mux.Handle("/metrics", guard(promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{})))
+	}
+	mux.Handle("/ui/", guard(ui.Handler("/ui/", svc)))
 	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc}, opts...))
 	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(r))
@@ -115,6 +136,8 @@ func refuseDeclaredLarge(next http.Handler, limit int64) http.Handler {
 type Options struct {
 	MaxRequestBytes int  // 0: DefaultMaxRequestBytes
 	Authorize       bool // check every call against the client certificate's identity
+	// Metrics, when set, counts every call and serves /metrics.
+	Metrics *Metrics
 }
 
 // DefaultMaxRequestBytes bounds one API request.
@@ -417,6 +440,22 @@ func (s *Server) DrainHost(ctx context.Context, r *connect.Request[pinfoldv1.Dra
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&pinfoldv1.DrainHostResponse{Host: hostMsg(v, s.sb())}), nil
+}
+
+func (s *Server) ListEvents(ctx context.Context, r *connect.Request[pinfoldv1.ListEventsRequest]) (*connect.Response[pinfoldv1.ListEventsResponse], error) {
+	if r.Msg.Limit < 0 {
+		return nil, toConnect(&service.Error{Code: service.Invalid, Message: fmt.Sprintf("limit = %d: want 0 (the most, %d) or more", r.Msg.Limit, service.MaxEventsListed)})
+	}
+	evs, err := s.svc.Events(ctx, r.Msg.Service, r.Msg.Host, r.Msg.After, int(r.Msg.Limit))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &pinfoldv1.ListEventsResponse{}
+	for _, ev := range evs {
+		out.Events = append(out.Events, &pinfoldv1.Event{Id: ev.ID, Time: ev.Time.Format(time.RFC3339Nano), Identity: ev.Identity, Kind: ev.Kind,
+			Subject: ev.Subject, Host: ev.Host, Service: ev.Service, Request: ev.Request, Outcome: ev.Outcome})
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (s *Server) Scale(ctx context.Context, r *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error) {

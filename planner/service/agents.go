@@ -60,6 +60,10 @@ func (s *Service) ReportStatus(ctx context.Context, host, id string, st model.St
 	if err := s.st.PutStatus(ctx, host, id, st); err != nil {
 		return err
 	}
+	if in := v.Instance; st.Refused != 0 && st.Refused == in.Generation {
+		s.Record(state.Event{Identity: host, Kind: "Refused", Subject: id, Host: host, Service: in.Service,
+			Outcome: fmt.Sprintf("generation %d refused: %s", st.Refused, st.Error)})
+	}
 	if in := v.Instance; st.Refused != 0 && st.Refused == in.Generation && in.Previous != nil && in.Previous.Generation == in.Generation {
 		return s.rollBack(ctx, id, st.Error)
 	}

@@ -195,6 +195,8 @@ func (s *Service) Heal(ctx context.Context, host string, evenLive bool) ([]Moved
 		out = append(out, moved[i]...)
 	}
 	for _, m := range out {
+		s.Record(state.Event{Identity: "planner", Kind: "Heal", Subject: m.From.ID, Host: m.From.Host, Service: m.From.Service,
+			Outcome: fmt.Sprintf("placed again on %s as %s", m.To.Host, m.To.ID)})
 		s.log.Warn("instance placed again on another host", "evacuated", evenLive, "instance", m.From.ID, "from", m.From.Host, "new_instance", m.To.ID, "to", m.To.Host)
 	}
 	return out, errors.Join(errs...)
@@ -373,6 +375,7 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 	var plans []planFunc
 	var what []string
 	var aborted []string // the old instances of aborted moves
+	var hostOf, serviceOf []string
 	for _, n := range all {
 		if n.Instance.Replaces == "" {
 			continue
@@ -391,6 +394,7 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 				old = n.Instance.Replaces
 			}
 			aborted = append(aborted, old)
+			hostOf, serviceOf = append(hostOf, n.Instance.Host), append(serviceOf, n.Instance.Service)
 		}
 	}
 	for i, err := range s.pipe.doAll(ctx, plans) {
@@ -403,6 +407,7 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 		if aborted[i] != "" {
 			t.retryAt[aborted[i]] = now.Add(moveBackoff)
 		}
+		s.Record(state.Event{Identity: "planner", Kind: "MoveSettled", Subject: what[i], Host: hostOf[i], Service: serviceOf[i]})
 		s.log.Info("move settled", "move", what[i])
 	}
 }
@@ -442,6 +447,8 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 				continue
 			}
 			for _, m := range moved[i] {
+				s.Record(state.Event{Identity: "planner", Kind: "DrainMove", Subject: id, Host: h.Name, Service: m.From.Service,
+					Outcome: fmt.Sprintf("moving to %s as %s", m.To.Host, m.To.ID)})
 				s.log.Info("drain: moving", "instance", id, "from", h.Name, "new_instance", m.To.ID, "to", m.To.Host)
 			}
 		}

@@ -493,3 +493,65 @@ func TestRemoveHostPlacesElsewhere(t *testing.T) {
 func balanceOptions(threshold float64) balance.Options {
 	return balance.Options{BalancingThreshold: threshold}
 }
+
+// TestEventsRecordedAndRetained: recorded events are written in the
+// background, listed oldest first with filters and from a cursor; the
+// retention keeps the newest N and none older than the age limit; a heal
+// records what moved where.
+func TestEventsRecordedAndRetained(t *testing.T) {
+	f := newHealFixture(t, "a", "b")
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); f.RunEvents(ctx) }()
+	base := time.Date(2026, 11, 20, 12, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		svc := "web"
+		if i%2 == 1 {
+			svc = "db"
+		}
+		f.Record(state.Event{Time: base.Add(time.Duration(i) * time.Minute), Identity: "admin:alice", Kind: "Deploy", Subject: svc, Service: svc, Host: "a"})
+	}
+	old := f.deployOn("a", []string{"a", "b"}, DeployRequest{Service: "api", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
+	f.dies("a")
+	tr := newTracker()
+	f.tick(f.ctx, tr, time.Now())
+	f.tick(f.ctx, tr, time.Now().Add(placement.DefaultDownGrace))
+	var all []state.Event
+	deadline := time.Now().Add(10 * time.Second)
+	for len(all) < 11 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		all, _ = f.Events(f.ctx, "", "", "", 0)
+	}
+	if len(all) != 11 {
+		t.Fatalf("%d events written, want 11: %+v", len(all), all)
+	}
+	heal := all[10]
+	if heal.Kind != "Heal" || heal.Identity != "planner" || heal.Subject != old[0].ID || !strings.Contains(heal.Outcome, "placed again on b") {
+		t.Errorf("the heal's event = %+v", heal)
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i-1].ID >= all[i].ID {
+			t.Errorf("events out of order: %s then %s", all[i-1].ID, all[i].ID)
+		}
+	}
+	web, _ := f.Events(f.ctx, "web", "", "", 0)
+	if len(web) != 5 {
+		t.Errorf("--service web: %d events, want 5", len(web))
+	}
+	after, _ := f.Events(f.ctx, "", "", all[7].ID, 0)
+	if len(after) != 3 || after[0].ID != all[8].ID {
+		t.Errorf("after %s: %d events, want 3 from %s", all[7].ID, len(after), all[8].ID)
+	}
+	// Age: events before base+5m go; count: the newest 3 stay.
+	if n, err := f.st.PruneEvents(f.ctx, 0, base.Add(5*time.Minute)); err != nil || n != 5 {
+		t.Errorf("prune by age: %d deleted, %v; want 5", n, err)
+	}
+	f.SetEventRetention(3, 365*24*time.Hour)
+	f.pruneEvents(f.ctx, time.Now())
+	left, _ := f.Events(f.ctx, "", "", "", 0)
+	if len(left) != 3 || left[2].ID != all[10].ID || left[0].ID != all[8].ID {
+		t.Errorf("after keeping 3: %+v, want the newest 3", left)
+	}
+	cancel()
+	<-done
+}

@@ -20,6 +20,8 @@ func (s *Service) RunBackground(ctx context.Context, id string, ttl, interval ti
 	for ctx.Err() == nil {
 		err := s.st.Lead(ctx, id, ttl, func(ctx context.Context) error {
 			s.log.Info("leading background loops", "planner", id)
+			s.leading.Store(true)
+			defer s.leading.Store(false)
 			if onLead != nil {
 				onLead(true)
 				defer onLead(false)
@@ -35,7 +37,8 @@ func (s *Service) RunBackground(ctx context.Context, id string, ttl, interval ti
 					return nil
 				case now := <-heal.C:
 					s.tick(ctx, t, now)
-				case <-tick.C:
+				case now := <-tick.C:
+					s.pruneEvents(ctx, now)
 					for _, v := range Verify(s.st, s.params.ShareBase) {
 						s.log.Error("store invariant violated", "violation", v)
 					}
@@ -52,3 +55,6 @@ func (s *Service) RunBackground(ctx context.Context, id string, ttl, interval ti
 	}
 	return ctx.Err()
 }
+
+// Leading reports whether this planner runs the background loops now.
+func (s *Service) Leading() bool { return s.leading.Load() }

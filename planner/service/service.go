@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
@@ -21,6 +22,9 @@ type Service struct {
 	params alloc.Params
 	log    *slog.Logger
 	pipe   *pipeline // deploys, resizes, replaces, removes and roll-backs commit through it
+	// leading: this planner is the elected one running the background loops.
+	leading atomic.Bool
+	ev      *events
 }
 
 // New returns a Service over st.
@@ -28,7 +32,7 @@ func New(st *state.Store, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{st: st, params: st.Config().Params(), log: log, pipe: &pipeline{st: st}}
+	return &Service{st: st, params: st.Config().Params(), log: log, pipe: &pipeline{st: st}, ev: newEvents()}
 }
 
 // Params are the allocation parameters.
@@ -95,3 +99,12 @@ func InstanceState(in model.Instance, st *model.Status) string {
 	}
 	return st.State
 }
+
+// Rev is the revision the planner's cache has reached.
+func (s *Service) Rev() int64 { return s.st.Rev() }
+
+// WaitRev waits until the cache has reached rev, or ctx ends.
+func (s *Service) WaitRev(ctx context.Context, rev int64) error { return s.st.WaitRev(ctx, rev) }
+
+// Healthy reports whether the planner's cache still follows etcd.
+func (s *Service) Healthy() bool { return s.st.Healthy() }

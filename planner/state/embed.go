@@ -3,11 +3,13 @@ package state
 import (
 	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/pinfold/pinfold/planner/pki"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -37,6 +39,9 @@ type EmbedConfig struct {
 	// MaxTxnOps is the most writes one transaction may hold (0: 1<<20;
 	// etcd's own default is 128, which an external cluster may keep).
 	MaxTxnOps int
+	// Log, when set, receives etcd's own logs (component=etcd, at LogLevel
+	// and above, without stack traces) instead of etcd's JSON on stderr.
+	Log *slog.Logger
 }
 
 // DefaultHistory is the embedded etcd's history: a store watch that falls
@@ -56,9 +61,13 @@ const MaxMessageBytes = 64 << 20
 
 // newClient connects to etcd endpoints with pinfold's message limits (tc
 // nil: plaintext).
-func newClient(endpoints []string, tc *tls.Config) (*clientv3.Client, error) {
-	return clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, TLS: tc,
-		MaxCallSendMsgSize: MaxMessageBytes, MaxCallRecvMsgSize: MaxMessageBytes})
+func newClient(endpoints []string, tc *tls.Config, log *slog.Logger) (*clientv3.Client, error) {
+	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, TLS: tc,
+		MaxCallSendMsgSize: MaxMessageBytes, MaxCallRecvMsgSize: MaxMessageBytes}
+	if log != nil {
+		cfg.Logger = newZapLogger(log, zapcore.WarnLevel)
+	}
+	return clientv3.New(cfg)
 }
 
 // ClientTLS is the client side of f: its certificate, and f.CA as the
@@ -95,6 +104,9 @@ func StartEmbedded(c EmbedConfig) (*Member, error) {
 	cfg.LogLevel = "error"
 	if c.LogLevel != "" {
 		cfg.LogLevel = c.LogLevel
+	}
+	if c.Log != nil {
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(newZapLogger(c.Log, zapLevel(cfg.LogLevel)))
 	}
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
 	cfg.MaxTxnOps = 1 << 20

@@ -101,6 +101,39 @@ type Store struct {
 	id       string
 	commits  atomic.Int64
 	commitMu sync.Mutex
+
+	// observer, when set, hears of every commit (ObserveCommits).
+	observer atomic.Pointer[func(writes int, outcome string)]
+}
+
+// Commit outcomes, as ObserveCommits reports them.
+const (
+	CommitOK       = "ok"
+	CommitConflict = "conflict"
+	CommitTooLarge = "too_large"
+	CommitError    = "error"
+)
+
+// ObserveCommits calls f after every commit with its number of writes and
+// its outcome (CommitOK, CommitConflict, CommitTooLarge, CommitError): the
+// planner's metrics. f must be quick and must not call the store.
+func (s *Store) ObserveCommits(f func(writes int, outcome string)) { s.observer.Store(&f) }
+
+func (s *Store) observe(writes int, err error) {
+	f := s.observer.Load()
+	if f == nil {
+		return
+	}
+	outcome := CommitOK
+	switch {
+	case errors.Is(err, ErrConflict):
+		outcome = CommitConflict
+	case errors.Is(err, ErrTooLarge):
+		outcome = CommitTooLarge
+	case err != nil:
+		outcome = CommitError
+	}
+	(*f)(writes, outcome)
 }
 
 // Open connects to the etcd endpoints, loads the store, initialises or
@@ -113,7 +146,7 @@ func Open(ctx context.Context, d Dial, cfg Config, protocol int, log *slog.Logge
 	if err := cfg.Params().Validate(); err != nil {
 		return nil, err
 	}
-	cli, err := newClient(d.Endpoints, d.TLS)
+	cli, err := newClient(d.Endpoints, d.TLS, log)
 	if err != nil {
 		return nil, fmt.Errorf("state: etcd client for %v: %w", d.Endpoints, err)
 	}
@@ -171,6 +204,14 @@ func (s *Store) Close() {
 	_, _ = s.cli.Delete(ctx, s.markerKey()) // best effort: a marker left behind is one small key
 	cancel()
 	s.cli.Close()
+}
+
+// Healthy reports whether the cache still follows etcd (its watch has not
+// ended).
+func (s *Store) Healthy() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.werr == nil
 }
 
 // Config is the planner-wide configuration.
@@ -839,7 +880,8 @@ var ErrConflict = errors.New("state: conflict: a host changed since it was read"
 // after the read-back (a new leader committing the dead one's entry);
 // its guards and the re-plan's overlap on the hosts both touch, not on
 // hosts only one of them chose.
-func (s *Store) Commit(ctx context.Context, c *Change) (int64, error) {
+func (s *Store) Commit(ctx context.Context, c *Change) (rev int64, err error) {
+	defer func() { s.observe(len(c.ops), err) }()
 	token := fmt.Sprintf("%s/%d", s.id, s.commits.Add(1))
 	ops := append(c.ops[:len(c.ops):len(c.ops)], clientv3.OpPut(s.markerKey(), token))
 	s.commitMu.Lock()

@@ -3670,6 +3670,228 @@ func (x *WatchInstancesResponse) GetCpus() string {
 	return ""
 }
 
+// Event is one change to the cluster (a request, or the planner's own
+// healing and moves) with who asked and how it ended.
+type Event struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`             // orders events; pass the last one seen as "after" to follow
+	Time          string                 `protobuf:"bytes,2,opt,name=time,proto3" json:"time,omitempty"`         // RFC 3339 with nanoseconds
+	Identity      string                 `protobuf:"bytes,3,opt,name=identity,proto3" json:"identity,omitempty"` // "role:name" of the client certificate; "local" without TLS; "planner"
+	Kind          string                 `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`         // the API method (Deploy, DrainHost, …) or Heal, DrainMove, MoveSettled, Refused
+	Subject       string                 `protobuf:"bytes,5,opt,name=subject,proto3" json:"subject,omitempty"`
+	Host          string                 `protobuf:"bytes,6,opt,name=host,proto3" json:"host,omitempty"`
+	Service       string                 `protobuf:"bytes,7,opt,name=service,proto3" json:"service,omitempty"`
+	Request       string                 `protobuf:"bytes,8,opt,name=request,proto3" json:"request,omitempty"` // the request as JSON (cut at 2 KiB)
+	Outcome       string                 `protobuf:"bytes,9,opt,name=outcome,proto3" json:"outcome,omitempty"` // "ok" or the error
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *Event) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Event) GetTime() string {
+	if x != nil {
+		return x.Time
+	}
+	return ""
+}
+
+func (x *Event) GetIdentity() string {
+	if x != nil {
+		return x.Identity
+	}
+	return ""
+}
+
+func (x *Event) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Event) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *Event) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Event) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *Event) GetRequest() string {
+	if x != nil {
+		return x.Request
+	}
+	return ""
+}
+
+func (x *Event) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+type ListEventsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"` // "": any
+	Host          string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`       // "": any
+	After         string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`     // an event id: only later ones
+	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`    // 0: 1000 (the most)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsRequest) Reset() {
+	*x = ListEventsRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsRequest) ProtoMessage() {}
+
+func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
+func (*ListEventsRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ListEventsRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListEventsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListEventsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListEventsResponse) Reset() {
+	*x = ListEventsResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListEventsResponse) ProtoMessage() {}
+
+func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
+func (*ListEventsResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListEventsResponse) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_pinfold_v1_planner_proto protoreflect.FileDescriptor
 
 const file_pinfold_v1_planner_proto_rawDesc = "" +
@@ -4025,7 +4247,24 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x16WatchInstancesResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
-	"\x04cpus\x18\x03 \x01(\tR\x04cpus2\xa5\r\n" +
+	"\x04cpus\x18\x03 \x01(\tR\x04cpus\"\xd7\x01\n" +
+	"\x05Event\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04time\x18\x02 \x01(\tR\x04time\x12\x1a\n" +
+	"\bidentity\x18\x03 \x01(\tR\bidentity\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x18\n" +
+	"\asubject\x18\x05 \x01(\tR\asubject\x12\x12\n" +
+	"\x04host\x18\x06 \x01(\tR\x04host\x12\x18\n" +
+	"\aservice\x18\a \x01(\tR\aservice\x12\x18\n" +
+	"\arequest\x18\b \x01(\tR\arequest\x12\x18\n" +
+	"\aoutcome\x18\t \x01(\tR\aoutcome\"m\n" +
+	"\x11ListEventsRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
+	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"?\n" +
+	"\x12ListEventsResponse\x12)\n" +
+	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\xf2\r\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -4046,7 +4285,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\rListInstances\x12 .pinfold.v1.ListInstancesRequest\x1a!.pinfold.v1.ListInstancesResponse\x12E\n" +
 	"\bCapacity\x12\x1b.pinfold.v1.CapacityRequest\x1a\x1c.pinfold.v1.CapacityResponse\x12<\n" +
 	"\x05Scale\x12\x18.pinfold.v1.ScaleRequest\x1a\x19.pinfold.v1.ScaleResponse\x12H\n" +
-	"\tRebalance\x12\x1c.pinfold.v1.RebalanceRequest\x1a\x1d.pinfold.v1.RebalanceResponse\x12H\n" +
+	"\tRebalance\x12\x1c.pinfold.v1.RebalanceRequest\x1a\x1d.pinfold.v1.RebalanceResponse\x12K\n" +
+	"\n" +
+	"ListEvents\x12\x1d.pinfold.v1.ListEventsRequest\x1a\x1e.pinfold.v1.ListEventsResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.pinfold.v1.HeartbeatRequest\x1a\x1d.pinfold.v1.HeartbeatResponse\x12Q\n" +
 	"\fReportStatus\x12\x1f.pinfold.v1.ReportStatusRequest\x1a .pinfold.v1.ReportStatusResponse\x12Y\n" +
 	"\x0eWatchInstances\x12!.pinfold.v1.WatchInstancesRequest\x1a\".pinfold.v1.WatchInstancesResponse0\x01B<Z:github.com/pinfold/pinfold/planner/api/pinfoldv1;pinfoldv1b\x06proto3"
@@ -4063,7 +4304,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -4118,51 +4359,54 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*ReportStatusResponse)(nil),        // 50: pinfold.v1.ReportStatusResponse
 	(*WatchInstancesRequest)(nil),       // 51: pinfold.v1.WatchInstancesRequest
 	(*WatchInstancesResponse)(nil),      // 52: pinfold.v1.WatchInstancesResponse
-	nil,                                 // 53: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 54: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 55: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 56: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 57: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 58: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 59: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 60: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 61: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 62: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 63: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 64: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 65: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 66: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 67: pinfold.v1.CapacityResponse.LimitEntry
+	(*Event)(nil),                       // 53: pinfold.v1.Event
+	(*ListEventsRequest)(nil),           // 54: pinfold.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 55: pinfold.v1.ListEventsResponse
+	nil,                                 // 56: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 57: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 58: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 59: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 60: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 61: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 62: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 63: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 64: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 65: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 66: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 67: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 68: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 69: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 70: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	53, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	54, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	56, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	57, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	55, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	58, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	56, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	59, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	57, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	58, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	59, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	60, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	61, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	62, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	60, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	63, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
 	49, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
 	1,  // 15: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 16: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
 	1,  // 17: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
 	14, // 18: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	61, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	62, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	63, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	64, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	65, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	66, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
 	1,  // 22: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 23: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
 	1,  // 24: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
 	29, // 25: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	64, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	65, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	67, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	68, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
 	14, // 28: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
 	29, // 29: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
 	13, // 30: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
@@ -4172,60 +4416,63 @@ var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	13, // 34: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
 	14, // 35: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
 	14, // 36: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	66, // 37: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	67, // 38: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	69, // 37: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	70, // 38: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
 	12, // 39: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
 	49, // 40: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
 	14, // 41: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	15, // 42: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	17, // 43: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	19, // 44: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	21, // 45: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	23, // 46: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	25, // 47: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	26, // 48: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 49: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 50: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 51: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 52: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	34, // 53: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	36, // 54: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	40, // 55: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	38, // 56: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	42, // 57: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	44, // 58: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	31, // 59: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	28, // 60: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	46, // 61: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	48, // 62: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	51, // 63: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	16, // 64: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	18, // 65: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	20, // 66: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	22, // 67: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	24, // 68: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	33, // 69: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	27, // 70: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 71: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 72: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 73: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 74: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	35, // 75: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	37, // 76: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	41, // 77: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	39, // 78: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	43, // 79: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	45, // 80: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	32, // 81: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	30, // 82: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	47, // 83: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	50, // 84: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	52, // 85: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	64, // [64:86] is the sub-list for method output_type
-	42, // [42:64] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	53, // 42: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	15, // 43: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	17, // 44: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	19, // 45: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	21, // 46: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	23, // 47: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	25, // 48: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	26, // 49: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 50: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 51: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 52: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 53: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	34, // 54: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	36, // 55: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	40, // 56: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	38, // 57: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	42, // 58: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	44, // 59: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	31, // 60: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	28, // 61: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	54, // 62: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	46, // 63: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	48, // 64: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	51, // 65: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	16, // 66: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	18, // 67: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	20, // 68: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	22, // 69: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	24, // 70: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	33, // 71: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	27, // 72: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 73: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 74: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 75: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 76: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	35, // 77: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	37, // 78: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	41, // 79: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	39, // 80: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	43, // 81: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	45, // 82: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	32, // 83: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	30, // 84: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	55, // 85: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	47, // 86: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	50, // 87: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	52, // 88: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	66, // [66:89] is the sub-list for method output_type
+	43, // [43:66] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -4241,7 +4488,7 @@ func file_pinfold_v1_planner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -84,6 +84,9 @@ const (
 	// PlannerServiceRebalanceProcedure is the fully-qualified name of the PlannerService's Rebalance
 	// RPC.
 	PlannerServiceRebalanceProcedure = "/pinfold.v1.PlannerService/Rebalance"
+	// PlannerServiceListEventsProcedure is the fully-qualified name of the PlannerService's ListEvents
+	// RPC.
+	PlannerServiceListEventsProcedure = "/pinfold.v1.PlannerService/ListEvents"
 	// PlannerServiceHeartbeatProcedure is the fully-qualified name of the PlannerService's Heartbeat
 	// RPC.
 	PlannerServiceHeartbeatProcedure = "/pinfold.v1.PlannerService/Heartbeat"
@@ -126,6 +129,8 @@ type PlannerServiceClient interface {
 	Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error)
 	// Rebalance proposes (and with apply starts) moves that reduce imbalance.
 	Rebalance(context.Context, *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error)
+	// ListEvents reads the event log: who changed what, and how it ended.
+	ListEvents(context.Context, *connect.Request[pinfoldv1.ListEventsRequest]) (*connect.Response[pinfoldv1.ListEventsResponse], error)
 	// Agents.
 	Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error)
 	ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error)
@@ -259,6 +264,12 @@ func NewPlannerServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(plannerServiceMethods.ByName("Rebalance")),
 			connect.WithClientOptions(opts...),
 		),
+		listEvents: connect.NewClient[pinfoldv1.ListEventsRequest, pinfoldv1.ListEventsResponse](
+			httpClient,
+			baseURL+PlannerServiceListEventsProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("ListEvents")),
+			connect.WithClientOptions(opts...),
+		),
 		heartbeat: connect.NewClient[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse](
 			httpClient,
 			baseURL+PlannerServiceHeartbeatProcedure,
@@ -301,6 +312,7 @@ type plannerServiceClient struct {
 	capacity             *connect.Client[pinfoldv1.CapacityRequest, pinfoldv1.CapacityResponse]
 	scale                *connect.Client[pinfoldv1.ScaleRequest, pinfoldv1.ScaleResponse]
 	rebalance            *connect.Client[pinfoldv1.RebalanceRequest, pinfoldv1.RebalanceResponse]
+	listEvents           *connect.Client[pinfoldv1.ListEventsRequest, pinfoldv1.ListEventsResponse]
 	heartbeat            *connect.Client[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse]
 	reportStatus         *connect.Client[pinfoldv1.ReportStatusRequest, pinfoldv1.ReportStatusResponse]
 	watchInstances       *connect.Client[pinfoldv1.WatchInstancesRequest, pinfoldv1.WatchInstancesResponse]
@@ -401,6 +413,11 @@ func (c *plannerServiceClient) Rebalance(ctx context.Context, req *connect.Reque
 	return c.rebalance.CallUnary(ctx, req)
 }
 
+// ListEvents calls pinfold.v1.PlannerService.ListEvents.
+func (c *plannerServiceClient) ListEvents(ctx context.Context, req *connect.Request[pinfoldv1.ListEventsRequest]) (*connect.Response[pinfoldv1.ListEventsResponse], error) {
+	return c.listEvents.CallUnary(ctx, req)
+}
+
 // Heartbeat calls pinfold.v1.PlannerService.Heartbeat.
 func (c *plannerServiceClient) Heartbeat(ctx context.Context, req *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {
 	return c.heartbeat.CallUnary(ctx, req)
@@ -447,6 +464,8 @@ type PlannerServiceHandler interface {
 	Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error)
 	// Rebalance proposes (and with apply starts) moves that reduce imbalance.
 	Rebalance(context.Context, *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error)
+	// ListEvents reads the event log: who changed what, and how it ended.
+	ListEvents(context.Context, *connect.Request[pinfoldv1.ListEventsRequest]) (*connect.Response[pinfoldv1.ListEventsResponse], error)
 	// Agents.
 	Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error)
 	ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error)
@@ -576,6 +595,12 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 		connect.WithSchema(plannerServiceMethods.ByName("Rebalance")),
 		connect.WithHandlerOptions(opts...),
 	)
+	plannerServiceListEventsHandler := connect.NewUnaryHandler(
+		PlannerServiceListEventsProcedure,
+		svc.ListEvents,
+		connect.WithSchema(plannerServiceMethods.ByName("ListEvents")),
+		connect.WithHandlerOptions(opts...),
+	)
 	plannerServiceHeartbeatHandler := connect.NewUnaryHandler(
 		PlannerServiceHeartbeatProcedure,
 		svc.Heartbeat,
@@ -634,6 +659,8 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 			plannerServiceScaleHandler.ServeHTTP(w, r)
 		case PlannerServiceRebalanceProcedure:
 			plannerServiceRebalanceHandler.ServeHTTP(w, r)
+		case PlannerServiceListEventsProcedure:
+			plannerServiceListEventsHandler.ServeHTTP(w, r)
 		case PlannerServiceHeartbeatProcedure:
 			plannerServiceHeartbeatHandler.ServeHTTP(w, r)
 		case PlannerServiceReportStatusProcedure:
@@ -723,6 +750,10 @@ func (UnimplementedPlannerServiceHandler) Scale(context.Context, *connect.Reques
 
 func (UnimplementedPlannerServiceHandler) Rebalance(context.Context, *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Rebalance is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) ListEvents(context.Context, *connect.Request[pinfoldv1.ListEventsRequest]) (*connect.Response[pinfoldv1.ListEventsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.ListEvents is not implemented"))
 }
 
 func (UnimplementedPlannerServiceHandler) Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {

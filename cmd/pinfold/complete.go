@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+)
+
+// completeNames completes a command's first argument with names the
+// planner knows (hosts, services, instances), asked with a 2 s limit; with
+// the planner unreachable it offers nothing rather than failing.
+func completeNames(c *clientFlags, hosts, services, instances bool) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		cl, err := c.client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		var out []string
+		if hosts {
+			if resp, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{})); err == nil {
+				for _, h := range resp.Msg.Hosts {
+					out = append(out, h.Name)
+				}
+			}
+		}
+		if services || instances {
+			if resp, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{})); err == nil {
+				for _, in := range resp.Msg.Instances {
+					if services {
+						out = append(out, in.Service)
+					}
+					if instances {
+						out = append(out, in.Id)
+					}
+				}
+			}
+		}
+		slices.Sort(out)
+		out = slices.Compact(out)
+		out = slices.DeleteFunc(out, func(s string) bool { return !strings.HasPrefix(s, toComplete) })
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
+}

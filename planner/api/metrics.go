@@ -1,0 +1,151 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/pinfold/pinfold/planner/service"
+)
+
+// Metrics are the planner's Prometheus series, served at /metrics:
+//
+//	pinfold_planner_requests_total{method,code}         API calls by method and outcome
+//	pinfold_planner_request_duration_seconds{method}   their latency
+//	pinfold_planner_commits_total{outcome}             etcd transactions: ok, conflict, too_large, error
+//	pinfold_planner_commit_writes                      writes per transaction (histogram)
+//	pinfold_planner_hosts{state}                       hosts by state: up, down, disabled, maintenance, protocol
+//	pinfold_planner_instances{state}                   instances by state: pending, running, updating, exited, …
+//	pinfold_planner_cpu_capacity_cpus, _cpu_used_cpus  CPUs in capacity and held, over all hosts
+//	pinfold_planner_memory_capacity_bytes, _memory_used_bytes
+//	pinfold_planner_leader                             1 while this planner runs the background loops
+type Metrics struct {
+	Registry *prometheus.Registry
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+	commits  *prometheus.CounterVec
+	writes   prometheus.Histogram
+}
+
+// NewMetrics registers the planner's series over svc (read at each scrape)
+// and the Go runtime's and the process's.
+func NewMetrics(svc Planner) *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{Registry: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinfold_planner_requests_total",
+			Help: "API calls by method and outcome (a Connect code, or ok)."}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "pinfold_planner_request_duration_seconds",
+			Help: "API call latency by method.", Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10}}, []string{"method"}),
+		commits: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "pinfold_planner_commits_total",
+			Help: "Guarded etcd transactions by outcome: ok, conflict (re-planned), too_large (split), error."}, []string{"outcome"}),
+		writes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pinfold_planner_commit_writes",
+			Help: "Writes per etcd transaction (a commit group merges several requests).", Buckets: prometheus.ExponentialBuckets(1, 4, 8)}),
+	}
+	reg.MustRegister(m.requests, m.duration, m.commits, m.writes, stateCollector{svc},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// ObserveCommit records one commit (state.Store.ObserveCommits).
+func (m *Metrics) ObserveCommit(writes int, outcome string) {
+	m.commits.WithLabelValues(outcome).Inc()
+	m.writes.Observe(float64(writes))
+}
+
+// interceptor counts and times every API call.
+func (m *Metrics) interceptor() connect.Interceptor { return metricsInterceptor{m} }
+
+type metricsInterceptor struct{ m *Metrics }
+
+func (i metricsInterceptor) observe(procedure string, start time.Time, err error) {
+	method := procedure[strings.LastIndexByte(procedure, '/')+1:]
+	code := "ok"
+	if err != nil && !errors.Is(err, context.Canceled) {
+		code = connect.CodeOf(err).String()
+	} else if err != nil {
+		code = "canceled"
+	}
+	i.m.requests.WithLabelValues(method, code).Inc()
+	i.m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+}
+
+func (i metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		start := time.Now()
+		resp, err := next(ctx, req)
+		i.observe(req.Spec().Procedure, start, err)
+		return resp, err
+	}
+}
+
+func (i metricsInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i metricsInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		start := time.Now()
+		err := next(ctx, conn)
+		i.observe(conn.Spec().Procedure, start, err)
+		return err
+	}
+}
+
+// stateCollector reads hosts, instances, capacity and leadership at each
+// scrape from the planner's cache (no etcd read).
+type stateCollector struct{ svc Planner }
+
+var (
+	descHosts     = prometheus.NewDesc("pinfold_planner_hosts", "Registered hosts by state.", []string{"state"}, nil)
+	descInstances = prometheus.NewDesc("pinfold_planner_instances", "Instances by state (their hosts' last report).", []string{"state"}, nil)
+	descCPUCap    = prometheus.NewDesc("pinfold_planner_cpu_capacity_cpus", "CPUs in the hosts' capacity (pieces / share base).", nil, nil)
+	descCPUUsed   = prometheus.NewDesc("pinfold_planner_cpu_used_cpus", "CPUs held by bound instances (pieces / share base).", nil, nil)
+	descMemCap    = prometheus.NewDesc("pinfold_planner_memory_capacity_bytes", "Memory in the hosts' capacity.", nil, nil)
+	descMemUsed   = prometheus.NewDesc("pinfold_planner_memory_used_bytes", "Memory planned for instances.", nil, nil)
+	descLeader    = prometheus.NewDesc("pinfold_planner_leader", "1 while this planner runs the background loops (healing, drains, the audit).", nil, nil)
+)
+
+func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader} {
+		ch <- d
+	}
+}
+
+func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
+	sb := float64(c.svc.Params().ShareBase)
+	hosts := map[string]float64{"up": 0, "down": 0, "disabled": 0, "maintenance": 0, "protocol": 0}
+	var cpuCap, cpuUsed, memCap, memUsed float64
+	for _, v := range c.svc.Hosts() {
+		hosts[v.State()]++
+		for id, p := range v.Host.CPUs {
+			cpuCap += float64(p)
+			cpuUsed += float64(v.Alloc.Used[id])
+		}
+		memCap += float64(v.Host.MemoryBytes)
+		memUsed += float64(v.Alloc.MemoryUsed)
+	}
+	for st, n := range hosts {
+		ch <- prometheus.MustNewConstMetric(descHosts, prometheus.GaugeValue, n, st)
+	}
+	ins := map[string]float64{"pending": 0, "running": 0}
+	for _, iv := range c.svc.Instances("", "") {
+		ins[service.InstanceState(iv.Instance, iv.Status)]++
+	}
+	for st, n := range ins {
+		ch <- prometheus.MustNewConstMetric(descInstances, prometheus.GaugeValue, n, st)
+	}
+	ch <- prometheus.MustNewConstMetric(descCPUCap, prometheus.GaugeValue, cpuCap/sb)
+	ch <- prometheus.MustNewConstMetric(descCPUUsed, prometheus.GaugeValue, cpuUsed/sb)
+	ch <- prometheus.MustNewConstMetric(descMemCap, prometheus.GaugeValue, memCap)
+	ch <- prometheus.MustNewConstMetric(descMemUsed, prometheus.GaugeValue, memUsed)
+	leader := 0.0
+	if c.svc.Leading() {
+		leader = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+}

@@ -1,0 +1,159 @@
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// EventsPrefix holds the event log: outside Prefix, so the store's cache
+// and watch never carry it.
+const EventsPrefix = "/pinfold/events/v1/"
+
+// Event is one change to the cluster, who asked for it and how it ended.
+type Event struct {
+	// ID orders events: the time in nanoseconds (20 digits), then the
+	// writing planner's marker and a sequence number.
+	ID       string    `json:"id"`
+	Time     time.Time `json:"time"`
+	Identity string    `json:"identity"` // the client certificate's name; "local" without TLS; "planner" for its own moves
+	Kind     string    `json:"kind"`     // Deploy, Resize, DrainHost, Heal, Move, Refused, …
+	Subject  string    `json:"subject"`  // the service, instance or host acted on
+	Host     string    `json:"host,omitempty"`
+	Service  string    `json:"service,omitempty"`
+	Request  string    `json:"request,omitempty"` // the request as JSON, cut at MaxEventText
+	Outcome  string    `json:"outcome"`           // "ok", or the error, cut at MaxEventText
+}
+
+// MaxEventText bounds an event's request and outcome texts.
+const MaxEventText = 2 << 10
+
+// MaxEventsPerCommit bounds the events written in one transaction (etcd's
+// default limit is 128 operations).
+const MaxEventsPerCommit = 100
+
+// eventKey is the key of the event with ID id.
+func eventKey(id string) string { return EventsPrefix + id }
+
+// NewEventID is an event ID for time t from this store (seq numbers
+// events written in the same nanosecond).
+func (s *Store) NewEventID(t time.Time, seq int64) string {
+	return fmt.Sprintf("%020d-%s-%d", t.UnixNano(), s.id[:8], seq)
+}
+
+// PutEvents writes events in transactions of at most MaxEventsPerCommit.
+func (s *Store) PutEvents(ctx context.Context, evs []Event) error {
+	for len(evs) > 0 {
+		n := min(len(evs), MaxEventsPerCommit)
+		ops := make([]clientv3.Op, 0, n)
+		for _, ev := range evs[:n] {
+			ev.Request, ev.Outcome = clipText(ev.Request), clipText(ev.Outcome)
+			b, err := json.Marshal(ev)
+			if err != nil {
+				return fmt.Errorf("state: event %s: %w", ev.ID, err)
+			}
+			ops = append(ops, clientv3.OpPut(eventKey(ev.ID), string(b)))
+		}
+		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("state: write %d events: %w", n, err)
+		}
+		evs = evs[n:]
+	}
+	return nil
+}
+
+func clipText(s string) string {
+	if len(s) <= MaxEventText {
+		return s
+	}
+	return s[:MaxEventText-len("…")] + "…"
+}
+
+// Events returns up to limit events after the one with ID after ("": from
+// the oldest kept), oldest first, that keep accepts (nil: all). It reads at
+// most scan events to find them (the filter's cost is bounded).
+func (s *Store) Events(ctx context.Context, after string, limit, scan int, keep func(Event) bool) ([]Event, error) {
+	from := EventsPrefix
+	if after != "" {
+		from = eventKey(after) + "\x00"
+	}
+	end := clientv3.GetPrefixRangeEnd(EventsPrefix)
+	var out []Event
+	for scanned := 0; scanned < scan && len(out) < limit; {
+		page := min(500, scan-scanned)
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(page)),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+		if err != nil {
+			return nil, fmt.Errorf("state: read events: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			scanned++
+			var ev Event
+			if json.Unmarshal(kv.Value, &ev) != nil {
+				continue
+			}
+			if keep == nil || keep(ev) {
+				out = append(out, ev)
+				if len(out) == limit {
+					break
+				}
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	return out, nil
+}
+
+// PruneEvents deletes events older than before (zero: none by age) and the
+// oldest beyond keep (0: no count limit), and reports how many it deleted.
+func (s *Store) PruneEvents(ctx context.Context, keep int, before time.Time) (int, error) {
+	deleted := 0
+	if !before.IsZero() {
+		resp, err := s.cli.Delete(ctx, EventsPrefix, clientv3.WithRange(EventsPrefix+fmt.Sprintf("%020d", before.UnixNano())))
+		if err != nil {
+			return 0, fmt.Errorf("state: prune events before %s: %w", before.Format(time.RFC3339), err)
+		}
+		deleted += int(resp.Deleted)
+	}
+	if keep <= 0 {
+		return deleted, nil
+	}
+	count, err := s.cli.Get(ctx, EventsPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return deleted, fmt.Errorf("state: count events: %w", err)
+	}
+	over := int(count.Count) - keep
+	if over <= 0 {
+		return deleted, nil
+	}
+	// The key just past the oldest `over` events ends the range deleted.
+	resp, err := s.cli.Get(ctx, EventsPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(over)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil || len(resp.Kvs) == 0 {
+		return deleted, err
+	}
+	last := string(resp.Kvs[len(resp.Kvs)-1].Key)
+	del, err := s.cli.Delete(ctx, EventsPrefix, clientv3.WithRange(last+"\x00"))
+	if err != nil {
+		return deleted, fmt.Errorf("state: prune events to the newest %d: %w", keep, err)
+	}
+	return deleted + int(del.Deleted), nil
+}
+
+// EventMatches is a filter on service and host ("": any).
+func EventMatches(service, host string) func(Event) bool {
+	if service == "" && host == "" {
+		return nil
+	}
+	return func(ev Event) bool {
+		return (service == "" || ev.Service == service || strings.HasPrefix(ev.Subject, service+"-")) &&
+			(host == "" || ev.Host == host)
+	}
+}
