@@ -30,12 +30,12 @@ Upstream-Name: pinfold
 Source: https://github.com/pinfold/pinfold
 
 Files: *
-Copyright: the pinfold authors
+Copyright: 2026 the pinfold authors
 License: Apache-2.0
  On Debian systems the full text is in /usr/share/common-licenses/Apache-2.0.
 COPY
 printf 'pinfold (%s) unstable; urgency=medium\n\n  * Built from commit %s.\n\n -- pinfold <pinfold@example.com>  %s\n' \
-  "$version" "$commit" "$(date -R)" | gzip -9n > "$root/usr/share/doc/pinfold/changelog.Debian.gz"
+  "$version" "$commit" "$(date -R)" | gzip -9n > "$root/usr/share/doc/pinfold/changelog.gz"
 size=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<CTRL
 Package: pinfold

@@ -39,7 +39,7 @@ done
 dpkg-deb -f "$deb" Package Version Architecture Depends
 grep -q '^Type=notify' <(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./lib/systemd/system/pinfold-planner.service) || { echo "package: the planner unit is not Type=notify"; exit 1; }
 apt_install lintian
-lintian --fail-on error --suppress-tags statically-linked-binary,no-manual-page "$deb"
+lintian --fail-on error,warning --suppress-tags statically-linked-binary,no-manual-page "$deb"
 rm -rf "$pkgdir"
 echo "== fuzz (short)"
 go test -run '^$' -fuzz '^FuzzParse$' -fuzztime 15s ./planner/cpuset

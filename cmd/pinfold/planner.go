@@ -375,7 +375,10 @@ at them.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes), agent %v. Ctrl-C stops it.\n",
 				p.Addr, host, len(top.CPUs), len(top.NUMANodes), !noAgent)
+			fmt.Fprintf(cmd.OutOrStdout(), "live view: http://%s/ui/   metrics: http://%s/metrics\n", p.Addr, p.Addr)
+			stopping := notifySystemd(ctx, log, p.Service.Healthy)
 			<-ctx.Done()
+			stopping()
 			return nil
 		},
 	}
