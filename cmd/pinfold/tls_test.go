@@ -132,7 +132,9 @@ func TestPlannerTLS(t *testing.T) {
 		}
 		evs = nil
 		_ = json.Unmarshal([]byte(out), &evs)
-		if slices.ContainsFunc(evs, func(e struct{ Identity, Kind, Subject, Outcome string }) bool { return e.Kind == "Deploy" && e.Subject == "web" }) ||
+		if slices.ContainsFunc(evs, func(e struct{ Identity, Kind, Subject, Outcome string }) bool {
+			return e.Kind == "Deploy" && e.Subject == "web"
+		}) ||
 			time.Now().After(deadline) {
 			break
 		}

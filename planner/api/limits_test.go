@@ -38,7 +38,7 @@ type countingPlanner struct {
 
 func (c *countingPlanner) Params() alloc.Params    { return alloc.DefaultParams() }
 func (c *countingPlanner) Hosts() []state.HostView { return nil }
-func (c *countingPlanner) Record(state.Event)       {}
+func (c *countingPlanner) Record(state.Event)      {}
 func (c *countingPlanner) DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error) {
 	c.deploys++
 	return service.DeployResult{}, nil
