@@ -100,7 +100,7 @@ func apiError(err error) error {
 	case connect.CodeResourceExhausted:
 		return &exitError{code: exitUnmet, err: fmt.Errorf("not placed: %s", msg)}
 	case connect.CodeUnavailable:
-		return &exitError{code: exitUnmet, err: fmt.Errorf("planner unreachable (is `pinfold planner` running?): %s", msg)}
+		return &exitError{code: exitUnreachable, err: fmt.Errorf("planner unreachable (is `pinfold planner` running?): %s", msg)}
 	}
 	return &exitError{code: exitUnmet, err: fmt.Errorf("%s: %s", ce.Code(), msg)}
 }

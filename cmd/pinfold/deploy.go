@@ -576,26 +576,42 @@ CPU each one used over its host's last window next to what it was given.
 
 func newCapacityCmd() *cobra.Command {
 	var (
-		c           clientFlags
-		out         outputFlag
-		cpu, memory string
-		bind        bool
+		c                      clientFlags
+		out                    outputFlag
+		cpu, memory, service   string
+		constraint             string
+		bind, useBuffer        bool
+		maxPerHost             int
+		affinity, antiAffinity []string
 	)
 	cmd := &cobra.Command{
-		Use:     "capacity --cpu X --memory SIZE [--bind]",
-		Short:   "How many instances of a size the live hosts could take (dry run)",
-		Example: `  pinfold capacity --cpu 1.7 --bind --memory 1GiB`,
-		Args:    cobra.NoArgs,
+		Use:   "capacity --cpu X --memory SIZE [--bind] [deploy's placement flags]",
+		Short: "How many instances of a size the live hosts could take (dry run)",
+		Long: `Count, per host that may take work, how many instances of a size it could
+take now, under the same rules and settings a deploy with the same flags
+applies: the cluster's buffer (or, with --use-buffer, its overbooking),
+--constraint, --affinity/--anti-affinity, --max-per-host (counting
+--service's instances). A deploy of the total succeeds and one more does
+not, unless a fault/upgrade domain spread limits where they may go.`,
+		Example: `  pinfold capacity --cpu 1.7 --bind --memory 1GiB
+  pinfold capacity --cpu 0.5 --memory 256MiB --use-buffer
+  pinfold capacity --cpu 2 --bind --memory 4GiB --constraint 'disk == "ssd"' --service web --max-per-host 2 -o json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.validate(cmd); err != nil {
 				return err
+			}
+			if maxPerHost < 0 {
+				return badInput("--max-per-host %d: want 0 (no limit) or more", maxPerHost)
 			}
 			cpuS, mem, err := parseCPUAndMemory(cpu, memory)
 			if err != nil {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				resp, err := cl.Capacity(cmd.Context(), connect.NewRequest(&pinfoldv1.CapacityRequest{Cpu: cpuS, Bind: bind, MemoryBytes: mem}))
+				resp, err := cl.Capacity(cmd.Context(), connect.NewRequest(&pinfoldv1.CapacityRequest{Cpu: cpuS, Bind: bind, MemoryBytes: mem,
+					Service: service, MaxPerHost: int32(maxPerHost), UseBuffer: useBuffer, Constraint: constraint,
+					AffinityHard: affinity, AntiAffinityHard: antiAffinity}))
 				if err != nil {
 					return err
 				}
@@ -617,6 +633,12 @@ func newCapacityCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cpu, "cpu", "1", "CPUs per instance")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory per instance")
 	cmd.Flags().BoolVar(&bind, "bind", false, "CPU-bound instances")
+	cmd.Flags().StringVar(&service, "service", "", "the service whose instances --max-per-host and the affinity rules count")
+	cmd.Flags().IntVar(&maxPerHost, "max-per-host", 0, "at most this many of --service's instances per host (0: no limit)")
+	cmd.Flags().BoolVar(&useBuffer, "use-buffer", false, "may use the hosts' buffered (or overbooked) capacity, as replacements do")
+	cmd.Flags().StringVar(&constraint, "constraint", "", `host properties the hosts must match, e.g. "HasSSD == true"`)
+	cmd.Flags().StringArrayVar(&affinity, "affinity", nil, "only hosts running this service (repeatable)")
+	cmd.Flags().StringArrayVar(&antiAffinity, "anti-affinity", nil, "never hosts running this service (repeatable)")
 	_ = cmd.MarkFlagRequired("memory")
 	return cmd
 }

@@ -400,7 +400,13 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 			return
 		}
 		seen[id] = true
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\n", node, id, c, orDash(strings.Join(holders[id], ", ")), c-h.UsedCpus[id])
+		free := fmt.Sprint(c - h.UsedCpus[id])
+		if over := h.UsedCpus[id] - c; over > 0 {
+			// Placed with the cluster's CPU overbooking (replacements,
+			// --use-buffer): its holders share it beyond its capacity.
+			free = fmt.Sprintf("0 (overbooked by %d: holders share it)", over)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", node, id, c, orDash(strings.Join(holders[id], ", ")), free)
 	}
 	for _, n := range h.NumaNodes {
 		cpus, _ := cpuset.ParseCPUs(n.Cpus)

@@ -3,7 +3,8 @@
 //
 // Exit codes: 0 success; 1 a well-formed request that cannot be met (for
 // example not enough capacity); 2 bad input or usage, or a host that cannot be
-// read. Nothing is changed when the exit code is not 0.
+// read; 3 the planner cannot be reached. Nothing is changed when the exit
+// code is 2 or 3.
 package main
 
 import (
@@ -23,6 +24,9 @@ const (
 	exitOK       = 0
 	exitUnmet    = 1 // the request is valid but cannot be met
 	exitBadInput = 2 // usage errors, invalid input, unreadable host files
+	// exitUnreachable: the planner did not answer (not running, wrong
+	// address, network): worth a retry, unlike 1 and 2.
+	exitUnreachable = 3
 )
 
 // exitError carries an exit code and a message for the user.

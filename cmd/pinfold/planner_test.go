@@ -113,7 +113,13 @@ func TestPlannerCLI(t *testing.T) {
 	if !strings.Contains(show, ins[0].ID) || !strings.Contains(show, "CPU map") {
 		t.Errorf("host show lacks the CPU map:\n%s", show)
 	}
-	must("resize", ins[0].ID, "--cpu", "+0.3", "--memory", "+64MiB")
+	// No agent runs these hosts: the resize is recorded, and waiting for it
+	// names the instance nothing was applied to (exit 1); --wait 0 does not wait.
+	if _, errOut, code := runCLI(t, "", append([]string{"resize", ins[0].ID, "--cpu", "+0.3", "--memory", "+64MiB"}, pl...)...); code != 1 ||
+		!strings.Contains(errOut, "nothing was applied to") || !strings.Contains(errOut, ins[0].ID+": no agent on host "+ins[0].Host) {
+		t.Errorf("resize on a host without an agent: exit %d, %s; want exit 1 naming %s and its host", code, errOut, ins[0].ID)
+	}
+	must("resize", ins[0].ID, "--memory", "+0MiB", "--wait", "0")
 	// The network mode travels with the instance, and a replace keeps it.
 	var all []struct {
 		Service string `json:"service"`
@@ -161,7 +167,7 @@ func TestPlannerCLI(t *testing.T) {
 		Image      string `json:"image"`
 		Generation int    `json:"generation"`
 	}
-	if err := json.Unmarshal([]byte(must("replace", "web", "--image", "busybox:2", "-o", "json")), &replaced); err != nil || len(replaced) != 4 || replaced[1].Image != "busybox:2" || replaced[1].Generation != 2 {
+	if err := json.Unmarshal([]byte(must("replace", "web", "--image", "busybox:2", "-o", "json", "--wait", "0")), &replaced); err != nil || len(replaced) != 4 || replaced[1].Image != "busybox:2" || replaced[1].Generation != 2 {
 		t.Errorf("replace web = %+v, %v", replaced, err)
 	}
 	// Bad input: exit 2, nothing changed.
@@ -204,7 +210,7 @@ func TestPlannerCLI(t *testing.T) {
 		t.Errorf("unmet deploy: exit %d %s", code, errOut)
 	}
 	_, errOut, code = runCLI(t, "", "ps", "--planner", freeAddr(t))
-	if code != 1 || !strings.Contains(errOut, "unreachable") {
+	if code != 3 || !strings.Contains(errOut, "unreachable") {
 		t.Errorf("unreachable planner: exit %d %s", code, errOut)
 	}
 	// Scale, rebalance (a dry run), then removing a host places its

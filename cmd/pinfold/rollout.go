@@ -71,15 +71,22 @@ const (
 
 // waitApplied polls until every instance in want (ID → generation) runs at
 // least that generation on its host, one fails, or the timeout passes.
-// Instances on hosts without an agent are not waited for.
+// Instances on hosts without an agent, or down, are not waited for: they
+// are named, and the wait ends with exit code 1 (the change is recorded).
 func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want map[string]int64, mode waitMode, timeout time.Duration, progress io.Writer) ([]*pinfoldv1.Instance, error) {
 	hosts, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
 	if err != nil {
 		return nil, err
 	}
-	agent := map[string]bool{}
+	// Why a host cannot apply anything now ("": it can).
+	cannot := map[string]string{}
 	for _, h := range hosts.Msg.Hosts {
-		agent[h.Name] = h.Agent
+		switch {
+		case !h.Agent:
+			cannot[h.Name] = "no agent on host " + h.Name + " (registered by hand; an agent applies it when it registers)"
+		case h.State == "down":
+			cannot[h.Name] = "host " + h.Name + " is down (its agent is not heartbeating; it applies it when it returns)"
+		}
 	}
 	deadline := time.Now().Add(timeout)
 	lastDone := -1
@@ -89,7 +96,7 @@ func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 			return nil, err
 		}
 		var got []*pinfoldv1.Instance
-		var failed []string
+		var failed, unapplied []string
 		done, total := 0, 0
 		for _, in := range resp.Msg.Instances {
 			gen, ok := want[in.Id]
@@ -97,7 +104,8 @@ func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 				continue
 			}
 			got = append(got, in)
-			if !agent[in.Host] {
+			if why, ok := cannot[in.Host]; ok {
+				unapplied = append(unapplied, fmt.Sprintf("%s: %s", in.Id, why))
 				continue
 			}
 			total++
@@ -119,6 +127,10 @@ func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 		if done+len(failed) == total {
 			if len(failed) > 0 {
 				return got, &exitError{code: exitUnmet, err: fmt.Errorf("%d of %d instances failed:\n  %s", len(failed), total, strings.Join(failed, "\n  "))}
+			}
+			if len(unapplied) > 0 {
+				return got, &exitError{code: exitUnmet, err: fmt.Errorf("recorded, but applied on %d of %d instances; nothing was applied to:\n  %s\n(--wait 0 records a change without waiting for the hosts)",
+					done, done+len(unapplied), strings.Join(unapplied, "\n  "))}
 			}
 			return got, nil
 		}

@@ -52,7 +52,7 @@ type Planner interface {
 	Resize(context.Context, service.ResizeRequest) ([]model.Instance, error)
 	Replace(context.Context, service.ReplaceRequest) ([]model.Instance, error)
 	Remove(ctx context.Context, target string) ([]string, error)
-	Capacity(service.DeployRequest) (map[string]alloc.Capacity, error)
+	Capacity(service.DeployRequest) (map[string]placement.HostRoom, error)
 	Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error
 	ReportStatus(ctx context.Context, host, id string, st model.Status) error
 	Health(now time.Time) []service.Warning
@@ -547,11 +547,14 @@ func (s *Server) ListInstances(_ context.Context, r *connect.Request[pinfoldv1.L
 }
 
 func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error) {
-	p, err := pieces("cpu", r.Msg.Cpu, s.sb(), false)
+	m := r.Msg
+	p, err := pieces("cpu", m.Cpu, s.sb(), false)
 	if err != nil {
 		return nil, err
 	}
-	caps, err := s.svc.Capacity(service.DeployRequest{Pieces: p, Bind: r.Msg.Bind, Memory: r.Msg.MemoryBytes})
+	caps, err := s.svc.Capacity(service.DeployRequest{Service: m.Service, Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MaxPerHost: int(m.MaxPerHost),
+		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
+			Affinity: placement.Affinity{Hard: m.AffinityHard}, AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard}}})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -560,7 +563,7 @@ func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.Capaci
 		c := caps[h]
 		out.Capacity[h] = int32(min(c.Count, 1<<30))
 		out.Total += int64(min(c.Count, 1<<30))
-		out.Limit[h] = c.Limit()
+		out.Limit[h] = c.Limit
 	}
 	return connect.NewResponse(out), nil
 }

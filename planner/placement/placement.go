@@ -557,3 +557,61 @@ func rankHosts(r Request, hosts []*Host) map[string]int {
 	}
 	return rank
 }
+
+// HostRoom is how many instances of a request one host may take under the
+// rules, and what limits it: a rule that eliminated the host (Disabled,
+// Maintenance, PlacementConstraint, Affinity), or what its room runs out
+// of (the allocation engine's reason, "cpu buffer", "max_per_host").
+type HostRoom struct {
+	Count int
+	Limit string
+}
+
+// Capacity is, per host, how many instances of r it may take under the
+// same rules and settings a deploy of r applies: hard rules eliminate
+// hosts, the buffer or (with UseBuffer) the overbooking scale their room,
+// and max per host caps it. A deploy of the total succeeds, and one more
+// fails, when the domain spread does not limit it (Capacity does not count
+// the spread: it decides where instances go, not how many fit). Pure.
+func Capacity(p alloc.Params, s Settings, hosts []*Host, r Request) (map[string]HostRoom, error) {
+	if r.Strategy == "" {
+		r.Strategy = alloc.Auto
+	}
+	if r.Count == 0 {
+		r.Count = 1
+	}
+	if err := p.Validate(); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Error()}
+	}
+	if err := s.Validate(); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Error()}
+	}
+	if err := alloc.ValidateRequest(p, r.Request); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Error()}
+	}
+	if err := r.Validate(); err != nil {
+		return nil, &Error{Invalid: true, Message: err.Message}
+	}
+	expr, _ := Parse(r.Constraint)
+	out := make(map[string]HostRoom, len(hosts))
+	var left []*Host
+	for _, h := range hosts {
+		switch {
+		case h.Disabled:
+			out[h.Name] = HostRoom{Limit: RuleDisabled}
+		case h.Maintenance:
+			out[h.Name] = HostRoom{Limit: RuleMaintenance}
+		case s.priority(RulePlacementConstraint) == Hard && expr.root != nil && !expr.Match(h.Props()):
+			out[h.Name] = HostRoom{Limit: RulePlacementConstraint}
+		case s.priority(RuleAffinity) == Hard && !hardAffinity(r)(h):
+			out[h.Name] = HostRoom{Limit: RuleAffinity}
+		default:
+			left = append(left, h)
+		}
+	}
+	_, room, why := s.rooms(p, r, left, r.UseBuffer)
+	for _, h := range left {
+		out[h.Name] = HostRoom{Count: room[h.Name], Limit: why[h.Name]}
+	}
+	return out, nil
+}

@@ -178,18 +178,27 @@ func newID(service string) string {
 	return service + "-" + hex.EncodeToString(b[:])
 }
 
-// Capacity is a dry run of a deploy against the live state.
-func (s *Service) Capacity(r DeployRequest) (map[string]alloc.Capacity, error) {
-	req := alloc.Request{Service: r.Service, Count: 1, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory, Strategy: alloc.Auto}
+// Capacity is a dry run of a deploy against the live state: per
+// schedulable host, how many instances of r it may take under the same
+// rules and settings a deploy of r applies (placement.Capacity): buffer,
+// overbooking (with UseBuffer), constraint, hard affinity, max per host.
+func (s *Service) Capacity(r DeployRequest) (map[string]placement.HostRoom, error) {
+	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: 1, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory,
+		Strategy: alloc.Auto, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
+		UseBuffer: r.UseBuffer}
 	if req.Service == "" {
 		req.Service = "capacity"
 	}
-	if err := alloc.ValidateRequest(s.params, req); err != nil {
-		return nil, fromAlloc(err)
+	if err := validateRules(r.Rules); err != nil {
+		return nil, err
 	}
-	out := map[string]alloc.Capacity{}
-	for _, h := range s.st.SchedulablePlacement().Hosts {
-		out[h.Name] = alloc.HostCapacity(s.params, h.Resources, req) // cached engine views and their capacity memos
+	out, err := placement.Capacity(s.params, s.st.PlacementSettings(), s.st.SchedulablePlacement().Hosts, req)
+	if err != nil {
+		var pe *placement.Error
+		if errors.As(err, &pe) {
+			return nil, errf(Invalid, "%s", pe.Message)
+		}
+		return nil, err
 	}
 	return out, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/state"
@@ -18,9 +19,22 @@ func mustJSON(v any) []byte {
 // allocation document equals the sum of its instances, no CPU holds more
 // pieces than its capacity, memory (host and NUMA node) is not oversold, and
 // no instance gets more than ShareBase pieces of one CPU. It returns every
-// violation found.
+// violation found. Capacity is the overbooked one where the cluster's
+// settings overbook a resource (what a replacement may use: placement's
+// adjust): what placement did is never flagged.
 func Verify(st *state.Store, shareBase int) []string {
 	var bad []string
+	ps := st.PlacementSettings()
+	limit := func(resource string, capacity int64) int64 {
+		o, ok := ps.Overbooking[resource]
+		switch {
+		case !ok:
+			return capacity
+		case o == -1:
+			return math.MaxInt64
+		}
+		return int64(math.Floor(float64(capacity) * (1 + o)))
+	}
 	for _, v := range st.Hosts() {
 		name := v.Host.Name
 		sum := state.NewAlloc()
@@ -37,15 +51,15 @@ func Verify(st *state.Store, shareBase int) []string {
 			bad = append(bad, fmt.Sprintf("host %s: allocation document %+v != sum of instances %+v", name, v.Alloc, sum))
 		}
 		for _, id := range slices.Sorted(maps.Keys(sum.Used)) {
-			if sum.Used[id] > v.Host.CPUs[id] {
+			if int64(sum.Used[id]) > limit("cpu", int64(v.Host.CPUs[id])) {
 				bad = append(bad, fmt.Sprintf("host %s: CPU %d oversold: %d of %d pieces", name, id, sum.Used[id], v.Host.CPUs[id]))
 			}
 		}
-		if sum.MemoryUsed > v.Host.MemoryBytes {
+		if sum.MemoryUsed > limit("memory", v.Host.MemoryBytes) {
 			bad = append(bad, fmt.Sprintf("host %s: memory oversold: %d of %d", name, sum.MemoryUsed, v.Host.MemoryBytes))
 		}
 		for n, m := range sum.NUMAUsed {
-			if m > v.Host.NUMAMemory[n] {
+			if m > limit("memory", v.Host.NUMAMemory[n]) {
 				bad = append(bad, fmt.Sprintf("host %s: NUMA node %d memory oversold: %d of %d", name, n, m, v.Host.NUMAMemory[n]))
 			}
 		}

@@ -3088,12 +3088,19 @@ func (x *ListInstancesResponse) GetInstances() []*Instance {
 }
 
 type CapacityRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Cpu           string                 `protobuf:"bytes,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
-	Bind          bool                   `protobuf:"varint,2,opt,name=bind,proto3" json:"bind,omitempty"`
-	MemoryBytes   int64                  `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Cpu         string                 `protobuf:"bytes,1,opt,name=cpu,proto3" json:"cpu,omitempty"`
+	Bind        bool                   `protobuf:"varint,2,opt,name=bind,proto3" json:"bind,omitempty"`
+	MemoryBytes int64                  `protobuf:"varint,3,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	// The deploy's flags that change the answer.
+	Service          string   `protobuf:"bytes,4,opt,name=service,proto3" json:"service,omitempty"` // max_per_host counts this service's instances
+	MaxPerHost       int32    `protobuf:"varint,5,opt,name=max_per_host,json=maxPerHost,proto3" json:"max_per_host,omitempty"`
+	UseBuffer        bool     `protobuf:"varint,6,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
+	Constraint       string   `protobuf:"bytes,7,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	AffinityHard     []string `protobuf:"bytes,8,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
+	AntiAffinityHard []string `protobuf:"bytes,9,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CapacityRequest) Reset() {
@@ -3145,6 +3152,48 @@ func (x *CapacityRequest) GetMemoryBytes() int64 {
 		return x.MemoryBytes
 	}
 	return 0
+}
+
+func (x *CapacityRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *CapacityRequest) GetMaxPerHost() int32 {
+	if x != nil {
+		return x.MaxPerHost
+	}
+	return 0
+}
+
+func (x *CapacityRequest) GetUseBuffer() bool {
+	if x != nil {
+		return x.UseBuffer
+	}
+	return false
+}
+
+func (x *CapacityRequest) GetConstraint() string {
+	if x != nil {
+		return x.Constraint
+	}
+	return ""
+}
+
+func (x *CapacityRequest) GetAffinityHard() []string {
+	if x != nil {
+		return x.AffinityHard
+	}
+	return nil
+}
+
+func (x *CapacityRequest) GetAntiAffinityHard() []string {
+	if x != nil {
+		return x.AntiAffinityHard
+	}
+	return nil
 }
 
 type CapacityResponse struct {
@@ -4194,11 +4243,21 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\"K\n" +
 	"\x15ListInstancesResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"Z\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xa8\x02\n" +
 	"\x0fCapacityRequest\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\tR\x03cpu\x12\x12\n" +
 	"\x04bind\x18\x02 \x01(\bR\x04bind\x12!\n" +
-	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\"\xa6\x02\n" +
+	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12\x18\n" +
+	"\aservice\x18\x04 \x01(\tR\aservice\x12 \n" +
+	"\fmax_per_host\x18\x05 \x01(\x05R\n" +
+	"maxPerHost\x12\x1d\n" +
+	"\n" +
+	"use_buffer\x18\x06 \x01(\bR\tuseBuffer\x12\x1e\n" +
+	"\n" +
+	"constraint\x18\a \x01(\tR\n" +
+	"constraint\x12#\n" +
+	"\raffinity_hard\x18\b \x03(\tR\faffinityHard\x12,\n" +
+	"\x12anti_affinity_hard\x18\t \x03(\tR\x10antiAffinityHard\"\xa6\x02\n" +
 	"\x10CapacityResponse\x12F\n" +
 	"\bcapacity\x18\x01 \x03(\v2*.pinfold.v1.CapacityResponse.CapacityEntryR\bcapacity\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12=\n" +
