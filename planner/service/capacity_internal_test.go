@@ -9,6 +9,8 @@ import (
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/state/statetest"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
 // TestCapacityEqualsDeploy: one randomized scenario set (fixed seeds, so a
@@ -133,5 +135,56 @@ func TestAuditAcceptsOverbooking(t *testing.T) {
 	}
 	if bad := Verify(f.st, 100); len(bad) != 1 || !strings.Contains(bad[0], "oversold: 150 of 100") {
 		t.Errorf("audit without overbooking = %v, want CPU oversold 150 of 100", bad)
+	}
+}
+
+// TestPiecesPerCPUProperty: over random share bases and pieces per CPU, a
+// host registers exactly when its pieces per CPU plan whole CPUs the way
+// it says (at most the share base, or a multiple of it), and then a
+// 1-CPU bound instance's capacity on the empty host is every CPU's whole
+// CPUs (none below the share base), and a deploy of it succeeds.
+func TestPiecesPerCPUProperty(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	for _, sb := range []int{10, 100, 1000} {
+		c := statetest.Start(t, 1)
+		st := c.Open(t, state.Config{ShareBase: sb, MaxFragmentCores: -1}, model.Protocol)
+		s := New(st, nil)
+		for i := range 12 {
+			ppc := 1 + rng.IntN(4*sb)
+			if i%3 == 0 {
+				ppc = sb * (1 + rng.IntN(4))
+			}
+			name := fmt.Sprintf("h%d-%d", sb, i)
+			_, err := s.RegisterHost(t.Context(), RegisterHostRequest{Name: name, Topology: topologytest.Laptop().Topology(),
+				Settings: state.CapacitySettings{PiecesPerCPU: ppc, MemoryShare: 1}})
+			ok := ppc <= sb || ppc%sb == 0
+			if ok != (err == nil) {
+				t.Errorf("share base %d, %d pieces per CPU: registration %v; want accepted %v", sb, ppc, err, ok)
+				continue
+			}
+			if err != nil {
+				if !strings.Contains(err.Error(), "multiple of it") {
+					t.Errorf("share base %d, %d pieces: %v; want the reason", sb, ppc, err)
+				}
+				continue
+			}
+			caps, err := s.Capacity(DeployRequest{Pieces: sb, Bind: true, Memory: 8 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 8 * (ppc / sb) // Laptop: 8 CPUs
+			if got := caps[name].Count; got != want {
+				t.Errorf("share base %d, %d pieces per CPU: capacity %d for 1 CPU, want %d", sb, ppc, got, want)
+			}
+			if want > 0 {
+				if _, err := s.Deploy(t.Context(), DeployRequest{Service: "p" + name, Spec: model.Spec{Image: "i"}, Count: want, Pieces: sb, Bind: true,
+					Memory: 8 << 20, MaxPerHost: want, Rules: state.Rules{Constraint: `HostName == "` + name + `"`}}); err != nil {
+					t.Errorf("share base %d, %d pieces per CPU: deploy of the capacity %d: %v", sb, ppc, want, err)
+				}
+			}
+			if _, err := s.SetEnabled(t.Context(), name, false); err != nil { // the next host is measured alone
+				t.Fatal(err)
+			}
+		}
 	}
 }

@@ -225,8 +225,8 @@ func (r SetHostRequest) applyCPUs(h *state.Host, used state.Alloc, ins []state.I
 		if h.Topology != nil && !h.Topology.Online.Contains(id) {
 			return errf(Invalid, "host %s: add CPU %d: not an online CPU of the host (%s)", r.Name, id, h.Topology.Online)
 		}
-		if p < 1 || p > 100*sb {
-			return errf(Invalid, "host %s: CPU %d pieces = %d: want 1..%d", r.Name, id, p, 100*sb)
+		if err := state.ValidatePieces(p, sb); err != nil {
+			return errf(Invalid, "host %s: CPU %d: %w", r.Name, id, err)
 		}
 		if p < used.Used[id] {
 			return errf(Precond, "host %s: CPU %d pieces = %d: below the %d in use", r.Name, id, p, used.Used[id])

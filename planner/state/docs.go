@@ -204,8 +204,8 @@ func NewHost(name string, t *topology.Topology, cfg Config, s CapacitySettings) 
 	if pieces == 0 {
 		pieces = cfg.ShareBase
 	}
-	if pieces < 1 || pieces > 100*cfg.ShareBase {
-		return Host{}, fmt.Errorf("state: host %s: pieces per CPU = %d: want 1..%d", name, pieces, 100*cfg.ShareBase)
+	if err := ValidatePieces(pieces, cfg.ShareBase); err != nil {
+		return Host{}, fmt.Errorf("state: host %s: %w", name, err)
 	}
 	if !s.ReservedCPUs.IsSubsetOf(t.Online) {
 		return Host{}, fmt.Errorf("state: host %s: reserved CPUs = %q: %s are not online", name, s.ReservedCPUs, s.ReservedCPUs.Difference(t.Online))
@@ -240,6 +240,23 @@ func NewHost(name string, t *topology.Topology, cfg Config, s CapacitySettings) 
 		}
 	}
 	return h, nil
+}
+
+// ValidatePieces checks a CPU's capacity in pieces against the share base:
+// 1..100×shareBase, and above the share base a multiple of it. A CPU whose
+// free pieces are not a multiple of the share base gives fragments only,
+// never a whole CPU (as Eru counts an oversold CPU), so 1500 pieces with a
+// share base of 1000 would silently take no whole-CPU instance; 2000 gives
+// two. Below the share base a CPU gives fragments only, by design.
+func ValidatePieces(pieces, shareBase int) error {
+	switch {
+	case pieces < 1 || pieces > 100*shareBase:
+		return fmt.Errorf("pieces per CPU = %d: want 1..%d", pieces, 100*shareBase)
+	case pieces > shareBase && pieces%shareBase != 0:
+		return fmt.Errorf("pieces per CPU = %d: above the share base (%d) it must be a multiple of it (%d or %d): a CPU whose pieces are not a multiple of the share base gives fragments only, never a whole CPU; to overbook CPUs use the cluster's overbooking (pinfold settings --overbooking cpu=0.5)",
+			pieces, shareBase, pieces/shareBase*shareBase, (pieces/shareBase+1)*shareBase)
+	}
+	return nil
 }
 
 // ValidateHostName accepts DNS-like names (letters, digits, - . _), 1..253 bytes.
