@@ -43,10 +43,24 @@ func envOr(k, def string) string {
 }
 
 func (c *clientFlags) client() (pinfoldv1connect.PlannerServiceClient, error) {
-	base := c.addr
-	if !strings.Contains(base, "://") {
-		base = "http://" + base
+	hc, err := c.httpClient()
+	if err != nil {
+		return nil, err
 	}
+	return pinfoldv1connect.NewPlannerServiceClient(hc, strings.TrimSuffix(c.baseURL(), "/")), nil
+}
+
+// baseURL is the planner's address as a URL (http:// when none is given).
+func (c *clientFlags) baseURL() string {
+	if !strings.Contains(c.addr, "://") {
+		return "http://" + c.addr
+	}
+	return c.addr
+}
+
+// httpClient is an HTTP client for the planner, with the TLS flags.
+func (c *clientFlags) httpClient() (*http.Client, error) {
+	base := c.baseURL()
 	hc := &http.Client{Timeout: 5 * time.Minute}
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return nil, badInput("--tls-cert and --tls-key go together")
@@ -69,7 +83,7 @@ func (c *clientFlags) client() (pinfoldv1connect.PlannerServiceClient, error) {
 		}
 		hc.Transport = &http.Transport{TLSClientConfig: tc}
 	}
-	return pinfoldv1connect.NewPlannerServiceClient(hc, strings.TrimSuffix(base, "/")), nil
+	return hc, nil
 }
 
 // call connects to the planner and runs f, mapping the API errors it

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
@@ -112,7 +114,20 @@ func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
 			o = planfile.NewOutput(in.Params, nil, 0, []alloc.Placement{pl}, nil)
 		}
 	}
-	if asJSON {
+	if y, ok := w.(yamlOut); ok && asJSON {
+		// -o yaml: the same document as -o json, as YAML.
+		var buf bytes.Buffer
+		if err := o.WriteJSON(&buf); err != nil {
+			return err
+		}
+		b, err := yaml.JSONToYAML(buf.Bytes())
+		if err != nil {
+			return err
+		}
+		if _, err := y.Writer.Write(append([]byte("---\n"), b...)); err != nil {
+			return err
+		}
+	} else if asJSON {
 		if err := o.WriteJSON(w); err != nil {
 			return err
 		}

@@ -156,6 +156,39 @@ func TestPlannerTLS(t *testing.T) {
 	if !refused {
 		t.Errorf("events lack viewer:bob's refused SetHostEnabled: %+v", evs)
 	}
+	// /ui/ and /metrics take the API's authorization: readers in, an
+	// agent's certificate and no certificate out.
+	get := func(who *pki.Files, path string) int {
+		t.Helper()
+		c := clientFlags{addr: url, tlsCA: srv.CA}
+		if who != nil {
+			c.tlsCert, c.tlsKey = who.Cert, who.Key
+		}
+		hc, err := c.httpClient()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := hc.Get(url + path)
+		if err != nil {
+			return 0
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	for _, tc := range []struct {
+		who  *pki.Files
+		path string
+		want int
+	}{
+		{&viewer, "/ui/", 200}, {&admin, "/metrics", 200}, {&viewer, "/metrics", 200}, {&agent, "/ui/", 403}, {&agent, "/metrics", 403},
+	} {
+		if got := get(tc.who, tc.path); got != tc.want {
+			t.Errorf("GET %s as %s = %d, want %d", tc.path, tc.who.Cert, got, tc.want)
+		}
+	}
+	if got := get(nil, "/metrics"); got == 200 {
+		t.Errorf("GET /metrics without a client certificate = %d", got)
+	}
 	// Without a client certificate, or without the CA, nothing gets in.
 	if _, _, code := runCLI(t, "", "host", "list", "--planner", url, "--tls-ca", srv.CA); code == 0 {
 		t.Errorf("without a client certificate the planner must refuse")
