@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 )
 
@@ -113,16 +114,22 @@ func (p *Pending) Instance(id string) (InstanceView, bool) {
 // ServiceInstances returns a service's instances with pending writes,
 // sorted by host then ID.
 func (p *Pending) ServiceInstances(service string) []InstanceView {
-	out := p.base.ServiceInstances(service)
+	return p.overlay(p.base.ServiceInstances(service), func(in *model.Instance) bool { return in.Service == service })
+}
+
+// overlay lays the pending writes over the cache's instances base: those
+// written or deleted go, and the written ones that match come back as
+// written; sorted by host then ID.
+func (p *Pending) overlay(base []InstanceView, match func(*model.Instance) bool) []InstanceView {
 	if len(p.c.instances) == 0 {
-		return out
+		return base
 	}
-	out = slices.DeleteFunc(out, func(v InstanceView) bool {
+	out := slices.DeleteFunc(base, func(v InstanceView) bool {
 		_, pending := p.c.instances[v.Instance.ID]
 		return pending
 	})
 	for id, w := range p.c.instances {
-		if w.in == nil || w.in.Service != service {
+		if w.in == nil || !match(w.in) {
 			continue
 		}
 		if v, ok := p.Instance(id); ok {
@@ -149,22 +156,5 @@ func (p *Pending) Service(name string) (Doc[Service], bool) {
 
 // Instances returns host's instances with pending writes, sorted by ID.
 func (p *Pending) Instances(host string) []InstanceView {
-	out := p.base.Instances(host)
-	if len(p.c.instances) == 0 {
-		return out
-	}
-	out = slices.DeleteFunc(out, func(v InstanceView) bool {
-		_, pending := p.c.instances[v.Instance.ID]
-		return pending
-	})
-	for id, w := range p.c.instances {
-		if w.in == nil || w.in.Host != host {
-			continue
-		}
-		if v, ok := p.Instance(id); ok {
-			out = append(out, v)
-		}
-	}
-	sortInstances(out)
-	return out
+	return p.overlay(p.base.Instances(host), func(in *model.Instance) bool { return in.Host == host })
 }

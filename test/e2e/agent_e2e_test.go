@@ -68,6 +68,22 @@ func daemon(t *testing.T, name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// startPlanner runs a planner on plannerAddr over dataDir and waits until
+// it serves.
+func startPlanner(t *testing.T, dataDir, logLevel string) *exec.Cmd {
+	t.Helper()
+	p := daemon(t, "planner", "planner", "--data-dir", dataDir, "--listen", plannerAddr, "--log-level", logLevel)
+	eventually(t, 60*time.Second, "the planner", func() (bool, string) {
+		r, err := http.Get("http://" + plannerAddr + "/healthz")
+		if err != nil {
+			return false, err.Error()
+		}
+		r.Body.Close()
+		return r.StatusCode == 200, r.Status
+	})
+	return p
+}
+
 func tail(s string, n int) string {
 	lines := strings.Split(s, "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
@@ -147,15 +163,7 @@ func TestE2EAgent(t *testing.T) {
 	testenv.RequireNUMANodes(t, 2)
 	image := testenv.Image(t)
 	dir := t.TempDir()
-	planner := daemon(t, "planner", "planner", "--data-dir", dir+"/planner", "--listen", plannerAddr, "--log-level", "warn")
-	eventually(t, 60*time.Second, "the planner", func() (bool, string) {
-		r, err := http.Get("http://" + plannerAddr + "/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		r.Body.Close()
-		return r.StatusCode == 200, r.Status
-	})
+	planner := startPlanner(t, dir+"/planner", "warn")
 	agentArgs := []string{"agent", "--planner", plannerAddr, "--host", "vm", "--state-dir", dir + "/agent", "--resync", "1s", "--health-wait", "2s", "--shrink-deadline", "8s"}
 	agent := daemon(t, "agent", agentArgs...)
 	eventually(t, 60*time.Second, "host vm up", func() (bool, string) {

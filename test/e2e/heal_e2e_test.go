@@ -4,7 +4,6 @@ package e2e_test
 
 import (
 	"fmt"
-	"net/http"
 	"os/exec"
 	"slices"
 	"strings"
@@ -32,15 +31,7 @@ func TestE2EHeal(t *testing.T) {
 	image := testenv.Image(t)
 	dir := t.TempDir()
 	pl := []string{"--planner", plannerAddr}
-	daemon(t, "planner", "planner", "--data-dir", dir+"/planner", "--listen", plannerAddr, "--log-level", "info")
-	eventually(t, 60*time.Second, "the planner", func() (bool, string) {
-		r, err := http.Get("http://" + plannerAddr + "/healthz")
-		if err != nil {
-			return false, err.Error()
-		}
-		r.Body.Close()
-		return r.StatusCode == 200, r.Status
-	})
+	startPlanner(t, dir+"/planner", "info")
 	agentArgs := func(host string) []string {
 		return []string{"agent", "--planner", plannerAddr, "--host", host, "--cgroup-parent", "/pinfold-" + host,
 			"--state-dir", dir + "/" + host, "--resync", "1s", "--health-wait", "1s", "--heartbeat-ttl", "2s"}
