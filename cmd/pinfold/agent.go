@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -82,15 +83,11 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return &exitError{code: exitBadInput, err: err}
 	}
-	cg, err := cgroup.Open(f.cgroupRoot, "", cgroup.WithLogger(log)) // owns no subtree: writes containers' groups
+	cg, eng, err := f.prerequisites(ctx, log)
 	if err != nil {
-		return &exitError{code: exitBadInput, err: err}
+		return err
 	}
 	defer cg.Close()
-	eng, err := docker.Connect(ctx, f.dockerHost, log)
-	if err != nil {
-		return &exitError{code: exitUnmet, err: err}
-	}
 	cl, err := f.client.client()
 	if err != nil {
 		return err
@@ -176,4 +173,25 @@ func serveAgentMetrics(a *nodeagent.Agent, addr string) (stop func(), bound stri
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 16 << 10}
 	go func() { _ = srv.Serve(ln) }()
 	return func() { _ = srv.Close() }, ln.Addr().String(), nil
+}
+
+// prerequisites opens what the agent needs, saying exactly what is missing
+// and how to fix it: cgroup v2 (unified) at --cgroup-root with the
+// controllers it writes, and a reachable Docker engine.
+func (f *agentFlags) prerequisites(ctx context.Context, log *slog.Logger) (*cgroup.Manager, *docker.Adapter, error) {
+	if _, err := os.Stat(filepath.Join(f.cgroupRoot, "cgroup.controllers")); err != nil {
+		return nil, nil, &exitError{code: exitUnmet, err: fmt.Errorf("agent prerequisite: cgroup v2 is not mounted at %s (%v): this host runs cgroup v1 or the hybrid layout; "+
+			"boot with systemd.unified_cgroup_hierarchy=1 (and without cgroup_no_v1 overrides) on the kernel command line, or give --cgroup-root the cgroup2 mount", f.cgroupRoot, err)}
+	}
+	cg, err := cgroup.Open(f.cgroupRoot, "", cgroup.WithLogger(log)) // owns no subtree: writes containers' groups
+	if err != nil {
+		return nil, nil, &exitError{code: exitUnmet, err: fmt.Errorf("agent prerequisite: %w (the agent needs the %s controllers enabled at %s: "+
+			"echo '+cpu +cpuset +memory +pids' > %s/cgroup.subtree_control, or let systemd delegate them)", err, strings.Join(cgroup.Controllers, ", "), f.cgroupRoot, f.cgroupRoot)}
+	}
+	eng, err := docker.Connect(ctx, f.dockerHost, log)
+	if err != nil {
+		cg.Close()
+		return nil, nil, &exitError{code: exitUnmet, err: fmt.Errorf("agent prerequisite: %w (is dockerd running? systemctl start docker; or give --docker-host)", err)}
+	}
+	return cg, eng, nil
 }

@@ -355,9 +355,9 @@ what is free, and the memory-first instances sharing the free CPUs.`,
 }
 
 func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) error {
-	fmt.Fprintf(w, "Host %s: %s, %s of %s CPUs used, %s of %s memory used, agent %v %s\n", h.Name, h.State,
+	fmt.Fprintf(w, "Host %s: %s, %s of %s CPUs used, %s of %s memory used, %s\n", h.Name, h.State,
 		cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
-		formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), h.Agent, h.AgentVersion)
+		formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), agentState(h))
 	if h.FaultDomain != "" || h.UpgradeDomain != "" || h.HostType != "" || len(h.Properties) > 0 {
 		var props []string
 		for _, k := range slices.Sorted(maps.Keys(h.Properties)) {
@@ -787,4 +787,15 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// agentState says in words what enforces the host's plan.
+func agentState(h *pinfoldv1.Host) string {
+	switch {
+	case !h.Agent:
+		return "no agent (registered by hand: its instances stay pending until an agent registers it)"
+	case h.State == "down":
+		return "agent " + h.AgentVersion + " not heartbeating (down)"
+	}
+	return "agent " + h.AgentVersion + " heartbeating"
 }

@@ -365,16 +365,24 @@ at them.`,
 				}
 				log.Info("this host was registered before; keeping its registration", "host", host)
 			}
+			agentState := "not started (--no-agent)"
 			if !noAgent {
-				ag.client.addr = c.addr
-				startAgentInBackground(ctx, &ag, log)
+				if cg, eng, err := ag.prerequisites(ctx, log); err != nil {
+					agentState = "not started: " + err.Error()
+				} else {
+					cg.Close()
+					_ = eng
+					ag.client.addr = c.addr
+					startAgentInBackground(ctx, &ag, log)
+					agentState = "running (it enforces this host's instances)"
+				}
 			}
 			if withTLS {
 				fmt.Fprintf(cmd.OutOrStdout(), "mutual TLS: use the admin certificate with\n  export PINFOLD_PLANNER=%s PINFOLD_TLS_CA=%s PINFOLD_TLS_CERT=%s PINFOLD_TLS_KEY=%s\n"+
 					"more certificates: pinfold pki issue agent|viewer|admin NAME --dir %s\n", c.addr, admin.CA, admin.Cert, admin.Key, filepath.Dir(admin.CA))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes), agent %v. Ctrl-C stops it.\n",
-				p.Addr, host, len(top.CPUs), len(top.NUMANodes), !noAgent)
+			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes). Ctrl-C stops it.\nagent: %s\n",
+				p.Addr, host, len(top.CPUs), len(top.NUMANodes), agentState)
 			fmt.Fprintf(cmd.OutOrStdout(), "live view: http://%s/ui/   metrics: http://%s/metrics\n", p.Addr, p.Addr)
 			stopping := notifySystemd(ctx, log, p.Service.Healthy)
 			<-ctx.Done()

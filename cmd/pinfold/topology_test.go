@@ -152,3 +152,32 @@ func TestHelpTeaches(t *testing.T) {
 		t.Errorf("topology --help = exit %d:\n%s", code, out)
 	}
 }
+
+// TestAgentPrerequisites: an agent that cannot run says exactly what is
+// missing and how to fix it, and exits 1: cgroup v1 or hybrid (no
+// cgroup.controllers at the cgroup root), a controller missing there.
+func TestAgentPrerequisites(t *testing.T) {
+	v1 := t.TempDir()
+	partial := t.TempDir()
+	if err := os.WriteFile(filepath.Join(partial, "cgroup.controllers"), []byte("cpu memory pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		root string
+		want []string
+	}{
+		{v1, []string{"cgroup v2 is not mounted at " + v1, "systemd.unified_cgroup_hierarchy=1"}},
+		{partial, []string{`controller "cpuset" is not available`, "cgroup.subtree_control"}},
+	} {
+		_, errOut, code := runCLI(t, "", "agent", "--cgroup-root", tc.root, "--sysfs-root", "../../numa/testdata/sysfs/laptop-i7-1185g7",
+			"--proc-root", "../../numa/testdata/sysfs/laptop-i7-1185g7/proc", "--planner", "127.0.0.1:1", "--state-dir", t.TempDir())
+		if code != 1 {
+			t.Errorf("agent with cgroup root %s: exit %d, want 1: %s", tc.root, code, errOut)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(errOut, w) {
+				t.Errorf("agent with cgroup root %s: %q lacks %q", tc.root, errOut, w)
+			}
+		}
+	}
+}

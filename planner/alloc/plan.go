@@ -45,6 +45,23 @@ func ValidateRequest(p Params, r Request) error {
 	return nil
 }
 
+// MinFragment is the smallest fraction of a CPU, in pieces, a host can
+// enforce: 1/100 CPU, the 1 ms quota per 100 ms period that is cpu.max's
+// (and Docker's) smallest (10 pieces with a share base of 1000; 1 with 100).
+func MinFragment(shareBase int) int { return max(1, (shareBase+99)/100) }
+
+// Enforceable refuses CPU amounts a host could not enforce: a fraction of
+// a CPU below MinFragment. The engine plans any piece count; the planner
+// hands out only what hosts enforce (field names the request's field).
+func Enforceable(p Params, field string, pieces int) error {
+	if f := pieces % p.ShareBase; f > 0 && f < MinFragment(p.ShareBase) {
+		return invalid(field, FormatPieces(pieces, p.ShareBase),
+			"its fraction of a CPU, %s, is below the smallest a host can enforce, %s (cpu.max takes at least 1 ms per 100 ms period): ask for a whole number of CPUs or a fraction of at least %s",
+			FormatPieces(f, p.ShareBase), FormatPieces(MinFragment(p.ShareBase), p.ShareBase), FormatPieces(MinFragment(p.ShareBase), p.ShareBase))
+	}
+	return nil
+}
+
 // Plan decides where Count new instances of r go on hosts (already filtered
 // to the hosts that may take work) and which resources each gets. It does not
 // change hosts. The error is an *Error: CodeInvalid for bad input, otherwise

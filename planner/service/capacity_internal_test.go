@@ -188,3 +188,32 @@ func TestPiecesPerCPUProperty(t *testing.T) {
 		}
 	}
 }
+
+// TestFinePiecesEnforceable: with a share base of 1000 the planner hands
+// out no fraction of a CPU below 0.01 (cpu.max's 1 ms per 100 ms period,
+// which Docker also refuses below): a deploy or a resize asking for one is
+// refused with the reason, 0.01 and whole CPUs are not.
+func TestFinePiecesEnforceable(t *testing.T) {
+	c := statetest.Start(t, 1)
+	st := c.Open(t, state.Config{ShareBase: 1000, MaxFragmentCores: -1}, model.Protocol)
+	s := New(st, nil)
+	if _, err := s.RegisterHost(t.Context(), RegisterHostRequest{Name: "h", Topology: topologytest.Laptop().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		pieces int
+		bind   bool
+		ok     bool
+	}{{1005, true, false}, {5, true, false}, {9, false, false}, {1010, true, true}, {10, false, true}, {2000, true, true}} {
+		_, err := s.Deploy(t.Context(), DeployRequest{Service: fmt.Sprintf("s%d", tc.pieces), Spec: model.Spec{Image: "i"}, Count: 1, Pieces: tc.pieces, Bind: tc.bind, Memory: gib})
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("deploy of %d pieces: %v", tc.pieces, err)
+		case !tc.ok && (CodeOf(err) != Invalid || !strings.Contains(err.Error(), "below the smallest a host can enforce, 0.01")):
+			t.Errorf("deploy of %d pieces = %v, want refused naming 0.01", tc.pieces, err)
+		}
+	}
+	if _, err := s.Resize(t.Context(), ResizeRequest{Target: "s1010", CPUDelta: -5}); CodeOf(err) != Invalid || !strings.Contains(err.Error(), "1.005") {
+		t.Errorf("resize 1.01 - 0.005 = %v, want refused naming 1.005", err)
+	}
+}

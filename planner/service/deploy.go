@@ -83,6 +83,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	if err := alloc.ValidateRequest(s.params, req.Request); err != nil {
 		return DeployResult{}, fromAlloc(err)
 	}
+	if err := alloc.Enforceable(s.params, "cpu", r.Pieces); err != nil {
+		return DeployResult{}, fromAlloc(err)
+	}
 	if err := req.Validate(); err != nil {
 		return DeployResult{}, fromAlloc(err)
 	}

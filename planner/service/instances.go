@@ -135,6 +135,9 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			if err != nil {
 				return nil, fromAlloc(err)
 			}
+			if err := alloc.Enforceable(s.params, "cpu of "+in.ID, pl.Allocation.Pieces()); err != nil {
+				return nil, fromAlloc(err)
+			}
 			if pl.Memory < MinInstanceMemory {
 				return nil, errf(Invalid, "memory of %s: %d + %d = %d: want at least %d (6 MiB, the Docker engine's smallest memory limit)",
 					in.ID, in.Memory, r.MemoryDelta, pl.Memory, MinInstanceMemory)
