@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/planner/model"
@@ -86,6 +87,36 @@ type Observed struct {
 	MemoryCurrent int64
 	CPUWeight     uint64
 	CPUUsageUsec  uint64 // cpu.stat usage_usec
+	// Kernel is what the container's cgroup files hold (cpuset.cpus,
+	// cpuset.mems, cpu.max, memory.max), nil when not read: a write
+	// straight into them, behind Docker's back, shows here only.
+	Kernel *docker.Resources
+}
+
+// kernelDrift names how the cgroup files k differ from the plan want
+// ("": they do not).
+func kernelDrift(k *docker.Resources, want docker.Resources) string {
+	if k == nil {
+		return ""
+	}
+	var d []string
+	if !k.CPUs.Equal(want.CPUs) {
+		d = append(d, fmt.Sprintf("cpuset.cpus %q (plan %q)", k.CPUs, want.CPUs))
+	}
+	if !k.Mems.Equal(want.Mems) {
+		d = append(d, fmt.Sprintf("cpuset.mems %q (plan %q)", k.Mems, want.Mems))
+	}
+	if k.CPUQuota != want.CPUQuota {
+		d = append(d, fmt.Sprintf("cpu.max quota %d µs (plan %d; 0: max)", k.CPUQuota, want.CPUQuota))
+	}
+	// The kernel rounds memory.max down to a page (up to 64 KiB on arm64).
+	if k.MemoryBytes > want.MemoryBytes || want.MemoryBytes-k.MemoryBytes >= 64<<10 {
+		d = append(d, fmt.Sprintf("memory.max %d (plan %d)", k.MemoryBytes, want.MemoryBytes))
+	}
+	if len(d) == 0 {
+		return ""
+	}
+	return "cgroup files drifted from the plan: " + strings.Join(d, ", ")
 }
 
 // Diff compares what the planner wants with what Docker has and returns the
@@ -159,7 +190,13 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 		if !c.Running && !c.Paused {
 			out = append(out, Action{Kind: Start, Instance: in, Container: c.ID, Want: want, Reason: "not running (" + c.Status + ")"})
 		}
-		out = append(out, Action{Kind: Reassert, Instance: in, Container: c.ID, Want: want})
+		// The files follow the plan, except while the host refuses the
+		// plan's resize: then what Docker holds (the refusal keeps it).
+		files := want
+		if known.Refused[in.ID] == in.Generation {
+			files.Resources = c.Applied
+		}
+		out = append(out, Action{Kind: Reassert, Instance: in, Container: c.ID, Want: files, Reason: kernelDrift(c.Kernel, files.Resources)})
 	}
 	var orphans []Observed
 	for _, cs := range byInst {

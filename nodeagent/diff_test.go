@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pinfold/pinfold/docker"
@@ -263,5 +264,61 @@ func TestDiffOrder(t *testing.T) {
 	acts := Diff(host6, []model.Instance{a0}, observed[:1], SchemeCapped, Known{Weights: map[string]uint64{"a": 77}})
 	if acts[len(acts)-1].Kind != Reassert || acts[len(acts)-1].Want.CPUWeight != 77 {
 		t.Errorf("the share loop's weight was not kept: %+v", acts)
+	}
+}
+
+// TestKernelDrift: cgroup files written behind Docker's back (its stored
+// config still matches the plan) make the pass re-assert them, saying
+// which file drifted; page rounding of memory.max is no drift.
+func TestKernelDrift(t *testing.T) {
+	t.Parallel()
+	in := model.Instance{ID: "a", Service: "s", Spec: model.Spec{Image: "img", Command: []string{"sleep", "1"}}, Generation: 1,
+		Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{2: 100, 3: 100}, NUMANode: 0, Memory: 100<<20 + 100}}
+	want := Map(host6, in, SchemeQuota, pool(host6, []model.Instance{in}))
+	clean := obs("c1", "a", "img", 1, want.Resources, true, false)
+	k := want.Resources
+	k.MemoryBytes -= 100 // the kernel's page rounding
+	clean.Kernel = &k
+	if acts := Diff(host6, []model.Instance{in}, []Observed{clean}, SchemeQuota, Known{}); len(acts) != 1 || acts[0].Kind != Reassert || acts[0].Reason != "" {
+		t.Errorf("no drift: %+v", acts)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*docker.Resources)
+		want   string
+	}{
+		{"cpuset written by hand", func(r *docker.Resources) { r.CPUs = cpuset.MustParseCPUs("0") }, `cpuset.cpus "0" (plan "2-3")`},
+		{"memory.max raised", func(r *docker.Resources) { r.MemoryBytes = 1 << 30 }, "memory.max 1073741824"},
+		{"cpu.max set", func(r *docker.Resources) { r.CPUQuota = 50000 }, "cpu.max quota 50000"},
+	} {
+		o := obs("c1", "a", "img", 1, want.Resources, true, false)
+		k := want.Resources
+		tc.change(&k)
+		o.Kernel = &k
+		acts := Diff(host6, []model.Instance{in}, []Observed{o}, SchemeQuota, Known{})
+		if len(acts) != 1 || acts[0].Kind != Reassert || !strings.Contains(acts[0].Reason, tc.want) {
+			t.Errorf("%s: %+v, want a reassert naming %q", tc.name, acts, tc.want)
+		}
+	}
+}
+
+// TestReassertKeepsARefusedResize: while the host refuses a resize (say a
+// memory shrink below use), the re-asserted files are what Docker holds,
+// not the refused plan: memory.max is not lowered behind the refusal.
+func TestReassertKeepsARefusedResize(t *testing.T) {
+	t.Parallel()
+	in := model.Instance{ID: "a", Service: "s", Spec: model.Spec{Image: "img", Command: []string{"sleep", "1"}}, Generation: 2,
+		Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{2: 100}, NUMANode: 0, Memory: 32 << 20}}
+	want := Map(host6, in, SchemeQuota, pool(host6, []model.Instance{in}))
+	have := want.Resources
+	have.MemoryBytes = 128 << 20
+	o := obs("c1", "a", "img", 1, have, true, false)
+	acts := Diff(host6, []model.Instance{in}, []Observed{o}, SchemeQuota, Known{Refused: map[string]int64{"a": 2}})
+	if len(acts) != 1 || acts[0].Kind != Reassert || acts[0].Want.Resources.MemoryBytes != 128<<20 {
+		t.Fatalf("refused resize: %+v, want one reassert of Docker's 128 MiB", acts)
+	}
+	acts = Diff(host6, []model.Instance{in}, []Observed{o}, SchemeQuota, Known{})
+	if len(acts) != 2 || acts[0].Kind != Update || acts[1].Want.Resources.MemoryBytes != 32<<20 {
+		t.Fatalf("resize not refused: %+v, want update then reassert of the plan", acts)
 	}
 }

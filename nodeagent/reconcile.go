@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 )
 
@@ -72,7 +74,7 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 		t0 := time.Now()
 		err := a.apply(ctx, act)
 		a.prom.action(act.Kind, err)
-		if act.Kind != Reassert {
+		if act.Kind != Reassert || act.Reason != "" {
 			acted = true
 			id := ""
 			if act.Instance != nil {
@@ -152,6 +154,7 @@ func (a *Agent) observe(cs []docker.Container) []Observed {
 		o.Generation, _ = strconv.ParseInt(c.Labels[LabelGeneration], 10, 64)
 		if c.Running {
 			o.MemoryCurrent, o.CPUWeight, o.CPUUsageUsec = a.observed(c)
+			o.Kernel = a.kernelResources(c)
 		}
 		out = append(out, o)
 	}
@@ -370,5 +373,58 @@ func (a *Agent) reassert(ctx context.Context, id string, want Want) error {
 	if err != nil {
 		return err
 	}
-	return a.cg.Apply(ctx, cgroup.Spec{Path: p, CPUWeight: want.CPUWeight, CPUMaxBurst: cgroup.Uint64(0)})
+	// Every file the plan decides, not only those Docker cannot express: a
+	// write straight into the cgroup (behind Docker's back) is reverted
+	// here, since Docker's stored config still says all is well. Apply
+	// writes only the files that differ.
+	r := want.Resources
+	quota := cgroup.Max
+	if r.CPUQuota > 0 {
+		quota = r.CPUQuota
+	}
+	s := cgroup.Spec{Path: p, CPUWeight: want.CPUWeight, CPUMaxBurst: cgroup.Uint64(0), CPUMax: &cgroup.CPUMax{Quota: quota, Period: uint64(docker.Period)}}
+	if !r.CPUs.IsEmpty() {
+		s.CPUs = &r.CPUs
+	}
+	if !r.Mems.IsEmpty() {
+		s.Mems = &r.Mems
+	}
+	if r.MemoryBytes > 0 {
+		s.MemoryMax = cgroup.Int64(r.MemoryBytes)
+	}
+	return a.cg.Apply(ctx, s)
+}
+
+// kernelResources reads what a running container's cgroup files hold of
+// what the plan decides; nil when they cannot be read.
+func (a *Agent) kernelResources(c docker.Container) *docker.Resources {
+	p, err := cgroup.ParsePath(c.CgroupPath)
+	if err != nil {
+		return nil
+	}
+	read := func(f string) (string, bool) {
+		v, err := a.cg.Read(p, f)
+		return strings.TrimSpace(v), err == nil
+	}
+	var r docker.Resources
+	cpus, ok1 := read("cpuset.cpus")
+	mems, ok2 := read("cpuset.mems")
+	max, ok3 := read("cpu.max")
+	mem, ok4 := read("memory.max")
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return nil
+	}
+	var err1, err2 error
+	r.CPUs, err1 = cpuset.ParseCPUs(cpus)
+	r.Mems, err2 = cpuset.ParseMems(mems)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	if q, _, _ := strings.Cut(max, " "); q != "max" {
+		r.CPUQuota, _ = strconv.ParseInt(q, 10, 64)
+	}
+	if mem != "max" {
+		r.MemoryBytes, _ = strconv.ParseInt(mem, 10, 64)
+	}
+	return &r
 }

@@ -422,6 +422,16 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	// Memory-first instances hold no CPU: they share the shared pool.
+	var mf []string
+	for _, in := range ins {
+		if !in.Bind {
+			mf = append(mf, fmt.Sprintf("%s %s", in.Id, cpuAmount(int64(in.CpuQuotaPieces), h.ShareBase)))
+		}
+	}
+	if len(mf) > 0 {
+		fmt.Fprintf(w, "Memory-first (CPU quotas on the shared pool of %s CPUs): %s\n", cpuAmount(int64(h.SharedPoolPieces), h.ShareBase), strings.Join(mf, ", "))
+	}
 	if len(ins) > 0 {
 		fmt.Fprintln(w)
 		return printInstances(w, ins)

@@ -126,6 +126,9 @@ func TestPlannerCLI(t *testing.T) {
 		Network string `json:"network"`
 	}
 	must("deploy", "api", "--count", "1", "--cpu", "0.5", "--memory", "64MiB", "--image", "busybox", "--network", "host")
+	if shows := must("host", "show", "h1") + must("host", "show", "h2"); !regexp.MustCompile(`Memory-first \(CPU quotas on the shared pool of [0-9.]+ CPUs\): api-[0-9a-f]+ 0\.5`).MatchString(shows) {
+		t.Errorf("host show lacks the memory-first instance on the CPU map:\n%s", shows)
+	}
 	// The memory-first quota shows against its host's shared pool.
 	var pools []struct {
 		Name  string `json:"name"`

@@ -190,10 +190,65 @@ func Plan(hosts []Host, items []Item, o Options, try Try) ([]Move, []Host) {
 	return out, hs
 }
 
+// MaxTargets bounds the hosts tried per instance (the least used first), so
+// that a proposal costs at most instances × MaxTargets tries of the
+// caller's placement, whatever the fleet's size.
+const MaxTargets = 64
+
+// stats are a resource's Σ share and Σ share² over the hosts that have
+// it, so that a move's new score is known in O(1).
+type stats struct {
+	n      float64
+	s1, s2 float64
+}
+
+func statsOf(hs []Host, r string) stats {
+	var st stats
+	for _, h := range hs {
+		if h.Capacity[r] > 0 {
+			x := h.Share(r)
+			st.n++
+			st.s1 += x
+			st.s2 += x * x
+		}
+	}
+	return st
+}
+
+func (st stats) variance() float64 {
+	if st.n == 0 {
+		return 0
+	}
+	m := st.s1 / st.n
+	return st.s2/st.n - m*m
+}
+
+// moved is st after it's use leaves from and joins to.
+func (st stats) moved(from, to Host, it Item, r string) stats {
+	shareAfter := func(h Host, d int64) float64 {
+		if h.Capacity[r] <= 0 {
+			return 0
+		}
+		return float64(h.Used[r]+d) / float64(h.Capacity[r])
+	}
+	for _, c := range []struct {
+		h Host
+		d int64
+	}{{from, -it.Use[r]}, {to, it.Use[r]}} {
+		if c.h.Capacity[r] <= 0 {
+			continue
+		}
+		old, nw := c.h.Share(r), shareAfter(c.h, c.d)
+		st.s1 += nw - old
+		st.s2 += nw*nw - old*old
+	}
+	return st
+}
+
 // next finds and applies the next move: for each imbalanced resource (in
 // Resources order), from the most used host, the largest item first, to
-// the least used host first, the first that lowers the score and that try
-// accepts.
+// the least used hosts first (at most MaxTargets), the first that lowers
+// the score and that try accepts.
 func next(hs []Host, its []Item, moved map[string]bool, o Options, index func(string) int, try Try) (Move, bool) {
 	for _, r := range Resources {
 		if !imbalanced(hs, r, o) {
@@ -214,17 +269,25 @@ func next(hs []Host, its []Item, moved map[string]bool, o Options, index func(st
 		slices.SortStableFunc(cands, func(a, b int) int {
 			return cmp.Or(cmp.Compare(its[b].Use[r], its[a].Use[r]), cmp.Compare(its[a].ID, its[b].ID))
 		})
-		before := Score(hs)
+		per := map[string]stats{}
+		before := 0.0
+		for _, res := range Resources {
+			per[res] = statsOf(hs, res)
+			before += per[res].variance()
+		}
 		for _, ci := range cands {
 			it := its[ci]
-			for k := len(order) - 1; k > 0; k-- {
+			for k, tried := len(order)-1, 0; k > 0 && tried < MaxTargets; k, tried = k-1, tried+1 {
 				to := order[k]
 				if hs[to].Share(r) >= hs[from].Share(r) {
 					break
 				}
-				shift(&hs[from], &hs[to], it, +1)
-				after := Score(hs)
+				after := 0.0
+				for _, res := range Resources {
+					after += per[res].moved(hs[from], hs[to], it, res).variance()
+				}
 				if after < before-1e-12 && try(it, hs[to].Name) {
+					shift(&hs[from], &hs[to], it, +1)
 					moved[it.ID] = true
 					why := fmt.Sprintf("%s: %s uses %.0f%%, %s %.0f%% (most/least used %s, threshold %g); score %.4f → %.4f",
 						r, hs[from].Name, 100*shareBefore(hs[from], it, r, +1), hs[to].Name, 100*shareBefore(hs[to], it, r, -1),
@@ -232,7 +295,6 @@ func next(hs []Host, its []Item, moved map[string]bool, o Options, index func(st
 					its[ci].Host = hs[to].Name
 					return Move{Item: it, To: hs[to].Name, Resource: r, Why: why}, true
 				}
-				shift(&hs[from], &hs[to], it, -1)
 			}
 		}
 	}

@@ -146,3 +146,43 @@ func TestOptionsValidate(t *testing.T) {
 		t.Errorf("Validate(valid) = %v", err)
 	}
 }
+
+// BenchmarkPlan10kHosts: the proposal over 10,000 hosts of 64 CPUs with
+// 20 instances each, all piled on the first tenth (the caller accepts every
+// move): the cost of choosing 10 moves, placement aside.
+func BenchmarkPlan10kHosts(b *testing.B) {
+	var hosts []Host
+	var items []Item
+	for i := range 10000 {
+		name := fmt.Sprintf("h%05d", i)
+		h := Host{Name: name, Capacity: map[string]int64{"cpu": 6400, "memory": 256 << 30}, Used: map[string]int64{}}
+		if i < 1000 {
+			for j := range 20 {
+				items = append(items, Item{ID: fmt.Sprintf("%s-%d", name, j), Service: "web", Host: name, Use: map[string]int64{"cpu": 250, "memory": 8 << 30}})
+				h.Used["cpu"] += 250
+				h.Used["memory"] += 8 << 30
+			}
+		}
+		hosts = append(hosts, h)
+	}
+	b.Run("accepted", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if moves, _ := Plan(hosts, items, Options{}, accept(nil)); len(moves) != DefaultMaxMoves {
+				b.Fatalf("%d moves", len(moves))
+			}
+		}
+	})
+	// Every move refused (no host may take any): the worst case, bounded
+	// by MaxTargets tries per instance of the busiest host.
+	b.Run("refused", func(b *testing.B) {
+		tries := 0
+		for b.Loop() {
+			tries = 0
+			if moves, _ := Plan(hosts, items, Options{}, func(Item, string) bool { tries++; return false }); len(moves) != 0 {
+				b.Fatalf("%d moves", len(moves))
+			}
+		}
+		b.ReportMetric(float64(tries), "tries/op")
+	})
+}

@@ -294,6 +294,24 @@ func TestE2EAgent(t *testing.T) {
 		return got == wantCPUs, got
 	})
 	t.Logf("manual docker update --cpuset-cpus %s reverted to %s in %s", other, wantCPUs, time.Since(t0).Round(time.Millisecond))
+	// Drift written straight into the cgroup files, behind Docker's back
+	// (its stored config still matches the plan): reverted too.
+	cgDir := "/sys/fs/cgroup/docker/" + b.Container + "/"
+	for file, v := range map[string]string{"cpuset.cpus": other, "memory.max": fmt.Sprint(256 << 20), "cpu.max": "20000 100000"} {
+		want := cg(t, b.Container, file)
+		if err := os.WriteFile(cgDir+file, []byte(v), 0o644); err != nil {
+			t.Fatalf("write %s%s = %s: %v", cgDir, file, v, err)
+		}
+		if got := cg(t, b.Container, file); got == want {
+			t.Fatalf("writing %s = %s did not change it (%s)", file, v, got)
+		}
+		t0 := time.Now()
+		eventually(t, 30*time.Second, file+" written by hand to be reverted", func() (bool, string) {
+			got := cg(t, b.Container, file)
+			return got == want, got
+		})
+		t.Logf("%s written by hand (%s) reverted to %s in %s", file, v, want, time.Since(t0).Round(time.Millisecond))
+	}
 
 	// 4. Replace, unhealthy: the new container exits, the old one resumes.
 	if _, errOut, code := pinfold(t, "", "replace", b.ID, "--image", image, "--wait", "0", "--planner", plannerAddr, "--", "false"); code != 0 {
