@@ -181,6 +181,7 @@ type fakeCgroup struct {
 	// avg10 (a percentage), per cgroup path.
 	throttled map[string]uint64
 	memSome   map[string]float64
+	memMax    map[string]int64 // cgroup path → memory.max as last written
 }
 
 func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
@@ -197,6 +198,12 @@ func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
 			f.high = map[string]int64{}
 		}
 		f.high[s.Path.String()] = *s.MemoryHigh
+	}
+	if s.MemoryMax != nil {
+		if f.memMax == nil {
+			f.memMax = map[string]int64{}
+		}
+		f.memMax[s.Path.String()] = *s.MemoryMax
 	}
 	return nil
 }
@@ -932,5 +939,33 @@ func TestAgentMetrics(t *testing.T) {
 	}
 	if _, ok := get("pinfold_agent_instance_cpu_used_cpus", "instance", "db-1"); !ok {
 		t.Errorf("pinfold_agent_instance_cpu_used_cpus missing for a running instance")
+	}
+}
+
+// TestRefusedResizeNotWrittenBehind: when the host refuses a resize (the
+// engine refuses the update), the pass does not write the refused plan's
+// memory.max into the cgroup files anyway, then or later.
+func TestRefusedResizeNotWrittenBehind(t *testing.T) {
+	a, eng, cg, _ := newTestAgent(t)
+	ctx := context.Background()
+	a.SetDesired([]model.Instance{memInst(1, 128<<20)})
+	settle(t, a)
+	cg.mu.Lock()
+	if got := cg.memMax["docker/c1"]; got != 128<<20 {
+		t.Fatalf("memory.max after create = %d, want 128 MiB re-asserted", got)
+	}
+	cg.mu.Unlock()
+	eng.mu.Lock()
+	eng.updateErr = &docker.Error{Field: "memory", Value: "67108864", Reason: "refused"}
+	eng.mu.Unlock()
+	a.SetDesired([]model.Instance{memInst(2, 64<<20)})
+	for pass := range 3 {
+		a.Reconcile(ctx)
+		cg.mu.Lock()
+		got := cg.memMax["docker/c1"]
+		cg.mu.Unlock()
+		if got != 128<<20 {
+			t.Errorf("pass %d: memory.max after a refused shrink to 64 MiB = %d, want Docker's 128 MiB kept", pass+1, got)
+		}
 	}
 }

@@ -70,9 +70,19 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 	a.mu.Unlock()
 	a.report(ctx, h, desired, obs, pool(h, desired))
 	acted := false
+	failedOn := map[string]bool{} // containers an action failed on in this pass
 	for _, act := range actions {
+		if act.Kind == Reassert && failedOn[act.Container] {
+			// The plan was not applied (say, a shrink the host refused):
+			// writing its values into the files now would do it behind
+			// the refusal. The next pass re-asserts what Docker holds.
+			continue
+		}
 		t0 := time.Now()
 		err := a.apply(ctx, act)
+		if err != nil && act.Container != "" {
+			failedOn[act.Container] = true
+		}
 		a.prom.action(act.Kind, err)
 		if act.Kind != Reassert || act.Reason != "" {
 			acted = true
