@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/planner/model"
@@ -86,7 +87,8 @@ type Observed struct {
 	// What the kernel holds for a running container (0: not read).
 	MemoryCurrent int64
 	CPUWeight     uint64
-	CPUUsageUsec  uint64 // cpu.stat usage_usec
+	CPUUsageUsec  uint64    // cpu.stat usage_usec
+	UsageAt       time.Time // when cpu.stat was read (the usage's time, for rates)
 	// Kernel is what the container's cgroup files hold (cpuset.cpus,
 	// cpuset.mems, cpu.max, memory.max), nil when not read: a write
 	// straight into them, behind Docker's back, shows here only.

@@ -120,7 +120,11 @@ func (a *Agent) measure(desired []model.Instance, obs []Observed, shareBase int,
 		if p, err := cgroup.ParsePath(o.CgroupPath); err == nil {
 			r.cgroup = &p
 		}
-		s := cpuSample{container: o.ID, usageUsec: o.CPUUsageUsec, at: now}
+		at := now
+		if !o.UsageAt.IsZero() {
+			at = o.UsageAt // the read's own time: later reads in the pass do not skew the rate
+		}
+		s := cpuSample{container: o.ID, usageUsec: o.CPUUsageUsec, at: at}
 		if got, ok := piecesPerSecond(r.cpu, s, shareBase); ok {
 			r.cpuGot = got
 		}
@@ -164,6 +168,7 @@ func (a *Agent) observe(cs []docker.Container) []Observed {
 		o.Generation, _ = strconv.ParseInt(c.Labels[LabelGeneration], 10, 64)
 		if c.Running {
 			o.MemoryCurrent, o.CPUWeight, o.CPUUsageUsec = a.observed(c)
+			o.UsageAt = time.Now() // cpu.stat is observed's last read: the rate's clock
 			o.Kernel = a.kernelResources(c)
 		}
 		out = append(out, o)
