@@ -112,6 +112,8 @@ its health gate before its old instance is removed ('pinfold ps' shows them).`,
 				}
 				if !apply {
 					fmt.Fprintln(w, "dry run: nothing changed; --apply starts these moves")
+				} else if int(m.Proposed) > len(m.Moves) {
+					fmt.Fprintf(w, "started %d of the %d moves planned: the others no longer fit the hosts as they are now; run rebalance again\n", len(m.Moves), m.Proposed)
 				}
 				return nil
 			})

@@ -481,11 +481,12 @@ func TestRemoveHostPlacesElsewhere(t *testing.T) {
 		t.Errorf("after removing a: host still there %v, on b %d", ok, len(f.on("b")))
 	}
 	f.deployOn("b", []string{"b"}, DeployRequest{Service: "big", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 500, Bind: true, Memory: gib})
-	if _, err := f.RemoveHost(f.ctx, "b"); CodeOf(err) != Precond {
-		t.Errorf("removing the last host with instances = %v, want a precondition failure", err)
+	rev := f.st.Rev()
+	if _, err := f.RemoveHost(f.ctx, "b"); CodeOf(err) != Precond || !strings.Contains(err.Error(), "nothing changed") {
+		t.Errorf("removing the last host with instances = %v, want a precondition failure that changed nothing", err)
 	}
-	if v, ok := f.Host("b"); !ok || !v.Host.Disabled || len(f.on("b")) != 3 {
-		t.Errorf("after a refused removal: registered %v, %+v, %d instances", ok, v.Host, len(f.on("b")))
+	if v, ok := f.Host("b"); !ok || v.Host.Disabled || len(f.on("b")) != 3 || f.st.Rev() != rev {
+		t.Errorf("after a refused removal: registered %v, %+v, %d instances, revision %d → %d; want nothing changed", ok, v.Host, len(f.on("b")), rev, f.st.Rev())
 	}
 	f.verify()
 }

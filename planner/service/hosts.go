@@ -362,14 +362,28 @@ func (s *Service) SetMaintenance(ctx context.Context, name string, grace time.Du
 
 // RemoveHost unregisters a host. Its instances are placed again on other
 // hosts first (the host is disabled so that nothing new lands on it); when
-// one cannot be placed, the host stays, disabled, and the error names it.
+// one cannot be placed, nothing changes and the error names it (a dry run
+// first; only a host changing between it and the moves can leave the host
+// disabled with some instances moved, and the error says so).
 // The removed host's agent, if it still runs, removes their containers.
 func (s *Service) RemoveHost(ctx context.Context, name string) ([]Moved, error) {
 	if _, ok := s.st.Host(name); !ok {
 		return nil, errf(NotFound, "host %q is not registered", name)
 	}
 	var moved []Moved
-	if len(s.st.Instances(name)) > 0 {
+	if ins := s.st.Instances(name); len(ins) > 0 {
+		// First a dry run of placing every instance elsewhere (the cache
+		// with the earlier ones laid over it): a removal that cannot
+		// happen changes nothing.
+		pend := s.st.Pending()
+		for _, v := range ins {
+			c := new(state.Change)
+			if _, err := s.placeLike(pend, v.Instance, name, "", "", true, c); err != nil {
+				return nil, errf(Precond, "host %s is not removed (nothing changed): instance %s cannot be placed on another host: %w", name, v.Instance.ID, err)
+			}
+			release(pend, v, c, nil)
+			pend.Add(c)
+		}
 		if _, err := s.SetEnabled(ctx, name, false); err != nil {
 			return nil, err
 		}

@@ -33,6 +33,9 @@ type RebalanceResult struct {
 	Before, After map[string]float64
 	// Fragmented is the number of CPUs shared in pieces.
 	FragmentedBefore, FragmentedAfter int
+	// Proposed is how many moves were planned (Apply: Moves are those
+	// started, fewer when the hosts changed meanwhile).
+	Proposed int
 }
 
 // Rebalance plans moves over the schedulable hosts against the cache with
@@ -72,11 +75,18 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 	if !r.Apply {
 		return out, nil
 	}
+	out.Proposed = len(out.Moves)
 	for i, m := range out.Moves {
 		mv, err := s.Move(ctx, m.Instance, m.To)
 		if err != nil {
+			if i == 0 {
+				return out, errf(CodeOf(err), "move 1 of %d (%s from %s to %s): %w; nothing was started", len(moves), m.Instance, m.From, m.To, err)
+			}
+			// Some moves run already: report them (Proposed says how many
+			// were planned); the rest no longer fit the hosts as they are.
+			s.log.Warn("rebalance: a move no longer fits; the ones before it were started", "move", i+1, "of", len(moves), "instance", m.Instance, "err", err)
 			out.Moves = out.Moves[:i]
-			return out, errf(CodeOf(err), "move %d of %d (%s from %s to %s): %w; the moves before it were started", i+1, len(moves), m.Instance, m.From, m.To, err)
+			break
 		}
 		out.Moves[i].NewInstance = mv.To.ID
 	}

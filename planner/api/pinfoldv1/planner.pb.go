@@ -2165,6 +2165,7 @@ type RebalanceResponse struct {
 	ImbalanceAfter   map[string]float64     `protobuf:"bytes,3,rep,name=imbalance_after,json=imbalanceAfter,proto3" json:"imbalance_after,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
 	FragmentedBefore int32                  `protobuf:"varint,4,opt,name=fragmented_before,json=fragmentedBefore,proto3" json:"fragmented_before,omitempty"` // CPUs shared in pieces
 	FragmentedAfter  int32                  `protobuf:"varint,5,opt,name=fragmented_after,json=fragmentedAfter,proto3" json:"fragmented_after,omitempty"`
+	Proposed         int32                  `protobuf:"varint,6,opt,name=proposed,proto3" json:"proposed,omitempty"` // with apply: the moves planned (moves lists those started)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2230,6 +2231,13 @@ func (x *RebalanceResponse) GetFragmentedBefore() int32 {
 func (x *RebalanceResponse) GetFragmentedAfter() int32 {
 	if x != nil {
 		return x.FragmentedAfter
+	}
+	return 0
+}
+
+func (x *RebalanceResponse) GetProposed() int32 {
+	if x != nil {
+		return x.Proposed
 	}
 	return 0
 }
@@ -4161,13 +4169,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04from\x18\x03 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x04 \x01(\tR\x02to\x12\x10\n" +
 	"\x03why\x18\x05 \x01(\tR\x03why\x12!\n" +
-	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\xd5\x03\n" +
+	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\xf1\x03\n" +
 	"\x11RebalanceResponse\x12&\n" +
 	"\x05moves\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moves\x12]\n" +
 	"\x10imbalance_before\x18\x02 \x03(\v22.pinfold.v1.RebalanceResponse.ImbalanceBeforeEntryR\x0fimbalanceBefore\x12Z\n" +
 	"\x0fimbalance_after\x18\x03 \x03(\v21.pinfold.v1.RebalanceResponse.ImbalanceAfterEntryR\x0eimbalanceAfter\x12+\n" +
 	"\x11fragmented_before\x18\x04 \x01(\x05R\x10fragmentedBefore\x12)\n" +
-	"\x10fragmented_after\x18\x05 \x01(\x05R\x0ffragmentedAfter\x1aB\n" +
+	"\x10fragmented_after\x18\x05 \x01(\x05R\x0ffragmentedAfter\x12\x1a\n" +
+	"\bproposed\x18\x06 \x01(\x05R\bproposed\x1aB\n" +
 	"\x14ImbalanceBeforeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aA\n" +
