@@ -666,8 +666,8 @@ func newHostRemoveCmd() *cobra.Command {
 the same placement rules as a deploy (they may use the buffer and the
 overbooking, as any replacement of failed instances): the old instances are
 released at once, and the host's agent, if it still runs, removes their
-containers. When an instance cannot be placed elsewhere, the host stays
-registered (now disabled) and nothing else changes for that instance.
+containers. When an instance cannot be placed elsewhere (checked for all of
+them first), nothing changes and the error names it.
 To move live work with health gates first, use 'pinfold host drain'.`,
 		Example: `  pinfold host remove h3
   pinfold host drain h3 && pinfold host remove h3   # blue-green first`,

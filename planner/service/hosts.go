@@ -390,7 +390,7 @@ func (s *Service) RemoveHost(ctx context.Context, name string) ([]Moved, error) 
 		m, err := s.Heal(ctx, name, true)
 		moved = m
 		if err != nil {
-			return moved, errf(Precond, "host %s stays registered (now disabled): not every instance could be placed elsewhere: %w", name, err)
+			return moved, errf(Precond, "host %s stays registered (now disabled): the hosts changed since the dry run and not every instance could be placed elsewhere: %w", name, err)
 		}
 	}
 	_, err := retry(ctx, func() (struct{}, error) {
