@@ -168,15 +168,18 @@ the new container while the paused old one still holds its ports: the
 replacement must listen elsewhere, or its health check fails and the old
 container resumes.`,
 		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
-  pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB
-  pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB
+  pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB --image redis:7
+  pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB --image debian:12 -- sleep infinity
   pinfold deploy api --count 2 --cpu 0.5 --memory 128MiB --image myapi --network host --health-http 8080/healthz
-  pinfold deploy db --count 5 --cpu 2 --bind --memory 8GiB --constraint "HasSSD == true && SomeProperty >= 4" \
-      --anti-affinity batch --placement-policy load_avg`,
+  pinfold deploy db --count 5 --cpu 2 --bind --memory 8GiB --image postgres:16 \
+      --constraint "HasSSD == true && SomeProperty >= 4" --anti-affinity batch --placement-policy load_avg`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(cmd); err != nil {
 				return err
+			}
+			if image == "" {
+				return badInput("--image is required: the container image the instances run, e.g. --image debian:12")
 			}
 			cpuS, mem, err := parseCPUAndMemory(cpu, memory)
 			if err != nil {
@@ -237,7 +240,7 @@ container resumes.`,
 	f.StringVar(&memorySoft, "memory-soft", "", "soft memory limit (reservation), at most --memory")
 	f.StringVar(&strategy, "strategy", "auto", "auto, each, fill, global or drained")
 	f.Int32Var(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
-	f.StringVar(&image, "image", "", "container image")
+	f.StringVar(&image, "image", "", "container image the instances run (required), e.g. debian:12")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
 	f.StringVar(&network, "network", "", "Docker network mode: host, none, bridge or a network's name (default: the engine's)")
 	health.register(cmd)

@@ -179,16 +179,17 @@ func TestPlannerCLI(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"deploy", "web", "--cpu", "1.5.3", "--memory", "1GiB"}, `--cpu "1.5.3"`},
-		{[]string{"deploy", "web", "--cpu", "1", "--memory", "1.5.3GiB"}, `--memory "1.5.3GiB"`},
-		{[]string{"deploy", "web", "--cpu", "1", "--memory", "-1GiB"}, `--memory "-1GiB"`},
-		{[]string{"deploy", "bad name", "--cpu", "1", "--memory", "1GiB"}, `service name "bad name"`},
-		{[]string{"deploy", "web", "--cpu", "1", "--memory", "1GiB", "--network", "container:abc"}, `network = "container:abc"`},
+		{[]string{"deploy", "web", "--image", "i", "--cpu", "1.5.3", "--memory", "1GiB"}, `--cpu "1.5.3"`},
+		{[]string{"deploy", "web", "--image", "i", "--cpu", "1", "--memory", "1.5.3GiB"}, `--memory "1.5.3GiB"`},
+		{[]string{"deploy", "web", "--image", "i", "--cpu", "1", "--memory", "-1GiB"}, `--memory "-1GiB"`},
+		{[]string{"deploy", "bad name", "--image", "i", "--cpu", "1", "--memory", "1GiB"}, `service name "bad name"`},
+		{[]string{"deploy", "web", "--image", "i", "--cpu", "1", "--memory", "1GiB", "--network", "container:abc"}, `network = "container:abc"`},
 		{[]string{"resize", "nosuch", "--cpu", "+1"}, `no instance or service named "nosuch"`},
 		{[]string{"resize", ins[1].ID, "--cpu", "-9"}, "must keep more than 0"},
 		{[]string{"host", "set", "nosuch", "--memory", "+1GiB"}, `host "nosuch" is not registered`},
 		{[]string{"host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json"}, "host h1 is already registered"},
 		{[]string{"replace", "web"}, "--image is required"},
+		{[]string{"deploy", "web", "--cpu", "1", "--memory", "1GiB"}, "--image is required"},
 		{[]string{"replace", "ghost", "--image", "x"}, `no instance or service named "ghost"`},
 		{[]string{"host", "drain", "nosuch"}, `host "nosuch" is not registered`},
 		{[]string{"host", "drain", "h1", "--deadline", "-1s"}, "--deadline -1s"},
@@ -208,7 +209,7 @@ func TestPlannerCLI(t *testing.T) {
 	if after := must("ps", "-o", "json"); after != before {
 		t.Errorf("bad input changed the instances")
 	}
-	_, errOut, code = runCLI(t, "", append([]string{"deploy", "huge", "--cpu", "200", "--bind", "--memory", "1GiB"}, pl...)...)
+	_, errOut, code = runCLI(t, "", append([]string{"deploy", "huge", "--image", "i", "--cpu", "200", "--bind", "--memory", "1GiB"}, pl...)...)
 	if code != 1 || !strings.Contains(errOut, "h1 takes 0 (cpu)") {
 		t.Errorf("unmet deploy: exit %d %s", code, errOut)
 	}
@@ -297,7 +298,7 @@ func TestWatchInstances(t *testing.T) {
 	if !stream.Receive() || len(stream.Msg().Instances) != 0 {
 		t.Fatalf("first message: %v %v", stream.Msg(), stream.Err())
 	}
-	if _, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: "w", Count: 2, Cpu: "1", Bind: true, MemoryBytes: 1 << 30})); err != nil {
+	if _, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: "w", Count: 2, Cpu: "1", Bind: true, MemoryBytes: 1 << 30})); err != nil {
 		t.Fatal(err)
 	}
 	if !stream.Receive() {

@@ -52,15 +52,15 @@ func TestPlacementCLI(t *testing.T) {
 		{[]string{"host", "set", "a", "--property", "HostName=x"}, "built in"},
 		{[]string{"host", "set", "a", "--property", "novalue"}, "want KEY=VALUE"},
 		{[]string{"host", "set", "a", "--fault-domain", "rack1"}, `fault domain "rack1"`},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--constraint", "HasSSD = true"}, "column 8"},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--placement-policy", "random"}, `placement_policy = "random": want nodes_order, load_avg or spread`},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--hosts-order", "a,b"}, "only with placement_policy nodes_order"},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--count", "0"}, "request.count = 0: want at least 1"},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--strategy", "random"}, `strategy = "random"`},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--domain-spread", "wide"}, `domain_spread = "wide"`},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--count", "4294967297"}, `"4294967297" for "--count" flag`},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--health-tcp", "4294967376"}, "value out of range"},
-		{[]string{"deploy", "x", "--memory", "1GiB", "--max-per-host", "4294967296"}, "value out of range"},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--constraint", "HasSSD = true"}, "column 8"},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--placement-policy", "random"}, `placement_policy = "random": want nodes_order, load_avg or spread`},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--hosts-order", "a,b"}, "only with placement_policy nodes_order"},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--count", "0"}, "request.count = 0: want at least 1"},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--strategy", "random"}, `strategy = "random"`},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--domain-spread", "wide"}, `domain_spread = "wide"`},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--count", "4294967297"}, `"4294967297" for "--count" flag`},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--health-tcp", "4294967376"}, "value out of range"},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--max-per-host", "4294967296"}, "value out of range"},
 		{[]string{"host", "add", "z", "--topology", "/dev/zero"}, "larger than 16777216 bytes"},
 		{[]string{"host", "set", "a", "--host-type", strings.Repeat("t", 64)}, "want at most 63 bytes"},
 		{[]string{"host", "maintenance", "a"}, "--grace"},
@@ -78,7 +78,7 @@ func TestPlacementCLI(t *testing.T) {
 		t.Errorf("bad input changed host a:\n%s", h2)
 	}
 	// A constrained deploy lands on the SSD hosts only.
-	must("deploy", "db", "--count", "2", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "HasSSD == true && NodeType == NodeType01")
+	must("deploy", "db", "--image", "i", "--count", "2", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "HasSSD == true && NodeType == NodeType01")
 	var list []instanceJSON
 	_ = json.Unmarshal([]byte(must("ps", "-o", "json")), &list)
 	for _, in := range list {
@@ -89,7 +89,7 @@ func TestPlacementCLI(t *testing.T) {
 	// Nothing matches: exit 1 with the elimination sequence.
 	must("host", "disable", "c")
 	must("host", "maintenance", "b", "--grace", "10m")
-	_, errOut, code = run("deploy", "web", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "NodeColor == blue")
+	_, errOut, code = run("deploy", "web", "--image", "i", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "NodeColor == blue")
 	for _, want := range []string{"Elimination sequence", "Disabled             1 eliminated: c", "Maintenance          1 eliminated: b", "PlacementConstraint  1 eliminated: a"} {
 		if code != 1 || !strings.Contains(errOut, want) {
 			t.Errorf("unplaceable deploy: exit %d, want %q in:\n%s", code, want, errOut)

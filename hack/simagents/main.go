@@ -311,7 +311,7 @@ func run(cfg config) (report, error) {
 	// timed apart: it builds the planner's views of the new hosts.
 	time.Sleep(cfg.heartbeat) // let the registration burst's heartbeats spread out
 	w0 := time.Now()
-	if _, err := admin.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: "warm", Count: 1, Cpu: "0.5", Bind: true, MemoryBytes: 64 << 20})); err != nil {
+	if _, err := admin.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: "warm", Count: 1, Cpu: "0.5", Bind: true, MemoryBytes: 64 << 20})); err != nil {
 		return rep, fmt.Errorf("first deploy: %w", err)
 	}
 	rep.FirstDeployMs = float64(time.Since(w0).Microseconds()) / 1e3
@@ -545,7 +545,7 @@ func (s *sim) deploy(ctx context.Context, cl pinfoldv1connect.PlannerServiceClie
 		time.Sleep(time.Until(start.Add(d * time.Duration(i) / time.Duration(n) * 9 / 10)))
 		wg.Go(func() {
 			at := time.Now()
-			resp, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("svc%d", i%20), Count: 1, Cpu: "0.5", Bind: true, MemoryBytes: 64 << 20}))
+			resp, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: fmt.Sprintf("svc%d", i%20), Count: 1, Cpu: "0.5", Bind: true, MemoryBytes: 64 << 20}))
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "simagents: deploy:", err)
 				return

@@ -68,7 +68,7 @@ func BenchmarkDeployBatch(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		svc := fmt.Sprintf("batch%d", i)
-		resp, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: svc, Count: n, Cpu: "1.3", Bind: true, MemoryBytes: 1 << 30}))
+		resp, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: svc, Count: n, Cpu: "1.3", Bind: true, MemoryBytes: 1 << 30}))
 		if err != nil || len(resp.Msg.Instances) != n {
 			b.Fatalf("deploy: %v", err)
 		}
@@ -151,7 +151,7 @@ func BenchmarkConcurrentDeploys(b *testing.B) {
 	ctx := context.Background()
 	cpu0 := processCPU()
 	l := parallel(b, func(i int) error {
-		_, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("c%d", i%50), Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20}))
+		_, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: fmt.Sprintf("c%d", i%50), Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20}))
 		return err
 	})
 	l.report(b, cpu0)
@@ -163,7 +163,7 @@ func deployed(b *testing.B, cl pinfoldv1connect.PlannerServiceClient, n int) []s
 	b.Helper()
 	var ids []string
 	for i := 0; i < n; i += 500 {
-		resp, err := cl.Deploy(context.Background(), connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("r%d", i), Count: int32(min(500, n-i)), Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20}))
+		resp, err := cl.Deploy(context.Background(), connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: fmt.Sprintf("r%d", i), Count: int32(min(500, n-i)), Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20}))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -218,7 +218,7 @@ func BenchmarkPacedDeploys500(b *testing.B) {
 		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / rate)))
 		wg.Go(func() {
 			t := time.Now()
-			if _, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("p%d", i%50), Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20})); err != nil {
+			if _, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: fmt.Sprintf("p%d", i%50), Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20})); err != nil {
 				b.Error(err)
 				return
 			}

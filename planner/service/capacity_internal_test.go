@@ -168,7 +168,7 @@ func TestPiecesPerCPUProperty(t *testing.T) {
 				}
 				continue
 			}
-			caps, err := s.Capacity(DeployRequest{Pieces: sb, Bind: true, Memory: 8 << 20})
+			caps, err := s.Capacity(DeployRequest{Spec: model.Spec{Image: "i"}, Pieces: sb, Bind: true, Memory: 8 << 20})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -60,6 +60,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	if r.Memory < MinInstanceMemory {
 		return DeployResult{}, errf(Invalid, "memory = %d: want at least %d (6 MiB, the Docker engine's smallest memory limit)", r.Memory, MinInstanceMemory)
 	}
+	if r.Spec.Image == "" {
+		return DeployResult{}, errf(Invalid, "image = \"\": required (the container image the instances run, e.g. debian:12)")
+	}
 	if err := validateSpec(r.Spec); err != nil {
 		return DeployResult{}, err
 	}
