@@ -100,6 +100,24 @@ func TestKernelDockerLiveResize(t *testing.T) {
 			t.Errorf("after update %s = %q, want %q", f, got, v)
 		}
 	}
+	// 0.005 CPU (share base 1000): a quota per 1 s period, which the
+	// engine accepts and reads back.
+	fine := res
+	fine.CPUQuota, fine.CPUPeriod = docker.QuotaFor(5, 1000)
+	if after, err := a.Update(ctx, id, fine); err != nil {
+		t.Errorf("0.005 CPU update: %v", err)
+	} else if after.Applied.CPUQuota != 5000 || after.Applied.PeriodUsec() != docker.LongPeriod {
+		t.Errorf("0.005 CPU update: engine holds quota %d per %d µs", after.Applied.CPUQuota, after.Applied.PeriodUsec())
+	}
+	if got := readFile(t, cg+"cpu.max"); got != "5000 1000000" {
+		t.Errorf("after the 0.005 CPU update cpu.max = %q, want \"5000 1000000\"", got)
+	}
+	if _, err := a.Update(ctx, id, res); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, cg+"cpu.max"); got != "150000 100000" {
+		t.Errorf("back to 1.5 CPUs: cpu.max = %q, want \"150000 100000\"", got)
+	}
 	status := readFile(t, fmt.Sprintf("/proc/%d/status", c.PID))
 	if !strings.Contains(status, "Cpus_allowed_list:\t"+node0.String()) {
 		t.Errorf("the container's process did not follow the new cpuset:\n%s", status)

@@ -32,6 +32,18 @@ func TestResourcesFor(t *testing.T) {
 	if got.CPUQuota != 170000 || got.CPUShares != 1024 || got.NanoCPUs != 0 {
 		t.Errorf("quota/shares: %+v", got)
 	}
+	r.CPUQuota, r.CPUPeriod = 5000, LongPeriod // 0.005 CPU
+	if got := resourcesFor(r); got.CPUQuota != 5000 || got.CPUPeriod != LongPeriod {
+		t.Errorf("0.005 CPU: quota %d period %d, want 5000 per %d", got.CPUQuota, got.CPUPeriod, LongPeriod)
+	}
+	for _, tt := range []struct {
+		pieces, sb    int
+		quota, period int64
+	}{{5, 1000, 5000, LongPeriod}, {1, 1000, 1000, LongPeriod}, {10, 1000, 1000, 0}, {1005, 1000, 100500, 0}, {170, 100, 170000, 0}, {0, 100, 0, 0}, {10, 10000, 1000, LongPeriod}} {
+		if q, p := QuotaFor(tt.pieces, tt.sb); q != tt.quota || p != tt.period {
+			t.Errorf("QuotaFor(%d, %d) = %d, %d; want %d, %d", tt.pieces, tt.sb, q, p, tt.quota, tt.period)
+		}
+	}
 }
 
 func TestValidate(t *testing.T) {
@@ -49,6 +61,8 @@ func TestValidate(t *testing.T) {
 		{func(r *Resources) { r.Mems = cpuset.Mems{} }, "mems"},
 		{func(r *Resources) { r.CPUShares = 1 }, "cpu_shares = 1"},
 		{func(r *Resources) { r.CPUQuota = 500 }, "cpu_quota = 500"},
+		{func(r *Resources) { r.CPUQuota, r.CPUPeriod = 500, LongPeriod }, "cpu_quota = 500: want at least 1000 µs per 1000000"},
+		{func(r *Resources) { r.CPUQuota, r.CPUPeriod = 5000, 2*LongPeriod }, "cpu_period = 2000000"},
 		{func(r *Resources) { r.MemoryReservation = 1 << 20 }, "memory_reservation"},
 		{func(r *Resources) { r.MemoryReservation = 1 << 30 }, "above the memory limit"},
 	}

@@ -11,8 +11,16 @@ import (
 // MinMemory is the daemon's smallest memory limit and reservation (6 MiB).
 const MinMemory = 6 << 20
 
-// Period is the CFS period pinfold uses for every container, in µs.
+// Period is the CFS period pinfold uses by default, in µs (the kernel's).
 const Period = 100000
+
+// LongPeriod is the CFS period for quotas below 1 ms per Period (under
+// 0.01 CPU): the kernel and Docker refuse a quota under 1000 µs, so such a
+// quota is written per second instead (0.005 CPU = 5000 µs per 1 s).
+const LongPeriod = 1000000
+
+// MinQuota is the smallest CFS quota the kernel and Docker accept, in µs.
+const MinQuota = 1000
 
 // Resources is what pinfold asks Docker to enforce for one container.
 type Resources struct {
@@ -22,8 +30,10 @@ type Resources struct {
 	Mems cpuset.Mems
 	// CPUShares sets cpu.weight through runc's conversion, 2..262144.
 	CPUShares int64
-	// CPUQuota is µs of CPU time per 100 ms period; 0 means no CFS limit.
+	// CPUQuota is µs of CPU time per CPUPeriod; 0 means no CFS limit.
 	CPUQuota int64
+	// CPUPeriod is the CFS period in µs; 0 means Period (100 ms).
+	CPUPeriod int64
 	// MemoryBytes is the hard limit (memory.max); no swap is allowed.
 	MemoryBytes int64
 	// MemoryReservation is the soft limit (memory.low); 0 means none.
@@ -76,8 +86,10 @@ func (r Resources) Validate() error {
 		return bad("mems", `""`, "a container needs at least one NUMA node")
 	case r.CPUShares != 0 && (r.CPUShares < 2 || r.CPUShares > 262144):
 		return bad("cpu_shares", r.CPUShares, "want 2..262144")
-	case r.CPUQuota != 0 && r.CPUQuota < 1000:
-		return bad("cpu_quota", r.CPUQuota, "want at least 1000 µs per %d µs period, or 0 for no limit", Period)
+	case r.CPUPeriod != 0 && (r.CPUPeriod < 1000 || r.CPUPeriod > LongPeriod):
+		return bad("cpu_period", r.CPUPeriod, "want 1000..%d µs, or 0 for %d", LongPeriod, Period)
+	case r.CPUQuota != 0 && r.CPUQuota < MinQuota:
+		return bad("cpu_quota", r.CPUQuota, "want at least %d µs per %d µs period, or 0 for no limit", MinQuota, r.PeriodUsec())
 	case r.MemoryBytes < MinMemory:
 		return bad("memory", r.MemoryBytes, "Docker's minimum memory limit is 6 MiB (%d bytes)", MinMemory)
 	case r.MemoryReservation != 0 && r.MemoryReservation < MinMemory:
@@ -86,6 +98,29 @@ func (r Resources) Validate() error {
 		return bad("memory_reservation", r.MemoryReservation, "above the memory limit %d", r.MemoryBytes)
 	}
 	return nil
+}
+
+// PeriodUsec is the CFS period r asks for, in µs.
+func (r Resources) PeriodUsec() int64 {
+	if r.CPUPeriod == 0 {
+		return Period
+	}
+	return r.CPUPeriod
+}
+
+// QuotaFor is the CFS limit for pieces of shareBase pieces per CPU: per
+// Period when that is at least MinQuota, else per LongPeriod (and 0
+// pieces is no limit). quota < MinQuota means even LongPeriod cannot
+// express it.
+func QuotaFor(pieces, shareBase int) (quota, period int64) {
+	if pieces <= 0 || shareBase <= 0 {
+		return 0, 0
+	}
+	q := int64(pieces) * Period / int64(shareBase)
+	if q >= MinQuota {
+		return q, 0
+	}
+	return int64(pieces) * LongPeriod / int64(shareBase), LongPeriod
 }
 
 // resourcesFor translates r into the Engine API's fields. It is pure.
@@ -102,7 +137,7 @@ func resourcesFor(r Resources) container.Resources {
 		CpusetCpus:        r.CPUs.String(),
 		CpusetMems:        r.Mems.String(),
 		CPUShares:         shares,
-		CPUPeriod:         Period,
+		CPUPeriod:         r.PeriodUsec(),
 		CPUQuota:          quota,
 		Memory:            r.MemoryBytes,
 		MemorySwap:        r.MemoryBytes, // always with Memory: no swap (moby#39541)
@@ -123,11 +158,14 @@ func appliedFrom(hc *container.HostConfig) (Resources, error) {
 	if err != nil {
 		return Resources{}, err
 	}
-	quota := hc.CPUQuota
+	quota, period := hc.CPUQuota, hc.CPUPeriod
 	if quota < 0 {
 		quota = 0
 	}
-	return Resources{CPUs: cpus, Mems: mems, CPUShares: hc.CPUShares, CPUQuota: quota,
+	if period == Period || quota == 0 {
+		period = 0
+	}
+	return Resources{CPUs: cpus, Mems: mems, CPUShares: hc.CPUShares, CPUQuota: quota, CPUPeriod: period,
 		MemoryBytes: hc.Memory, MemoryReservation: hc.MemoryReservation}, nil
 }
 

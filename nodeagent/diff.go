@@ -47,7 +47,8 @@ type Action struct {
 // cpuset and NUMA nodes are within what the container has, and its memory
 // and CPU quota are no larger.
 func releases(have, want docker.Resources) bool {
-	quotaLE := have.CPUQuota == 0 || want.CPUQuota != 0 && want.CPUQuota <= have.CPUQuota // 0: no limit
+	// 0: no limit; quotas compare as rates (their periods may differ).
+	quotaLE := have.CPUQuota == 0 || want.CPUQuota != 0 && want.CPUQuota*have.PeriodUsec() <= have.CPUQuota*want.PeriodUsec()
 	return want.CPUs.IsSubsetOf(have.CPUs) && want.Mems.IsSubsetOf(have.Mems) && quotaLE &&
 		want.MemoryBytes <= have.MemoryBytes && want.MemoryReservation <= have.MemoryReservation
 }
@@ -95,6 +96,14 @@ type Observed struct {
 	Kernel *docker.Resources
 }
 
+// cpuMax is r's CFS limit as cpu.max writes it ("max 100000", "5000 1000000").
+func cpuMax(r docker.Resources) string {
+	if r.CPUQuota == 0 {
+		return fmt.Sprintf("max %d", r.PeriodUsec())
+	}
+	return fmt.Sprintf("%d %d", r.CPUQuota, r.PeriodUsec())
+}
+
 // kernelDrift names how the cgroup files k differ from the plan want
 // ("": they do not).
 func kernelDrift(k *docker.Resources, want docker.Resources) string {
@@ -108,8 +117,8 @@ func kernelDrift(k *docker.Resources, want docker.Resources) string {
 	if !k.Mems.Equal(want.Mems) {
 		d = append(d, fmt.Sprintf("cpuset.mems %q (plan %q)", k.Mems, want.Mems))
 	}
-	if k.CPUQuota != want.CPUQuota {
-		d = append(d, fmt.Sprintf("cpu.max quota %d µs (plan %d; 0: max)", k.CPUQuota, want.CPUQuota))
+	if k.CPUQuota != want.CPUQuota || k.CPUQuota != 0 && k.PeriodUsec() != want.PeriodUsec() {
+		d = append(d, fmt.Sprintf("cpu.max %q (plan %q)", cpuMax(*k), cpuMax(want)))
 	}
 	// The kernel rounds memory.max down to a page (up to 64 KiB on arm64).
 	if k.MemoryBytes > want.MemoryBytes || want.MemoryBytes-k.MemoryBytes >= 64<<10 {

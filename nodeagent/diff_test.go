@@ -52,8 +52,35 @@ func TestMap(t *testing.T) {
 	for _, tt := range tests {
 		w := Map(host6, tt.in, tt.scheme, shared)
 		r := w.Resources
-		if r.CPUs.String() != tt.cpus || r.Mems.String() != tt.mems || r.CPUQuota != tt.quota || w.CPUWeight != tt.weight {
-			t.Errorf("%s: cpus %s mems %s quota %d weight %d; want %s %s %d %d", tt.name, r.CPUs, r.Mems, r.CPUQuota, w.CPUWeight, tt.cpus, tt.mems, tt.quota, tt.weight)
+		if r.CPUs.String() != tt.cpus || r.Mems.String() != tt.mems || r.CPUQuota != tt.quota || w.CPUWeight != tt.weight || r.PeriodUsec() != docker.Period {
+			t.Errorf("%s: cpus %s mems %s quota %d/%d weight %d; want %s %s %d/%d %d", tt.name, r.CPUs, r.Mems, r.CPUQuota, r.PeriodUsec(), w.CPUWeight, tt.cpus, tt.mems, tt.quota, docker.Period, tt.weight)
+		}
+		if err := r.Validate(); err != nil {
+			t.Errorf("%s: mapped resources invalid for Docker: %v", tt.name, err)
+		}
+	}
+	// Share base 1000: a fraction under 0.01 CPU is a quota per 1 s period
+	// (Docker and the kernel refuse a quota under 1 ms); 0.01 and above
+	// stay per 100 ms.
+	h1000 := host6
+	h1000.ShareBase = 1000
+	for _, tt := range []struct {
+		name          string
+		in            model.Instance
+		scheme        Scheme
+		quota, period int64
+	}{
+		{"memory-first 0.005", memoryFirst("m5", 5), SchemeQuota, 5000, docker.LongPeriod},
+		{"memory-first 0.001", memoryFirst("m1", 1), SchemeCapped, 1000, docker.LongPeriod},
+		{"memory-first 0.01", memoryFirst("m10", 10), SchemeCapped, 1000, docker.Period},
+		{"bound 0.005 alone, capped", inst("b5", map[cpuset.CPUID]int{2: 5}, 0), SchemeCapped, 5000, docker.LongPeriod},
+		{"bound 0.005 alone, quota", inst("q5", map[cpuset.CPUID]int{2: 5}, 0), SchemeQuota, 5000, docker.LongPeriod},
+		{"bound 1.005", inst("b1005", map[cpuset.CPUID]int{1: 1000, 2: 5}, 0), SchemeCapped, 100500, docker.Period},
+	} {
+		w := Map(h1000, tt.in, tt.scheme, shared)
+		r := w.Resources
+		if r.CPUQuota != tt.quota || r.PeriodUsec() != tt.period || w.CPUWeight < 1 {
+			t.Errorf("%s: cpu.max %d %d weight %d; want %d %d", tt.name, r.CPUQuota, r.PeriodUsec(), w.CPUWeight, tt.quota, tt.period)
 		}
 		if err := r.Validate(); err != nil {
 			t.Errorf("%s: mapped resources invalid for Docker: %v", tt.name, err)
@@ -289,7 +316,7 @@ func TestKernelDrift(t *testing.T) {
 	}{
 		{"cpuset written by hand", func(r *docker.Resources) { r.CPUs = cpuset.MustParseCPUs("0") }, `cpuset.cpus "0" (plan "2-3")`},
 		{"memory.max raised", func(r *docker.Resources) { r.MemoryBytes = 1 << 30 }, "memory.max 1073741824"},
-		{"cpu.max set", func(r *docker.Resources) { r.CPUQuota = 50000 }, "cpu.max quota 50000"},
+		{"cpu.max set", func(r *docker.Resources) { r.CPUQuota = 50000 }, `cpu.max "50000 100000" (plan "max 100000")`},
 	} {
 		o := obs("c1", "a", "img", 1, want.Resources, true, false)
 		k := want.Resources

@@ -92,9 +92,9 @@ func Map(h Host, in model.Instance, scheme Scheme, sharedPool cpuset.CPUs) Want 
 	w := Want{}
 	if !in.Bind {
 		r.CPUs, r.Mems = sharedPool, h.Mems
-		r.CPUQuota = int64(in.CPUQuota) * docker.Period / int64(sb)
-		if r.CPUQuota > 0 && r.CPUQuota < 1000 {
-			r.CPUQuota = 1000
+		r.CPUQuota, r.CPUPeriod = docker.QuotaFor(in.CPUQuota, sb)
+		if r.CPUQuota > 0 && r.CPUQuota < docker.MinQuota { // the planner refuses such sizes; never ask Docker for less than it takes
+			r.CPUQuota = docker.MinQuota
 		}
 		w.CPUWeight = weightOf(in.CPUQuota, sb)
 		w.Resources = r
@@ -118,12 +118,12 @@ func Map(h Host, in model.Instance, scheme Scheme, sharedPool cpuset.CPUs) Want 
 		if frag > 0 {
 			w.CPUWeight = uint64(max(1, frag*100/sb))
 			if scheme == SchemeCapped {
-				r.CPUQuota = int64(total) * docker.Period / int64(sb)
+				r.CPUQuota, r.CPUPeriod = docker.QuotaFor(total, sb)
 			}
 		}
 	default:
 		if frag > 0 {
-			r.CPUQuota = int64(total) * docker.Period / int64(sb)
+			r.CPUQuota, r.CPUPeriod = docker.QuotaFor(total, sb)
 		}
 		w.CPUWeight = weightOf(total, sb)
 	}
@@ -138,6 +138,6 @@ func weightOf(pieces, sb int) uint64 {
 
 // sameResources reports whether Docker already holds r.
 func sameResources(a, b docker.Resources) bool {
-	return a.CPUs.Equal(b.CPUs) && a.Mems.Equal(b.Mems) && a.CPUQuota == b.CPUQuota &&
+	return a.CPUs.Equal(b.CPUs) && a.Mems.Equal(b.Mems) && a.CPUQuota == b.CPUQuota && a.PeriodUsec() == b.PeriodUsec() &&
 		a.MemoryBytes == b.MemoryBytes && a.MemoryReservation == b.MemoryReservation
 }

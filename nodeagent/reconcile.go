@@ -397,7 +397,7 @@ func (a *Agent) reassert(ctx context.Context, id string, want Want) error {
 	if r.CPUQuota > 0 {
 		quota = r.CPUQuota
 	}
-	s := cgroup.Spec{Path: p, CPUWeight: want.CPUWeight, CPUMaxBurst: cgroup.Uint64(0), CPUMax: &cgroup.CPUMax{Quota: quota, Period: uint64(docker.Period)}}
+	s := cgroup.Spec{Path: p, CPUWeight: want.CPUWeight, CPUMaxBurst: cgroup.Uint64(0), CPUMax: &cgroup.CPUMax{Quota: quota, Period: uint64(r.PeriodUsec())}}
 	if !r.CPUs.IsEmpty() {
 		s.CPUs = &r.CPUs
 	}
@@ -435,8 +435,11 @@ func (a *Agent) kernelResources(c docker.Container) *docker.Resources {
 	if err1 != nil || err2 != nil {
 		return nil
 	}
-	if q, _, _ := strings.Cut(max, " "); q != "max" {
+	if q, per, _ := strings.Cut(max, " "); q != "max" {
 		r.CPUQuota, _ = strconv.ParseInt(q, 10, 64)
+		if p, err := strconv.ParseInt(per, 10, 64); err == nil && p != docker.Period {
+			r.CPUPeriod = p
+		}
 	}
 	if mem != "max" {
 		r.MemoryBytes, _ = strconv.ParseInt(mem, 10, 64)

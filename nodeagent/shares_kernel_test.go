@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -149,7 +150,7 @@ func sweepRun(t *testing.T, m *cgroup.Manager, c sweepCase, n int, mode string) 
 		p, _ := m.Parent().Child(fmt.Sprintf("s-%s", id))
 		spec := cgroup.Spec{Path: p, CPUs: &w.Resources.CPUs, Mems: &w.Resources.Mems, CPUWeight: w.CPUWeight, CPUMax: &cgroup.CPUMax{Quota: cgroup.Max}}
 		if w.Resources.CPUQuota > 0 {
-			spec.CPUMax = &cgroup.CPUMax{Quota: w.Resources.CPUQuota, Period: cgroup.DefaultPeriod}
+			spec.CPUMax = &cgroup.CPUMax{Quota: w.Resources.CPUQuota, Period: uint64(w.Resources.PeriodUsec())}
 		}
 		if err := m.Apply(context.Background(), spec); err != nil {
 			t.Fatal(err)
@@ -305,4 +306,67 @@ func hostDesc() string {
 		b = append(b, byte(c))
 	}
 	return "Linux " + string(b) + " (native)"
+}
+
+// TestKernelFinePieces: with a share base of 1000 the smallest pieces the
+// planner hands out are enforced as planned, not rounded up: a bound
+// instance holding only 0.005 of a CPU and a memory-first instance with a
+// 0.005 CPU quota, each running two busy threads, get 0.005 CPU (cpu.max
+// "5000 1000000", written from Map as the agent does), between half and
+// one and a half times the plan over a 6 s window. Before, the quota was
+// raised to 1 ms per 100 ms: 0.01 CPU, twice the plan.
+func TestKernelFinePieces(t *testing.T) {
+	m := kernelManager(t, "fine")
+	h := Host{CPUs: m.HostCPUs(), Mems: m.HostMems(), ShareBase: 1000}
+	last := slices.Max(h.CPUs.Slice())
+	ins := []model.Instance{
+		{ID: "bound", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{last: 5}, NUMANode: -1, Memory: 64 << 20}},
+		{ID: "memfirst", Allocation: model.Allocation{CPUQuota: 5, NUMANode: -1, Memory: 64 << 20}},
+	}
+	paths := map[string]cgroup.Path{}
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+		for _, p := range paths {
+			if err := m.Remove(context.Background(), p); err != nil {
+				t.Errorf("remove %s: %v", p, err)
+			}
+		}
+	}()
+	for _, in := range ins {
+		w := Map(h, in, DefaultScheme, h.CPUs)
+		p, _ := m.Parent().Child("f-" + in.ID)
+		spec := cgroup.Spec{Path: p, CPUs: &w.Resources.CPUs, Mems: &w.Resources.Mems, CPUWeight: w.CPUWeight,
+			CPUMax: &cgroup.CPUMax{Quota: w.Resources.CPUQuota, Period: uint64(w.Resources.PeriodUsec())}}
+		if err := m.Apply(context.Background(), spec); err != nil {
+			t.Fatalf("%s: %v", in.ID, err)
+		}
+		paths[in.ID] = p
+		got, err := m.Read(p, "cpu.max")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(got) != "5000 1000000" {
+			t.Errorf("%s: cpu.max = %q, want \"5000 1000000\" (0.005 CPU)", in.ID, strings.TrimSpace(got))
+		}
+		dir, err := os.Open(filepath.Join(cgroup.HostMount, p.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := testenv.StartHelperWith(t, "spin:2", &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}, "GOMAXPROCS=2")
+		dir.Close()
+		procs = append(procs, cmd)
+	}
+	time.Sleep(time.Second)
+	got := measure(t, m, ins, paths, 6*time.Second)
+	for _, in := range ins {
+		g := got[in.ID]
+		t.Logf("%s on %s: plan 0.005 CPU, got %.4f", in.ID, hostDesc(), g)
+		if g < 0.0025 || g > 0.0075 {
+			t.Errorf("%s: got %.4f CPU with two busy threads, want 0.005 (0.0025..0.0075)", in.ID, g)
+		}
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/pinfold/pinfold/docker"
+
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
@@ -59,7 +61,7 @@ func statusOf(h Host, in model.Instance, cs []Observed, scheme Scheme, shared cp
 	if c.Running {
 		st.CPUGot = r.cpuGot
 	}
-	st.Applied = &model.Applied{CPUs: c.Applied.CPUs.String(), Mems: c.Applied.Mems.String(), CPUQuota: c.Applied.CPUQuota,
+	st.Applied = &model.Applied{CPUs: c.Applied.CPUs.String(), Mems: c.Applied.Mems.String(), CPUQuota: c.Applied.CPUQuota * docker.Period / c.Applied.PeriodUsec(),
 		CPUWeight: c.CPUWeight, MemoryBytes: c.Applied.MemoryBytes}
 	return st
 }

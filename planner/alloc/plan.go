@@ -46,9 +46,11 @@ func ValidateRequest(p Params, r Request) error {
 }
 
 // MinFragment is the smallest fraction of a CPU, in pieces, a host can
-// enforce: 1/100 CPU, the 1 ms quota per 100 ms period that is cpu.max's
-// (and Docker's) smallest (10 pieces with a share base of 1000; 1 with 100).
-func MinFragment(shareBase int) int { return max(1, (shareBase+99)/100) }
+// enforce: 1/1000 CPU, the 1 ms quota per 1 s period that is cpu.max's
+// (and Docker's) smallest quota over its longest period (10 pieces with a
+// share base of 10000; 1 with 1000 or less). The agent writes a fraction
+// under 0.01 CPU per 1 s period, larger ones per 100 ms.
+func MinFragment(shareBase int) int { return max(1, (shareBase+999)/1000) }
 
 // Enforceable refuses CPU amounts a host could not enforce: a fraction of
 // a CPU below MinFragment. The engine plans any piece count; the planner
@@ -56,7 +58,7 @@ func MinFragment(shareBase int) int { return max(1, (shareBase+99)/100) }
 func Enforceable(p Params, field string, pieces int) error {
 	if f := pieces % p.ShareBase; f > 0 && f < MinFragment(p.ShareBase) {
 		return invalid(field, FormatPieces(pieces, p.ShareBase),
-			"its fraction of a CPU, %s, is below the smallest a host can enforce, %s (cpu.max takes at least 1 ms per 100 ms period): ask for a whole number of CPUs or a fraction of at least %s",
+			"its fraction of a CPU, %s, is below the smallest a host can enforce, %s (cpu.max takes at least 1 ms per 1 s period): ask for a whole number of CPUs or a fraction of at least %s",
 			FormatPieces(f, p.ShareBase), FormatPieces(MinFragment(p.ShareBase), p.ShareBase), FormatPieces(MinFragment(p.ShareBase), p.ShareBase))
 	}
 	return nil

@@ -137,7 +137,7 @@ type Status struct {
 type Applied struct {
 	CPUs        string `json:"cpus"`
 	Mems        string `json:"mems"`
-	CPUQuota    int64  `json:"cpu_quota"` // cpu.max quota in µs per 100 ms period; 0 = none
+	CPUQuota    int64  `json:"cpu_quota"` // cpu.max quota as µs per 100 ms (a quota per 1 s period is scaled down); 0 = none
 	CPUWeight   uint64 `json:"cpu_weight"`
 	MemoryBytes int64  `json:"memory_bytes"`
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
@@ -189,31 +190,42 @@ func TestPiecesPerCPUProperty(t *testing.T) {
 	}
 }
 
-// TestFinePiecesEnforceable: with a share base of 1000 the planner hands
-// out no fraction of a CPU below 0.01 (cpu.max's 1 ms per 100 ms period,
-// which Docker also refuses below): a deploy or a resize asking for one is
-// refused with the reason, 0.01 and whole CPUs are not.
+// TestFinePiecesEnforceable: the planner hands out every fraction a host
+// can enforce and none below: with a share base of 1000 every piece (0.001
+// CPU: 1 ms per 1 s period, the smallest cpu.max quota Docker and the
+// kernel take) is planned, 0.005 CPU included; with 10000 a fraction below
+// 0.001 is refused with the reason, at deploy and at resize.
 func TestFinePiecesEnforceable(t *testing.T) {
-	c := statetest.Start(t, 1)
-	st := c.Open(t, state.Config{ShareBase: 1000, MaxFragmentCores: -1}, model.Protocol)
-	s := New(st, nil)
-	if _, err := s.RegisterHost(t.Context(), RegisterHostRequest{Name: "h", Topology: topologytest.Laptop().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
-		pieces int
-		bind   bool
-		ok     bool
-	}{{1005, true, false}, {5, true, false}, {9, false, false}, {1010, true, true}, {10, false, true}, {2000, true, true}} {
-		_, err := s.Deploy(t.Context(), DeployRequest{Service: fmt.Sprintf("s%d", tc.pieces), Spec: model.Spec{Image: "i"}, Count: 1, Pieces: tc.pieces, Bind: tc.bind, Memory: gib})
-		switch {
-		case tc.ok && err != nil:
-			t.Errorf("deploy of %d pieces: %v", tc.pieces, err)
-		case !tc.ok && (CodeOf(err) != Invalid || !strings.Contains(err.Error(), "below the smallest a host can enforce, 0.01")):
-			t.Errorf("deploy of %d pieces = %v, want refused naming 0.01", tc.pieces, err)
-		}
-	}
-	if _, err := s.Resize(t.Context(), ResizeRequest{Target: "s1010", CPUDelta: -5}); CodeOf(err) != Invalid || !strings.Contains(err.Error(), "1.005") {
-		t.Errorf("resize 1.01 - 0.005 = %v, want refused naming 1.005", err)
+		sb, pieces int
+		bind       bool
+		ok         bool
+	}{
+		{1000, 1005, true, true}, {1000, 5, true, true}, {1000, 1, false, true}, {1000, 9, false, true}, {1000, 2000, true, true},
+		{10000, 10005, true, false}, {10000, 5, true, false}, {10000, 9, false, false}, {10000, 10, false, true}, {10000, 10010, true, true},
+	} {
+		t.Run(fmt.Sprintf("base %d, %d pieces", tc.sb, tc.pieces), func(t *testing.T) {
+			c := statetest.Start(t, 1)
+			st := c.Open(t, state.Config{ShareBase: tc.sb, MaxFragmentCores: -1}, model.Protocol)
+			s := New(st, nil)
+			if _, err := s.RegisterHost(t.Context(), RegisterHostRequest{Name: "h", Topology: topologytest.Laptop().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Deploy(t.Context(), DeployRequest{Service: "s", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: tc.pieces, Bind: tc.bind, Memory: gib})
+			switch {
+			case tc.ok && err != nil:
+				t.Errorf("deploy: %v", err)
+			case !tc.ok && (CodeOf(err) != Invalid || !strings.Contains(err.Error(), "below the smallest a host can enforce, 0.001")):
+				t.Errorf("deploy = %v, want refused naming 0.001", err)
+			}
+			if tc.ok && tc.pieces > tc.sb && tc.pieces%tc.sb > 0 {
+				// 1.005 - 0.003 = 1.002 at base 1000; 1.001 - 0.0005 = 1.0005 at 10000.
+				delta := map[int]int{1000: 3, 10000: 5}[tc.sb]
+				_, err := s.Resize(t.Context(), ResizeRequest{Target: "s", CPUDelta: -delta})
+				if wantOK := tc.sb <= 1000; (err == nil) != wantOK || err != nil && !strings.Contains(err.Error(), "below the smallest") {
+					t.Errorf("resize by -%s = %v, want accepted %v", alloc.FormatPieces(delta, tc.sb), err, wantOK)
+				}
+			}
+		})
 	}
 }
