@@ -170,6 +170,9 @@ type consumption struct {
 	// other CPUs intact; otherwise from those with the most. It matters
 	// only when a CPU gives more than one whole CPU.
 	drainWhole bool
+	// topo places fragments by topology (place.go); set only where no
+	// later phase reads what is left, so capacity never looks at it.
+	topo bool
 }
 
 // consumptions are the ones capacity tries, in order (the first wins ties).

@@ -21,6 +21,8 @@ type hostState struct {
 	coreKey  []cpuset.CPUID
 	l3Key    []cpuset.CPUID
 	coreSize []int
+	// numaKey is the index in sets of the CPU's NUMA node (-1 none).
+	numaKey []int16
 	// sets are the positions of each NUMA node's CPUs (h.NUMANodes order); all
 	// is every position.
 	sets     [][]int32
@@ -40,14 +42,14 @@ type hostState struct {
 func newHostState(p Params, h *Host) *hostState {
 	n := len(h.CPUs)
 	s := &hostState{p: p, h: h, ids: make([]cpuset.CPUID, n), free: make([]int, n),
-		coreKey: make([]cpuset.CPUID, n), l3Key: make([]cpuset.CPUID, n), coreSize: make([]int, n),
+		coreKey: make([]cpuset.CPUID, n), l3Key: make([]cpuset.CPUID, n), coreSize: make([]int, n), numaKey: make([]int16, n),
 		all: make([]int32, n), memFree: h.MemoryBytes - h.MemoryUsed}
 	fragmented := 0
 	for i, c := range h.CPUs {
 		s.ids[i] = c.ID
 		s.free[i] = max(c.Capacity-c.Used, 0)
 		s.all[i] = int32(i)
-		s.coreKey[i], s.l3Key[i], s.coreSize[i] = c.ID, -1, 1
+		s.coreKey[i], s.l3Key[i], s.coreSize[i], s.numaKey[i] = c.ID, -1, 1, -1
 		if v := s.free[i]; v > 0 && v%p.ShareBase != 0 {
 			fragmented++
 		}
@@ -77,6 +79,7 @@ func newHostState(p Params, h *Host) *hostState {
 		for id := range nn.CPUs.All() {
 			if i, ok := s.pos(id); ok {
 				set = append(set, int32(i))
+				s.numaKey[i] = int16(len(s.sets))
 			}
 		}
 		s.sets = append(s.sets, set)

@@ -28,6 +28,14 @@ import (
 //     on oversold CPUs step 2 takes the CPUs with the fewest free pieces.
 // Steps 1-3 consume the same multiset of free values as counter.residual,
 // so a count from capacity.go can always be placed.
+//
+// When no later phase reads what a set leaves (the set is the last one this
+// request places in), the fragment goes by topology instead: a CPU of the
+// instance's own L3 group, then of its NUMA node, best fit within those;
+// when none of the fragment CPUs is in its L3 group, a whole free CPU there
+// becomes one, if the rest of the request still fits (not on oversold
+// hosts). Any fragment CPU lowers the set's fragment count by exactly one,
+// and the whole CPUs are checked, so the count still holds.
 
 // placeHost places k instances of a CPU-bound request on the host: NUMA nodes
 // in ascending ID order, each up to its capacity, then cross-node.
@@ -37,14 +45,34 @@ func (s *hostState) placeHost(sh shape, k int) ([]Placement, error) {
 	if len(s.sets) > 0 && (!s.howSet || s.howFor != sh) {
 		_, how = s.bindCapacity(sh, sh.mem)
 	}
-	memN := func(free int64) int { return int(min(free/sh.mem, unlimited)) }
+	// How many each NUMA node takes, counted before any is placed (the
+	// nodes' CPUs are disjoint, so placing one changes no other's count,
+	// only the host's memory and conversion allowance, tracked here).
+	counts := make([]int, len(s.sets))
+	memLeft, conv, left := s.memFree, s.convAllowance, k
+	for i, set := range s.sets {
+		if left == 0 {
+			break
+		}
+		c := newCounter(sh, s.values(set), conv)
+		n, _ := c.max(int(min(min(s.numaFree[i], memLeft)/sh.mem, unlimited)))
+		t := min(n, left)
+		if conv >= 0 {
+			j, _ := c.conversions(t)
+			conv -= j
+		}
+		memLeft -= int64(t) * sh.mem
+		left -= t
+		counts[i] = t
+	}
+	// Fragments go by topology where no cross-node phase reads what the
+	// NUMA nodes leave.
+	how.topo = left == 0
 	for i, set := range s.sets {
 		if k == 0 {
 			break
 		}
-		c := newCounter(sh, s.values(set), s.convAllowance)
-		n, _ := c.max(memN(min(s.numaFree[i], s.memFree)))
-		t := min(n, k)
+		t := counts[i]
 		pl, err := s.placeSet(sh, set, t, s.h.NUMANodes[i].ID, how)
 		if err != nil {
 			return nil, err
@@ -54,7 +82,7 @@ func (s *hostState) placeHost(sh shape, k int) ([]Placement, error) {
 		k -= t
 	}
 	if k > 0 {
-		pl, err := s.placeSet(sh, s.all, k, -1, consumption{})
+		pl, err := s.placeSet(sh, s.all, k, -1, consumption{topo: true})
 		if err != nil {
 			return nil, err
 		}
@@ -108,7 +136,7 @@ func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeI
 	})
 	out := make([]Placement, 0, k)
 	picked := make([]int32, 0, sh.x)
-	for range k {
+	for i := range k {
 		picked = picked[:0]
 		if c.single {
 			picked = s.pickWholeTopo(whole, sh.x, picked)
@@ -124,13 +152,22 @@ func (s *hostState) placeSet(sh shape, set []int32, k int, numa cpuset.NUMANodeI
 			pl.CPUs[s.ids[p]] = sh.sb
 		}
 		if sh.f > 0 {
-			l3 := cpuset.CPUID(-2)
+			l3, numaK := cpuset.CPUID(-2), int16(-2)
 			if len(picked) > 0 {
-				l3 = s.l3Key[picked[0]]
+				l3, numaK = s.l3Key[picked[0]], s.numaKey[picked[0]]
 			}
-			p, ok := s.pickFragment(frag, sh.f, l3, converted)
+			p, ok := s.pickFragment(frag, sh.f, l3, numaK, converted, how.topo)
 			if !ok {
 				return nil, fmt.Errorf("alloc: internal error: no fragment CPU with %d free pieces on host %s", sh.f, s.h.Name)
+			}
+			if how.topo && c.single && l3 >= 0 && s.l3Key[p] != l3 && s.convAllowance != 0 {
+				if q, ok := s.localFragment(whole, l3, sh, (k-1-i)*sh.x); ok {
+					p = q
+					frag = append(frag, q)
+					if s.convAllowance > 0 {
+						s.convAllowance--
+					}
+				}
 			}
 			s.free[p] -= sh.f
 			pl.CPUs[s.ids[p]] = sh.f
@@ -216,11 +253,51 @@ func (s *hostState) pickWholeOversold(pool []int32, x int, picked []int32, drain
 	return append(picked, cand[:min(x, len(cand))]...)
 }
 
+// localFragment is a whole free CPU of L3 group l3 that may become the
+// instance's fragment CPU while pool keeps need whole CPUs for the rest of
+// the request: the one of the most broken core (its sibling already
+// taken), then the highest ID, so whole cores stay whole.
+func (s *hostState) localFragment(pool []int32, l3 cpuset.CPUID, sh shape, need int) (int32, bool) {
+	best, free := int32(-1), 0
+	for _, p := range pool {
+		if s.free[p] < sh.sb {
+			continue
+		}
+		free++
+		if s.l3Key[p] != l3 {
+			continue
+		}
+		if best < 0 || s.coreBroken(p) && !s.coreBroken(best) || s.coreBroken(p) == s.coreBroken(best) && s.ids[p] > s.ids[best] {
+			best = p
+		}
+	}
+	return best, best >= 0 && free-1 >= need
+}
+
+// coreBroken reports whether a sibling of CPU p is not wholly free.
+func (s *hostState) coreBroken(p int32) bool {
+	for q := range s.ids {
+		if s.coreKey[q] == s.coreKey[p] && int32(q) != p && s.free[q] < s.p.ShareBase {
+			return true
+		}
+	}
+	return false
+}
+
 // pickFragment is step 3; CPUs in converted (fragmentedFirst) come after
-// all the others.
-func (s *hostState) pickFragment(pool []int32, f int, l3 cpuset.CPUID, converted map[int32]bool) (int32, bool) {
+// all the others. With topo, CPUs of the L3 group l3 come first, then those
+// of NUMA node index numaK.
+func (s *hostState) pickFragment(pool []int32, f int, l3 cpuset.CPUID, numaK int16, converted map[int32]bool, topo bool) (int32, bool) {
 	best := int32(-1)
 	better := func(a, b int32) bool { // is a better than b?
+		if topo {
+			if (s.l3Key[a] == l3) != (s.l3Key[b] == l3) {
+				return s.l3Key[a] == l3
+			}
+			if (s.numaKey[a] == numaK) != (s.numaKey[b] == numaK) {
+				return s.numaKey[a] == numaK
+			}
+		}
 		if converted[a] != converted[b] {
 			return !converted[a]
 		}

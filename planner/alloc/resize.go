@@ -233,7 +233,7 @@ func (s *hostState) pickKeeping(sh shape, set []int32, numa cpuset.NUMANodeID, k
 				}
 			}
 			var ok bool
-			if frag, ok = s.pickFragment(pool, sh.f, -2, nil); !ok {
+			if frag, ok = s.pickFragment(pool, sh.f, -2, -2, nil, false); !ok {
 				// Convert a whole-capable CPU, in placeSet's conversion order
 				// (highest core, then highest ID), if the allowance permits.
 				if s.convAllowance == 0 {

@@ -92,3 +92,44 @@ func TestFragmentsPackOnFragmentedCPUs(t *testing.T) {
 		t.Errorf("fragments on %v, want CPU 2 first then one converted CPU twice", on)
 	}
 }
+
+// TestFragmentFollowsL3: the fragment goes to the L3 group of the
+// instance's whole CPUs when a CPU there holds it (an existing fragment
+// CPU first, else a whole free CPU becomes one), and elsewhere only when
+// the group has no room. EPYC 7402: L3 groups of 3 cores, siblings i and
+// i+48; every CPU but the ones listed is held whole by others.
+func TestFragmentFollowsL3(t *testing.T) {
+	t.Parallel()
+	tp := topologytest.EPYC7402().Topology()
+	groupA := cpuset.MustParseCPUs("0-2,48-50")
+	for _, tc := range []struct {
+		name   string
+		free   map[cpuset.CPUID]int // free pieces; every other CPU is full
+		pieces int
+		want   string // the instance's CPUs
+	}{
+		// Before: the fragment went to CPU 3 (best fit, another L3 group).
+		{"a whole CPU of the group becomes the fragment CPU", map[cpuset.CPUID]int{0: 100, 1: 100, 2: 100, 48: 100, 49: 100, 50: 100, 3: 50, 4: 100, 5: 100, 51: 100}, 550, "0-2,48-50"},
+		// Before: CPU 3 (30 free fits 30 more tightly than CPU 50's 50).
+		{"the group's fragment CPU before a tighter one elsewhere", map[cpuset.CPUID]int{0: 100, 1: 100, 2: 100, 48: 100, 49: 100, 50: 50, 3: 30, 4: 100}, 530, "0-2,48-50"},
+		{"no room in the group: the fragment goes elsewhere", map[cpuset.CPUID]int{0: 100, 1: 100, 2: 100, 48: 100, 49: 100, 3: 50}, 550, "0-3,48-49"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := topoHost(tp)
+			for i := range h.CPUs {
+				h.CPUs[i].Used = 100 - tc.free[h.CPUs[i].ID]
+			}
+			r := alloc.Request{Service: "s", Count: 1, Pieces: tc.pieces, Bind: true, MemoryBytes: GiB}
+			if c := alloc.HostCapacity(alloc.DefaultParams(), h, r); c.Count < 1 {
+				t.Fatalf("capacity %d", c.Count)
+			}
+			res, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{h}, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cpusOf(res.Placements[0]); got.String() != tc.want {
+				t.Errorf("%s CPUs = %s, want %s (L3 group of CPU 0: %s)", alloc.FormatPieces(tc.pieces, 100), got, tc.want, groupA)
+			}
+		})
+	}
+}
