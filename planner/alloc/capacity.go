@@ -33,10 +33,12 @@ type shape struct {
 	x   int   // whole CPUs per instance
 	f   int   // fragment pieces per instance (0 for integer requests)
 	mem int64 // memory bytes per instance
+	// cores: whole physical cores only (cores.go)
+	cores bool
 }
 
 func shapeOf(p Params, r Request) shape {
-	return shape{sb: p.ShareBase, x: r.Pieces / p.ShareBase, f: r.Pieces % p.ShareBase, mem: r.MemoryBytes}
+	return shape{sb: p.ShareBase, x: r.Pieces / p.ShareBase, f: r.Pieces % p.ShareBase, mem: r.MemoryBytes, cores: r.WholeCores && r.Bind}
 }
 
 // counter holds one CPU set's classified values.
@@ -293,6 +295,11 @@ func (s *hostState) capacity(sh shape, bind bool) Capacity {
 			c.CPUCount = 0
 		}
 		c.Count = min(c.CPUCount, c.MemoryCount)
+		return c
+	}
+	if sh.cores {
+		c.Count, _ = s.runCores(sh, unlimited, sh.mem, false)
+		c.CPUCount, _ = s.runCores(sh, unlimited, 0, false)
 		return c
 	}
 	c.Count, s.how = s.bindCapacity(sh, sh.mem)

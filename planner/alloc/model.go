@@ -80,7 +80,10 @@ type Request struct {
 	// Pieces is the CPU asked for, in pieces: round(cpu × ShareBase).
 	Pieces int
 	// Bind selects CPU-bind mode; false is memory-first mode.
-	Bind        bool
+	Bind bool
+	// WholeCores (bound, whole CPUs only) gives each instance whole
+	// physical cores: no SMT sibling of its CPUs runs another instance.
+	WholeCores  bool
 	MemoryBytes int64
 	Strategy    Strategy
 	// MaxPerHost caps the service's resulting instance count on any host; 0 = no cap.

@@ -40,6 +40,13 @@ import (
 // placeHost places k instances of a CPU-bound request on the host: NUMA nodes
 // in ascending ID order, each up to its capacity, then cross-node.
 func (s *hostState) placeHost(sh shape, k int) ([]Placement, error) {
+	if sh.cores {
+		n, pl := s.runCores(sh, k, sh.mem, true)
+		if n < k {
+			return nil, fmt.Errorf("alloc: internal error: %d of %d whole-cores instances fit where capacity said they would (host %s)", n, k, s.h.Name)
+		}
+		return pl, nil
+	}
 	out := make([]Placement, 0, k)
 	how := s.how
 	if len(s.sets) > 0 && (!s.howSet || s.howFor != sh) {

@@ -36,6 +36,8 @@ func ValidateRequest(p Params, r Request) error {
 		return invalid("request.cpu", FormatPieces(r.Pieces, p.ShareBase), "a CPU-bound request needs at least 1 piece (1/%d CPU)", p.ShareBase)
 	case r.MemoryBytes <= 0:
 		return invalid("request.memory_bytes", r.MemoryBytes, "want more than 0 bytes")
+	case r.WholeCores && (!r.Bind || r.Pieces%p.ShareBase != 0):
+		return invalid("request.whole_cores", FormatPieces(r.Pieces, p.ShareBase), "whole cores need a bound request (--bind) of a whole number of CPUs")
 	case r.MaxPerHost < 0:
 		return invalid("request.max_per_host", r.MaxPerHost, "want 0 (no cap) or more")
 	}

@@ -64,6 +64,23 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 				h.Name, FormatPieces(newPieces, p.ShareBase), mode(rz.Bind), newMem, fmt.Sprintf(why, args...))}
 	}
 	s := newHostState(p, released)
+	if cur.WholeCores {
+		// Whole cores keep their cores: only memory changes live.
+		if rz.CPUDelta != 0 || !rz.Bind {
+			return Placement{}, invalid("resize.cpu_delta", FormatPieces(rz.CPUDelta, p.ShareBase),
+				"the instance holds whole cores (whole_cores): only its memory resizes live; deploy the new size and remove the old instances to change its CPUs")
+		}
+		free := s.memFree
+		if i, ok := s.numaIndex(cur.NUMANode); ok && cur.NUMANode >= 0 {
+			free = min(free, s.numaFree[i])
+		}
+		if newMem > free {
+			return Placement{}, noFit("memory: %d bytes free", free)
+		}
+		a := cur
+		a.CPUs, a.Memory = maps.Clone(cur.CPUs), newMem
+		return Placement{Host: h.Name, Allocation: a}, nil
+	}
 	if !rz.Bind {
 		if newMem > s.memFree {
 			return Placement{}, noFit("memory: %d bytes free", s.memFree)

@@ -1,8 +1,11 @@
 package alloc_test
 
 import (
+	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -131,5 +134,136 @@ func TestFragmentFollowsL3(t *testing.T) {
 				t.Errorf("%s CPUs = %s, want %s (L3 group of CPU 0: %s)", alloc.FormatPieces(tc.pieces, 100), got, tc.want, groupA)
 			}
 		})
+	}
+}
+
+// TestWholeCores: a whole-cores request (kubelet's full-pcpus-only) gets
+// whole physical cores only, never a core another instance or the system
+// touches, and capacity counts exactly those.
+func TestWholeCores(t *testing.T) {
+	t.Parallel()
+	laptop := topologytest.Laptop().Topology() // siblings (0,4) (1,5) (2,6) (3,7)
+	epyc := topologytest.EPYC7402().Topology() // siblings i, i+48; L3 groups of 3 cores
+	sparse := topologytest.SMTOffSparse().Topology()
+	for _, tc := range []struct {
+		name     string
+		tp       *topology.Topology
+		setup    func(h *alloc.Host)
+		pieces   int
+		capacity int
+		check    func(t *testing.T, got cpuset.CPUs)
+	}{
+		{"laptop: a CPU in use takes its core out", laptop, func(h *alloc.Host) { h.CPUs[0].Used = 30 }, 200, 3, nil},
+		{"laptop: 3 CPUs are not whole cores of 2", laptop, nil, 300, 0, nil},
+		{"laptop: an oversold CPU is not a whole core", laptop, func(h *alloc.Host) { h.CPUs[5].Capacity = 150 }, 200, 3, nil},
+		{"laptop: a sibling reserved for the system", laptop, func(h *alloc.Host) { h.CPUs = slices.Delete(h.CPUs, 6, 7) }, 200, 3, nil},
+		{"laptop: 4 CPUs are two cores", laptop, nil, 400, 2, nil},
+		{"SMT off: any count of single-thread cores", sparse, nil, 300, 2, nil},
+		{"EPYC: 6 CPUs are the 3 cores of one L3 group", epyc, nil, 600, 16, func(t *testing.T, got cpuset.CPUs) {
+			c, _ := epyc.CPU(got.Slice()[0])
+			if !got.Equal(c.L3) {
+				t.Errorf("6 whole-core CPUs = %s, want one L3 group (%s)", got, c.L3)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := topoHost(tc.tp)
+			h.MemoryBytes = 1 << 50
+			if tc.setup != nil {
+				tc.setup(h)
+			}
+			r := alloc.Request{Service: "s", Count: 1, Pieces: tc.pieces, Bind: true, WholeCores: true, MemoryBytes: GiB}
+			c := alloc.HostCapacity(alloc.DefaultParams(), h, r)
+			if c.Count != tc.capacity {
+				t.Fatalf("capacity %d, want %d", c.Count, tc.capacity)
+			}
+			r.Count = tc.capacity + 1
+			if _, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{h}, r); err == nil {
+				t.Errorf("%d instances placed, capacity %d", r.Count, tc.capacity)
+			}
+			if tc.capacity == 0 {
+				return
+			}
+			r.Count = tc.capacity
+			res, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{h}, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkWholeCores(t, h, res.Placements)
+			if tc.check != nil {
+				tc.check(t, cpusOf(res.Placements[0]))
+			}
+		})
+	}
+	if _, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{topoHost(laptop)}, alloc.Request{Service: "s", Count: 1, Pieces: 150, Bind: true, WholeCores: true, MemoryBytes: GiB}); err == nil || !strings.Contains(err.Error(), `request.whole_cores = "1.5"`) {
+		t.Errorf("1.5 CPUs of whole cores = %v, want refused naming request.whole_cores", err)
+	}
+}
+
+// checkWholeCores: every placement holds whole cores the host had wholly
+// free, each CPU whole, no core shared.
+func checkWholeCores(t *testing.T, h *alloc.Host, pls []alloc.Placement) {
+	t.Helper()
+	before := map[cpuset.CPUID]alloc.CPU{}
+	for _, c := range h.CPUs {
+		before[c.ID] = c
+	}
+	owner := map[cpuset.CPUID]int{}
+	for i, pl := range pls {
+		if !pl.WholeCores {
+			t.Errorf("placement %d not marked whole cores", i)
+		}
+		for id, v := range pl.CPUs {
+			if v != 100 {
+				t.Errorf("placement %d holds %d pieces of CPU %d", i, v, id)
+			}
+			if o, ok := owner[id]; ok {
+				t.Errorf("CPU %d given to placements %d and %d", id, o, i)
+			}
+			owner[id] = i
+			sib := cpuset.Of(id)
+			if h.Topology != nil {
+				c, _ := h.Topology.CPU(id)
+				sib = c.Siblings
+			}
+			for s := range sib.All() {
+				c, ok := before[s]
+				if _, mine := pl.CPUs[s]; !mine || !ok || c.Used != 0 || c.Capacity != 100 {
+					t.Errorf("placement %d: CPU %d's sibling %d is not its own wholly free CPU (on host %v, %+v)", i, id, s, ok, c)
+				}
+			}
+		}
+	}
+}
+
+// TestWholeCoresCapacityIsExact: on random hosts (topology fixtures with
+// random use), the whole-cores capacity N places N and refuses N+1.
+func TestWholeCoresCapacityIsExact(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 9))
+	p := alloc.DefaultParams()
+	checked := 0
+	for i := range 400 {
+		h := randomHost(rng, fmt.Sprint("h", i), 100)
+		r := alloc.Request{Service: "svc", Count: 1, Pieces: 100 * (1 + rng.IntN(6)), Bind: true, WholeCores: true, MemoryBytes: int64(1+rng.IntN(8)) * GiB / 4}
+		n := alloc.HostCapacity(p, h, r).Count
+		r.Count = n + 1
+		if _, err := alloc.Plan(p, []*alloc.Host{h}, r); err == nil {
+			t.Fatalf("host %d: %d placed, capacity %d", i, n+1, n)
+		}
+		if n == 0 {
+			continue
+		}
+		r.Count = n
+		res, err := alloc.Plan(p, []*alloc.Host{h}, r)
+		if err != nil {
+			t.Fatalf("host %d: capacity %d, plan: %v", i, n, err)
+		}
+		checkPlacements(t, p, h, r, res.Placements)
+		checkWholeCores(t, h, res.Placements)
+		checked++
+	}
+	if checked < 50 {
+		t.Fatalf("only %d hosts had room: the test draws too few", checked)
 	}
 }

@@ -53,6 +53,9 @@ type Allocation struct {
 	// Bind: the instance holds CPUs (whole ones and at most one fragment);
 	// otherwise it is memory-first and shares the host's pool with a quota.
 	Bind bool `json:"bind,omitempty"`
+	// WholeCores: the bound instance holds whole physical cores (every SMT
+	// sibling of its CPUs); it keeps them through moves and resizes.
+	WholeCores bool `json:"whole_cores,omitempty"`
 	// CPUs maps each held CPU to the pieces of it the instance holds.
 	CPUs map[cpuset.CPUID]int `json:"cpus"`
 	// CPUQuota is a memory-first instance's CPU time in pieces (0 when bound).
