@@ -32,6 +32,7 @@ type instanceJSON struct {
 	Memory     int64        `json:"memory_bytes"`
 	MemorySoft int64        `json:"memory_soft_bytes,omitempty"`
 	Bind       bool         `json:"bind"`
+	WholeCores bool         `json:"whole_cores,omitempty"`
 	Image      string       `json:"image,omitempty"`
 	Network    string       `json:"network,omitempty"`
 	State      string       `json:"state"`
@@ -61,7 +62,7 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	}
 	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: quotaOf(in),
 		CPUPlanned: cpuAmount(int64(plannedPieces(in)), in.ShareBase), CPUGot: cpuAmount(int64(in.CpuGotPieces), in.ShareBase),
-		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, Image: in.Image,
+		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, WholeCores: in.WholeCores, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}
 }
@@ -126,6 +127,7 @@ func newDeployCmd() *cobra.Command {
 		count      int32
 		cpu        string
 		bind       bool
+		wholeCores bool
 		memory     string
 		memorySoft string
 		strategy   string
@@ -144,6 +146,13 @@ at most one CPU shared in pieces (1.7 = 1 CPU + 70 pieces of another),
 NUMA-local when it fits; without --bind, memory decides and the CPU amount is
 a quota over the host's shared CPUs. The whole request is one transaction:
 either every instance is placed or none.
+
+--whole-cores (with --bind and a whole number of CPUs) gives each instance
+whole physical cores: no SMT sibling of its CPUs runs another instance or
+is reserved for the system (kubelet's full-pcpus-only). On a host with two
+threads per core the CPU count must be even; 'pinfold capacity
+--whole-cores' counts what such a deploy can take. Whole-cores instances
+resize their memory live, not their CPUs.
 
 Strategies: auto (level the service's instance counts), each (N on every
 host that can take N), fill (top every host up to N), global (least used
@@ -169,6 +178,7 @@ replacement must listen elsewhere, or its health check fails and the old
 container resumes.`,
 		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
   pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB --image redis:7
+  pinfold deploy db --count 2 --cpu 4 --bind --whole-cores --memory 8GiB --image postgres:16
   pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB --image debian:12 -- sleep infinity
   pinfold deploy api --count 2 --cpu 0.5 --memory 128MiB --image myapi --network host --health-http 8080/healthz
   pinfold deploy db --count 5 --cpu 2 --bind --memory 8GiB --image postgres:16 \
@@ -196,7 +206,7 @@ container resumes.`,
 				return err
 			}
 			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image,
-				Command: args[1:], Env: env, Network: network, Count: count, Cpu: cpuS, Bind: bind, MemoryBytes: mem, MemorySoftBytes: soft,
+				Command: args[1:], Env: env, Network: network, Count: count, Cpu: cpuS, Bind: bind, WholeCores: wholeCores, MemoryBytes: mem, MemorySoftBytes: soft,
 				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc}
 			if err := rules.apply(dreq); err != nil {
 				return err
@@ -236,6 +246,7 @@ container resumes.`,
 	f.Int32Var(&count, "count", 1, "instances to place (per host for each and fill)")
 	f.StringVar(&cpu, "cpu", "1", "CPUs per instance, a decimal (1.7)")
 	f.BoolVar(&bind, "bind", false, "bind CPUs (cpuset) instead of a memory-first CPU quota")
+	f.BoolVar(&wholeCores, "whole-cores", false, "whole physical cores only: no SMT sibling shared with another instance (needs --bind, whole CPUs)")
 	f.StringVar(&memory, "memory", "", "memory per instance (hard limit), e.g. 512MiB, 1.5GiB, 1G")
 	f.StringVar(&memorySoft, "memory-soft", "", "soft memory limit (reservation), at most --memory")
 	f.StringVar(&strategy, "strategy", "auto", "auto, each, fill, global or drained")
@@ -584,6 +595,7 @@ func newCapacityCmd() *cobra.Command {
 		cpu, memory, service   string
 		constraint             string
 		bind, useBuffer        bool
+		wholeCores             bool
 		maxPerHost             int
 		affinity, antiAffinity []string
 	)
@@ -598,6 +610,7 @@ applies: the cluster's buffer (or, with --use-buffer, its overbooking),
 not, unless a fault/upgrade domain spread limits where they may go.`,
 		Example: `  pinfold capacity --cpu 1.7 --bind --memory 1GiB
   pinfold capacity --cpu 0.5 --memory 256MiB --use-buffer
+  pinfold capacity --cpu 4 --bind --whole-cores --memory 8GiB
   pinfold capacity --cpu 2 --bind --memory 4GiB --constraint 'disk == "ssd"' --service web --max-per-host 2 -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -612,7 +625,7 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				resp, err := cl.Capacity(cmd.Context(), connect.NewRequest(&pinfoldv1.CapacityRequest{Cpu: cpuS, Bind: bind, MemoryBytes: mem,
+				resp, err := cl.Capacity(cmd.Context(), connect.NewRequest(&pinfoldv1.CapacityRequest{Cpu: cpuS, Bind: bind, WholeCores: wholeCores, MemoryBytes: mem,
 					Service: service, MaxPerHost: int32(maxPerHost), UseBuffer: useBuffer, Constraint: constraint,
 					AffinityHard: affinity, AntiAffinityHard: antiAffinity}))
 				if err != nil {
@@ -636,6 +649,7 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 	cmd.Flags().StringVar(&cpu, "cpu", "1", "CPUs per instance")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory per instance")
 	cmd.Flags().BoolVar(&bind, "bind", false, "CPU-bound instances")
+	cmd.Flags().BoolVar(&wholeCores, "whole-cores", false, "count whole physical cores only, as deploy --whole-cores")
 	cmd.Flags().StringVar(&service, "service", "", "the service whose instances --max-per-host and the affinity rules count")
 	cmd.Flags().IntVar(&maxPerHost, "max-per-host", 0, "at most this many of --service's instances per host (0: no limit)")
 	cmd.Flags().BoolVar(&useBuffer, "use-buffer", false, "may use the hosts' buffered (or overbooked) capacity, as replacements do")

@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -68,6 +72,7 @@ func TestPlacementCLI(t *testing.T) {
 		{[]string{"settings", "--priority", "Gravity=1"}, "unknown rule"},
 		{[]string{"settings", "--priority", "Affinity=0.5"}, "want RULE=P"},
 		{[]string{"host", "maintenance", "a", "--grace", "500ms"}, "want at least 1s"},
+		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--cpu", "1.5", "--bind", "--whole-cores"}, `whole_cores = "1.5": whole cores need a bound request`},
 	} {
 		_, errOut, code := run(tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
@@ -86,6 +91,31 @@ func TestPlacementCLI(t *testing.T) {
 			t.Errorf("db placed on b (no SSD)")
 		}
 	}
+	// Whole cores: capacity counts free sibling pairs (laptop: 2 threads a
+	// core), a deploy of it gets whole pairs, one more is refused.
+	var room struct {
+		Total int `json:"total_capacity"`
+	}
+	_ = json.Unmarshal([]byte(must("capacity", "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB", "-o", "json")), &room)
+	if room.Total < 1 {
+		t.Fatalf("whole-cores capacity %d", room.Total)
+	}
+	must("deploy", "wc", "--image", "i", "--count", fmt.Sprint(room.Total), "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB")
+	list = nil
+	_ = json.Unmarshal([]byte(must("ps", "--service", "wc", "-o", "json")), &list)
+	for _, in := range list {
+		pair := slices.Sorted(maps.Keys(in.CPUs))
+		if !in.WholeCores || len(pair) != 2 || pair[1] != fmt.Sprint(mustAtoi(t, pair[0])+4) { // laptop siblings: i and i+4
+			t.Errorf("whole-cores instance %s: whole_cores %v on CPUs %v, want one sibling pair", in.ID, in.WholeCores, pair)
+		}
+	}
+	if len(list) != room.Total {
+		t.Errorf("whole-cores deploy placed %d, capacity said %d", len(list), room.Total)
+	}
+	if _, errOut, code := run("deploy", "wc", "--image", "i", "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB"); code != 1 {
+		t.Errorf("whole-cores deploy beyond capacity: exit %d %s; want 1", code, errOut)
+	}
+	must("remove", "wc")
 	// Nothing matches: exit 1 with the elimination sequence.
 	must("host", "disable", "c")
 	must("host", "maintenance", "b", "--grace", "10m")
@@ -114,4 +144,13 @@ func TestPlacementCLI(t *testing.T) {
 	if code != 1 || !strings.Contains(out, `"kind": "PlacementConstraint"`) || !strings.Contains(out, `"subject": "db"`) {
 		t.Errorf("health after a host change: exit %d\n%s", code, out)
 	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

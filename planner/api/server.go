@@ -493,7 +493,7 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	}
 	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model()}
 	res, err := s.svc.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Spec: spec,
-		Count: int(m.Count), Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
+		Count: int(m.Count), Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
 		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
 			Affinity:     placement.Affinity{Hard: m.AffinityHard, Soft: m.AffinitySoft},
 			AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard, Soft: m.AntiAffinitySoft},
@@ -552,7 +552,7 @@ func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.Capaci
 	if err != nil {
 		return nil, err
 	}
-	caps, err := s.svc.Capacity(service.DeployRequest{Service: m.Service, Pieces: p, Bind: m.Bind, Memory: m.MemoryBytes, MaxPerHost: int(m.MaxPerHost),
+	caps, err := s.svc.Capacity(service.DeployRequest{Service: m.Service, Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MaxPerHost: int(m.MaxPerHost),
 		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
 			Affinity: placement.Affinity{Hard: m.AffinityHard}, AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard}}})
 	if err != nil {

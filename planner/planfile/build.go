@@ -286,7 +286,7 @@ func (fr *Request) build(p alloc.Params) (*placement.Request, error) {
 		return nil, err
 	}
 	r := &alloc.Request{Service: fr.Service, Count: fr.Count, Pieces: pieces, Bind: bind,
-		MemoryBytes: fr.MemoryBytes, Strategy: st, MaxPerHost: fr.MaxPerHost}
+		MemoryBytes: fr.MemoryBytes, Strategy: st, MaxPerHost: fr.MaxPerHost, WholeCores: fr.WholeCores}
 	if err := alloc.ValidateRequest(p, *r); err != nil {
 		return nil, err
 	}

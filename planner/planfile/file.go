@@ -80,6 +80,7 @@ type Request struct {
 	HostsOrder      []string           `json:"hosts_order"`
 	DomainSpread    string             `json:"domain_spread"`
 	UseBuffer       bool               `json:"use_buffer"`
+	WholeCores      bool               `json:"whole_cores"`
 }
 
 // Resize is a resize of one instance.

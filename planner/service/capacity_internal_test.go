@@ -38,8 +38,8 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 		{Overbooking: map[string]float64{"cpu": 0.5}},
 		{Overbooking: map[string]float64{"cpu": 0.5, "memory": 0.25}},
 	}
-	checked, deployed := 0, 0
-	for seed := range uint64(40) {
+	checked, deployed, wholeCores := 0, 0, 0
+	for seed := range uint64(60) {
 		rng := rand.New(rand.NewPCG(seed, 17))
 		ps := settings[rng.IntN(len(settings))]
 		if _, err := f.SetPlacementSettings(f.ctx, ps); err != nil {
@@ -57,6 +57,9 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 		}
 		req := DeployRequest{Service: fmt.Sprintf("probe%d", seed), Spec: model.Spec{Image: "i"}, Pieces: []int{50, 100, 150, 250, 370}[rng.IntN(5)],
 			Bind: rng.IntN(4) > 0, Memory: []int64{256 << 20, 1 << 30, 3 << 30}[rng.IntN(3)], MaxPerHost: rng.IntN(3), UseBuffer: rng.IntN(3) == 0}
+		if rng.IntN(5) == 0 { // whole physical cores (the Laptop fixture: 2 threads a core)
+			req.WholeCores, req.Bind, req.Pieces = true, true, []int{100, 200, 400}[rng.IntN(3)]
+		}
 		switch rng.IntN(4) {
 		case 0:
 			req.Rules.Constraint = `disk == "ssd"`
@@ -88,6 +91,10 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 				t.Errorf("%s: capacity %d (%v), but a deploy of %d = %d instances, %v", name, n, caps, n, len(ins), err)
 			}
 			deployed++
+			if req.WholeCores {
+				wholeCores++
+				checkWholeCores(t, f, name, ins)
+			}
 		}
 		if bad := Verify(f.st, 100); len(bad) > 0 {
 			t.Errorf("%s: the audit flags what placement did: %v", name, bad)
@@ -99,8 +106,32 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d scenarios, %d with a deploy of the full capacity", checked, deployed)
+	t.Logf("%d scenarios, %d with a deploy of the full capacity, %d of them whole cores", checked, deployed, wholeCores)
+	if wholeCores == 0 {
+		t.Errorf("no whole-cores deploy among the scenarios: draw more")
+	}
 	_ = state.Event{} // keeps the import for the fixture
+}
+
+// checkWholeCores: each whole-cores instance holds both threads of every
+// core it is on, and no other instance holds a piece of them.
+func checkWholeCores(t *testing.T, f healFixture, name string, ins []model.Instance) {
+	t.Helper()
+	tp := topologytest.Laptop().Topology()
+	for _, in := range ins {
+		if !in.WholeCores {
+			t.Errorf("%s: instance %s not marked whole cores", name, in.ID)
+		}
+		v, _ := f.Host(in.Host)
+		for id := range in.CPUs {
+			c, _ := tp.CPU(id)
+			for s := range c.Siblings.All() {
+				if in.CPUs[s] != 100 || v.Alloc.Used[s] != 100 {
+					t.Errorf("%s: instance %s on CPU %d: sibling %d holds %d of its pieces, %d in all", name, in.ID, id, s, in.CPUs[s], v.Alloc.Used[s])
+				}
+			}
+		}
+	}
 }
 
 // TestAuditAcceptsOverbooking: with CPU overbooking 0.5, a replacement

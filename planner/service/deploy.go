@@ -23,6 +23,7 @@ type DeployRequest struct {
 	Count      int
 	Pieces     int
 	Bind       bool
+	WholeCores bool
 	Memory     int64
 	MemorySoft int64
 	Strategy   alloc.Strategy
@@ -72,7 +73,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	if r.Count > MaxDeployCount {
 		return DeployResult{}, errf(Invalid, "count = %d: want at most %d per deploy (one transaction holds them all)", r.Count, MaxDeployCount)
 	}
-	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory,
+	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, MemoryBytes: r.Memory,
 		Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
 		Policy: placement.Policy(r.Rules.Policy), HostsOrder: r.Rules.HostsOrder, DomainSpread: placement.Spread(r.Rules.DomainSpread), UseBuffer: r.UseBuffer}
 	// A random seed per request spreads concurrent requests over equally
@@ -133,7 +134,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			c.PutAlloc(h, allocs[h])
 		}
 		c.PutService(state.Service{Name: r.Service, Spec: r.Spec,
-			Pieces: r.Pieces, Bind: r.Bind, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost, Rules: rules})
+			Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost, Rules: rules})
 		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations}, len(allocs)
 		return c, nil
 	})
@@ -189,7 +190,7 @@ func newID(service string) string {
 // rules and settings a deploy of r applies (placement.Capacity): buffer,
 // overbooking (with UseBuffer), constraint, hard affinity, max per host.
 func (s *Service) Capacity(r DeployRequest) (map[string]placement.HostRoom, error) {
-	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: 1, Pieces: r.Pieces, Bind: r.Bind, MemoryBytes: r.Memory,
+	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: 1, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, MemoryBytes: r.Memory,
 		Strategy: alloc.Auto, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
 		UseBuffer: r.UseBuffer}
 	if req.Service == "" {

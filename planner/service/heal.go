@@ -35,7 +35,7 @@ import (
 // not ""), and adds it to c with its host's usage. The new instance
 // replaces replaces ("" for none).
 func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces string, useBuffer bool, c *state.Change) (model.Instance, error) {
-	req := placement.Request{Request: alloc.Request{Service: old.Service, Count: 1, Pieces: old.Pieces(), Bind: old.Bind,
+	req := placement.Request{Request: alloc.Request{Service: old.Service, Count: 1, Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores,
 		MemoryBytes: old.Memory, Strategy: alloc.Auto}, UseBuffer: useBuffer}
 	if d, ok := rd.Service(old.Service); ok {
 		svc := d.Value
@@ -514,7 +514,7 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 	switch {
 	case count > have:
 		svc := d.Value
-		r := DeployRequest{Service: service, Spec: svc.Spec, Count: count - have, Pieces: svc.Pieces, Bind: svc.Bind, Memory: svc.Memory,
+		r := DeployRequest{Service: service, Spec: svc.Spec, Count: count - have, Pieces: svc.Pieces, Bind: svc.Bind, WholeCores: svc.WholeCores, Memory: svc.Memory,
 			MemorySoft: svc.MemorySoft, Strategy: alloc.Strategy(svc.Strategy), MaxPerHost: svc.MaxPerHost}
 		if svc.Rules != nil {
 			r.Rules = *svc.Rules

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -38,11 +39,33 @@ func Verify(st *state.Store, shareBase int) []string {
 	for _, v := range st.Hosts() {
 		name := v.Host.Name
 		sum := state.NewAlloc()
+		var wholeCores []model.Instance
 		for _, iv := range st.Instances(name) {
 			sum.Add(iv.Instance, +1)
 			for id, p := range iv.Instance.CPUs {
 				if p > shareBase {
 					bad = append(bad, fmt.Sprintf("instance %s holds %d pieces of CPU %d", iv.Instance.ID, p, id))
+				}
+			}
+			if iv.Instance.WholeCores {
+				wholeCores = append(wholeCores, iv.Instance)
+			}
+		}
+		// A whole-cores instance holds every thread of its cores, and nobody
+		// else holds a piece of them.
+		for _, in := range wholeCores {
+			if v.Host.Topology == nil {
+				continue
+			}
+			for _, id := range slices.Sorted(maps.Keys(in.CPUs)) {
+				c, ok := v.Host.Topology.CPU(id)
+				if !ok {
+					continue
+				}
+				for sib := range c.Siblings.All() {
+					if in.CPUs[sib] != shareBase || sum.Used[sib] != shareBase {
+						bad = append(bad, fmt.Sprintf("host %s: whole-cores instance %s on CPU %d: sibling CPU %d holds %d of its pieces, %d in all", name, in.ID, id, sib, in.CPUs[sib], sum.Used[sib]))
+					}
 				}
 			}
 		}

@@ -109,6 +109,7 @@ type Service struct {
 	model.Spec
 	Pieces     int    `json:"cpu_pieces"`
 	Bind       bool   `json:"bind"`
+	WholeCores bool   `json:"whole_cores,omitempty"`
 	Memory     int64  `json:"memory_bytes"`
 	MemorySoft int64  `json:"memory_soft_bytes"`
 	Strategy   string `json:"strategy"`

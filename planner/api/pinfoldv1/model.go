@@ -13,7 +13,7 @@ import (
 // per CPU.
 func NewInstance(in model.Instance, st *model.Status, state string, shareBase int) *Instance {
 	m := &Instance{Id: in.ID, Service: in.Service, Host: in.Host, Cpus: make(map[int32]int32, len(in.CPUs)),
-		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind,
+		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind, WholeCores: in.WholeCores,
 		CpuQuotaPieces: int32(in.CPUQuota), ShareBase: int32(shareBase),
 		Image: in.Image, Command: in.Command, Env: in.Env, Network: in.Network, Health: NewHealthCheck(in.Health),
 		Generation: in.Generation, RolledBack: in.RolledBack, State: state, SpecGeneration: in.SpecGeneration, Replaces: in.Replaces, Pull: in.Pull}
@@ -34,7 +34,7 @@ func (m *Instance) Model() model.Instance {
 	in := model.Instance{ID: m.Id, Service: m.Service, Host: m.Host, Generation: m.Generation, RolledBack: m.RolledBack,
 		SpecGeneration: m.SpecGeneration, Replaces: m.Replaces,
 		Spec: model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Pull: m.Pull},
-		Allocation: model.Allocation{Bind: m.Bind, CPUs: make(map[cpuset.CPUID]int, len(m.Cpus)), CPUQuota: int(m.CpuQuotaPieces),
+		Allocation: model.Allocation{Bind: m.Bind, WholeCores: m.WholeCores, CPUs: make(map[cpuset.CPUID]int, len(m.Cpus)), CPUQuota: int(m.CpuQuotaPieces),
 			NUMANode: cpuset.NUMANodeID(m.NumaNode), Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes}}
 	for id, p := range m.Cpus {
 		in.CPUs[cpuset.CPUID(id)] = int(p)

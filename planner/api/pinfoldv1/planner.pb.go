@@ -1010,6 +1010,7 @@ type Instance struct {
 	SpecGeneration     int64                  `protobuf:"varint,29,opt,name=spec_generation,json=specGeneration,proto3" json:"spec_generation,omitempty"`   // the generation of the last replace: older containers are swapped
 	Replaces           string                 `protobuf:"bytes,30,opt,name=replaces,proto3" json:"replaces,omitempty"`                                      // a move in flight: the instance this one takes over from
 	Pull               string                 `protobuf:"bytes,31,opt,name=pull,proto3" json:"pull,omitempty"`                                              // "" (pull when missing) or "always"
+	WholeCores         bool                   `protobuf:"varint,32,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"`               // bound to whole physical cores (no SMT sibling shared)
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1245,6 +1246,13 @@ func (x *Instance) GetPull() string {
 		return x.Pull
 	}
 	return ""
+}
+
+func (x *Instance) GetWholeCores() bool {
+	if x != nil {
+		return x.WholeCores
+	}
+	return false
 }
 
 type RegisterHostRequest struct {
@@ -2422,7 +2430,8 @@ type DeployRequest struct {
 	HostsOrder       []string `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
 	DomainSpread     string   `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
 	UseBuffer        bool     `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
-	Network          string   `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"` // Docker network mode: host, none, bridge or a network's name
+	Network          string   `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
+	WholeCores       bool     `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2609,6 +2618,13 @@ func (x *DeployRequest) GetNetwork() string {
 		return x.Network
 	}
 	return ""
+}
+
+func (x *DeployRequest) GetWholeCores() bool {
+	if x != nil {
+		return x.WholeCores
+	}
+	return false
 }
 
 type DeployResponse struct {
@@ -3107,6 +3123,7 @@ type CapacityRequest struct {
 	Constraint       string   `protobuf:"bytes,7,opt,name=constraint,proto3" json:"constraint,omitempty"`
 	AffinityHard     []string `protobuf:"bytes,8,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
 	AntiAffinityHard []string `protobuf:"bytes,9,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
+	WholeCores       bool     `protobuf:"varint,10,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"`
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -3202,6 +3219,13 @@ func (x *CapacityRequest) GetAntiAffinityHard() []string {
 		return x.AntiAffinityHard
 	}
 	return nil
+}
+
+func (x *CapacityRequest) GetWholeCores() bool {
+	if x != nil {
+		return x.WholeCores
+	}
+	return false
 }
 
 type CapacityResponse struct {
@@ -4050,7 +4074,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xf9\a\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\x9a\b\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -4085,7 +4109,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x0ecpu_got_pieces\x18\x1c \x01(\x05R\fcpuGotPieces\x12'\n" +
 	"\x0fspec_generation\x18\x1d \x01(\x03R\x0especGeneration\x12\x1a\n" +
 	"\breplaces\x18\x1e \x01(\tR\breplaces\x12\x12\n" +
-	"\x04pull\x18\x1f \x01(\tR\x04pull\x1a7\n" +
+	"\x04pull\x18\x1f \x01(\tR\x04pull\x12\x1f\n" +
+	"\vwhole_cores\x18  \x01(\bR\n" +
+	"wholeCores\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01J\x04\b\t\x10\n" +
@@ -4191,7 +4217,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
-	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xd5\x05\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xf6\x05\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -4220,7 +4246,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\rdomain_spread\x18\x14 \x01(\tR\fdomainSpread\x12\x1d\n" +
 	"\n" +
 	"use_buffer\x18\x15 \x01(\bR\tuseBuffer\x12\x18\n" +
-	"\anetwork\x18\x16 \x01(\tR\anetwork\"\xa0\x01\n" +
+	"\anetwork\x18\x16 \x01(\tR\anetwork\x12\x1f\n" +
+	"\vwhole_cores\x18\x17 \x01(\bR\n" +
+	"wholeCores\"\xa0\x01\n" +
 	"\x0eDeployResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12#\n" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
@@ -4252,7 +4280,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\"K\n" +
 	"\x15ListInstancesResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xa8\x02\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xc9\x02\n" +
 	"\x0fCapacityRequest\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\tR\x03cpu\x12\x12\n" +
 	"\x04bind\x18\x02 \x01(\bR\x04bind\x12!\n" +
@@ -4266,7 +4294,10 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"constraint\x18\a \x01(\tR\n" +
 	"constraint\x12#\n" +
 	"\raffinity_hard\x18\b \x03(\tR\faffinityHard\x12,\n" +
-	"\x12anti_affinity_hard\x18\t \x03(\tR\x10antiAffinityHard\"\xa6\x02\n" +
+	"\x12anti_affinity_hard\x18\t \x03(\tR\x10antiAffinityHard\x12\x1f\n" +
+	"\vwhole_cores\x18\n" +
+	" \x01(\bR\n" +
+	"wholeCores\"\xa6\x02\n" +
 	"\x10CapacityResponse\x12F\n" +
 	"\bcapacity\x18\x01 \x03(\v2*.pinfold.v1.CapacityResponse.CapacityEntryR\bcapacity\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12=\n" +
