@@ -277,7 +277,7 @@ func (a *Agent) restore() {
 	a.mu.Lock()
 	a.desired, a.haveDes, a.rev, a.fenced = cp.Desired, true, cp.Revision, true
 	if !cp.CPUs.IsEmpty() && cp.ShareBase > 0 {
-		a.host.CPUs, a.host.ShareBase = cp.CPUs, cp.ShareBase
+		a.host.CPUs, a.host.ShareBase, a.host.Pool = cp.CPUs, cp.ShareBase, cp.Pool
 	}
 	a.mu.Unlock()
 	a.log.Info("enforcing the checkpointed desired state until the planner answers (resources and drift only: nothing is started before it answers)", "instances", len(cp.Desired), "revision", cp.Revision)
@@ -385,15 +385,20 @@ func (a *Agent) received(m *pinfoldv1.WatchInstancesResponse) {
 	if err != nil || cpus.IsEmpty() {
 		a.log.Warn("the planner sent no usable host CPUs; keeping the ones known", "cpus", m.Cpus, "err", err)
 	}
+	shared, perr := cpuset.ParseCPUs(m.SharedPool)
+	if perr != nil {
+		a.log.Warn("the planner sent no usable shared pool; computing it here", "shared_pool", m.SharedPool, "err", perr)
+	}
 	a.mu.Lock()
 	if err == nil && !cpus.IsEmpty() {
 		a.host.CPUs = cpus
 	}
+	a.host.Pool = shared
 	if sb > 0 {
 		a.host.ShareBase = sb
 	}
 	a.desired, a.haveDes, a.rev, a.fenced = ds, true, m.Revision, false
-	cp := checkpoint.State{Host: a.cfg.Host, Revision: m.Revision, ShareBase: a.host.ShareBase, CPUs: a.host.CPUs, Desired: ds}
+	cp := checkpoint.State{Host: a.cfg.Host, Revision: m.Revision, ShareBase: a.host.ShareBase, CPUs: a.host.CPUs, Pool: a.host.Pool, Desired: ds}
 	a.mu.Unlock()
 	if a.cfg.StateDir != "" {
 		if err := checkpoint.Save(a.cfg.StateDir, cp); err != nil {

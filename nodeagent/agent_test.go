@@ -24,6 +24,7 @@ import (
 
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/docker"
+	"github.com/pinfold/pinfold/nodeagent/checkpoint"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
@@ -967,5 +968,30 @@ func TestRefusedResizeNotWrittenBehind(t *testing.T) {
 		if got != 128<<20 {
 			t.Errorf("pass %d: memory.max after a refused shrink to 64 MiB = %d, want Docker's 128 MiB kept", pass+1, got)
 		}
+	}
+}
+
+// TestPlannerPoolUsed: memory-first containers get the shared pool the
+// planner sent (the one it counted quotas against), and the checkpoint
+// keeps it for a restart without the planner.
+func TestPlannerPoolUsed(t *testing.T) {
+	dir := t.TempDir()
+	eng, cg := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}
+	a := New(Config{Host: "h", StateDir: dir, HealthWait: 50 * time.Millisecond}, &fakePlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
+	web := model.Instance{ID: "web-1", Service: "web", Spec: model.Spec{Image: "img"}, Generation: 1,
+		Allocation: model.Allocation{CPUQuota: 150, NUMANode: -1, Memory: 64 << 20}}
+	a.received(&pinfoldv1.WatchInstancesResponse{Revision: 3, Cpus: "0-7", SharedPool: "5-7", Instances: []*pinfoldv1.Instance{
+		pinfoldv1.NewInstance(web, nil, "pending", 100)}})
+	settle(t, a)
+	cs, _ := eng.List(context.Background())
+	if len(cs) != 1 || cs[0].Applied.CPUs.String() != "5-7" {
+		t.Fatalf("memory-first containers %+v, want one on the planner's pool 5-7", cs)
+	}
+	cp, err := checkpoint.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp.Pool.String() != "5-7" {
+		t.Errorf("checkpointed pool %q, want 5-7", cp.Pool)
 	}
 }

@@ -29,8 +29,8 @@ func TestMap(t *testing.T) {
 	b := inst("b", map[cpuset.CPUID]int{1: 100, 2: 30}, 0)
 	m := memoryFirst("m", 150)
 	shared := pool(host6, []model.Instance{a, b, m})
-	if shared.String() != "2-5" {
-		t.Fatalf("pool = %s, want 2-5 (CPUs 0 and 1 are held whole)", shared)
+	if shared.String() != "3-5" {
+		t.Fatalf("pool = %s, want 3-5 (CPUs 0 and 1 are held whole, 2 in pieces)", shared)
 	}
 	tests := []struct {
 		name   string
@@ -47,7 +47,7 @@ func TestMap(t *testing.T) {
 		{"weight scheme 1.3", b, SchemeWeight, "1-2", "0", 0, 30},
 		{"integer, no quota", inst("i", map[cpuset.CPUID]int{3: 100, 4: 100}, 1), SchemeQuota, "3-4", "1", 0, 200},
 		{"cross-node: all mems", inst("x", map[cpuset.CPUID]int{2: 100, 3: 50}, -1), SchemeQuota, "2-3", "0-1", 150000, 150},
-		{"memory-first: pool and quota", m, SchemeQuota, "2-5", "0-1", 150000, 150},
+		{"memory-first: pool and quota", m, SchemeQuota, "3-5", "0-1", 150000, 150},
 	}
 	for _, tt := range tests {
 		w := Map(host6, tt.in, tt.scheme, shared)
@@ -182,9 +182,12 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-// TestPool: memory-first instances share the CPUs in the planner's capacity
+// TestPool: memory-first instances share the planner's pool when it sent
+// one; otherwise the same computed here: the CPUs in the planner's capacity
 // (reserved CPUs are not in it) that are not isolated and that no bound
-// instance holds whole.
+// instance holds pieces of (a fragment CPU is its holders', as the planner
+// counts it: before, the agent put memory-first instances on fragment CPUs
+// the planner did not count in the pool).
 func TestPool(t *testing.T) {
 	t.Parallel()
 	// 8 online CPUs; the planner's capacity leaves out the reserved 0-1.
@@ -193,17 +196,19 @@ func TestPool(t *testing.T) {
 		name     string
 		isolated string
 		desired  []model.Instance
+		planner  string
 		want     string
 	}{
-		{"reserved CPUs are not in the pool", "", nil, "2-7"},
-		{"isolated CPUs are not in the pool", "6-7", nil, "2-5"},
-		{"whole CPUs held by bound instances are not", "6-7", []model.Instance{inst("a", map[cpuset.CPUID]int{2: 100, 3: 50}, 0)}, "3-5"},
-		{"a fragment CPU stays shared", "", []model.Instance{inst("a", map[cpuset.CPUID]int{4: 30}, 0)}, "2-7"},
-		{"all held whole: the open CPUs", "6-7", []model.Instance{inst("a", map[cpuset.CPUID]int{2: 100, 3: 100, 4: 100, 5: 100}, 0)}, "2-5"},
-		{"all isolated: capacity", "2-7", nil, "2-7"},
+		{"reserved CPUs are not in the pool", "", nil, "", "2-7"},
+		{"isolated CPUs are not in the pool", "6-7", nil, "", "2-5"},
+		{"CPUs bound instances hold are not", "6-7", []model.Instance{inst("a", map[cpuset.CPUID]int{2: 100, 3: 50}, 0)}, "", "4-5"},
+		{"a fragment CPU is not shared", "", []model.Instance{inst("a", map[cpuset.CPUID]int{4: 30}, 0)}, "", "2-3,5-7"},
+		{"all held whole: the open CPUs", "6-7", []model.Instance{inst("a", map[cpuset.CPUID]int{2: 100, 3: 100, 4: 100, 5: 100}, 0)}, "", "2-5"},
+		{"all isolated: capacity", "2-7", nil, "", "2-7"},
+		{"the planner's pool is the pool", "", []model.Instance{inst("a", map[cpuset.CPUID]int{2: 100}, 0)}, "5-7", "5-7"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := Host{CPUs: capacity, Isolated: cpuset.MustParseCPUs(tc.isolated), Mems: cpuset.MustParseMems("0"), ShareBase: 100}
+			h := Host{CPUs: capacity, Isolated: cpuset.MustParseCPUs(tc.isolated), Mems: cpuset.MustParseMems("0"), ShareBase: 100, Pool: cpuset.MustParseCPUs(tc.planner)}
 			ds := append(slices.Clone(tc.desired), memoryFirst("m", 150))
 			if got := pool(h, ds); got.String() != tc.want {
 				t.Errorf("pool = %s, want %s", got, tc.want)

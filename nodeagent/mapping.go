@@ -47,6 +47,10 @@ type Host struct {
 	Isolated  cpuset.CPUs
 	Mems      cpuset.Mems // NUMA nodes with memory
 	ShareBase int
+	// Pool is the memory-first shared pool as the planner accounts it
+	// (alloc.Host.SharedPool), sent with the desired state; empty when
+	// it did not send one (then pool computes the same here).
+	Pool cpuset.CPUs
 }
 
 // Want is what an instance's container should have: the Docker resources
@@ -57,17 +61,21 @@ type Want struct {
 	CPUWeight uint64
 }
 
-// pool is the memory-first shared pool: the host's CPUs in capacity that
-// are not isolated and that no bound instance holds whole. If that leaves
-// none, the CPUs in capacity that are not isolated; if none, all of them.
+// pool is the memory-first shared pool: the planner's (Host.Pool), or,
+// when it sent none, the same computed here: the host's CPUs in capacity
+// that are not isolated and that no bound instance holds pieces of. If that
+// leaves none, the CPUs in capacity that are not isolated; if none, all.
 func pool(h Host, desired []model.Instance) cpuset.CPUs {
+	if !h.Pool.IsEmpty() {
+		return h.Pool
+	}
 	var bound []cpuset.CPUID
 	for _, in := range desired {
 		if !in.Bind {
 			continue
 		}
 		for id, p := range in.CPUs {
-			if p >= h.ShareBase {
+			if p > 0 {
 				bound = append(bound, id)
 			}
 		}

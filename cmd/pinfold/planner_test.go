@@ -17,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/cpuset"
 )
 
 func freeAddr(t *testing.T) string {
@@ -306,7 +307,16 @@ func TestWatchInstances(t *testing.T) {
 	}
 	got := stream.Msg().Instances
 	if len(got) != 1 || got[0].Host != "a" {
-		t.Errorf("host a's stream after deploying 2 over a and b: %v", got)
+		t.Fatalf("host a's stream after deploying 2 over a and b: %v", got)
+	}
+	// The shared pool comes with it: the host's CPUs less the instance's.
+	cpus, pool := cpuset.MustParseCPUs(stream.Msg().Cpus), cpuset.MustParseCPUs(stream.Msg().SharedPool)
+	var held []cpuset.CPUID
+	for id := range got[0].Cpus {
+		held = append(held, cpuset.CPUID(id))
+	}
+	if want := cpus.Difference(cpuset.Of(held...)); pool.IsEmpty() || !pool.Equal(want) {
+		t.Errorf("shared pool sent %q, want %s (CPUs %s less the instance's)", stream.Msg().SharedPool, want, cpus)
 	}
 }
 

@@ -35,6 +35,8 @@ type State struct {
 	ShareBase int `json:"share_base"`
 	// CPUs are the host's CPUs in the planner's capacity.
 	CPUs cpuset.CPUs `json:"cpus"`
+	// Pool is the planner's memory-first shared pool (empty: not sent).
+	Pool cpuset.CPUs `json:"shared_pool"`
 	// Desired are the host's desired instances.
 	Desired []model.Instance `json:"desired"`
 }

@@ -36,7 +36,7 @@ func (s *hostState) freeCores(set []int32) map[int][]freeCore {
 	for _, p := range set {
 		k := s.coreKey[p]
 		c := s.h.CPUs[p]
-		if c.Used != 0 || c.Capacity != s.p.ShareBase {
+		if c.Used != 0 || c.Capacity != s.p.ShareBase || s.free[p] != s.p.ShareBase { // free below: kept for the shared pool
 			bad[k] = true
 		}
 		fc, ok := byKey[k]

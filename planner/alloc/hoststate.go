@@ -54,6 +54,7 @@ func newHostState(p Params, h *Host) *hostState {
 			fragmented++
 		}
 	}
+	s.keepPool()
 	s.convAllowance = -1
 	if p.MaxFragmentCores >= 0 {
 		s.convAllowance = max(p.MaxFragmentCores-fragmented, 0)
@@ -101,16 +102,27 @@ func (s *hostState) values(set []int32) []int {
 	return out
 }
 
-// poolPieces is the memory-first shared pool: CPUs no instance is bound to,
-// ShareBase pieces each (an oversold CPU is still one CPU of time).
+// poolPieces is the memory-first shared pool (Host.SharedPool), ShareBase
+// pieces a CPU (an oversold CPU is still one CPU of time).
 func (s *hostState) poolPieces() int {
-	n := 0
-	for _, c := range s.h.CPUs {
-		if c.Used == 0 {
-			n++
+	return s.h.SharedPool().Len() * s.p.ShareBase
+}
+
+// keepPool hides from bound placement the pool CPUs the memory-first
+// instances need (the largest quota, rounded up to whole CPUs): the
+// highest IDs of the pool. A pool already below that keeps all of it.
+func (s *hostState) keepPool() {
+	keep := (s.h.PoolFloor() + s.p.ShareBase - 1) / s.p.ShareBase
+	if keep == 0 {
+		return
+	}
+	pool := s.h.SharedPool()
+	for i := len(s.ids) - 1; i >= 0 && keep > 0; i-- {
+		if pool.Contains(s.ids[i]) {
+			s.free[i] = 0
+			keep--
 		}
 	}
-	return n * s.p.ShareBase
 }
 
 // numaIndex returns the position of NUMA node id in h.NUMANodes.

@@ -68,9 +68,39 @@ type Host struct {
 	Topology *topology.Topology
 	// Instances counts the running instances of each service on the host.
 	Instances map[string]int
+	// MemoryFirst counts the host's memory-first instances by CPU quota
+	// (pieces): the shared pool never shrinks below the largest (a bound
+	// placement leaves it enough CPUs).
+	MemoryFirst map[int]int
 	// Memo, when set, caches capacity per request shape; only a Host that
 	// never changes may have one (a changed copy must set it to nil).
 	Memo *CapacityMemo
+}
+
+// SharedPool is the memory-first shared pool: the host's CPUs no instance
+// holds pieces of, less the isolated ones (isolcpus=: the scheduler does
+// not balance onto them). Memory-first instances run on it with their quota;
+// the planner sends it to the host's agent, which uses it as their cpuset.
+func (h *Host) SharedPool() cpuset.CPUs {
+	var ids []cpuset.CPUID
+	for _, c := range h.CPUs {
+		if c.Used == 0 && c.Capacity > 0 && (h.Topology == nil || !h.Topology.Isolated.Contains(c.ID)) {
+			ids = append(ids, c.ID)
+		}
+	}
+	return cpuset.Of(ids...)
+}
+
+// PoolFloor is the largest memory-first quota on the host, in pieces: the
+// shared pool must keep at least that many pieces of CPUs.
+func (h *Host) PoolFloor() int {
+	m := 0
+	for q, n := range h.MemoryFirst {
+		if n > 0 {
+			m = max(m, q)
+		}
+	}
+	return m
 }
 
 // Request asks for Count new instances of Service.

@@ -152,6 +152,10 @@ func release(p Params, h *Host, cur model.Allocation) (*Host, error) {
 	c.Memo = nil // the copy is changed
 	c.CPUs = slices.Clone(h.CPUs)
 	c.NUMANodes = slices.Clone(h.NUMANodes)
+	if !bound && h.MemoryFirst[cur.CPUQuota] > 0 {
+		c.MemoryFirst = maps.Clone(h.MemoryFirst)
+		c.MemoryFirst[cur.CPUQuota]--
+	}
 	if bound {
 		for _, id := range slices.Sorted(maps.Keys(cur.CPUs)) {
 			v := cur.CPUs[id]

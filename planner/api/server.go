@@ -255,7 +255,7 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 	for id, p := range v.Alloc.Used {
 		h.UsedCpus[int32(id)] = int32(p)
 	}
-	h.SharedPoolPieces, h.MemoryFirstQuotaPieces = int32(state.SharedPool(v.Host, v.Alloc, shareBase)), int32(v.Alloc.MemoryFirstQuota)
+	h.SharedPoolPieces, h.MemoryFirstQuotaPieces = int32(state.SharedPool(v.Host, v.Alloc).Len()*shareBase), int32(v.Alloc.MemoryFirstQuota)
 	for svc, n := range v.Alloc.Instances {
 		h.Instances[svc] = int32(n)
 	}
@@ -593,7 +593,8 @@ func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.
 // to the host's instances, until the client goes away.
 func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv1.WatchInstancesRequest], stream *connect.ServerStream[pinfoldv1.WatchInstancesResponse]) error {
 	err := s.svc.WatchInstances(ctx, r.Msg.Host, func(rev int64, h state.HostView, ins []state.InstanceView) error {
-		msg := &pinfoldv1.WatchInstancesResponse{Revision: rev, Cpus: cpuset.Of(slices.Collect(maps.Keys(h.Host.CPUs))...).String()}
+		msg := &pinfoldv1.WatchInstancesResponse{Revision: rev, Cpus: cpuset.Of(slices.Collect(maps.Keys(h.Host.CPUs))...).String(),
+			SharedPool: state.SharedPool(h.Host, h.Alloc).String()}
 		for _, iv := range ins {
 			msg.Instances = append(msg.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
@@ -258,5 +259,85 @@ func TestFinePiecesEnforceable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSharedPoolNeverSqueezed: the shared pool a memory-first instance's
+// quota was placed against never shrinks below that quota: bound deploys
+// and resizes that would take it are refused (capacity says so first),
+// and the pool the planner sends the agent is the one it counted. Before,
+// a 3-CPU quota was left with a 2-CPU pool after a bound deploy of 6 CPUs
+// on the 8-CPU host, with nothing refused.
+func TestSharedPoolNeverSqueezed(t *testing.T) {
+	f := newHealFixture(t, "a")
+	mf, err := f.Deploy(f.ctx, DeployRequest{Service: "mf", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 300, Memory: gib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := DeployRequest{Service: "b", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 100, Bind: true, Memory: 256 << 20}
+	caps, err := f.Capacity(one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps["a"].Count != 5 {
+		t.Errorf("bound 1-CPU capacity = %d, want 5 (8 CPUs, 3 kept for the 3-CPU quota)", caps["a"].Count)
+	}
+	six := one
+	six.Pieces = 600
+	if _, err := f.Deploy(f.ctx, six); CodeOf(err) != Exhausted {
+		t.Errorf("a bound deploy of 6 CPUs beside a 3-CPU memory-first quota = %v, want refused", err)
+	}
+	five := one
+	five.Pieces = 450
+	ins, err := f.Deploy(f.ctx, five)
+	if err != nil {
+		t.Fatalf("a bound deploy of 4.5 CPUs: %v", err)
+	}
+	v, _ := f.Host("a")
+	if pool := state.SharedPool(v.Host, v.Alloc); pool.Len() != 3 {
+		t.Errorf("shared pool %s after the bound deploy, want 3 CPUs", pool)
+	}
+	if _, err := f.Resize(f.ctx, ResizeRequest{Target: ins[0].ID, CPUDelta: 100}); err == nil {
+		t.Errorf("a bound resize into the pool was accepted")
+	}
+	// The memory-first instance may grow into the pool, and then it is kept.
+	if _, err := f.Resize(f.ctx, ResizeRequest{Target: mf[0].ID, CPUDelta: -100}); err != nil {
+		t.Fatalf("memory-first resize to 2 CPUs: %v", err)
+	}
+	if _, err := f.Resize(f.ctx, ResizeRequest{Target: ins[0].ID, CPUDelta: 50}); err != nil {
+		t.Errorf("a bound resize to 5 CPUs once the quota is 2: %v", err)
+	}
+	if bad := Verify(f.st, 100); len(bad) > 0 {
+		t.Errorf("audit: %v", bad)
+	}
+	// Gone with the last memory-first instance.
+	if _, err := f.Remove(f.ctx, "mf"); err != nil {
+		t.Fatal(err)
+	}
+	if caps, _ := f.Capacity(one); caps["a"].Count != 3 {
+		t.Errorf("bound capacity after the memory-first instance left = %d, want 3", caps["a"].Count)
+	}
+}
+
+// TestSharedPoolFloorOnHostSet: taking CPUs out of a host's capacity may
+// not squeeze the shared pool below a memory-first quota either.
+func TestSharedPoolFloorOnHostSet(t *testing.T) {
+	f := newHealFixture(t, "a")
+	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "mf", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 300, Memory: gib}); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := f.Host("a")
+	_, err := f.SetHost(f.ctx, SetHostRequest{Name: "a", RemoveCPUs: cpuset.MustParseCPUs("0-5")})
+	if CodeOf(err) != Precond || !strings.Contains(err.Error(), "below a memory-first quota of 3 CPUs") {
+		t.Errorf("removing 6 of 8 CPUs under a 3-CPU quota = %v, want refused naming the quota", err)
+	}
+	if after, _ := f.Host("a"); len(after.Host.CPUs) != len(before.Host.CPUs) {
+		t.Errorf("the refused change removed CPUs: %d → %d", len(before.Host.CPUs), len(after.Host.CPUs))
+	}
+	if _, err := f.SetHost(f.ctx, SetHostRequest{Name: "a", RemoveCPUs: cpuset.MustParseCPUs("0-4")}); err != nil {
+		t.Errorf("removing 5 of 8 CPUs under a 3-CPU quota: %v", err)
+	}
+	if bad := Verify(f.st, 100); len(bad) > 0 {
+		t.Errorf("audit: %v", bad)
 	}
 }

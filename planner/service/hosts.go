@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
@@ -248,6 +249,10 @@ func (r SetHostRequest) applyCPUs(h *state.Host, used state.Alloc, ins []state.I
 	}
 	if len(h.CPUs) == 0 {
 		return errf(Invalid, "host %s: removing CPUs %s leaves no CPU", r.Name, r.RemoveCPUs)
+	}
+	if ah := state.AllocHost(*h, used); ah.PoolFloor() > ah.SharedPool().Len()*sb {
+		return errf(Precond, "host %s: removing CPUs %s leaves a shared pool of %d CPUs (%s), below a memory-first quota of %s CPUs on it",
+			r.Name, r.RemoveCPUs, ah.SharedPool().Len(), ah.SharedPool(), alloc.FormatPieces(ah.PoolFloor(), sb))
 	}
 	return nil
 }

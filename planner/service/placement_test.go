@@ -217,7 +217,7 @@ func TestMemoryFirstPoolExplained(t *testing.T) {
 		})
 	}
 	v, _ := s.Host("m1")
-	if pool, quota := state.SharedPool(v.Host, v.Alloc, 100), v.Alloc.MemoryFirstQuota; pool != 500 || quota != 900 {
+	if pool, quota := state.SharedPool(v.Host, v.Alloc).Len()*100, v.Alloc.MemoryFirstQuota; pool != 500 || quota != 900 {
 		t.Errorf("pool %d, quota committed %d pieces; want 500 and 900 (5 + 2 × 2 CPUs)", pool, quota)
 	}
 	verify(t, s)

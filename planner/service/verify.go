@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -19,7 +20,9 @@ func mustJSON(v any) []byte {
 // Verify re-checks the store's invariants from its documents: every host's
 // allocation document equals the sum of its instances, no CPU holds more
 // pieces than its capacity, memory (host and NUMA node) is not oversold, and
-// no instance gets more than ShareBase pieces of one CPU. It returns every
+// no instance gets more than ShareBase pieces of one CPU, the shared pool
+// holds the largest memory-first quota, and a whole-cores instance shares
+// no core. It returns every
 // violation found. Capacity is the overbooked one where the cluster's
 // settings overbook a resource (what a replacement may use: placement's
 // adjust): what placement did is never flagged.
@@ -70,13 +73,19 @@ func Verify(st *state.Store, shareBase int) []string {
 			}
 		}
 		if !maps.Equal(sum.Used, v.Alloc.Used) || sum.MemoryUsed != v.Alloc.MemoryUsed || !maps.Equal(sum.NUMAUsed, v.Alloc.NUMAUsed) || !maps.Equal(sum.Instances, v.Alloc.Instances) ||
-			sum.MemoryFirstQuota != v.Alloc.MemoryFirstQuota {
+			sum.MemoryFirstQuota != v.Alloc.MemoryFirstQuota || !maps.Equal(sum.MemoryFirst, v.Alloc.MemoryFirst) {
 			bad = append(bad, fmt.Sprintf("host %s: allocation document %+v != sum of instances %+v", name, v.Alloc, sum))
 		}
 		for _, id := range slices.Sorted(maps.Keys(sum.Used)) {
 			if int64(sum.Used[id]) > limit("cpu", int64(v.Host.CPUs[id])) {
 				bad = append(bad, fmt.Sprintf("host %s: CPU %d oversold: %d of %d pieces", name, id, sum.Used[id], v.Host.CPUs[id]))
 			}
+		}
+		// The shared pool holds every memory-first quota on the host.
+		if ah := state.AllocHost(v.Host, sum); ah.PoolFloor() > ah.SharedPool().Len()*shareBase {
+			pool := ah.SharedPool()
+			bad = append(bad, fmt.Sprintf("host %s: a memory-first quota of %s CPUs does not fit the shared pool of %d CPUs (%q)",
+				name, alloc.FormatPieces(ah.PoolFloor(), shareBase), pool.Len(), pool.String()))
 		}
 		if sum.MemoryUsed > limit("memory", v.Host.MemoryBytes) {
 			bad = append(bad, fmt.Sprintf("host %s: memory oversold: %d of %d", name, sum.MemoryUsed, v.Host.MemoryBytes))

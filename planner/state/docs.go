@@ -91,6 +91,9 @@ type Alloc struct {
 	// MemoryFirstQuota is the CPU quota (pieces) of the host's
 	// memory-first instances: committed against its shared pool.
 	MemoryFirstQuota int `json:"memory_first_quota,omitempty"`
+	// MemoryFirst counts them by quota (pieces): the largest is the floor
+	// of the shared pool (alloc.Host.PoolFloor).
+	MemoryFirst map[int]int `json:"memory_first,omitempty"`
 }
 
 // Metrics are a host's measured load and memory, as its agent last sent them.
@@ -135,7 +138,7 @@ func NewAlloc() Alloc {
 
 // Clone deep-copies a.
 func (a Alloc) Clone() Alloc {
-	return Alloc{Used: maps.Clone(a.Used), MemoryUsed: a.MemoryUsed, NUMAUsed: maps.Clone(a.NUMAUsed), Instances: maps.Clone(a.Instances), MemoryFirstQuota: a.MemoryFirstQuota}
+	return Alloc{Used: maps.Clone(a.Used), MemoryUsed: a.MemoryUsed, NUMAUsed: maps.Clone(a.NUMAUsed), Instances: maps.Clone(a.Instances), MemoryFirstQuota: a.MemoryFirstQuota, MemoryFirst: maps.Clone(a.MemoryFirst)}
 }
 
 // Add charges (sign +1) or releases (-1) an instance's resources.
@@ -152,6 +155,16 @@ func (a *Alloc) Add(in model.Instance, sign int) {
 	a.MemoryUsed += int64(sign) * in.Memory
 	if !in.Bind {
 		a.MemoryFirstQuota += sign * in.CPUQuota
+		if a.MemoryFirst == nil {
+			a.MemoryFirst = map[int]int{}
+		}
+		a.MemoryFirst[in.CPUQuota] += sign
+		if a.MemoryFirst[in.CPUQuota] == 0 {
+			delete(a.MemoryFirst, in.CPUQuota)
+		}
+		if len(a.MemoryFirst) == 0 {
+			a.MemoryFirst = nil
+		}
 	}
 	if in.NUMANode >= 0 {
 		a.NUMAUsed[in.NUMANode] += int64(sign) * in.Memory
@@ -287,7 +300,12 @@ func ValidateServiceName(name string) error {
 // AllocHost builds the allocation engine's view of a host.
 func AllocHost(h Host, a Alloc) *alloc.Host {
 	out := &alloc.Host{Name: h.Name, MemoryBytes: h.MemoryBytes, MemoryUsed: a.MemoryUsed,
-		Topology: h.Topology, Instances: maps.Clone(a.Instances)}
+		Topology: h.Topology, Instances: maps.Clone(a.Instances), MemoryFirst: maps.Clone(a.MemoryFirst)}
+	if out.MemoryFirst == nil && a.MemoryFirstQuota > 0 {
+		// A usage document from before the counts by quota: the sum
+		// bounds the largest from above.
+		out.MemoryFirst = map[int]int{a.MemoryFirstQuota: 1}
+	}
 	ids := slices.Sorted(maps.Keys(h.CPUs))
 	out.CPUs = make([]alloc.CPU, len(ids))
 	for i, id := range ids {
@@ -306,15 +324,9 @@ func AllocHost(h Host, a Alloc) *alloc.Host {
 	return out
 }
 
-// SharedPool is the host's memory-first shared pool in pieces: a share base
-// for every CPU no instance holds pieces of (what the allocation engine
-// counts: alloc's pool).
-func SharedPool(h Host, a Alloc, shareBase int) int {
-	n := 0
-	for id := range h.CPUs {
-		if a.Used[id] == 0 {
-			n++
-		}
-	}
-	return n * shareBase
+// SharedPool is the host's memory-first shared pool (alloc.Host's
+// SharedPool: the CPUs no instance holds pieces of, less the isolated
+// ones), computed once here for the planner's views and the host's agent.
+func SharedPool(h Host, a Alloc) cpuset.CPUs {
+	return AllocHost(h, a).SharedPool()
 }

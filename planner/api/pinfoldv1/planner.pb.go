@@ -3693,9 +3693,12 @@ type WatchInstancesResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Instances []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
 	Revision  int64                  `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
-	// cpus are the host's CPUs in capacity (online less reserved): the agent
-	// runs memory-first instances on those of them no instance holds whole.
-	Cpus          string `protobuf:"bytes,3,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	// cpus are the host's CPUs in capacity (online less reserved).
+	Cpus string `protobuf:"bytes,3,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	// shared_pool is the memory-first shared pool the planner accounts (the
+	// CPUs no instance holds pieces of, less the isolated ones): the cpuset
+	// of the host's memory-first instances.
+	SharedPool    string `protobuf:"bytes,4,opt,name=shared_pool,json=sharedPool,proto3" json:"shared_pool,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3747,6 +3750,13 @@ func (x *WatchInstancesResponse) GetRevision() int64 {
 func (x *WatchInstancesResponse) GetCpus() string {
 	if x != nil {
 		return x.Cpus
+	}
+	return ""
+}
+
+func (x *WatchInstancesResponse) GetSharedPool() string {
+	if x != nil {
+		return x.SharedPool
 	}
 	return ""
 }
@@ -4342,11 +4352,13 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\fmemory_bytes\x18\x05 \x01(\x03R\vmemoryBytes\"\x16\n" +
 	"\x14ReportStatusResponse\"+\n" +
 	"\x15WatchInstancesRequest\x12\x12\n" +
-	"\x04host\x18\x01 \x01(\tR\x04host\"|\n" +
+	"\x04host\x18\x01 \x01(\tR\x04host\"\x9d\x01\n" +
 	"\x16WatchInstancesResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12\x12\n" +
-	"\x04cpus\x18\x03 \x01(\tR\x04cpus\"\xd7\x01\n" +
+	"\x04cpus\x18\x03 \x01(\tR\x04cpus\x12\x1f\n" +
+	"\vshared_pool\x18\x04 \x01(\tR\n" +
+	"sharedPool\"\xd7\x01\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04time\x18\x02 \x01(\tR\x04time\x12\x1a\n" +
