@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,10 +13,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/planfile"
@@ -69,6 +73,52 @@ out on which hosts); 2 invalid input (the message names the field and value).`,
 	}
 	out.register(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "plan file (JSON), or - for standard input")
+	cmd.AddCommand(newPlanExportCmd())
+	return cmd
+}
+
+func newPlanExportCmd() *cobra.Command {
+	var (
+		c    clientFlags
+		file string
+	)
+	cmd := &cobra.Command{
+		Use:   "export [-f FILE]",
+		Short: "Write the live cluster's hosts and settings as a plan file",
+		Long: `Write the hosts that may take work, as the planner's placement sees them
+(capacity, usage, NUMA nodes, topology, memory-first quotas, properties and
+domains), and the cluster's settings, as a plan file without a request. Add
+a "request" (docs/PLAN.md) and 'pinfold plan -f FILE' places exactly what a
+deploy of it would place now: plan, capacity and deploy share one capacity
+function.`,
+		Example: `  pinfold plan export -f cluster.json
+  pinfold plan export | jq '.request = {"service":"web","count":10,"cpu":1.5,"bind":true,"memory_bytes":1073741824}' | pinfold plan -f -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.ExportPlan(cmd.Context(), connect.NewRequest(&pinfoldv1.ExportPlanRequest{}))
+				if err != nil {
+					return err
+				}
+				var buf bytes.Buffer
+				if err := json.Indent(&buf, resp.Msg.PlanJson, "", "  "); err != nil {
+					return fmt.Errorf("the planner's plan file: %w", err)
+				}
+				buf.WriteByte('\n')
+				if file == "" || file == "-" {
+					_, err := cmd.OutOrStdout().Write(buf.Bytes())
+					return err
+				}
+				if err := os.WriteFile(file, buf.Bytes(), 0o644); err != nil {
+					return badInput("--file %q: %v", file, errors.Unwrap(err))
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s: add a \"request\" and run pinfold plan -f %s\n", file, file)
+				return nil
+			})
+		},
+	}
+	c.register(cmd)
+	cmd.Flags().StringVarP(&file, "file", "f", "-", "where to write the plan file; - for standard output")
 	return cmd
 }
 
@@ -85,12 +135,17 @@ func runPlan(w io.Writer, r io.Reader, asJSON bool) error {
 		case errors.As(err, &pe) && pe.Invalid:
 			return &exitError{code: exitBadInput, err: err}
 		case errors.As(err, &pe):
+			// The capacity column: the same function deploy and `pinfold
+			// capacity` use (buffer, overbooking, rules).
+			rooms, cerr := placement.Capacity(in.Params, in.Settings, in.Hosts, *in.Request)
+			if cerr != nil {
+				return &exitError{code: exitBadInput, err: cerr}
+			}
 			caps := map[string]int{}
 			total := 0
-			for _, h := range in.Hosts {
-				c := alloc.HostCapacity(in.Params, h.Resources, in.Request.Request)
-				caps[h.Name] = c.Count
-				total += c.Count
+			for name, r := range rooms {
+				caps[name] = r.Count
+				total += r.Count
 			}
 			o = planfile.NewOutput(in.Params, caps, total, nil, &planfile.OutputError{Error: pe.AllocError(), Eliminations: pe.Eliminations})
 		case err != nil:

@@ -25,7 +25,7 @@ const (
 // methodAccess is, per API method, who may call it; a method missing here
 // is admin only.
 var methodAccess = map[string]access{
-	"ListHosts": read, "GetHost": read, "ListInstances": read, "Capacity": read, "Health": read, "GetPlacementSettings": read, "ListEvents": read,
+	"ListHosts": read, "GetHost": read, "ListInstances": read, "Capacity": read, "ExportPlan": read, "Health": read, "GetPlacementSettings": read, "ListEvents": read,
 	"RegisterHost": ownHost, "Heartbeat": ownHost, "ReportStatus": ownHost, "WatchInstances": ownHost,
 }
 

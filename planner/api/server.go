@@ -53,6 +53,7 @@ type Planner interface {
 	Replace(context.Context, service.ReplaceRequest) ([]model.Instance, error)
 	Remove(ctx context.Context, target string) ([]string, error)
 	Capacity(service.DeployRequest) (map[string]placement.HostRoom, error)
+	ExportPlan() ([]byte, error)
 	Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error
 	ReportStatus(ctx context.Context, host, id string, st model.Status) error
 	Health(now time.Time) []service.Warning
@@ -607,4 +608,12 @@ func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv
 		return toConnect(err)
 	}
 	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+func (s *Server) ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error) {
+	b, err := s.svc.ExportPlan()
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&pinfoldv1.ExportPlanResponse{PlanJson: b}), nil
 }

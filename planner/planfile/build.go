@@ -1,6 +1,7 @@
 package planfile
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math"
@@ -114,11 +115,12 @@ func (fh *Host) placementHost(at string, sb int) (*placement.Host, error) {
 			h.Properties[k] = placement.Str(v)
 		case bool:
 			h.Properties[k] = placement.BoolVal(v)
-		case float64:
-			if v != math.Trunc(v) || math.Abs(v) > 1<<53 {
-				return nil, invalid(field, v, "want a string, a boolean or a signed integer")
+		case json.Number:
+			i, err := v.Int64()
+			if err != nil {
+				return nil, invalid(field, raw(v.String()), "want a string, a boolean or a signed integer")
 			}
-			h.Properties[k] = placement.IntVal(int64(v))
+			h.Properties[k] = placement.IntVal(i)
 		default:
 			return nil, invalid(field, fmt.Sprint(v), "want a string, a boolean or a signed integer")
 		}
@@ -197,6 +199,21 @@ func (fh *Host) build(at string, sb int) (*alloc.Host, error) {
 		if err := t.Validate(); err != nil {
 			return nil, invalid(at+".topology", raw("{…}"), "%v", err)
 		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(fh.Used.MemoryFirstQuotas)) {
+		field := fmt.Sprintf("%s.used.memory_first_quotas[%q]", at, k)
+		q, err := strconv.Atoi(k)
+		n := fh.Used.MemoryFirstQuotas[k]
+		switch {
+		case err != nil || q < 1 || q > 100*sb*len(h.CPUs):
+			return nil, invalid(field, n, "the key is a quota in pieces: want 1..%d", 100*sb*len(h.CPUs))
+		case n < 0:
+			return nil, invalid(field, n, "want a count of 0 or more")
+		}
+		if h.MemoryFirst == nil {
+			h.MemoryFirst = map[int]int{}
+		}
+		h.MemoryFirst[q] = n
 	}
 	for _, svc := range slices.Sorted(maps.Keys(fh.Instances)) {
 		if n := fh.Instances[svc]; n < 0 {

@@ -45,6 +45,10 @@ type Host struct {
 		CPUs            Pieces           `json:"cpus"`
 		MemoryBytes     int64            `json:"memory_bytes"`
 		NUMAMemoryBytes map[string]int64 `json:"numa_memory_bytes"`
+		// MemoryFirstQuotas counts the host's memory-first instances by
+		// CPU quota in pieces ({"300": 2}): the shared pool keeps the
+		// largest (bound placements leave it enough CPUs).
+		MemoryFirstQuotas map[string]int `json:"memory_first_quotas,omitempty"`
 	} `json:"used"`
 	NUMANodes []struct {
 		ID          *int   `json:"id"`
@@ -147,6 +151,7 @@ func decodeJSON(r io.Reader, v any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
+	dec.UseNumber() // integer properties beyond 2^53 stay exact
 	if err := dec.Decode(v); err != nil {
 		return jsonError(b, err)
 	}

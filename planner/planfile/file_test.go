@@ -1,13 +1,19 @@
 package planfile_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/planfile"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
 const fileSeed = `{"share_base": 100, "hosts": [{"name": "h1", "capacity": {"cpus": {"0": 100, "1": 100}, "memory_bytes": 4294967296},
@@ -65,4 +71,40 @@ func FuzzDecodeFile(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestExportRoundTrip: hosts exported as a plan file decode to the same
+// hosts (engine view, properties, domains, memory-first quotas), so
+// planning the file is planning the cluster.
+func TestExportRoundTrip(t *testing.T) {
+	t.Parallel()
+	tp := topologytest.DualXeonGold6230().Topology()
+	res := &alloc.Host{Name: "x", MemoryBytes: 64 << 30, MemoryUsed: 3 << 30, Topology: tp, Instances: map[string]int{"web": 2},
+		MemoryFirst: map[int]int{300: 1, 50: 2}}
+	for _, c := range tp.CPUs {
+		res.CPUs = append(res.CPUs, alloc.CPU{ID: c.ID, Capacity: 150, Used: int(c.ID) % 3 * 40})
+	}
+	for _, n := range tp.NUMANodes {
+		res.NUMANodes = append(res.NUMANodes, alloc.NUMANode{ID: n.ID, CPUs: n.CPUs, MemoryBytes: 32 << 30, MemoryUsed: 1 << 30})
+	}
+	hosts := []*placement.Host{{Name: "x", Type: "big", FaultDomain: "fd:/dc1/r2", UpgradeDomain: "UD1", Maintenance: true, LoadAvg: 1.5,
+		Properties: map[string]placement.Value{"disk": placement.Str("ssd"), "gen": placement.IntVal(1 << 60), "gpu": placement.BoolVal(true)}, Resources: res}}
+	settings := placement.Settings{Buffer: map[string]float64{"cpu": 0.2}, Priorities: map[placement.Rule]placement.Priority{placement.RuleUpgradeDomain: placement.Soft}}
+	f := planfile.Export(alloc.Params{ShareBase: 100, MaxFragmentCores: 4}, settings, hosts)
+	cpu, bind := 1.0, true
+	f.Request = &planfile.Request{Service: "s", Count: 1, CPU: &cpu, Bind: &bind, MemoryBytes: 1 << 30}
+	b, err := json.Marshal(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := planfile.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the exported file does not decode: %v", err)
+	}
+	if diff := cmp.Diff(hosts, in.Hosts, cmpopts.IgnoreUnexported(alloc.Host{})); diff != "" {
+		t.Errorf("hosts after the round trip (-exported +decoded):\n%s", diff)
+	}
+	if in.Params.MaxFragmentCores != 4 || in.Settings.Buffer["cpu"] != 0.2 || in.Settings.Priorities[placement.RuleUpgradeDomain] != placement.Soft {
+		t.Errorf("params %+v, settings %+v", in.Params, in.Settings)
+	}
 }

@@ -1,6 +1,8 @@
 package service
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -10,16 +12,18 @@ import (
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/planfile"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
 // TestCapacityEqualsDeploy: one randomized scenario set (fixed seeds, so a
-// failure repeats) through capacity, deploy and the audit: with buffers or
+// failure repeats) through capacity, plan (the hosts exported as a plan
+// file), deploy and the audit: with buffers or
 // overbooking, constraints, anti-affinity, max per host, bound and
 // memory-first requests over hosts already partly used, a capacity of N
-// means a deploy of N+1 is refused, a deploy of N succeeds, and the audit
+// means a plan and a deploy of N+1 are refused, N succeed, and the audit
 // (Verify) then finds nothing wrong. Before one capacity function,
 // capacity ignored the buffer, overbooking, constraints and max per host
 // (a host with a 0.5 CPU buffer: capacity 71, deploy 31), and the audit
@@ -78,6 +82,15 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 		for _, c := range caps {
 			n += c.Count
 		}
+		// plan: the same hosts exported as a plan file, planned offline.
+		if got, err := planOffline(f, req, n+1); err == nil {
+			t.Errorf("%s: capacity %d, but plan placed %d", name, n, got)
+		}
+		if n > 0 {
+			if got, err := planOffline(f, req, n); err != nil || got != n {
+				t.Errorf("%s: capacity %d, but plan placed %d: %v", name, n, got, err)
+			}
+		}
 		if n+1 <= MaxDeployCount {
 			over := req
 			over.Count = n + 1
@@ -112,6 +125,31 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 		t.Errorf("no whole-cores deploy among the scenarios: draw more")
 	}
 	_ = state.Event{} // keeps the import for the fixture
+}
+
+// planOffline plans count instances of r against the planner's hosts
+// exported as a plan file (what `pinfold plan export` writes and `pinfold
+// plan` reads), through the file's own decoding and placement.Plan.
+func planOffline(f healFixture, r DeployRequest, count int) (int, error) {
+	file := planfile.Export(f.params, f.st.PlacementSettings(), f.st.SchedulablePlacement().Hosts)
+	cpu := float64(r.Pieces) / 100
+	bind := r.Bind
+	file.Request = &planfile.Request{Service: r.Service, Count: count, CPU: &cpu, Bind: &bind, MemoryBytes: r.Memory, Strategy: "auto",
+		MaxPerHost: r.MaxPerHost, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
+		UseBuffer: r.UseBuffer, WholeCores: r.WholeCores}
+	b, err := json.Marshal(file)
+	if err != nil {
+		return 0, err
+	}
+	in, err := planfile.Decode(bytes.NewReader(b))
+	if err != nil {
+		return 0, fmt.Errorf("the exported file does not decode: %w", err)
+	}
+	res, err := placement.Plan(in.Params, in.Settings, in.Hosts, *in.Request)
+	if err != nil {
+		return 0, err
+	}
+	return len(res.Placements), nil
 }
 
 // checkWholeCores: each whole-cores instance holds both threads of every

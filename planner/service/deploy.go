@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/planfile"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -208,4 +210,11 @@ func (s *Service) Capacity(r DeployRequest) (map[string]placement.HostRoom, erro
 		return nil, err
 	}
 	return out, nil
+}
+
+// ExportPlan is the schedulable hosts, as placement sees them, and the
+// cluster's settings as a plan file without a request: planning it offline
+// places what a deploy would now.
+func (s *Service) ExportPlan() ([]byte, error) {
+	return json.Marshal(planfile.Export(s.params, s.st.PlacementSettings(), s.st.SchedulablePlacement().Hosts))
 }

@@ -3228,6 +3228,86 @@ func (x *CapacityRequest) GetWholeCores() bool {
 	return false
 }
 
+type ExportPlanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportPlanRequest) Reset() {
+	*x = ExportPlanRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportPlanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportPlanRequest) ProtoMessage() {}
+
+func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportPlanRequest.ProtoReflect.Descriptor instead.
+func (*ExportPlanRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+}
+
+type ExportPlanResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	PlanJson      []byte                 `protobuf:"bytes,1,opt,name=plan_json,json=planJson,proto3" json:"plan_json,omitempty"` // a plan file (docs/PLAN.md) without a request
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportPlanResponse) Reset() {
+	*x = ExportPlanResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportPlanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportPlanResponse) ProtoMessage() {}
+
+func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportPlanResponse.ProtoReflect.Descriptor instead.
+func (*ExportPlanResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ExportPlanResponse) GetPlanJson() []byte {
+	if x != nil {
+		return x.PlanJson
+	}
+	return nil
+}
+
 type CapacityResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Capacity      map[string]int32       `protobuf:"bytes,1,rep,name=capacity,proto3" json:"capacity,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
@@ -3239,7 +3319,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3251,7 +3331,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3264,7 +3344,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -3301,7 +3381,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3393,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3406,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -3373,7 +3453,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3465,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3478,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -3427,7 +3507,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3519,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3532,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -3546,7 +3626,7 @@ type Applied struct {
 
 func (x *Applied) Reset() {
 	*x = Applied{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3558,7 +3638,7 @@ func (x *Applied) String() string {
 func (*Applied) ProtoMessage() {}
 
 func (x *Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3571,7 +3651,7 @@ func (x *Applied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Applied.ProtoReflect.Descriptor instead.
 func (*Applied) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Applied) GetCpus() string {
@@ -3617,7 +3697,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +3709,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +3722,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
 }
 
 type WatchInstancesRequest struct {
@@ -3654,7 +3734,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3666,7 +3746,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3679,7 +3759,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -3705,7 +3785,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3717,7 +3797,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3730,7 +3810,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -3780,7 +3860,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3792,7 +3872,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3805,7 +3885,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Event) GetId() string {
@@ -3883,7 +3963,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3895,7 +3975,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3908,7 +3988,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListEventsRequest) GetService() string {
@@ -3948,7 +4028,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3960,7 +4040,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3973,7 +4053,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4307,7 +4387,10 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x12anti_affinity_hard\x18\t \x03(\tR\x10antiAffinityHard\x12\x1f\n" +
 	"\vwhole_cores\x18\n" +
 	" \x01(\bR\n" +
-	"wholeCores\"\xa6\x02\n" +
+	"wholeCores\"\x13\n" +
+	"\x11ExportPlanRequest\"1\n" +
+	"\x12ExportPlanResponse\x12\x1b\n" +
+	"\tplan_json\x18\x01 \x01(\fR\bplanJson\"\xa6\x02\n" +
 	"\x10CapacityResponse\x12F\n" +
 	"\bcapacity\x18\x01 \x03(\v2*.pinfold.v1.CapacityResponse.CapacityEntryR\bcapacity\x12\x14\n" +
 	"\x05total\x18\x02 \x01(\x03R\x05total\x12=\n" +
@@ -4375,7 +4458,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\"?\n" +
 	"\x12ListEventsResponse\x12)\n" +
-	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\xf2\r\n" +
+	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\xbf\x0e\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -4394,7 +4477,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x06Remove\x12\x19.pinfold.v1.RemoveRequest\x1a\x1a.pinfold.v1.RemoveResponse\x12B\n" +
 	"\aReplace\x12\x1a.pinfold.v1.ReplaceRequest\x1a\x1b.pinfold.v1.ReplaceResponse\x12T\n" +
 	"\rListInstances\x12 .pinfold.v1.ListInstancesRequest\x1a!.pinfold.v1.ListInstancesResponse\x12E\n" +
-	"\bCapacity\x12\x1b.pinfold.v1.CapacityRequest\x1a\x1c.pinfold.v1.CapacityResponse\x12<\n" +
+	"\bCapacity\x12\x1b.pinfold.v1.CapacityRequest\x1a\x1c.pinfold.v1.CapacityResponse\x12K\n" +
+	"\n" +
+	"ExportPlan\x12\x1d.pinfold.v1.ExportPlanRequest\x1a\x1e.pinfold.v1.ExportPlanResponse\x12<\n" +
 	"\x05Scale\x12\x18.pinfold.v1.ScaleRequest\x1a\x19.pinfold.v1.ScaleResponse\x12H\n" +
 	"\tRebalance\x12\x1c.pinfold.v1.RebalanceRequest\x1a\x1d.pinfold.v1.RebalanceResponse\x12K\n" +
 	"\n" +
@@ -4415,7 +4500,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -4462,62 +4547,64 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*ListInstancesRequest)(nil),        // 42: pinfold.v1.ListInstancesRequest
 	(*ListInstancesResponse)(nil),       // 43: pinfold.v1.ListInstancesResponse
 	(*CapacityRequest)(nil),             // 44: pinfold.v1.CapacityRequest
-	(*CapacityResponse)(nil),            // 45: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),            // 46: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 47: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),         // 48: pinfold.v1.ReportStatusRequest
-	(*Applied)(nil),                     // 49: pinfold.v1.Applied
-	(*ReportStatusResponse)(nil),        // 50: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 51: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 52: pinfold.v1.WatchInstancesResponse
-	(*Event)(nil),                       // 53: pinfold.v1.Event
-	(*ListEventsRequest)(nil),           // 54: pinfold.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 55: pinfold.v1.ListEventsResponse
-	nil,                                 // 56: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 57: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 58: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 59: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 60: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 61: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 62: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 63: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 64: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 65: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 66: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 67: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 68: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 69: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 70: pinfold.v1.CapacityResponse.LimitEntry
+	(*ExportPlanRequest)(nil),           // 45: pinfold.v1.ExportPlanRequest
+	(*ExportPlanResponse)(nil),          // 46: pinfold.v1.ExportPlanResponse
+	(*CapacityResponse)(nil),            // 47: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 48: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 49: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 50: pinfold.v1.ReportStatusRequest
+	(*Applied)(nil),                     // 51: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 52: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 53: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 54: pinfold.v1.WatchInstancesResponse
+	(*Event)(nil),                       // 55: pinfold.v1.Event
+	(*ListEventsRequest)(nil),           // 56: pinfold.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 57: pinfold.v1.ListEventsResponse
+	nil,                                 // 58: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 59: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 60: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 61: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 62: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 63: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 64: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 65: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 66: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 67: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 68: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 69: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 70: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 71: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 72: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	56, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	57, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	58, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	59, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	58, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	60, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	59, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	61, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	60, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	61, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	62, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	62, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	63, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	64, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	63, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	65, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	49, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	51, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
 	1,  // 15: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 16: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
 	1,  // 17: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
 	14, // 18: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	64, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	65, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	66, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	66, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	67, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	68, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
 	1,  // 22: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 23: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
 	1,  // 24: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
 	29, // 25: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	67, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	68, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	69, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	70, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
 	14, // 28: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
 	29, // 29: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
 	13, // 30: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
@@ -4527,12 +4614,12 @@ var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	13, // 34: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
 	14, // 35: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
 	14, // 36: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	69, // 37: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	70, // 38: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	71, // 37: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	72, // 38: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
 	12, // 39: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	49, // 40: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	51, // 40: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
 	14, // 41: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	53, // 42: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	55, // 42: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
 	15, // 43: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
 	17, // 44: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
 	19, // 45: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
@@ -4550,37 +4637,39 @@ var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	38, // 57: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
 	42, // 58: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
 	44, // 59: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	31, // 60: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	28, // 61: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	54, // 62: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	46, // 63: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	48, // 64: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	51, // 65: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	16, // 66: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	18, // 67: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	20, // 68: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	22, // 69: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	24, // 70: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	33, // 71: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	27, // 72: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 73: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 74: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 75: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 76: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	35, // 77: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	37, // 78: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	41, // 79: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	39, // 80: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	43, // 81: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	45, // 82: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	32, // 83: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	30, // 84: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	55, // 85: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	47, // 86: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	50, // 87: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	52, // 88: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	66, // [66:89] is the sub-list for method output_type
-	43, // [43:66] is the sub-list for method input_type
+	45, // 60: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	31, // 61: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	28, // 62: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	56, // 63: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	48, // 64: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	50, // 65: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	53, // 66: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	16, // 67: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	18, // 68: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	20, // 69: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	22, // 70: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	24, // 71: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	33, // 72: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	27, // 73: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 74: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 75: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 76: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 77: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	35, // 78: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	37, // 79: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	41, // 80: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	39, // 81: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	43, // 82: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	47, // 83: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	46, // 84: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	32, // 85: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	30, // 86: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	57, // 87: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	49, // 88: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	52, // 89: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	54, // 90: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	67, // [67:91] is the sub-list for method output_type
+	43, // [43:67] is the sub-list for method input_type
 	43, // [43:43] is the sub-list for extension type_name
 	43, // [43:43] is the sub-list for extension extendee
 	0,  // [0:43] is the sub-list for field type_name
@@ -4599,7 +4688,7 @@ func file_pinfold_v1_planner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   71,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

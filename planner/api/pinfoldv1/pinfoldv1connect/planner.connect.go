@@ -79,6 +79,9 @@ const (
 	PlannerServiceListInstancesProcedure = "/pinfold.v1.PlannerService/ListInstances"
 	// PlannerServiceCapacityProcedure is the fully-qualified name of the PlannerService's Capacity RPC.
 	PlannerServiceCapacityProcedure = "/pinfold.v1.PlannerService/Capacity"
+	// PlannerServiceExportPlanProcedure is the fully-qualified name of the PlannerService's ExportPlan
+	// RPC.
+	PlannerServiceExportPlanProcedure = "/pinfold.v1.PlannerService/ExportPlan"
 	// PlannerServiceScaleProcedure is the fully-qualified name of the PlannerService's Scale RPC.
 	PlannerServiceScaleProcedure = "/pinfold.v1.PlannerService/Scale"
 	// PlannerServiceRebalanceProcedure is the fully-qualified name of the PlannerService's Rebalance
@@ -125,6 +128,8 @@ type PlannerServiceClient interface {
 	Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error)
 	ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error)
 	Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error)
+	// The schedulable hosts and the settings as a `pinfold plan` file.
+	ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error)
 	// Scale adds instances through placement or removes the worst placed.
 	Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error)
 	// Rebalance proposes (and with apply starts) moves that reduce imbalance.
@@ -252,6 +257,12 @@ func NewPlannerServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(plannerServiceMethods.ByName("Capacity")),
 			connect.WithClientOptions(opts...),
 		),
+		exportPlan: connect.NewClient[pinfoldv1.ExportPlanRequest, pinfoldv1.ExportPlanResponse](
+			httpClient,
+			baseURL+PlannerServiceExportPlanProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("ExportPlan")),
+			connect.WithClientOptions(opts...),
+		),
 		scale: connect.NewClient[pinfoldv1.ScaleRequest, pinfoldv1.ScaleResponse](
 			httpClient,
 			baseURL+PlannerServiceScaleProcedure,
@@ -310,6 +321,7 @@ type plannerServiceClient struct {
 	replace              *connect.Client[pinfoldv1.ReplaceRequest, pinfoldv1.ReplaceResponse]
 	listInstances        *connect.Client[pinfoldv1.ListInstancesRequest, pinfoldv1.ListInstancesResponse]
 	capacity             *connect.Client[pinfoldv1.CapacityRequest, pinfoldv1.CapacityResponse]
+	exportPlan           *connect.Client[pinfoldv1.ExportPlanRequest, pinfoldv1.ExportPlanResponse]
 	scale                *connect.Client[pinfoldv1.ScaleRequest, pinfoldv1.ScaleResponse]
 	rebalance            *connect.Client[pinfoldv1.RebalanceRequest, pinfoldv1.RebalanceResponse]
 	listEvents           *connect.Client[pinfoldv1.ListEventsRequest, pinfoldv1.ListEventsResponse]
@@ -403,6 +415,11 @@ func (c *plannerServiceClient) Capacity(ctx context.Context, req *connect.Reques
 	return c.capacity.CallUnary(ctx, req)
 }
 
+// ExportPlan calls pinfold.v1.PlannerService.ExportPlan.
+func (c *plannerServiceClient) ExportPlan(ctx context.Context, req *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error) {
+	return c.exportPlan.CallUnary(ctx, req)
+}
+
 // Scale calls pinfold.v1.PlannerService.Scale.
 func (c *plannerServiceClient) Scale(ctx context.Context, req *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error) {
 	return c.scale.CallUnary(ctx, req)
@@ -460,6 +477,8 @@ type PlannerServiceHandler interface {
 	Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error)
 	ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error)
 	Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error)
+	// The schedulable hosts and the settings as a `pinfold plan` file.
+	ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error)
 	// Scale adds instances through placement or removes the worst placed.
 	Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error)
 	// Rebalance proposes (and with apply starts) moves that reduce imbalance.
@@ -583,6 +602,12 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 		connect.WithSchema(plannerServiceMethods.ByName("Capacity")),
 		connect.WithHandlerOptions(opts...),
 	)
+	plannerServiceExportPlanHandler := connect.NewUnaryHandler(
+		PlannerServiceExportPlanProcedure,
+		svc.ExportPlan,
+		connect.WithSchema(plannerServiceMethods.ByName("ExportPlan")),
+		connect.WithHandlerOptions(opts...),
+	)
 	plannerServiceScaleHandler := connect.NewUnaryHandler(
 		PlannerServiceScaleProcedure,
 		svc.Scale,
@@ -655,6 +680,8 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 			plannerServiceListInstancesHandler.ServeHTTP(w, r)
 		case PlannerServiceCapacityProcedure:
 			plannerServiceCapacityHandler.ServeHTTP(w, r)
+		case PlannerServiceExportPlanProcedure:
+			plannerServiceExportPlanHandler.ServeHTTP(w, r)
 		case PlannerServiceScaleProcedure:
 			plannerServiceScaleHandler.ServeHTTP(w, r)
 		case PlannerServiceRebalanceProcedure:
@@ -742,6 +769,10 @@ func (UnimplementedPlannerServiceHandler) ListInstances(context.Context, *connec
 
 func (UnimplementedPlannerServiceHandler) Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Capacity is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.ExportPlan is not implemented"))
 }
 
 func (UnimplementedPlannerServiceHandler) Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error) {
