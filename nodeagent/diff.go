@@ -207,7 +207,16 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 		if known.Refused[in.ID] == in.Generation {
 			files.Resources = c.Applied
 		}
-		out = append(out, Action{Kind: Reassert, Instance: in, Container: c.ID, Want: files, Reason: kernelDrift(c.Kernel, files.Resources)})
+		reason := kernelDrift(c.Kernel, files.Resources)
+		if c.Kernel != nil && c.CPUWeight != 0 && files.CPUWeight != 0 && c.CPUWeight != files.CPUWeight {
+			w := fmt.Sprintf("cpu.weight %d (plan %d)", c.CPUWeight, files.CPUWeight)
+			if reason == "" {
+				reason = "cgroup files drifted from the plan: " + w
+			} else {
+				reason += ", " + w
+			}
+		}
+		out = append(out, Action{Kind: Reassert, Instance: in, Container: c.ID, Want: files, Reason: reason})
 	}
 	var orphans []Observed
 	for _, cs := range byInst {

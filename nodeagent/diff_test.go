@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -331,6 +332,17 @@ func TestKernelDrift(t *testing.T) {
 		if len(acts) != 1 || acts[0].Kind != Reassert || !strings.Contains(acts[0].Reason, tc.want) {
 			t.Errorf("%s: %+v, want a reassert naming %q", tc.name, acts, tc.want)
 		}
+	}
+	// cpu.weight written by hand: named too (the plan's, or the share
+	// loop's weight when it runs), and re-asserted.
+	o := clean
+	o.CPUWeight = want.CPUWeight + 7
+	if acts := Diff(host6, []model.Instance{in}, []Observed{o}, SchemeQuota, Known{}); len(acts) != 1 || !strings.Contains(acts[0].Reason, fmt.Sprintf("cpu.weight %d (plan %d)", want.CPUWeight+7, want.CPUWeight)) {
+		t.Errorf("cpu.weight drift: %+v", acts)
+	}
+	o.CPUWeight = 77
+	if acts := Diff(host6, []model.Instance{in}, []Observed{o}, SchemeQuota, Known{Weights: map[string]uint64{"a": 77}}); len(acts) != 1 || acts[0].Reason != "" {
+		t.Errorf("the share loop's own weight named as drift: %+v", acts)
 	}
 }
 

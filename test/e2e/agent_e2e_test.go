@@ -406,6 +406,21 @@ func testCPUGot(t *testing.T, image string) {
 		t.Errorf("busy: cpu_planned %q, cpu_got %q; want 1 planned and at most 1.05 got", e.CPUPlanned, e.CPUGot)
 	}
 	t.Logf("busy loop bound to 1 CPU: cpu_planned %s, cpu_got %s (cpu.stat over the agent's last window)", e.CPUPlanned, e.CPUGot)
+	// cpu.weight written by hand (behind Docker's back) is reverted too:
+	// busy holds whole CPUs only, so no share loop moves its weight.
+	want := cg(t, e.Container, "cpu.weight")
+	if err := os.WriteFile("/sys/fs/cgroup/docker/"+e.Container+"/cpu.weight", []byte("5"), 0o644); err != nil {
+		t.Fatalf("write cpu.weight: %v", err)
+	}
+	if got := cg(t, e.Container, "cpu.weight"); got != "5" {
+		t.Fatalf("writing cpu.weight = 5 did not change it (%s)", got)
+	}
+	t0 := time.Now()
+	eventually(t, 30*time.Second, "cpu.weight written by hand to be reverted", func() (bool, string) {
+		got := cg(t, e.Container, "cpu.weight")
+		return got == want, got
+	})
+	t.Logf("cpu.weight written by hand (5) reverted to %s in %s", want, time.Since(t0).Round(time.Millisecond))
 }
 
 // testPoolAndCheckpoint: a memory-first instance runs on the host's CPUs in
