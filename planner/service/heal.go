@@ -347,31 +347,42 @@ func (s *Service) tick(ctx context.Context, t *tracker, now time.Time) {
 			delete(t.retryAt, id)
 		}
 	}
+	// The hosts' usage documents count their instances; the instances
+	// themselves are read only where there is work: the moves in flight
+	// (an index) and the draining hosts'. An idle cluster costs a copy of
+	// the host views a second, not of every instance.
 	views := s.st.Hosts()
-	all := s.st.Instances("")
 	perHost := map[string]int{}
-	for _, v := range all {
-		perHost[v.Instance.Host]++
+	for _, v := range views {
+		for _, n := range v.Alloc.Instances {
+			perHost[v.Host.Name] += n
+		}
 	}
 	for _, host := range t.deadHosts(views, perHost, now, s.st.PlacementSettings().Grace()) {
 		if _, err := s.Heal(ctx, host, false); err != nil && t.once("heal/"+host, err.Error()) {
 			s.log.Error("instances of a dead host could not be placed again; retrying", "host", host, "err", err)
 		}
 	}
-	s.settleMoves(ctx, t, views, all, now)
-	s.drainTick(ctx, t, views, all, now)
+	s.settleMoves(ctx, t, views, s.st.Moving(), now)
+	s.drainTick(ctx, t, views, now)
 }
 
 // settleMoves finishes or aborts the moves in flight.
-func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.HostView, all []state.InstanceView, now time.Time) {
+func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.HostView, moving []state.InstanceView, now time.Time) {
+	if len(moving) == 0 {
+		return
+	}
 	byName := map[string]state.HostView{}
 	for _, v := range views {
 		byName[v.Host.Name] = v
 	}
 	where := map[string]string{}
-	for _, v := range all {
-		where[v.Instance.ID] = v.Instance.Host
+	for _, v := range moving {
+		if old, ok := s.st.Instance(v.Instance.Replaces); ok {
+			where[old.Instance.ID] = old.Instance.Host
+		}
 	}
+	all := moving
 	var plans []planFunc
 	var what []string
 	var aborted []string // the old instances of aborted moves
@@ -414,16 +425,14 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 
 // drainTick starts moves for the instances of draining hosts, and ends the
 // drain of a host that holds none.
-func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostView, all []state.InstanceView, now time.Time) {
+func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostView, now time.Time) {
 	on := map[string][]state.InstanceView{}
-	for _, v := range all {
-		on[v.Instance.Host] = append(on[v.Instance.Host], v)
-	}
 	for _, v := range views {
 		h := v.Host
 		if !h.Draining {
 			continue
 		}
+		on[h.Name] = s.st.Instances(h.Name)
 		if len(on[h.Name]) == 0 {
 			if _, err := s.changeHost(ctx, h.Name, func(h *state.Host) { h.Draining, h.DrainDeadline = false, time.Time{} }); err != nil {
 				s.log.Warn("ending a finished drain", "host", h.Name, "err", err)

@@ -274,6 +274,9 @@ func TestDrainMovesBlueGreen(t *testing.T) {
 			t.Errorf("replacement %+v: want Replaces set and 1.2 CPUs", n)
 		}
 	}
+	if m := f.st.Moving(); len(m) != 2 || m[0].Instance.ID != news[0].ID || m[1].Instance.ID != news[1].ID {
+		t.Errorf("the moves index holds %v, want the two replacements", m)
+	}
 	f.tick(f.ctx, tr, now.Add(time.Second))
 	if len(f.on("a")) != 2 {
 		t.Fatalf("an old instance went before its replacement ran")
@@ -293,6 +296,9 @@ func TestDrainMovesBlueGreen(t *testing.T) {
 	}
 	if b := f.on("b"); len(b) != 1 || b[0].ID != news[0].ID || b[0].Replaces != "" {
 		t.Fatalf("on b %+v, want only %s, its move finished", b, news[0].ID)
+	}
+	if m := f.st.Moving(); len(m) != 0 {
+		t.Errorf("the moves index still holds %v after both moves settled", m)
 	}
 	// Not moved again before the back-off.
 	f.tick(f.ctx, tr, now.Add(3*time.Second))

@@ -72,6 +72,9 @@ type Store struct {
 	// byService indexes instances: service → ID → host; where is ID → host.
 	byService map[string]map[string]string
 	where     map[string]string
+	// moving indexes the instances with Replaces set (moves in flight):
+	// ID → host, so the leader's tick reads them without a full scan.
+	moving map[string]string
 	// resources caches each host's allocation-engine view (with a capacity
 	// memo) for its current registration and usage; apply drops an entry
 	// when either changes. resMu guards it apart from mu, so that readers
@@ -230,7 +233,7 @@ func (s *Store) reset() {
 	if s.hostSignal == nil {
 		s.hostSignal = map[string]chan struct{}{} // kept across a reload: its waiters are woken by signalAll
 	}
-	s.byService, s.where = map[string]map[string]string{}, map[string]string{}
+	s.byService, s.where, s.moving = map[string]map[string]string{}, map[string]string{}, map[string]string{}
 	s.resMu.Lock()
 	s.resources = map[string]*alloc.Host{}
 	s.placed, s.placedList = map[string]placedHost{}, nil
@@ -428,6 +431,12 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 				}
 				s.byService[svc][id] = host
 				s.where[id] = host
+				if d.Value.Replaces != "" {
+					if s.moving == nil {
+						s.moving = map[string]string{}
+					}
+					s.moving[id] = host
+				}
 			}
 		} else {
 			setNested(s.statuses, host, id, val, rev, deleted)
@@ -499,6 +508,9 @@ func (s *Store) unindex(host, id string) {
 	}
 	if s.where[id] == host {
 		delete(s.where, id)
+	}
+	if s.moving[id] == host {
+		delete(s.moving, id)
 	}
 }
 
@@ -772,6 +784,27 @@ func (s *Store) Instances(host string) []InstanceView {
 			}
 			out = append(out, v)
 		}
+	}
+	return out
+}
+
+// Moving returns the instances that replace another (moves in flight),
+// sorted by host then ID.
+func (s *Store) Moving() []InstanceView {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ids := slices.Collect(maps.Keys(s.moving))
+	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(s.moving[a], s.moving[b]), cmp.Compare(a, b)) })
+	out := make([]InstanceView, 0, len(ids))
+	for _, id := range ids {
+		h := s.moving[id]
+		d := s.instances[h][id]
+		v := InstanceView{Instance: d.Value, Rev: d.Rev}
+		if st, ok := s.statuses[h][id]; ok {
+			stv := st.Value
+			v.Status = &stv
+		}
+		out = append(out, v)
 	}
 	return out
 }
