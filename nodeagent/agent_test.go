@@ -46,6 +46,7 @@ type fakeEngine struct {
 	createErr error
 	creates   int
 	updates   int
+	inspects  int
 	// images, when not nil, are the images the engine has: Create of
 	// another fails as the engine's "No such image"; Pull adds one.
 	images  map[string]bool
@@ -123,6 +124,7 @@ func (f *fakeEngine) Start(_ context.Context, id string) error {
 func (f *fakeEngine) Inspect(_ context.Context, id string) (docker.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.inspects++
 	c, err := f.get(id)
 	if err != nil {
 		return docker.Container{}, err
@@ -183,11 +185,40 @@ type fakeCgroup struct {
 	throttled map[string]uint64
 	memSome   map[string]float64
 	memMax    map[string]int64 // cgroup path → memory.max as last written
+	// files holds cpuset.cpus, cpuset.mems and cpu.max as last applied,
+	// per cgroup path; applied counts Apply calls and reads Read calls.
+	files          map[string]map[string]string
+	applied, reads int
+	lastSpec       cgroup.Spec
 }
 
 func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.applied++
+	f.lastSpec = s
+	set := func(file, v string) {
+		if f.files == nil {
+			f.files = map[string]map[string]string{}
+		}
+		if f.files[s.Path.String()] == nil {
+			f.files[s.Path.String()] = map[string]string{}
+		}
+		f.files[s.Path.String()][file] = v
+	}
+	if s.CPUs != nil {
+		set("cpuset.cpus", s.CPUs.String())
+	}
+	if s.Mems != nil {
+		set("cpuset.mems", s.Mems.String())
+	}
+	if m := s.CPUMax; m != nil {
+		q := "max"
+		if m.Quota != cgroup.Max {
+			q = fmt.Sprint(m.Quota)
+		}
+		set("cpu.max", fmt.Sprintf("%s %d", q, m.Period))
+	}
 	if s.CPUWeight != 0 {
 		if f.weight == nil {
 			f.weight = map[string]uint64{}
@@ -211,7 +242,18 @@ func (f *fakeCgroup) Apply(_ context.Context, s cgroup.Spec) error {
 func (f *fakeCgroup) Read(p cgroup.Path, name string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	switch name {
+	case "cpuset.cpus", "cpuset.mems", "cpu.max":
+		if v, ok := f.files[p.String()][name]; ok {
+			return v, nil
+		}
+		return "", errors.New("not written yet: " + name)
+	case "memory.max":
+		if v, ok := f.memMax[p.String()]; ok {
+			return strconv.FormatInt(v, 10), nil
+		}
+		return "", errors.New("not written yet: memory.max")
 	case "memory.current":
 		return strconv.FormatInt(f.mem[p.String()], 10), nil
 	case "cpu.weight":
@@ -993,5 +1035,50 @@ func TestPlannerPoolUsed(t *testing.T) {
 	}
 	if cp.Pool.String() != "5-7" {
 		t.Errorf("checkpointed pool %q, want 5-7", cp.Pool)
+	}
+}
+
+// TestSteadyPassIsCheap: once a container holds its plan, a pass re-asserts
+// it from what the pass observed: no Docker inspect, and only the one file
+// it did not read (cpu.max.burst) handed to Apply; a file changed by hand
+// is still written back.
+func TestSteadyPassIsCheap(t *testing.T) {
+	a, eng, cg, _ := newTestAgent(t)
+	in := model.Instance{ID: "web-1", Service: "web", Spec: model.Spec{Image: "img"}, Generation: 1,
+		Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{2: 100, 3: 50}, NUMANode: 0, Memory: 64 << 20}}
+	a.received(&pinfoldv1.WatchInstancesResponse{Revision: 1, Cpus: "0-7", Instances: []*pinfoldv1.Instance{pinfoldv1.NewInstance(in, nil, "pending", 100)}})
+	settle(t, a)
+	a.Reconcile(context.Background()) // the files now hold the plan
+	eng.mu.Lock()
+	eng.inspects = 0
+	eng.mu.Unlock()
+	cg.mu.Lock()
+	cg.applied = 0
+	cg.mu.Unlock()
+	a.Reconcile(context.Background())
+	eng.mu.Lock()
+	inspects := eng.inspects
+	eng.mu.Unlock()
+	cg.mu.Lock()
+	s, applied := cg.lastSpec, cg.applied
+	cg.mu.Unlock()
+	if inspects != 0 {
+		t.Errorf("a steady pass inspected %d containers", inspects)
+	}
+	if applied != 1 || s.CPUs != nil || s.Mems != nil || s.CPUMax != nil || s.MemoryMax != nil || s.CPUWeight != 0 || s.CPUMaxBurst == nil {
+		t.Errorf("a steady pass applied %d specs, the last %+v; want one with cpu.max.burst only", applied, s)
+	}
+	// cpuset written by hand: written back, and only it.
+	cg.mu.Lock()
+	for p := range cg.files {
+		cg.files[p]["cpuset.cpus"] = "7"
+	}
+	cg.mu.Unlock()
+	a.Reconcile(context.Background())
+	cg.mu.Lock()
+	s = cg.lastSpec
+	cg.mu.Unlock()
+	if s.CPUs == nil || s.CPUs.String() != "2-3" || s.CPUMax != nil || s.MemoryMax != nil {
+		t.Errorf("after cpuset.cpus = 7 by hand the pass applied %+v; want cpuset.cpus 2-3 alone", s)
 	}
 }

@@ -41,6 +41,10 @@ type Action struct {
 	// MemoryCurrent is what the container used when observed (Update):
 	// above the new limit, the agent shrinks it guided by pressure first.
 	MemoryCurrent int64
+	// Seen, on a Reassert that is the pass's only action on its running
+	// container, is what the pass observed of it: the re-assert writes the
+	// files that differ from it without reading them again.
+	Seen *Observed
 }
 
 // releases reports whether an update only gives resources back: its
@@ -155,6 +159,7 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 	var out []Action
 	for i := range ds {
 		in := &ds[i]
+		first := len(out)
 		want := Map(h, *in, scheme, shared)
 		if w, ok := known.Weights[in.ID]; ok {
 			want.CPUWeight = w
@@ -216,7 +221,11 @@ func Diff(h Host, desired []model.Instance, observed []Observed, scheme Scheme, 
 				reason += ", " + w
 			}
 		}
-		out = append(out, Action{Kind: Reassert, Instance: in, Container: c.ID, Want: files, Reason: reason})
+		act := Action{Kind: Reassert, Instance: in, Container: c.ID, Want: files, Reason: reason}
+		if len(out) == first && c.Running && c.Kernel != nil {
+			act.Seen = &c
+		}
+		out = append(out, act)
 	}
 	var orphans []Observed
 	for _, cs := range byInst {
