@@ -44,6 +44,10 @@ func TestAuthorize(t *testing.T) {
 		{h1, "RemoveHost", &pinfoldv1.RemoveHostRequest{Name: "h1"}, false},
 		{h1, "ListInstances", &pinfoldv1.ListInstancesRequest{Host: "h2"}, false},
 		{h1, "Deploy", &pinfoldv1.DeployRequest{}, false},
+		{viewer, "Rebalance", &pinfoldv1.RebalanceRequest{}, true}, // a dry run changes nothing
+		{viewer, "Rebalance", &pinfoldv1.RebalanceRequest{Apply: true}, false},
+		{h1, "Rebalance", &pinfoldv1.RebalanceRequest{}, false},
+		{viewer, "ExportPlan", &pinfoldv1.ExportPlanRequest{}, true},
 	} {
 		err := authorize(tc.id, tc.method, tc.msg)
 		switch {
