@@ -60,9 +60,13 @@ func daemon(t *testing.T, name string, args ...string) *exec.Cmd {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("PINFOLD_E2E_LOGS") != "" { // PINFOLD_E2E_LOGS=1: always, longer
+			n := 40
+			if os.Getenv("PINFOLD_E2E_LOGS") != "" {
+				n = 400
+			}
 			b, _ := os.ReadFile(logf.Name())
-			t.Logf("%s log:\n%s", name, tail(string(b), 40))
+			t.Logf("%s log:\n%s", name, tail(string(b), n))
 		}
 	})
 	return cmd
