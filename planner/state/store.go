@@ -776,13 +776,7 @@ func (s *Store) Instances(host string) []InstanceView {
 	}
 	for _, h := range hosts {
 		for _, id := range slices.Sorted(maps.Keys(s.instances[h])) {
-			d := s.instances[h][id]
-			v := InstanceView{Instance: d.Value, Rev: d.Rev}
-			if st, ok := s.statuses[h][id]; ok {
-				stv := st.Value
-				v.Status = &stv
-			}
-			out = append(out, v)
+			out = append(out, s.instanceLocked(h, id))
 		}
 	}
 	return out
@@ -797,14 +791,7 @@ func (s *Store) Moving() []InstanceView {
 	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(s.moving[a], s.moving[b]), cmp.Compare(a, b)) })
 	out := make([]InstanceView, 0, len(ids))
 	for _, id := range ids {
-		h := s.moving[id]
-		d := s.instances[h][id]
-		v := InstanceView{Instance: d.Value, Rev: d.Rev}
-		if st, ok := s.statuses[h][id]; ok {
-			stv := st.Value
-			v.Status = &stv
-		}
-		out = append(out, v)
+		out = append(out, s.instanceLocked(s.moving[id], id))
 	}
 	return out
 }
