@@ -152,7 +152,8 @@ whole physical cores: no SMT sibling of its CPUs runs another instance or
 is reserved for the system (kubelet's full-pcpus-only). On a host with two
 threads per core the CPU count must be even; 'pinfold capacity
 --whole-cores' counts what such a deploy can take. Whole-cores instances
-resize their memory live, not their CPUs.
+resize by whole cores: a grow keeps their cores and adds free ones, a
+shrink keeps some of their own.
 
 Strategies: auto (level the service's instance counts), each (N on every
 host that can take N), fill (top every host up to N), global (least used

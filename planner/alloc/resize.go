@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -65,21 +66,14 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 	}
 	s := newHostState(p, released)
 	if cur.WholeCores {
-		// Whole cores keep their cores: only memory changes live.
-		if rz.CPUDelta != 0 || !rz.Bind {
+		switch {
+		case !rz.Bind:
+			return Placement{}, invalid("resize.bind", false, "the instance holds whole cores (whole_cores): it stays bound")
+		case newPieces%p.ShareBase != 0:
 			return Placement{}, invalid("resize.cpu_delta", FormatPieces(rz.CPUDelta, p.ShareBase),
-				"the instance holds whole cores (whole_cores): only its memory resizes live; deploy the new size and remove the old instances to change its CPUs")
+				"the instance holds whole cores (whole_cores): it resizes by whole CPUs")
 		}
-		free := s.memFree
-		if i, ok := s.numaIndex(cur.NUMANode); ok && cur.NUMANode >= 0 {
-			free = min(free, s.numaFree[i])
-		}
-		if newMem > free {
-			return Placement{}, noFit("memory: %d bytes free", free)
-		}
-		a := cur
-		a.CPUs, a.Memory = maps.Clone(cur.CPUs), newMem
-		return Placement{Host: h.Name, Allocation: a}, nil
+		return s.resizeCores(cur, newPieces/p.ShareBase, newMem, noFit)
 	}
 	if !rz.Bind {
 		if newMem > s.memFree {
@@ -288,4 +282,70 @@ func sortTopo(s *hostState, ps []int32) {
 		}
 		return int(s.ids[a]) - int(s.ids[b])
 	})
+}
+
+// resizeCores resizes a whole-cores instance (its current usage already
+// released from s) to x CPUs and mem bytes: whole free cores of one size
+// dividing x, its own cores first (a shrink keeps a subset of them, a grow
+// keeps them all), then cores of its own L3 group, then by L3 group and
+// core; its NUMA node first, then the others, then cross-node.
+func (s *hostState) resizeCores(cur model.Allocation, x int, mem int64, noFit func(string, ...any) error) (Placement, error) {
+	sb := s.p.ShareBase
+	own := map[cpuset.CPUID]bool{}
+	ownL3 := map[cpuset.CPUID]bool{}
+	for id := range cur.CPUs {
+		if i, ok := s.pos(id); ok {
+			own[s.coreKey[i]], ownL3[s.l3Key[i]] = true, true
+		}
+	}
+	sizes := map[int]bool{}
+	for i := range s.ids {
+		sizes[s.threadsOf(int32(i))] = true
+	}
+	fits := false
+	for t := range sizes {
+		fits = fits || x%t == 0
+	}
+	if !fits {
+		return Placement{}, noFit("%d CPUs are no whole number of this host's cores (threads per core: %v)", x, slices.Sorted(maps.Keys(sizes)))
+	}
+	for _, try := range resizeOrder(s, cur.NUMANode, true) {
+		set, numa, free := s.all, cpuset.NUMANodeID(-1), s.memFree
+		if try >= 0 {
+			set, numa, free = s.sets[try], s.h.NUMANodes[try].ID, min(free, s.numaFree[try])
+		}
+		if free < mem {
+			continue
+		}
+		cores := s.freeCores(set)
+		for _, t := range sizesFor(cores, x) {
+			l := cores[t]
+			if len(l) < x/t {
+				continue
+			}
+			slices.SortStableFunc(l, func(a, b freeCore) int {
+				return cmp.Or(cmpBool(own[a.key], own[b.key]), cmpBool(ownL3[a.l3], ownL3[b.l3]))
+			})
+			pl := Placement{Host: s.h.Name, Allocation: model.Allocation{Bind: true, WholeCores: true, CPUs: make(map[cpuset.CPUID]int, x),
+				NUMANode: numa, Memory: mem, MemorySoft: cur.MemorySoft}}
+			for _, c := range l[:x/t] {
+				for _, q := range c.cpus {
+					pl.CPUs[s.ids[q]] = sb
+				}
+			}
+			return pl, nil
+		}
+	}
+	return Placement{}, noFit("no NUMA node and not the whole host has %d CPUs of wholly free cores with %d bytes free", x, mem)
+}
+
+// cmpBool orders true before false.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
 }

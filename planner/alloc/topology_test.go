@@ -10,6 +10,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/topology"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
@@ -265,5 +266,66 @@ func TestWholeCoresCapacityIsExact(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("only %d hosts had room: the test draws too few", checked)
+	}
+}
+
+// TestWholeCoresResize: a whole-cores instance resizes by whole CPUs to
+// whole cores: a grow keeps its cores and adds free ones, a shrink keeps a
+// subset of its own; odd counts on SMT-2 cores and fractions are refused,
+// and a grow with no free core does not fit.
+func TestWholeCoresResize(t *testing.T) {
+	t.Parallel()
+	laptop := topologytest.Laptop().Topology() // siblings (0,4) (1,5) (2,6) (3,7)
+	p := alloc.DefaultParams()
+	place := func(h *alloc.Host, pieces int) alloc.Placement {
+		t.Helper()
+		res, err := alloc.Plan(p, []*alloc.Host{h}, alloc.Request{Service: "s", Count: 1, Pieces: pieces, Bind: true, WholeCores: true, MemoryBytes: GiB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl := res.Placements[0]
+		charge(h, pl.Allocation, +1)
+		return pl
+	}
+	h := topoHost(laptop)
+	other := place(h, 200) // another instance's core
+	cur := place(h, 200)
+	grown, err := alloc.PlanResize(p, h, alloc.Resize{Host: "h", Current: cur.Allocation, CPUDelta: 200, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cpusOf(cur).IsSubsetOf(cpusOf(grown)) || cpusOf(grown).Len() != 4 || !grown.WholeCores || !cpusOf(grown).Intersect(cpusOf(other)).IsEmpty() {
+		t.Errorf("grow 2 → 4 whole-core CPUs: %s (had %s, the other instance %s)", cpusOf(grown), cpusOf(cur), cpusOf(other))
+	}
+	charge(h, cur.Allocation, -1)
+	charge(h, grown.Allocation, +1)
+	shrunk, err := alloc.PlanResize(p, h, alloc.Resize{Host: "h", Current: grown.Allocation, CPUDelta: -200, Bind: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cpusOf(shrunk).IsSubsetOf(cpusOf(grown)) || cpusOf(shrunk).Len() != 2 {
+		t.Errorf("shrink 4 → 2: %s, want one of its own cores of %s", cpusOf(shrunk), cpusOf(grown))
+	}
+	checkWholeCores(t, h, nil)
+	for _, tc := range []struct {
+		delta int
+		want  string
+	}{{100, "5 CPUs are no whole number of this host's cores (threads per core: [2])"}, {50, "resizes by whole CPUs"}, {400, "no NUMA node"}} {
+		if _, err := alloc.PlanResize(p, h, alloc.Resize{Host: "h", Current: grown.Allocation, CPUDelta: tc.delta, Bind: true}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("resize by %s: %v, want %q", alloc.FormatPieces(tc.delta, 100), err, tc.want)
+		}
+	}
+}
+
+// charge adds (sign +1) or removes an allocation's pieces and memory.
+func charge(h *alloc.Host, a model.Allocation, sign int) {
+	for i := range h.CPUs {
+		h.CPUs[i].Used += sign * a.CPUs[h.CPUs[i].ID]
+	}
+	h.MemoryUsed += int64(sign) * a.Memory
+	for i := range h.NUMANodes {
+		if h.NUMANodes[i].ID == a.NUMANode {
+			h.NUMANodes[i].MemoryUsed += int64(sign) * a.Memory
+		}
 	}
 }
