@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // Kind is a property value's type.
@@ -187,7 +188,10 @@ const MaxExprLen = 4096
 // The empty constraint matches every host.
 func Parse(src string) (*Expr, error) {
 	if len(src) > MaxExprLen {
-		return nil, &SyntaxError{Expr: src[:32] + "…", Column: MaxExprLen + 1, Msg: fmt.Sprintf("longer than %d characters", MaxExprLen)}
+		// The limit is in bytes; the column counts characters, as every
+		// other column does (multi-byte text reaches it sooner).
+		col := utf8.RuneCountInString(src[:MaxExprLen]) + 1
+		return nil, &SyntaxError{Expr: src[:32] + "…", Column: col, Msg: fmt.Sprintf("longer than %d bytes", MaxExprLen)}
 	}
 	toks, err := lex(src)
 	if err != nil {
