@@ -115,23 +115,37 @@ func kernelDrift(k *docker.Resources, want docker.Resources) string {
 		return ""
 	}
 	var d []string
-	if !k.CPUs.Equal(want.CPUs) {
+	fd := diffFiles(*k, want)
+	if fd.cpus {
 		d = append(d, fmt.Sprintf("cpuset.cpus %q (plan %q)", k.CPUs, want.CPUs))
 	}
-	if !k.Mems.Equal(want.Mems) {
+	if fd.mems {
 		d = append(d, fmt.Sprintf("cpuset.mems %q (plan %q)", k.Mems, want.Mems))
 	}
-	if k.CPUQuota != want.CPUQuota || k.CPUQuota != 0 && k.PeriodUsec() != want.PeriodUsec() {
+	if fd.cpuMax {
 		d = append(d, fmt.Sprintf("cpu.max %q (plan %q)", cpuMax(*k), cpuMax(want)))
 	}
-	// The kernel rounds memory.max down to a page (up to 64 KiB on arm64).
-	if k.MemoryBytes > want.MemoryBytes || want.MemoryBytes-k.MemoryBytes >= 64<<10 {
+	if fd.memoryMax {
 		d = append(d, fmt.Sprintf("memory.max %d (plan %d)", k.MemoryBytes, want.MemoryBytes))
 	}
 	if len(d) == 0 {
 		return ""
 	}
 	return "cgroup files drifted from the plan: " + strings.Join(d, ", ")
+}
+
+// fileDiff says which cgroup files hold something else than the plan.
+type fileDiff struct{ cpus, mems, cpuMax, memoryMax bool }
+
+// diffFiles compares the files k (read from the kernel) with the plan want.
+func diffFiles(k, want docker.Resources) fileDiff {
+	return fileDiff{
+		cpus:   !k.CPUs.Equal(want.CPUs),
+		mems:   !k.Mems.Equal(want.Mems),
+		cpuMax: k.CPUQuota != want.CPUQuota || want.CPUQuota != 0 && k.PeriodUsec() != want.PeriodUsec(),
+		// The kernel rounds memory.max down to a page (up to 64 KiB on arm64).
+		memoryMax: k.MemoryBytes > want.MemoryBytes || want.MemoryBytes-k.MemoryBytes >= 64<<10,
+	}
 }
 
 // Diff compares what the planner wants with what Docker has and returns the

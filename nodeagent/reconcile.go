@@ -381,7 +381,8 @@ func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
 	}
 }
 
-// reassert writes the cgroup files Docker cannot express exactly.
+// reassert writes the cgroup files the plan decides (reassertSpec) for a
+// container the pass acted on, asking the engine where its cgroup is now.
 func (a *Agent) reassert(ctx context.Context, id string, want Want) error {
 	c, err := a.eng.Inspect(ctx, id)
 	if err != nil || !c.Running {
@@ -391,60 +392,55 @@ func (a *Agent) reassert(ctx context.Context, id string, want Want) error {
 	if err != nil {
 		return err
 	}
-	// Every file the plan decides, not only those Docker cannot express: a
-	// write straight into the cgroup (behind Docker's back) is reverted
-	// here, since Docker's stored config still says all is well. Apply
-	// writes only the files that differ.
-	r := want.Resources
-	quota := cgroup.Max
-	if r.CPUQuota > 0 {
-		quota = r.CPUQuota
-	}
-	s := cgroup.Spec{Path: p, CPUWeight: want.CPUWeight, CPUMaxBurst: cgroup.Uint64(0), CPUMax: &cgroup.CPUMax{Quota: quota, Period: uint64(r.PeriodUsec())}}
-	if !r.CPUs.IsEmpty() {
-		s.CPUs = &r.CPUs
-	}
-	if !r.Mems.IsEmpty() {
-		s.Mems = &r.Mems
-	}
-	if r.MemoryBytes > 0 {
-		s.MemoryMax = cgroup.Int64(r.MemoryBytes)
-	}
-	return a.cg.Apply(ctx, s)
+	return a.cg.Apply(ctx, reassertSpec(p, want, nil))
 }
 
 // reassertSeen is reassert for a container the pass observed and did
-// nothing else to: only the files that differ from what it saw (and
-// cpu.max.burst, which it did not read) are applied, without asking the
-// engine where the cgroup is. A steady pass reads one file per container
-// here instead of six, and makes no Docker call.
+// nothing else to: without asking the engine where the cgroup is, and with
+// only the files that differ from what the pass saw (and cpu.max.burst,
+// which it did not read). A steady pass reads one file per container here
+// instead of six, and makes no Docker call.
 func (a *Agent) reassertSeen(ctx context.Context, seen *Observed, want Want) error {
 	p, err := cgroup.ParsePath(seen.CgroupPath)
 	if err != nil {
 		return err
 	}
-	k, r := seen.Kernel, want.Resources
-	s := cgroup.Spec{Path: p, CPUMaxBurst: cgroup.Uint64(0)}
-	if want.CPUWeight != 0 && want.CPUWeight != seen.CPUWeight {
-		s.CPUWeight = want.CPUWeight
+	return a.cg.Apply(ctx, reassertSpec(p, want, seen))
+}
+
+// reassertSpec is every cgroup file the plan decides, not only those
+// Docker cannot express: a write straight into the cgroup (behind Docker's
+// back) is reverted, since Docker's stored config still says all is well.
+// Apply writes only the files that differ; with seen (what the pass read of
+// the files), those that do not differ are left out of the spec too.
+func reassertSpec(p cgroup.Path, want Want, seen *Observed) cgroup.Spec {
+	r := want.Resources
+	all := fileDiff{cpus: true, mems: true, cpuMax: true, memoryMax: true}
+	weight := want.CPUWeight
+	if seen != nil && seen.Kernel != nil {
+		all = diffFiles(*seen.Kernel, r)
+		if weight == seen.CPUWeight {
+			weight = 0
+		}
 	}
-	if k.CPUQuota != r.CPUQuota || r.CPUQuota != 0 && k.PeriodUsec() != r.PeriodUsec() {
+	s := cgroup.Spec{Path: p, CPUWeight: weight, CPUMaxBurst: cgroup.Uint64(0)}
+	if all.cpuMax {
 		quota := cgroup.Max
 		if r.CPUQuota > 0 {
 			quota = r.CPUQuota
 		}
 		s.CPUMax = &cgroup.CPUMax{Quota: quota, Period: uint64(r.PeriodUsec())}
 	}
-	if !r.CPUs.IsEmpty() && !k.CPUs.Equal(r.CPUs) {
+	if all.cpus && !r.CPUs.IsEmpty() {
 		s.CPUs = &r.CPUs
 	}
-	if !r.Mems.IsEmpty() && !k.Mems.Equal(r.Mems) {
+	if all.mems && !r.Mems.IsEmpty() {
 		s.Mems = &r.Mems
 	}
-	if r.MemoryBytes > 0 && (k.MemoryBytes > r.MemoryBytes || r.MemoryBytes-k.MemoryBytes >= 64<<10) {
+	if all.memoryMax && r.MemoryBytes > 0 {
 		s.MemoryMax = cgroup.Int64(r.MemoryBytes)
 	}
-	return a.cg.Apply(ctx, s)
+	return s
 }
 
 // kernelResources reads what a running container's cgroup files hold of

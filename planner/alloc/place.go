@@ -265,6 +265,14 @@ func (s *hostState) pickWholeOversold(pool []int32, x int, picked []int32, drain
 // the request: the one of the most broken core (its sibling already
 // taken), then the highest ID, so whole cores stay whole.
 func (s *hostState) localFragment(pool []int32, l3 cpuset.CPUID, sh shape, need int) (int32, bool) {
+	// A core is broken when fewer of its CPUs are wholly free than it has.
+	wholeFree := map[cpuset.CPUID]int{}
+	for q := range s.ids {
+		if s.free[q] >= sh.sb {
+			wholeFree[s.coreKey[q]]++
+		}
+	}
+	broken := func(p int32) bool { return wholeFree[s.coreKey[p]] < s.coreSize[p] }
 	best, free := int32(-1), 0
 	for _, p := range pool {
 		if s.free[p] < sh.sb {
@@ -274,21 +282,11 @@ func (s *hostState) localFragment(pool []int32, l3 cpuset.CPUID, sh shape, need 
 		if s.l3Key[p] != l3 {
 			continue
 		}
-		if best < 0 || s.coreBroken(p) && !s.coreBroken(best) || s.coreBroken(p) == s.coreBroken(best) && s.ids[p] > s.ids[best] {
+		if best < 0 || broken(p) && !broken(best) || broken(p) == broken(best) && s.ids[p] > s.ids[best] {
 			best = p
 		}
 	}
 	return best, best >= 0 && free-1 >= need
-}
-
-// coreBroken reports whether a sibling of CPU p is not wholly free.
-func (s *hostState) coreBroken(p int32) bool {
-	for q := range s.ids {
-		if s.coreKey[q] == s.coreKey[p] && int32(q) != p && s.free[q] < s.p.ShareBase {
-			return true
-		}
-	}
-	return false
 }
 
 // pickFragment is step 3; CPUs in converted (fragmentedFirst) come after

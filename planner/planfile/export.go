@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/placement"
@@ -24,15 +25,7 @@ func Export(p alloc.Params, s placement.Settings, hosts []*placement.Host) *File
 		}
 	}
 	order := slices.Clone(hosts)
-	slices.SortFunc(order, func(a, b *placement.Host) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(order, func(a, b *placement.Host) int { return strings.Compare(a.Name, b.Name) })
 	for _, ph := range order {
 		r := ph.Resources
 		fh := Host{Name: ph.Name, Topology: r.Topology, Instances: maps.Clone(r.Instances), HostType: ph.Type,

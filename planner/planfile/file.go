@@ -136,18 +136,18 @@ func invalid(field string, value any, reason string, args ...any) *alloc.Error {
 		Message: fmt.Sprintf("%s = %s: %s", field, v, fmt.Sprintf(reason, args...))}
 }
 
-// maxFileSize bounds a plan file (a 10,000-host file is about 20 MiB).
-const maxFileSize = 256 << 20
+// MaxFileSize bounds a plan file (a 10,000-host file is about 20 MiB).
+const MaxFileSize = 256 << 20
 
 // decodeJSON reads one strict JSON object (no unknown fields, no trailing
 // data, at most 256 MiB) into v; errors are *alloc.Error with CodeInvalid.
 func decodeJSON(r io.Reader, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r, maxFileSize+1))
+	b, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
 	if err != nil {
 		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("read plan file: %v", err)}
 	}
-	if len(b) > maxFileSize {
-		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %d bytes", maxFileSize)}
+	if len(b) > MaxFileSize {
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %d bytes", MaxFileSize)}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

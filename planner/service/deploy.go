@@ -216,5 +216,14 @@ func (s *Service) Capacity(r DeployRequest) (map[string]placement.HostRoom, erro
 // cluster's settings as a plan file without a request: planning it offline
 // places what a deploy would now.
 func (s *Service) ExportPlan() ([]byte, error) {
-	return json.Marshal(planfile.Export(s.params, s.st.PlacementSettings(), s.st.SchedulablePlacement().Hosts))
+	b, err := json.Marshal(planfile.Export(s.params, s.st.PlacementSettings(), s.st.SchedulablePlacement().Hosts))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > planfile.MaxFileSize {
+		// pinfold plan could not read it back.
+		return nil, errf(Exhausted, "the plan file of %d schedulable hosts would be %d bytes, over the %d a plan file may have",
+			len(s.st.SchedulablePlacement().Hosts), len(b), planfile.MaxFileSize)
+	}
+	return b, nil
 }
