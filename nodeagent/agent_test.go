@@ -740,7 +740,7 @@ func TestCPUGot(t *testing.T) {
 	obs := func(usage uint64) []Observed {
 		return []Observed{{Container: docker.Container{ID: "c1", Instance: "db-1", Running: true}, CPUUsageUsec: usage}}
 	}
-	t0 := time.Now()
+	t0 := time.Now().Add(cpuWindow) // a window after settle's own sample, so t0 is the baseline
 	a.measure([]model.Instance{in}, obs(1_000_000), 100, t0)
 	a.measure([]model.Instance{in}, obs(1_000_000+3_400_000), 100, t0.Add(2*time.Second)) // 1.7 CPUs for 2 s
 	if got := a.records["db-1"].cpuGot; got != 170 {
@@ -751,14 +751,14 @@ func TestCPUGot(t *testing.T) {
 	cg.usage["docker/c1"] = 0
 	cg.mu.Unlock()
 	a.Reconcile(context.Background())
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(cpuWindow)
 	cg.mu.Lock()
-	cg.usage["docker/c1"] = 600_000
+	cg.usage["docker/c1"] = 1_200_000
 	cg.mu.Unlock()
 	a.Reconcile(context.Background())
 	r := pl.last("db-1")
 	if r.CpuGotPieces < 90 || r.CpuGotPieces > 125 {
-		t.Errorf("reported cpu_got = %d pieces after 0.6 s of CPU in ~0.5 s, want about 120", r.CpuGotPieces)
+		t.Errorf("reported cpu_got = %d pieces after 1.2 s of CPU in ~1 s, want about 120", r.CpuGotPieces)
 	}
 	for _, tc := range []struct {
 		sent, now int

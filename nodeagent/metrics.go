@@ -79,6 +79,13 @@ func usageOf(cpuStat string) uint64 {
 	return 0
 }
 
+// cpuWindow is the shortest span the CPU an instance got is measured over:
+// passes can follow each other within a few hundred milliseconds (a pass
+// that acted is followed at once), where the clock's jitter against the
+// read is a large part of the span (a busy loop bound to one CPU read 1.17
+// in the TCG guest once steady passes became cheap).
+const cpuWindow = time.Second
+
 // cpuSample is a container's cpu.stat usage_usec at a time.
 type cpuSample struct {
 	container string

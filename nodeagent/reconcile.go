@@ -125,6 +125,9 @@ func (a *Agent) measure(desired []model.Instance, obs []Observed, shareBase int,
 			at = o.UsageAt // the read's own time: later reads in the pass do not skew the rate
 		}
 		s := cpuSample{container: o.ID, usageUsec: o.CPUUsageUsec, at: at}
+		if dt := s.at.Sub(r.cpu.at); r.cpu.container == s.container && dt >= 0 && dt < cpuWindow && s.usageUsec >= r.cpu.usageUsec {
+			continue // too short to tell: the rate runs over at least cpuWindow (a counter gone back starts afresh)
+		}
 		if got, ok := piecesPerSecond(r.cpu, s, shareBase); ok {
 			r.cpuGot = got
 		}
