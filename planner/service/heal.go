@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -38,10 +37,8 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	req := placement.Request{Request: alloc.Request{Service: old.Service, Count: 1, Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores,
 		MemoryBytes: old.Memory, Strategy: alloc.Auto}, UseBuffer: useBuffer}
 	if d, ok := rd.Service(old.Service); ok {
+		req.Strategy = oneMore(alloc.Strategy(d.Value.Strategy))
 		svc := d.Value
-		if svc.Strategy != "" {
-			req.Strategy = alloc.Strategy(svc.Strategy)
-		}
 		req.MaxPerHost = svc.MaxPerHost
 		if r := svc.Rules; r != nil {
 			req.Constraint, req.Affinity, req.AntiAffinity = r.Constraint, r.Affinity, r.AntiAffinity
@@ -72,6 +69,11 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	if err != nil {
 		return model.Instance{}, s.placementError(rd, err)
 	}
+	if len(res.Placements) != 1 {
+		// Plan places Count (1) or fails; anything else is a planner
+		// defect, reported for this instance only.
+		return model.Instance{}, fmt.Errorf("placing one instance like %s: placement returned %d placements, want 1", old.ID, len(res.Placements))
+	}
 	p := res.Placements[0]
 	if to != "" && p.Host != to {
 		// The domain spread is decided over every host: it chose another.
@@ -91,6 +93,21 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	c.PutAlloc(p.Host, a)
 	c.PutInstance(in)
 	return in, nil
+}
+
+// oneMore is the strategy that places one more instance of a service
+// deployed with strategy st (heal, move, scale up): the per-host
+// strategies (each: Count on every host; fill: every host topped up to
+// Count) say how many instances each host holds, not where one more goes,
+// and with a count of one they place nothing on a host that already holds
+// one. One more instance goes where auto puts it: on the host holding
+// fewest of the service. The others keep their own rule.
+func oneMore(st alloc.Strategy) alloc.Strategy {
+	switch st {
+	case "", alloc.Each, alloc.Fill:
+		return alloc.Auto
+	}
+	return st
 }
 
 // seedOf is a placement seed from an instance ID (deterministic: the same
@@ -524,7 +541,8 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 	case count > have:
 		svc := d.Value
 		r := DeployRequest{Service: service, Spec: svc.Spec, Count: count - have, Pieces: svc.Pieces, Bind: svc.Bind, WholeCores: svc.WholeCores, Memory: svc.Memory,
-			MemorySoft: svc.MemorySoft, Strategy: alloc.Strategy(svc.Strategy), MaxPerHost: svc.MaxPerHost}
+			MemorySoft: svc.MemorySoft, Strategy: oneMore(alloc.Strategy(svc.Strategy)), MaxPerHost: svc.MaxPerHost,
+			recorded: alloc.Strategy(svc.Strategy)}
 		if svc.Rules != nil {
 			r.Rules = *svc.Rules
 		}
@@ -550,7 +568,7 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 			}
 			c := new(state.Change)
 			allocs := map[string]state.Alloc{}
-			for _, v := range worstFirst(ins, views)[:k] {
+			for _, v := range worstFirst(ins, views, k) {
 				release(rd, v, c, allocs)
 				removed = append(removed, v.Instance.ID)
 				if r, ok := replacementOf(rd, service, v.Instance.ID); ok {
@@ -581,14 +599,20 @@ func countInstances(ins []state.InstanceView) int {
 	return n
 }
 
-// worstFirst orders a service's instances (replacements of moves in flight
-// left out) from the worst placed: on a host that is not up, then on the
-// host holding most of the service, then on the host with the largest
-// share of its CPU in use, ties by ID. Pure.
-func worstFirst(ins []state.InstanceView, hosts map[string]state.HostView) []state.InstanceView {
-	per := map[string]int{}
-	for _, v := range ins {
-		per[v.Instance.Host]++
+// worstFirst picks k of a service's instances to remove (replacements of
+// moves in flight left out), one at a time, each the worst placed given
+// the ones picked before it: on a host that is not up, then in the fault
+// domain holding most of the service, then on the host holding most of
+// it, then on the host with the largest share of its CPU in use, ties by
+// ID. Counting again after each pick keeps the spread: 3 + 3 scaled to 2
+// leaves 1 + 1, not 2 + 0. Pure.
+func worstFirst(ins []state.InstanceView, hosts map[string]state.HostView, k int) []state.InstanceView {
+	perHost, perDomain := map[string]int{}, map[string]int{}
+	domain := func(h string) string { return hosts[h].Host.FaultDomain }
+	left := slices.DeleteFunc(slices.Clone(ins), func(v state.InstanceView) bool { return v.Instance.Replaces != "" })
+	for _, v := range left {
+		perHost[v.Instance.Host]++
+		perDomain[domain(v.Instance.Host)]++
 	}
 	used := func(h string) float64 {
 		v := hosts[h]
@@ -608,22 +632,35 @@ func worstFirst(ins []state.InstanceView, hosts map[string]state.HostView) []sta
 		}
 		return 0
 	}
-	out := slices.DeleteFunc(slices.Clone(ins), func(v state.InstanceView) bool { return v.Instance.Replaces != "" })
-	slices.SortStableFunc(out, func(a, b state.InstanceView) int {
+	worse := func(a, b state.InstanceView) bool {
 		ha, hb := a.Instance.Host, b.Instance.Host
 		if d := up(ha) - up(hb); d != 0 {
-			return d
+			return d < 0
 		}
-		if d := per[hb] - per[ha]; d != 0 {
-			return d
+		if d := perDomain[domain(hb)] - perDomain[domain(ha)]; d != 0 {
+			return d < 0
+		}
+		if d := perHost[hb] - perHost[ha]; d != 0 {
+			return d < 0
 		}
 		if ua, ub := used(ha), used(hb); ua != ub {
-			if ua > ub {
-				return -1
-			}
-			return 1
+			return ua > ub
 		}
-		return strings.Compare(a.Instance.ID, b.Instance.ID)
-	})
+		return a.Instance.ID < b.Instance.ID
+	}
+	var out []state.InstanceView
+	for len(out) < k && len(left) > 0 {
+		w := 0
+		for i := range left {
+			if worse(left[i], left[w]) {
+				w = i
+			}
+		}
+		v := left[w]
+		out = append(out, v)
+		left = slices.Delete(left, w, w+1)
+		perHost[v.Instance.Host]--
+		perDomain[domain(v.Instance.Host)]--
+	}
 	return out
 }
