@@ -112,6 +112,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	var out DeployResult
 	var hosts int
 	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+		hit("deploy")
 		placed := rd.SchedulablePlacement()
 		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), placed.Hosts, req) // validated above, once
 		if err != nil {
