@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -39,6 +40,9 @@ func (e eventRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		}
 		if err != nil {
 			ev.Outcome = connect.CodeOf(err).String() + ": " + errorMessage(err)
+		}
+		if call := service.RequestFrom(ctx); call != nil && call.Repeated {
+			ev.Outcome = "ok: a repeat of request " + call.ID + ", answered with its first outcome; nothing changed"
 		}
 		e.svc.Record(ev)
 		return resp, err

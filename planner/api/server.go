@@ -94,7 +94,7 @@ func Handler(svc Planner, o Options) http.Handler {
 	if o.Metrics != nil {
 		opts = append(opts, connect.WithInterceptors(o.Metrics.interceptor()))
 	}
-	opts = append(opts, connect.WithInterceptors(eventRecorder{svc}))
+	opts = append(opts, connect.WithInterceptors(requestIDs{}, eventRecorder{svc}))
 	if o.Authorize {
 		opts = append(opts, connect.WithInterceptors(authorizer{}))
 	}

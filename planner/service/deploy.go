@@ -111,7 +111,8 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	}
 	var out DeployResult
 	var hosts int
-	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+	o := s.once(ctx, "Deploy")
+	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		hit("deploy")
 		placed := rd.SchedulablePlacement()
 		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), placed.Hosts, req) // validated above, once
@@ -148,9 +149,12 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(recorded), MaxPerHost: r.MaxPerHost, Rules: rules})
 		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations}, len(allocs)
 		return c, nil
-	})
+	}, func(r *state.Request) { r.Instances = idsOf(out.Instances) }))
 	if err != nil {
 		return DeployResult{}, err
+	}
+	if o.repeated() {
+		return DeployResult{Instances: s.instances(o.replay.Instances)}, nil
 	}
 	s.log.Info("deployed", "service", r.Service, "instances", len(out.Instances), "hosts", hosts, "domain_spread", out.DomainSpread, "violations", len(out.Violations))
 	return out, nil

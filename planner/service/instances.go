@@ -44,7 +44,8 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 		return nil, err
 	}
 	var out []model.Instance
-	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+	o := s.once(ctx, "Replace")
+	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		out = nil
 		targets, err := targets(rd, r.Target)
 		if err != nil {
@@ -83,9 +84,12 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			c.PutService(svc)
 		}
 		return c, nil
-	})
+	}, func(rec *state.Request) { rec.Instances = idsOf(out) }))
 	if err != nil {
 		return nil, err
+	}
+	if o.repeated() {
+		return s.instances(o.replay.Instances), nil
 	}
 	return out, nil
 }
@@ -104,7 +108,8 @@ type ResizeRequest struct {
 // any resize; its agent shrinks it guided by pressure, or refuses.
 func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance, error) {
 	var out []model.Instance
-	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+	o := s.once(ctx, "Resize")
+	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		out = nil
 		targets, err := targets(rd, r.Target)
 		if err != nil {
@@ -169,9 +174,12 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			c.PutService(svc)
 		}
 		return c, nil
-	})
+	}, func(rec *state.Request) { rec.Instances = idsOf(out) }))
 	if err != nil {
 		return nil, err
+	}
+	if o.repeated() {
+		return s.instances(o.replay.Instances), nil
 	}
 	return out, nil
 }
@@ -195,7 +203,8 @@ func targets(rd reader, target string) ([]state.InstanceView, error) {
 // service), releasing their resources in one transaction.
 func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 	var ids []string
-	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+	o := s.once(ctx, "Remove")
+	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		ids = nil
 		c := new(state.Change)
 		targets, err := targets(rd, target)
@@ -233,9 +242,12 @@ func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 			c.DeleteService(target)
 		}
 		return c, nil
-	})
+	}, func(rec *state.Request) { rec.Removed = ids }))
 	if err != nil {
 		return nil, err
+	}
+	if o.repeated() {
+		return o.replay.Removed, nil
 	}
 	return ids, nil
 }

@@ -41,6 +41,7 @@ func (s *Service) RunBackground(ctx context.Context, id string, ttl, interval ti
 					_ = s.safely("leader audit", func() {
 						hit("audit")
 						s.pruneEvents(ctx, now)
+						s.pruneRequests(ctx, now)
 						for _, v := range Verify(s.st, s.params.ShareBase) {
 							s.log.Error("store invariant violated", "violation", v)
 						}

@@ -21,6 +21,7 @@ type reader interface {
 	ServiceInstances(service string) []state.InstanceView
 	Service(name string) (state.Doc[state.Service], bool)
 	PlacementSettings() placement.Settings
+	Request(id string) (state.Request, bool)
 }
 
 // planFunc plans one request's change against r; it runs on the

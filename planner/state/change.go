@@ -29,6 +29,7 @@ type Change struct {
 	allocs    map[string]Alloc
 	instances map[string]pendingInstance // id → the write
 	services  map[string]*Service        // nil: deleted
+	requests  map[string]Request         // request ID → its record
 }
 
 // pendingInstance is an instance written (in != nil) or deleted by a change.
@@ -191,5 +192,11 @@ func (c *Change) Merge(o *Change) {
 	}
 	for name, s := range o.services {
 		c.setService(name, s)
+	}
+	for id, r := range o.requests {
+		if c.requests == nil {
+			c.requests = map[string]Request{}
+		}
+		c.requests[id] = r
 	}
 }

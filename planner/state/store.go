@@ -48,6 +48,7 @@ type Store struct {
 	instances map[string]map[string]Doc[model.Instance] // host → id
 	statuses  map[string]map[string]Doc[model.Status]
 	services  map[string]Doc[Service]
+	requests  map[string]Doc[Request] // request ID → its record (requests.go)
 	live      map[string]bool
 	metrics   map[string]Metrics // from the live key's value
 	placement placement.Settings
@@ -222,6 +223,7 @@ func (s *Store) Config() Config { return s.cfg }
 
 func (s *Store) reset() {
 	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
+	s.requests = map[string]Doc[Request]{}
 	s.instances, s.statuses = map[string]map[string]Doc[model.Instance]{}, map[string]map[string]Doc[model.Status]{}
 	s.live, s.schedulable, s.metrics = map[string]bool{}, map[string]bool{}, map[string]Metrics{}
 	s.schedMu.Lock()
@@ -446,6 +448,12 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 			delete(s.services, name)
 		} else if v, ok := decode[Service](val); ok {
 			s.services[name] = Doc[Service]{v, rev}
+		}
+	case "requests":
+		if deleted {
+			delete(s.requests, name)
+		} else if v, ok := decode[Request](val); ok {
+			s.requests[name] = Doc[Request]{v, rev}
 		}
 	case "settings":
 		if name == "placement" {

@@ -1,0 +1,96 @@
+package state
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Idempotent writes: a mutating call may carry a request ID. The change it
+// commits writes a Request record under that ID in the same transaction,
+// guarded to be the first (the key must not exist), so a repeat of the ID,
+// from the same planner or another, finds the record and returns the
+// first outcome instead of changing anything again. Records live in the
+// cache like every document under Prefix and are pruned by the leader
+// after RequestTTL.
+
+// RequestsPrefix holds the request records.
+const RequestsPrefix = Prefix + "requests/"
+
+// RequestTTL is how long a request ID is remembered.
+const RequestTTL = 24 * time.Hour
+
+// RequestKey is the key of request id's record.
+func RequestKey(id string) string { return RequestsPrefix + id }
+
+// Request is what a committed request did, enough to answer a repeat.
+type Request struct {
+	// Method is the API method that committed it ("Deploy", "Resize", …):
+	// an ID repeated with another method is refused.
+	Method string    `json:"method"`
+	Time   time.Time `json:"time"`
+	// Instances are the instances it created or changed; Removed those it
+	// removed.
+	Instances []string `json:"instances,omitempty"`
+	Removed   []string `json:"removed,omitempty"`
+}
+
+// PutRequest records request id in the change, guarded to be its first
+// record. A second PutRequest of the same ID in one change replaces the
+// first (Pending.Request lets a plan see it and not make one).
+func (c *Change) PutRequest(id string, r Request) {
+	key := RequestKey(id)
+	c.guard(key, 0)
+	c.put(key, r)
+	if c.requests == nil {
+		c.requests = map[string]Request{}
+	}
+	c.requests[id] = r
+}
+
+// Request returns request id's record, if it committed.
+func (s *Store) Request(id string) (Request, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	d, ok := s.requests[id]
+	return d.Value, ok
+}
+
+// Request returns request id's record, committed or pending.
+func (p *Pending) Request(id string) (Request, bool) {
+	if r, ok := p.c.requests[id]; ok {
+		return r, true
+	}
+	return p.base.Request(id)
+}
+
+// PruneRequests deletes the records of requests made before before, at
+// most 128 in a transaction, and reports how many it deleted.
+func (s *Store) PruneRequests(ctx context.Context, before time.Time) (int, error) {
+	s.mu.RLock()
+	var old []string
+	for id, d := range s.requests {
+		if d.Value.Time.Before(before) {
+			old = append(old, id)
+		}
+	}
+	s.mu.RUnlock()
+	slices.Sort(old)
+	deleted := 0
+	for len(old) > 0 {
+		n := min(len(old), 128)
+		ops := make([]clientv3.Op, n)
+		for i, id := range old[:n] {
+			ops[i] = clientv3.OpDelete(RequestKey(id))
+		}
+		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return deleted, fmt.Errorf("state: prune %d request records made before %s: %w", n, before.Format(time.RFC3339), err)
+		}
+		deleted += n
+		old = old[n:]
+	}
+	return deleted, nil
+}
