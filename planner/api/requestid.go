@@ -45,4 +45,3 @@ func (requestIDs) WrapStreamingClient(next connect.StreamingClientFunc) connect.
 func (requestIDs) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return next
 }
-

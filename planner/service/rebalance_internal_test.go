@@ -19,6 +19,7 @@ import (
 func TestRebalanceFillsANewHost(t *testing.T) {
 	f := newHealFixture(t, "a", "b")
 	for _, h := range []string{"a", "b"} {
+		f.agent(h) // moves off an agent's host are blue-green
 		if _, err := f.SetHost(f.ctx, SetHostRequest{Name: h, SetProperties: map[string]placement.Value{"zone": placement.Str("x")}}); err != nil {
 			t.Fatal(err)
 		}
