@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 )
 
@@ -42,12 +45,12 @@ func envOr(k, def string) string {
 	return def
 }
 
-func (c *clientFlags) client() (pinfoldv1connect.PlannerServiceClient, error) {
+func (c *clientFlags) client(opts ...connect.ClientOption) (pinfoldv1connect.PlannerServiceClient, error) {
 	hc, err := c.httpClient()
 	if err != nil {
 		return nil, err
 	}
-	return pinfoldv1connect.NewPlannerServiceClient(hc, strings.TrimSuffix(c.baseURL(), "/")), nil
+	return pinfoldv1connect.NewPlannerServiceClient(hc, strings.TrimSuffix(c.baseURL(), "/"), opts...), nil
 }
 
 // baseURL is the planner's address as a URL (http:// when none is given).
@@ -89,16 +92,77 @@ func (c *clientFlags) httpClient() (*http.Client, error) {
 // call connects to the planner and runs f, mapping the API errors it
 // returns onto the CLI's exit codes (see apiError).
 func (c *clientFlags) call(f func(cl pinfoldv1connect.PlannerServiceClient) error) error {
-	cl, err := c.client()
+	cl, err := c.client(connect.WithInterceptors(&callLog{}))
 	if err != nil {
 		return err
 	}
 	return apiError(f(cl))
 }
 
-// apiError turns an API error into the CLI's exit codes: invalid input,
-// unknown or duplicate names and precondition failures are exit 2 (nothing
-// was changed); capacity shortages are exit 1; an unreachable planner is 1.
+// readOnly are the calls that change nothing in the planner.
+var readOnly = map[string]bool{
+	pinfoldv1connect.PlannerServiceListHostsProcedure: true, pinfoldv1connect.PlannerServiceGetHostProcedure: true,
+	pinfoldv1connect.PlannerServiceGetPlacementSettingsProcedure: true, pinfoldv1connect.PlannerServiceHealthProcedure: true,
+	pinfoldv1connect.PlannerServiceListInstancesProcedure: true, pinfoldv1connect.PlannerServiceCapacityProcedure: true,
+	pinfoldv1connect.PlannerServiceExportPlanProcedure: true, pinfoldv1connect.PlannerServiceListEventsProcedure: true,
+	pinfoldv1connect.PlannerServiceWatchInstancesProcedure: true,
+}
+
+// changes reports whether a call may change the planner's state (a
+// rebalance without apply is a dry run).
+func changes(req connect.AnyRequest) bool {
+	if r, ok := req.Any().(*pinfoldv1.RebalanceRequest); ok {
+		return r.Apply
+	}
+	return !readOnly[req.Spec().Procedure]
+}
+
+// callLog follows one command's unary calls: whether a call that changes
+// something has been accepted yet, and, for a call that fails, whether it
+// was one that changes something. apiError reads it from the callError.
+type callLog struct{ accepted bool }
+
+// callError is a failed call, as callLog saw it.
+type callError struct {
+	err error
+	// changes: the call may change the planner's state; afterChange: an
+	// earlier call of the command changed it.
+	changes, afterChange bool
+}
+
+func (e *callError) Error() string { return e.err.Error() }
+func (e *callError) Unwrap() error { return e.err }
+
+func (l *callLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		res, err := next(ctx, req)
+		ch := changes(req)
+		if err != nil {
+			return res, &callError{err: err, changes: ch, afterChange: l.accepted}
+		}
+		l.accepted = l.accepted || ch
+		return res, nil
+	}
+}
+
+func (l *callLog) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (l *callLog) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// checkOutcome is what a user does when the outcome of a change is unknown.
+const checkOutcome = "check what happened with `pinfold ps` or `pinfold events`"
+
+// apiError turns an API error into the CLI's exit codes (see main.go):
+// invalid input and unknown or duplicate names are exit 2 (nothing was
+// changed); a request the cluster cannot meet now (capacity, a failed
+// precondition) is exit 1; no connection to the planner, or a failed read,
+// is exit 3 (nothing was changed); an internal error of the planner, or a
+// connection lost once a change was sent or made, is exit 4 (the outcome
+// is unknown).
 func apiError(err error) error {
 	if err == nil {
 		return nil
@@ -107,16 +171,63 @@ func apiError(err error) error {
 	if !errors.As(err, &ce) {
 		return err
 	}
+	var call *callError
+	changed, afterChange := false, false
+	if errors.As(err, &call) {
+		changed, afterChange = call.changes, call.afterChange
+	}
+	unknown := func(format string, args ...any) error {
+		return &exitError{code: exitUnknown, err: fmt.Errorf(format+"; "+checkOutcome, args...)}
+	}
 	msg := ce.Message()
 	switch ce.Code() {
-	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeAlreadyExists, connect.CodeFailedPrecondition:
+	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeAlreadyExists:
 		return &exitError{code: exitBadInput, err: errors.New(msg)}
+	case connect.CodeFailedPrecondition:
+		return &exitError{code: exitUnmet, err: errors.New(msg)}
 	case connect.CodeResourceExhausted:
 		return &exitError{code: exitUnmet, err: fmt.Errorf("not placed: %s", msg)}
-	case connect.CodeUnavailable:
-		return &exitError{code: exitUnreachable, err: fmt.Errorf("planner unreachable (is `pinfold planner` running?): %s", msg)}
+	case connect.CodeInternal, connect.CodeUnknown, connect.CodeDataLoss:
+		switch {
+		case afterChange:
+			return unknown("the planner accepted the change, then failed (internal error of the planner): %s", msg)
+		case changed:
+			return unknown("internal error of the planner: %s; the change may or may not have been made", msg)
+		}
+		return &exitError{code: exitUnknown, err: fmt.Errorf("internal error of the planner: %s (this command only reads: nothing was changed; the planner's log says more)", msg)}
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
+		connected := !neverConnected(err)
+		switch {
+		case afterChange:
+			return unknown("the planner accepted the change, then the connection to the planner was lost: %s", msg)
+		case changed && connected:
+			return unknown("the connection to the planner was lost after the request was sent: %s; the change may or may not have been made", msg)
+		case connected:
+			return &exitError{code: exitUnreachable, err: fmt.Errorf("planner unreachable: the connection to the planner was lost: %s; nothing was changed (this call only reads)", msg)}
+		}
+		return &exitError{code: exitUnreachable, err: fmt.Errorf("planner unreachable (is `pinfold planner` running?): %s; nothing was changed", msg)}
+	case connect.CodeCanceled:
+		if changed || afterChange {
+			return unknown("interrupted after the request was sent: %s; the change may or may not have been made", msg)
+		}
 	}
 	return &exitError{code: exitUnmet, err: fmt.Errorf("%s: %s", ce.Code(), msg)}
+}
+
+// neverConnected reports whether err shows that no request reached the
+// planner: the connection, its name lookup or its TLS handshake failed.
+func neverConnected(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect") {
+		return true
+	}
+	var (
+		dns    *net.DNSError
+		verify *tls.CertificateVerificationError
+		alert  tls.AlertError
+		record tls.RecordHeaderError
+	)
+	return errors.As(err, &dns) || errors.As(err, &verify) || errors.As(err, &alert) || errors.As(err, &record)
 }
 
 // parseSize reads a byte size: a plain number is bytes; K, M, G, T (and
@@ -151,8 +262,6 @@ func parseSize(flag, s string, signed bool) (int64, error) {
 	return sign * int64(math.Round(f*m)), nil
 }
 
-// parseCPU checks a decimal CPU amount ("1.7", "+0.5", "-0.3") before it
-// is sent; the planner rounds it to pieces.
 // parseCPUAndMemory parses an instance size: --cpu and --memory.
 func parseCPUAndMemory(cpu, memory string) (string, int64, error) {
 	c, err := parseCPU("--cpu", cpu, false)
@@ -163,6 +272,9 @@ func parseCPUAndMemory(cpu, memory string) (string, int64, error) {
 	return c, m, err
 }
 
+// parseCPU checks a decimal CPU amount ("1.7"; signed: "+0.5", "-0.3")
+// before it is sent; the planner rounds it to pieces. A signed amount
+// keeps its sign, so that the planner's errors show it as it was written.
 func parseCPU(flag, s string, signed bool) (string, error) {
 	t := strings.TrimSpace(s)
 	f, err := strconv.ParseFloat(t, 64)
@@ -173,7 +285,50 @@ func parseCPU(flag, s string, signed bool) (string, error) {
 		}
 		return "", badInput("%s %q: want %s", flag, s, what)
 	}
-	return strings.TrimPrefix(t, "+"), nil
+	return t, nil
+}
+
+// needSign refuses a resize amount without a sign: resize changes by
+// deltas, and "--cpu 1" read as "+1" surprised those who meant a size.
+func needSign(flag, s string) error {
+	t := strings.TrimSpace(s)
+	if t == "" || t[0] == '+' || t[0] == '-' {
+		return nil
+	}
+	return badInput("%s %q: ambiguous: resize takes a change, not a size; write +%s to add or -%s to take away", flag, s, t, t)
+}
+
+// parseCPUDelta reads resize's --cpu: a signed change ("+0.7", "-0.5")
+// that is not zero. One that is below a piece of a CPU (1/share base) the
+// planner refuses, since only it knows the share base.
+func parseCPUDelta(s string) (string, error) {
+	if err := needSign("--cpu", s); err != nil {
+		return "", err
+	}
+	t, err := parseCPU("--cpu", s, true)
+	if err != nil {
+		return "", err
+	}
+	if f, _ := strconv.ParseFloat(t, 64); f == 0 {
+		return "", badInput("--cpu %q: changes nothing; give a change such as +0.5 or -0.5, or leave --cpu out", s)
+	}
+	return t, nil
+}
+
+// parseMemoryDelta reads resize's --memory: a signed change of at least
+// a byte ("+64MiB", "-1GiB").
+func parseMemoryDelta(s string) (int64, error) {
+	if err := needSign("--memory", s); err != nil {
+		return 0, err
+	}
+	d, err := parseSize("--memory", s, true)
+	if err != nil {
+		return 0, err
+	}
+	if d == 0 {
+		return 0, badInput("--memory %q: changes nothing: it comes to 0 bytes (the smallest step is 1 byte); give a change such as +64MiB, or leave --memory out", s)
+	}
+	return d, nil
 }
 
 // loadCA reads the PEM certificates in path (given as flag) into a pool.

@@ -287,10 +287,13 @@ func newResizeCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resize (SERVICE|INSTANCE)",
 		Short: "Change CPU and memory of running instances by deltas, in place",
-		Long: `Resize by deltas (pass the difference, not the target). The
-instance keeps its CPUs wherever possible; --bind/--no-bind switch between
-CPU-bound and memory-first. For a service every instance is resized, all or
-nothing.
+		Long: `Resize by deltas (pass the difference, not the target): --cpu and --memory
+take a sign, +0.5 to add half a CPU, -64MiB to take 64 MiB away. An amount
+without a sign (--cpu 1) is refused as ambiguous, and so is a change that
+comes to nothing: zero, or less than one piece of a CPU (0.01 CPU with the
+default share base of 100). The instance keeps its CPUs wherever possible;
+--bind/--no-bind switch between CPU-bound and memory-first. For a service
+every instance is resized, all or nothing.
 
 Lowering memory below what an instance uses now is shrunk by its agent
 guided by memory.pressure: it steps memory.high down while the container does
@@ -315,12 +318,12 @@ host's reason (exit 1).`,
 			req := &pinfoldv1.ResizeRequest{Target: args[0]}
 			var err error
 			if cpu != "" {
-				if req.CpuDelta, err = parseCPU("--cpu", cpu, true); err != nil {
+				if req.CpuDelta, err = parseCPUDelta(cpu); err != nil {
 					return err
 				}
 			}
 			if memory != "" {
-				if req.MemoryDeltaBytes, err = parseSize("--memory", memory, true); err != nil {
+				if req.MemoryDeltaBytes, err = parseMemoryDelta(memory); err != nil {
 					return err
 				}
 			}
@@ -366,8 +369,8 @@ host's reason (exit 1).`,
 	cmd.ValidArgsFunction = completeNames(&c, false, true, true)
 	c.register(cmd)
 	out.register(cmd)
-	cmd.Flags().StringVar(&cpu, "cpu", "", "CPU delta, e.g. +0.7 or -0.5")
-	cmd.Flags().StringVar(&memory, "memory", "", "memory delta, e.g. +64MiB or -1GiB")
+	cmd.Flags().StringVar(&cpu, "cpu", "", "CPU change, signed: +0.7 or -0.5 (at least one piece of a CPU)")
+	cmd.Flags().StringVar(&memory, "memory", "", "memory change, signed: +64MiB or -1GiB")
 	cmd.Flags().BoolVar(&bind, "bind", false, "switch to CPU-bound")
 	cmd.Flags().BoolVar(&noBind, "no-bind", false, "switch to memory-first")
 	cmd.Flags().BoolVar(&force, "force", false, "")

@@ -29,6 +29,9 @@ func newHostCmd() *cobra.Command {
 registers it with its discovered topology; 'host add' registers one by hand
 from a 'pinfold topology -o json' file (deploys onto it stay pending until an
 agent runs there).`,
+		Example: `  pinfold host list
+  pinfold host add h1 --topology h1.json
+  pinfold host drain h1 && pinfold host remove h1`,
 	}
 	cmd.AddCommand(newHostAddCmd(), newHostListCmd(), newHostShowCmd(), newHostSetCmd(), newHostDrainCmd(),
 		newHostEnableCmd(true), newHostEnableCmd(false), newHostMaintenanceCmd(), newHostRemoveCmd())
@@ -632,21 +635,31 @@ warns that its instances are not running. --off ends the maintenance.`,
 }
 
 func newHostEnableCmd(enable bool) *cobra.Command {
-	var c clientFlags
+	var (
+		c   clientFlags
+		out outputFlag
+	)
 	use, short := "disable NAME", "Stop placing new work on a host (its instances keep running)"
 	if enable {
 		use, short = "enable NAME", "Let a disabled host take new work again"
 	}
+	verb := strings.Fields(use)[0]
 	cmd := &cobra.Command{
 		Use:     use,
 		Short:   short,
-		Example: "  pinfold host " + strings.Fields(use)[0] + " h1",
+		Example: "  pinfold host " + verb + " h1\n  pinfold host " + verb + " h1 -o json",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(cmd); err != nil {
+				return err
+			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.SetHostEnabled(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostEnabledRequest{Name: args[0], Enabled: enable}))
 				if err != nil {
 					return err
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s\n", args[0], resp.Msg.Host.State)
 				return nil
@@ -655,6 +668,7 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 	}
 	cmd.ValidArgsFunction = completeNames(&c, true, false, false)
 	c.register(cmd)
+	out.register(cmd)
 	return cmd
 }
 

@@ -3,8 +3,9 @@
 //
 // Exit codes: 0 success; 1 a well-formed request that cannot be met (for
 // example not enough capacity); 2 bad input or usage, or a host that cannot be
-// read; 3 the planner cannot be reached. Nothing is changed when the exit
-// code is 2 or 3.
+// read; 3 the planner could not be reached; 4 the outcome is unknown (the
+// planner failed, or the connection was lost after a change was sent).
+// Nothing is changed when the exit code is 2 or 3.
 package main
 
 import (
@@ -14,20 +15,38 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 )
 
-// Exit codes.
+// Exit codes; exitCodesHelp says them to users (root --help, README).
 const (
 	exitOK       = 0
 	exitUnmet    = 1 // the request is valid but cannot be met
 	exitBadInput = 2 // usage errors, invalid input, unreadable host files
-	// exitUnreachable: the planner did not answer (not running, wrong
-	// address, network): worth a retry, unlike 1 and 2.
+	// exitUnreachable: the planner could not be reached (not running, wrong
+	// address, network), or a read failed: nothing was changed, worth a
+	// retry, unlike 1 and 2.
 	exitUnreachable = 3
+	// exitUnknown: the outcome is unknown: the planner failed (an internal
+	// error), or the connection was lost after a change was sent or made.
+	// A retry may do a change twice: look first.
+	exitUnknown = 4
 )
+
+const exitCodesHelp = `Exit codes:
+  0 ok
+  1 the request cannot be met (not enough capacity, a rule, a host that
+    cannot be removed now; or, waiting, not applied everywhere)
+  2 bad input or usage (an unknown command, a bad flag or value, an unknown
+    name) or an unreadable host; nothing was changed
+  3 the planner could not be reached (or the connection was lost during a
+    read); nothing was changed: worth a retry
+  4 outcome unknown: the planner failed (an internal error) or the
+    connection was lost after the request was sent; check with
+    'pinfold ps' / 'pinfold events' before you retry`
 
 // exitError carries an exit code and a message for the user.
 type exitError struct {
@@ -49,6 +68,8 @@ func main() {
 // run executes the command line and returns the exit code; tests call it directly.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCmd()
+	root.InitDefaultCompletionCmd()
+	strictGroups(root)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -82,7 +103,7 @@ Start with:
   pinfold topology            show this host's CPUs, cores, caches and NUMA nodes
   pinfold plan -f plan.json   dry-run a placement against described hosts
 
-Exit codes: 0 ok, 1 request cannot be met, 2 bad input or unreadable host.`,
+` + exitCodesHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -92,6 +113,37 @@ Exit codes: 0 ok, 1 request cannot be met, 2 bad input or unreadable host.`,
 		newHealthCmd(), newSettingsCmd(), newEventsCmd(), newVersionCmd())
 	root.AddCommand(newManCmd(root))
 	return root
+}
+
+// strictGroups makes every command group below c (a command that only
+// holds subcommands: host, pki, completion) refuse an unknown subcommand
+// with exit 2; cobra would print the group's help and exit 0, so that a
+// typo ('pinfold host lst') looked like success. The group alone still
+// prints its help.
+func strictGroups(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		if sub.HasSubCommands() && !sub.Runnable() {
+			sub.Args = knownSubcommand
+			sub.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		}
+		strictGroups(sub)
+	}
+}
+
+// knownSubcommand refuses an argument to a command group: it can only be
+// a subcommand the group does not have.
+func knownSubcommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	hint := ""
+	if cmd.SuggestionsMinimumDistance <= 0 {
+		cmd.SuggestionsMinimumDistance = 2 // cobra's default for the root
+	}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		hint = fmt.Sprintf(" (did you mean %s?)", strings.Join(s, ", "))
+	}
+	return badInput("unknown command %q for %q%s; '%s --help' lists its commands", args[0], cmd.CommandPath(), hint, cmd.CommandPath())
 }
 
 // version is set at link time: -ldflags "-X main.version=…"

@@ -357,7 +357,7 @@ at them.`,
 				c = &clientFlags{addr: "https://" + p.Addr, tlsCA: admin.CA, tlsCert: admin.Cert, tlsKey: admin.Key}
 				ag.client = clientFlags{tlsCA: agent.CA, tlsCert: agent.Cert, tlsKey: agent.Key}
 			}
-			cl, _ := c.client()
+			cl, _ := c.client(connect.WithInterceptors(&callLog{}))
 			if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: host, TopologyJson: tj})); err != nil {
 				var ce *connect.Error
 				if !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists {

@@ -120,7 +120,7 @@ func TestPlannerCLI(t *testing.T) {
 		!strings.Contains(errOut, "nothing was applied to") || !strings.Contains(errOut, ins[0].ID+": no agent on host "+ins[0].Host) {
 		t.Errorf("resize on a host without an agent: exit %d, %s; want exit 1 naming %s and its host", code, errOut, ins[0].ID)
 	}
-	must("resize", ins[0].ID, "--memory", "+0MiB", "--wait", "0")
+	must("resize", ins[0].ID, "--memory", "-64MiB", "--wait", "0")
 	// The network mode travels with the instance, and a replace keeps it.
 	var all []struct {
 		Service string `json:"service"`

@@ -112,12 +112,13 @@ func newSettingsCmd() *cobra.Command {
 		c                   clientFlags
 		out                 outputFlag
 		buffer, over, prios []string
+		clear               []string
 		downGrace           time.Duration
 	)
 	show := func(cmd *cobra.Command, ps *pinfoldv1.PlacementSettings, asJSON bool) error {
 		if asJSON {
 			return writeJSON(cmd.OutOrStdout(), map[string]any{"buffer_percent": orEmpty(ps.BufferPercent),
-				"overbooking_percent": orEmpty(ps.OverbookingPercent), "constraint_priorities": ps.ConstraintPriorities,
+				"overbooking_percent": orEmpty(ps.OverbookingPercent), "constraint_priorities": orEmptyPriorities(ps.ConstraintPriorities),
 				"down_grace_seconds": ps.DownGraceSeconds})
 		}
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
@@ -149,7 +150,7 @@ func newSettingsCmd() *cobra.Command {
 		return tw.Flush()
 	}
 	cmd := &cobra.Command{
-		Use:   "settings [--buffer RES=F] [--overbooking RES=F] [--priority RULE=P] [--down-grace D]",
+		Use:   "settings [--buffer RES=F] [--overbooking RES=F] [--priority RULE=P] [--clear MAP] [--down-grace D]",
 		Short: "Show or change the cluster's placement settings (buffer, overbooking, rule priorities, down grace)",
 		Long: `Without flags, show the settings. Per resource (cpu, memory) a host buffer
 (kept free in normal placement, usable for replacing failed instances and
@@ -158,80 +159,55 @@ overbooking (capacity 100 with 0.2 gives 100 normally, 120 then; -1 =
 unlimited), never both. Rule priorities: -1 off,
 0 hard, 1 soft, 2 optimization; defaults PlacementConstraint 0,
 NodeCapacity 0, Affinity 0, FaultDomain 0, UpgradeDomain 1,
-PreferredLocation 2. Setting replaces all three maps at once.
+PreferredLocation 2.
+
+A change touches only what it names: --buffer cpu=0.15 sets the CPU buffer
+and keeps the memory buffer, the overbooking, the priorities and the down
+grace as they are. KEY= with no value removes that key (--buffer cpu=: no
+CPU buffer; --priority UpgradeDomain=: back to its default); --clear buffer,
+--clear overbooking or --clear priority empties a whole map first (the
+other flags of the same call then apply). To switch a resource from a
+buffer to an overbooking, remove one as you set the other:
+--buffer cpu= --overbooking cpu=0.2.
 
 --down-grace (default 5m) is how long a host's agent may be gone before the
 host's instances are placed again on other hosts (through the same rules;
 they may use the buffer and the overbooking). When the agent returns, it
-removes the containers of the instances that moved first. Changing only the
-down grace keeps the other settings.`,
+removes the containers of the instances that moved first.`,
 		Example: `  pinfold settings
   pinfold settings --buffer cpu=0.15 --overbooking memory=0.2 --priority UpgradeDomain=0
+  pinfold settings --priority UpgradeDomain=        # back to the default priority
+  pinfold settings --buffer cpu= --overbooking cpu=0.1
+  pinfold settings --clear buffer,overbooking
   pinfold settings --down-grace 2m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			ps := &pinfoldv1.PlacementSettings{BufferPercent: map[string]float64{}, OverbookingPercent: map[string]float64{}, ConstraintPriorities: map[string]int32{}}
-			parse := func(flag string, kvs []string, into func(k string, v float64)) error {
-				for _, kv := range kvs {
-					k, v, ok := strings.Cut(kv, "=")
-					f, err := strconv.ParseFloat(v, 64)
-					if !ok || err != nil {
-						return badInput("--%s %q: want KEY=NUMBER", flag, kv)
-					}
-					into(k, f)
-				}
-				return nil
-			}
-			if err := parse("buffer", buffer, func(k string, v float64) { ps.BufferPercent[k] = v }); err != nil {
+			var ch settingsChange
+			if err := ch.parse(buffer, over, prios, clear); err != nil {
 				return err
-			}
-			if err := parse("overbooking", over, func(k string, v float64) { ps.OverbookingPercent[k] = v }); err != nil {
-				return err
-			}
-			for _, kv := range prios {
-				k, v, ok := strings.Cut(kv, "=")
-				n, err := strconv.Atoi(v)
-				if !ok || err != nil {
-					return badInput("--priority %q: want RULE=P with P one of -1, 0, 1, 2", kv)
-				}
-				ps.ConstraintPriorities[k] = int32(n)
-			}
-			local := placement.Settings{Buffer: ps.BufferPercent, Overbooking: ps.OverbookingPercent, Priorities: map[placement.Rule]placement.Priority{}}
-			for k, v := range ps.ConstraintPriorities {
-				local.Priorities[k] = placement.Priority(v)
-			}
-			if err := local.Validate(); err != nil {
-				return badInput("%v", err)
 			}
 			if cmd.Flags().Changed("down-grace") && (downGrace < time.Second || downGrace > placement.MaxDownGrace) {
 				return badInput("--down-grace %s: want 1s..%s", downGrace, placement.MaxDownGrace)
 			}
-			setMaps := len(buffer)+len(over)+len(prios) > 0
-			set := setMaps || cmd.Flags().Changed("down-grace")
+			set := !ch.empty() || cmd.Flags().Changed("down-grace")
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				var got *pinfoldv1.PlacementSettings
+				cur, err := cl.GetPlacementSettings(cmd.Context(), connect.NewRequest(&pinfoldv1.GetPlacementSettingsRequest{}))
+				if err != nil {
+					return err
+				}
+				got := cur.Msg
 				if set {
-					cur, err := cl.GetPlacementSettings(cmd.Context(), connect.NewRequest(&pinfoldv1.GetPlacementSettingsRequest{}))
-					if err != nil {
-						return err
-					}
-					if !setMaps {
-						ps = cur.Msg // only the down grace changes
-					}
-					ps.DownGraceSeconds = cur.Msg.DownGraceSeconds
+					ps := ch.apply(cur.Msg)
 					if cmd.Flags().Changed("down-grace") {
 						ps.DownGraceSeconds = int64(downGrace / time.Second)
 					}
-					resp, err := cl.SetPlacementSettings(cmd.Context(), connect.NewRequest(ps))
-					if err != nil {
+					if err := validSettings(ps); err != nil {
 						return err
 					}
-					got = resp.Msg
-				} else {
-					resp, err := cl.GetPlacementSettings(cmd.Context(), connect.NewRequest(&pinfoldv1.GetPlacementSettingsRequest{}))
+					resp, err := cl.SetPlacementSettings(cmd.Context(), connect.NewRequest(ps))
 					if err != nil {
 						return err
 					}
@@ -243,16 +219,148 @@ down grace keeps the other settings.`,
 	}
 	c.register(cmd)
 	out.register(cmd)
-	cmd.Flags().StringArrayVar(&buffer, "buffer", nil, "buffer fraction per resource, RES=F (cpu=0.15)")
-	cmd.Flags().StringArrayVar(&over, "overbooking", nil, "overbooking fraction per resource, RES=F (memory=0.2; -1 unlimited)")
-	cmd.Flags().StringArrayVar(&prios, "priority", nil, "rule priority RULE=P (UpgradeDomain=0)")
+	cmd.Flags().StringArrayVar(&buffer, "buffer", nil, "buffer fraction per resource, RES=F (cpu=0.15; cpu= removes it)")
+	cmd.Flags().StringArrayVar(&over, "overbooking", nil, "overbooking fraction per resource, RES=F (memory=0.2; -1 unlimited; memory= removes it)")
+	cmd.Flags().StringArrayVar(&prios, "priority", nil, "rule priority RULE=P (UpgradeDomain=0; UpgradeDomain= back to the default)")
+	cmd.Flags().StringSliceVar(&clear, "clear", nil, "empty whole maps first: buffer, overbooking, priority (comma-separated or repeated)")
 	cmd.Flags().DurationVar(&downGrace, "down-grace", 0, "how long a host's agent may be gone before its instances are placed elsewhere (default 5m)")
+	_ = cmd.RegisterFlagCompletionFunc("clear", cobra.FixedCompletions([]string{"buffer", "overbooking", "priority"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// settingsChange is what one settings call asks: maps to empty, then keys
+// to set and keys to remove in each map. Everything else stays.
+type settingsChange struct {
+	clear            map[string]bool // "buffer", "overbooking", "priority"
+	buffer, over     map[string]float64
+	prios            map[string]int32
+	noBuffer, noOver []string
+	noPrio           []string
+}
+
+func (ch *settingsChange) empty() bool {
+	return len(ch.clear)+len(ch.buffer)+len(ch.over)+len(ch.prios)+len(ch.noBuffer)+len(ch.noOver)+len(ch.noPrio) == 0
+}
+
+// parse reads the flags; a bad one is refused before the planner is asked.
+func (ch *settingsChange) parse(buffer, over, prios, clear []string) error {
+	ch.clear, ch.buffer, ch.over, ch.prios = map[string]bool{}, map[string]float64{}, map[string]float64{}, map[string]int32{}
+	for _, m := range clear {
+		m = strings.TrimSpace(m)
+		if m != "buffer" && m != "overbooking" && m != "priority" {
+			return badInput("--clear %q: want buffer, overbooking or priority", m)
+		}
+		ch.clear[m] = true
+	}
+	fractions := func(flag string, kvs []string, set map[string]float64, remove *[]string) error {
+		for _, kv := range kvs {
+			k, v, ok := strings.Cut(kv, "=")
+			if ok && v == "" && k != "" {
+				if !slices.Contains(placement.Resources, k) {
+					return badInput("--%s %q: unknown resource %q; want %s", flag, kv, k, strings.Join(placement.Resources, " or "))
+				}
+				*remove = append(*remove, k)
+				continue
+			}
+			f, err := strconv.ParseFloat(v, 64)
+			if !ok || err != nil {
+				return badInput("--%s %q: want KEY=NUMBER, or KEY= to remove the key", flag, kv)
+			}
+			set[k] = f
+		}
+		return nil
+	}
+	if err := fractions("buffer", buffer, ch.buffer, &ch.noBuffer); err != nil {
+		return err
+	}
+	if err := fractions("overbooking", over, ch.over, &ch.noOver); err != nil {
+		return err
+	}
+	for _, kv := range prios {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && v == "" && k != "" {
+			if _, known := placement.DefaultPriorities[k]; !known {
+				return badInput("--priority %q: unknown rule %q; want one of %s", kv, k, strings.Join(slices.Sorted(maps.Keys(placement.DefaultPriorities)), ", "))
+			}
+			ch.noPrio = append(ch.noPrio, k)
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if !ok || err != nil {
+			return badInput("--priority %q: want RULE=P with P one of -1, 0, 1, 2, or RULE= for the default", kv)
+		}
+		ch.prios[k] = int32(n)
+	}
+	// What the call sets must be valid on its own.
+	local := placement.Settings{Buffer: ch.buffer, Overbooking: ch.over, Priorities: map[placement.Rule]placement.Priority{}}
+	for k, v := range ch.prios {
+		local.Priorities[k] = placement.Priority(v)
+	}
+	if err := local.Validate(); err != nil {
+		return badInput("%v", err)
+	}
+	return nil
+}
+
+// apply returns cur with the change made; cur is not modified.
+func (ch *settingsChange) apply(cur *pinfoldv1.PlacementSettings) *pinfoldv1.PlacementSettings {
+	ps := &pinfoldv1.PlacementSettings{BufferPercent: map[string]float64{}, OverbookingPercent: map[string]float64{},
+		ConstraintPriorities: map[string]int32{}, DownGraceSeconds: cur.DownGraceSeconds}
+	if !ch.clear["buffer"] {
+		maps.Copy(ps.BufferPercent, cur.BufferPercent)
+	}
+	if !ch.clear["overbooking"] {
+		maps.Copy(ps.OverbookingPercent, cur.OverbookingPercent)
+	}
+	if !ch.clear["priority"] {
+		maps.Copy(ps.ConstraintPriorities, cur.ConstraintPriorities)
+	}
+	for _, k := range ch.noBuffer {
+		delete(ps.BufferPercent, k)
+	}
+	for _, k := range ch.noOver {
+		delete(ps.OverbookingPercent, k)
+	}
+	for _, k := range ch.noPrio {
+		delete(ps.ConstraintPriorities, k)
+	}
+	maps.Copy(ps.BufferPercent, ch.buffer)
+	maps.Copy(ps.OverbookingPercent, ch.over)
+	maps.Copy(ps.ConstraintPriorities, ch.prios)
+	return ps
+}
+
+// validSettings checks the settings a change leads to; a resource that
+// would end with a buffer and an overbooking says how to remove one.
+func validSettings(ps *pinfoldv1.PlacementSettings) error {
+	for _, r := range placement.Resources {
+		b, hasB := ps.BufferPercent[r]
+		o, hasO := ps.OverbookingPercent[r]
+		if hasB && hasO {
+			return badInput("%s would have a buffer (%g) and an overbooking (%g): a resource has one or the other, never both; remove one with --buffer %s= or --overbooking %s=",
+				r, b, o, r, r)
+		}
+	}
+	s := placement.Settings{Buffer: ps.BufferPercent, Overbooking: ps.OverbookingPercent, Priorities: map[placement.Rule]placement.Priority{}}
+	for k, v := range ps.ConstraintPriorities {
+		s.Priorities[k] = placement.Priority(v)
+	}
+	if err := s.Validate(); err != nil {
+		return badInput("%v", err)
+	}
+	return nil
 }
 
 func orEmpty(m map[string]float64) map[string]float64 {
 	if m == nil {
 		return map[string]float64{}
+	}
+	return m
+}
+
+func orEmptyPriorities(m map[string]int32) map[string]int32 {
+	if m == nil {
+		return map[string]int32{}
 	}
 	return m
 }

@@ -523,6 +523,17 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	if err != nil {
 		return nil, err
 	}
+	if d == 0 && strings.TrimSpace(m.CpuDelta) != "" {
+		// A change of less than half a piece rounds to none: refused, not
+		// done silently as nothing ("0" itself says no CPU change).
+		if f, _ := strconv.ParseFloat(strings.TrimSpace(m.CpuDelta), 64); f != 0 {
+			return nil, invalid("cpu_delta = %q: less than one piece of a CPU, it changes nothing: the smallest step is %s CPU (1 piece; share base %d)",
+				m.CpuDelta, alloc.FormatPieces(1, s.sb()), s.sb())
+		}
+	}
+	if d == 0 && m.MemoryDeltaBytes == 0 && m.Bind == nil {
+		return nil, invalid("nothing to change: give cpu_delta, memory_delta_bytes or bind")
+	}
 	ins, err := s.svc.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind})
 	if err != nil {
 		return nil, toConnect(err)

@@ -1,12 +1,16 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
 
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 )
 
@@ -47,5 +51,59 @@ func TestToConnect(t *testing.T) {
 	}
 	if got := connect.CodeOf(toConnect(errors.New("boom"))); got != connect.CodeInternal {
 		t.Errorf("internal error mapped to %s", got)
+	}
+}
+
+// resizePlanner is a Planner that records the resizes that reach it; the
+// methods these tests do not call are left to the embedded nil interface.
+type resizePlanner struct {
+	Planner
+	got []service.ResizeRequest
+}
+
+func (p *resizePlanner) Params() alloc.Params {
+	return alloc.Params{ShareBase: 100, MaxFragmentCores: -1}
+}
+
+func (p *resizePlanner) Resize(_ context.Context, r service.ResizeRequest) ([]model.Instance, error) {
+	p.got = append(p.got, r)
+	return nil, nil
+}
+
+// TestResizeRefusesNoChange: a JSON or gRPC caller's resize that changes
+// nothing (a CPU delta below one piece, or nothing given) is refused with
+// the field, the value and the smallest step; it never reaches the planner.
+func TestResizeRefusesNoChange(t *testing.T) {
+	t.Parallel()
+	yes := true
+	for _, tt := range []struct {
+		name    string
+		req     *pinfoldv1.ResizeRequest
+		wantErr string // "" = accepted
+		want    service.ResizeRequest
+	}{
+		{"below a piece", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "+0.001"}, `cpu_delta = "+0.001": less than one piece of a CPU, it changes nothing: the smallest step is 0.01 CPU`, service.ResizeRequest{}},
+		{"below a piece, negative, with memory", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.004", MemoryDeltaBytes: 1}, `cpu_delta = "-0.004"`, service.ResizeRequest{}},
+		{"nothing", &pinfoldv1.ResizeRequest{Target: "web"}, "nothing to change", service.ResizeRequest{}},
+		{"zero cpu only", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0"}, "nothing to change", service.ResizeRequest{}},
+		{"half a piece rounds up", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.005"}, "", service.ResizeRequest{Target: "web", CPUDelta: 1}},
+		{"zero cpu with memory", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0", MemoryDeltaBytes: -1 << 20}, "", service.ResizeRequest{Target: "web", MemoryDelta: -1 << 20}},
+		{"bind only", &pinfoldv1.ResizeRequest{Target: "web", Bind: &yes}, "", service.ResizeRequest{Target: "web", Bind: &yes}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			p := &resizePlanner{}
+			_, err := (&Server{svc: p}).Resize(context.Background(), connect.NewRequest(tt.req))
+			if tt.wantErr != "" {
+				if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantErr) || len(p.got) != 0 {
+					t.Errorf("Resize(%v) = %v, reached the planner %d times; want invalid argument %q", tt.req, err, len(p.got), tt.wantErr)
+				}
+				return
+			}
+			if err != nil || len(p.got) != 1 || p.got[0].Target != tt.want.Target || p.got[0].CPUDelta != tt.want.CPUDelta ||
+				p.got[0].MemoryDelta != tt.want.MemoryDelta || p.got[0].Bind != tt.want.Bind {
+				t.Errorf("Resize(%v) = %v, planner got %+v; want %+v", tt.req, err, p.got, tt.want)
+			}
+		})
 	}
 }

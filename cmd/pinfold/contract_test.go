@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+)
+
+// The CLI's contract with its users (issue 24): what --cpu and --memory of
+// resize mean, that settings changes only what it names, and the exit
+// codes the README promises.
+
+const laptopTopology = "../../numa/testdata/want/laptop-i7-1185g7.json"
+
+// plannerCLI starts a planner and returns run and must against it.
+func plannerCLI(t *testing.T) (run func(args ...string) (string, string, int), must func(args ...string) string) {
+	t.Helper()
+	pl := []string{"--planner", startPlanner(t)}
+	run = func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, pl...)...)
+	}
+	must = func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s", args, code, errOut)
+		}
+		return out
+	}
+	return run, must
+}
+
+// TestResizeDeltas: resize takes signed deltas only; an unsigned amount is
+// refused as ambiguous, and a delta that changes nothing (zero, or less
+// than one piece of a CPU) is refused with the smallest step; nothing
+// changes. A one-piece delta goes through.
+func TestResizeDeltas(t *testing.T) {
+	run, must := plannerCLI(t)
+	must("host", "add", "h1", "--topology", laptopTopology)
+	must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "256MiB", "--image", "i")
+	before := must("ps", "-o", "json")
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--cpu", "1"}, []string{`--cpu "1"`, "ambiguous", "+1", "-1"}},
+		{[]string{"--cpu", "0.5"}, []string{`--cpu "0.5"`, "+0.5", "-0.5"}},
+		{[]string{"--memory", "64MiB"}, []string{`--memory "64MiB"`, "ambiguous", "+64MiB", "-64MiB"}},
+		{[]string{"--cpu", "+0"}, []string{`--cpu "+0"`, "changes nothing"}},
+		{[]string{"--memory", "-0GiB"}, []string{`--memory "-0GiB"`, "changes nothing"}},
+		{[]string{"--memory", "+0.4"}, []string{`--memory "+0.4"`, "changes nothing", "1 byte"}},
+		{[]string{"--cpu", "+0.001"}, []string{`cpu_delta = "+0.001"`, "less than one piece", "0.01"}},
+		{[]string{"--cpu", "-0.004", "--memory", "+1MiB"}, []string{`cpu_delta = "-0.004"`, "0.01"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			_, errOut, code := run(append([]string{"resize", "web", "--wait", "0"}, tc.args...)...)
+			if code != exitBadInput {
+				t.Errorf("exit %d, want %d: %s", code, exitBadInput, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q lacks %q", errOut, w)
+				}
+			}
+		})
+	}
+	if after := must("ps", "-o", "json"); after != before {
+		t.Errorf("refused resizes changed the instances:\n%s\nwas\n%s", after, before)
+	}
+	var ins []instanceJSON
+	if err := json.Unmarshal([]byte(must("resize", "web", "--cpu", "+0.01", "--wait", "0", "-o", "json")), &ins); err != nil || len(ins) != 1 || ins[0].CPUPlanned != "1.01" {
+		t.Errorf("resize web --cpu +0.01 = %+v, %v; want 1.01 CPUs", ins, err)
+	}
+}
+
+// settingsJSON is settings -o json.
+type settingsJSON struct {
+	Buffer      map[string]float64 `json:"buffer_percent"`
+	Overbooking map[string]float64 `json:"overbooking_percent"`
+	Priorities  map[string]int32   `json:"constraint_priorities"`
+	DownGrace   int64              `json:"down_grace_seconds"`
+}
+
+// TestSettingsChangesOnlyWhatItNames: each settings call changes only the
+// maps and keys it names; KEY= removes a key and --clear empties a map.
+func TestSettingsChangesOnlyWhatItNames(t *testing.T) {
+	run, must := plannerCLI(t)
+	get := func() settingsJSON {
+		t.Helper()
+		var s settingsJSON
+		if err := json.Unmarshal([]byte(must("settings", "-o", "json")), &s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	must("settings", "--buffer", "cpu=0.2", "--overbooking", "memory=0.3", "--down-grace", "2m")
+	must("settings", "--priority", "UpgradeDomain=0")
+	s := get()
+	if s.Buffer["cpu"] != 0.2 || s.Overbooking["memory"] != 0.3 || s.Priorities["UpgradeDomain"] != 0 || len(s.Priorities) != 1 || s.DownGrace != 120 {
+		t.Errorf("after --priority: %+v; want the buffer, the overbooking and the down grace kept", s)
+	}
+	must("settings", "--priority", "Affinity=1")
+	s = get()
+	if s.Buffer["cpu"] != 0.2 || len(s.Priorities) != 2 || s.Overbooking["memory"] != 0.3 {
+		t.Errorf("after adding a priority: %+v; want it next to the others", s)
+	}
+	// memory has an overbooking: a buffer for it too is refused, and says how to remove one.
+	if _, errOut, code := run("settings", "--buffer", "memory=0.1"); code != exitBadInput || !strings.Contains(errOut, "never both") || !strings.Contains(errOut, "--overbooking memory=") {
+		t.Errorf("buffer and overbooking for memory: exit %d %s", code, errOut)
+	}
+	must("settings", "--priority", "UpgradeDomain=", "--overbooking", "memory=", "--buffer", "memory=0.1")
+	s = get()
+	if _, ok := s.Priorities["UpgradeDomain"]; ok || s.Priorities["Affinity"] != 1 || len(s.Overbooking) != 0 || len(s.Buffer) != 2 || s.Buffer["memory"] != 0.1 {
+		t.Errorf("after removing two keys and adding one: %+v", s)
+	}
+	must("settings", "--clear", "buffer", "--buffer", "memory=0.05")
+	s = get()
+	if len(s.Buffer) != 1 || s.Buffer["memory"] != 0.05 || s.Priorities["Affinity"] != 1 || s.DownGrace != 120 {
+		t.Errorf("after --clear buffer --buffer memory=0.05: %+v", s)
+	}
+	must("settings", "--clear", "buffer,priority")
+	if s = get(); len(s.Buffer) != 0 || len(s.Priorities) != 0 {
+		t.Errorf("after --clear buffer,priority: %+v", s)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--clear", "everything"}, `--clear "everything": want buffer, overbooking or priority`},
+		{[]string{"--buffer", "disk=0.1"}, "buffer_percent.disk: unknown resource"},
+		{[]string{"--priority", "UpgradeDomain=x"}, `--priority "UpgradeDomain=x"`},
+		{[]string{"--buffer", "cpu"}, `--buffer "cpu": want KEY=NUMBER`},
+	} {
+		if _, errOut, code := run(append([]string{"settings"}, tc.args...)...); code != exitBadInput || !strings.Contains(errOut, tc.want) {
+			t.Errorf("settings %v: exit %d %q; want exit 2 with %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}
+
+// TestUnknownSubcommand: an unknown subcommand of any command group is an
+// error naming it (exit 2), not the group's help with exit 0.
+func TestUnknownSubcommand(t *testing.T) {
+	t.Parallel()
+	var groups [][]string
+	helpOnly := map[string]bool{} // groups that do nothing but hold commands
+	var walk func(prefix []string, c *cobra.Command)
+	walk = func(prefix []string, c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if !sub.HasSubCommands() {
+				continue
+			}
+			p := append(append([]string{}, prefix...), sub.Name())
+			groups = append(groups, p)
+			helpOnly[strings.Join(p, " ")] = !sub.Runnable()
+			walk(p, sub)
+		}
+	}
+	root := newRootCmd()
+	root.InitDefaultCompletionCmd()
+	walk(nil, root)
+	groups = append(groups, nil) // the root itself
+	if len(groups) < 4 {
+		t.Fatalf("only the groups %v", groups)
+	}
+	for _, g := range groups {
+		args := append(append([]string{}, g...), "lst")
+		out, errOut, code := runCLI(t, "", args...)
+		if code != exitBadInput || !strings.Contains(errOut, `unknown command "lst"`) || out != "" {
+			t.Errorf("pinfold %v: exit %d, stdout %q, stderr %q; want exit 2 naming the unknown command", args, code, out, errOut)
+		}
+		// A group alone still shows its help.
+		if !helpOnly[strings.Join(g, " ")] {
+			continue
+		}
+		if out, errOut, code := runCLI(t, "", g...); code != 0 || !strings.Contains(out, "Available Commands:") {
+			t.Errorf("pinfold %v: exit %d, %s %s; want its help", g, code, out, errOut)
+		}
+	}
+}
+
+// TestHostRemoveUnmet: a host whose instances fit nowhere else is not
+// removed, and that is a request that cannot be met (exit 1), not bad input.
+func TestHostRemoveUnmet(t *testing.T) {
+	run, must := plannerCLI(t)
+	must("host", "add", "h1", "--topology", laptopTopology)
+	must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "256MiB", "--image", "i")
+	if _, errOut, code := run("host", "remove", "h1"); code != exitUnmet || !strings.Contains(errOut, "cannot be placed on another host") {
+		t.Errorf("host remove h1: exit %d %s; want exit 1", code, errOut)
+	}
+	if out := must("host", "list"); !strings.Contains(out, "h1") {
+		t.Errorf("h1 was removed:\n%s", out)
+	}
+}
+
+// failingPlanner answers like a planner that fails: internal errors and
+// handler panics (the connection is cut after the request arrived).
+type failingPlanner struct {
+	pinfoldv1connect.UnimplementedPlannerServiceHandler
+}
+
+func (failingPlanner) Deploy(context.Context, *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {
+	return nil, connect.NewError(connect.CodeInternal, errors.New("store write failed: disk full"))
+}
+
+func (failingPlanner) ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
+	return nil, connect.NewError(connect.CodeInternal, errors.New("cache broken"))
+}
+
+func (failingPlanner) RemoveHost(context.Context, *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
+	panic(http.ErrAbortHandler)
+}
+
+func (failingPlanner) ListHosts(context.Context, *connect.Request[pinfoldv1.ListHostsRequest]) (*connect.Response[pinfoldv1.ListHostsResponse], error) {
+	panic(http.ErrAbortHandler)
+}
+
+func (failingPlanner) Resize(context.Context, *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error) {
+	return connect.NewResponse(&pinfoldv1.ResizeResponse{Instances: []*pinfoldv1.Instance{{Id: "web-1", Service: "web", Host: "h1", Generation: 2, ShareBase: 100}}}), nil
+}
+
+// TestExitCodesOfFailures: exit 3 only when the planner certainly changed
+// nothing (no connection, or a read that failed); exit 4 when it may have:
+// an internal error of the planner, or a connection lost after a change
+// was sent or made.
+func TestExitCodesOfFailures(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(failingPlanner{}))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want []string
+	}{
+		{[]string{"deploy", "web", "--image", "i", "--memory", "1GiB"}, exitUnknown,
+			[]string{"internal error of the planner", "disk full", "pinfold ps", "pinfold events"}},
+		{[]string{"ps"}, exitUnknown, []string{"internal error of the planner", "cache broken"}},
+		{[]string{"host", "remove", "h1"}, exitUnknown, []string{"connection to the planner was lost", "pinfold events"}},
+		{[]string{"resize", "web", "--cpu", "+1"}, exitUnknown, []string{"the planner accepted", "connection to the planner was lost"}},
+		{[]string{"host", "list"}, exitUnreachable, []string{"planner unreachable", "nothing was changed"}},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Parallel()
+			_, errOut, code := runCLI(t, "", append(tc.args, "--planner", srv.URL)...)
+			if code != tc.code {
+				t.Errorf("exit %d, want %d: %s", code, tc.code, errOut)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q lacks %q", errOut, w)
+				}
+			}
+		})
+	}
+	if _, errOut, code := runCLI(t, "", "deploy", "web", "--image", "i", "--memory", "1GiB", "--planner", freeAddr(t)); code != exitUnreachable || !strings.Contains(errOut, "nothing was changed") {
+		t.Errorf("deploy to no planner: exit %d %s; want 3", code, errOut)
+	}
+}
+
+// TestRootHelpListsExitCodes: the root --help documents every exit code.
+func TestRootHelpListsExitCodes(t *testing.T) {
+	t.Parallel()
+	out, _, _ := runCLI(t, "", "--help")
+	i := strings.Index(out, "Exit codes")
+	if i < 0 {
+		t.Fatalf("root --help has no exit codes:\n%s", out)
+	}
+	for _, w := range []string{"0 ok", "1 the request cannot be met", "2 bad input", "3 the planner could not be reached", "4 outcome unknown", "pinfold events"} {
+		if !strings.Contains(out[i:], w) {
+			t.Errorf("root --help's exit codes lack %q:\n%s", w, out[i:])
+		}
+	}
+}
+
+// TestMachineReadableOutput: commands that print something take -o json
+// (the README's promise), and settings' maps are objects even when empty.
+func TestMachineReadableOutput(t *testing.T) {
+	_, must := plannerCLI(t)
+	must("host", "add", "h1", "--topology", laptopTopology)
+	var h hostJSON
+	if err := json.Unmarshal([]byte(must("host", "disable", "h1", "-o", "json")), &h); err != nil || h.Name != "h1" || h.State != "disabled" {
+		t.Errorf("host disable -o json: %+v, %v", h, err)
+	}
+	if out := must("host", "enable", "h1", "-o", "yaml"); !strings.Contains(out, "name: h1") || !strings.Contains(out, "state: up") {
+		t.Errorf("host enable -o yaml:\n%s", out)
+	}
+	var s map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(must("settings", "-o", "json")), &s); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"buffer_percent", "overbooking_percent", "constraint_priorities"} {
+		if string(s[k]) != "{}" {
+			t.Errorf("settings -o json: %s = %s, want {}", k, s[k])
+		}
+	}
+}
