@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -17,8 +19,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/service"
 )
 
 // DefaultPlanner is where the planner listens unless told otherwise.
@@ -29,6 +33,9 @@ type clientFlags struct {
 	addr            string
 	tlsCA           string
 	tlsCert, tlsKey string
+	// requestID names the command's changes (--request-id; "": one is
+	// made per invocation). See callLog.
+	requestID string
 }
 
 func (c *clientFlags) register(cmd *cobra.Command) {
@@ -36,6 +43,7 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.tlsCA, "tls-ca", os.Getenv("PINFOLD_TLS_CA"), "CA certificate to verify an https:// planner (env PINFOLD_TLS_CA)")
 	cmd.Flags().StringVar(&c.tlsCert, "tls-cert", os.Getenv("PINFOLD_TLS_CERT"), "client certificate for a planner that requires one, PEM (env PINFOLD_TLS_CERT; pinfold pki issue makes one)")
 	cmd.Flags().StringVar(&c.tlsKey, "tls-key", os.Getenv("PINFOLD_TLS_KEY"), "private key of --tls-cert, PEM (env PINFOLD_TLS_KEY)")
+	cmd.Flags().StringVar(&c.requestID, "request-id", "", "names this command's change, so that repeating the command with the same ID returns the first outcome and changes nothing (deploy, resize, replace, remove; default: a new ID per run, printed when the outcome is unknown)")
 }
 
 func envOr(k, def string) string {
@@ -92,12 +100,39 @@ func (c *clientFlags) httpClient() (*http.Client, error) {
 // call connects to the planner and runs f, mapping the API errors it
 // returns onto the CLI's exit codes (see apiError).
 func (c *clientFlags) call(f func(cl pinfoldv1connect.PlannerServiceClient) error) error {
-	cl, err := c.client(connect.WithInterceptors(&callLog{}))
+	id := c.requestID
+	if id == "" {
+		id = newRequestID()
+	} else if err := service.ValidateRequestID(id); err != nil {
+		return badInput("--request-id: %v", err)
+	}
+	cl, err := c.client(connect.WithInterceptors(&callLog{requestID: id, sleep: time.Sleep}))
 	if err != nil {
 		return err
 	}
 	return apiError(f(cl))
 }
+
+// newRequestID is a request ID no other run makes: "cli-" and 16 random
+// hex digits.
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "cli-" + hex.EncodeToString(b[:])
+}
+
+// recorded are the calls the planner answers once per request ID (a
+// repeat returns the first outcome): safe to send again after a lost
+// answer.
+var recorded = map[string]bool{
+	pinfoldv1connect.PlannerServiceDeployProcedure: true, pinfoldv1connect.PlannerServiceResizeProcedure: true,
+	pinfoldv1connect.PlannerServiceReplaceProcedure: true, pinfoldv1connect.PlannerServiceRemoveProcedure: true,
+}
+
+// retryWaits are the pauses before sending a recorded call again after
+// its answer was lost (the planner restarting, a connection cut): about
+// 15 s in all.
+var retryWaits = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 
 // readOnly are the calls that change nothing in the planner.
 var readOnly = map[string]bool{
@@ -120,7 +155,16 @@ func changes(req connect.AnyRequest) bool {
 // callLog follows one command's unary calls: whether a call that changes
 // something has been accepted yet, and, for a call that fails, whether it
 // was one that changes something. apiError reads it from the callError.
-type callLog struct{ accepted bool }
+// Each call that changes something carries a request ID (requestID for
+// the first, requestID.2, .3 … for later ones, so that the same command
+// run again with --request-id names its calls the same way); a recorded
+// call whose answer was lost is sent again with its ID (retryWaits).
+type callLog struct {
+	accepted  bool
+	requestID string
+	n         int
+	sleep     func(time.Duration)
+}
 
 // callError is a failed call, as callLog saw it.
 type callError struct {
@@ -128,6 +172,16 @@ type callError struct {
 	// changes: the call may change the planner's state; afterChange: an
 	// earlier call of the command changed it.
 	changes, afterChange bool
+	// requestID is the failed call's request ID ("" for none), procedure
+	// its method.
+	requestID, procedure string
+}
+
+// lost reports whether err leaves a call's outcome unknown for want of an
+// answer (no connection, a connection cut, a deadline).
+func lost(err error) bool {
+	c := connect.CodeOf(err)
+	return c == connect.CodeUnavailable || c == connect.CodeDeadlineExceeded
 }
 
 func (e *callError) Error() string { return e.err.Error() }
@@ -135,10 +189,23 @@ func (e *callError) Unwrap() error { return e.err }
 
 func (l *callLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		res, err := next(ctx, req)
 		ch := changes(req)
+		id := ""
+		if ch && l.requestID != "" {
+			l.n++
+			id = l.requestID
+			if l.n > 1 {
+				id = fmt.Sprintf("%s.%d", l.requestID, l.n)
+			}
+			req.Header().Set(api.RequestIDHeader, id)
+		}
+		res, err := next(ctx, req)
+		for i := 0; err != nil && id != "" && recorded[req.Spec().Procedure] && lost(err) && i < len(retryWaits) && ctx.Err() == nil; i++ {
+			l.sleep(retryWaits[i])
+			res, err = next(ctx, req)
+		}
 		if err != nil {
-			return res, &callError{err: err, changes: ch, afterChange: l.accepted}
+			return res, &callError{err: err, changes: ch, afterChange: l.accepted, requestID: id, procedure: req.Spec().Procedure}
 		}
 		l.accepted = l.accepted || ch
 		return res, nil
@@ -172,12 +239,15 @@ func apiError(err error) error {
 		return err
 	}
 	var call *callError
-	changed, afterChange := false, false
+	changed, afterChange, check := false, false, checkOutcome
 	if errors.As(err, &call) {
 		changed, afterChange = call.changes, call.afterChange
+		if id := call.requestID; id != "" && recorded[call.procedure] {
+			check = fmt.Sprintf("repeat the command with --request-id %s: it returns the first outcome if the change was made, and makes it once if not; or %s", id, checkOutcome)
+		}
 	}
 	unknown := func(format string, args ...any) error {
-		return &exitError{code: exitUnknown, err: fmt.Errorf(format+"; "+checkOutcome, args...)}
+		return &exitError{code: exitUnknown, err: fmt.Errorf(format+"; "+check, args...)}
 	}
 	msg := ce.Message()
 	switch ce.Code() {
