@@ -48,7 +48,8 @@ func newRebalanceCmd() *cobra.Command {
 take work, resource by resource: a resource is balanced when the most used
 host's share of it, divided by the least used host's share, exceeds the
 balancing threshold, and only while the most used host's share is at least
-the activity threshold (an idle cluster is left alone). Each move must lower
+the activity threshold (an idle cluster is left alone), except that a host
+running nothing, a new one, is filled in any case. Each move must lower
 the spread of the hosts' shares, and each is planned through the same
 placement rules as a deploy, one after another, so no step breaks a
 constraint, an affinity or a domain spread. --defragment adds moves of
@@ -146,7 +147,7 @@ func ratiosJSON(m map[string]float64) map[string]any {
 
 func ratioText(v float64) string {
 	if v < 0 {
-		return "∞ (a host uses none)"
+		return "∞ (an empty host: it uses none)"
 	}
 	return fmt.Sprintf("%.2f", v)
 }
