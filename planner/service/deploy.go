@@ -111,7 +111,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	}
 	var out DeployResult
 	var hosts int
-	o := s.once(ctx, "Deploy")
+	o := s.once(ctx, "Deploy", r)
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		hit("deploy")
 		placed := rd.SchedulablePlacement()

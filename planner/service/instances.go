@@ -44,7 +44,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 		return nil, err
 	}
 	var out []model.Instance
-	o := s.once(ctx, "Replace")
+	o := s.once(ctx, "Replace", r)
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		out = nil
 		targets, err := targets(rd, r.Target)
@@ -108,7 +108,7 @@ type ResizeRequest struct {
 // any resize; its agent shrinks it guided by pressure, or refuses.
 func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance, error) {
 	var out []model.Instance
-	o := s.once(ctx, "Resize")
+	o := s.once(ctx, "Resize", r)
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		out = nil
 		targets, err := targets(rd, r.Target)
@@ -203,7 +203,7 @@ func targets(rd reader, target string) ([]state.InstanceView, error) {
 // service), releasing their resources in one transaction.
 func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 	var ids []string
-	o := s.once(ctx, "Remove")
+	o := s.once(ctx, "Remove", target)
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		ids = nil
 		c := new(state.Change)

@@ -2,6 +2,9 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"time"
 
 	"github.com/pinfold/pinfold/planner/model"
@@ -65,12 +68,21 @@ type once struct {
 	s      *Service
 	call   *RequestCall
 	method string
+	digest string // of the request's content
 	// replay is the record found while planning: the call is a repeat.
 	replay *state.Request
 }
 
-func (s *Service) once(ctx context.Context, method string) *once {
-	return &once{s: s, call: requestOf(ctx), method: method}
+// once is a call of method whose request is req (its JSON form is
+// digested).
+func (s *Service) once(ctx context.Context, method string, req any) *once {
+	o := &once{s: s, call: requestOf(ctx), method: method}
+	if o.call != nil {
+		b, _ := json.Marshal(req) // the service's own request types always marshal
+		sum := sha256.Sum256(b)
+		o.digest = hex.EncodeToString(sum[:16])
+	}
+	return o
 }
 
 // wrap makes plan idempotent under the call's request ID: a recorded ID is
@@ -88,6 +100,9 @@ func (o *once) wrap(plan planFunc, record func(*state.Request)) planFunc {
 			if r.Method != o.method {
 				return nil, errf(Invalid, "request ID %q: a %s call used it already; each call needs its own ID", id, r.Method)
 			}
+			if r.Digest != o.digest {
+				return nil, errf(Invalid, "request ID %q: a %s call with other content used it already; each call needs its own ID", id, r.Method)
+			}
 			if _, done := o.s.st.Request(id); !done {
 				return nil, errf(Conflicted, "request ID %q: an earlier call with this ID is committing now; repeat the call to get its outcome", id)
 			}
@@ -98,7 +113,7 @@ func (o *once) wrap(plan planFunc, record func(*state.Request)) planFunc {
 		if err != nil || c == nil || c.Len() == 0 {
 			return c, err
 		}
-		r := state.Request{Method: o.method, Time: time.Now().UTC()}
+		r := state.Request{Method: o.method, Time: time.Now().UTC(), Digest: o.digest}
 		record(&r)
 		c.PutRequest(id, r)
 		return c, nil

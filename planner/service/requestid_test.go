@@ -63,7 +63,14 @@ func TestRequestIDsMakeWritesIdempotent(t *testing.T) {
 		t.Fatalf("repeat after a restart: %v, repeated %v, %v", err, call.Repeated, ids(again.Instances))
 	}
 
-	// Another method with the same ID is refused; a new ID acts.
+	// The same ID with other content, or another method, is refused; a
+	// new ID acts.
+	ctx, _ = withID("deploy-1")
+	other := web
+	other.Count = 4
+	if _, err := b.DeployWithRules(ctx, other); service.CodeOf(err) != service.Invalid {
+		t.Errorf("a deploy of 4 reusing the ID of a deploy of 3 = %v, want invalid", err)
+	}
 	ctx, _ = withID("deploy-1")
 	if _, err := b.Resize(ctx, service.ResizeRequest{Target: "web", CPUDelta: 10}); service.CodeOf(err) != service.Invalid {
 		t.Errorf("resize reusing a deploy's ID = %v, want invalid", err)

@@ -32,6 +32,9 @@ type Request struct {
 	// an ID repeated with another method is refused.
 	Method string    `json:"method"`
 	Time   time.Time `json:"time"`
+	// Digest identifies the request's content: a repeat of the ID with
+	// other content is refused.
+	Digest string `json:"digest,omitempty"`
 	// Instances are the instances it created or changed; Removed those it
 	// removed.
 	Instances []string `json:"instances,omitempty"`
