@@ -32,8 +32,12 @@ import (
 // placeLike plans a new instance of old's service, of old's size and spec,
 // on one of the schedulable hosts other than skip (only on to when to is
 // not ""), and adds it to c with its host's usage. The new instance
-// replaces replaces ("" for none).
-func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces string, useBuffer bool, c *state.Change) (model.Instance, error) {
+// replaces replaces ("" for none). A move (move: drain, rebalance,
+// defragment; not a heal) of an instance its agent runs goes only to hosts
+// with an agent: a move is blue-green, and only an agent can confirm that
+// the new instance runs (on a host registered by hand it would wait for
+// ever, its resources held twice).
+func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces string, move, useBuffer bool, c *state.Change) (model.Instance, error) {
 	req := placement.Request{Request: alloc.Request{Service: old.Service, Count: 1, Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores,
 		MemoryBytes: old.Memory, Strategy: alloc.Auto}, UseBuffer: useBuffer}
 	if d, ok := rd.Service(old.Service); ok {
@@ -56,6 +60,16 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 		domains = domains || h.FaultDomain != "" || h.UpgradeDomain != ""
 		if h.Name != skip {
 			hosts = append(hosts, h)
+		}
+	}
+	if from, ok := rd.Host(old.Host); move && ok && from.Host.Agent {
+		n := len(hosts)
+		hosts = slices.DeleteFunc(hosts, func(h *placement.Host) bool {
+			v, ok := rd.Host(h.Name)
+			return !ok || !v.Host.Agent
+		})
+		if len(hosts) == 0 && n > 0 {
+			return model.Instance{}, errf(Exhausted, "instance %s runs under the agent of %s: a move is blue-green, and no other schedulable host has an agent to confirm the new instance runs (the %d registered by hand are left out)", old.ID, old.Host, n)
 		}
 	}
 	if spread, _ := placement.ParseSpread(string(req.DomainSpread)); spread == placement.SpreadOff {
@@ -175,7 +189,7 @@ func (s *Service) healJob(id, host string, evenLive bool, moved *[]Moved) planFu
 			*moved = []Moved{{From: v.Instance, To: next}}
 			return c, nil
 		}
-		in, err := s.placeLike(rd, v.Instance, host, "", "", true, c)
+		in, err := s.placeLike(rd, v.Instance, host, "", "", false, true, c)
 		if err != nil {
 			return nil, err
 		}
@@ -243,7 +257,7 @@ func (s *Service) moveJob(id, to string, useBuffer bool, moved *[]Moved) planFun
 		if now {
 			replaces = ""
 		}
-		in, err := s.placeLike(rd, v.Instance, v.Instance.Host, to, replaces, useBuffer, c)
+		in, err := s.placeLike(rd, v.Instance, v.Instance.Host, to, replaces, true, useBuffer, c)
 		if err != nil {
 			return nil, err
 		}

@@ -56,7 +56,7 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 			return false
 		}
 		c := new(state.Change)
-		if _, err := s.placeLike(pend, v.Instance, v.Instance.Host, to, "", false, c); err != nil {
+		if _, err := s.placeLike(pend, v.Instance, v.Instance.Host, to, "", true, false, c); err != nil {
 			return false
 		}
 		release(pend, v, c, nil)
@@ -118,7 +118,7 @@ func (s *Service) defragment(pend *state.Pending, o balance.Options, done int) [
 				continue
 			}
 			c := new(state.Change)
-			moved, err := s.placeLike(trial, cur.Instance, h.Name, "", "", false, c)
+			moved, err := s.placeLike(trial, cur.Instance, h.Name, "", "", true, false, c)
 			if err != nil {
 				continue
 			}
