@@ -49,7 +49,7 @@ const (
 	drainBound = 150
 	// healMargin: steps past the down grace by which a dead host's
 	// instances are placed again or their failure is logged.
-	healMargin = 3
+	healMargin  = 3
 	reportDelay = 6
 	minHosts    = 2
 	maxHosts    = 9
@@ -407,8 +407,8 @@ type capture struct {
 }
 
 func (c *capture) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
-func (c *capture) WithAttrs([]slog.Attr) slog.Handler          { return c }
-func (c *capture) WithGroup(string) slog.Handler               { return c }
+func (c *capture) WithAttrs([]slog.Attr) slog.Handler           { return c }
+func (c *capture) WithGroup(string) slog.Handler                { return c }
 func (c *capture) Handle(_ context.Context, r slog.Record) error {
 	attrs := map[string]string{}
 	r.Attrs(func(a slog.Attr) bool {
