@@ -58,6 +58,7 @@ type hostJSON struct {
 	MaintenanceUntil string             `json:"maintenance_until,omitempty"`
 	Draining         bool               `json:"draining,omitempty"`
 	DrainDeadline    string             `json:"drain_deadline,omitempty"`
+	Stuck            string             `json:"stuck,omitempty"`
 	Topology         *topology.Topology `json:"topology,omitempty"`
 }
 
@@ -95,7 +96,7 @@ func toHostJSON(h *pinfoldv1.Host) hostJSON {
 		HostType: h.HostType, Properties: h.Properties, FaultDomain: h.FaultDomain, UpgradeDomain: h.UpgradeDomain, MaintenanceUntil: h.MaintenanceUntil,
 		Capacity: resourcesJSON{cpuMapJSON(h.CapacityCpus), h.CapacityMemoryBytes},
 		Used:     resourcesJSON{cpuMapJSON(h.UsedCpus), h.UsedMemoryBytes}, NUMANodes: []numaJSON{},
-		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces, Draining: h.Draining, DrainDeadline: h.DrainDeadline}
+		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces, Draining: h.Draining, DrainDeadline: h.DrainDeadline, Stuck: h.Stuck}
 	if out.Instances == nil {
 		out.Instances = map[string]int32{}
 	}
@@ -375,6 +376,9 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 	}
 	if h.Draining {
 		fmt.Fprintf(w, "Draining: its instances are moving to other hosts (deadline %s)\n", orDash(h.DrainDeadline))
+	}
+	if h.Stuck != "" {
+		fmt.Fprintf(w, "Stuck: %s\n", h.Stuck)
 	}
 	if h.MaintenanceUntil != "" {
 		fmt.Fprintf(w, "In maintenance: keeps its instances, takes nothing new; grace until %s\n", h.MaintenanceUntil)
@@ -780,6 +784,15 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 			total = left
 		}
 		line := fmt.Sprintf("drain %s: %d of %d instances moved", name, total-left, total)
+		if s := resp.Msg.Host.Stuck; s != "" {
+			line += "; stuck: " + s
+			if strings.Contains(s, "(parked") {
+				if line != last && !asJSON {
+					fmt.Fprintln(cmd.ErrOrStderr(), line)
+				}
+				return &exitError{code: exitUnmet, err: fmt.Errorf("drain of %s is parked: %s; the planner tries again in the background ('pinfold host show %s'; 'pinfold host drain %s --cancel' stops it)", name, s, name, name)}
+			}
+		}
 		if line != last && !asJSON {
 			fmt.Fprintln(cmd.ErrOrStderr(), line)
 			last = line

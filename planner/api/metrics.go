@@ -24,6 +24,7 @@ import (
 //	pinfold_planner_cpu_capacity_cpus, _cpu_used_cpus  CPUs in capacity and held, over all hosts
 //	pinfold_planner_memory_capacity_bytes, _memory_used_bytes
 //	pinfold_planner_leader                             1 while this planner runs the background loops
+//	pinfold_planner_panics_recovered_total             panics recovered (each an internal error of one request or step)
 type Metrics struct {
 	Registry *prometheus.Registry
 	requests *prometheus.CounterVec
@@ -108,10 +109,11 @@ var (
 	descMemCap    = prometheus.NewDesc("pinfold_planner_memory_capacity_bytes", "Memory in the hosts' capacity.", nil, nil)
 	descMemUsed   = prometheus.NewDesc("pinfold_planner_memory_used_bytes", "Memory planned for instances.", nil, nil)
 	descLeader    = prometheus.NewDesc("pinfold_planner_leader", "1 while this planner runs the background loops (healing, drains, the audit).", nil, nil)
+	descPanics    = prometheus.NewDesc("pinfold_planner_panics_recovered_total", "Panics recovered in requests and background steps (each an internal error of that request or step; the stack is in the log).", nil, nil)
 )
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader} {
+	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader, descPanics} {
 		ch <- d
 	}
 }
@@ -148,4 +150,5 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		leader = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
+	ch <- prometheus.MustNewConstMetric(descPanics, prometheus.CounterValue, float64(c.svc.Panics()))
 }

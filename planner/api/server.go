@@ -44,6 +44,8 @@ type Planner interface {
 	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
 	Leading() bool
 	Record(ev state.Event)
+	Panicked(where string, v any) error
+	Panics() int64
 	Rev() int64
 	WaitRev(ctx context.Context, rev int64) error
 	Events(ctx context.Context, service, host, after string, limit int) ([]state.Event, error)
@@ -96,6 +98,12 @@ func Handler(svc Planner, o Options) http.Handler {
 	if o.Authorize {
 		opts = append(opts, connect.WithInterceptors(authorizer{}))
 	}
+	// Innermost: a panic in a handler or stream is that call's internal
+	// error (logged with its stack, an event, a metric), counted and
+	// recorded by the interceptors above like any other outcome.
+	opts = append(opts, connect.WithRecover(func(_ context.Context, spec connect.Spec, _ http.Header, v any) error {
+		return connect.NewError(connect.CodeInternal, svc.Panicked(spec.Procedure, v))
+	}))
 	guard := func(h http.Handler) http.Handler { return h }
 	if o.Authorize {
 		guard = readers
@@ -237,7 +245,7 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 	if !v.Host.MaintenanceUntil.IsZero() {
 		h.MaintenanceUntil = v.Host.MaintenanceUntil.Format(time.RFC3339)
 	}
-	h.Draining = v.Host.Draining
+	h.Draining, h.Stuck = v.Host.Draining, v.Host.Stuck
 	if !v.Host.DrainDeadline.IsZero() {
 		h.DrainDeadline = v.Host.DrainDeadline.Format(time.RFC3339)
 	}

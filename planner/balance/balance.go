@@ -3,7 +3,11 @@
 // Manager balances metrics: a resource is imbalanced when the most used
 // host's share of it, divided by the least used host's share, exceeds the
 // balancing threshold, and only while the most used host's share is at
-// least the activity threshold (a nearly idle cluster is left alone).
+// least the activity threshold (a nearly idle cluster is left alone). A
+// host that runs nothing (one that just joined) is the least used host and
+// is filled whatever the activity threshold: below it, moves go only to
+// the hosts that ran nothing when the proposal began, until the balancing
+// threshold holds or no move lowers the score.
 // Moves go from the most used host to the least used ones that can take the
 // instance; each accepted move must lower the imbalance score (the
 // variance of the hosts' shares, summed over the resources), so a proposal
@@ -151,13 +155,39 @@ func Score(hosts []Host) float64 {
 	return total
 }
 
-// imbalanced is whether resource r of hosts is to be balanced under o.
-func imbalanced(hosts []Host, r string, o Options) bool {
+// imbalanced is whether resource r of hosts is to be balanced under o, and
+// whether only because of the hosts that ran nothing (fill: the activity
+// threshold does not hold, so only they may take moves).
+func imbalanced(hosts []Host, r string, o Options, fresh []bool) (ok, fill bool) {
 	hi := 0.0
 	for _, h := range hosts {
 		hi = math.Max(hi, h.Share(r))
 	}
-	return hi >= o.ActivityThreshold && Ratio(hosts, r) > o.BalancingThreshold
+	if hi == 0 || Ratio(hosts, r) <= o.BalancingThreshold {
+		return false, false
+	}
+	if hi >= o.ActivityThreshold {
+		return true, false
+	}
+	for i, f := range fresh {
+		if f && hosts[i].Capacity[r] > 0 {
+			return true, true
+		}
+	}
+	return false, false
+}
+
+// empty is whether h uses none of any resource balanced (it runs nothing
+// that is balanced) and has some capacity.
+func empty(h Host) bool {
+	some := false
+	for _, r := range Resources {
+		if h.Used[r] != 0 {
+			return false
+		}
+		some = some || h.Capacity[r] > 0
+	}
+	return some
 }
 
 // Plan proposes at most o.MaxMoves moves that reduce imbalance, in the
@@ -177,11 +207,17 @@ func Plan(hosts []Host, items []Item, o Options, try Try) ([]Move, []Host) {
 		}
 		return i
 	}
+	// fresh are the hosts that run nothing: they are filled whatever the
+	// activity threshold.
+	fresh := make([]bool, len(hs))
+	for i, h := range hs {
+		fresh[i] = empty(h)
+	}
 	its := slices.Clone(items)
 	moved := map[string]bool{}
 	var out []Move
 	for len(out) < o.MaxMoves {
-		m, ok := next(hs, its, moved, o, index, try)
+		m, ok := next(hs, its, moved, fresh, o, index, try)
 		if !ok {
 			break
 		}
@@ -247,19 +283,31 @@ func (st stats) moved(from, to Host, it Item, r string) stats {
 
 // next finds and applies the next move: for each imbalanced resource (in
 // Resources order), from the most used host, the largest item first, to
-// the least used hosts first (at most MaxTargets), the first that lowers
-// the score and that try accepts.
-func next(hs []Host, its []Item, moved map[string]bool, o Options, index func(string) int, try Try) (Move, bool) {
+// the least used hosts first (at most MaxTargets; below the activity
+// threshold, only the hosts that ran nothing), the first that lowers the
+// score and that try accepts.
+func next(hs []Host, its []Item, moved map[string]bool, fresh []bool, o Options, index func(string) int, try Try) (Move, bool) {
 	for _, r := range Resources {
-		if !imbalanced(hs, r, o) {
+		ok, fill := imbalanced(hs, r, o, fresh)
+		if !ok {
 			continue
 		}
-		order := make([]int, len(hs))
-		for i := range order {
-			order[i] = i
+		// targets: every host but the most used (the first by name among
+		// equals), least used first, ties by name (hs is sorted by name);
+		// below the activity threshold only the hosts that ran nothing.
+		from := 0
+		for i := range hs {
+			if hs[i].Share(r) > hs[from].Share(r) {
+				from = i
+			}
 		}
-		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(hs[b].Share(r), hs[a].Share(r)) })
-		from := order[0]
+		targets := make([]int, 0, len(hs))
+		for i := range hs {
+			if i != from && (!fill || fresh[i]) {
+				targets = append(targets, i)
+			}
+		}
+		slices.SortStableFunc(targets, func(a, b int) int { return cmp.Compare(hs[a].Share(r), hs[b].Share(r)) })
 		var cands []int
 		for i, it := range its {
 			if it.Host == hs[from].Name && !moved[it.ID] && it.Use[r] > 0 {
@@ -277,8 +325,7 @@ func next(hs []Host, its []Item, moved map[string]bool, o Options, index func(st
 		}
 		for _, ci := range cands {
 			it := its[ci]
-			for k, tried := len(order)-1, 0; k > 0 && tried < MaxTargets; k, tried = k-1, tried+1 {
-				to := order[k]
+			for _, to := range targets[:min(len(targets), MaxTargets)] {
 				if hs[to].Share(r) >= hs[from].Share(r) {
 					break
 				}
@@ -289,9 +336,13 @@ func next(hs []Host, its []Item, moved map[string]bool, o Options, index func(st
 				if after < before-1e-12 && try(it, hs[to].Name) {
 					shift(&hs[from], &hs[to], it, +1)
 					moved[it.ID] = true
-					why := fmt.Sprintf("%s: %s uses %.0f%%, %s %.0f%% (most/least used %s, threshold %g); score %.4f → %.4f",
+					cause := fmt.Sprintf("most/least used %s, threshold %g", ratioText(hs, r, from, to, it), o.BalancingThreshold)
+					if fill {
+						cause = fmt.Sprintf("%s ran nothing: a new host is filled below the activity threshold %g too", hs[to].Name, o.ActivityThreshold)
+					}
+					why := fmt.Sprintf("%s: %s uses %.0f%%, %s %.0f%% (%s); score %.4f → %.4f",
 						r, hs[from].Name, 100*shareBefore(hs[from], it, r, +1), hs[to].Name, 100*shareBefore(hs[to], it, r, -1),
-						ratioText(hs, r, from, to, it), o.BalancingThreshold, before, after)
+						cause, before, after)
 					its[ci].Host = hs[to].Name
 					return Move{Item: it, To: hs[to].Name, Resource: r, Why: why}, true
 				}
@@ -317,12 +368,18 @@ func shareBefore(h Host, it Item, r string, sign int64) float64 {
 	return float64(h.Used[r]+sign*it.Use[r]) / float64(h.Capacity[r])
 }
 
+// ratioText is the ratio of r before the move, "∞: NAME uses none" when
+// the least used host (the first by name) uses none.
 func ratioText(hs []Host, r string, from, to int, it Item) string {
 	shift(&hs[from], &hs[to], it, -1)
+	defer shift(&hs[from], &hs[to], it, +1)
 	v := Ratio(hs, r)
-	shift(&hs[from], &hs[to], it, +1)
 	if math.IsInf(v, 1) {
-		return "∞"
+		for _, h := range hs {
+			if h.Capacity[r] > 0 && h.Used[r] == 0 {
+				return fmt.Sprintf("∞: %s uses none", h.Name)
+			}
+		}
 	}
 	return fmt.Sprintf("%.2f", v)
 }

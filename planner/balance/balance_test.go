@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -46,7 +47,38 @@ func TestPlan(t *testing.T) {
 		{name: "all on one host: moves until balanced", per: map[string][]int64{"a": {100, 100, 100, 100, 100, 100}, "b": {}, "c": {}}, wantMoves: 4},
 		{name: "balanced within the threshold: nothing", per: map[string][]int64{"a": {100, 100, 100}, "b": {100, 100}, "c": {100, 100}}, wantMoves: 0},
 		{name: "above a 1.2 threshold, but no single move lowers the spread", per: map[string][]int64{"a": {100, 100, 100}, "b": {100, 100}, "c": {100, 100}}, o: Options{BalancingThreshold: 1.2}, wantMoves: 0},
-		{name: "idle cluster under the activity threshold: nothing", per: map[string][]int64{"a": {10, 10}, "b": {}, "c": {}}, o: Options{ActivityThreshold: 0.2}, wantMoves: 0},
+		{name: "idle cluster under the activity threshold: nothing", per: map[string][]int64{"a": {10, 10, 10, 10}, "b": {5}, "c": {5}}, o: Options{ActivityThreshold: 0.3}, wantMoves: 0},
+		// Issue 24: a host that joins empty is filled, however idle.
+		{name: "a new host is filled under the activity threshold", per: map[string][]int64{"a": {10, 10, 10}, "b": {10, 10, 10}, "c": {}}, wantMoves: 2,
+			check: func(t *testing.T, moves []Move) {
+				for _, m := range moves {
+					if m.To != "c" || !strings.Contains(m.Why, "c ran nothing") {
+						t.Errorf("move %+v: want to c, the new host, saying so", m)
+					}
+				}
+			}},
+		{name: "below the activity threshold only the new host takes moves", per: map[string][]int64{"a": {10, 10, 10, 10}, "b": {10}, "c": {}}, o: Options{ActivityThreshold: 0.3}, wantMoves: 2,
+			check: func(t *testing.T, moves []Move) {
+				for _, m := range moves {
+					if m.To != "c" || m.Item.Host != "a" {
+						t.Errorf("move %+v: want a to c (b is running work, under the activity threshold)", m)
+					}
+				}
+			}},
+		{name: "two new hosts are filled by name", per: map[string][]int64{"a": {10, 10, 10, 10, 10, 10}, "b": {}, "c": {}}, wantMoves: 4,
+			check: func(t *testing.T, moves []Move) {
+				if moves[0].To != "b" || moves[1].To != "c" {
+					t.Errorf("moves %+v: want b first (ties by name), then c", moves)
+				}
+			}},
+		{name: "max moves bounds filling a new host", per: map[string][]int64{"a": {10, 10, 10, 10, 10, 10, 10, 10}, "b": {}}, o: Options{MaxMoves: 1, ActivityThreshold: 0.6}, wantMoves: 1},
+		{name: "a single instance is not swapped onto a new host", per: map[string][]int64{"a": {10}, "b": {}}, wantMoves: 0},
+		{name: "above the activity threshold the new host is named in the reason", per: map[string][]int64{"a": {400, 400}, "b": {}}, wantMoves: 1,
+			check: func(t *testing.T, moves []Move) {
+				if !strings.Contains(moves[0].Why, "∞: b uses none") {
+					t.Errorf("why = %q, want the host that uses none named", moves[0].Why)
+				}
+			}},
 		{name: "a hard rule refuses c: only b takes", per: map[string][]int64{"a": {100, 100, 100, 100}, "b": {}, "c": {}},
 			refuse: func(_ Item, to string) bool { return to == "c" }, wantMoves: -1,
 			check: func(t *testing.T, moves []Move) {

@@ -11,10 +11,12 @@ import (
 type Spread string
 
 const (
-	// Adaptive is max-difference, switching to quorum-safe exactly when the
+	// Adaptive is max-difference, switching to quorum-safe when the
 	// service's instance count is divisible by the number of fault domains
 	// and by the number of upgrade domains, and there are no more hosts
-	// than fault domains × upgrade domains (Service Fabric ≥ 6.2 default).
+	// than fault domains × upgrade domains (Service Fabric ≥ 6.2 default),
+	// and falling back to the other rule when the one chosen cannot place:
+	// adaptive refuses only what both rules refuse.
 	Adaptive Spread = "adaptive"
 	// MaxDifference: at every domain level, the service's instance counts
 	// of any two domains with usable hosts differ by at most one.
@@ -210,17 +212,21 @@ func search(hosts []domainHost, k int, quorum bool) (counts []int, ok bool) {
 
 type dom struct{ count, room int }
 
-// chooseSpread resolves Adaptive for a service that will have total
-// instances over hosts with the given fault and upgrade domains.
-func chooseSpread(s Spread, total int, fds, uds []string) Spread {
+// spreadOrder is the rules a spread tries, in order. Adaptive (seed 000)
+// prefers quorum-safe when the service's total instance count is divisible
+// by the number of fault domains and by the number of upgrade domains and
+// there are no more hosts than fault domains × upgrade domains, and
+// max-difference otherwise; the other rule is the fallback, so adaptive
+// places whenever either rule does.
+func spreadOrder(s Spread, total int, fds, uds []string) []Spread {
 	if s != Adaptive {
-		return s
+		return []Spread{s}
 	}
 	nfd, nud := len(uniq(fds)), len(uniq(uds))
 	if nfd > 0 && nud > 0 && total%nfd == 0 && total%nud == 0 && len(fds) <= nfd*nud {
-		return QuorumSafe
+		return []Spread{QuorumSafe, MaxDifference}
 	}
-	return MaxDifference
+	return []Spread{MaxDifference, QuorumSafe}
 }
 
 func uniq(s []string) []string {

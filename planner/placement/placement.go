@@ -402,6 +402,16 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 	}
 	spread, _ := ParseSpread(string(r.DomainSpread))
 	domains := spread != SpreadOff && slices.ContainsFunc(hosts, func(h *Host) bool { return h.FaultDomain != "" || h.UpgradeDomain != "" })
+	if domains && room != nil {
+		// Capacity binds before the domains: when the hosts left cannot
+		// take the count at all, no spread can, and the engine's refusal
+		// (how many each host takes, and what runs out) is the reason.
+		total := 0
+		for _, h := range hosts {
+			total += room[h.Name]
+		}
+		domains = total >= r.Count
+	}
 	if domains && r.Strategy != alloc.Each && r.Strategy != alloc.Fill {
 		fixed, used, vio, err := domainCounts(s, r, hosts, room, spread)
 		if err != nil {
@@ -448,7 +458,10 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 // domainCounts spreads the request over fault and upgrade domains. The
 // fault domain rule (and the host itself, the finest fault domain) and the
 // upgrade domain rule are checked together; if that is impossible and the
-// upgrade domain rule is soft, it gives way.
+// upgrade domain rule is soft, it gives way. Adaptive tries the rule seed
+// 000's conditions pick first and the other one when that cannot place,
+// before any soft rule gives way: quorum-safe never refuses what
+// max-difference places, and the reverse.
 func domainCounts(s Settings, r Request, hosts []*Host, room map[string]int, spread Spread) (map[string]int, Spread, []Violation, error) {
 	total := r.Count
 	var fds, uds []string
@@ -459,7 +472,7 @@ func domainCounts(s Settings, r Request, hosts []*Host, room map[string]int, spr
 		uds = append(uds, h.UpgradeDomain)
 		depth = max(depth, len(FaultLevels(h.FaultDomain)))
 	}
-	mode := chooseSpread(spread, total, fds, uds)
+	modes := spreadOrder(spread, total, fds, uds)
 	build := func(withFD, withUD bool) []domainHost {
 		out := make([]domainHost, len(hosts))
 		for i, h := range hosts {
@@ -475,48 +488,58 @@ func domainCounts(s Settings, r Request, hosts []*Host, room map[string]int, spr
 		}
 		return out
 	}
+	// first is the first of modes that places k over the hosts with
+	// the given rules.
+	first := func(withFD, withUD bool) (map[string]int, Spread, bool) {
+		dh := build(withFD, withUD)
+		for _, m := range modes {
+			counts, ok := search(dh, r.Count, m == QuorumSafe)
+			if !ok {
+				continue
+			}
+			fixed := map[string]int{}
+			for i, h := range hosts {
+				if counts[i] > 0 {
+					fixed[h.Name] = counts[i]
+				}
+			}
+			return fixed, m, true
+		}
+		return nil, "", false
+	}
+	name := string(modes[0])
+	if len(modes) > 1 {
+		name = fmt.Sprintf("%s or %s", modes[0], modes[1])
+	}
 	fdPrio, udPrio := s.priority(RuleFaultDomain), s.priority(RuleUpgradeDomain)
-	tries := []struct {
+	type try struct {
 		fd, ud bool
 		vio    []Violation
-	}{{fdPrio != Off, udPrio != Off, nil}}
+	}
+	tries := []try{{fdPrio != Off, udPrio != Off, nil}}
 	if udPrio >= Soft {
-		tries = append(tries, struct {
-			fd, ud bool
-			vio    []Violation
-		}{fdPrio != Off, false, []Violation{{Rule: RuleUpgradeDomain, Detail: fmt.Sprintf("%s could not hold: instances packed into too few upgrade domains", mode)}}})
+		tries = append(tries, try{fdPrio != Off, false, []Violation{{Rule: RuleUpgradeDomain, Detail: fmt.Sprintf("%s could not hold: instances packed into too few upgrade domains", name)}}})
 	}
 	if fdPrio >= Soft {
-		tries = append(tries, struct {
-			fd, ud bool
-			vio    []Violation
-		}{false, false, []Violation{{Rule: RuleFaultDomain, Detail: fmt.Sprintf("%s could not hold: instances packed into too few fault domains", mode)}}})
+		tries = append(tries, try{false, false, []Violation{{Rule: RuleFaultDomain, Detail: fmt.Sprintf("%s could not hold: instances packed into too few fault domains", name)}}})
 	}
 	for _, t := range tries {
-		counts, ok := search(build(t.fd, t.ud), r.Count, mode == QuorumSafe)
-		if !ok {
-			continue
+		if fixed, m, ok := first(t.fd, t.ud); ok {
+			return fixed, m, t.vio, nil
 		}
-		fixed := map[string]int{}
-		for i, h := range hosts {
-			if counts[i] > 0 {
-				fixed[h.Name] = counts[i]
-			}
-		}
-		return fixed, mode, t.vio, nil
 	}
 	// Which rule made it impossible: the fault domains alone, or with the
 	// upgrade domains.
 	rule := RuleUpgradeDomain
-	if _, ok := search(build(fdPrio != Off, false), r.Count, mode == QuorumSafe); !ok {
+	if _, _, ok := first(fdPrio != Off, false); !ok {
 		rule = RuleFaultDomain
 	}
 	var names []string
 	for _, h := range hosts {
 		names = append(names, h.Name)
 	}
-	return nil, mode, nil, &Error{Message: fmt.Sprintf("%d instances of %s cannot be spread over the domains of %d hosts under the %s rule (%s)",
-		r.Count, r.Service, len(hosts), mode, rule), Eliminations: []Elimination{{Rule: rule, Hosts: names}}}
+	return nil, modes[0], nil, &Error{Message: fmt.Sprintf("%d instances of %s cannot be spread over the domains of %d hosts under the %s rule (%s)",
+		r.Count, r.Service, len(hosts), name, rule), Eliminations: []Elimination{{Rule: rule, Hosts: names}}}
 }
 
 // rankHosts orders hosts by the request's policy; ties by name.

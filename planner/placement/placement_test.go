@@ -221,21 +221,29 @@ func TestDomainsHierarchyAndPriorities(t *testing.T) {
 	if !errors.As(err, &pe) || !hasRule(pe.Eliminations, RuleUpgradeDomain) {
 		t.Errorf("UD hard: err = %v, want an elimination by UpgradeDomain", err)
 	}
-	// Quorum-safe (adaptive: 4 over 2 FDs × 2 UDs, 2 hosts): no FD may hold
-	// 2 of 4, so only 2 fit: the hard FD rule refuses, with the report.
+	// Quorum-safe, 4 over 2 FDs × 2 UDs on 2 hosts: no FD may hold 2 of 4,
+	// so only 2 fit: the hard FD rule refuses, with the report.
 	hs4 := []*Host{host("a", "fd:/dc1", "UD1"), host("b", "fd:/dc2", "UD2")}
-	_, err = Plan(params, Settings{}, hs4, req("svc", 4))
+	qs4 := req("svc", 4)
+	qs4.DomainSpread = QuorumSafe
+	_, err = Plan(params, Settings{}, hs4, qs4)
 	if !errors.As(err, &pe) || pe.Invalid || !hasRule(pe.Eliminations, RuleFaultDomain) {
 		t.Fatalf("err = %v, want an elimination by FaultDomain", err)
 	}
 	// FD soft: it packs, and says so.
-	out, err = Plan(params, Settings{Priorities: map[Rule]Priority{RuleFaultDomain: Soft}}, hs4, req("svc", 4))
+	out, err = Plan(params, Settings{Priorities: map[Rule]Priority{RuleFaultDomain: Soft}}, hs4, qs4)
 	if err != nil || !slices.ContainsFunc(out.Violations, func(v Violation) bool { return v.Rule == RuleFaultDomain }) {
 		t.Errorf("FD soft: %v %v", err, out)
 	}
 	// With the domain rules off, it places.
-	if _, err := Plan(params, Settings{Priorities: map[Rule]Priority{RuleFaultDomain: Off, RuleUpgradeDomain: Off}}, hs4, req("svc", 4)); err != nil {
+	if _, err := Plan(params, Settings{Priorities: map[Rule]Priority{RuleFaultDomain: Off, RuleUpgradeDomain: Off}}, hs4, qs4); err != nil {
 		t.Errorf("domains off: %v", err)
+	}
+	// Adaptive (seed 000's conditions pick quorum-safe here) falls back to
+	// max-difference, which places 2 + 2, without a violation (issue 24).
+	out, err = Plan(params, Settings{}, hs4, req("svc", 4))
+	if err != nil || out.Spread != MaxDifference || len(out.Violations) != 0 || !maps.Equal(perHost(out), map[string]int{"a": 2, "b": 2}) {
+		t.Errorf("adaptive, 4 over 2 FDs: %v %+v; want max_difference placing 2 + 2", err, out)
 	}
 }
 

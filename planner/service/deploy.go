@@ -32,6 +32,10 @@ type DeployRequest struct {
 	MaxPerHost int
 	Rules      state.Rules
 	UseBuffer  bool
+	// recorded, when set, is the strategy kept in the service's record
+	// instead of Strategy (scale adds instances with auto to a service
+	// deployed with a per-host strategy, which stays its strategy).
+	recorded alloc.Strategy
 }
 
 // DeployResult is a deploy's instances and what the placement rules said.
@@ -95,6 +99,10 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	if err := req.Validate(); err != nil {
 		return DeployResult{}, fromAlloc(err)
 	}
+	recorded := req.Strategy
+	if r.recorded != "" {
+		recorded = r.recorded
+	}
 	var rules *state.Rules
 	if r.Rules.Constraint != "" || r.Rules.Policy != "" || r.Rules.DomainSpread != "" || len(r.Rules.Affinity.Hard)+len(r.Rules.Affinity.Soft)+
 		len(r.Rules.AntiAffinity.Hard)+len(r.Rules.AntiAffinity.Soft) > 0 {
@@ -104,6 +112,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	var out DeployResult
 	var hosts int
 	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+		hit("deploy")
 		placed := rd.SchedulablePlacement()
 		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), placed.Hosts, req) // validated above, once
 		if err != nil {
@@ -136,7 +145,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			c.PutAlloc(h, allocs[h])
 		}
 		c.PutService(state.Service{Name: r.Service, Spec: r.Spec,
-			Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(req.Strategy), MaxPerHost: r.MaxPerHost, Rules: rules})
+			Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(recorded), MaxPerHost: r.MaxPerHost, Rules: rules})
 		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations}, len(allocs)
 		return c, nil
 	})

@@ -74,7 +74,11 @@ func (s *Service) RunEvents(ctx context.Context) {
 		if len(batch) == 0 {
 			return
 		}
-		if err := s.st.PutEvents(ctx, batch); err != nil {
+		var err error
+		if perr := s.safely("event writer", func() { hit("events"); err = s.st.PutEvents(ctx, batch) }); perr != nil {
+			err = perr
+		}
+		if err != nil {
 			s.log.Warn("event log: events not written", "events", len(batch), "err", err)
 		}
 		batch = batch[:0]

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -38,10 +37,8 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	req := placement.Request{Request: alloc.Request{Service: old.Service, Count: 1, Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores,
 		MemoryBytes: old.Memory, Strategy: alloc.Auto}, UseBuffer: useBuffer}
 	if d, ok := rd.Service(old.Service); ok {
+		req.Strategy = oneMore(alloc.Strategy(d.Value.Strategy))
 		svc := d.Value
-		if svc.Strategy != "" {
-			req.Strategy = alloc.Strategy(svc.Strategy)
-		}
 		req.MaxPerHost = svc.MaxPerHost
 		if r := svc.Rules; r != nil {
 			req.Constraint, req.Affinity, req.AntiAffinity = r.Constraint, r.Affinity, r.AntiAffinity
@@ -72,6 +69,11 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	if err != nil {
 		return model.Instance{}, s.placementError(rd, err)
 	}
+	if len(res.Placements) != 1 {
+		// Plan places Count (1) or fails; anything else is a planner
+		// defect, reported for this instance only.
+		return model.Instance{}, fmt.Errorf("placing one instance like %s: placement returned %d placements, want 1", old.ID, len(res.Placements))
+	}
 	p := res.Placements[0]
 	if to != "" && p.Host != to {
 		// The domain spread is decided over every host: it chose another.
@@ -91,6 +93,21 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	c.PutAlloc(p.Host, a)
 	c.PutInstance(in)
 	return in, nil
+}
+
+// oneMore is the strategy that places one more instance of a service
+// deployed with strategy st (heal, move, scale up): the per-host
+// strategies (each: Count on every host; fill: every host topped up to
+// Count) say how many instances each host holds, not where one more goes,
+// and with a count of one they place nothing on a host that already holds
+// one. One more instance goes where auto puts it: on the host holding
+// fewest of the service. The others keep their own rule.
+func oneMore(st alloc.Strategy) alloc.Strategy {
+	switch st {
+	case "", alloc.Each, alloc.Fill:
+		return alloc.Auto
+	}
+	return st
 }
 
 // seedOf is a placement seed from an instance ID (deterministic: the same
@@ -140,6 +157,7 @@ func replacementOf(rd reader, service, id string) (state.InstanceView, bool) {
 // it in flight is finished instead: its replacement takes over at once.
 func (s *Service) healJob(id, host string, evenLive bool, moved *[]Moved) planFunc {
 	return func(rd reader) (*state.Change, error) {
+		hit("heal")
 		c := new(state.Change)
 		v, ok := rd.Instance(id)
 		if !ok || v.Instance.Host != host {
@@ -207,6 +225,7 @@ func (s *Service) Heal(ctx context.Context, host string, evenLive bool) ([]Moved
 // the instance is gone or already moving.
 func (s *Service) moveJob(id, to string, useBuffer bool, moved *[]Moved) planFunc {
 	return func(rd reader) (*state.Change, error) {
+		hit("move")
 		c := new(state.Change)
 		v, ok := rd.Instance(id)
 		if !ok {
@@ -215,9 +234,21 @@ func (s *Service) moveJob(id, to string, useBuffer bool, moved *[]Moved) planFun
 		if _, moving := replacementOf(rd, v.Instance.Service, id); moving || v.Instance.Replaces != "" {
 			return c, nil
 		}
-		in, err := s.placeLike(rd, v.Instance, v.Instance.Host, to, id, useBuffer, c)
+		// An instance of a host registered by hand (no agent) runs nowhere
+		// pinfold can see: there is nothing to keep alive, so its move
+		// completes at once (the new instance, the old one released).
+		from, ok := rd.Host(v.Instance.Host)
+		now := ok && !from.Host.Agent
+		replaces := id
+		if now {
+			replaces = ""
+		}
+		in, err := s.placeLike(rd, v.Instance, v.Instance.Host, to, replaces, useBuffer, c)
 		if err != nil {
 			return nil, err
+		}
+		if now {
+			release(rd, v, c, nil)
 		}
 		*moved = []Moved{{From: v.Instance, To: in}}
 		return c, nil
@@ -259,6 +290,7 @@ func judgeMove(n state.InstanceView, host state.HostView, hostOK bool, now, dead
 // removes the old instance and clears Replaces; abort removes the new one.
 func (s *Service) finishJob(id string, outcome moveOutcome) planFunc {
 	return func(rd reader) (*state.Change, error) {
+		hit("settle")
 		c := new(state.Change)
 		n, ok := rd.Instance(id)
 		if !ok || n.Instance.Replaces == "" {
@@ -286,8 +318,68 @@ type tracker struct {
 	downSince map[string]time.Time
 	logged    map[string]string
 	// retryAt: an instance whose move was aborted is not moved again
-	// before this time (a failing health gate is not retried every tick).
+	// before this time (a failing health gate is not retried every tick);
+	// nor is a parked step (keyed by its subject, see failed).
 	retryAt map[string]time.Time
+	// failures counts the failures in a row of each step's subject: an
+	// instance a drain moves (its ID), "heal/HOST", "settle/MOVE".
+	failures map[string]int
+}
+
+// A step of a persisted operation (a drain's move of one instance, the
+// heal of a dead host, settling a move) that failed, or panicked, parkAfter
+// times in a row is parked: tried again only every parkFor, never in a
+// tight loop, with its reason on the host (state.Host.Stuck).
+const (
+	parkAfter = 3
+	parkFor   = time.Minute
+)
+
+// failed records a failure of subject's step at now and reports whether
+// the step is parked (not tried again before now+parkFor).
+func (t *tracker) failed(subject string, now time.Time) bool {
+	t.failures[subject]++
+	if t.failures[subject] < parkAfter {
+		return false
+	}
+	t.retryAt[subject] = now.Add(parkFor)
+	return true
+}
+
+// succeeded forgets subject's failures.
+func (t *tracker) succeeded(subject string) {
+	delete(t.failures, subject)
+	delete(t.logged, subject)
+}
+
+// waiting reports whether subject's step is parked or backing off at now.
+func (t *tracker) waiting(subject string, now time.Time) bool {
+	return now.Before(t.retryAt[subject])
+}
+
+// stuckReason is what state.Host.Stuck says of a failing step.
+func stuckReason(what string, err error, parked bool) string {
+	r := what + ": " + clip(err.Error())
+	if parked {
+		r += fmt.Sprintf(" (parked after %d failures in a row: tried again every %s)", parkAfter, parkFor)
+	}
+	return r
+}
+
+// setStuck writes reason as host's Stuck ("" clears it) when it differs,
+// and records a Stuck event when it is set.
+func (s *Service) setStuck(ctx context.Context, host, reason string) {
+	v, ok := s.st.Host(host)
+	if !ok || v.Host.Stuck == reason {
+		return
+	}
+	if _, err := s.changeHost(ctx, host, func(h *state.Host) { h.Stuck = reason }); err != nil {
+		s.log.Warn("recording why a host's drain or heal is stuck", "host", host, "err", err)
+		return
+	}
+	if reason != "" {
+		s.Record(state.Event{Identity: "planner", Kind: "Stuck", Subject: host, Host: host, Outcome: reason})
+	}
 }
 
 // moveBackoff is how long a drain waits before moving an instance again
@@ -295,7 +387,7 @@ type tracker struct {
 const moveBackoff = 30 * time.Second
 
 func newTracker() *tracker {
-	return &tracker{downSince: map[string]time.Time{}, logged: map[string]string{}, retryAt: map[string]time.Time{}}
+	return &tracker{downSince: map[string]time.Time{}, logged: map[string]string{}, retryAt: map[string]time.Time{}, failures: map[string]int{}}
 }
 
 // once reports whether msg is new for subject (and records it).
@@ -342,6 +434,7 @@ func (t *tracker) deadHosts(views []state.HostView, instances map[string]int, no
 // tick is one pass of the leader's healing: dead hosts' instances placed
 // again, moves in flight settled, draining hosts' instances moved.
 func (s *Service) tick(ctx context.Context, t *tracker, now time.Time) {
+	hit("tick")
 	for id, at := range t.retryAt {
 		if !now.Before(at) {
 			delete(t.retryAt, id)
@@ -359,9 +452,21 @@ func (s *Service) tick(ctx context.Context, t *tracker, now time.Time) {
 		}
 	}
 	for _, host := range t.deadHosts(views, perHost, now, s.st.PlacementSettings().Grace()) {
-		if _, err := s.Heal(ctx, host, false); err != nil && t.once("heal/"+host, err.Error()) {
-			s.log.Error("instances of a dead host could not be placed again; retrying", "host", host, "err", err)
+		subject := "heal/" + host
+		if t.waiting(subject, now) {
+			continue
 		}
+		_, err := s.Heal(ctx, host, false)
+		if err == nil {
+			t.succeeded(subject)
+			s.setStuck(ctx, host, "")
+			continue
+		}
+		parked := t.failed(subject, now)
+		if t.once(subject, err.Error()) || parked {
+			s.log.Error("instances of a dead host could not be placed again", "host", host, "parked", parked, "err", err)
+		}
+		s.setStuck(ctx, host, stuckReason("heal: instances cannot be placed again", err, parked))
 	}
 	s.settleMoves(ctx, t, views, s.st.Moving(), now)
 	s.drainTick(ctx, t, views, now)
@@ -384,7 +489,7 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 	}
 	all := moving
 	var plans []planFunc
-	var what []string
+	var what, newIDs []string
 	var aborted []string // the old instances of aborted moves
 	var hostOf, serviceOf []string
 	for _, n := range all {
@@ -396,9 +501,13 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 		if from, ok := byName[where[n.Instance.Replaces]]; ok && from.Host.Draining {
 			deadline = from.Host.DrainDeadline
 		}
+		if t.waiting("settle/"+n.Instance.ID, now) {
+			continue
+		}
 		switch o := judgeMove(n, h, ok, now, deadline); o {
 		case moveFinish, moveAbort:
 			plans = append(plans, s.finishJob(n.Instance.ID, o))
+			newIDs = append(newIDs, n.Instance.ID)
 			what = append(what, fmt.Sprintf("%s→%s (%s)", n.Instance.Replaces, n.Instance.ID, map[moveOutcome]string{moveFinish: "finished", moveAbort: "aborted"}[o]))
 			old := ""
 			if o == moveAbort {
@@ -409,12 +518,15 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 		}
 	}
 	for i, err := range s.pipe.doAll(ctx, plans) {
+		subject := "settle/" + newIDs[i]
 		if err != nil {
-			if t.once("settle/"+what[i], err.Error()) {
-				s.log.Warn("settling a move failed; retrying", "move", what[i], "err", err)
+			parked := t.failed(subject, now)
+			if t.once(subject, err.Error()) || parked {
+				s.log.Warn("settling a move failed", "move", what[i], "parked", parked, "err", err)
 			}
 			continue
 		}
+		t.succeeded(subject)
 		if aborted[i] != "" {
 			t.retryAt[aborted[i]] = now.Add(moveBackoff)
 		}
@@ -434,33 +546,43 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 		}
 		on[h.Name] = s.st.Instances(h.Name)
 		if len(on[h.Name]) == 0 {
-			if _, err := s.changeHost(ctx, h.Name, func(h *state.Host) { h.Draining, h.DrainDeadline = false, time.Time{} }); err != nil {
+			if _, err := s.changeHost(ctx, h.Name, func(h *state.Host) { h.Draining, h.DrainDeadline, h.Stuck = false, time.Time{}, "" }); err != nil {
 				s.log.Warn("ending a finished drain", "host", h.Name, "err", err)
 			} else {
 				s.log.Info("host drained: no instances left; it stays disabled", "host", h.Name)
 			}
 			continue
 		}
-		ins := slices.DeleteFunc(slices.Clone(on[h.Name]), func(v state.InstanceView) bool { return now.Before(t.retryAt[v.Instance.ID]) })
+		ins := slices.DeleteFunc(slices.Clone(on[h.Name]), func(v state.InstanceView) bool { return t.waiting(v.Instance.ID, now) })
 		moved := make([][]Moved, len(ins))
 		plans := make([]planFunc, len(ins))
 		for i, iv := range ins {
 			plans[i] = s.moveJob(iv.Instance.ID, "", true, &moved[i])
 		}
+		stuck := ""
 		for i, err := range s.pipe.doAll(ctx, plans) {
 			id := ins[i].Instance.ID
 			if err != nil {
-				if t.once("drain/"+id, err.Error()) {
-					s.log.Warn("drain: an instance cannot move yet; retrying", "host", h.Name, "instance", id, "err", err)
+				parked := t.failed(id, now)
+				if t.once(id, err.Error()) || parked {
+					s.log.Warn("drain: an instance cannot move", "host", h.Name, "instance", id, "parked", parked, "err", err)
+				}
+				if stuck == "" {
+					stuck = stuckReason("drain: instance "+id+" cannot move", err, parked)
 				}
 				continue
 			}
+			t.succeeded(id)
 			for _, m := range moved[i] {
 				s.Record(state.Event{Identity: "planner", Kind: "DrainMove", Subject: id, Host: h.Name, Service: m.From.Service,
 					Outcome: fmt.Sprintf("moving to %s as %s", m.To.Host, m.To.ID)})
 				s.log.Info("drain: moving", "instance", id, "from", h.Name, "new_instance", m.To.ID, "to", m.To.Host)
 			}
 		}
+		if stuck == "" && slices.ContainsFunc(on[h.Name], func(v state.InstanceView) bool { return t.failures[v.Instance.ID] > 0 }) {
+			stuck = h.Stuck // a parked instance, not tried this tick: the reason stands
+		}
+		s.setStuck(ctx, h.Name, stuck)
 	}
 }
 
@@ -474,7 +596,7 @@ func (s *Service) Drain(ctx context.Context, host string, deadline time.Duration
 	}
 	return s.changeHost(ctx, host, func(h *state.Host) {
 		if cancel {
-			h.Draining, h.DrainDeadline = false, time.Time{}
+			h.Draining, h.DrainDeadline, h.Stuck = false, time.Time{}, ""
 			return
 		}
 		h.Disabled, h.Draining, h.DrainDeadline = true, true, time.Time{}
@@ -524,7 +646,8 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 	case count > have:
 		svc := d.Value
 		r := DeployRequest{Service: service, Spec: svc.Spec, Count: count - have, Pieces: svc.Pieces, Bind: svc.Bind, WholeCores: svc.WholeCores, Memory: svc.Memory,
-			MemorySoft: svc.MemorySoft, Strategy: alloc.Strategy(svc.Strategy), MaxPerHost: svc.MaxPerHost}
+			MemorySoft: svc.MemorySoft, Strategy: oneMore(alloc.Strategy(svc.Strategy)), MaxPerHost: svc.MaxPerHost,
+			recorded: alloc.Strategy(svc.Strategy)}
 		if svc.Rules != nil {
 			r.Rules = *svc.Rules
 		}
@@ -550,7 +673,7 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 			}
 			c := new(state.Change)
 			allocs := map[string]state.Alloc{}
-			for _, v := range worstFirst(ins, views)[:k] {
+			for _, v := range worstFirst(ins, views, k) {
 				release(rd, v, c, allocs)
 				removed = append(removed, v.Instance.ID)
 				if r, ok := replacementOf(rd, service, v.Instance.ID); ok {
@@ -581,14 +704,20 @@ func countInstances(ins []state.InstanceView) int {
 	return n
 }
 
-// worstFirst orders a service's instances (replacements of moves in flight
-// left out) from the worst placed: on a host that is not up, then on the
-// host holding most of the service, then on the host with the largest
-// share of its CPU in use, ties by ID. Pure.
-func worstFirst(ins []state.InstanceView, hosts map[string]state.HostView) []state.InstanceView {
-	per := map[string]int{}
-	for _, v := range ins {
-		per[v.Instance.Host]++
+// worstFirst picks k of a service's instances to remove (replacements of
+// moves in flight left out), one at a time, each the worst placed given
+// the ones picked before it: on a host that is not up, then in the fault
+// domain holding most of the service, then on the host holding most of
+// it, then on the host with the largest share of its CPU in use, ties by
+// ID. Counting again after each pick keeps the spread: 3 + 3 scaled to 2
+// leaves 1 + 1, not 2 + 0. Pure.
+func worstFirst(ins []state.InstanceView, hosts map[string]state.HostView, k int) []state.InstanceView {
+	perHost, perDomain := map[string]int{}, map[string]int{}
+	domain := func(h string) string { return hosts[h].Host.FaultDomain }
+	left := slices.DeleteFunc(slices.Clone(ins), func(v state.InstanceView) bool { return v.Instance.Replaces != "" })
+	for _, v := range left {
+		perHost[v.Instance.Host]++
+		perDomain[domain(v.Instance.Host)]++
 	}
 	used := func(h string) float64 {
 		v := hosts[h]
@@ -608,22 +737,35 @@ func worstFirst(ins []state.InstanceView, hosts map[string]state.HostView) []sta
 		}
 		return 0
 	}
-	out := slices.DeleteFunc(slices.Clone(ins), func(v state.InstanceView) bool { return v.Instance.Replaces != "" })
-	slices.SortStableFunc(out, func(a, b state.InstanceView) int {
+	worse := func(a, b state.InstanceView) bool {
 		ha, hb := a.Instance.Host, b.Instance.Host
 		if d := up(ha) - up(hb); d != 0 {
-			return d
+			return d < 0
 		}
-		if d := per[hb] - per[ha]; d != 0 {
-			return d
+		if d := perDomain[domain(hb)] - perDomain[domain(ha)]; d != 0 {
+			return d < 0
+		}
+		if d := perHost[hb] - perHost[ha]; d != 0 {
+			return d < 0
 		}
 		if ua, ub := used(ha), used(hb); ua != ub {
-			if ua > ub {
-				return -1
-			}
-			return 1
+			return ua > ub
 		}
-		return strings.Compare(a.Instance.ID, b.Instance.ID)
-	})
+		return a.Instance.ID < b.Instance.ID
+	}
+	var out []state.InstanceView
+	for len(out) < k && len(left) > 0 {
+		w := 0
+		for i := range left {
+			if worse(left[i], left[w]) {
+				w = i
+			}
+		}
+		v := left[w]
+		out = append(out, v)
+		left = slices.Delete(left, w, w+1)
+		perHost[v.Instance.Host]--
+		perDomain[domain(v.Instance.Host)]--
+	}
 	return out
 }

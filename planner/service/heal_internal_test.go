@@ -51,6 +51,23 @@ func (f healFixture) dies(host string) {
 	}
 }
 
+// agent re-registers host as its agent's, alive (a heartbeat with an
+// 10-minute lease): its instances move blue-green.
+func (f healFixture) agent(host string) {
+	f.t.Helper()
+	if _, err := f.RegisterHost(f.ctx, RegisterHostRequest{Name: host, Topology: topologytest.Laptop().Topology(),
+		Settings: state.CapacitySettings{MemoryShare: 1}, Agent: true, Protocol: model.Protocol}); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := f.Heartbeat(f.ctx, host, "test", model.Protocol, 10*time.Minute, nil); err != nil {
+		f.t.Fatal(err)
+	}
+	f.sync()
+	if v, _ := f.Host(host); v.State() != "up" {
+		f.t.Fatalf("host %s is %s, want up", host, v.State())
+	}
+}
+
 func (f healFixture) set(host string, enabled bool) {
 	f.t.Helper()
 	if _, err := f.SetEnabled(f.ctx, host, enabled); err != nil {
@@ -255,6 +272,7 @@ func TestHealWaitsAndStays(t *testing.T) {
 func TestDrainMovesBlueGreen(t *testing.T) {
 	hosts := []string{"a", "b"}
 	f := newHealFixture(t, hosts...)
+	f.agent("a")
 	old := f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 120, Bind: true, Memory: gib})
 	if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
 		t.Fatal(err)
@@ -411,6 +429,7 @@ func TestScale(t *testing.T) {
 func TestRebalanceNeverBreaksAHardRule(t *testing.T) {
 	hosts := []string{"a", "b", "c"}
 	f := newHealFixture(t, hosts...)
+	f.agent("a")
 	if _, err := f.SetHost(f.ctx, SetHostRequest{Name: "a", SetProperties: map[string]placement.Value{"zone": placement.Str("x")}}); err != nil {
 		t.Fatal(err)
 	}

@@ -36,12 +36,15 @@ func (s *Service) RunBackground(ctx context.Context, id string, ttl, interval ti
 				case <-ctx.Done():
 					return nil
 				case now := <-heal.C:
-					s.tick(ctx, t, now)
+					_ = s.safely("leader tick", func() { s.tick(ctx, t, now) })
 				case now := <-tick.C:
-					s.pruneEvents(ctx, now)
-					for _, v := range Verify(s.st, s.params.ShareBase) {
-						s.log.Error("store invariant violated", "violation", v)
-					}
+					_ = s.safely("leader audit", func() {
+						hit("audit")
+						s.pruneEvents(ctx, now)
+						for _, v := range Verify(s.st, s.params.ShareBase) {
+							s.log.Error("store invariant violated", "violation", v)
+						}
+					})
 				}
 			}
 		})

@@ -50,6 +50,10 @@ type pipeline struct {
 	queue   []*job
 	running bool
 
+	// panicked records a recovered panic and returns it as the error of
+	// the requests it touched (Service.Panicked).
+	panicked func(where string, v any) error
+
 	// wrap, when set (tests), wraps what the plan functions read.
 	wrap func(reader) reader
 	// limit is the most writes a group holds: groupOps, halved each time
@@ -119,9 +123,48 @@ func (p *pipeline) run() {
 		}
 		p.mu.Unlock()
 		for len(batch) > 0 {
-			batch = p.group(batch)
+			batch = p.safeGroup(batch)
 		}
 	}
+}
+
+// safeGroup is group, recovering a panic outside the plan functions (in
+// merging or committing): every request of batch not answered yet gets the
+// internal error, which says the outcome is unknown (the commit may have
+// been made), and the pipeline goes on with the next requests.
+func (p *pipeline) safeGroup(batch []*job) (rest []*job) {
+	defer func() {
+		if v := recover(); v != nil {
+			err := p.panic("commit pipeline: committing", v)
+			for _, j := range batch {
+				select {
+				case j.done <- err:
+				default: // answered already
+				}
+			}
+			rest = nil
+		}
+	}()
+	return p.group(batch)
+}
+
+// panic records v through panicked (an error, when unset: tests).
+func (p *pipeline) panic(where string, v any) error {
+	if p.panicked == nil {
+		return &PanicError{Where: where, Value: v}
+	}
+	return p.panicked(where, v)
+}
+
+// plan runs j's plan function against rd; a panic in it is that request's
+// internal error only.
+func (p *pipeline) plan(j *job, rd reader) (c *state.Change, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			c, err = nil, p.panic("commit pipeline: planning a request", v)
+		}
+	}()
+	return j.plan(rd)
 }
 
 // group plans a prefix of batch into one commit, commits it (planning it
@@ -141,9 +184,9 @@ func (p *pipeline) group(batch []*job) []*job {
 				j.done <- err
 				continue
 			}
-			c, err := j.plan(rd)
+			c, err := p.plan(j, rd)
 			for k := 1; errors.Is(err, state.ErrConflict) && k < maxAttempts; k++ {
-				c, err = j.plan(rd)
+				c, err = p.plan(j, rd)
 			}
 			if errors.Is(err, state.ErrConflict) {
 				err = errf(Conflicted, "gave up after %d conflicting attempts; the hosts are changing too fast", maxAttempts)
@@ -165,6 +208,7 @@ func (p *pipeline) group(batch []*job) []*job {
 		if len(live) == 0 {
 			return rest
 		}
+		hit("commit")
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), commitTimeout)
 		_, err := p.st.Commit(ctx, pend.Change())
 		cancel()

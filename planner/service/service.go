@@ -25,6 +25,8 @@ type Service struct {
 	// leading: this planner is the elected one running the background loops.
 	leading atomic.Bool
 	ev      *events
+	// panics counts the panics recovered (recover.go).
+	panics atomic.Int64
 }
 
 // New returns a Service over st.
@@ -32,7 +34,9 @@ func New(st *state.Store, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{st: st, params: st.Config().Params(), log: log, pipe: &pipeline{st: st}, ev: newEvents()}
+	s := &Service{st: st, params: st.Config().Params(), log: log, pipe: &pipeline{st: st}, ev: newEvents()}
+	s.pipe.panicked = s.Panicked
+	return s
 }
 
 // Params are the allocation parameters.

@@ -80,6 +80,12 @@ type Host struct {
 	// instance goes once its replacement exists, healthy or not.
 	Draining      bool      `json:"draining,omitempty"`
 	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
+	// Stuck is why the leader's drain or heal of this host makes no
+	// progress: the last error of a step that failed (or an internal
+	// error), and whether it is parked (retried at a long interval after
+	// failing again and again). Cleared when the operation ends or a step
+	// succeeds. Written only when the reason changes.
+	Stuck string `json:"stuck,omitempty"`
 }
 
 // Alloc is a host's usage.

@@ -123,6 +123,9 @@ type Host struct {
 	// Draining: its instances are moving to other hosts (it is disabled).
 	Draining      bool   `protobuf:"varint,24,opt,name=draining,proto3" json:"draining,omitempty"`
 	DrainDeadline string `protobuf:"bytes,25,opt,name=drain_deadline,json=drainDeadline,proto3" json:"drain_deadline,omitempty"` // RFC 3339; empty: none
+	// Why the leader's drain or heal of this host makes no progress (the
+	// last failing step's error, and whether it is parked); empty: none.
+	Stuck         string `protobuf:"bytes,26,opt,name=stuck,proto3" json:"stuck,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +331,13 @@ func (x *Host) GetDraining() bool {
 func (x *Host) GetDrainDeadline() string {
 	if x != nil {
 		return x.DrainDeadline
+	}
+	return ""
+}
+
+func (x *Host) GetStuck() string {
+	if x != nil {
+		return x.Stuck
 	}
 	return ""
 }
@@ -4073,7 +4083,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\tR\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12*\n" +
-	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xae\n" +
+	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xc4\n" +
 	"\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -4105,7 +4115,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x12shared_pool_pieces\x18\x16 \x01(\x05R\x10sharedPoolPieces\x129\n" +
 	"\x19memory_first_quota_pieces\x18\x17 \x01(\x05R\x16memoryFirstQuotaPieces\x12\x1a\n" +
 	"\bdraining\x18\x18 \x01(\bR\bdraining\x12%\n" +
-	"\x0edrain_deadline\x18\x19 \x01(\tR\rdrainDeadline\x1a?\n" +
+	"\x0edrain_deadline\x18\x19 \x01(\tR\rdrainDeadline\x12\x14\n" +
+	"\x05stuck\x18\x1a \x01(\tR\x05stuck\x1a?\n" +
 	"\x11CapacityCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a;\n" +

@@ -64,7 +64,7 @@ function render(hosts, instances, byHost) {
     cpuCap += sum(h.capacityCpus) / sb; cpuUsed += sum(h.usedCpus) / sb;
     const n = Object.values(h.instances || {}).reduce((a, b) => a + b, 0);
     hb.append(el("tr", {"data-host": h.name},
-      el("td", {}, h.name), el("td", {class: "state-" + h.state}, h.state + (h.draining ? " (draining)" : "")),
+      el("td", {}, h.name), el("td", {class: "state-" + h.state}, h.state + (h.draining ? " (draining)" : "") + (h.stuck ? " — stuck: " + h.stuck : "")),
       el("td", {}, (sum(h.usedCpus) / sb).toFixed(2) + " / " + (sum(h.capacityCpus) / sb).toFixed(2)),
       el("td", {}, bytes(h.usedMemoryBytes) + " / " + bytes(h.capacityMemoryBytes)),
       el("td", {}, String((h.numaNodes || []).length)), el("td", {}, String(n))));

@@ -1,0 +1,192 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// injectPanic makes every step of kind step panic until the test ends or
+// the returned function is called.
+func injectPanic(t *testing.T, step string) (stop func()) {
+	t.Helper()
+	f := func(s string) {
+		if s == step {
+			panic("injected panic in " + s)
+		}
+	}
+	failpoint.Store(&f)
+	stop = func() { failpoint.Store(nil) }
+	t.Cleanup(stop)
+	return stop
+}
+
+func isPanic(err error) bool {
+	var pe *PanicError
+	return errors.As(err, &pe)
+}
+
+// eventually polls cond every 20 ms for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+var web = DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 100, Bind: true, Memory: gib}
+
+// TestNoPanicStopsThePlanner injects a panic into each kind of step a
+// request or the leader runs. Each time the panic is that request's or
+// step's internal error only: it is counted, recorded, and the planner
+// goes on serving (a deploy after it commits). Without the recovery the
+// test binary dies at the first case.
+func TestNoPanicStopsThePlanner(t *testing.T) {
+	// afterwards: the planner still serves.
+	serves := func(t *testing.T, f healFixture) {
+		t.Helper()
+		if _, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "after", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Memory: gib}); err != nil {
+			t.Fatalf("a deploy after the panic: %v", err)
+		}
+		if f.Panics() == 0 {
+			t.Errorf("no panic counted")
+		}
+		f.verify()
+	}
+	for _, step := range []string{"deploy", "commit"} {
+		t.Run(step, func(t *testing.T) {
+			f := newHealFixture(t, "a", "b")
+			stop := injectPanic(t, step)
+			_, err := f.DeployWithRules(f.ctx, web)
+			if !isPanic(err) || !strings.Contains(err.Error(), "internal error") {
+				t.Fatalf("deploy with a panic in %s = %v, want the internal error", step, err)
+			}
+			if got := len(f.st.ServiceInstances("web")); got != 0 {
+				t.Errorf("a deploy that panicked before committing left %d instances", got)
+			}
+			stop()
+			serves(t, f)
+		})
+	}
+	t.Run("heal", func(t *testing.T) {
+		f := newHealFixture(t, "a", "b")
+		f.deployOn("a", []string{"a", "b"}, web)
+		f.dies("a")
+		stop := injectPanic(t, "heal")
+		if _, err := f.Heal(f.ctx, "a", false); !isPanic(err) {
+			t.Fatalf("heal with a panic = %v, want the internal error", err)
+		}
+		stop()
+		if _, err := f.Heal(f.ctx, "a", false); err != nil || len(f.on("a")) != 0 {
+			t.Fatalf("heal after the panic: %v, %d left on a", err, len(f.on("a")))
+		}
+		serves(t, f)
+	})
+	// A drain whose moves panic every time: parked after parkAfter
+	// failures with the reason on the host, not retried before parkFor
+	// (no crash loop, no tight loop), and done once the step works again.
+	t.Run("move", func(t *testing.T) {
+		f := newHealFixture(t, "a", "b")
+		f.agent("a")
+		f.deployOn("a", []string{"a", "b"}, web)
+		if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		stop := injectPanic(t, "move")
+		tr, now := newTracker(), time.Now()
+		for i := range parkAfter {
+			f.tick(f.ctx, tr, now.Add(time.Duration(i)*time.Second))
+		}
+		v, _ := f.Host("a")
+		if !strings.Contains(v.Host.Stuck, "internal error") || !strings.Contains(v.Host.Stuck, "parked") {
+			t.Fatalf("after %d failed ticks the host's stuck reason is %q, want the internal error, parked", parkAfter, v.Host.Stuck)
+		}
+		n := f.Panics()
+		f.tick(f.ctx, tr, now.Add(parkFor/2))
+		if f.Panics() != n {
+			t.Errorf("a parked drain was tried again before %s", parkFor)
+		}
+		stop()
+		f.tick(f.ctx, tr, now.Add(2*parkFor))
+		f.runAll()
+		f.tick(f.ctx, tr, now.Add(2*parkFor+time.Second))
+		f.tick(f.ctx, tr, now.Add(2*parkFor+2*time.Second))
+		if v, _ := f.Host("a"); len(f.on("a")) != 0 || v.Host.Draining || v.Host.Stuck != "" {
+			t.Fatalf("after the step works again: %d on a, draining %v, stuck %q", len(f.on("a")), v.Host.Draining, v.Host.Stuck)
+		}
+		serves(t, f)
+	})
+	t.Run("settle", func(t *testing.T) {
+		f := newHealFixture(t, "a", "b")
+		f.agent("a")
+		f.deployOn("a", []string{"a", "b"}, web)
+		if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		tr, now := newTracker(), time.Now()
+		f.tick(f.ctx, tr, now)
+		f.runAll()
+		stop := injectPanic(t, "settle")
+		for i := range parkAfter + 2 {
+			f.tick(f.ctx, tr, now.Add(time.Duration(1+i)*time.Second))
+		}
+		if got := f.Panics(); got != 2*parkAfter {
+			t.Errorf("%d panics over %d ticks of two moves, want %d (parked after %d each)", got, parkAfter+2, 2*parkAfter, parkAfter)
+		}
+		stop()
+		f.tick(f.ctx, tr, now.Add(2*parkFor))
+		if len(f.on("a")) != 0 {
+			t.Fatalf("moves not settled after the step works again: %v on a", f.on("a"))
+		}
+		serves(t, f)
+	})
+	// The leader's loops: the tick and the audit panic every time; the
+	// loop goes on (more panics counted) and keeps leading.
+	for _, step := range []string{"tick", "audit"} {
+		t.Run(step, func(t *testing.T) {
+			f := newHealFixture(t, "a", "b")
+			injectPanic(t, step)
+			ctx, cancel := context.WithCancel(f.ctx)
+			done := make(chan error, 1)
+			go func() { done <- f.RunBackground(ctx, "p1", 5*time.Second, 50*time.Millisecond, nil) }()
+			eventually(t, "two panics in the "+step, func() bool { return f.Panics() >= 2 })
+			if !f.Leading() {
+				t.Errorf("the planner stopped leading after panics in its %s", step)
+			}
+			serves(t, f)
+			cancel()
+			<-done
+		})
+	}
+	t.Run("events", func(t *testing.T) {
+		f := newHealFixture(t, "a")
+		stop := injectPanic(t, "events")
+		ctx, cancel := context.WithCancel(f.ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); f.RunEvents(ctx) }()
+		f.Record(state.Event{Identity: "test", Kind: "Lost"})
+		eventually(t, "a panic in the event writer", func() bool { return f.Panics() >= 1 })
+		stop()
+		f.Record(state.Event{Identity: "test", Kind: "Kept"})
+		eventually(t, "the next event written", func() bool {
+			evs, err := f.Events(f.ctx, "", "", "", 100)
+			for _, e := range evs {
+				if e.Kind == "Kept" {
+					return err == nil
+				}
+			}
+			return false
+		})
+		cancel()
+		<-done
+		serves(t, f)
+	})
+}
