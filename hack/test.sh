@@ -24,6 +24,8 @@ echo "== lint"
 hack/lint.sh
 echo "== unit and fake-tree tiers"
 go test -race -count=1 ./...
+echo "== simulation (the control plane's seeded simulation: seeds 1-8, about 2 minutes; docs/TESTING.md)"
+hack/sim.sh --ci
 echo "== UI tier (the planner's live web view in headless Chromium)"
 apt_install chromium
 go test -count=1 -tags ui -run '^TestUI' ./cmd/pinfold/

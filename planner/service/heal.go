@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -610,7 +611,10 @@ func (s *Service) Drain(ctx context.Context, host string, deadline time.Duration
 	}
 	return s.changeHost(ctx, host, func(h *state.Host) {
 		if cancel {
-			h.Draining, h.DrainDeadline, h.Stuck = false, time.Time{}, ""
+			h.Draining, h.DrainDeadline = false, time.Time{}
+			if strings.HasPrefix(h.Stuck, "drain") { // a dead host's heal keeps its reason
+				h.Stuck = ""
+			}
 			return
 		}
 		h.Disabled, h.Draining, h.DrainDeadline = true, true, time.Time{}

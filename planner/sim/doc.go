@@ -1,0 +1,21 @@
+// Package sim is a seeded simulation of the whole control plane, in the
+// manner of FoundationDB's simulation testing: one process runs the real
+// planner service and store over embedded etcd, simulated agents that
+// heartbeat, die, return and report their instances running, failing or
+// refusing after seeded delays, and a seeded random sequence of every
+// operation an operator has (deploys with every strategy and rule, resizes,
+// scales, replaces, removes, host changes, drains, maintenance, rebalances,
+// settings, planner restarts). Time is simulated: the leader's healing pass
+// runs from the simulation's clock (service.Ticker), one pass a step.
+//
+// After every step it checks the invariants: the planner answers, the audit
+// (service.Verify) is clean, a refused operation changed nothing and names
+// why, the capacity a dry run reports is what a deploy places, and every
+// move, drain and heal settles or is parked with a reason within a bounded
+// number of steps. A panic, an internal error or a broken invariant fails
+// the run with its seed, its step and the operations that led there.
+//
+// The simulation is all in this package's tests (it starts etcd through
+// statetest); hack/sim.sh runs it for longer, see docs/TESTING.md. Nothing
+// imports this package.
+package sim
