@@ -339,6 +339,8 @@ type tracker struct {
 	// failures counts the failures in a row of each step's subject: an
 	// instance a drain moves (its ID), "heal/HOST", "settle/MOVE".
 	failures map[string]int
+	// drainStart is, per draining host, the start of the drain seen.
+	drainStart map[string]time.Time
 }
 
 // A step of a persisted operation (a drain's move of one instance, the
@@ -381,11 +383,17 @@ func stuckReason(what string, err error, parked bool) string {
 	return r
 }
 
-// setStuck writes reason as host's Stuck ("" clears it) when it differs,
-// and records a Stuck event when it is set.
-func (s *Service) setStuck(ctx context.Context, host, reason string) {
+// setStuck writes reason, a reason of kind ("heal" or "drain", its first
+// word), as host's Stuck when it differs, and records a Stuck event; ""
+// clears a reason of kind only. A dead host's heal outranks its drain: a
+// drain never overwrites a heal's reason.
+func (s *Service) setStuck(ctx context.Context, host, kind, reason string) {
 	v, ok := s.st.Host(host)
 	if !ok || v.Host.Stuck == reason {
+		return
+	}
+	cur := v.Host.Stuck
+	if reason == "" && !strings.HasPrefix(cur, kind) || kind == "drain" && strings.HasPrefix(cur, "heal") {
 		return
 	}
 	if _, err := s.changeHost(ctx, host, func(h *state.Host) { h.Stuck = reason }); err != nil {
@@ -402,7 +410,8 @@ func (s *Service) setStuck(ctx context.Context, host, reason string) {
 const moveBackoff = 30 * time.Second
 
 func newTracker() *tracker {
-	return &tracker{downSince: map[string]time.Time{}, logged: map[string]string{}, retryAt: map[string]time.Time{}, failures: map[string]int{}}
+	return &tracker{downSince: map[string]time.Time{}, logged: map[string]string{}, retryAt: map[string]time.Time{}, failures: map[string]int{},
+		drainStart: map[string]time.Time{}}
 }
 
 // once reports whether msg is new for subject (and records it).
@@ -474,14 +483,14 @@ func (s *Service) tick(ctx context.Context, t *tracker, now time.Time) {
 		_, err := s.Heal(ctx, host, false)
 		if err == nil {
 			t.succeeded(subject)
-			s.setStuck(ctx, host, "")
+			s.setStuck(ctx, host, "heal", "")
 			continue
 		}
 		parked := t.failed(subject, now)
 		if t.once(subject, err.Error()) || parked {
 			s.log.Error("instances of a dead host could not be placed again", "host", host, "parked", parked, "err", err)
 		}
-		s.setStuck(ctx, host, stuckReason("heal: instances cannot be placed again", err, parked))
+		s.setStuck(ctx, host, "heal", stuckReason("heal: instances cannot be placed again", err, parked))
 	}
 	s.settleMoves(ctx, t, views, s.st.Moving(), now)
 	s.drainTick(ctx, t, views, now)
@@ -557,9 +566,19 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 	for _, v := range views {
 		h := v.Host
 		if !h.Draining {
+			delete(t.drainStart, h.Name)
 			continue
 		}
 		on[h.Name] = s.st.Instances(h.Name)
+		if t.drainStart[h.Name] != h.DrainStarted {
+			// A drain this leader has not seen: none of its steps is parked
+			// by an earlier drain's failures.
+			t.drainStart[h.Name] = h.DrainStarted
+			for _, iv := range on[h.Name] {
+				t.succeeded(iv.Instance.ID)
+				delete(t.retryAt, iv.Instance.ID)
+			}
+		}
 		if len(on[h.Name]) == 0 {
 			if _, err := s.changeHost(ctx, h.Name, func(h *state.Host) { h.Draining, h.DrainDeadline, h.Stuck = false, time.Time{}, "" }); err != nil {
 				s.log.Warn("ending a finished drain", "host", h.Name, "err", err)
@@ -595,9 +614,9 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 			}
 		}
 		if stuck == "" && slices.ContainsFunc(on[h.Name], func(v state.InstanceView) bool { return t.failures[v.Instance.ID] > 0 }) {
-			stuck = h.Stuck // a parked instance, not tried this tick: the reason stands
+			continue // a parked instance, not tried this tick: its reason stands
 		}
-		s.setStuck(ctx, h.Name, stuck)
+		s.setStuck(ctx, h.Name, "drain", stuck)
 	}
 }
 
@@ -616,6 +635,12 @@ func (s *Service) Drain(ctx context.Context, host string, deadline time.Duration
 				h.Stuck = ""
 			}
 			return
+		}
+		if !h.Draining {
+			h.DrainStarted = now.UTC()
+			if strings.HasPrefix(h.Stuck, "drain") { // the last drain's reason
+				h.Stuck = ""
+			}
 		}
 		h.Disabled, h.Draining, h.DrainDeadline = true, true, time.Time{}
 		if deadline > 0 {
@@ -669,7 +694,10 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		if svc.Rules != nil {
 			r.Rules = *svc.Rules
 		}
-		res, err := s.DeployWithRules(ctx, r)
+		// Scale is idempotent by its count: the deploy it makes records
+		// nothing under the caller's request ID (a deploy's record there
+		// would answer a later deploy with this one's instances).
+		res, err := s.DeployWithRules(withoutRequest(ctx), r)
 		if err != nil {
 			return ScaleResult{}, err
 		}

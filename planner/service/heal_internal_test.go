@@ -272,7 +272,9 @@ func TestHealWaitsAndStays(t *testing.T) {
 func TestDrainMovesBlueGreen(t *testing.T) {
 	hosts := []string{"a", "b"}
 	f := newHealFixture(t, hosts...)
-	f.agent("a")
+	for _, h := range hosts {
+		f.agent(h) // moves off an agent's host go to agents' hosts
+	}
 	old := f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 120, Bind: true, Memory: gib})
 	if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
 		t.Fatal(err)
@@ -429,7 +431,9 @@ func TestScale(t *testing.T) {
 func TestRebalanceNeverBreaksAHardRule(t *testing.T) {
 	hosts := []string{"a", "b", "c"}
 	f := newHealFixture(t, hosts...)
-	f.agent("a")
+	for _, h := range hosts {
+		f.agent(h)
+	}
 	if _, err := f.SetHost(f.ctx, SetHostRequest{Name: "a", SetProperties: map[string]placement.Value{"zone": placement.Str("x")}}); err != nil {
 		t.Fatal(err)
 	}

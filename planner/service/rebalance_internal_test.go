@@ -8,7 +8,6 @@ import (
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
-	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
 // TestRebalanceFillsANewHost (issue 24): a lightly used cluster (far
@@ -34,10 +33,7 @@ func TestRebalanceFillsANewHost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := f.RegisterHost(f.ctx, RegisterHostRequest{Name: "c", Topology: topologytest.Laptop().Topology(),
-		Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
-		t.Fatal(err)
-	}
+	f.agent("c") // a new host, its agent's
 	rev := f.st.Rev()
 	res, err := f.Rebalance(f.ctx, RebalanceRequest{})
 	if err != nil {

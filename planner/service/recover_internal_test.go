@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -96,6 +97,7 @@ func TestNoPanicStopsThePlanner(t *testing.T) {
 	t.Run("move", func(t *testing.T) {
 		f := newHealFixture(t, "a", "b")
 		f.agent("a")
+		f.agent("b")
 		f.deployOn("a", []string{"a", "b"}, web)
 		if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
 			t.Fatal(err)
@@ -127,6 +129,7 @@ func TestNoPanicStopsThePlanner(t *testing.T) {
 	t.Run("settle", func(t *testing.T) {
 		f := newHealFixture(t, "a", "b")
 		f.agent("a")
+		f.agent("b")
 		f.deployOn("a", []string{"a", "b"}, web)
 		if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
 			t.Fatal(err)
@@ -189,4 +192,89 @@ func TestNoPanicStopsThePlanner(t *testing.T) {
 		<-done
 		serves(t, f)
 	})
+}
+
+// TestNewDrainStartsAfresh: a drain parked for want of room is cancelled;
+// room appears and the host is drained again: the new drain moves at once
+// instead of waiting out the last one's park (the attack found it idle
+// and reasonless for up to a minute), and it does not start with the last
+// drain's reason.
+func TestNewDrainStartsAfresh(t *testing.T) {
+	f := newHealFixture(t, "a", "b")
+	f.agent("a")
+	f.agent("b")
+	f.deployOn("a", []string{"a", "b"}, web)
+	f.set("b", false)
+	now := time.Now()
+	if _, err := f.Drain(f.ctx, "a", 0, false, now); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracker()
+	for i := range parkAfter {
+		f.tick(f.ctx, tr, now.Add(time.Duration(i)*time.Second))
+	}
+	if v, _ := f.Host("a"); !strings.Contains(v.Host.Stuck, "parked") {
+		t.Fatalf("with nowhere to go the drain is not parked: stuck %q", v.Host.Stuck)
+	}
+	if _, err := f.Drain(f.ctx, "a", 0, true, now.Add(4*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	f.set("b", true)
+	v, err := f.Drain(f.ctx, "a", 0, false, now.Add(5*time.Second))
+	if err != nil || v.Host.Stuck != "" {
+		t.Fatalf("a new drain: %v, stuck %q; want no reason yet", err, v.Host.Stuck)
+	}
+	f.tick(f.ctx, tr, now.Add(6*time.Second))
+	if m := f.st.Moving(); len(m) != 2 {
+		t.Errorf("the new drain's first tick started %d moves, want 2 (not parked by the last drain)", len(m))
+	}
+}
+
+// TestHealReasonOutranksDrain: a dead host that is also draining, whose
+// instances fit nowhere: its reason is the heal's, and the drain's pass
+// neither overwrites nor clears it (the simulation found it lost: seeds
+// 9, 11, 12).
+func TestHealReasonOutranksDrain(t *testing.T) {
+	f := newHealFixture(t, "a", "b")
+	f.deployOn("a", []string{"a", "b"}, web)
+	f.dies("a")
+	if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.set("b", false)
+	if _, err := f.SetPlacementSettings(f.ctx, placement.Settings{DownGrace: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	tr, now := newTracker(), time.Now()
+	for i := range 6 {
+		f.tick(f.ctx, tr, now.Add(time.Duration(i)*2*time.Second))
+		if v, _ := f.Host("a"); i > 0 && !strings.HasPrefix(v.Host.Stuck, "heal") {
+			t.Fatalf("tick %d: the dead, draining host's reason is %q, want the heal's", i, v.Host.Stuck)
+		}
+	}
+}
+
+// TestMoveNeedsAnAgentsHost: an instance its agent runs moves blue-green,
+// so only onto a host whose agent can report the new instance running;
+// with only hosts registered by hand left, the move is refused up front
+// with the reason, and rebalance proposes none (the attack found such
+// moves waiting for ever, their resources held twice). A removal (a heal
+// of a live host), which is no move, may still use them.
+func TestMoveNeedsAnAgentsHost(t *testing.T) {
+	f := newHealFixture(t, "a", "b")
+	f.agent("a")
+	ins := f.deployOn("a", []string{"a", "b"}, web)
+	if _, err := f.Move(f.ctx, ins[0].ID, ""); CodeOf(err) != Exhausted || !strings.Contains(err.Error(), "agent") {
+		t.Errorf("moving %s off an agent's host with only b (by hand) left = %v, want refused naming the agent", ins[0].ID, err)
+	}
+	if res, err := f.Rebalance(f.ctx, RebalanceRequest{}); err != nil || len(res.Moves) != 0 {
+		t.Errorf("rebalance = %+v, %v; want no move onto the host registered by hand", res.Moves, err)
+	}
+	if len(f.st.Moving()) != 0 {
+		t.Errorf("moves in flight: %v", f.st.Moving())
+	}
+	// A removal is no move: it places them on b at once.
+	if moved, err := f.RemoveHost(f.ctx, "a"); err != nil || len(moved) != 2 || moved[0].To.Host != "b" {
+		t.Errorf("removing a = %+v, %v; want both placed on b", moved, err)
+	}
 }

@@ -52,6 +52,12 @@ func WithRequest(ctx context.Context, call *RequestCall) context.Context {
 	return context.WithValue(ctx, requestKey{}, call)
 }
 
+// withoutRequest is ctx carrying no request ID: for a call that makes
+// another (scale deploys what is missing) and records nothing of its own.
+func withoutRequest(ctx context.Context) context.Context {
+	return context.WithValue(ctx, requestKey{}, (*RequestCall)(nil))
+}
+
 // RequestFrom is the call ctx carries with a request ID, or nil.
 func RequestFrom(ctx context.Context) *RequestCall { return requestOf(ctx) }
 

@@ -128,9 +128,22 @@ func TestRequestIDsMakeWritesIdempotent(t *testing.T) {
 		t.Errorf("repeated remove = %v, %v (repeated %v); want %v", again, err, call.Repeated, gone)
 	}
 
+	// Scale is idempotent by its count and records nothing under the ID:
+	// a deploy that reuses it acts (before, scale's deploy recorded the ID
+	// as a Deploy, and the later deploy was answered with scale's instances).
+	ctx, _ = withID("scale-1")
+	if r, err := a.Scale(ctx, "web", 4); err != nil || len(r.Added) != 1 {
+		t.Fatalf("scale web to 4: %+v, %v", r, err)
+	}
+	ctx, call = withID("scale-1")
+	if res, err := a.DeployWithRules(ctx, service.DeployRequest{Service: "cache", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: GiB}); err != nil ||
+		call.Repeated || len(res.Instances) != 1 || res.Instances[0].Service != "cache" {
+		t.Errorf("a deploy reusing a scale's ID = %+v, %v (repeated %v); want a new cache instance", res.Instances, err, call.Repeated)
+	}
+
 	// Records are forgotten after their time.
-	if n, err := a.Store().PruneRequests(context.Background(), time.Now().Add(state.RequestTTL)); err != nil || n != 4 {
-		t.Errorf("pruning every record: %d, %v; want 4 (deploy-1, resize-1, deploy-2, rm-1)", n, err)
+	if n, err := a.Store().PruneRequests(context.Background(), time.Now().Add(state.RequestTTL)); err != nil || n != 5 {
+		t.Errorf("pruning every record: %d, %v; want 5 (deploy-1, resize-1, deploy-2, rm-1, scale-1)", n, err)
 	}
 	verify(t, a)
 }

@@ -80,6 +80,9 @@ type Host struct {
 	// instance goes once its replacement exists, healthy or not.
 	Draining      bool      `json:"draining,omitempty"`
 	DrainDeadline time.Time `json:"drain_deadline,omitzero"`
+	// DrainStarted is when the drain began: a new drain (after a cancel)
+	// starts afresh, its steps not parked by the last one's failures.
+	DrainStarted time.Time `json:"drain_started,omitzero"`
 	// Stuck is why the leader's drain or heal of this host makes no
 	// progress: the last error of a step that failed (or an internal
 	// error), and whether it is parked (retried at a long interval after
