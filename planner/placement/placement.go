@@ -29,6 +29,11 @@ const (
 	// rules run (Plan never sees such hosts); it is named here so that the
 	// elimination report lists it with the others.
 	RuleDown Rule = "Down"
+	// RuleNoAgent: the host was registered by hand, so no agent can report
+	// that a new instance runs there. The service applies it to the
+	// targets of a blue-green move of an instance an agent runs (a drain,
+	// a rebalance); Plan never sees it.
+	RuleNoAgent Rule = "NoAgent"
 )
 
 // Priority is how strictly a rule holds (seed 001).

@@ -64,13 +64,20 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 		}
 	}
 	if from, ok := rd.Host(old.Host); move && ok && from.Host.Agent {
-		n := len(hosts)
+		var byHand []string
 		hosts = slices.DeleteFunc(hosts, func(h *placement.Host) bool {
 			v, ok := rd.Host(h.Name)
-			return !ok || !v.Host.Agent
+			if !ok || !v.Host.Agent {
+				byHand = append(byHand, h.Name)
+				return true
+			}
+			return false
 		})
-		if len(hosts) == 0 && n > 0 {
-			return model.Instance{}, errf(Exhausted, "instance %s runs under the agent of %s: a move is blue-green, and no other schedulable host has an agent to confirm the new instance runs (the %d registered by hand are left out)", old.ID, old.Host, n)
+		if len(hosts) == 0 && len(byHand) > 0 {
+			e := errf(Exhausted, "instance %s runs under the agent of %s: a move is blue-green, and no other schedulable host has an agent to confirm the new instance runs (%s eliminated %d registered by hand)",
+				old.ID, old.Host, placement.RuleNoAgent, len(byHand))
+			e.Eliminations = []placement.Elimination{{Rule: placement.RuleNoAgent, Hosts: byHand}}
+			return model.Instance{}, e
 		}
 	}
 	if spread, _ := placement.ParseSpread(string(req.DomainSpread)); spread == placement.SpreadOff {
