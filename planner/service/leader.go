@@ -16,6 +16,13 @@ const HealEvery = time.Second
 // logged as errors. onLead, if set, is
 // called with true when this planner becomes leader and false when it stops
 // leading. It returns when ctx ends.
+//
+// The loops' context carries the leadership (state.LeaderOf): a commit made
+// with it is fenced (state.Commit), so a planner that lost the election
+// while it could not reach etcd (paused past its session's TTL) commits no
+// leader work, and the first fenced commit that finds the leadership gone
+// ends the loops. Changes the commit pipeline merges with other requests'
+// are fenced per job (Change.GuardLeader(state.LeaderOf(job's context))).
 func (s *Service) RunBackground(ctx context.Context, id string, ttl, interval time.Duration, onLead func(bool)) error {
 	for ctx.Err() == nil {
 		err := s.st.Lead(ctx, id, ttl, func(ctx context.Context) error {

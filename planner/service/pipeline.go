@@ -203,6 +203,9 @@ func (p *pipeline) group(batch []*job) []*job {
 				rest = append(in[i:len(in):len(in)], rest...)
 				break
 			}
+			// Leader work (heal, drain, settling moves) commits only while
+			// this planner leads: a planner that lost it in a freeze cannot.
+			c.GuardLeader(state.LeaderOf(j.ctx))
 			pend.Add(c)
 			live = append(live, j)
 		}

@@ -17,18 +17,19 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// Verify re-checks the store's invariants from its documents: every host's
-// allocation document equals the sum of its instances, no CPU holds more
-// pieces than its capacity, memory (host and NUMA node) is not oversold, and
-// no instance gets more than ShareBase pieces of one CPU, the shared pool
-// holds the largest memory-first quota, and a whole-cores instance shares
-// no core. It returns every
-// violation found. Capacity is the overbooked one where the cluster's
+// Verify re-checks the store's invariants from its documents, read at one
+// revision (state.Snapshot): every host's allocation document equals the
+// sum of its instances, no CPU holds more pieces than its capacity, memory
+// (host and NUMA node) is not oversold, and no instance gets more than
+// ShareBase pieces of one CPU, the shared pool holds the largest
+// memory-first quota, and a whole-cores instance shares no core. It returns
+// every violation found. Capacity is the overbooked one where the cluster's
 // settings overbook a resource (what a replacement may use: placement's
 // adjust): what placement did is never flagged.
 func Verify(st *state.Store, shareBase int) []string {
 	var bad []string
-	ps := st.PlacementSettings()
+	snap := st.Snapshot() // one revision: usage and instances committed together are read together
+	ps := snap.Placement
 	limit := func(resource string, capacity int64) int64 {
 		o, ok := ps.Overbooking[resource]
 		switch {
@@ -39,11 +40,11 @@ func Verify(st *state.Store, shareBase int) []string {
 		}
 		return int64(math.Floor(float64(capacity) * (1 + o)))
 	}
-	for _, v := range st.Hosts() {
+	for _, v := range snap.Hosts {
 		name := v.Host.Name
 		sum := state.NewAlloc()
 		var wholeCores []model.Instance
-		for _, iv := range st.Instances(name) {
+		for _, iv := range snap.Instances[name] {
 			sum.Add(iv.Instance, +1)
 			for id, p := range iv.Instance.CPUs {
 				if p > shareBase {

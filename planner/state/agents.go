@@ -70,8 +70,11 @@ func (s *Store) PutStatus(ctx context.Context, host, id string, st model.Status)
 
 // Lead campaigns among the planners sharing the store (etcd election,
 // session TTL ttl) and, once elected, runs lead with a context that ends
-// when ctx ends or the leadership is lost; then it resigns. It returns
-// lead's error, or why the campaign ended.
+// when ctx ends or the leadership is lost (the session ended, or a fenced
+// commit found the election key gone); then it resigns. The context
+// carries the Leadership (LeaderOf): every commit made with it, or a
+// context made from it, is fenced by it. It returns lead's error, or why
+// the campaign ended.
 func (s *Store) Lead(ctx context.Context, id string, ttl time.Duration, lead func(context.Context) error) error {
 	sess, err := concurrency.NewSession(s.cli, concurrency.WithTTL(int(ttl/time.Second)), concurrency.WithContext(ctx))
 	if err != nil {
@@ -89,6 +92,7 @@ func (s *Store) Lead(ctx context.Context, id string, ttl time.Duration, lead fun
 	}()
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	lctx = context.WithValue(lctx, leadershipKey{}, &Leadership{key: el.Key(), rev: el.Rev(), lose: cancel})
 	go func() {
 		select {
 		case <-sess.Done():

@@ -30,6 +30,8 @@ type Change struct {
 	instances map[string]pendingInstance // id → the write
 	services  map[string]*Service        // nil: deleted
 	requests  map[string]Request         // request ID → its record
+
+	leaders []*Leadership // GuardLeader
 }
 
 // pendingInstance is an instance written (in != nil) or deleted by a change.
@@ -177,6 +179,9 @@ func (c *Change) Len() int { return len(c.ops) }
 func (c *Change) Merge(o *Change) {
 	for _, g := range o.guards {
 		c.guard(g.key, g.rev)
+	}
+	for _, l := range o.leaders {
+		c.GuardLeader(l)
 	}
 	for _, op := range o.ops {
 		c.op(string(op.KeyBytes()), op)

@@ -10,6 +10,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 
 	"github.com/pinfold/pinfold/planner/pki"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -21,6 +22,11 @@ type EmbedConfig struct {
 	Dir       string // data directory
 	ClientURL string // e.g. http://127.0.0.1:2379
 	PeerURL   string // e.g. http://127.0.0.1:2380
+	// AdvertiseClientURL and AdvertisePeerURL, when set, are what the
+	// member tells the cluster instead of the URLs it listens on (a proxy
+	// in front of it: statetest's frozen member); InitialCluster names the
+	// advertised peer URL.
+	AdvertiseClientURL, AdvertisePeerURL string
 	// InitialCluster is "name=peerURL,…" for a multi-member cluster; empty
 	// means a single-member cluster of this member.
 	InitialCluster string
@@ -53,21 +59,52 @@ const DefaultHistory = 5 * time.Minute
 type Dial struct {
 	Endpoints []string
 	TLS       *tls.Config
+	// RequestTimeout bounds one attempt of a commit (0:
+	// DefaultRequestTimeout), plus a millisecond per write: an attempt a
+	// member never answers is resolved and tried again through another.
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is Dial.RequestTimeout's default: a commit applies
+// in milliseconds; one a sick member holds is given up after this.
+const DefaultRequestTimeout = 3 * time.Second
 
 // MaxMessageBytes bounds one etcd request or response from pinfold's client
 // (a 10,000-instance deploy is one ~3 MiB transaction).
 const MaxMessageBytes = 64 << 20
 
 // newClient connects to etcd endpoints with pinfold's message limits (tc
-// nil: plaintext).
-func newClient(endpoints []string, tc *tls.Config, log *slog.Logger) (*clientv3.Client, error) {
+// nil: plaintext), gRPC keepalives, and, with more than one endpoint, the
+// member probes that move the client off a member that stopped answering
+// (failover.go); the returned failover is stopped after the client closes.
+func newClient(endpoints []string, tc *tls.Config, log *slog.Logger) (*clientv3.Client, *failover, error) {
 	cfg := clientv3.Config{Endpoints: endpoints, DialTimeout: 10 * time.Second, TLS: tc,
 		MaxCallSendMsgSize: MaxMessageBytes, MaxCallRecvMsgSize: MaxMessageBytes}
 	if log != nil {
 		cfg.Logger = newZapLogger(log, zapcore.WarnLevel)
 	}
-	return clientv3.New(cfg)
+	if unguarded.Load() {
+		cli, err := clientv3.New(cfg)
+		return cli, nil, err
+	}
+	// Pings only while calls are in flight: etcd answers pings on an idle
+	// connection with GOAWAY (its keepalive enforcement policy).
+	cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout = KeepAliveTime, KeepAliveTimeout
+	if len(endpoints) < 2 {
+		cli, err := clientv3.New(cfg)
+		return cli, nil, err
+	}
+	f := newFailover(log)
+	cfg.DialOptions = []grpc.DialOption{grpc.WithContextDialer(f.dial)}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := f.start(endpoints, tc, cli); err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return cli, f, nil
 }
 
 // ClientTLS is the client side of f: its certificate, and f.CA as the
@@ -94,11 +131,25 @@ func StartEmbedded(c EmbedConfig) (*Member, error) {
 	if err != nil {
 		return nil, fmt.Errorf("state: etcd peer URL %q: %w", c.PeerURL, err)
 	}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	acu, apu := *cu, *pu
+	for _, a := range []struct {
+		which, raw string
+		u          *url.URL
+	}{{"advertised client", c.AdvertiseClientURL, &acu}, {"advertised peer", c.AdvertisePeerURL, &apu}} {
+		if a.raw == "" {
+			continue
+		}
+		u, err := url.Parse(a.raw)
+		if err != nil {
+			return nil, fmt.Errorf("state: etcd %s URL %q: %w", a.which, a.raw, err)
+		}
+		*a.u = *u
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{acu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{apu}
 	cfg.InitialCluster = c.InitialCluster
 	if cfg.InitialCluster == "" {
-		cfg.InitialCluster = c.Name + "=" + c.PeerURL
+		cfg.InitialCluster = c.Name + "=" + apu.String()
 	}
 	cfg.InitialClusterToken = "pinfold"
 	cfg.LogLevel = "error"
@@ -151,3 +202,6 @@ func (m *Member) Endpoint() string { return m.endpoint }
 
 // Close stops the member (safe to call more than once).
 func (m *Member) Close() { m.e.Close() }
+
+// IsLeader reports whether the member is its cluster's raft leader now.
+func (m *Member) IsLeader() bool { return m.e.Server.Leader() == m.e.Server.MemberID() }

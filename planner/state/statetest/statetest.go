@@ -29,11 +29,27 @@ func freePort(t testing.TB) int {
 type Cluster struct {
 	Members   []*state.Member
 	Endpoints []string
+	// proxies are each member's client and peer proxies (StartProxied).
+	proxies [][2]*Proxy
 }
 
 // Start starts an n-member etcd cluster on loopback, stopped at cleanup;
 // each option changes every member's configuration (say, MaxTxnOps).
 func Start(t testing.TB, n int, options ...func(*state.EmbedConfig)) *Cluster {
+	t.Helper()
+	return start(t, n, false, options)
+}
+
+// StartProxied is Start with a Proxy in front of each member's client URL
+// and peer URL (the member advertises the proxies: clients and the other
+// members reach it only through them), so that Freeze can make a member
+// stop answering as a stopped process does. Endpoints are the proxies.
+func StartProxied(t testing.TB, n int, options ...func(*state.EmbedConfig)) *Cluster {
+	t.Helper()
+	return start(t, n, true, options)
+}
+
+func start(t testing.TB, n int, proxied bool, options []func(*state.EmbedConfig)) *Cluster {
 	t.Helper()
 	dir := t.TempDir()
 	var cfgs []state.EmbedConfig
@@ -42,12 +58,21 @@ func Start(t testing.TB, n int, options ...func(*state.EmbedConfig)) *Cluster {
 	for i := range n {
 		cfg := state.EmbedConfig{Name: fmt.Sprintf("m%d", i), Dir: filepath.Join(dir, fmt.Sprintf("m%d", i)),
 			ClientURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), PeerURL: fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), LogLevel: "fatal"}
+		if proxied {
+			cp, pp := NewProxy(t, strings.TrimPrefix(cfg.ClientURL, "http://")), NewProxy(t, strings.TrimPrefix(cfg.PeerURL, "http://"))
+			cfg.AdvertiseClientURL, cfg.AdvertisePeerURL = "http://"+cp.Addr(), "http://"+pp.Addr()
+			c.proxies = append(c.proxies, [2]*Proxy{cp, pp})
+		}
 		for _, o := range options {
 			o(&cfg)
 		}
 		cfgs = append(cfgs, cfg)
-		initial = append(initial, cfg.Name+"="+cfg.PeerURL)
-		c.Endpoints = append(c.Endpoints, cfg.ClientURL)
+		peer, client := cfg.PeerURL, cfg.ClientURL
+		if proxied {
+			peer, client = cfg.AdvertisePeerURL, cfg.AdvertiseClientURL
+		}
+		initial = append(initial, cfg.Name+"="+peer)
+		c.Endpoints = append(c.Endpoints, client)
 	}
 	type result struct {
 		i   int
@@ -78,6 +103,32 @@ func Start(t testing.TB, n int, options ...func(*state.EmbedConfig)) *Cluster {
 		}
 	})
 	return c
+}
+
+// Freeze makes member i stop answering, as SIGSTOP would: its client and
+// peer proxies stall all traffic until Thaw (StartProxied clusters only).
+// The member itself runs on and still reaches the others: what it sends
+// over connections it opened goes through; what it answers does not.
+func (c *Cluster) Freeze(i int) {
+	c.proxies[i][0].Freeze()
+	c.proxies[i][1].Freeze()
+}
+
+// Thaw lets member i's stalled traffic through.
+func (c *Cluster) Thaw(i int) {
+	c.proxies[i][0].Thaw()
+	c.proxies[i][1].Thaw()
+}
+
+// Leader is the index of the member that is the raft leader now, -1 when
+// none (an election in progress).
+func (c *Cluster) Leader() int {
+	for i, m := range c.Members {
+		if m != nil && m.IsLeader() {
+			return i
+		}
+	}
+	return -1
 }
 
 // Stop kills member i (closes it) mid-test.
