@@ -258,6 +258,7 @@ func (r SetHostRequest) applyCPUs(h *state.Host, used state.Alloc, ins []state.I
 }
 
 func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
+	before := h.MemoryBytes
 	if r.MemoryBytes != nil {
 		h.MemoryBytes = *r.MemoryBytes
 	}
@@ -268,7 +269,10 @@ func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
 	if h.MemoryBytes <= 0 {
 		return errf(Invalid, "host %s: memory would be %d bytes: want more than 0", r.Name, h.MemoryBytes)
 	}
-	if h.MemoryBytes < used.MemoryUsed {
+	// Only a change that lowers the memory is held to what is in use: a
+	// host already above its memory (a heal used the overbooking) may
+	// still have its properties set, or its memory raised.
+	if h.MemoryBytes < used.MemoryUsed && h.MemoryBytes < before {
 		return errf(Precond, "host %s: memory %d bytes is below the %d in use", r.Name, h.MemoryBytes, used.MemoryUsed)
 	}
 	for _, n := range slices.Sorted(maps.Keys(r.NUMAMemory)) {

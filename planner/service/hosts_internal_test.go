@@ -101,3 +101,37 @@ func TestHostInputParity(t *testing.T) {
 		t.Errorf("a NUMA node of 7 EiB validated")
 	}
 }
+
+// TestSetHostAboveMemory: a host whose instances use more memory than it
+// has (a heal placed them with the memory overbooking) still takes a
+// property, and a raise of its memory; only a lower memory is refused.
+// Before, every SetHost was refused "memory … below the … in use"
+// (simulation seeds 4 and 8).
+func TestSetHostAboveMemory(t *testing.T) {
+	t.Parallel()
+	h, err := state.NewHost("h1", topologytest.Laptop().Topology(), state.Config{ShareBase: 100, MaxFragmentCores: -1}, state.CapacitySettings{MemoryShare: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := model.Instance{ID: "big-1", Service: "big", Host: "h1", Allocation: model.Allocation{CPUQuota: 10, NUMANode: -1, Memory: h.MemoryBytes + 1<<30}}
+	used := state.NewAlloc()
+	used.Add(big, +1)
+	v := state.HostView{Host: h, Alloc: used}
+	for _, tc := range []struct {
+		name string
+		r    SetHostRequest
+		ok   bool
+	}{
+		{"a property", SetHostRequest{SetProperties: map[string]placement.Value{"ssd": placement.BoolVal(true)}}, true},
+		{"memory raised, still below use", SetHostRequest{MemoryDelta: 1 << 20}, true},
+		{"memory lowered", SetHostRequest{MemoryDelta: -(1 << 20)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.r.Name = "h1"
+			_, err := tc.r.apply(v, []state.InstanceView{{Instance: big}}, 100)
+			if (err == nil) != tc.ok {
+				t.Errorf("apply = %v, want ok %v", err, tc.ok)
+			}
+		})
+	}
+}
