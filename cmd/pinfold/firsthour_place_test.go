@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,14 +13,7 @@ import (
 // --max-moves.
 func TestFirstHourPlacement(t *testing.T) {
 	addr := startPlanner(t)
-	topo := filepath.Join(t.TempDir(), "h.json")
-	out, errOut, code := runCLI(t, "", "topology", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230", "-o", "json")
-	if code != 0 {
-		t.Fatal(errOut)
-	}
-	if err := os.WriteFile(topo, []byte(out), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	topo := topologyFile(t, "dual-xeon-gold-6230")
 	pl := []string{"--planner", addr}
 	must := func(args ...string) string {
 		t.Helper()
@@ -46,7 +37,7 @@ func TestFirstHourPlacement(t *testing.T) {
 		t.Errorf("ps:\n%s\nwant 2 instances on a and 2 on b", ps)
 	}
 
-	out, errOut, code = runCLI(t, "", append([]string{"deploy", "big", "--count", "200", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox"}, pl...)...)
+	out, errOut, code := runCLI(t, "", append([]string{"deploy", "big", "--count", "200", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox"}, pl...)...)
 	if code != 1 || !strings.Contains(errOut, "need 200 instances of big, the hosts can take") || strings.Contains(errOut, "FaultDomain") {
 		t.Errorf("deploy big --count 200 (exit %d):\n%s%s\nwant refused naming capacity, not FaultDomain", code, out, errOut)
 	}

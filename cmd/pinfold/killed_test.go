@@ -101,14 +101,7 @@ func TestKilledDuringLargeDeploy(t *testing.T) {
 	p := newPlannerProcess(t)
 	p.start()
 	pl := []string{"--planner", p.addr}
-	topo := filepath.Join(t.TempDir(), "h.json")
-	out, errOut, code := runCLI(t, "", "topology", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230", "-o", "json")
-	if code != 0 {
-		t.Fatal(errOut)
-	}
-	if err := os.WriteFile(topo, []byte(out), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	topo := topologyFile(t, "dual-xeon-gold-6230")
 	for i := range 14 { // 1,120 CPUs: room for 22,400 instances of 0.05 CPU, 20,000 needed
 		if _, errOut, code := runCLI(t, "", append([]string{"host", "add", fmt.Sprintf("h%02d", i), "--topology", topo}, pl...)...); code != 0 {
 			t.Fatal(errOut)

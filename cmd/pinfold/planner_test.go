@@ -46,14 +46,11 @@ func startPlanner(t *testing.T) string {
 
 func TestPlannerCLI(t *testing.T) {
 	addr := startPlanner(t)
-	topo := filepath.Join(t.TempDir(), "h.json")
-	out, errOut, code := runCLI(t, "", "topology", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230", "-o", "json")
-	if code != 0 {
-		t.Fatal(errOut)
-	}
-	if err := os.WriteFile(topo, []byte(out), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	topo := topologyFile(t, "dual-xeon-gold-6230")
+	var (
+		out, errOut string
+		code        int
+	)
 	pl := []string{"--planner", addr}
 	must := func(args ...string) string {
 		t.Helper()

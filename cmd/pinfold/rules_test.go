@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,14 +15,11 @@ import (
 // and health, through the CLI against a real planner.
 func TestPlacementCLI(t *testing.T) {
 	addr := startPlanner(t)
-	topo := filepath.Join(t.TempDir(), "h.json")
-	out, errOut, code := runCLI(t, "", "topology", "--sysfs-root", "../../numa/testdata/sysfs/laptop-i7-1185g7", "-o", "json")
-	if code != 0 {
-		t.Fatal(errOut)
-	}
-	if err := os.WriteFile(topo, []byte(out), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	topo := topologyFile(t, "laptop-i7-1185g7")
+	var (
+		out, errOut string
+		code        int
+	)
 	pl := []string{"--planner", addr}
 	run := func(args ...string) (string, string, int) {
 		t.Helper()

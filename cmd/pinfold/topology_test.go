@@ -21,6 +21,21 @@ func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, 
 	return o.String(), e.String(), code
 }
 
+// topologyFile writes `pinfold topology -o json` of the sysfs fixture
+// named fixture to a file and returns its path, for host add.
+func topologyFile(t *testing.T, fixture string) string {
+	t.Helper()
+	out, errOut, code := runCLI(t, "", "topology", "--sysfs-root", filepath.Join(fixtures, "sysfs", fixture), "-o", "json")
+	if code != 0 {
+		t.Fatal(errOut)
+	}
+	path := filepath.Join(t.TempDir(), fixture+".json")
+	if err := os.WriteFile(path, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // TestTopologyFixtures runs `pinfold topology` on every fixture, in both
 // formats, and checks the JSON fields scripts rely on.
 func TestTopologyFixtures(t *testing.T) {
