@@ -95,9 +95,6 @@ type Result struct {
 // the run counts them instead of failing, so that it keeps finding new
 // ones. Delete an entry with its fix; the seeds in regressions show it.
 var knownDefects = map[string]string{
-	"capacity-negative": "placement.Capacity reports a negative room (e.g. -1 (memory)) for a host whose use exceeds what " +
-		"normal placement may use (after a buffer is set, memory is lowered, or a heal used the overbooking): the total undercounts " +
-		"(seeds 4, 9, 10: 'capacity says 1 instances fit, and one more deployed too')",
 	"capacity-soft-constraint": "with constraint_priorities.PlacementConstraint soft (1) or optimization (2), Capacity counts the hosts " +
 		"the constraint does not match and a deploy of that total is refused naming only the matching hosts (seeds 7, 8)",
 	"heal-reason-lost-while-draining": "a dead host that is also draining holds instances past the down grace with no reason " +
@@ -1144,10 +1141,9 @@ func (w *world) opProbe() (op, bool) {
 	total := 0
 	for _, h := range slices.Sorted(maps.Keys(rooms)) {
 		if n := rooms[h].Count; n < 0 {
-			w.known("capacity-negative")
-		} else {
-			total += n
+			w.fail("capacity of %s: host %s takes %d (%s)", what, h, n, rooms[h].Limit)
 		}
+		total += rooms[h].Count
 	}
 	if p, ok := w.st.PlacementSettings().Priorities[placement.RulePlacementConstraint]; ok && p != placement.Hard && r.Rules.Constraint != "" {
 		w.known("capacity-soft-constraint")
