@@ -95,8 +95,6 @@ type Result struct {
 // the run counts them instead of failing, so that it keeps finding new
 // ones. Delete an entry with its fix; the seeds in regressions show it.
 var knownDefects = map[string]string{
-	"capacity-soft-constraint": "with constraint_priorities.PlacementConstraint soft (1) or optimization (2), Capacity counts the hosts " +
-		"the constraint does not match and a deploy of that total is refused naming only the matching hosts (seeds 7, 8)",
 	"heal-reason-lost-while-draining": "a dead host that is also draining holds instances past the down grace with no reason " +
 		"(Host.Stuck empty) although a heal run then places them: the drain's pass and the heal's share Host.Stuck, and the " +
 		"drain's pass overwrites or clears the parked heal's reason (seeds 9, 11, 12)",
@@ -1144,10 +1142,6 @@ func (w *world) opProbe() (op, bool) {
 			w.fail("capacity of %s: host %s takes %d (%s)", what, h, n, rooms[h].Limit)
 		}
 		total += rooms[h].Count
-	}
-	if p, ok := w.st.PlacementSettings().Priorities[placement.RulePlacementConstraint]; ok && p != placement.Hard && r.Rules.Constraint != "" {
-		w.known("capacity-soft-constraint")
-		return op{kind: "capacity-probe", what: what + " (constraint not hard: not deployed)"}, true
 	}
 	what = fmt.Sprintf("%s: capacity %d %v", what, total, rooms)
 	w.stats("capacity-probe").Done++
