@@ -25,8 +25,13 @@ type hostState struct {
 	numaKey []int16
 	// sets are the positions of each NUMA node's CPUs (h.NUMANodes order); all
 	// is every position.
-	sets     [][]int32
-	all      []int32
+	sets [][]int32
+	all  []int32
+	// memFree and numaFree are never below 0: a host or NUMA node using
+	// more memory than it has (lowered under its instances, or a heal that
+	// used the overbooking) has none free, as a CPU used past its capacity
+	// has no pieces free; a negative value would count as -1 instances and
+	// take room away from the other hosts' total.
 	memFree  int64
 	numaFree []int64
 	// convAllowance is how many more CPUs may become fragment CPUs
@@ -43,7 +48,7 @@ func newHostState(p Params, h *Host) *hostState {
 	n := len(h.CPUs)
 	s := &hostState{p: p, h: h, ids: make([]cpuset.CPUID, n), free: make([]int, n),
 		coreKey: make([]cpuset.CPUID, n), l3Key: make([]cpuset.CPUID, n), coreSize: make([]int, n), numaKey: make([]int16, n),
-		all: make([]int32, n), memFree: h.MemoryBytes - h.MemoryUsed}
+		all: make([]int32, n), memFree: max(h.MemoryBytes-h.MemoryUsed, 0)}
 	fragmented := 0
 	for i, c := range h.CPUs {
 		s.ids[i] = c.ID
@@ -84,7 +89,7 @@ func newHostState(p Params, h *Host) *hostState {
 			}
 		}
 		s.sets = append(s.sets, set)
-		s.numaFree = append(s.numaFree, nn.MemoryBytes-nn.MemoryUsed)
+		s.numaFree = append(s.numaFree, max(nn.MemoryBytes-nn.MemoryUsed, 0))
 	}
 	return s
 }

@@ -154,11 +154,13 @@ func Report(elims []Elimination) string {
 }
 
 // Plan applies the rules in order, ranks what is left, and lets the
-// allocation engine place the request on it. When that fails, the soft
-// rules give way one at a time, the last applied first (capacity's buffer,
-// then affinity, then the placement constraint), until the plan holds
-// (seed 001: a soft rule yields only when nothing else is left); the
-// result lists what gave way. It is pure.
+// allocation engine place the request on it. When that fails, the rules
+// that are not hard give way one at a time until the plan holds (seed 001:
+// such a rule yields only when nothing else is left, and the priorities
+// are the order in which rules give way): the optimization ones first,
+// then the soft ones, each the last applied first (capacity's buffer, then
+// affinity, then the placement constraint); the result lists what gave
+// way. It is pure.
 func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error) {
 	if err := p.Validate(); err != nil {
 		return nil, &Error{Invalid: true, Message: err.Error()}
@@ -188,13 +190,15 @@ func PlanValid(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, e
 		return res, err
 	}
 	relaxed := map[Rule]bool{}
-	for _, rule := range []Rule{RuleCapacity, RuleAffinity, RulePlacementConstraint} {
-		if s.priority(rule) != Soft {
-			continue
-		}
-		relaxed[rule] = true
-		if res2, err2 := plan(p, s, hosts, r, relaxed); err2 == nil {
-			return res2, nil
+	for _, prio := range []Priority{Optimization, Soft} {
+		for _, rule := range []Rule{RuleCapacity, RuleAffinity, RulePlacementConstraint} {
+			if s.priority(rule) != prio {
+				continue
+			}
+			relaxed[rule] = true
+			if res2, err2 := plan(p, s, hosts, r, relaxed); err2 == nil {
+				return res2, nil
+			}
 		}
 	}
 	return nil, err
@@ -276,8 +280,8 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 	}
 	// Capacity, under buffer and overbooking.
 	capPrio := s.priority(RuleCapacity)
-	useBuffer := r.UseBuffer || capPrio == Soft && relaxed[RuleCapacity]
-	if capPrio == Soft && relaxed[RuleCapacity] && !r.UseBuffer && len(s.Buffer)+len(s.Overbooking) > 0 {
+	useBuffer := r.UseBuffer || relaxed[RuleCapacity]
+	if relaxed[RuleCapacity] && !r.UseBuffer && len(s.Buffer)+len(s.Overbooking) > 0 {
 		v.res.Violations = append(v.res.Violations, Violation{Rule: RuleCapacity, Detail: "normal placement used the hosts' buffered capacity"})
 	}
 	spreadRule, _ := ParseSpread(string(r.DomainSpread))
@@ -313,30 +317,47 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 }
 
 // rooms is, per host, its resources under the buffer and overbooking, how
-// many instances of r it has room for, and what limits that.
+// many instances of r it has room for, and what limits that. Using the
+// buffer never leaves a host less room than normal placement: CPU
+// overbooking makes each CPU's capacity no whole number of CPUs (125
+// pieces), which gives fragments only (as in Eru), so a bound request of
+// whole CPUs takes the host as normal placement sees it where that holds
+// more.
 func (s Settings) rooms(p alloc.Params, r Request, hosts []*Host, useBuffer bool) (adj map[string]*alloc.Host, room map[string]int, why map[string]string) {
 	adj, room, why = map[string]*alloc.Host{}, map[string]int{}, map[string]string{}
+	_, cpuOver := s.Overbooking["cpu"]
 	for _, h := range hosts {
-		ah, cpuCap := s.adjust(h.Resources, useBuffer)
-		adj[h.Name] = ah
-		c := alloc.HostCapacity(p, ah, r.Request)
-		n := c.Count
-		why[h.Name] = c.Why()
-		if cpuCap >= 0 && r.Bind && r.Pieces > 0 {
-			used := int64(0)
-			for _, c := range ah.CPUs {
-				used += int64(c.Used)
-			}
-			if b := int(max(0, (cpuCap-used)/int64(r.Pieces))); b < n {
-				n, why[h.Name] = b, "cpu buffer"
+		ah, n, w := s.room(p, r, h, useBuffer)
+		if useBuffer && cpuOver && r.Bind {
+			if ah2, n2, w2 := s.room(p, r, h, false); n2 > n {
+				ah, n, w = ah2, n2, w2
 			}
 		}
 		if r.MaxPerHost > 0 && r.MaxPerHost-h.Resources.Instances[r.Service] < n {
-			n, why[h.Name] = max(0, r.MaxPerHost-h.Resources.Instances[r.Service]), "max_per_host"
+			n, w = max(0, r.MaxPerHost-h.Resources.Instances[r.Service]), "max_per_host"
 		}
-		room[h.Name] = n
+		adj[h.Name], room[h.Name], why[h.Name] = ah, n, w
 	}
 	return adj, room, why
+}
+
+// room is host h as r may use it (with the buffer or not), how many
+// instances of r it has room for before max per host, and what limits
+// that.
+func (s Settings) room(p alloc.Params, r Request, h *Host, useBuffer bool) (*alloc.Host, int, string) {
+	ah, cpuCap := s.adjust(h.Resources, useBuffer)
+	c := alloc.HostCapacity(p, ah, r.Request)
+	n, why := c.Count, c.Why()
+	if cpuCap >= 0 && r.Bind && r.Pieces > 0 {
+		used := int64(0)
+		for _, c := range ah.CPUs {
+			used += int64(c.Used)
+		}
+		if b := int(max(0, (cpuCap-used)/int64(r.Pieces))); b < n {
+			n, why = b, "cpu buffer"
+		}
+	}
+	return ah, n, why
 }
 
 // whyNot says, for the first 20 hosts, why each takes none.
@@ -598,9 +619,14 @@ type HostRoom struct {
 // Capacity is, per host, how many instances of r it may take under the
 // same rules and settings a deploy of r applies: hard rules eliminate
 // hosts, the buffer or (with UseBuffer) the overbooking scale their room,
-// and max per host caps it. A deploy of the total succeeds, and one more
-// fails, when the domain spread does not limit it (Capacity does not count
-// the spread: it decides where instances go, not how many fit). Pure.
+// and max per host caps it. A rule that is soft or optimization gives way
+// in a deploy that needs it to (Plan), so it limits nothing here: a
+// placement constraint or affinity that is not hard counts the hosts it
+// does not match, a capacity rule that is not hard counts the buffer (as
+// UseBuffer). No host's room is below 0, even one used past what normal
+// placement may use. A deploy of the total succeeds, and one more fails,
+// when the domain spread does not limit it (Capacity does not count the
+// spread: it decides where instances go, not how many fit). Pure.
 func Capacity(p alloc.Params, s Settings, hosts []*Host, r Request) (map[string]HostRoom, error) {
 	if r.Strategy == "" {
 		r.Strategy = alloc.Auto
@@ -637,7 +663,7 @@ func Capacity(p alloc.Params, s Settings, hosts []*Host, r Request) (map[string]
 			left = append(left, h)
 		}
 	}
-	_, room, why := s.rooms(p, r, left, r.UseBuffer)
+	_, room, why := s.rooms(p, r, left, r.UseBuffer || s.priority(RuleCapacity) >= Soft)
 	for _, h := range left {
 		out[h.Name] = HostRoom{Count: room[h.Name], Limit: why[h.Name]}
 	}

@@ -41,8 +41,8 @@ var regressions = []struct {
 	{1, 800, "drain --cancel of a dead host cleared the heal's parked reason (Host.Stuck): the host showed none (fixed here: Drain keeps a heal's reason)"},
 	{6, 800, "the same, at step 741"},
 	{2, 600, "open (known): whole-cores instance shares its core under CPU overbooking (step 529)"},
-	{10, 400, "open (known): Capacity reports negative room (step 368)"},
-	{8, 300, "open (known): Capacity counts hosts a soft or optimization constraint does not match (step 249)"},
+	{10, 400, "Capacity reported negative room (step 368): a host using more memory than it has counted -1 instances (fixed here: alloc's free memory is never below 0)"},
+	{8, 300, "Capacity counted the hosts a soft or optimization constraint does not match, and Plan never used them under optimization (step 249) (fixed here: optimization rules give way too, before soft ones)"},
 }
 
 // TestSimulation runs the seeds of -sim.seeds, each for -sim.steps (or

@@ -95,11 +95,6 @@ type Result struct {
 // the run counts them instead of failing, so that it keeps finding new
 // ones. Delete an entry with its fix; the seeds in regressions show it.
 var knownDefects = map[string]string{
-	"capacity-negative": "placement.Capacity reports a negative room (e.g. -1 (memory)) for a host whose use exceeds what " +
-		"normal placement may use (after a buffer is set, memory is lowered, or a heal used the overbooking): the total undercounts " +
-		"(seeds 4, 9, 10: 'capacity says 1 instances fit, and one more deployed too')",
-	"capacity-soft-constraint": "with constraint_priorities.PlacementConstraint soft (1) or optimization (2), Capacity counts the hosts " +
-		"the constraint does not match and a deploy of that total is refused naming only the matching hosts (seeds 7, 8)",
 	"heal-reason-missing": "a dead host (not draining) holds instances past the down grace that cannot be placed again, and " +
 		"Host.Stuck is empty: the heal's reason is missing (seed 1, step 9289 of hack/sim.sh --ci; cause not found yet)",
 	"pool-floor-broken": "the audit finds a host whose memory-first quota does not fit its shared pool ('a memory-first quota of " +
@@ -1140,14 +1135,9 @@ func (w *world) opProbe() (op, bool) {
 	total := 0
 	for _, h := range slices.Sorted(maps.Keys(rooms)) {
 		if n := rooms[h].Count; n < 0 {
-			w.known("capacity-negative")
-		} else {
-			total += n
+			w.fail("capacity of %s: host %s takes %d (%s)", what, h, n, rooms[h].Limit)
 		}
-	}
-	if p, ok := w.st.PlacementSettings().Priorities[placement.RulePlacementConstraint]; ok && p != placement.Hard && r.Rules.Constraint != "" {
-		w.known("capacity-soft-constraint")
-		return op{kind: "capacity-probe", what: what + " (constraint not hard: not deployed)"}, true
+		total += rooms[h].Count
 	}
 	what = fmt.Sprintf("%s: capacity %d %v", what, total, rooms)
 	w.stats("capacity-probe").Done++
