@@ -1,0 +1,80 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestFirstHourControlPlane replays issue 24's first repro as a user, on
+// a planner with its leader's loops running: two hosts, a fill deploy, a
+// drain — which made the planner panic in its commit pipeline and crash
+// loop after every restart — then rebalance (which panicked in its
+// handler), scale down keeping the spread, and a drain that cannot move
+// saying why and exiting 1 instead of "0 of 2 instances moved" for ever.
+func TestFirstHourControlPlane(t *testing.T) {
+	addr := startPlanner(t)
+	topo := topologyFile(t, "dual-xeon-gold-6230")
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, pl...)...)
+		return out + errOut, code
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s", args, code, out)
+		}
+		return out
+	}
+	on := func(service string) map[string]int {
+		t.Helper()
+		var ins []struct {
+			Host string `json:"host"`
+		}
+		if err := json.Unmarshal([]byte(must("ps", "--service", service, "-o", "json")), &ins); err != nil {
+			t.Fatal(err)
+		}
+		per := map[string]int{}
+		for _, in := range ins {
+			per[in.Host]++
+		}
+		return per
+	}
+	must("host", "add", "a", "--topology", topo)
+	must("host", "add", "b", "--topology", topo)
+	must("deploy", "f", "--count", "2", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox", "--strategy", "fill")
+	if out := must("host", "drain", "a"); !strings.Contains(out, "host a drained: 2 instances moved") {
+		t.Errorf("host drain a: %s", out)
+	}
+	if per := on("f"); per["a"] != 0 || per["b"] != 4 {
+		t.Errorf("after draining a, f is on %v; want all 4 on b", per)
+	}
+	must("host", "enable", "a")
+	must("rebalance", "--dry-run")
+	must("rebalance", "--apply")
+	must("host", "list") // the planner still answers: no panic ended it
+
+	must("deploy", "web", "--count", "6", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox")
+	must("scale", "web", "--count", "2")
+	if per := on("web"); per["a"] != 1 || per["b"] != 1 {
+		t.Errorf("web scaled from 6 to 2 is on %v; want one on each host", per)
+	}
+
+	// Nowhere to go: b disabled. The drain says why, and gives up waiting
+	// once the step is parked (it goes on in the background).
+	must("host", "disable", "b")
+	out, code := run("host", "drain", "a")
+	if code != exitUnmet || !strings.Contains(out, "stuck: drain: instance") || !strings.Contains(out, "parked") || !strings.Contains(out, "--cancel") {
+		t.Errorf("a drain with nowhere to go: exit %d:\n%s\nwant exit 1 naming why it is stuck, parked, and how to stop it", code, out)
+	}
+	if show := must("host", "show", "a"); !strings.Contains(show, "Stuck: drain: instance") {
+		t.Errorf("host show a does not say why its drain is stuck:\n%s", show)
+	}
+	must("host", "drain", "a", "--cancel")
+	if show := must("host", "show", "a"); strings.Contains(show, "Stuck:") {
+		t.Errorf("after the drain was cancelled host show a still says stuck:\n%s", show)
+	}
+}
