@@ -46,6 +46,10 @@ type CPU struct {
 	ID       cpuset.CPUID
 	Capacity int // pieces; more than ShareBase means deliberately oversold
 	Used     int // pieces held by instances
+	// WholeCores marks a CPU a whole-cores instance holds: no other
+	// instance gets a piece of it, however many pieces Capacity has spare
+	// (an oversold CPU, or capacity the overbooking raised).
+	WholeCores bool
 }
 
 // NUMANode is one NUMA node of a host as the planner accounts it.

@@ -101,8 +101,6 @@ var knownDefects = map[string]string{
 		"1.35 CPUs does not fit the shared pool of 1 CPUs') (seed 6, step 6327 of hack/sim.sh --ci)",
 	"drain-reason-missing": "an instance of a draining host neither moves nor waits out a backoff for over 150 steps, and the " +
 		"host's Stuck is empty (seed 7, step 5049 of hack/sim.sh --ci)",
-	"whole-cores-overbooked": "with CPU overbooking, a bound instance is given pieces of a CPU a whole-cores instance holds (the " +
-		"audit: 'whole-cores instance … sibling CPU 0 holds 100 of its pieces, 150 in all') (seed 2)",
 }
 
 // known counts an open defect of knownDefects.
@@ -374,8 +372,6 @@ func bindingRule(err error) string {
 	return ""
 }
 
-var wholeCoresShared = regexp.MustCompile(`^host \S+: whole-cores instance \S+ on CPU \d+: sibling CPU \d+ holds \d+ of its pieces, \d+ in all$`)
-
 var poolFloorBroken = regexp.MustCompile(`^host \S+: a memory-first quota of \S+ CPUs does not fit the shared pool of \d+ CPUs`)
 
 var takesRe = regexp.MustCompile(`takes \d+ \(([^)]+)\)`)
@@ -583,11 +579,8 @@ func (w *world) check() {
 	views := w.svc.Hosts()
 	if w.step%w.cfg.VerifyEvery == 0 {
 		bad := service.Verify(w.st, shareBase)
-		_, over := w.overbook["cpu"]
 		bad = slices.DeleteFunc(bad, func(b string) bool {
 			switch {
-			case over && wholeCoresShared.MatchString(b):
-				w.known("whole-cores-overbooked")
 			case poolFloorBroken.MatchString(b):
 				w.known("pool-floor-broken")
 			default:
