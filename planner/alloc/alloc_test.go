@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -393,6 +395,63 @@ func TestValidateRequest(t *testing.T) {
 	}
 	if err := (alloc.Params{ShareBase: 5, MaxFragmentCores: -1}).Validate(); err == nil {
 		t.Errorf("share_base 5 accepted")
+	}
+}
+
+// TestFormatPieces: whole and fractional amounts at several share bases,
+// negative amounts (a resize's delta) with one sign in front (they were
+// "0.-5"), and share bases that are no power of ten (250 pieces of 125
+// were "0.125").
+func TestFormatPieces(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		pieces, base int
+		want         string
+	}{
+		{0, 100, "0"},
+		{170, 100, "1.7"},
+		{5, 100, "0.05"},
+		{300, 100, "3"},
+		{1005, 1000, "1.005"},
+		{7, 10, "0.7"},
+		{-50, 100, "-0.5"},
+		{-25, 100, "-0.25"},
+		{-100, 100, "-1"},
+		{-170, 100, "-1.7"},
+		{-1005, 1000, "-1.005"},
+		{-1, 10000, "-0.0001"},
+		{-9223372036854775808, 100, "-92233720368547758.08"},
+		// Share bases that are no power of ten: rounded to 4 decimals.
+		{125, 250, "0.5"},
+		{-375, 250, "-1.5"},
+		{1, 3000, "0.0003"},
+		{2999, 3000, "0.9997"},
+		{7, 0, "7 pieces"},
+	} {
+		t.Run(fmt.Sprintf("%d/%d", tt.pieces, tt.base), func(t *testing.T) {
+			if got := alloc.FormatPieces(tt.pieces, tt.base); got != tt.want {
+				t.Errorf("FormatPieces(%d, %d) = %q, want %q", tt.pieces, tt.base, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFormatPiecesRoundTrip: at every share base, what FormatPieces
+// prints reads back through PiecesOf as the same pieces (negative amounts
+// by their size).
+func TestFormatPiecesRoundTrip(t *testing.T) {
+	t.Parallel()
+	for sb := alloc.MinShareBase; sb <= alloc.MaxShareBase; sb++ {
+		for _, p := range []int{1, sb / 3, sb - 1, sb + 1, 7*sb/11 + 2*sb} {
+			s := alloc.FormatPieces(-p, sb)
+			f, err := strconv.ParseFloat(strings.TrimPrefix(s, "-"), 64)
+			if err != nil || !strings.HasPrefix(s, "-") {
+				t.Fatalf("FormatPieces(%d, %d) = %q: want a negative decimal (%v)", -p, sb, s, err)
+			}
+			if got, err := alloc.PiecesOf("cpu", f, sb); err != nil || got != p {
+				t.Fatalf("FormatPieces(%d, %d) = %q reads back as %d pieces (%v)", -p, sb, s, got, err)
+			}
+		}
 	}
 }
 

@@ -53,6 +53,9 @@ func newHostState(p Params, h *Host) *hostState {
 	for i, c := range h.CPUs {
 		s.ids[i] = c.ID
 		s.free[i] = max(c.Capacity-c.Used, 0)
+		if c.WholeCores {
+			s.free[i] = 0 // never shared, whatever its capacity
+		}
 		s.all[i] = int32(i)
 		s.coreKey[i], s.l3Key[i], s.coreSize[i], s.numaKey[i] = c.ID, -1, 1, -1
 		if v := s.free[i]; v > 0 && v%p.ShareBase != 0 {

@@ -3,6 +3,8 @@ package alloc
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
@@ -44,6 +46,10 @@ type CPU struct {
 	ID       cpuset.CPUID
 	Capacity int // pieces; more than ShareBase means deliberately oversold
 	Used     int // pieces held by instances
+	// WholeCores marks a CPU a whole-cores instance holds: no other
+	// instance gets a piece of it, however many pieces Capacity has spare
+	// (an oversold CPU, or capacity the overbooking raised).
+	WholeCores bool
 }
 
 // NUMANode is one NUMA node of a host as the planner accounts it.
@@ -155,16 +161,39 @@ func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
 	return int(math.Round(cpu * float64(shareBase))), nil
 }
 
-// FormatPieces renders pieces as a decimal CPU amount ("1.7").
+// FormatPieces renders pieces as a decimal CPU amount ("1.7", "-0.5" for a
+// negative delta). With a share base that is a power of ten the amount is
+// exact; with any other it is rounded to 4 decimals, which still gives the
+// same pieces back through PiecesOf (1/3000 CPU is "0.0003"). A share base
+// below 1 (invalid) renders the bare count ("7 pieces").
 func FormatPieces(pieces, shareBase int) string {
-	whole, frac := pieces/shareBase, pieces%shareBase
+	if shareBase < 1 {
+		return fmt.Sprintf("%d pieces", pieces)
+	}
+	sign, n := "", uint64(pieces)
+	if pieces < 0 {
+		sign, n = "-", uint64(-(pieces+1))+1 // no overflow at the smallest int
+	}
+	sb := uint64(shareBase)
+	whole, frac := n/sb, n%sb
 	if frac == 0 {
-		return fmt.Sprint(whole)
+		return sign + strconv.FormatUint(whole, 10)
 	}
-	digits := len(fmt.Sprint(shareBase)) - 1
-	s := fmt.Sprintf("%d.%0*d", whole, digits, frac)
-	for s[len(s)-1] == '0' {
-		s = s[:len(s)-1]
+	var s string
+	if digits := len(strconv.Itoa(shareBase)) - 1; pow10(digits) == sb {
+		s = fmt.Sprintf("%d.%0*d", whole, digits, frac)
+	} else {
+		// frac/sb is at most 9998/9999 here, so it rounds below 1.
+		s = strconv.FormatUint(whole, 10) + strconv.FormatFloat(float64(frac)/float64(sb), 'f', 4, 64)[1:]
 	}
-	return s
+	s = strings.TrimRight(s, "0")
+	return sign + s
+}
+
+func pow10(n int) uint64 {
+	p := uint64(1)
+	for range n {
+		p *= 10
+	}
+	return p
 }

@@ -161,6 +161,9 @@ func release(p Params, h *Host, cur model.Allocation) (*Host, error) {
 				return nil, invalid(fmt.Sprintf("resize.current.cpus[%d]", id), v, "want 1..%d pieces, no more than the host's used %d", p.ShareBase, c.CPUs[i].Used)
 			}
 			c.CPUs[i].Used -= v
+			if cur.WholeCores {
+				c.CPUs[i].WholeCores = false
+			}
 		}
 	}
 	if cur.Memory <= 0 || cur.Memory > c.MemoryUsed {

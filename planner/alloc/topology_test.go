@@ -317,10 +317,15 @@ func TestWholeCoresResize(t *testing.T) {
 	}
 }
 
-// charge adds (sign +1) or removes an allocation's pieces and memory.
+// charge adds (sign +1) or removes an allocation's pieces and memory (and
+// a whole-cores instance's marks, as the planner's usage document does).
 func charge(h *alloc.Host, a model.Allocation, sign int) {
 	for i := range h.CPUs {
-		h.CPUs[i].Used += sign * a.CPUs[h.CPUs[i].ID]
+		v, ok := a.CPUs[h.CPUs[i].ID]
+		h.CPUs[i].Used += sign * v
+		if ok && a.WholeCores {
+			h.CPUs[i].WholeCores = sign > 0
+		}
 	}
 	h.MemoryUsed += int64(sign) * a.Memory
 	for i := range h.NUMANodes {
@@ -328,4 +333,149 @@ func charge(h *alloc.Host, a model.Allocation, sign int) {
 			h.NUMANodes[i].MemoryUsed += int64(sign) * a.Memory
 		}
 	}
+}
+
+// overbook raises every CPU's capacity by the factor num/den, as the
+// cluster's CPU overbooking does for a heal (placement's adjust).
+func overbook(h *alloc.Host, num, den int) {
+	for i := range h.CPUs {
+		h.CPUs[i].Capacity = h.CPUs[i].Capacity * num / den
+	}
+}
+
+// checkNotShared fails when a placement holds a piece of a CPU a
+// whole-cores instance holds.
+func checkNotShared(t *testing.T, h *alloc.Host, pls ...alloc.Placement) {
+	t.Helper()
+	for _, c := range h.CPUs {
+		for i, pl := range pls {
+			if v, ok := pl.CPUs[c.ID]; ok && c.WholeCores {
+				t.Errorf("placement %d (%v) holds %d pieces of CPU %d, which a whole-cores instance holds", i, pl.CPUs, v, c.ID)
+			}
+		}
+	}
+}
+
+// TestWholeCoresNeverShared: the cores of a whole-cores instance are
+// never shared, also when their capacity is raised above what the
+// instance holds (CPU overbooking, an oversold CPU): no bound deploy,
+// fragment or resize gets a piece of them (the simulation found a heal
+// with overbooking giving 50 pieces of one to a 0.5 CPU instance).
+func TestWholeCoresNeverShared(t *testing.T) {
+	t.Parallel()
+	laptop := topologytest.Laptop().Topology() // siblings (0,4) (1,5) (2,6) (3,7)
+	p := alloc.DefaultParams()
+	// setup: a whole-cores instance of 2 CPUs (one core); with full, every
+	// other CPU wholly used; then capacities ×2 (each whole-cores CPU
+	// then has 100 pieces spare).
+	setup := func(t *testing.T, full bool) (*alloc.Host, alloc.Placement) {
+		t.Helper()
+		h := topoHost(laptop)
+		res, err := alloc.Plan(p, []*alloc.Host{h}, alloc.Request{Service: "wc", Count: 1, Pieces: 200, Bind: true, WholeCores: true, MemoryBytes: GiB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wc := res.Placements[0]
+		charge(h, wc.Allocation, +1)
+		overbook(h, 2, 1)
+		if full {
+			for i := range h.CPUs {
+				if !h.CPUs[i].WholeCores {
+					h.CPUs[i].Used = h.CPUs[i].Capacity
+				}
+			}
+		}
+		return h, wc
+	}
+	for _, tc := range []struct {
+		name   string
+		full   bool
+		pieces int
+		want   int // capacity
+	}{
+		{"fragment, other CPUs free", false, 50, 24},
+		{"fragment, other CPUs full", true, 50, 0},
+		{"small fragment, other CPUs full", true, 10, 0},
+		{"whole CPU, other CPUs free", false, 100, 12},
+		{"whole CPU, other CPUs full", true, 100, 0},
+		{"whole and fragment, other CPUs free", false, 150, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := setup(t, tc.full)
+			r := alloc.Request{Service: "s", Count: 1, Pieces: tc.pieces, Bind: true, MemoryBytes: MiB}
+			if got := alloc.HostCapacity(p, h, r).Count; got != tc.want {
+				t.Errorf("capacity for %s CPUs = %d, want %d", alloc.FormatPieces(tc.pieces, 100), got, tc.want)
+			}
+			r.Count = tc.want + 1
+			if _, err := alloc.Plan(p, []*alloc.Host{h}, r); err == nil {
+				t.Errorf("%d instances placed, capacity %d", r.Count, tc.want)
+			}
+			if tc.want == 0 {
+				return
+			}
+			r.Count = tc.want
+			res, err := alloc.Plan(p, []*alloc.Host{h}, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkPlacements(t, p, h, r, res.Placements)
+			checkNotShared(t, h, res.Placements...)
+		})
+	}
+	t.Run("a bound instance's resize grows around them", func(t *testing.T) {
+		h, _ := setup(t, true)
+		// A 0.5 CPU instance on a CPU of its own, the rest of that CPU free.
+		var cur alloc.Placement
+		for i, c := range h.CPUs {
+			if !c.WholeCores {
+				h.CPUs[i].Used = 50
+				h.MemoryUsed += MiB
+				cur = alloc.Placement{Host: "h", Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{c.ID: 50}, NUMANode: -1, Memory: MiB}}
+				break
+			}
+		}
+		for _, delta := range []int{50, 150, 250} {
+			pl, err := alloc.PlanResize(p, h, alloc.Resize{Host: "h", Current: cur.Allocation, CPUDelta: delta, Bind: true})
+			switch {
+			case delta == 50 && err != nil:
+				t.Errorf("resize by 0.5 on its own CPU: %v", err)
+			case delta > 50 && err == nil:
+				t.Errorf("resize by %s = %v: only the whole-cores instance's CPUs have pieces spare", alloc.FormatPieces(delta, 100), pl.CPUs)
+			}
+			checkNotShared(t, h, pl)
+		}
+	})
+	t.Run("random hosts", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(13, 17))
+		marked := 0
+		for i := range 300 {
+			h := randomHost(rng, fmt.Sprint("h", i), 100)
+			wc := alloc.Request{Service: "wc", Count: 1, Pieces: 100 * (1 + rng.IntN(2)), Bind: true, WholeCores: true, MemoryBytes: MiB}
+			if wc.Count = min(alloc.HostCapacity(p, h, wc).Count, 1+rng.IntN(3)); wc.Count == 0 {
+				continue
+			}
+			res, err := alloc.Plan(p, []*alloc.Host{h}, wc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, pl := range res.Placements {
+				charge(h, pl.Allocation, +1)
+			}
+			overbook(h, 2+rng.IntN(3), 2)
+			r := randomRequest(rng, 100)
+			r.Bind = true
+			if r.Count = alloc.HostCapacity(p, h, r).Count; r.Count == 0 {
+				continue
+			}
+			got, err := alloc.Plan(p, []*alloc.Host{h}, r)
+			if err != nil {
+				t.Fatalf("host %d: capacity %d, plan: %v", i, r.Count, err)
+			}
+			checkNotShared(t, h, got.Placements...)
+			marked++
+		}
+		if marked < 50 {
+			t.Fatalf("only %d hosts were checked: the test draws too few", marked)
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -86,7 +87,7 @@ func (s *Service) rollBack(ctx context.Context, id, why string) error {
 		if !ok {
 			return c, nil
 		}
-		next, a, err := rolledBack(h, v.Instance, why)
+		next, a, err := rolledBack(s.params, h, v.Instance, why)
 		c.GuardInstance(next.Host, id, v.Rev)
 		c.PutInstance(next)
 		if err != nil {
@@ -111,9 +112,12 @@ func (s *Service) rollBack(ctx context.Context, id, why string) error {
 
 // rolledBack is in with its previous allocation back, under a new
 // generation, and the host's usage after the swap. When the previous
-// allocation no longer fits, it is in as it is (no usage change) with the
-// reason recorded, and the error says what does not fit.
-func rolledBack(h state.HostView, in model.Instance, why string) (model.Instance, state.Alloc, error) {
+// allocation no longer fits (its CPUs' pieces or memory were taken, a
+// whole-cores instance holds its CPUs, or the shared pool left would not
+// hold the largest memory-first quota: alloc.Readmit), it is in as it is
+// (no usage change) with the reason recorded, and the error says what does
+// not fit.
+func rolledBack(params alloc.Params, h state.HostView, in model.Instance, why string) (model.Instance, state.Alloc, error) {
 	p := in.Previous
 	a := h.Alloc.Clone()
 	a.Add(in, -1)
@@ -121,7 +125,11 @@ func rolledBack(h state.HostView, in model.Instance, why string) (model.Instance
 	next.Allocation = p.Allocation
 	next.Previous = nil
 	next.Generation++
-	if err := a.Fits(h.Host, next); err != nil {
+	err := a.Fits(h.Host, next)
+	if err == nil {
+		err = alloc.Readmit(params, state.AllocHost(h.Host, a), next.Allocation)
+	}
+	if err != nil {
 		next = in
 		next.Previous = nil
 		next.RolledBack = fmt.Sprintf("resize to generation %d refused by host %s (%s); the previous allocation no longer fits (%v)", in.Generation, in.Host, why, err)

@@ -161,3 +161,55 @@ func TestHealthChecksAndBatchReplace(t *testing.T) {
 		t.Errorf("replace on a host without instances = %v", err)
 	}
 }
+
+// TestRollbackKeepsThePoolFloor: a memory-first instance's quota is
+// lowered, a bound deploy takes the shared pool CPUs the lower quota left
+// over, then the host refuses the resize: the larger quota would not fit
+// the pool that is left, so the planner keeps the new allocation and
+// records why (it rolled back to 1.35 CPUs over a pool of 1; simulation
+// seed 6, pool-floor-broken). The other way round too: a bound instance
+// turned memory-first gives its CPUs to the pool, a memory-first instance
+// counts on them, and the bound allocation is not taken back.
+func TestRollbackKeepsThePoolFloor(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		first  service.DeployRequest
+		resize service.ResizeRequest
+		second service.DeployRequest
+	}{
+		{"a larger quota", service.DeployRequest{Service: "mf", Count: 1, Pieces: 135, Memory: GiB},
+			service.ResizeRequest{Target: "mf", CPUDelta: -35},
+			service.DeployRequest{Service: "b", Count: 1, Pieces: 700, Bind: true, Memory: GiB}},
+		{"bound CPUs the pool needs", service.DeployRequest{Service: "b", Count: 1, Pieces: 400, Bind: true, Memory: GiB},
+			service.ResizeRequest{Target: "b", Bind: new(bool)}, // false: memory-first
+			service.DeployRequest{Service: "mf", Count: 1, Pieces: 800, Memory: GiB}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := statetest.Start(t, 1)
+			s := newService(t, c)
+			ctx := context.Background()
+			register(t, s, "h1", topologytest.Laptop().Topology()) // 8 CPUs
+			tc.first.Spec, tc.second.Spec = model.Spec{Image: "busybox"}, model.Spec{Image: "busybox"}
+			ins, err := s.Deploy(ctx, tc.first)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Resize(ctx, tc.resize); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Deploy(ctx, tc.second); err != nil {
+				t.Fatal(err)
+			}
+			verify(t, s)
+			if err := s.ReportStatus(ctx, "h1", ins[0].ID, model.Status{State: "running", Generation: 1, Refused: 2, Error: "kernel said no"}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { v, _ := s.Store().Instance(ins[0].ID); return v.Instance.RolledBack != "" }, "refusal recorded")
+			v, _ := s.Store().Instance(ins[0].ID)
+			if v.Instance.Generation != 2 || !strings.Contains(v.Instance.RolledBack, "no longer fits") || !strings.Contains(v.Instance.RolledBack, "shared pool") {
+				t.Errorf("instance = %+v, want generation 2 kept and the reason (the shared pool) recorded", v.Instance)
+			}
+			verify(t, s)
+		})
+	}
+}

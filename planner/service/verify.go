@@ -74,7 +74,7 @@ func Verify(st *state.Store, shareBase int) []string {
 			}
 		}
 		if !maps.Equal(sum.Used, v.Alloc.Used) || sum.MemoryUsed != v.Alloc.MemoryUsed || !maps.Equal(sum.NUMAUsed, v.Alloc.NUMAUsed) || !maps.Equal(sum.Instances, v.Alloc.Instances) ||
-			sum.MemoryFirstQuota != v.Alloc.MemoryFirstQuota || !maps.Equal(sum.MemoryFirst, v.Alloc.MemoryFirst) {
+			sum.MemoryFirstQuota != v.Alloc.MemoryFirstQuota || !maps.Equal(sum.MemoryFirst, v.Alloc.MemoryFirst) || !maps.Equal(sum.WholeCores, v.Alloc.WholeCores) {
 			bad = append(bad, fmt.Sprintf("host %s: allocation document %+v != sum of instances %+v", name, v.Alloc, sum))
 		}
 		for _, id := range slices.Sorted(maps.Keys(sum.Used)) {

@@ -40,7 +40,7 @@ var regressions = []struct {
 	{4, 240, "the same panic from a rebalance's dry run (on the caller's goroutine)"},
 	{1, 800, "drain --cancel of a dead host cleared the heal's parked reason (Host.Stuck): the host showed none (fixed here: Drain keeps a heal's reason)"},
 	{6, 800, "the same, at step 741"},
-	{2, 600, "open (known): whole-cores instance shares its core under CPU overbooking (step 529)"},
+	{2, 600, "a whole-cores instance shared its core under CPU overbooking: a heal gave a bound instance 50 pieces of it (step 529; fixed here: alloc.CPU.WholeCores, the usage document's whole_cores)"},
 	{10, 400, "Capacity reported negative room (step 368): a host using more memory than it has counted -1 instances (fixed here: alloc's free memory is never below 0)"},
 	{8, 300, "Capacity counted the hosts a soft or optimization constraint does not match, and Plan never used them under optimization (step 249) (fixed here: optimization rules give way too, before soft ones)"},
 }

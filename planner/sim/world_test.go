@@ -97,12 +97,8 @@ type Result struct {
 var knownDefects = map[string]string{
 	"heal-reason-missing": "a dead host (not draining) holds instances past the down grace that cannot be placed again, and " +
 		"Host.Stuck is empty: the heal's reason is missing (seed 1, step 9289 of hack/sim.sh --ci; cause not found yet)",
-	"pool-floor-broken": "the audit finds a host whose memory-first quota does not fit its shared pool ('a memory-first quota of " +
-		"1.35 CPUs does not fit the shared pool of 1 CPUs') (seed 6, step 6327 of hack/sim.sh --ci)",
 	"drain-reason-missing": "an instance of a draining host neither moves nor waits out a backoff for over 150 steps, and the " +
 		"host's Stuck is empty (seed 7, step 5049 of hack/sim.sh --ci)",
-	"whole-cores-overbooked": "with CPU overbooking, a bound instance is given pieces of a CPU a whole-cores instance holds (the " +
-		"audit: 'whole-cores instance … sibling CPU 0 holds 100 of its pieces, 150 in all') (seed 2)",
 }
 
 // known counts an open defect of knownDefects.
@@ -374,10 +370,6 @@ func bindingRule(err error) string {
 	return ""
 }
 
-var wholeCoresShared = regexp.MustCompile(`^host \S+: whole-cores instance \S+ on CPU \d+: sibling CPU \d+ holds \d+ of its pieces, \d+ in all$`)
-
-var poolFloorBroken = regexp.MustCompile(`^host \S+: a memory-first quota of \S+ CPUs does not fit the shared pool of \d+ CPUs`)
-
 var takesRe = regexp.MustCompile(`takes \d+ \(([^)]+)\)`)
 
 // snapshot is the store's documents by revision: what a refused
@@ -583,18 +575,6 @@ func (w *world) check() {
 	views := w.svc.Hosts()
 	if w.step%w.cfg.VerifyEvery == 0 {
 		bad := service.Verify(w.st, shareBase)
-		_, over := w.overbook["cpu"]
-		bad = slices.DeleteFunc(bad, func(b string) bool {
-			switch {
-			case over && wholeCoresShared.MatchString(b):
-				w.known("whole-cores-overbooked")
-			case poolFloorBroken.MatchString(b):
-				w.known("pool-floor-broken")
-			default:
-				return false
-			}
-			return true
-		})
 		if len(bad) > 0 {
 			w.fail("audit: %s", strings.Join(bad, "\n"))
 		}

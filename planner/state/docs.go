@@ -103,6 +103,10 @@ type Alloc struct {
 	// MemoryFirst counts them by quota (pieces): the largest is the floor
 	// of the shared pool (alloc.Host.PoolFloor).
 	MemoryFirst map[int]int `json:"memory_first,omitempty"`
+	// WholeCores counts, per CPU, the whole-cores instances that hold it
+	// (at most 1): no other instance gets a piece of such a CPU, whatever
+	// its capacity or the overbooking (alloc.CPU.WholeCores).
+	WholeCores map[cpuset.CPUID]int `json:"whole_cores,omitempty"`
 }
 
 // Metrics are a host's measured load and memory, as its agent last sent them.
@@ -147,7 +151,8 @@ func NewAlloc() Alloc {
 
 // Clone deep-copies a.
 func (a Alloc) Clone() Alloc {
-	return Alloc{Used: maps.Clone(a.Used), MemoryUsed: a.MemoryUsed, NUMAUsed: maps.Clone(a.NUMAUsed), Instances: maps.Clone(a.Instances), MemoryFirstQuota: a.MemoryFirstQuota, MemoryFirst: maps.Clone(a.MemoryFirst)}
+	return Alloc{Used: maps.Clone(a.Used), MemoryUsed: a.MemoryUsed, NUMAUsed: maps.Clone(a.NUMAUsed), Instances: maps.Clone(a.Instances), MemoryFirstQuota: a.MemoryFirstQuota, MemoryFirst: maps.Clone(a.MemoryFirst),
+		WholeCores: maps.Clone(a.WholeCores)}
 }
 
 // Add charges (sign +1) or releases (-1) an instance's resources.
@@ -159,6 +164,20 @@ func (a *Alloc) Add(in model.Instance, sign int) {
 		a.Used[id] += sign * v
 		if a.Used[id] == 0 {
 			delete(a.Used, id)
+		}
+	}
+	if in.WholeCores {
+		if a.WholeCores == nil {
+			a.WholeCores = map[cpuset.CPUID]int{}
+		}
+		for id := range in.CPUs {
+			a.WholeCores[id] += sign
+			if a.WholeCores[id] == 0 {
+				delete(a.WholeCores, id)
+			}
+		}
+		if len(a.WholeCores) == 0 {
+			a.WholeCores = nil
 		}
 	}
 	a.MemoryUsed += int64(sign) * in.Memory
@@ -318,7 +337,7 @@ func AllocHost(h Host, a Alloc) *alloc.Host {
 	ids := slices.Sorted(maps.Keys(h.CPUs))
 	out.CPUs = make([]alloc.CPU, len(ids))
 	for i, id := range ids {
-		out.CPUs[i] = alloc.CPU{ID: id, Capacity: h.CPUs[id], Used: a.Used[id]}
+		out.CPUs[i] = alloc.CPU{ID: id, Capacity: h.CPUs[id], Used: a.Used[id], WholeCores: a.WholeCores[id] > 0}
 	}
 	if h.Topology != nil && h.Topology.NUMASource == topology.SourceSysfs {
 		all := cpuset.Of(ids...)
