@@ -205,6 +205,7 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 	for _, kv := range kvs {
 		s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
 	}
+	s.deriveWholeCores()
 	s.rev = rev
 	s.reindexAll()
 	wctx, cancel := context.WithCancel(context.Background())
@@ -359,6 +360,7 @@ func (s *Store) watch(ctx context.Context, from int64) {
 		for _, kv := range kvs {
 			s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
 		}
+		s.deriveWholeCores()
 		s.rev = rev
 		// A reload may hide deletions: every host's watchers look again.
 		for h := range before {
