@@ -172,6 +172,9 @@ type callError struct {
 	// changes: the call may change the planner's state; afterChange: an
 	// earlier call of the command changed it.
 	changes, afterChange bool
+	// reached: an attempt of the call got to the planner (its answer was
+	// lost), whatever the last attempt found.
+	reached bool
 	// requestID is the failed call's request ID ("" for none), procedure
 	// its method.
 	requestID, procedure string
@@ -200,12 +203,18 @@ func (l *callLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			req.Header().Set(api.RequestIDHeader, id)
 		}
 		res, err := next(ctx, req)
-		for i := 0; err != nil && id != "" && recorded[req.Spec().Procedure] && lost(err) && i < len(retryWaits) && ctx.Err() == nil; i++ {
+		// reached: some attempt got to the planner, so the change may have
+		// been made even when a later attempt finds no planner at all.
+		reached := err != nil && !neverConnected(err)
+		// Only a call that got to the planner is sent again: one that never
+		// connected changed nothing, and says so at once (exit 3).
+		for i := 0; err != nil && reached && id != "" && recorded[req.Spec().Procedure] && lost(err) && i < len(retryWaits) && ctx.Err() == nil; i++ {
 			l.sleep(retryWaits[i])
 			res, err = next(ctx, req)
+			reached = reached || err != nil && !neverConnected(err)
 		}
 		if err != nil {
-			return res, &callError{err: err, changes: ch, afterChange: l.accepted, requestID: id, procedure: req.Spec().Procedure}
+			return res, &callError{err: err, changes: ch, afterChange: l.accepted, reached: reached, requestID: id, procedure: req.Spec().Procedure}
 		}
 		l.accepted = l.accepted || ch
 		return res, nil
@@ -239,9 +248,9 @@ func apiError(err error) error {
 		return err
 	}
 	var call *callError
-	changed, afterChange, check := false, false, checkOutcome
+	changed, afterChange, reached, check := false, false, false, checkOutcome
 	if errors.As(err, &call) {
-		changed, afterChange = call.changes, call.afterChange
+		changed, afterChange, reached = call.changes, call.afterChange, call.reached
 		if id := call.requestID; id != "" && recorded[call.procedure] {
 			check = fmt.Sprintf("repeat the command with --request-id %s: it returns the first outcome if the change was made, and makes it once if not; or %s", id, checkOutcome)
 		}
@@ -266,7 +275,7 @@ func apiError(err error) error {
 		}
 		return &exitError{code: exitUnknown, err: fmt.Errorf("internal error of the planner: %s (this command only reads: nothing was changed; the planner's log says more)", msg)}
 	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
-		connected := !neverConnected(err)
+		connected := reached || !neverConnected(err)
 		switch {
 		case afterChange:
 			return unknown("the planner accepted the change, then the connection to the planner was lost: %s", msg)
@@ -364,6 +373,9 @@ func needSign(flag, s string) error {
 	t := strings.TrimSpace(s)
 	if t == "" || t[0] == '+' || t[0] == '-' {
 		return nil
+	}
+	if f, err := strconv.ParseFloat(strings.TrimRight(t, "KMGTiB"), 64); err == nil && f == 0 {
+		return badInput("%s %q: changes nothing; give a change such as +1 or -1, or leave %s out", flag, s, flag)
 	}
 	return badInput("%s %q: ambiguous: resize takes a change, not a size; write +%s to add or -%s to take away", flag, s, t, t)
 }

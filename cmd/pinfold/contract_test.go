@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -308,5 +309,40 @@ func TestMachineReadableOutput(t *testing.T) {
 		if string(s[k]) != "{}" {
 			t.Errorf("settings -o json: %s = %s, want {}", k, s[k])
 		}
+	}
+}
+
+// vanishingPlanner cuts the connection of the first Remove it gets and
+// stops listening, as a planner killed while it commits: the CLI's
+// retries with the request ID then find no planner at all.
+type vanishingPlanner struct {
+	pinfoldv1connect.UnimplementedPlannerServiceHandler
+	srv *httptest.Server
+}
+
+func (p vanishingPlanner) Remove(context.Context, *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error) {
+	p.srv.Listener.Close()
+	panic(http.ErrAbortHandler)
+}
+
+// TestLostAnswerThenNoPlanner: a change whose connection was cut after it
+// was sent, retried with its request ID against a planner that is gone,
+// is an unknown outcome (exit 4) naming the ID to repeat it with — not
+// exit 3 "nothing was changed" from the last retry's refused connection
+// (a new user's deploy had committed 3,000 instances, and the retry that
+// exit 3 invited made 6,000).
+func TestLostAnswerThenNoPlanner(t *testing.T) {
+	waits := retryWaits
+	retryWaits = []time.Duration{time.Millisecond, time.Millisecond}
+	t.Cleanup(func() { retryWaits = waits })
+	mux := http.NewServeMux()
+	srv := httptest.NewUnstartedServer(mux)
+	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(vanishingPlanner{srv: srv}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	_, errOut, code := runCLI(t, "", "remove", "web", "--request-id", "rm-web-1", "--planner", srv.URL)
+	if code != exitUnknown || !strings.Contains(errOut, "--request-id rm-web-1") {
+		t.Errorf("exit %d: %s\nwant 4 naming --request-id rm-web-1", code, errOut)
 	}
 }

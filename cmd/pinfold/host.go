@@ -736,7 +736,11 @@ This command shows the progress until then (--no-wait returns at once).
 
 --deadline bounds the wait for health gates: past it, an old instance is
 removed as soon as its replacement exists, healthy or not. An instance that
-cannot be placed anywhere stays, and the drain retries it every second.
+cannot be placed anywhere stays, and the drain says why ('Stuck:' in the
+progress and in 'pinfold host show'); after 3 failures in a row it is parked,
+tried again every minute, and this command exits 1 with the reason (the
+drain goes on in the background). Run again after a lost connection, drain
+picks up where it is.
 --cancel stops starting moves (those in flight settle; the host stays
 disabled; 'pinfold host enable' lets it take work again).`,
 		Example: `  pinfold host drain h3

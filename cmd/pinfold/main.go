@@ -124,6 +124,9 @@ func strictGroups(c *cobra.Command) {
 	for _, sub := range c.Commands() {
 		if sub.HasSubCommands() && !sub.Runnable() {
 			sub.Args = knownSubcommand
+			// 'host lst --planner X': the unknown command is the mistake
+			// to name, not the flag the group itself lacks.
+			sub.FParseErrWhitelist.UnknownFlags = true
 			sub.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 		}
 		strictGroups(sub)

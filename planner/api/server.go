@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -523,10 +524,10 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	if err != nil {
 		return nil, err
 	}
-	if d == 0 && strings.TrimSpace(m.CpuDelta) != "" {
-		// A change of less than half a piece rounds to none: refused, not
-		// done silently as nothing ("0" itself says no CPU change).
-		if f, _ := strconv.ParseFloat(strings.TrimSpace(m.CpuDelta), 64); f != 0 {
+	if strings.TrimSpace(m.CpuDelta) != "" {
+		// A change of less than one piece is refused, not rounded to none
+		// or up to a piece ("0" itself says no CPU change).
+		if f, _ := strconv.ParseFloat(strings.TrimSpace(m.CpuDelta), 64); f != 0 && math.Abs(f)*float64(s.sb()) < 1-1e-9 {
 			return nil, invalid("cpu_delta = %q: less than one piece of a CPU, it changes nothing: the smallest step is %s CPU (1 piece; share base %d)",
 				m.CpuDelta, alloc.FormatPieces(1, s.sb()), s.sb())
 		}

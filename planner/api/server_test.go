@@ -86,7 +86,8 @@ func TestResizeRefusesNoChange(t *testing.T) {
 		{"below a piece, negative, with memory", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.004", MemoryDeltaBytes: 1}, `cpu_delta = "-0.004"`, service.ResizeRequest{}},
 		{"nothing", &pinfoldv1.ResizeRequest{Target: "web"}, "nothing to change", service.ResizeRequest{}},
 		{"zero cpu only", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0"}, "nothing to change", service.ResizeRequest{}},
-		{"half a piece rounds up", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.005"}, "", service.ResizeRequest{Target: "web", CPUDelta: 1}},
+		{"half a piece is refused, not rounded up", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.005"}, `cpu_delta = "0.005": less than one piece of a CPU`, service.ResizeRequest{}},
+		{"a piece and a half rounds", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.015"}, "", service.ResizeRequest{Target: "web", CPUDelta: 2}},
 		{"zero cpu with memory", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0", MemoryDeltaBytes: -1 << 20}, "", service.ResizeRequest{Target: "web", MemoryDelta: -1 << 20}},
 		{"bind only", &pinfoldv1.ResizeRequest{Target: "web", Bind: &yes}, "", service.ResizeRequest{Target: "web", Bind: &yes}},
 	} {

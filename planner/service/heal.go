@@ -381,9 +381,14 @@ func (t *tracker) waiting(subject string, now time.Time) bool {
 	return now.Before(t.retryAt[subject])
 }
 
-// stuckReason is what state.Host.Stuck says of a failing step.
+// stuckReason is what state.Host.Stuck says of a failing step: the
+// error's first 1,000 bytes (an elimination report is several lines).
 func stuckReason(what string, err error, parked bool) string {
-	r := what + ": " + clip(err.Error())
+	msg := err.Error()
+	if len(msg) > 1000 {
+		msg = clipText(msg, 1000)
+	}
+	r := what + ": " + msg
 	if parked {
 		r += fmt.Sprintf(" (parked after %d failures in a row: tried again every %s)", parkAfter, parkFor)
 	}
