@@ -34,6 +34,9 @@ const (
 	// targets of a blue-green move of an instance an agent runs (a drain,
 	// a rebalance); Plan never sees it.
 	RuleNoAgent Rule = "NoAgent"
+	// RuleOwnHost: a move or a heal never places the instance again on
+	// the host it leaves. The service applies it; Plan never sees it.
+	RuleOwnHost Rule = "OwnHost"
 )
 
 // Priority is how strictly a rule holds (seed 001).

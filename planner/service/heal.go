@@ -56,11 +56,13 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	}
 	placed := rd.SchedulablePlacement()
 	hosts := make([]*placement.Host, 0, len(placed.Hosts))
-	domains := false
+	domains, skipped := false, false
 	for _, h := range placed.Hosts {
 		domains = domains || h.FaultDomain != "" || h.UpgradeDomain != ""
 		if h.Name != skip {
 			hosts = append(hosts, h)
+		} else {
+			skipped = true
 		}
 	}
 	if from, ok := rd.Host(old.Host); move && ok && from.Host.Agent {
@@ -89,7 +91,15 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	}
 	res, err := placement.Plan(s.params, rd.PlacementSettings(), hosts, req)
 	if err != nil {
-		return model.Instance{}, s.placementError(rd, err)
+		err = s.placementError(rd, err)
+		var se *Error
+		if skipped && errors.As(err, &se) && se.Code == Exhausted {
+			// The host it leaves was eliminated first: say so, so that a
+			// refusal over a single host names the rule that binds.
+			se.Eliminations = append([]placement.Elimination{{Rule: placement.RuleOwnHost, Hosts: []string{skip}}}, se.Eliminations...)
+			se.Message += fmt.Sprintf("\n%s eliminated %s: the host the instance leaves", placement.RuleOwnHost, skip)
+		}
+		return model.Instance{}, err
 	}
 	if len(res.Placements) != 1 {
 		// Plan places Count (1) or fails; anything else is a planner

@@ -43,6 +43,8 @@ var regressions = []struct {
 	{2, 600, "a whole-cores instance shared its core under CPU overbooking: a heal gave a bound instance 50 pieces of it (step 529; fixed here: alloc.CPU.WholeCores, the usage document's whole_cores)"},
 	{10, 400, "Capacity reported negative room (step 368): a host using more memory than it has counted -1 instances (fixed here: alloc's free memory is never below 0)"},
 	{8, 300, "Capacity counted the hosts a soft or optimization constraint does not match, and Plan never used them under optimization (step 249) (fixed here: optimization rules give way too, before soft ones)"},
+	{115, 40, "a move over a single host was refused 'every host was eliminated' naming no rule (fixed: the host it leaves is eliminated under OwnHost)"},
+	{152, 40, "the same, at step 8"},
 }
 
 // TestSimulation runs the seeds of -sim.seeds, each for -sim.steps (or

@@ -95,6 +95,9 @@ type Result struct {
 // the run counts them instead of failing, so that it keeps finding new
 // ones. Delete an entry with its fix; the seeds in regressions show it.
 var knownDefects = map[string]string{
+	"capacity-then-one-more": "after a deploy of exactly the capacity (placed, and one more in the same deploy refused), one more " +
+		"instance in a deploy of its own is sometimes placed: the first deploy's packing left room capacity did not count " +
+		"(seeds 103, 108, 111, 169, 175 … of hack/sim.sh --seeds 101-200 --steps 10000: 13 times in 1,000,000 steps)",
 	"heal-reason-missing": "a dead host (not draining) holds instances past the down grace that cannot be placed again, and " +
 		"Host.Stuck is empty: the heal's reason is missing (seed 1, step 9289 of hack/sim.sh --ci; cause not found yet)",
 	"drain-reason-missing": "an instance of a draining host neither moves nor waits out a backoff for over 150 steps, and the " +
@@ -1126,20 +1129,33 @@ func (w *world) opProbe() (op, bool) {
 	}
 	w.res.Probes++
 	w.note("capacity-probe: " + what)
+	// The invariant: capacity is what one deploy places. A deploy of one
+	// more than the total is refused and changes nothing; one of the total
+	// is placed.
+	over := r
+	over.Count = total + 1
+	before := w.snapshot()
+	_, err = w.svc.DeployWithRules(w.ctx, over)
+	if err == nil {
+		w.fail("capacity says %d instances fit, and a deploy of %d was placed", total, total+1)
+	}
+	w.outcome(op{kind: "capacity-probe+1", want: service.Exhausted, invalid: true}, err, before)
 	if total > 0 {
 		r.Count = total
 		if _, err := w.svc.DeployWithRules(w.ctx, r); err != nil {
 			w.fail("capacity says %d instances fit, and a deploy of %d was refused: %v", total, total, err)
 		}
 	}
+	// Then one more, in a deploy of its own: the first deploy's packing
+	// can leave room that capacity, counted before it, did not see.
 	more := r
 	more.Count = 1
-	before := w.snapshot()
-	_, err = w.svc.DeployWithRules(w.ctx, more)
-	if err == nil {
-		w.fail("capacity says %d instances fit, and one more deployed too", total)
+	before = w.snapshot()
+	if _, err := w.svc.DeployWithRules(w.ctx, more); err == nil {
+		w.known("capacity-then-one-more")
+	} else {
+		w.outcome(op{kind: "capacity-probe+1", want: service.Exhausted, invalid: true}, err, before)
 	}
-	w.outcome(op{kind: "capacity-probe+1", want: service.Exhausted, invalid: true}, err, before)
 	if total > 0 {
 		if _, err := w.svc.Remove(w.ctx, probe); err != nil {
 			w.fail("removing the probe: %v", err)
