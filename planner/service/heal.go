@@ -356,8 +356,12 @@ type tracker struct {
 	// failures counts the failures in a row of each step's subject: an
 	// instance a drain moves (its ID), "heal/HOST", "settle/MOVE".
 	failures map[string]int
-	// drainStart is, per draining host, the start of the drain seen.
+	// drainStart is, per draining host, the start of the drain seen;
+	// drainWhy the reason its last failing step gave (written again while
+	// its steps stay parked: a heal's reason may have held the host's
+	// Stuck meanwhile, and been cleared when the host came back).
 	drainStart map[string]time.Time
+	drainWhy   map[string]string
 }
 
 // A step of a persisted operation (a drain's move of one instance, the
@@ -433,7 +437,7 @@ const moveBackoff = 30 * time.Second
 
 func newTracker() *tracker {
 	return &tracker{downSince: map[string]time.Time{}, logged: map[string]string{}, retryAt: map[string]time.Time{}, failures: map[string]int{},
-		drainStart: map[string]time.Time{}}
+		drainStart: map[string]time.Time{}, drainWhy: map[string]string{}}
 }
 
 // once reports whether msg is new for subject (and records it).
@@ -589,6 +593,7 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 		h := v.Host
 		if !h.Draining {
 			delete(t.drainStart, h.Name)
+			delete(t.drainWhy, h.Name)
 			continue
 		}
 		on[h.Name] = s.st.Instances(h.Name)
@@ -596,6 +601,7 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 			// A drain this leader has not seen: none of its steps is parked
 			// by an earlier drain's failures.
 			t.drainStart[h.Name] = h.DrainStarted
+			delete(t.drainWhy, h.Name)
 			for _, iv := range on[h.Name] {
 				t.succeeded(iv.Instance.ID)
 				delete(t.retryAt, iv.Instance.ID)
@@ -635,8 +641,13 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 				s.log.Info("drain: moving", "instance", id, "from", h.Name, "new_instance", m.To.ID, "to", m.To.Host)
 			}
 		}
-		if stuck == "" && slices.ContainsFunc(on[h.Name], func(v state.InstanceView) bool { return t.failures[v.Instance.ID] > 0 }) {
-			continue // a parked instance, not tried this tick: its reason stands
+		switch {
+		case stuck != "":
+			t.drainWhy[h.Name] = stuck
+		case slices.ContainsFunc(on[h.Name], func(v state.InstanceView) bool { return t.failures[v.Instance.ID] > 0 }):
+			stuck = t.drainWhy[h.Name] // a parked instance, not tried this tick: its reason stands
+		default:
+			delete(t.drainWhy, h.Name)
 		}
 		s.setStuck(ctx, h.Name, "drain", stuck)
 	}

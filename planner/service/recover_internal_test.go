@@ -278,3 +278,34 @@ func TestMoveNeedsAnAgentsHost(t *testing.T) {
 		t.Errorf("removing a = %+v, %v; want both placed on b", moved, err)
 	}
 }
+
+// TestParkedDrainKeepsItsReason: a heal's reason held a draining host's
+// Stuck and was cleared when the host came back; the drain, still parked,
+// writes its own reason again at its next tick (the long simulation found
+// draining hosts parked with no reason: drain-reason-missing).
+func TestParkedDrainKeepsItsReason(t *testing.T) {
+	f := newHealFixture(t, "a", "b")
+	f.agent("a")
+	f.agent("b")
+	f.deployOn("a", []string{"a", "b"}, web)
+	f.set("b", false)
+	now := time.Now()
+	if _, err := f.Drain(f.ctx, "a", 0, false, now); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTracker()
+	for i := range parkAfter {
+		f.tick(f.ctx, tr, now.Add(time.Duration(i)*time.Second))
+	}
+	v, _ := f.Host("a")
+	parked := v.Host.Stuck
+	if !strings.Contains(parked, "parked") {
+		t.Fatalf("not parked: %q", parked)
+	}
+	f.setStuck(f.ctx, "a", "heal", "heal: instances cannot be placed again: (a stand-in)")
+	f.setStuck(f.ctx, "a", "heal", "")
+	f.tick(f.ctx, tr, now.Add(10*time.Second)) // parked: not tried
+	if v, _ := f.Host("a"); v.Host.Stuck != parked {
+		t.Errorf("after a heal's reason came and went, the parked drain's reason is %q, want %q", v.Host.Stuck, parked)
+	}
+}
