@@ -358,8 +358,38 @@ func (t *tnode) fill() {
 		return
 	}
 	for m := lo; m <= hi+1; m++ {
-		t.feas = t.feas.union(t.level(m).sum(t.k))
+		t.feas = t.feas.union(t.levelSum(m))
 	}
+}
+
+// levelSum is t.level(m).sum(t.k), without building the sets where every
+// child's counts are one interval (the common case).
+func (t *tnode) levelSum(m int) spans {
+	acc := span{0, 0}
+	for _, c := range t.kids {
+		if len(c.feas) != 1 {
+			return t.level(m).sum(t.k)
+		}
+		lo, hi := bounds(c, m)
+		lo, hi = max(lo, c.feas[0].lo), min(hi, c.feas[0].hi)
+		if lo > hi || acc.lo+lo > t.k {
+			return nil
+		}
+		acc = span{acc.lo + lo, min(t.k, acc.hi+hi)}
+	}
+	return spans{acc}
+}
+
+// bounds is the interval of new counts child c may take at level m.
+func bounds(c *tnode, m int) (lo, hi int) {
+	lo, hi = max(0, m-c.e), min(c.r, m+1-c.e)
+	switch {
+	case c.r < lo:
+		lo, hi = c.r, c.r // ends full, below m
+	case lo == 0:
+		hi = max(hi, 0) // receives nothing, at or above m
+	}
+	return lo, hi
 }
 
 // level is, per child, the new counts it may take when m is the level (m
@@ -367,13 +397,7 @@ func (t *tnode) fill() {
 func (t *tnode) level(m int) allowed {
 	a := make(allowed, len(t.kids))
 	for i, c := range t.kids {
-		lo, hi := max(0, m-c.e), min(c.r, m+1-c.e)
-		switch {
-		case c.r < lo:
-			lo, hi = c.r, c.r // ends full, below m
-		case lo == 0:
-			hi = max(hi, 0) // receives nothing, at or above m
-		}
+		lo, hi := bounds(c, m)
 		a[i] = c.feas.clip(lo, hi)
 	}
 	return a
@@ -386,6 +410,9 @@ func (t *tnode) assign(c int, counts []int) {
 	if t.host >= 0 {
 		counts[t.host] = c
 		return
+	}
+	if c == 0 {
+		return // nothing under it receives (counts start at 0)
 	}
 	var best []int
 	try := func(a allowed) {
@@ -405,7 +432,9 @@ func (t *tnode) assign(c int, counts []int) {
 			lo, hi = min(lo, k.e), max(hi, k.e+min(k.r, t.k))
 		}
 		for m := lo; m <= hi+1; m++ {
-			try(t.level(m))
+			if t.levelSum(m).has(c) {
+				try(t.level(m))
+			}
 		}
 	}
 	for i, k := range t.kids {
@@ -490,7 +519,16 @@ func (s spans) add(o spans, k int) spans {
 	return out.norm()
 }
 
-func (s spans) union(o spans) spans { return append(slices.Clone(s), o...).norm() }
+func (s spans) union(o spans) spans {
+	if n := len(s); n > 0 && len(o) == 1 && o[0].lo >= s[n-1].lo {
+		if o[0].lo <= s[n-1].hi+1 { // the common case: the levels' sums overlap
+			s[n-1].hi = max(s[n-1].hi, o[0].hi)
+			return s
+		}
+		return append(s, o[0])
+	}
+	return append(slices.Clone(s), o...).norm()
+}
 
 func (s spans) norm() spans {
 	slices.SortFunc(s, func(a, b span) int { return a.lo - b.lo })
