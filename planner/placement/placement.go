@@ -494,35 +494,25 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 func domainCounts(s Settings, r Request, hosts []*Host, room map[string]int, spread Spread) (map[string]int, Spread, []Violation, error) {
 	total := r.Count
 	var fds, uds []string
-	depth := 0
 	for _, h := range hosts {
 		total += h.Resources.Instances[r.Service]
-		fds = append(fds, h.FaultDomain)
+		fd := h.FaultDomain
+		if fd == "" {
+			fd = "host:" + h.Name // a fault domain of its own
+		}
+		fds = append(fds, fd)
 		uds = append(uds, h.UpgradeDomain)
-		depth = max(depth, len(FaultLevels(h.FaultDomain)))
 	}
 	modes := spreadOrder(spread, total, fds, uds)
-	build := func(withFD, withUD bool) []domainHost {
-		out := make([]domainHost, len(hosts))
-		for i, h := range hosts {
-			var lv []string
-			if withFD {
-				lv = append(lv, faultKeys(h.FaultDomain, depth)...)
-				lv = append(lv, "H:"+h.Name)
-			}
-			if withUD {
-				lv = append(lv, "UD:"+h.UpgradeDomain)
-			}
-			out[i] = domainHost{name: h.Name, levels: lv, existing: h.Resources.Instances[r.Service], room: room[h.Name]}
-		}
-		return out
+	dh := make([]domainHost, len(hosts))
+	for i, h := range hosts {
+		dh[i] = domainHost{name: h.Name, fault: FaultLevels(h.FaultDomain), upgrade: h.UpgradeDomain, existing: h.Resources.Instances[r.Service], room: room[h.Name]}
 	}
 	// first is the first of modes that places k over the hosts with
 	// the given rules.
 	first := func(withFD, withUD bool) (map[string]int, Spread, bool) {
-		dh := build(withFD, withUD)
 		for _, m := range modes {
-			counts, ok := search(dh, r.Count, m == QuorumSafe)
+			counts, ok := search(dh, r.Count, m == QuorumSafe, withFD, withUD)
 			if !ok {
 				continue
 			}
