@@ -194,12 +194,11 @@ func TestNoPanicStopsThePlanner(t *testing.T) {
 	})
 }
 
-// TestNewDrainStartsAfresh: a drain parked for want of room is cancelled;
-// room appears and the host is drained again: the new drain moves at once
-// instead of waiting out the last one's park (the attack found it idle
-// and reasonless for up to a minute), and it does not start with the last
-// drain's reason.
-func TestNewDrainStartsAfresh(t *testing.T) {
+// parkedDrain is agents' hosts a and b, web's two instances on a, b
+// disabled, and a's drain parked for want of room (parkAfter ticks from
+// now); the leader's tracker goes on.
+func parkedDrain(t *testing.T) (healFixture, *tracker, time.Time) {
+	t.Helper()
 	f := newHealFixture(t, "a", "b")
 	f.agent("a")
 	f.agent("b")
@@ -213,6 +212,16 @@ func TestNewDrainStartsAfresh(t *testing.T) {
 	for i := range parkAfter {
 		f.tick(f.ctx, tr, now.Add(time.Duration(i)*time.Second))
 	}
+	return f, tr, now
+}
+
+// TestNewDrainStartsAfresh: a drain parked for want of room is cancelled;
+// room appears and the host is drained again: the new drain moves at once
+// instead of waiting out the last one's park (the attack found it idle
+// and reasonless for up to a minute), and it does not start with the last
+// drain's reason.
+func TestNewDrainStartsAfresh(t *testing.T) {
+	f, tr, now := parkedDrain(t)
 	if v, _ := f.Host("a"); !strings.Contains(v.Host.Stuck, "parked") {
 		t.Fatalf("with nowhere to go the drain is not parked: stuck %q", v.Host.Stuck)
 	}
@@ -284,19 +293,7 @@ func TestMoveNeedsAnAgentsHost(t *testing.T) {
 // writes its own reason again at its next tick (the long simulation found
 // draining hosts parked with no reason: drain-reason-missing).
 func TestParkedDrainKeepsItsReason(t *testing.T) {
-	f := newHealFixture(t, "a", "b")
-	f.agent("a")
-	f.agent("b")
-	f.deployOn("a", []string{"a", "b"}, web)
-	f.set("b", false)
-	now := time.Now()
-	if _, err := f.Drain(f.ctx, "a", 0, false, now); err != nil {
-		t.Fatal(err)
-	}
-	tr := newTracker()
-	for i := range parkAfter {
-		f.tick(f.ctx, tr, now.Add(time.Duration(i)*time.Second))
-	}
+	f, tr, now := parkedDrain(t)
 	v, _ := f.Host("a")
 	parked := v.Host.Stuck
 	if !strings.Contains(parked, "parked") {
