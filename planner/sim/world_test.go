@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
@@ -147,7 +145,6 @@ type world struct {
 	ctx     context.Context
 
 	cluster *statetest.Cluster
-	cli     *clientv3.Client
 	st      *state.Store
 	svc     *service.Service
 	ticker  *service.Ticker
@@ -179,12 +176,6 @@ func newWorld(t testing.TB, cfg Config) *world {
 	w.res = Result{Seed: cfg.Seed, Ops: map[string]*OpStats{}, Known: map[string]int{}}
 	w.logs = &capture{w: w, aborted: map[string]time.Time{}}
 	w.cluster = statetest.Start(t, 1, func(c *state.EmbedConfig) { c.UnsafeNoFsync = true })
-	cli, err := clientv3.New(clientv3.Config{Endpoints: w.cluster.Endpoints, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	w.cli = cli
 	w.open()
 	t.Cleanup(func() { w.st.Close() })
 	// The seed's overbooking is fixed for the run: lowering it under
@@ -492,8 +483,8 @@ func (w *world) beat(a *agent) {
 // kill makes host's agent vanish: its live key goes, as when its lease
 // expires.
 func (w *world) kill(a *agent) {
-	if _, err := w.cli.Delete(w.ctx, state.LiveKey(a.host)); err != nil {
-		w.fail("deleting %s: %v", state.LiveKey(a.host), err)
+	if err := w.st.ExpireLive(w.ctx, a.host); err != nil {
+		w.fail("%v", err)
 	}
 	a.alive, a.diedAt = false, w.step
 	// Some come back before the down grace, some long after.

@@ -151,3 +151,12 @@ func (s *Store) Sync(ctx context.Context) error {
 	}
 	return s.WaitRev(ctx, resp.Header.Revision)
 }
+
+// ExpireLive deletes host's heartbeat, as its lease running out does: the
+// host is down from the next revision (the simulation's agents die so).
+func (s *Store) ExpireLive(ctx context.Context, host string) error {
+	if _, err := s.cli.Delete(ctx, LiveKey(host)); err != nil {
+		return fmt.Errorf("state: expire the heartbeat of host %s: %w", host, err)
+	}
+	return nil
+}
