@@ -210,6 +210,14 @@ func add(total *Result, r Result) {
 	for k, n := range r.Known {
 		total.Known[k] += n
 	}
+	for k, at := range r.KnownAt {
+		if total.KnownAt == nil {
+			total.KnownAt = map[string]string{}
+		}
+		if _, ok := total.KnownAt[k]; !ok {
+			total.KnownAt[k] = at
+		}
+	}
 	for k, s := range r.Ops {
 		t, ok := total.Ops[k]
 		if !ok {
@@ -238,6 +246,13 @@ func summary(r Result) string {
 	}
 	for _, k := range slices.Sorted(maps.Keys(r.Known)) {
 		fmt.Fprintf(&b, "open defect %s met %d times: %s\n", k, r.Known[k], knownDefects[k])
+		if at := r.KnownAt[k]; at != "" {
+			first, _, _ := strings.Cut(at, "\n")
+			if os.Getenv("PINFOLD_SIM_HISTORY") != "" {
+				first = at
+			}
+			fmt.Fprintf(&b, "  first met at %s\n", first)
+		}
 	}
 	fmt.Fprintf(&b, "settled: %d moves, %d drains, %d heals; %d planner restarts; %d capacity probes deployed\n", r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes)
 	return b.String()

@@ -85,8 +85,10 @@ type Result struct {
 	Ops     map[string]*OpStats
 	// Settled counts moves, drains and heals seen to end.
 	Moves, Drains, Heals, Restarts, Probes int
-	// Known counts the open defects (knownDefects) the run met.
-	Known map[string]int
+	// Known counts the open defects (knownDefects) the run met; KnownAt
+	// is where each was first met, with the operations before it.
+	Known   map[string]int
+	KnownAt map[string]string
 }
 
 // knownDefects are defects the simulation found that are not fixed yet:
@@ -108,6 +110,12 @@ func (w *world) known(kind string) {
 		w.fail("unknown known defect %q", kind)
 	}
 	w.res.Known[kind]++
+	if w.res.KnownAt == nil {
+		w.res.KnownAt = map[string]string{}
+	}
+	if _, ok := w.res.KnownAt[kind]; !ok {
+		w.res.KnownAt[kind] = fmt.Sprintf("seed %d step %d, after:\n  %s", w.res.Seed, w.step, strings.Join(w.history, "\n  "))
+	}
 	w.note("known defect: " + kind)
 }
 
