@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -70,18 +71,40 @@ func (p *Pending) Request(id string) (Request, bool) {
 	return p.base.Request(id)
 }
 
-// PruneRequests deletes the records of requests made before before, at
-// most 128 in a transaction, and reports how many it deleted.
+// MaxRequests bounds the request records kept: past it the oldest go
+// first, whatever their age (a flood of distinct IDs cannot grow etcd or
+// the cache for a whole RequestTTL).
+const MaxRequests = 100_000
+
+// maxRequests is MaxRequests (lowered by a test).
+var maxRequests = MaxRequests
+
+// PruneRequests deletes the records of requests made before before and
+// the oldest beyond MaxRequests, at most 128 in a transaction, and reports
+// how many it deleted.
 func (s *Store) PruneRequests(ctx context.Context, before time.Time) (int, error) {
 	s.mu.RLock()
-	var old []string
+	type rec struct {
+		id string
+		at time.Time
+	}
+	all := make([]rec, 0, len(s.requests))
 	for id, d := range s.requests {
-		if d.Value.Time.Before(before) {
-			old = append(old, id)
-		}
+		all = append(all, rec{id, d.Value.Time})
 	}
 	s.mu.RUnlock()
-	slices.Sort(old)
+	slices.SortFunc(all, func(a, b rec) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return strings.Compare(a.id, b.id)
+	})
+	var old []string
+	for i, r := range all {
+		if r.at.Before(before) || len(all)-i > maxRequests {
+			old = append(old, r.id)
+		}
+	}
 	deleted := 0
 	for len(old) > 0 {
 		n := min(len(old), 128)
