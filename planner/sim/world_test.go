@@ -3,6 +3,7 @@ package sim
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,17 +96,12 @@ type Result struct {
 // the run counts them instead of failing, so that it keeps finding new
 // ones. Delete an entry with its fix; the seeds in regressions show it.
 var knownDefects = map[string]string{
-	"capacity-then-one-more": "after a deploy of exactly the capacity (placed, and one more in the same deploy refused), one more " +
-		"instance in a deploy of its own is sometimes placed: the first deploy's packing left room capacity did not count " +
-		"(seeds 103, 108, 111, 169, 175 … of hack/sim.sh --seeds 101-200 --steps 10000: 13 times in 1,000,000 steps)",
 	"heal-reason-missing": "a dead host (not draining) holds instances past the down grace that cannot be placed again, and " +
 		"Host.Stuck is empty: the heal's reason is missing (seed 1, step 9289 of hack/sim.sh --ci; cause not found yet)",
-	"drain-reason-missing": "an instance of a draining host neither moves nor waits out a backoff for over 150 steps, and the " +
-		"host's Stuck is empty (seed 7, step 5049 of hack/sim.sh --ci)",
 }
 
 // known counts an open defect of knownDefects.
-func (w *world) known(kind string) {
+func (w *world) known(kind, detail string) {
 	if _, ok := knownDefects[kind]; !ok {
 		w.fail("unknown known defect %q", kind)
 	}
@@ -114,9 +110,9 @@ func (w *world) known(kind string) {
 		w.res.KnownAt = map[string]string{}
 	}
 	if _, ok := w.res.KnownAt[kind]; !ok {
-		w.res.KnownAt[kind] = fmt.Sprintf("seed %d step %d, after:\n  %s", w.res.Seed, w.step, strings.Join(w.history, "\n  "))
+		w.res.KnownAt[kind] = fmt.Sprintf("seed %d step %d: %s; after:\n  %s", w.res.Seed, w.step, detail, strings.Join(w.history, "\n  "))
 	}
-	w.note("known defect: " + kind)
+	w.note("known defect: " + kind + ": " + detail)
 }
 
 // OpStats counts one kind of operation.
@@ -621,9 +617,12 @@ func (w *world) check() {
 				w.logs.mu.Lock()
 				abortedAt := w.logs.aborted[id]
 				w.logs.mu.Unlock()
-				if !moving[id] && h.Stuck == "" && w.now.Sub(abortedAt) > 30*time.Second {
-					w.known("drain-reason-missing")
-					w.note(fmt.Sprintf("instance %s on host %s, draining for %d steps, neither moves nor is parked with a reason (the host's stuck is empty)", id, h.Name, w.step-first))
+				// The new half of a move (it replaces an instance) waits for
+				// its move to settle, which moveBound bounds: the drain moves
+				// it after that.
+				if !moving[id] && iv.Instance.Replaces == "" && h.Stuck == "" && w.now.Sub(abortedAt) > 30*time.Second {
+					w.fail("instance %+v (status %+v) on host %s (live %t, state %s), draining since %s for %d steps, neither moves nor is parked with a reason (the host's stuck is empty)",
+						iv.Instance, iv.Status, h.Name, v.Live, v.State(), h.DrainStarted, w.step-first)
 				}
 			}
 		}
@@ -645,7 +644,7 @@ func (w *world) check() {
 				w.fail("host %s, dead and draining, holds %d instances past the down grace with no reason (the host's stuck is empty): the drain's pass lost the heal's reason (found on seeds 9, 11, 12; fixed)", h.Name, len(ins))
 			} else if len(ins) > 0 && h.Stuck == "" {
 				if _, err := w.svc.Heal(w.ctx, h.Name, false); err != nil {
-					w.known("heal-reason-missing")
+					w.known("heal-reason-missing", fmt.Sprintf("host %s (state %s, draining %t) down since %s holds %d instances", h.Name, v.State(), h.Draining, since, len(ins)))
 					continue
 				}
 				var about []string
@@ -1139,20 +1138,39 @@ func (w *world) opProbe() (op, bool) {
 		w.fail("capacity says %d instances fit, and a deploy of %d was placed", total, total+1)
 	}
 	w.outcome(op{kind: "capacity-probe+1", want: service.Exhausted, invalid: true}, err, before)
+	hostsBefore := map[string]string{}
+	for _, v := range w.st.Hosts() {
+		ah := state.AllocHost(v.Host, v.Alloc)
+		ah.Topology = nil
+		b, _ := json.Marshal(ah)
+		hostsBefore[v.Host.Name] = fmt.Sprintf("%s (cpus %v numa %d)", b, v.Host.CPUs, len(v.Host.Topology.NUMANodes))
+	}
 	if total > 0 {
 		r.Count = total
 		if _, err := w.svc.DeployWithRules(w.ctx, r); err != nil {
 			w.fail("capacity says %d instances fit, and a deploy of %d was refused: %v", total, total, err)
 		}
 	}
-	// Then one more, in a deploy of its own: the first deploy's packing
-	// can leave room that capacity, counted before it, did not see.
+	// Then one more, in a deploy of its own: refused, as capacity counted
+	// it, unless the host has two readings of its room (a bound request
+	// with UseBuffer under CPU overbooking: the larger of the room with the
+	// overbooking and without it, placement.Settings.rooms). One deploy
+	// places on one reading; what it leaves may still fit in the other, so
+	// a later deploy can place more there (docs/PLACEMENT.md, "Capacity").
+	_, cpuOver := w.st.PlacementSettings().Overbooking["cpu"]
+	twoReadings := r.UseBuffer && r.Bind && cpuOver
 	more := r
 	more.Count = 1
 	before = w.snapshot()
-	if _, err := w.svc.DeployWithRules(w.ctx, more); err == nil {
-		w.known("capacity-then-one-more")
-	} else {
+	if res, err := w.svc.DeployWithRules(w.ctx, more); err == nil && !twoReadings {
+		var hs []string
+		for _, in := range res.Instances {
+			hv, _ := w.st.Host(in.Host)
+			hs = append(hs, fmt.Sprintf("%s on %s CPUs %v; host alloc %+v; before the deploy of the total: %s", in.ID, in.Host, in.CPUs, hv.Alloc, hostsBefore[in.Host]))
+		}
+		w.fail("capacity said %d instances fit (%s), the deploy of %d placed them, and one more in a deploy of its own was placed: %v",
+			total, what, total, hs)
+	} else if err != nil {
 		w.outcome(op{kind: "capacity-probe+1", want: service.Exhausted, invalid: true}, err, before)
 	}
 	if total > 0 {
