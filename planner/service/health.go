@@ -61,34 +61,71 @@ func (s *Service) Health(now time.Time) []Warning {
 		if d.Value.Rules != nil && d.Value.Rules.DomainSpread == string(placement.SpreadOff) {
 			continue
 		}
-		fd, ud := map[string]int{}, map[string]int{}
-		withDomains := false
-		for _, v := range hosts {
-			if v.State() != "up" && per[svc][v.Host.Name] == 0 {
-				continue // domains without usable hosts do not count
-			}
-			if v.Host.FaultDomain != "" || v.Host.UpgradeDomain != "" {
-				withDomains = true
-			}
-			if lv := placement.FaultLevels(v.Host.FaultDomain); len(lv) > 0 {
-				fd[lv[0]] += per[svc][v.Host.Name]
-			}
-			if v.Host.UpgradeDomain != "" {
-				ud[v.Host.UpgradeDomain] += per[svc][v.Host.Name]
-			}
+		for _, w := range domainPacking(hosts, per[svc]) {
+			w.Subject = svc
+			out = append(out, w)
 		}
-		if !withDomains {
-			continue
+	}
+	return out
+}
+
+// domainPacking compares, as placement's max-difference rule does, the
+// service's instance counts (per host in onHost) of sibling domains: the
+// children of each fault domain, a host without a fault domain being a
+// top-level domain of its own, and the upgrade domains. Siblings more than
+// one apart are a warning each, naming their parent. Hosts that are not
+// up and hold none of the service's instances do not count. Nothing when
+// no host has a domain.
+func domainPacking(hosts []state.HostView, onHost map[string]int) []Warning {
+	fd, ud := map[string]int{}, map[string]int{}
+	children := map[string]map[string]bool{} // fault domain ("" = the top) → its child domains
+	withDomains := false
+	for _, v := range hosts {
+		h := v.Host
+		n := onHost[h.Name]
+		if v.State() != "up" && n == 0 {
+			continue // domains without usable hosts do not count
 		}
-		for _, c := range []struct {
-			kind   string
-			counts map[string]int
-		}{{placement.RuleFaultDomain, fd}, {placement.RuleUpgradeDomain, ud}} {
-			if lo, hi := minMax(c.counts); len(c.counts) > 1 && hi-lo > 1 {
-				out = append(out, Warning{Kind: c.kind, Subject: svc,
-					Detail: fmt.Sprintf("instances packed into too few %s domains: %s", strings.ToLower(strings.TrimSuffix(c.kind, "Domain")), fmtCounts(c.counts))})
+		if h.FaultDomain != "" || h.UpgradeDomain != "" {
+			withDomains = true
+		}
+		levels := placement.FaultLevels(h.FaultDomain)
+		if len(levels) == 0 {
+			levels = []string{h.Name + " (no fault domain)"}
+		}
+		parent := ""
+		for _, lv := range levels {
+			if children[parent] == nil {
+				children[parent] = map[string]bool{}
 			}
+			children[parent][lv] = true
+			fd[lv] += n
+			parent = lv
 		}
+		if h.UpgradeDomain != "" {
+			ud[h.UpgradeDomain] += n
+		}
+	}
+	if !withDomains {
+		return nil
+	}
+	var out []Warning
+	for _, parent := range slices.Sorted(maps.Keys(children)) {
+		counts := map[string]int{}
+		for c := range children[parent] {
+			counts[c] = fd[c]
+		}
+		if lo, hi := minMax(counts); len(counts) > 1 && hi-lo > 1 {
+			under := ""
+			if parent != "" {
+				under = " under " + parent
+			}
+			out = append(out, Warning{Kind: placement.RuleFaultDomain,
+				Detail: fmt.Sprintf("instances packed into too few fault domains%s: %s", under, fmtCounts(counts))})
+		}
+	}
+	if lo, hi := minMax(ud); len(ud) > 1 && hi-lo > 1 {
+		out = append(out, Warning{Kind: placement.RuleUpgradeDomain, Detail: "instances packed into too few upgrade domains: " + fmtCounts(ud)})
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -179,6 +180,71 @@ func TestHealthDomainPacking(t *testing.T) {
 	ws := s.Health(time.Now())
 	if len(ws) != 1 || ws[0].Kind != "FaultDomain" || ws[0].Subject != "web" || !strings.Contains(ws[0].Detail, "dc1 2, dc2 0") {
 		t.Errorf("health = %+v, want web packed into dc1", ws)
+	}
+}
+
+// TestHealthDomainPackingEveryLevel: health compares sibling domains at
+// every level of the fault domain tree, a host without a fault domain
+// being a top-level domain of its own, as placement's max-difference rule
+// does; a spread that is even at the top can be packed one level down.
+func TestHealthDomainPackingEveryLevel(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		domains map[string]string // host → fault domain ("" none)
+		placed  map[string]int    // host → instances of web
+		want    []string          // the FaultDomain warnings' details
+	}{
+		{"packed one level down", map[string]string{"h1": "fd:/dc1/r1", "h2": "fd:/dc1/r2", "h3": "fd:/dc2", "h4": "fd:/dc2"},
+			map[string]int{"h1": 2, "h3": 1, "h4": 1},
+			[]string{"instances packed into too few fault domains under dc1: dc1/r1 2, dc1/r2 0"}},
+		{"a host without a fault domain is a domain of its own", map[string]string{"h1": "fd:/dc1", "h2": "fd:/dc1", "h3": ""},
+			map[string]int{"h1": 1, "h2": 1},
+			[]string{"instances packed into too few fault domains: dc1 2, h3 (no fault domain) 0"}},
+		{"even at every level", map[string]string{"h1": "fd:/dc1/r1", "h2": "fd:/dc1/r2", "h3": "fd:/dc2", "h4": "fd:/dc2"},
+			map[string]int{"h1": 1, "h2": 1, "h3": 2},
+			nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := statetest.Start(t, 1)
+			s := newService(t, c)
+			ctx := context.Background()
+			for _, name := range slices.Sorted(maps.Keys(tc.domains)) {
+				register(t, s, name, topologytest.Laptop().Topology())
+			}
+			for _, name := range slices.Sorted(maps.Keys(tc.placed)) {
+				if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: tc.placed[name], Pieces: 100, Bind: true, Memory: GiB,
+					Rules: state.Rules{Constraint: "HostName == " + name}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, name := range slices.Sorted(maps.Keys(tc.domains)) {
+				if fd := tc.domains[name]; fd != "" {
+					if _, err := s.SetHost(ctx, service.SetHostRequest{Name: name, FaultDomain: strp(fd)}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			waitFor(t, func() bool {
+				for name, fd := range tc.domains {
+					if v, _ := s.Store().Host(name); v.Host.FaultDomain != fd {
+						return false
+					}
+				}
+				return true
+			}, "domains set")
+			var got []string
+			for _, w := range s.Health(time.Now()) {
+				if w.Kind == "FaultDomain" {
+					if w.Subject != "web" {
+						t.Errorf("warning %+v: want subject web", w)
+					}
+					got = append(got, w.Detail)
+				}
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("fault domain warnings = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 
