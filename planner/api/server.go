@@ -99,6 +99,9 @@ func Handler(svc Planner, o Options) http.Handler {
 	if o.Authorize {
 		opts = append(opts, connect.WithInterceptors(authorizer{}))
 	}
+	// Past the authorizer, every field is checked against its bound
+	// (requestBounds) before a handler sees the request.
+	opts = append(opts, connect.WithInterceptors(bounds{}))
 	// Innermost: a panic in a handler or stream is that call's internal
 	// error (logged with its stack, an event, a metric), counted and
 	// recorded by the interceptors above like any other outcome.
