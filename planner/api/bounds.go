@@ -166,11 +166,11 @@ func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, b bound, 
 	switch fd.Kind() {
 	case protoreflect.StringKind:
 		if s := v.String(); len(s) > b.bytes {
-			return fmt.Errorf("%s = %q: %d bytes, want at most %d", name, service.Clip(s, 100), len(s), b.bytes)
+			return fmt.Errorf("%s = %q: %d bytes, want at most %d bytes", name, service.Clip(s, 100), len(s), b.bytes)
 		}
 	case protoreflect.BytesKind:
 		if n := len(v.Bytes()); n > b.bytes {
-			return fmt.Errorf("%s: %d bytes, want at most %d", name, n, b.bytes)
+			return fmt.Errorf("%s: %d bytes, want at most %d bytes", name, n, b.bytes)
 		}
 	case protoreflect.MessageKind, protoreflect.GroupKind:
 		return checkMessage(v.Message(), name+".")
