@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -621,8 +622,9 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			if maxPerHost < 0 {
-				return badInput("--max-per-host %d: want 0 (no limit) or more", maxPerHost)
+			perHost, err := int32Of("--max-per-host", maxPerHost, 0, math.MaxInt32)
+			if err != nil {
+				return err
 			}
 			cpuS, mem, err := parseCPUAndMemory(cpu, memory)
 			if err != nil {
@@ -630,7 +632,7 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.Capacity(cmd.Context(), connect.NewRequest(&pinfoldv1.CapacityRequest{Cpu: cpuS, Bind: bind, WholeCores: wholeCores, MemoryBytes: mem,
-					Service: service, MaxPerHost: int32(maxPerHost), UseBuffer: useBuffer, Constraint: constraint,
+					Service: service, MaxPerHost: perHost, UseBuffer: useBuffer, Constraint: constraint,
 					AffinityHard: affinity, AntiAffinityHard: antiAffinity}))
 				if err != nil {
 					return err

@@ -13,6 +13,7 @@ import (
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/balance"
+	"github.com/pinfold/pinfold/planner/service"
 )
 
 // moveJSON is one move of an instance between hosts.
@@ -74,8 +75,12 @@ its health gate before its old instance is removed ('pinfold ps' shows them).`,
 			if err := o.Validate(); err != nil {
 				return badInput("%v", err)
 			}
+			moves, err := int32Of("--max-moves", maxMoves, 0, balance.MaxMovesLimit)
+			if err != nil {
+				return err
+			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				resp, err := cl.Rebalance(cmd.Context(), connect.NewRequest(&pinfoldv1.RebalanceRequest{Apply: apply, MaxMoves: int32(maxMoves),
+				resp, err := cl.Rebalance(cmd.Context(), connect.NewRequest(&pinfoldv1.RebalanceRequest{Apply: apply, MaxMoves: moves,
 					BalancingThreshold: balancing, ActivityThreshold: activity, Defragment: frag}))
 				if err != nil {
 					return err
@@ -177,11 +182,12 @@ service's record (scale it up again later).`,
 			if !cmd.Flags().Changed("count") {
 				return badInput("--count N is required")
 			}
-			if count < 0 {
-				return badInput("--count %d: want 0 or more", count)
+			n, err := int32Of("--count", count, 0, service.MaxDeployCount)
+			if err != nil {
+				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				resp, err := cl.Scale(cmd.Context(), connect.NewRequest(&pinfoldv1.ScaleRequest{Service: args[0], Count: int32(count)}))
+				resp, err := cl.Scale(cmd.Context(), connect.NewRequest(&pinfoldv1.ScaleRequest{Service: args[0], Count: n}))
 				if err != nil {
 					return err
 				}

@@ -519,8 +519,8 @@ violation.`,
 			for _, nm := range numaMems {
 				k, v, ok := strings.Cut(nm, "=")
 				id, err := strconv.Atoi(k)
-				if !ok || err != nil || id < 0 {
-					return badInput("--numa-memory %q: want NODE=SIZE, e.g. 0=30GiB", nm)
+				if !ok || err != nil || id < 0 || id > cpuset.MaxID {
+					return badInput("--numa-memory %q: want NODE=SIZE with NODE 0..%d, e.g. 0=30GiB", nm, cpuset.MaxID)
 				}
 				b, err := parseSize("--numa-memory", v, false)
 				if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -286,7 +287,7 @@ func (ch *settingsChange) parse(buffer, over, prios, clear []string) error {
 			continue
 		}
 		n, err := strconv.Atoi(v)
-		if !ok || err != nil {
+		if !ok || err != nil || n < math.MinInt32 || n > math.MaxInt32 {
 			return badInput("--priority %q: want RULE=P with P one of -1, 0, 1, 2, or RULE= for the default", kv)
 		}
 		ch.prios[k] = int32(n)

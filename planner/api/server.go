@@ -99,6 +99,9 @@ func Handler(svc Planner, o Options) http.Handler {
 	if o.Authorize {
 		opts = append(opts, connect.WithInterceptors(authorizer{}))
 	}
+	// Past the authorizer, every field is checked against its bound
+	// (requestBounds) before a handler sees the request.
+	opts = append(opts, connect.WithInterceptors(bounds{}))
 	// Innermost: a panic in a handler or stream is that call's internal
 	// error (logged with its stack, an event, a metric), counted and
 	// recorded by the interceptors above like any other outcome.
@@ -300,11 +303,11 @@ func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.
 	dec := json.NewDecoder(strings.NewReader(string(m.TopologyJson)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&t); err != nil {
-		return nil, invalid("topology_json: %v", err)
+		return nil, invalid("topology_json: %s", service.Clip(err.Error(), 300))
 	}
 	reserved, err := cpuset.ParseCPUs(m.ReservedCpus)
 	if err != nil {
-		return nil, invalid("reserved_cpus = %q: %v", m.ReservedCpus, err)
+		return nil, invalid("reserved_cpus = %q: %v", service.Clip(m.ReservedCpus, 200), err)
 	}
 	v, err := s.svc.RegisterHost(ctx, service.RegisterHostRequest{Name: m.Name, Topology: &t, Force: m.Force, Agent: m.Agent,
 		AgentVersion: m.AgentVersion, Protocol: int(m.Protocol), Settings: state.CapacitySettings{
@@ -341,7 +344,7 @@ func (s *Server) SetHost(ctx context.Context, r *connect.Request[pinfoldv1.SetHo
 	m := r.Msg
 	remove, err := cpuset.ParseCPUs(m.RemoveCpus)
 	if err != nil {
-		return nil, invalid("remove_cpus = %q: %v", m.RemoveCpus, err)
+		return nil, invalid("remove_cpus = %q: %v", service.Clip(m.RemoveCpus, 200), err)
 	}
 	req := service.SetHostRequest{Name: m.Name, RemoveCPUs: remove, MemoryBytes: m.MemoryBytes, MemoryDelta: m.MemoryDeltaBytes,
 		AddCPUs: map[cpuset.CPUID]int{}, NUMAMemory: map[cpuset.NUMANodeID]int64{}, RemoveProperties: m.RemoveProperties,

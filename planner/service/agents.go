@@ -17,9 +17,12 @@ import (
 // agent's version and protocol (an incompatible protocol keeps the host out
 // of planning) and, when m is not nil, the host's metrics.
 func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error {
+	if err := ValidateAgentVersion(version); err != nil {
+		return err
+	}
 	v, ok := s.st.Host(host)
 	if !ok {
-		return errf(NotFound, "host %q is not registered", host)
+		return errf(NotFound, "host %q is not registered", clip(host))
 	}
 	if ttl < time.Second || ttl > 10*time.Minute {
 		return errf(Invalid, "heartbeat ttl = %s: want 1s..10m", ttl)

@@ -44,9 +44,12 @@ func (s *Service) SetEventRetention(keep int, maxAge time.Duration) {
 }
 
 // Record queues ev for the event log, with its ID and time set (now when
-// zero). It never blocks: with the queue full the event is dropped and
-// counted (EventsDropped).
+// zero) and every field cut to its bound (state.Event.Clipped), so that
+// neither the queue nor etcd holds more of a caller's text than that. It
+// never blocks: with the queue full the event is dropped and counted
+// (EventsDropped).
 func (s *Service) Record(ev state.Event) {
+	ev = ev.Clipped()
 	if ev.Time.IsZero() {
 		ev.Time = time.Now().UTC()
 	}

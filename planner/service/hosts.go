@@ -35,9 +35,12 @@ type RegisterHostRequest struct {
 // topology is refused unless forced, and even then refused when running
 // instances hold CPUs the new capacity lacks.
 func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (state.HostView, error) {
+	if err := ValidateAgentVersion(r.AgentVersion); err != nil {
+		return state.HostView{}, err
+	}
 	if r.Agent && r.Protocol != model.Protocol {
 		return state.HostView{}, errf(Precond, "host %s: its agent (version %q) speaks protocol %d and this planner speaks %d: run agent and planner of one release",
-			r.Name, r.AgentVersion, r.Protocol, model.Protocol)
+			clip(r.Name), r.AgentVersion, r.Protocol, model.Protocol)
 	}
 	h, err := state.NewHost(r.Name, r.Topology, s.st.Config(), r.Settings)
 	if err != nil {

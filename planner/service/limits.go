@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
@@ -33,12 +34,71 @@ const (
 	maxEcho = 200
 )
 
+// Bounds on the fields of an API request, checked where the request
+// enters (planner/api's requestBounds names the bound of every string,
+// bytes, list and map field), before it is planned, stored or recorded.
+// The service's own checks (a name's characters, a spec's total size)
+// apply after them.
+const (
+	// MaxNameLen bounds a name (host, service, instance, network, rule
+	// entry, fault or upgrade domain): a DNS name's 253 bytes.
+	MaxNameLen = 253
+	// MaxWordLen bounds a keyword or a number given as text (a strategy,
+	// a state, a decimal CPU amount, a duration, an event ID).
+	MaxWordLen = 64
+	// MaxAgentVersionLen bounds the version an agent reports: stored with
+	// its host and served by every host listing (a 3 MB one was, issue 26
+	// N6). "v1.2.3-45-gdeadbeef-dirty" is 25 bytes.
+	MaxAgentVersionLen = 128
+	// MaxCPUListLen bounds a CPU list ("0-3,8"): the text cpuset.Parse
+	// looks at.
+	MaxCPUListLen = 64 << 10
+	// MaxTopologyBytes bounds a registration's topology: the largest
+	// valid one (8,192 CPUs that all list one L3 group) is 1.1 MB.
+	MaxTopologyBytes = 2 << 20
+	// MaxCommandEnvEntries bounds the entries of a command, an environment
+	// or a health check's exec (each entry also within MaxCommandEnvBytes).
+	MaxCommandEnvEntries = 4096
+	// MaxHostsListed bounds a list of hosts in a request (a deploy's
+	// hosts_order, a replace's hosts): stored with a service's rules.
+	MaxHostsListed = 10_000
+	// MaxSettingsEntries bounds each map of the placement settings.
+	MaxSettingsEntries = 64
+	// MaxCPUEntries bounds a per-CPU or per-NUMA-node map: one entry per
+	// ID 0..cpuset.MaxID.
+	MaxCPUEntries = 8192
+	// MaxHealthHTTPLen bounds a health check's "PORT/PATH".
+	MaxHealthHTTPLen = 1024
+	// MaxAppliedListLen bounds the cpuset.cpus and cpuset.mems an agent
+	// reports as applied.
+	MaxAppliedListLen = 4096
+)
+
+// ValidateAgentVersion checks the version an agent reports.
+func ValidateAgentVersion(v string) error {
+	switch {
+	case len(v) > MaxAgentVersionLen:
+		return errf(Invalid, "agent_version = %q: %d bytes, want at most %d", clip(v), len(v), MaxAgentVersionLen)
+	case strings.ContainsFunc(v, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return errf(Invalid, "agent_version = %q: no control characters", clip(v))
+	}
+	return nil
+}
+
 // clip is s cut to maxEcho characters for an error message.
-func clip(s string) string {
-	if len(s) <= maxEcho {
+func clip(s string) string { return Clip(s, maxEcho) }
+
+// Clip is s cut to n bytes on a rune boundary, with its length said, for
+// an error message that repeats a caller's value.
+func Clip(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	return s[:maxEcho] + fmt.Sprintf("…(%d bytes)", len(s))
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
 // validateSpec checks the bounds and characters of what an instance runs

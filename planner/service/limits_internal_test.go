@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
@@ -55,5 +56,44 @@ func TestBounds(t *testing.T) {
 	}
 	if err := validateSpec(model.Spec{Image: "registry.example/app:1.2", Command: []string{"sh", "-c", "echo hi\nexit 0"}, Env: []string{"A=1"}}); err != nil {
 		t.Errorf("a good spec refused: %v", err)
+	}
+}
+
+// TestAgentVersionBounded: the version an agent reports through a
+// heartbeat or a registration is refused past MaxAgentVersionLen bytes or
+// with control characters, before anything is looked up or stored (a
+// 3 MB version was stored and served by every host listing, issue 26 N6).
+func TestAgentVersionBounded(t *testing.T) {
+	t.Parallel()
+	s := &Service{params: alloc.DefaultParams()}
+	ctx := context.Background()
+	long := strings.Repeat("v", 3<<20)
+	for _, tt := range []struct {
+		name, version, want string
+	}{
+		{"3 MB", long, "want at most 128"},
+		{"129 bytes", long[:MaxAgentVersionLen+1], "129 bytes, want at most 128"},
+		{"newline", "v1.2\nforged log line", "no control characters"},
+	} {
+		for method, call := range map[string]func() error{
+			"heartbeat": func() error { return s.Heartbeat(ctx, "h1", tt.version, model.Protocol, time.Minute, nil) },
+			"register": func() error {
+				_, err := s.RegisterHost(ctx, RegisterHostRequest{Name: "h1", Agent: true, AgentVersion: tt.version, Protocol: model.Protocol})
+				return err
+			},
+		} {
+			t.Run(method+"/"+tt.name, func(t *testing.T) {
+				err := call()
+				if CodeOf(err) != Invalid || !strings.Contains(err.Error(), "agent_version") || !strings.Contains(err.Error(), tt.want) {
+					t.Errorf("err = %.300v, want invalid_argument on agent_version with %q", err, tt.want)
+				}
+				if err != nil && len(err.Error()) > 1000 {
+					t.Errorf("the error repeats %d bytes", len(err.Error()))
+				}
+			})
+		}
+	}
+	if err := ValidateAgentVersion("v1.2.3-45-gdeadbeef-dirty"); err != nil {
+		t.Errorf("a good version refused: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -29,8 +30,19 @@ type Event struct {
 	Outcome  string    `json:"outcome"`           // "ok", or the error, cut at MaxEventText
 }
 
-// MaxEventText bounds an event's request and outcome texts.
-const MaxEventText = 2 << 10
+// Bounds on one event, whoever writes it: every field is cut (Clipped),
+// so that an event takes at most about 5.5 KB of memory while queued and
+// of etcd once written, and a batch of MaxEventsPerCommit stays well under
+// etcd's 1.5 MiB request limit whatever callers send (60 refused calls
+// with 4 MB names once took the planner to 2.1 GB and its events past
+// etcd's limit, issue 26 N1).
+const (
+	// MaxEventText bounds an event's request and outcome texts.
+	MaxEventText = 2 << 10
+	// MaxEventField bounds each of its other fields (identity, kind,
+	// subject, host, service): above the longest valid name (253 bytes).
+	MaxEventField = 256
+)
 
 // MaxEventsPerCommit bounds the events written in one transaction (etcd's
 // default limit is 128 operations).
@@ -51,7 +63,7 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event) error {
 		n := min(len(evs), MaxEventsPerCommit)
 		ops := make([]clientv3.Op, 0, n)
 		for _, ev := range evs[:n] {
-			ev.Request, ev.Outcome = clipText(ev.Request), clipText(ev.Outcome)
+			ev = ev.Clipped()
 			b, err := json.Marshal(ev)
 			if err != nil {
 				return fmt.Errorf("state: event %s: %w", ev.ID, err)
@@ -66,11 +78,27 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event) error {
 	return nil
 }
 
-func clipText(s string) string {
-	if len(s) <= MaxEventText {
+// Clipped is ev with every field cut to its bound (MaxEventField;
+// MaxEventText for the request and outcome).
+func (ev Event) Clipped() Event {
+	for _, f := range []*string{&ev.ID, &ev.Identity, &ev.Kind, &ev.Subject, &ev.Host, &ev.Service} {
+		*f = clipTo(*f, MaxEventField)
+	}
+	ev.Request, ev.Outcome = clipTo(ev.Request, MaxEventText), clipTo(ev.Outcome, MaxEventText)
+	return ev
+}
+
+// clipTo is s cut to at most n bytes, on a rune boundary, ending in "…"
+// when cut.
+func clipTo(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	return s[:MaxEventText-len("…")] + "…"
+	cut := n - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // Events returns up to limit events after the one with ID after ("": from

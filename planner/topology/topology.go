@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"unicode/utf8"
 
 	"github.com/pinfold/pinfold/planner/cpuset"
 )
@@ -176,8 +177,24 @@ func (t *Topology) Distance(from, to cpuset.NUMANodeID) (int, bool) {
 // ValidationError names the inconsistency Validate found.
 type ValidationError struct {
 	Field  string // e.g. "cpus[3].siblings"
-	Value  string
-	Reason string
+	Value  string // cut to maxEcho bytes: a topology comes from outside
+	Reason string // cut to twice that
+}
+
+// maxEcho bounds how much of a value an error repeats: a registration
+// may carry megabytes in one field, and its error must not.
+const maxEcho = 200
+
+// clip is s cut to n bytes (on a rune boundary) with its length said.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("…(%d bytes)", len(s))
 }
 
 func (e *ValidationError) Error() string {
@@ -195,10 +212,16 @@ func (e *ValidationError) Error() string {
 //     at least LocalDistance to others (ACPI SLIT);
 //   - a node's memory is 0..MaxNodeMemory; Isolated ⊆ Online.
 //
+// IDs run 0..cpuset.MaxID, so a topology has at most 8,192 CPUs and 8,192
+// NUMA nodes; validating the largest takes milliseconds (its cost grows
+// with the number of CPUs times the size of a CPU set, never with pairs of
+// CPUs: BenchmarkValidate8192). An error repeats at most maxEcho bytes of
+// the offending value.
+//
 // SLIT rows need not be symmetric: ACPI allows asymmetric tables.
 func (t *Topology) Validate() error {
 	bad := func(field string, value any, reason string, args ...any) error {
-		return &ValidationError{Field: field, Value: fmt.Sprint(value), Reason: fmt.Sprintf(reason, args...)}
+		return &ValidationError{Field: field, Value: clip(fmt.Sprint(value), maxEcho), Reason: clip(fmt.Sprintf(reason, args...), 2*maxEcho)}
 	}
 	if len(t.NUMANodes) == 0 {
 		return bad("numa_nodes", "[]", "a host has at least one NUMA node")
@@ -267,12 +290,24 @@ func (t *Topology) Validate() error {
 	if !t.Isolated.IsSubsetOf(online) {
 		return bad("isolated", t.Isolated, "not a subset of online %s", online)
 	}
+	// A CPU's sibling and L3 sets must agree with those of every CPU they
+	// name. Checking that pairwise costs O(n²) set comparisons (a minute
+	// for 8,192 CPUs that all share one L3); groupsAgree decides it for
+	// every CPU in one pass, and only a CPU whose group disagrees is
+	// looked at pairwise, to say which member disagrees.
+	siblingsOK := t.groupsAgree(func(c CPU) cpuset.CPUs { return c.Siblings }, func(a, b CPU) bool {
+		return a.PackageID == b.PackageID && a.DieID == b.DieID && a.NUMANode == b.NUMANode
+	})
+	l3OK := t.groupsAgree(func(c CPU) cpuset.CPUs { return c.L3 }, func(CPU, CPU) bool { return true })
 	for i, c := range t.CPUs {
 		f := fmt.Sprintf("cpus[%d]", i)
 		if !c.Siblings.Contains(c.ID) {
 			return bad(f+".siblings", c.Siblings, "does not contain CPU %d itself", c.ID)
 		}
 		for s := range c.Siblings.All() {
+			if siblingsOK[i] {
+				break
+			}
 			sc, ok := t.CPU(s)
 			if !ok {
 				return bad(f+".siblings", c.Siblings, "sibling %d is not an online CPU", s)
@@ -294,6 +329,9 @@ func (t *Topology) Validate() error {
 			return bad(f+".l3", c.L3, "holds CPUs that are not online")
 		}
 		for s := range c.L3.All() {
+			if l3OK[i] {
+				break
+			}
 			if sc, _ := t.CPU(s); !sc.L3.Equal(c.L3) {
 				return bad(f+".l3", c.L3, "CPU %d says its L3 group is %q", s, sc.L3)
 			}
@@ -303,4 +341,36 @@ func (t *Topology) Validate() error {
 		return bad("numa_source", t.NUMASource, "want %q or %q", SourceSysfs, SourceFlat)
 	}
 	return nil
+}
+
+// groupsAgree reports, for each CPU (by index), whether every CPU in its
+// group (set(c): its siblings or its L3 group) is an online CPU with the
+// same group and alike(c, member). It costs one set comparison per CPU,
+// not one per pair: every CPU is compared with its group's lowest member
+// r, and the group agrees when r is online, the CPUs that match r are
+// exactly as many as the group holds (they all lie in it, since each
+// contains itself) and c matches r.
+func (t *Topology) groupsAgree(set func(CPU) cpuset.CPUs, alike func(a, b CPU) bool) []bool {
+	matches := func(c, r CPU) bool { return set(c).Equal(set(r)) && alike(c, r) }
+	reps := make([]int, len(t.CPUs)) // index of the group's lowest member; -1: none
+	count := map[int]int{}           // by rep: the CPUs that match it
+	for i, c := range t.CPUs {
+		reps[i] = -1
+		g := set(c)
+		lo, ok := g.Min()
+		if !ok || !g.Contains(c.ID) {
+			continue
+		}
+		r, ok := slices.BinarySearchFunc(t.CPUs, lo, func(c CPU, id cpuset.CPUID) int { return cmp.Compare(c.ID, id) })
+		if !ok || !matches(c, t.CPUs[r]) {
+			continue
+		}
+		reps[i] = r
+		count[r]++
+	}
+	out := make([]bool, len(t.CPUs))
+	for i, r := range reps {
+		out[i] = r >= 0 && count[r] == set(t.CPUs[r]).Len()
+	}
+	return out
 }

@@ -35,6 +35,11 @@ func TestValidate(t *testing.T) {
 		{"sibling on other package", func(tp *topology.Topology) { tp.CPUs[40].PackageID = 1 }, "cpus[0].siblings"},
 		{"l3 without self", func(tp *topology.Topology) { tp.CPUs[0].L3 = cpuset.MustParseCPUs("1") }, "cpus[0].l3"},
 		{"l3 disagree", func(tp *topology.Topology) { tp.CPUs[0].L3 = cpuset.MustParseCPUs("0-1") }, "cpus[0].l3"},
+		// A member whose own group is smaller (it lists only itself)
+		// agrees with itself; the group naming it does not.
+		{"l3 member alone", func(tp *topology.Topology) { tp.CPUs[1].L3 = cpuset.MustParseCPUs("1") }, "cpus[0].l3"},
+		{"sibling alone", func(tp *topology.Topology) { tp.CPUs[40].Siblings = cpuset.MustParseCPUs("40") }, "cpus[0].siblings"},
+		{"sibling not online", func(tp *topology.Topology) { tp.CPUs[0].Siblings = cpuset.MustParseCPUs("0,40,200") }, "cpus[0].siblings"},
 		{"distance row short", func(tp *topology.Topology) { delete(tp.NUMANodes[0].Distances, 1) }, "numa_nodes[0].distances"},
 		{"distance to unknown node", func(tp *topology.Topology) {
 			delete(tp.NUMANodes[0].Distances, 1)
@@ -85,5 +90,67 @@ func TestQueries(t *testing.T) {
 	}
 	if d, ok := tp.Distance(3, 0); !ok || d != 21 {
 		t.Errorf("Distance(3,0) = %d,%v", d, ok)
+	}
+}
+
+// TestValidateWide: the largest topology (8,192 CPUs sharing one L3)
+// validates, and a disagreement in it is found and named.
+func TestValidateWide(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name      string
+		break_    func(*topology.Topology)
+		wantField string
+	}{
+		{"valid", func(*topology.Topology) {}, ""},
+		{"last CPU's l3 alone", func(tp *topology.Topology) { tp.CPUs[8191].L3 = cpuset.Of[cpuset.CPUID](8191) }, "cpus[0].l3"},
+		{"last CPU's siblings alone", func(tp *topology.Topology) { tp.CPUs[8191].Siblings = cpuset.Of[cpuset.CPUID](8191) }, "cpus[8190].siblings"},
+		{"sibling on another die", func(tp *topology.Topology) { tp.CPUs[8191].DieID = 1 }, "cpus[8190].siblings"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tp := wide()
+			tt.break_(tp)
+			err := tp.Validate()
+			switch {
+			case tt.wantField == "" && err != nil:
+				t.Fatalf("Validate() = %v, want nil", err)
+			case tt.wantField != "" && (err == nil || !strings.HasPrefix(err.Error(), "topology: "+tt.wantField+" = ")):
+				t.Fatalf("Validate() = %v, want an error on %s", err, tt.wantField)
+			}
+		})
+	}
+}
+
+// TestValidateClipsEcho: an error repeats a bounded part of a huge value
+// (a 3 MB numa_source came back whole in a 3 MB error, issue 26 N12).
+func TestValidateClipsEcho(t *testing.T) {
+	t.Parallel()
+	huge := strings.Repeat("x", 3<<20)
+	for _, tt := range []struct {
+		name   string
+		break_ func(*topology.Topology)
+	}{
+		{"numa_source", func(tp *topology.Topology) { tp.NUMASource = huge }},
+		{"isolated", func(tp *topology.Topology) {
+			var odd []cpuset.CPUID
+			for id := cpuset.CPUID(1); id <= cpuset.MaxID; id += 2 {
+				odd = append(odd, id)
+			}
+			tp.Isolated = cpuset.Of(odd...)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tp := topologytest.DualXeonGold6230().Topology()
+			tt.break_(tp)
+			err := tp.Validate()
+			if err == nil || !strings.HasPrefix(err.Error(), "topology: "+tt.name+" = ") {
+				t.Fatalf("Validate() = %.300v, want an error on %s", err, tt.name)
+			}
+			if n := len(err.Error()); n > 1024 {
+				t.Errorf("Validate() error is %d bytes, want at most 1024: %.300s", n, err)
+			}
+		})
 	}
 }
