@@ -51,6 +51,7 @@ package shareplant
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"time"
@@ -93,7 +94,7 @@ type group struct {
 	name      string
 	parent    GroupID
 	depth     int
-	cpus      cpuset.CPUs // as written; empty: inherit
+	mask      uint64 // cpuset.cpus as written; 0: inherit
 	weight    float64
 	quota     float64 // µs a period; 0: no cap
 	period    float64 // µs
@@ -107,10 +108,10 @@ type group struct {
 type thread struct {
 	g        GroupID
 	cpu      int
-	affinity cpuset.CPUs // empty: any
-	run      float64     // µs of CPU a run phase needs; 0: busy
-	sleep    float64     // µs
-	work     float64     // µs left in this run phase
+	affinity uint64  // 0: any
+	run      float64 // µs of CPU a run phase needs; 0: busy
+	sleep    float64 // µs
+	work     float64 // µs left in this run phase
 	sleeping bool
 	wake     float64 // µs
 	rate     float64 // scratch: CPU per µs now
@@ -124,9 +125,15 @@ type Plant struct {
 	packed  bool
 	groups  []*group
 	threads []*thread
+	eff     []uint64 // effective cpuset per group
+	blk     []bool   // group or an ancestor throttled
+	order   []int    // groups, deeper first
 	// scratch, per group×CPU
-	load, ew []float64
-	dirty    bool
+	load, ew, rate []float64
+	n              []int
+	stuck          []bool
+	grate          []float64
+	dirty          bool
 }
 
 // New returns a host of cpus CPUs (0..cpus-1) with only the root group.
@@ -139,6 +146,7 @@ func New(cpus int, rng *rand.Rand) (*Plant, error) {
 	}
 	p := &Plant{rng: rng, ncpu: cpus, dirty: true}
 	p.groups = append(p.groups, &group{name: "/", parent: -1, weight: 100, period: 100000})
+	p.topology()
 	return p, nil
 }
 
@@ -174,6 +182,7 @@ func (p *Plant) NewGroup(parent GroupID, name string) (GroupID, error) {
 		return 0, fmt.Errorf("shareplant: new group %q: parent: %w", name, err)
 	}
 	p.groups = append(p.groups, &group{name: name, parent: parent, depth: pg.depth + 1, weight: 100, period: 100000})
+	p.topology()
 	p.dirty = true
 	return GroupID(len(p.groups) - 1), nil
 }
@@ -191,9 +200,10 @@ func (p *Plant) SetCPUs(g GroupID, cpus cpuset.CPUs) error {
 	if ids := cpus.Slice(); len(ids) > 0 && int(ids[len(ids)-1]) >= p.ncpu {
 		return fmt.Errorf("shareplant: cpuset.cpus %q of %s: CPU %d: the host has %d", cpus, gr.name, ids[len(ids)-1], p.ncpu)
 	}
-	gr.cpus = cpus
+	gr.mask = maskOf(cpus)
+	p.topology()
 	for _, t := range p.threads {
-		if p.inSubtree(t.g, g) && !p.allowed(t).Contains(cpuset.CPUID(t.cpu)) {
+		if p.inSubtree(t.g, g) && p.allowed(t)&(1<<t.cpu) == 0 {
 			t.cpu = p.spread(t, t.g)
 		}
 	}
@@ -270,7 +280,7 @@ func (p *Plant) Move(id ThreadID, g GroupID) error {
 		return nil
 	}
 	t.g = g
-	if !p.allowed(t).Contains(cpuset.CPUID(t.cpu)) {
+	if p.allowed(t)&(1<<t.cpu) == 0 {
 		t.cpu = p.spread(t, g)
 	}
 	p.dirty = true
@@ -283,8 +293,8 @@ func (p *Plant) SetAffinity(id ThreadID, cpus cpuset.CPUs) error {
 	if err != nil {
 		return fmt.Errorf("shareplant: affinity: %w", err)
 	}
-	t.affinity = cpus
-	if !p.allowed(t).Contains(cpuset.CPUID(t.cpu)) {
+	t.affinity = maskOf(cpus)
+	if p.allowed(t)&(1<<t.cpu) == 0 {
 		t.cpu = p.spread(t, t.g)
 	}
 	p.dirty = true
@@ -345,37 +355,64 @@ func (p *Plant) inSubtree(g, top GroupID) bool {
 	return false
 }
 
-// effective is g's effective cpuset: its own within its parent's.
-func (p *Plant) effective(g GroupID) cpuset.CPUs {
-	if g == Root {
-		return cpuset.Range(0, cpuset.CPUID(p.ncpu-1))
+func maskOf(cpus cpuset.CPUs) uint64 {
+	var m uint64
+	for c := range cpus.All() {
+		m |= 1 << c
 	}
-	par := p.effective(p.groups[g].parent)
-	if c := p.groups[g].cpus.Intersect(par); !c.IsEmpty() {
-		return c
-	}
-	return par
+	return m
 }
 
-func (p *Plant) allowed(t *thread) cpuset.CPUs {
-	eff := p.effective(t.g)
-	if a := eff.Intersect(t.affinity); !a.IsEmpty() {
+// cpusOf lists the CPUs in m.
+func cpusOf(m uint64) []int {
+	out := make([]int, 0, bits.OnesCount64(m))
+	for ; m != 0; m &= m - 1 {
+		out = append(out, bits.TrailingZeros64(m))
+	}
+	return out
+}
+
+// topology recomputes the effective cpusets (each group's own within its
+// parent's; parents come before children) and the deeper-first order.
+func (p *Plant) topology() {
+	p.eff = make([]uint64, len(p.groups))
+	p.order = p.order[:0]
+	for g, gr := range p.groups {
+		if g == int(Root) {
+			p.eff[g] = 1<<p.ncpu - 1
+			continue
+		}
+		par := p.eff[gr.parent]
+		if m := gr.mask & par; m != 0 {
+			p.eff[g] = m
+		} else {
+			p.eff[g] = par
+		}
+		p.order = append(p.order, g)
+	}
+	slices.SortStableFunc(p.order, func(a, b int) int { return p.groups[b].depth - p.groups[a].depth })
+	p.dirty = true
+}
+
+func (p *Plant) allowed(t *thread) uint64 {
+	eff := p.eff[t.g]
+	if a := eff & t.affinity; a != 0 {
 		return a
 	}
 	return eff
 }
 
-// blocked reports whether g or an ancestor is throttled.
-func (p *Plant) blocked(g GroupID) bool {
-	for ; g >= 0; g = p.groups[g].parent {
-		if p.groups[g].throttled {
-			return true
-		}
+// throttles sets blk: whether each group or an ancestor is throttled.
+func (p *Plant) throttles() {
+	if len(p.blk) != len(p.groups) {
+		p.blk = make([]bool, len(p.groups))
 	}
-	return false
+	for g, gr := range p.groups { // parents first
+		p.blk[g] = gr.throttled || (gr.parent >= 0 && p.blk[gr.parent])
+	}
 }
 
-func (p *Plant) runnable(t *thread) bool { return !t.sleeping && !p.blocked(t.g) }
+func (p *Plant) runnable(t *thread) bool { return !t.sleeping && !p.blk[t.g] }
 
 // rootLoad is the load on each CPU as the root run queue weighs it.
 func (p *Plant) rootLoad() []float64 {
@@ -387,6 +424,7 @@ func (p *Plant) rootLoad() []float64 {
 
 // idle reports per CPU whether nothing runnable is on it.
 func (p *Plant) idle() []bool {
+	p.throttles()
 	out := make([]bool, p.ncpu)
 	for c := range out {
 		out[c] = !p.packed
@@ -407,9 +445,9 @@ func (p *Plant) place(t *thread) int {
 	allowed := p.allowed(t)
 	idle := p.idle()
 	var cs []int
-	for c := range allowed.All() {
+	for _, c := range cpusOf(allowed) {
 		if idle[c] {
-			cs = append(cs, int(c))
+			cs = append(cs, c)
 		}
 	}
 	if len(cs) > 0 {
@@ -418,16 +456,16 @@ func (p *Plant) place(t *thread) int {
 	return p.leastLoaded(allowed)
 }
 
-func (p *Plant) leastLoaded(allowed cpuset.CPUs) int {
+func (p *Plant) leastLoaded(allowed uint64) int {
 	load := p.rootLoad()
 	least := math.Inf(1)
-	for c := range allowed.All() {
+	for _, c := range cpusOf(allowed) {
 		least = min(least, load[c])
 	}
 	var cs []int
-	for c := range allowed.All() {
+	for _, c := range cpusOf(allowed) {
 		if load[c] <= least*tieBand+eps {
-			cs = append(cs, int(c))
+			cs = append(cs, c)
 		}
 	}
 	return p.pick(cs)
@@ -444,12 +482,12 @@ func (p *Plant) spread(t *thread, g GroupID) int {
 	}
 	least := math.MaxInt
 	var cs []int
-	for c := range p.allowed(t).All() {
+	for _, c := range cpusOf(p.allowed(t)) {
 		switch {
 		case n[c] < least:
-			least, cs = n[c], []int{int(c)}
+			least, cs = n[c], []int{c}
 		case n[c] == least:
-			cs = append(cs, int(c))
+			cs = append(cs, c)
 		}
 	}
 	return p.pick(cs)
@@ -459,19 +497,19 @@ func (p *Plant) spread(t *thread, g GroupID) int {
 func (p *Plant) wakeCPU(t *thread) int {
 	allowed := p.allowed(t)
 	idle := p.idle()
-	if allowed.Contains(cpuset.CPUID(t.cpu)) && idle[t.cpu] {
+	if allowed&(1<<t.cpu) != 0 && idle[t.cpu] {
 		return t.cpu
 	}
 	var cs []int
-	for c := range allowed.All() {
+	for _, c := range cpusOf(allowed) {
 		if idle[c] {
-			cs = append(cs, int(c))
+			cs = append(cs, c)
 		}
 	}
 	if len(cs) > 0 {
 		return p.pick(cs)
 	}
-	if allowed.Contains(cpuset.CPUID(t.cpu)) {
+	if allowed&(1<<t.cpu) != 0 {
 		return t.cpu
 	}
 	return p.leastLoaded(allowed)
@@ -490,23 +528,16 @@ func (p *Plant) recompute() {
 	}
 	clear(p.load)
 	clear(p.ew)
-	blocked := make([]bool, ng)
-	for g := range p.groups {
-		blocked[g] = p.blocked(GroupID(g))
-	}
+	p.throttles()
+	blocked := p.blk
 	for _, t := range p.threads {
 		t.rate = 0
 		if !t.sleeping && !blocked[t.g] {
 			p.load[int(t.g)*nc+t.cpu] += taskWeight
 		}
 	}
-	// Children before parents: deeper groups first.
-	order := make([]int, 0, ng)
-	for g := 1; g < ng; g++ {
-		order = append(order, g)
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return p.groups[b].depth - p.groups[a].depth })
-	for _, g := range order {
+	for _, g := range p.order { // children before parents
+
 		tot := 0.0
 		for c := range nc {
 			tot += p.load[g*nc+c]
@@ -549,6 +580,7 @@ func (p *Plant) pull() {
 	if p.packed {
 		return
 	}
+	p.throttles()
 	for {
 		idle := p.idle()
 		nr := make([]int, p.ncpu)
@@ -564,7 +596,7 @@ func (p *Plant) pull() {
 			}
 			busiest, cands := 1, []*thread(nil)
 			for _, t := range p.threads {
-				if !p.runnable(t) || nr[t.cpu] < 2 || !p.allowed(t).Contains(cpuset.CPUID(c)) {
+				if !p.runnable(t) || nr[t.cpu] < 2 || p.allowed(t)&(1<<c) == 0 {
 					continue
 				}
 				switch {
@@ -623,6 +655,8 @@ func (p *Plant) Advance(d time.Duration) {
 		p.now = next
 		if p.now >= end-eps {
 			p.now = end
+			p.events() // what is due at the end is done before the driver acts
+			p.pull()
 			return
 		}
 	}
@@ -630,7 +664,11 @@ func (p *Plant) Advance(d time.Duration) {
 
 // groupRates is each group's CPU use per µs now, its descendants' included.
 func (p *Plant) groupRates() []float64 {
-	out := make([]float64, len(p.groups))
+	if len(p.grate) != len(p.groups) {
+		p.grate = make([]float64, len(p.groups))
+	}
+	out := p.grate
+	clear(out)
 	for _, t := range p.threads {
 		if t.rate > 0 {
 			for g := t.g; g >= 0; g = p.groups[g].parent {
@@ -689,14 +727,17 @@ func (p *Plant) accumulate(dt float64, grate []float64) {
 	// Pressure: per group and CPU, how many of its (subtree's) threads
 	// are runnable there, whether one is throttled, and the lone one's rate.
 	ng, nc := len(p.groups), p.ncpu
-	n := make([]int, ng*nc)
-	stuck := make([]bool, ng*nc)
-	rate := make([]float64, ng*nc)
+	if len(p.n) != ng*nc {
+		p.n, p.stuck, p.rate = make([]int, ng*nc), make([]bool, ng*nc), make([]float64, ng*nc)
+	}
+	n, stuck, rate := p.n, p.stuck, p.rate
+	clear(n)
+	clear(stuck)
 	for _, t := range p.threads {
 		if t.sleeping {
 			continue
 		}
-		b := p.blocked(t.g)
+		b := p.blk[t.g]
 		for g := t.g; g >= 0; g = p.groups[g].parent {
 			i := int(g)*nc + t.cpu
 			n[i]++
