@@ -582,12 +582,21 @@ func (p *Plant) pull() {
 	}
 	p.throttles()
 	for {
-		idle := p.idle()
 		nr := make([]int, p.ncpu)
 		for _, t := range p.threads {
 			if p.runnable(t) {
 				nr[t.cpu]++
 			}
+		}
+		idle, queued := make([]bool, p.ncpu), false
+		anyIdle := false
+		for c, k := range nr {
+			idle[c] = k == 0
+			anyIdle = anyIdle || k == 0
+			queued = queued || k > 1
+		}
+		if !anyIdle || !queued {
+			return
 		}
 		pulled := false
 		for _, c := range p.rng.Perm(p.ncpu) {
@@ -623,8 +632,11 @@ func (p *Plant) pull() {
 	}
 }
 
-// Advance runs the host for d.
+// Advance runs the host for d (d <= 0: nothing; time never goes back).
 func (p *Plant) Advance(d time.Duration) {
+	if d <= 0 {
+		return
+	}
 	end := p.now + float64(d.Microseconds())
 	for {
 		p.events()
@@ -670,11 +682,10 @@ func (p *Plant) groupRates() []float64 {
 	out := p.grate
 	clear(out)
 	for _, t := range p.threads {
-		if t.rate > 0 {
-			for g := t.g; g >= 0; g = p.groups[g].parent {
-				out[g] += t.rate
-			}
-		}
+		out[t.g] += t.rate
+	}
+	for _, g := range p.order { // children before parents
+		out[p.groups[g].parent] += out[g]
 	}
 	return out
 }
@@ -737,13 +748,18 @@ func (p *Plant) accumulate(dt float64, grate []float64) {
 		if t.sleeping {
 			continue
 		}
-		b := p.blk[t.g]
-		for g := t.g; g >= 0; g = p.groups[g].parent {
-			i := int(g)*nc + t.cpu
-			n[i]++
-			rate[i] = t.rate
-			if b {
-				stuck[i] = true
+		i := int(t.g)*nc + t.cpu
+		n[i]++
+		rate[i] = t.rate
+		stuck[i] = stuck[i] || p.blk[t.g]
+	}
+	for _, g := range p.order { // children before parents
+		for c := range nc {
+			i, j := g*nc+c, int(p.groups[g].parent)*nc+c
+			if n[i] > 0 {
+				n[j] += n[i]
+				rate[j] = rate[i]
+				stuck[j] = stuck[j] || stuck[i]
 			}
 		}
 	}

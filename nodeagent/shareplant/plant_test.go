@@ -171,3 +171,192 @@ func TestSharePlantTable(t *testing.T) {
 	}
 	t.Logf("model, seeds 1 ; 2 (columns: 2 inside, 2 move, 4 inside, 4 move, 8 inside, 16 move, 16 inside)\n%s", sb.String())
 }
+
+// plant builds a host of cpus CPUs on seed 1, failing the test on error.
+func plant(t *testing.T, cpus int) *Plant {
+	t.Helper()
+	p, err := New(cpus, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func check(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cpuOver is g's use over d, in CPUs, and the fraction of d some of its
+// threads waited.
+func cpuOver(t *testing.T, p *Plant, g GroupID, d time.Duration) (float64, float64) {
+	t.Helper()
+	u0, err := p.Usage(g)
+	check(t, err)
+	s0, err := p.PressureSome(g)
+	check(t, err)
+	p.Advance(d)
+	u1, _ := p.Usage(g)
+	s1, _ := p.PressureSome(g)
+	return float64(u1-u0) / float64(d), float64(s1-s0) / float64(d)
+}
+
+func near(got, want float64) bool { return math.Abs(got-want) < 0.002 }
+
+func TestPlantBasics(t *testing.T) {
+	type group struct {
+		cpus   string
+		weight uint64
+		max    time.Duration
+		parent int // index into the case's groups, -1: root
+		busy   int // busy threads started inside
+	}
+	for _, c := range []struct {
+		name       string
+		cpus       int
+		packed     bool
+		groups     []group
+		want, wait []float64 // per group: CPUs used, fraction of time some thread waited
+	}{
+		{name: "weights split one CPU", cpus: 1, groups: []group{{"0", 70, 0, -1, 1}, {"0", 30, 0, -1, 1}},
+			want: []float64{0.7, 0.3}, wait: []float64{0.3, 0.7}},
+		{name: "cpu.max caps over every CPU", cpus: 2, groups: []group{{"0-1", 100, 50 * time.Millisecond, -1, 4}},
+			want: []float64{0.5}, wait: []float64{1}},
+		{name: "an idle CPU pulls a queued thread", cpus: 2, groups: []group{{"0-1", 100, 0, -1, 2}},
+			want: []float64{2}, wait: []float64{0}},
+		{name: "packed host: a nice-0 thread on each CPU", cpus: 2, packed: true, groups: []group{{"0", 100, 0, -1, 3}},
+			want: []float64{0.5}, wait: []float64{1}},
+		{name: "threaded children share their parent's entity", cpus: 1,
+			groups: []group{{"0", 50, 0, -1, 0}, {"0", 50, 0, -1, 1}, {"", 300, 0, 0, 1}, {"", 100, 0, 0, 1}},
+			want:   []float64{0.5, 0.5, 0.375, 0.125}, wait: []float64{1, 0.5, 0.625, 0.875}},
+		{name: "a child's cap within its parent", cpus: 2,
+			groups: []group{{"0-1", 100, 0, -1, 0}, {"1", 100, 20 * time.Millisecond, 0, 2}, {"0", 100, 0, 0, 1}},
+			want:   []float64{1.2, 0.2, 1}, wait: []float64{0.5, 1, 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := plant(t, c.cpus)
+			p.SetPacked(c.packed)
+			var gs []GroupID
+			for i, gr := range c.groups {
+				parent := Root
+				if gr.parent >= 0 {
+					parent = gs[gr.parent]
+				}
+				g, err := p.NewGroup(parent, fmt.Sprint("g", i))
+				check(t, err)
+				if gr.cpus != "" {
+					check(t, p.SetCPUs(g, cpuset.MustParseCPUs(gr.cpus)))
+				}
+				check(t, p.SetWeight(g, gr.weight))
+				if gr.max > 0 {
+					check(t, p.SetMax(g, gr.max, 100*time.Millisecond))
+				}
+				gs = append(gs, g)
+			}
+			for i, gr := range c.groups {
+				for range gr.busy {
+					_, err := p.Spawn(gs[i], Busy)
+					check(t, err)
+				}
+			}
+			p.Advance(time.Second)
+			for i, g := range gs {
+				got, wait := cpuOver(t, p, g, 2*time.Second)
+				if !near(got, c.want[i]) || !near(wait, c.wait[i]) {
+					t.Errorf("group %d: %.3f CPUs, waited %.3f; want %.3f, %.3f", i, got, wait, c.want[i], c.wait[i])
+				}
+			}
+		})
+	}
+}
+
+func TestPlantDuty(t *testing.T) {
+	p := plant(t, 2)
+	g, err := p.NewGroup(Root, "g")
+	check(t, err)
+	id, err := p.Spawn(g, Duty{Run: 10 * time.Millisecond, Sleep: 30 * time.Millisecond})
+	check(t, err)
+	got, _ := cpuOver(t, p, g, 4*time.Second)
+	if !near(got, 0.25) {
+		t.Errorf("10 ms run / 30 ms sleep: %.3f CPUs, want 0.250", got)
+	}
+	seen := map[bool]bool{}
+	for range 8 {
+		p.Advance(7 * time.Millisecond)
+		ts, err := p.Threads(g)
+		check(t, err)
+		if len(ts) != 1 || ts[0].ID != id {
+			t.Fatalf("threads %v, want thread %d alone", ts, id)
+		}
+		seen[ts[0].Runnable] = true
+	}
+	if !seen[true] || !seen[false] {
+		t.Errorf("a 10/30 ms thread sampled every 7 ms: runnable states seen %v, want both", seen)
+	}
+}
+
+func TestPlantSeeded(t *testing.T) {
+	for _, seed := range []uint64{3, 4} {
+		a1, b1 := shares(t, e3, 16, false, seed)
+		a2, b2 := shares(t, e3, 16, false, seed)
+		if a1 != a2 || b1 != b2 {
+			t.Errorf("seed %d: %v/%v then %v/%v: the same seed must give the same run", seed, a1, b1, a2, b2)
+		}
+	}
+}
+
+func TestPlantBadInput(t *testing.T) {
+	p := plant(t, 3)
+	g, err := p.NewGroup(Root, "g")
+	check(t, err)
+	id, err := p.Spawn(g, Busy)
+	check(t, err)
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"cpus", func() error { _, err := New(0, rand.New(rand.NewPCG(1, 1))); return err }(), "cpus 0"},
+		{"rng", func() error { _, err := New(2, nil); return err }(), "rng: nil"},
+		{"parent", func() error { _, err := p.NewGroup(9, "x"); return err }(), "group 9"},
+		{"cpuset", p.SetCPUs(g, cpuset.MustParseCPUs("0-5")), `cpuset.cpus "0-5"`},
+		{"root cpuset", p.SetCPUs(Root, cpuset.MustParseCPUs("0")), "root group"},
+		{"weight", p.SetWeight(g, 0), "cpu.weight 0"},
+		{"period", p.SetMax(g, 10*time.Millisecond, 2*time.Second), "period 2s"},
+		{"quota", p.SetMax(g, time.Microsecond, 100*time.Millisecond), "quota 1µs"},
+		{"duty", func() error { _, err := p.Spawn(g, Duty{Sleep: time.Millisecond}); return err }(), "duty 0s run"},
+		{"move thread", p.Move(7, g), "thread 7"},
+		{"move group", p.Move(id, 5), "group 5"},
+		{"usage", func() error { _, err := p.Usage(4); return err }(), "cpu.stat"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+				t.Errorf("error %v, want one naming %q", c.err, c.want)
+			}
+		})
+	}
+	// Nothing changed: the one thread still has the whole host's CPU 1..3 to itself.
+	got, _ := cpuOver(t, p, g, time.Second)
+	if !near(got, 1) {
+		t.Errorf("after refused writes: %.3f CPUs, want 1 (nothing changed)", got)
+	}
+}
+
+func TestPlantTimeNeverGoesBack(t *testing.T) {
+	p := plant(t, 1)
+	g, err := p.NewGroup(Root, "g")
+	check(t, err)
+	check(t, p.SetMax(g, 20*time.Millisecond, 100*time.Millisecond))
+	_, err = p.Spawn(g, Busy)
+	check(t, err)
+	p.Advance(time.Second)
+	p.Advance(-time.Second)
+	if p.Now() != time.Second {
+		t.Errorf("Advance(-1s) after 1 s: now %v, want 1s", p.Now())
+	}
+	if got, _ := cpuOver(t, p, g, time.Second); !near(got, 0.2) {
+		t.Errorf("after Advance(-1s): %.3f CPUs, want 0.200", got)
+	}
+}
