@@ -39,6 +39,9 @@ type Manager struct {
 	// stored, when set, is what a fake tree stores for a write, as a kernel
 	// that rounds or clamps would (tests only: WithStoredValue).
 	stored func(file, value string) string
+	// fakeGroups: groups made here get interface files (tests only:
+	// WithFakeGroups).
+	fakeGroups bool
 }
 
 // Option configures a Manager.

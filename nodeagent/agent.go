@@ -104,6 +104,8 @@ type Agent struct {
 	prom    *promMetrics
 	// looped is when the main loop last finished a turn (unix ns): Alive.
 	looped atomic.Int64
+	// threadState says whether a thread is runnable (the split sweep).
+	threadState threadRunnable
 }
 
 // Alive reports whether the agent's loop turned recently (within 3
@@ -123,6 +125,9 @@ type record struct {
 	cpu     cpuSample    // the running container's usage at the last pass
 	cpuGot  int          // pieces per second between the last two passes
 	cgroup  *cgroup.Path // the running container's cgroup (nil: none)
+	// splitChecked is the cgroup looked at for split children left behind
+	// (where the scheme does not split the instance); "": not yet.
+	splitChecked string
 }
 
 // New returns an agent.
@@ -163,7 +168,8 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 	prom := newPromMetrics()
 	return &Agent{cfg: cfg, planner: planner, eng: timedEngine{eng, prom.docker}, cg: cg, topo: topo, log: log, prom: prom,
 		host:    Host{CPUs: topo.Online, Isolated: topo.Isolated, Mems: cpuset.Of(mems...), ShareBase: 100},
-		records: map[string]*record{}, kick: make(chan struct{}, 1), shares: NewShareEnforcer(cg, log)}
+		records: map[string]*record{}, kick: make(chan struct{}, 1), shares: NewShareEnforcer(cg, log),
+		threadState: procThreadState("/proc")}
 }
 
 // Run restores the last desired state from the checkpoint and enforces it
@@ -181,7 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		registered <- err
 	}()
-	if a.cfg.ShareEvery > 0 {
+	if a.cfg.ShareEvery > 0 || a.cfg.Scheme == SchemeSplit {
 		go a.shareLoop(ctx)
 	}
 	tick := time.NewTicker(a.cfg.Resync)
@@ -212,9 +218,14 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 // shareLoop runs the share enforcer every ShareEvery over the instances
-// that share a CPU and run.
+// that share a CPU and run, and the split scheme's sweep (splitTick) in the
+// same window (every second when the share loop is off).
 func (a *Agent) shareLoop(ctx context.Context) {
-	tick := time.NewTicker(a.cfg.ShareEvery)
+	every := a.cfg.ShareEvery
+	if every <= 0 {
+		every = time.Second
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -222,8 +233,15 @@ func (a *Agent) shareLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if err := a.shareTick(ctx, time.Now()); err != nil {
-			a.log.Warn("share loop", "err", err)
+		if a.cfg.ShareEvery > 0 && a.cfg.Scheme != SchemeSplit {
+			// Under the split scheme each fragment is capped on its own
+			// CPU and the caps sum to at most one: no weight to correct.
+			if err := a.shareTick(ctx, time.Now()); err != nil {
+				a.log.Warn("share loop", "err", err)
+			}
+		}
+		if err := a.splitTick(ctx); err != nil {
+			a.log.Warn("split sweep", "err", err)
 		}
 	}
 }

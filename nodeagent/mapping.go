@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
@@ -26,6 +27,14 @@ const (
 	// SchemeCapped: cpu.weight ∝ the fragment's pieces, as SchemeWeight, and
 	// cpu.max = all its pieces as a cap, as SchemeQuota.
 	SchemeCapped Scheme = "capped"
+	// SchemeSplit: the container's cgroup as SchemeCapped, and, for an
+	// instance holding a fragment and at least one whole CPU, two threaded
+	// child cgroups under it: "pinfold-whole" on the whole CPUs and
+	// "pinfold-frag" on the shared CPU with cpu.max = the fragment. The
+	// agent keeps runnable threads in both (SplitSweep), so the caps on
+	// the shared CPU sum to at most one CPU wherever the load balancer
+	// puts threads (docs/AGENT.md, "Threaded split").
+	SchemeSplit Scheme = "split"
 )
 
 // DefaultScheme is the scheme that came closest to the plan when measured
@@ -35,7 +44,7 @@ const (
 const DefaultScheme = SchemeCapped
 
 // Schemes lists the fragment schemes.
-var Schemes = []Scheme{SchemeQuota, SchemeWeight, SchemeCapped}
+var Schemes = []Scheme{SchemeQuota, SchemeWeight, SchemeCapped, SchemeSplit}
 
 // Host is what the mapping needs to know about the host.
 type Host struct {
@@ -121,11 +130,11 @@ func Map(h Host, in model.Instance, scheme Scheme, sharedPool cpuset.CPUs) Want 
 		}
 	}
 	switch scheme {
-	case SchemeWeight, SchemeCapped:
+	case SchemeWeight, SchemeCapped, SchemeSplit:
 		w.CPUWeight = 100
 		if frag > 0 {
 			w.CPUWeight = uint64(max(1, frag*100/sb))
-			if scheme == SchemeCapped {
+			if scheme != SchemeWeight {
 				r.CPUQuota, r.CPUPeriod = docker.QuotaFor(total, sb)
 			}
 		}
@@ -137,6 +146,55 @@ func Map(h Host, in model.Instance, scheme Scheme, sharedPool cpuset.CPUs) Want 
 	}
 	w.Resources = r
 	return w
+}
+
+// Split is the split scheme's plan for an instance's threaded children.
+type Split struct {
+	Whole  cpuset.CPUs // "pinfold-whole"'s cpuset: the whole CPUs
+	Shared cpuset.CPUs // "pinfold-frag"'s cpuset: the shared CPU
+	Frag   int         // pieces of the shared CPU: "pinfold-frag"'s cpu.max
+}
+
+// SplitOf is in's split under scheme: ok only for SchemeSplit and a bound
+// instance holding a fragment and at least one whole CPU (a fragment alone
+// is exact with the container's cpuset and cpu.max: no children). It is
+// pure.
+func SplitOf(h Host, in model.Instance, scheme Scheme) (Split, bool) {
+	if scheme != SchemeSplit || !in.Bind || h.ShareBase <= 0 {
+		return Split{}, false
+	}
+	var whole, shared []cpuset.CPUID
+	frag := 0
+	for id, p := range in.CPUs {
+		switch {
+		case p >= h.ShareBase:
+			whole = append(whole, id)
+		case p > 0:
+			shared, frag = append(shared, id), p
+		}
+	}
+	if len(whole) == 0 || len(shared) != 1 {
+		return Split{}, false
+	}
+	return Split{Whole: cpuset.Of(whole...), Shared: cpuset.Of(shared...), Frag: frag}, true
+}
+
+// Specs are the two children's cgroup specs under the container's cgroup
+// p: "pinfold-whole" (no cap of its own), then "pinfold-frag".
+func (s Split) Specs(p cgroup.Path, shareBase int) ([2]cgroup.Spec, error) {
+	whole, err := p.Child(SplitWholeName)
+	if err != nil {
+		return [2]cgroup.Spec{}, err
+	}
+	frag, err := p.Child(SplitFragName)
+	if err != nil {
+		return [2]cgroup.Spec{}, err
+	}
+	q, per := docker.QuotaFor(s.Frag, shareBase)
+	return [2]cgroup.Spec{
+		{Path: whole, CPUs: cgroup.CPUsOf(s.Whole), CPUMax: &cgroup.CPUMax{Quota: cgroup.Max}},
+		{Path: frag, CPUs: cgroup.CPUsOf(s.Shared), CPUMax: &cgroup.CPUMax{Quota: max(q, docker.MinQuota), Period: uint64(per)}},
+	}, nil
 }
 
 // weightOf is cpu.weight proportional to pieces: 100 per CPU, within 1..10000.

@@ -228,7 +228,7 @@ func (a *Agent) apply(ctx context.Context, act Action) error {
 		if err := a.eng.Start(ctx, id); err != nil {
 			return err
 		}
-		if err := a.reassert(ctx, id, act.Want); err != nil {
+		if err := a.reassert(ctx, in, id, act.Want); err != nil {
 			return err
 		}
 		if in.Replaces != "" {
@@ -249,9 +249,9 @@ func (a *Agent) apply(ctx context.Context, act Action) error {
 		return a.eng.Remove(ctx, act.Container)
 	case Reassert:
 		if act.Seen != nil {
-			return a.reassertSeen(ctx, act.Seen, act.Want)
+			return a.reassertSeen(ctx, in, act.Seen, act.Want)
 		}
-		return a.reassert(ctx, act.Container, act.Want)
+		return a.reassert(ctx, in, act.Container, act.Want)
 	case Replace:
 		return a.replace(ctx, in, act.Container, act.Want)
 	case FinishReplace:
@@ -300,7 +300,7 @@ func (a *Agent) update(ctx context.Context, act Action) error {
 	if err != nil {
 		return err
 	}
-	return a.reassert(ctx, act.Container, act.Want)
+	return a.reassert(ctx, act.Instance, act.Container, act.Want)
 }
 
 // replace is blue-green on the same allocation: pause the old container (so
@@ -329,7 +329,7 @@ func (a *Agent) replace(ctx context.Context, in *model.Instance, old string, wan
 	if err := a.healthy(ctx, id, probeOf(in.Health)); err != nil {
 		return rollback(id, err)
 	}
-	if err := a.reassert(ctx, id, want); err != nil {
+	if err := a.reassert(ctx, in, id, want); err != nil {
 		a.log.Warn("replace: cgroup files of the new container", "err", err)
 	}
 	return a.eng.Remove(ctx, old)
@@ -385,8 +385,9 @@ func (a *Agent) healthy(ctx context.Context, id string, p *Probe) error {
 }
 
 // reassert writes the cgroup files the plan decides (reassertSpec) for a
-// container the pass acted on, asking the engine where its cgroup is now.
-func (a *Agent) reassert(ctx context.Context, id string, want Want) error {
+// container the pass acted on, asking the engine where its cgroup is now,
+// then the split scheme's children of in (splitEnsure), if any.
+func (a *Agent) reassert(ctx context.Context, in *model.Instance, id string, want Want) error {
 	c, err := a.eng.Inspect(ctx, id)
 	if err != nil || !c.Running {
 		return err
@@ -395,7 +396,22 @@ func (a *Agent) reassert(ctx context.Context, id string, want Want) error {
 	if err != nil {
 		return err
 	}
-	return a.cg.Apply(ctx, reassertSpec(p, want, nil))
+	if err := a.cg.Apply(ctx, reassertSpec(p, want, nil)); err != nil {
+		return err
+	}
+	return a.reassertSplit(ctx, in, p)
+}
+
+// reassertSplit re-asserts in's split children after its container's own
+// files, within the pass's host.
+func (a *Agent) reassertSplit(ctx context.Context, in *model.Instance, p cgroup.Path) error {
+	if in == nil || a.cfg.Scheme != SchemeSplit {
+		return nil
+	}
+	a.mu.Lock()
+	h := a.host
+	a.mu.Unlock()
+	return a.splitEnsure(ctx, h, *in, p)
 }
 
 // reassertSeen is reassert for a container the pass observed and did
@@ -403,12 +419,15 @@ func (a *Agent) reassert(ctx context.Context, id string, want Want) error {
 // only the files that differ from what the pass saw (and cpu.max.burst,
 // which it did not read). A steady pass reads one file per container here
 // instead of six, and makes no Docker call.
-func (a *Agent) reassertSeen(ctx context.Context, seen *Observed, want Want) error {
+func (a *Agent) reassertSeen(ctx context.Context, in *model.Instance, seen *Observed, want Want) error {
 	p, err := cgroup.ParsePath(seen.CgroupPath)
 	if err != nil {
 		return err
 	}
-	return a.cg.Apply(ctx, reassertSpec(p, want, seen))
+	if err := a.cg.Apply(ctx, reassertSpec(p, want, seen)); err != nil {
+		return err
+	}
+	return a.reassertSplit(ctx, in, p)
 }
 
 // reassertSpec is every cgroup file the plan decides, not only those

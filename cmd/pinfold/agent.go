@@ -45,7 +45,7 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve Prometheus metrics at http://ADDR/metrics (per instance: planned and used CPU, throttling, memory, pressure; reconcile and Docker latency); empty: off")
 	fl.StringVar(&f.cgroupParent, "cgroup-parent", "", "cgroup parent of the containers this agent makes (default: the engine's); agents of several hosts sharing one engine each take their own (/pinfold-h2, or h2.slice under systemd)")
 	fl.StringVar(&f.stateDir, "state-dir", filepath.Join(home, ".local/state/pinfold-agent"), "where the agent keeps its checkpoint")
-	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: capped (cpu.weight ∝ fragment pieces + cpu.max = pieces; measured closest), weight (cpu.weight only, as Eru does) or quota (cpu.max = pieces)")
+	fl.StringVar(&f.scheme, "fragment-scheme", string(nodeagent.DefaultScheme), "how a shared CPU is split: capped (cpu.weight ∝ fragment pieces + cpu.max = pieces), weight (cpu.weight only, as Eru does), quota (cpu.max = pieces) or split (capped, plus threaded child cgroups: whole CPUs, and the shared CPU capped at the fragment; docs/AGENT.md)")
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
 	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement without a health check must keep running this long")
@@ -59,7 +59,7 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 
 func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if !slices.Contains(nodeagent.Schemes, nodeagent.Scheme(f.scheme)) {
-		return badInput("--fragment-scheme %q: want weight, capped or quota", f.scheme)
+		return badInput("--fragment-scheme %q: want weight, capped, quota or split", f.scheme)
 	}
 	for name, d := range map[string]time.Duration{"--heartbeat-ttl": f.ttl, "--resync": f.resync, "--health-wait": f.health, "--health-timeout": f.healthTimeout, "--shrink-deadline": f.shrinkDeadline} {
 		if d <= 0 {

@@ -1,0 +1,784 @@
+// Package shareplant is a model of the Linux scheduler on a handful of
+// CPUs, calibrated against the real-kernel tables
+// (docs/AGENT.md, "The kernel model"), for driving the agent's share
+// enforcement in the unit tier.
+//
+// It models:
+//   - per-CPU run queues, each thread's CPU being hidden state the driver
+//     never reads;
+//   - a cgroup tree (groups with children, threaded children included),
+//     each with a cpuset (effective: within its parent's), cpu.weight and
+//     cpu.max quota/period;
+//   - CFS group shares per CPU: a group's entity on a CPU competes by
+//     weight with the sibling entities on that CPU, its weight being the
+//     group's cpu.weight times the fraction of the group's load on that CPU
+//     (calc_group_shares), hierarchically; within a CPU the time is shared
+//     fluidly (generalised processor sharing), so a slice is not modelled;
+//   - cpu.max bandwidth over the whole group: a quota per period, the
+//     group's threads stop on every CPU when it is spent (the throttle
+//     gap) until the next period refills it;
+//   - idle pulls: a CPU with nothing runnable pulls a queued thread from
+//     the busiest queue the thread's cpuset and affinity allow; busy
+//     threads are NOT pulled between busy CPUs because of weight (on a
+//     mostly idle host the balancer pulls only into a CPU below the domain
+//     average, which is an idle one: that is what stacks threads);
+//   - placement: a thread started inside a group goes to an idle allowed
+//     CPU, else to the allowed CPU with the least load (loads within 25 %
+//     of the least count as tied, broken by the seeded source); a thread
+//     moved into a group (cgroup.threads, cgroup.procs, or its group's
+//     cpuset shrinking) keeps its CPU if allowed, else goes to the allowed
+//     CPU holding the fewest threads of that group (the kernel spreads
+//     such migrations round-robin); a thread that wakes from sleep goes
+//     to its previous CPU if idle, else a seeded idle allowed CPU, else
+//     its previous CPU if allowed, else the least loaded;
+//   - pressure: cpu.pressure "some" per group (its threads and its
+//     descendants'): per CPU the fraction of time some runnable thread
+//     waited (queued behind another, or throttled), averaged over the CPUs
+//     where the group had runnable threads, as PSI aggregates;
+//   - a packed host: one more busy nice-0 thread on every CPU.
+//
+// It does not model: PELT averaging (loads are instantaneous), periodic
+// load balancing between busy CPUs, wake-affine or cache effects, SMT,
+// NUMA, nice values, cpu.max.burst, cpu.idle, real-time classes, or the
+// per-CPU 5 ms bandwidth slices (throttling is exact). Time advances from
+// event to event (a refill, a group spending its quota, a thread sleeping
+// or waking): between events every rate is constant.
+//
+// It is pure: no I/O, no clock; all randomness comes from the *rand.Rand
+// passed to New.
+package shareplant
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/cpuset"
+)
+
+// GroupID names a group in a Plant; Root is the root group.
+type GroupID int
+
+// Root is the root cgroup: it holds every CPU, no cap.
+const Root GroupID = 0
+
+// ThreadID names a thread in a Plant.
+type ThreadID int
+
+// Duty is a thread's behaviour: it runs until it has used Run of CPU, then
+// sleeps for Sleep, and so on. Sleep zero: always runnable (a busy loop).
+type Duty struct {
+	Run, Sleep time.Duration
+}
+
+// Busy is a thread that never sleeps.
+var Busy = Duty{}
+
+// ThreadInfo is a thread as cgroup.threads and /proc show it.
+type ThreadInfo struct {
+	ID       ThreadID
+	Runnable bool // wants CPU (state R), throttled or not
+}
+
+const (
+	taskWeight = 100.0 // a nice-0 thread, in cpu.weight units (1024 shares ≙ weight 100)
+	minShare   = 0.2   // MIN_SHARES (2 of 1024) in cpu.weight units
+	tieBand    = 1.25  // loads within this factor of the least count as tied at placement
+	eps        = 1e-6  // µs
+)
+
+type group struct {
+	name      string
+	parent    GroupID
+	depth     int
+	mask      uint64 // cpuset.cpus as written; 0: inherit
+	weight    float64
+	quota     float64 // µs a period; 0: no cap
+	period    float64 // µs
+	runtime   float64 // µs left this period
+	refill    float64 // time of the next refill (µs)
+	throttled bool
+	usage     float64 // µs, own threads and descendants'
+	some      float64 // µs
+}
+
+type thread struct {
+	g        GroupID
+	cpu      int
+	affinity uint64  // 0: any
+	run      float64 // µs of CPU a run phase needs; 0: busy
+	sleep    float64 // µs
+	work     float64 // µs left in this run phase
+	sleeping bool
+	wake     float64 // µs
+	rate     float64 // scratch: CPU per µs now
+}
+
+// Plant is the modelled host. Not safe for concurrent use.
+type Plant struct {
+	rng     *rand.Rand
+	ncpu    int
+	now     float64 // µs
+	packed  bool
+	groups  []*group
+	threads []*thread
+	eff     []uint64 // effective cpuset per group
+	blk     []bool   // group or an ancestor throttled
+	order   []int    // groups, deeper first
+	// scratch, per group×CPU
+	load, ew, rate []float64
+	n              []int
+	stuck          []bool
+	grate          []float64
+	dirty          bool
+}
+
+// New returns a host of cpus CPUs (0..cpus-1) with only the root group.
+func New(cpus int, rng *rand.Rand) (*Plant, error) {
+	if cpus < 1 || cpus > 64 {
+		return nil, fmt.Errorf("shareplant: cpus %d: want 1..64", cpus)
+	}
+	if rng == nil {
+		return nil, fmt.Errorf("shareplant: rng: nil (pass a seeded *rand.Rand)")
+	}
+	p := &Plant{rng: rng, ncpu: cpus, dirty: true}
+	p.groups = append(p.groups, &group{name: "/", parent: -1, weight: 100, period: 100000})
+	p.topology()
+	return p, nil
+}
+
+// CPUs is the host's CPU count.
+func (p *Plant) CPUs() int { return p.ncpu }
+
+// Now is the time since New.
+func (p *Plant) Now() time.Duration { return time.Duration(p.now * 1000) }
+
+// SetPacked switches the packed host on or off: one more busy nice-0
+// thread, outside every group, on every CPU.
+func (p *Plant) SetPacked(on bool) { p.packed, p.dirty = on, true }
+
+func (p *Plant) group(g GroupID) (*group, error) {
+	if g < 0 || int(g) >= len(p.groups) {
+		return nil, fmt.Errorf("shareplant: group %d: no such group", g)
+	}
+	return p.groups[g], nil
+}
+
+func (p *Plant) thread(t ThreadID) (*thread, error) {
+	if t < 0 || int(t) >= len(p.threads) {
+		return nil, fmt.Errorf("shareplant: thread %d: no such thread", t)
+	}
+	return p.threads[t], nil
+}
+
+// NewGroup creates a child of parent named name (weight 100, no cap,
+// the parent's CPUs).
+func (p *Plant) NewGroup(parent GroupID, name string) (GroupID, error) {
+	pg, err := p.group(parent)
+	if err != nil {
+		return 0, fmt.Errorf("shareplant: new group %q: parent: %w", name, err)
+	}
+	p.groups = append(p.groups, &group{name: name, parent: parent, depth: pg.depth + 1, weight: 100, period: 100000})
+	p.topology()
+	p.dirty = true
+	return GroupID(len(p.groups) - 1), nil
+}
+
+// SetCPUs writes g's cpuset.cpus (empty: inherit the parent's). Threads on
+// a CPU no longer allowed move as if moved into the group.
+func (p *Plant) SetCPUs(g GroupID, cpus cpuset.CPUs) error {
+	gr, err := p.group(g)
+	if err != nil {
+		return fmt.Errorf("shareplant: cpuset.cpus: %w", err)
+	}
+	if g == Root {
+		return fmt.Errorf("shareplant: cpuset.cpus of the root group: read-only")
+	}
+	if ids := cpus.Slice(); len(ids) > 0 && int(ids[len(ids)-1]) >= p.ncpu {
+		return fmt.Errorf("shareplant: cpuset.cpus %q of %s: CPU %d: the host has %d", cpus, gr.name, ids[len(ids)-1], p.ncpu)
+	}
+	gr.mask = maskOf(cpus)
+	p.topology()
+	for _, t := range p.threads {
+		if p.inSubtree(t.g, g) && p.allowed(t)&(1<<t.cpu) == 0 {
+			t.cpu = p.spread(t, t.g)
+		}
+	}
+	p.dirty = true
+	return nil
+}
+
+// SetWeight writes g's cpu.weight (1..10000).
+func (p *Plant) SetWeight(g GroupID, w uint64) error {
+	gr, err := p.group(g)
+	if err != nil {
+		return fmt.Errorf("shareplant: cpu.weight: %w", err)
+	}
+	if w < 1 || w > 10000 {
+		return fmt.Errorf("shareplant: cpu.weight %d of %s: want 1..10000", w, gr.name)
+	}
+	gr.weight, p.dirty = float64(w), true
+	return nil
+}
+
+// SetMax writes g's cpu.max: quota per period (quota 0: "max", no cap).
+// The new quota starts a new period now.
+func (p *Plant) SetMax(g GroupID, quota, period time.Duration) error {
+	gr, err := p.group(g)
+	if err != nil {
+		return fmt.Errorf("shareplant: cpu.max: %w", err)
+	}
+	if g == Root {
+		return fmt.Errorf("shareplant: cpu.max of the root group: read-only")
+	}
+	if period < time.Millisecond || period > time.Second {
+		return fmt.Errorf("shareplant: cpu.max period %v of %s: want 1ms..1s", period, gr.name)
+	}
+	if quota != 0 && quota < time.Millisecond {
+		return fmt.Errorf("shareplant: cpu.max quota %v of %s: want 0 (max) or at least 1ms", quota, gr.name)
+	}
+	gr.quota, gr.period = float64(quota.Microseconds()), float64(period.Microseconds())
+	gr.runtime, gr.refill, gr.throttled = gr.quota, p.now+gr.period, false
+	p.dirty = true
+	return nil
+}
+
+// Spawn starts a thread inside g (it writes itself into g before it
+// runs): an idle allowed CPU, else the least loaded.
+func (p *Plant) Spawn(g GroupID, d Duty) (ThreadID, error) {
+	if _, err := p.group(g); err != nil {
+		return 0, fmt.Errorf("shareplant: spawn: %w", err)
+	}
+	if d.Run < 0 || d.Sleep < 0 || (d.Sleep > 0 && d.Run <= 0) {
+		return 0, fmt.Errorf("shareplant: spawn: duty %v run / %v sleep: want both zero (busy) or both positive", d.Run, d.Sleep)
+	}
+	t := &thread{g: g, run: float64(d.Run.Microseconds()), sleep: float64(d.Sleep.Microseconds())}
+	if d.Sleep == 0 {
+		t.run = 0
+	}
+	t.work = t.run
+	t.cpu = p.place(t)
+	p.threads = append(p.threads, t)
+	p.dirty = true
+	return ThreadID(len(p.threads) - 1), nil
+}
+
+// Move writes thread t into g's cgroup.threads: it keeps its CPU if g
+// allows it, else goes where g's threads are fewest.
+func (p *Plant) Move(id ThreadID, g GroupID) error {
+	t, err := p.thread(id)
+	if err != nil {
+		return fmt.Errorf("shareplant: move: %w", err)
+	}
+	if _, err := p.group(g); err != nil {
+		return fmt.Errorf("shareplant: move thread %d: %w", id, err)
+	}
+	if t.g == g {
+		return nil
+	}
+	t.g = g
+	if p.allowed(t)&(1<<t.cpu) == 0 {
+		t.cpu = p.spread(t, g)
+	}
+	p.dirty = true
+	return nil
+}
+
+// SetAffinity sets thread t's CPU affinity (empty: any CPU).
+func (p *Plant) SetAffinity(id ThreadID, cpus cpuset.CPUs) error {
+	t, err := p.thread(id)
+	if err != nil {
+		return fmt.Errorf("shareplant: affinity: %w", err)
+	}
+	t.affinity = maskOf(cpus)
+	if p.allowed(t)&(1<<t.cpu) == 0 {
+		t.cpu = p.spread(t, t.g)
+	}
+	p.dirty = true
+	return nil
+}
+
+// Usage is g's cpu.stat usage_usec (its threads' and its descendants').
+func (p *Plant) Usage(g GroupID) (time.Duration, error) {
+	gr, err := p.group(g)
+	if err != nil {
+		return 0, fmt.Errorf("shareplant: cpu.stat: %w", err)
+	}
+	return time.Duration(gr.usage * 1000), nil
+}
+
+// PressureSome is g's cpu.pressure "some" total: the time some runnable
+// thread of g (or of a descendant) waited while not running.
+func (p *Plant) PressureSome(g GroupID) (time.Duration, error) {
+	gr, err := p.group(g)
+	if err != nil {
+		return 0, fmt.Errorf("shareplant: cpu.pressure: %w", err)
+	}
+	return time.Duration(gr.some * 1000), nil
+}
+
+// Threads lists the threads in g itself (cgroup.threads), by ID.
+func (p *Plant) Threads(g GroupID) ([]ThreadInfo, error) {
+	if _, err := p.group(g); err != nil {
+		return nil, fmt.Errorf("shareplant: cgroup.threads: %w", err)
+	}
+	var out []ThreadInfo
+	for i, t := range p.threads {
+		if t.g == g {
+			out = append(out, ThreadInfo{ID: ThreadID(i), Runnable: !t.sleeping})
+		}
+	}
+	return out, nil
+}
+
+// Placement counts g's threads (its own, not its descendants') per CPU.
+// For diagnostics and tests of the model only: the agent cannot see it.
+func (p *Plant) Placement(g GroupID) []int {
+	out := make([]int, p.ncpu)
+	for _, t := range p.threads {
+		if t.g == g {
+			out[t.cpu]++
+		}
+	}
+	return out
+}
+
+func (p *Plant) inSubtree(g, top GroupID) bool {
+	for ; g >= 0; g = p.groups[g].parent {
+		if g == top {
+			return true
+		}
+	}
+	return false
+}
+
+func maskOf(cpus cpuset.CPUs) uint64 {
+	var m uint64
+	for c := range cpus.All() {
+		m |= 1 << c
+	}
+	return m
+}
+
+// cpusOf lists the CPUs in m.
+func cpusOf(m uint64) []int {
+	out := make([]int, 0, bits.OnesCount64(m))
+	for ; m != 0; m &= m - 1 {
+		out = append(out, bits.TrailingZeros64(m))
+	}
+	return out
+}
+
+// topology recomputes the effective cpusets (each group's own within its
+// parent's; parents come before children) and the deeper-first order.
+func (p *Plant) topology() {
+	p.eff = make([]uint64, len(p.groups))
+	p.order = p.order[:0]
+	for g, gr := range p.groups {
+		if g == int(Root) {
+			p.eff[g] = 1<<p.ncpu - 1
+			continue
+		}
+		par := p.eff[gr.parent]
+		if m := gr.mask & par; m != 0 {
+			p.eff[g] = m
+		} else {
+			p.eff[g] = par
+		}
+		p.order = append(p.order, g)
+	}
+	slices.SortStableFunc(p.order, func(a, b int) int { return p.groups[b].depth - p.groups[a].depth })
+	p.dirty = true
+}
+
+func (p *Plant) allowed(t *thread) uint64 {
+	eff := p.eff[t.g]
+	if a := eff & t.affinity; a != 0 {
+		return a
+	}
+	return eff
+}
+
+// throttles sets blk: whether each group or an ancestor is throttled.
+func (p *Plant) throttles() {
+	if len(p.blk) != len(p.groups) {
+		p.blk = make([]bool, len(p.groups))
+	}
+	for g, gr := range p.groups { // parents first
+		p.blk[g] = gr.throttled || (gr.parent >= 0 && p.blk[gr.parent])
+	}
+}
+
+func (p *Plant) runnable(t *thread) bool { return !t.sleeping && !p.blk[t.g] }
+
+// rootLoad is the load on each CPU as the root run queue weighs it.
+func (p *Plant) rootLoad() []float64 {
+	p.recompute()
+	out := make([]float64, p.ncpu)
+	copy(out, p.load[:p.ncpu]) // Root is group 0
+	return out
+}
+
+// idle reports per CPU whether nothing runnable is on it.
+func (p *Plant) idle() []bool {
+	p.throttles()
+	out := make([]bool, p.ncpu)
+	for c := range out {
+		out[c] = !p.packed
+	}
+	for _, t := range p.threads {
+		if p.runnable(t) {
+			out[t.cpu] = false
+		}
+	}
+	return out
+}
+
+// pick returns a seeded choice among cs (not empty).
+func (p *Plant) pick(cs []int) int { return cs[p.rng.IntN(len(cs))] }
+
+// place is where a thread started inside its group goes.
+func (p *Plant) place(t *thread) int {
+	allowed := p.allowed(t)
+	idle := p.idle()
+	var cs []int
+	for _, c := range cpusOf(allowed) {
+		if idle[c] {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) > 0 {
+		return p.pick(cs)
+	}
+	return p.leastLoaded(allowed)
+}
+
+func (p *Plant) leastLoaded(allowed uint64) int {
+	load := p.rootLoad()
+	least := math.Inf(1)
+	for _, c := range cpusOf(allowed) {
+		least = min(least, load[c])
+	}
+	var cs []int
+	for _, c := range cpusOf(allowed) {
+		if load[c] <= least*tieBand+eps {
+			cs = append(cs, c)
+		}
+	}
+	return p.pick(cs)
+}
+
+// spread is where a thread moved into g goes when its CPU is not allowed:
+// the allowed CPU with the fewest of g's threads.
+func (p *Plant) spread(t *thread, g GroupID) int {
+	n := make([]int, p.ncpu)
+	for _, o := range p.threads {
+		if o != t && o.g == g {
+			n[o.cpu]++
+		}
+	}
+	least := math.MaxInt
+	var cs []int
+	for _, c := range cpusOf(p.allowed(t)) {
+		switch {
+		case n[c] < least:
+			least, cs = n[c], []int{c}
+		case n[c] == least:
+			cs = append(cs, c)
+		}
+	}
+	return p.pick(cs)
+}
+
+// wakeCPU is where a thread waking from sleep goes.
+func (p *Plant) wakeCPU(t *thread) int {
+	allowed := p.allowed(t)
+	idle := p.idle()
+	if allowed&(1<<t.cpu) != 0 && idle[t.cpu] {
+		return t.cpu
+	}
+	var cs []int
+	for _, c := range cpusOf(allowed) {
+		if idle[c] {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) > 0 {
+		return p.pick(cs)
+	}
+	if allowed&(1<<t.cpu) != 0 {
+		return t.cpu
+	}
+	return p.leastLoaded(allowed)
+}
+
+// recompute sets every runnable thread's rate: its share of its CPU down
+// the group hierarchy, each group's entity on a CPU weighing
+// weight × (its load on that CPU / its load on all CPUs).
+func (p *Plant) recompute() {
+	if !p.dirty {
+		return
+	}
+	ng, nc := len(p.groups), p.ncpu
+	if len(p.load) != ng*nc {
+		p.load, p.ew = make([]float64, ng*nc), make([]float64, ng*nc)
+	}
+	clear(p.load)
+	clear(p.ew)
+	p.throttles()
+	blocked := p.blk
+	for _, t := range p.threads {
+		t.rate = 0
+		if !t.sleeping && !blocked[t.g] {
+			p.load[int(t.g)*nc+t.cpu] += taskWeight
+		}
+	}
+	for _, g := range p.order { // children before parents
+
+		tot := 0.0
+		for c := range nc {
+			tot += p.load[g*nc+c]
+		}
+		if tot == 0 {
+			continue
+		}
+		gr := p.groups[g]
+		for c := range nc {
+			if l := p.load[g*nc+c]; l > 0 {
+				w := max(gr.weight*l/tot, minShare)
+				p.ew[g*nc+c] = w
+				p.load[int(gr.parent)*nc+c] += w
+			}
+		}
+	}
+	if p.packed {
+		for c := range nc {
+			p.load[c] += taskWeight
+		}
+	}
+	for _, t := range p.threads {
+		if t.sleeping || blocked[t.g] {
+			continue
+		}
+		c := t.cpu
+		r := taskWeight / p.load[int(t.g)*nc+c]
+		for g := t.g; g != Root; g = p.groups[g].parent {
+			r *= p.ew[int(g)*nc+c] / p.load[int(p.groups[g].parent)*nc+c]
+		}
+		t.rate = r
+	}
+	p.dirty = false
+}
+
+// pull lets every idle CPU pull a queued thread (from a queue with two or
+// more runnable threads) from the busiest queue it may take one from,
+// until no idle CPU can.
+func (p *Plant) pull() {
+	if p.packed {
+		return
+	}
+	p.throttles()
+	for {
+		nr := make([]int, p.ncpu)
+		for _, t := range p.threads {
+			if p.runnable(t) {
+				nr[t.cpu]++
+			}
+		}
+		idle, queued := make([]bool, p.ncpu), false
+		anyIdle := false
+		for c, k := range nr {
+			idle[c] = k == 0
+			anyIdle = anyIdle || k == 0
+			queued = queued || k > 1
+		}
+		if !anyIdle || !queued {
+			return
+		}
+		pulled := false
+		for _, c := range p.rng.Perm(p.ncpu) {
+			if !idle[c] {
+				continue
+			}
+			busiest, cands := 1, []*thread(nil)
+			for _, t := range p.threads {
+				if !p.runnable(t) || nr[t.cpu] < 2 || p.allowed(t)&(1<<c) == 0 {
+					continue
+				}
+				switch {
+				case nr[t.cpu] > busiest:
+					busiest, cands = nr[t.cpu], []*thread{t}
+				case nr[t.cpu] == busiest && cands != nil && cands[0].cpu == t.cpu:
+					cands = append(cands, t)
+				}
+			}
+			if len(cands) == 0 {
+				continue
+			}
+			t := cands[p.rng.IntN(len(cands))]
+			nr[t.cpu]--
+			t.cpu = c
+			nr[c]++
+			idle[c] = false
+			pulled = true
+			p.dirty = true
+		}
+		if !pulled {
+			return
+		}
+	}
+}
+
+// Advance runs the host for d (d <= 0: nothing; time never goes back).
+func (p *Plant) Advance(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	end := p.now + float64(d.Microseconds())
+	for {
+		p.events()
+		p.pull()
+		p.recompute()
+		next := end
+		for _, gr := range p.groups {
+			if gr.quota > 0 {
+				next = min(next, gr.refill)
+			}
+		}
+		grate := p.groupRates()
+		for g, gr := range p.groups {
+			if gr.quota > 0 && !gr.throttled && grate[g] > 0 {
+				next = min(next, p.now+gr.runtime/grate[g])
+			}
+		}
+		for _, t := range p.threads {
+			switch {
+			case t.sleeping:
+				next = min(next, t.wake)
+			case t.run > 0 && t.rate > 0:
+				next = min(next, p.now+t.work/t.rate)
+			}
+		}
+		dt := max(next-p.now, 0)
+		p.accumulate(dt, grate)
+		p.now = next
+		if p.now >= end-eps {
+			p.now = end
+			p.events() // what is due at the end is done before the driver acts
+			p.pull()
+			return
+		}
+	}
+}
+
+// groupRates is each group's CPU use per µs now, its descendants' included.
+func (p *Plant) groupRates() []float64 {
+	if len(p.grate) != len(p.groups) {
+		p.grate = make([]float64, len(p.groups))
+	}
+	out := p.grate
+	clear(out)
+	for _, t := range p.threads {
+		out[t.g] += t.rate
+	}
+	for _, g := range p.order { // children before parents
+		out[p.groups[g].parent] += out[g]
+	}
+	return out
+}
+
+// events handles what is due now: refills, spent quotas, sleeps, wakes.
+func (p *Plant) events() {
+	for _, gr := range p.groups {
+		if gr.quota <= 0 {
+			continue
+		}
+		for gr.refill <= p.now+eps {
+			gr.runtime, gr.throttled = gr.quota, false
+			gr.refill += gr.period
+			p.dirty = true
+		}
+		if !gr.throttled && gr.runtime <= eps {
+			gr.throttled, p.dirty = true, true
+		}
+	}
+	for _, t := range p.threads {
+		switch {
+		case t.sleeping && t.wake <= p.now+eps:
+			t.sleeping, t.work = false, t.run
+			t.cpu = p.wakeCPU(t)
+			p.dirty = true
+		case !t.sleeping && t.run > 0 && t.work <= eps:
+			t.sleeping, t.wake = true, p.now+t.sleep
+			p.dirty = true
+		}
+	}
+}
+
+// accumulate runs dt µs at the current rates: usage, quotas, work, and
+// pressure.
+func (p *Plant) accumulate(dt float64, grate []float64) {
+	if dt <= 0 {
+		return
+	}
+	for g, gr := range p.groups {
+		gr.usage += grate[g] * dt
+		if gr.quota > 0 && !gr.throttled {
+			gr.runtime -= grate[g] * dt
+		}
+	}
+	for _, t := range p.threads {
+		if t.run > 0 && !t.sleeping {
+			t.work -= t.rate * dt
+		}
+	}
+	// Pressure: per group and CPU, how many of its (subtree's) threads
+	// are runnable there, whether one is throttled, and the lone one's rate.
+	ng, nc := len(p.groups), p.ncpu
+	if len(p.n) != ng*nc {
+		p.n, p.stuck, p.rate = make([]int, ng*nc), make([]bool, ng*nc), make([]float64, ng*nc)
+	}
+	n, stuck, rate := p.n, p.stuck, p.rate
+	clear(n)
+	clear(stuck)
+	for _, t := range p.threads {
+		if t.sleeping {
+			continue
+		}
+		i := int(t.g)*nc + t.cpu
+		n[i]++
+		rate[i] = t.rate
+		stuck[i] = stuck[i] || p.blk[t.g]
+	}
+	for _, g := range p.order { // children before parents
+		for c := range nc {
+			i, j := g*nc+c, int(p.groups[g].parent)*nc+c
+			if n[i] > 0 {
+				n[j] += n[i]
+				rate[j] = rate[i]
+				stuck[j] = stuck[j] || stuck[i]
+			}
+		}
+	}
+	for g, gr := range p.groups {
+		present, some := 0, 0.0
+		for c := range nc {
+			i := g*nc + c
+			switch {
+			case n[i] == 0:
+				continue
+			case stuck[i] || n[i] > 1:
+				some++
+			default:
+				some += 1 - min(rate[i], 1)
+			}
+			present++
+		}
+		if present > 0 {
+			gr.some += dt * some / float64(present)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package nodeagent
+
+import (
+	"slices"
+)
+
+// SplitPart is where a thread of a split instance sits: the container's
+// cgroup itself (threads start there: the container's first process, new
+// threads of a thread moved nowhere yet, `docker exec`), or one of the two
+// threaded children the split scheme creates under it.
+type SplitPart int
+
+const (
+	// SplitRoot is the container's cgroup itself.
+	SplitRoot SplitPart = iota
+	// SplitWhole is the child "pinfold-whole": cpuset = the instance's
+	// whole CPUs, no cap of its own.
+	SplitWhole
+	// SplitFrag is the child "pinfold-frag": cpuset = the shared CPU,
+	// cpu.max = the fragment.
+	SplitFrag
+)
+
+// String is the part's child cgroup name ("" for the container's cgroup).
+func (p SplitPart) String() string {
+	switch p {
+	case SplitWhole:
+		return SplitWholeName
+	case SplitFrag:
+		return SplitFragName
+	case SplitRoot:
+		return "root"
+	}
+	return "unknown"
+}
+
+// The split scheme's threaded child cgroups, under the container's cgroup.
+const (
+	SplitWholeName = "pinfold-whole"
+	SplitFragName  = "pinfold-frag"
+)
+
+// SplitThread is one thread of a split instance as the agent observed it.
+type SplitThread struct {
+	TID      int
+	Runnable bool // state R in /proc/<tid>/stat
+	In       SplitPart
+}
+
+// SplitSweep says which threads of an instance holding whole whole CPUs and
+// a fragment of a shared CPU to move, and where: TID → destination, only the
+// threads that move (nil or empty: nothing to do). It is pure.
+//
+// The caps on the shared CPU sum to at most one CPU only if the instance
+// uses the shared CPU through "pinfold-frag" alone, and the plan is met only
+// if both children have work; so, with n runnable threads:
+//  1. n <= whole: every thread goes to "pinfold-whole" (a one-thread
+//     instance gets a whole CPU, min(1, plan), not its fragment);
+//  2. otherwise at least whole runnable threads sit in "pinfold-whole" and at
+//     least one in "pinfold-frag". Threads that already satisfy that stay
+//     where they are (no churn): runnable threads in the container's cgroup
+//     fill "pinfold-whole" up to whole, then "pinfold-frag" up to one, then
+//     go to "pinfold-whole"; if "pinfold-frag" still has none, the highest
+//     runnable TID in "pinfold-whole" moves there; if "pinfold-whole" still
+//     has fewer than whole, the lowest runnable TIDs in "pinfold-frag" move
+//     there (keeping the highest);
+//  3. sleeping threads in the container's cgroup go to "pinfold-whole";
+//     sleeping threads in a child stay.
+//
+// Ties are broken by TID, lowest first. whole < 1 (a fragment alone: the
+// container's cpuset and cpu.max already make its share exact, there are no
+// children) gives no moves.
+func SplitSweep(whole int, threads []SplitThread) map[int]SplitPart {
+	if whole < 1 || len(threads) == 0 {
+		return nil
+	}
+	ts := slices.Clone(threads)
+	slices.SortFunc(ts, func(a, b SplitThread) int { return a.TID - b.TID })
+	n := 0
+	for _, t := range ts {
+		if t.Runnable {
+			n++
+		}
+	}
+	moves := map[int]SplitPart{}
+	if n <= whole { // 1.
+		for _, t := range ts {
+			if t.In != SplitWhole {
+				moves[t.TID] = SplitWhole
+			}
+		}
+		return moves
+	}
+	// 2. Where each runnable thread ends up, starting from where it is.
+	at := map[int]SplitPart{}
+	count := map[SplitPart]int{}
+	for _, t := range ts {
+		if t.Runnable && t.In != SplitRoot {
+			at[t.TID] = t.In
+			count[t.In]++
+		}
+	}
+	for _, t := range ts {
+		if !t.Runnable || t.In != SplitRoot {
+			continue
+		}
+		to := SplitWhole
+		if count[SplitWhole] >= whole && count[SplitFrag] < 1 {
+			to = SplitFrag
+		}
+		at[t.TID] = to
+		count[to]++
+	}
+	if count[SplitFrag] < 1 { // then count[SplitWhole] = n > whole
+		for i := len(ts) - 1; i >= 0; i-- {
+			if t := ts[i]; t.Runnable && at[t.TID] == SplitWhole {
+				at[t.TID] = SplitFrag
+				count[SplitWhole]--
+				count[SplitFrag]++
+				break
+			}
+		}
+	}
+	for _, t := range ts { // count[SplitFrag] - 1 >= whole - count[SplitWhole], as n > whole
+		if count[SplitWhole] >= whole {
+			break
+		}
+		if t.Runnable && at[t.TID] == SplitFrag && count[SplitFrag] > 1 {
+			at[t.TID] = SplitWhole
+			count[SplitWhole]++
+			count[SplitFrag]--
+		}
+	}
+	for _, t := range ts {
+		to, ok := at[t.TID]
+		if !ok { // 3.
+			if t.In != SplitRoot {
+				continue
+			}
+			to = SplitWhole
+		}
+		if to != t.In {
+			moves[t.TID] = to
+		}
+	}
+	return moves
+}

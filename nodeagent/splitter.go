@@ -1,0 +1,207 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/pinfold/pinfold/cgroup"
+	"github.com/pinfold/pinfold/planner/model"
+)
+
+// threadedWriter is what the split scheme needs of the cgroup tree beyond
+// cgroupWriter (cgroup.Manager has it): threaded children of a container's
+// cgroup, and moving threads between them.
+type threadedWriter interface {
+	ApplyThreaded(ctx context.Context, s cgroup.Spec) error
+	RemoveThreaded(ctx context.Context, p cgroup.Path) error
+	MoveThread(p cgroup.Path, tid int) error
+	Threads(p cgroup.Path) ([]int, error)
+}
+
+// threadRunnable reports whether thread tid is runnable (state R in
+// /proc/<tid>/stat); ok is false when the thread is gone.
+type threadRunnable func(tid int) (runnable, ok bool)
+
+// procThreadState reads a thread's state from procRoot/<tid>/stat.
+func procThreadState(procRoot string) threadRunnable {
+	return func(tid int) (bool, bool) {
+		b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(tid) + "/stat")
+		if err != nil {
+			return false, false
+		}
+		return statRunnable(string(b))
+	}
+}
+
+// statRunnable parses /proc/<tid>/stat: "tid (comm) S …", where comm may
+// hold blanks and parentheses, so the state follows the last ")".
+func statRunnable(stat string) (runnable, ok bool) {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false, false
+	}
+	f := strings.Fields(stat[i+1:])
+	if len(f) == 0 {
+		return false, false
+	}
+	return f[0] == "R", true
+}
+
+// splitEnsure makes (or re-asserts) the threaded children of in's
+// container cgroup p under the split scheme: their cpusets and caps. It
+// does nothing for an instance the scheme does not split. Called after
+// the container's own files were re-asserted (so the children's cpusets
+// lie within the container's again), and every sweep.
+func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cgroup.Path) error {
+	sp, ok := SplitOf(h, in, a.cfg.Scheme)
+	if !ok {
+		return nil
+	}
+	tw, ok := a.cg.(threadedWriter)
+	if !ok {
+		return fmt.Errorf("fragment scheme %s: the cgroup writer cannot make threaded groups", SchemeSplit)
+	}
+	specs, err := sp.Specs(p, h.ShareBase)
+	if err != nil {
+		return err
+	}
+	for _, s := range specs {
+		if err := tw.ApplyThreaded(ctx, s); err != nil {
+			return fmt.Errorf("split %s: %w", in.ID, err)
+		}
+	}
+	return nil
+}
+
+// splitTick is one window of the split scheme: for every desired instance
+// whose container ran at the last pass, children are made and threads
+// swept (SplitSweep) where the scheme splits it, and children are torn
+// down where it no longer does (the instance was resized off its fragment,
+// or the agent restarted with another scheme). Errors are per instance.
+func (a *Agent) splitTick(ctx context.Context) error {
+	tw, ok := a.cg.(threadedWriter)
+	if !ok {
+		if a.cfg.Scheme == SchemeSplit {
+			return fmt.Errorf("fragment scheme %s: the cgroup writer cannot make threaded groups", SchemeSplit)
+		}
+		return nil
+	}
+	a.mu.Lock()
+	h := a.host
+	type job struct {
+		in      model.Instance
+		p       cgroup.Path
+		checked bool
+	}
+	var jobs []job
+	for _, in := range a.desired {
+		if r := a.records[in.ID]; r != nil && r.cgroup != nil {
+			jobs = append(jobs, job{in: in, p: *r.cgroup, checked: r.splitChecked == r.cgroup.String()})
+		}
+	}
+	a.mu.Unlock()
+	var errs []error
+	for _, j := range jobs {
+		sp, split := SplitOf(h, j.in, a.cfg.Scheme)
+		if !split {
+			// One look per container for children left from a split: the
+			// default schemes pay one read per container, once.
+			if j.checked {
+				continue
+			}
+			err := a.splitTeardown(ctx, tw, j.p)
+			if err == nil {
+				a.mu.Lock()
+				if r := a.records[j.in.ID]; r != nil && r.cgroup != nil && *r.cgroup == j.p {
+					r.splitChecked = j.p.String()
+				}
+				a.mu.Unlock()
+			}
+			errs = append(errs, err)
+			continue
+		}
+		if err := a.splitEnsure(ctx, h, j.in, j.p); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		errs = append(errs, a.splitSweep(tw, j.in.ID, j.p, sp.Whole.Len()))
+	}
+	return errors.Join(errs...)
+}
+
+// splitSweep lists the threads of container cgroup p and its children,
+// and moves those SplitSweep says to move.
+func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole int) error {
+	paths := map[SplitPart]cgroup.Path{SplitRoot: p}
+	for part, name := range map[SplitPart]string{SplitWhole: SplitWholeName, SplitFrag: SplitFragName} {
+		c, err := p.Child(name)
+		if err != nil {
+			return err
+		}
+		paths[part] = c
+	}
+	var threads []SplitThread
+	for _, part := range []SplitPart{SplitRoot, SplitWhole, SplitFrag} {
+		tids, err := tw.Threads(paths[part])
+		if err != nil {
+			return fmt.Errorf("split %s: %w", id, err)
+		}
+		for _, tid := range tids {
+			runnable, ok := a.threadState(tid)
+			if !ok {
+				continue // exited since the listing
+			}
+			threads = append(threads, SplitThread{TID: tid, Runnable: runnable, In: part})
+		}
+	}
+	moves := SplitSweep(whole, threads)
+	var errs []error
+	for _, t := range threads { // in listing order: deterministic
+		to, ok := moves[t.TID]
+		if !ok {
+			continue
+		}
+		if err := tw.MoveThread(paths[to], t.TID); err != nil && !errors.Is(err, syscall.ESRCH) {
+			errs = append(errs, fmt.Errorf("split %s: %w", id, err))
+		}
+	}
+	if len(moves) > 0 {
+		a.log.Debug("split sweep", "instance", id, "threads", len(threads), "moved", len(moves))
+	}
+	return errors.Join(errs...)
+}
+
+// splitTeardown moves the threads of p's children back into p (the
+// container's cgroup), then removes the children. Nothing to do when
+// there are none.
+func (a *Agent) splitTeardown(ctx context.Context, tw threadedWriter, p cgroup.Path) error {
+	for _, name := range []string{SplitFragName, SplitWholeName} {
+		c, err := p.Child(name)
+		if err != nil {
+			return err
+		}
+		tids, err := tw.Threads(c)
+		if errors.Is(err, cgroup.ErrNoGroup) || errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, tid := range tids {
+			if err := tw.MoveThread(p, tid); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return err
+			}
+		}
+		if err := tw.RemoveThreaded(ctx, c); err != nil {
+			return err
+		}
+		a.log.Info("split children removed", "cgroup", c.String(), "threads_moved_back", len(tids))
+	}
+	return nil
+}

@@ -1,0 +1,336 @@
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pinfold/pinfold/cgroup"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// fakeThreaded is fakeCgroup with threaded children: the groups made, the
+// threads in each group (as cgroup.threads lists them), which are
+// runnable, and the calls in order.
+type fakeThreaded struct {
+	*fakeCgroup
+	tmu      sync.Mutex
+	groups   map[string]cgroup.Spec // threaded groups made, as last applied
+	threads  map[string][]int       // group → TIDs
+	runnable map[int]bool
+	calls    []string
+}
+
+func newFakeThreaded() *fakeThreaded {
+	return &fakeThreaded{fakeCgroup: &fakeCgroup{mem: map[string]int64{}}, groups: map[string]cgroup.Spec{},
+		threads: map[string][]int{}, runnable: map[int]bool{}}
+}
+
+func (f *fakeThreaded) Apply(ctx context.Context, s cgroup.Spec) error {
+	f.tmu.Lock()
+	f.calls = append(f.calls, "apply "+s.Path.String())
+	f.tmu.Unlock()
+	return f.fakeCgroup.Apply(ctx, s)
+}
+
+func (f *fakeThreaded) ApplyThreaded(_ context.Context, s cgroup.Spec) error {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	f.calls = append(f.calls, "threaded "+s.Path.String())
+	f.groups[s.Path.String()] = s
+	return nil
+}
+
+func (f *fakeThreaded) RemoveThreaded(_ context.Context, p cgroup.Path) error {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	if len(f.threads[p.String()]) > 0 {
+		return fmt.Errorf("remove %s: %w", p, syscall.EBUSY)
+	}
+	f.calls = append(f.calls, "remove "+p.String())
+	delete(f.groups, p.String())
+	return nil
+}
+
+func (f *fakeThreaded) MoveThread(p cgroup.Path, tid int) error {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	for g, ts := range f.threads {
+		f.threads[g] = slices.DeleteFunc(ts, func(t int) bool { return t == tid })
+	}
+	f.threads[p.String()] = append(f.threads[p.String()], tid)
+	f.calls = append(f.calls, fmt.Sprintf("move %d %s", tid, p))
+	return nil
+}
+
+func (f *fakeThreaded) Threads(p cgroup.Path) ([]int, error) {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	if _, ok := f.groups[p.String()]; !ok && strings.Contains(p.String(), "/pinfold-") {
+		return nil, fmt.Errorf("cgroup: %s: %w", p, cgroup.ErrNoGroup)
+	}
+	return slices.Clone(f.threads[p.String()]), nil
+}
+
+// take returns the calls since the last take.
+func (f *fakeThreaded) take() []string {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	c := f.calls
+	f.calls = nil
+	return c
+}
+
+// add puts runnable threads into group p (a new thread, a `docker exec`).
+func (f *fakeThreaded) add(p string, tids ...int) {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	f.threads[p] = append(f.threads[p], tids...)
+	for _, t := range tids {
+		f.runnable[t] = true
+	}
+}
+
+func (f *fakeThreaded) where(tid int) string {
+	f.tmu.Lock()
+	defer f.tmu.Unlock()
+	for g, ts := range f.threads {
+		if slices.Contains(ts, tid) {
+			return g
+		}
+	}
+	return ""
+}
+
+func newSplitAgent(t *testing.T) (*Agent, *fakeEngine, *fakeThreaded) {
+	t.Helper()
+	eng, cg := newFakeEngine(), newFakeThreaded()
+	a := New(Config{Host: "h", Scheme: SchemeSplit, HealthWait: 50 * time.Millisecond, HealthTimeout: 600 * time.Millisecond}, &fakePlanner{}, eng, cg,
+		topologytest.Laptop().Topology(), nil)
+	a.threadState = func(tid int) (bool, bool) {
+		cg.tmu.Lock()
+		defer cg.tmu.Unlock()
+		r, ok := cg.runnable[tid]
+		return r, ok
+	}
+	return a, eng, cg
+}
+
+func splitInst(id string, cpus map[cpuset.CPUID]int) model.Instance {
+	in := memInst(1, 64<<20)
+	in.ID, in.CPUs = id, cpus
+	return in
+}
+
+// TestSplitInAgent: under the split scheme the agent makes the children
+// of instances holding a fragment and whole CPUs (after the container's own
+// files), sweeps threads into them every window without churn, sweeps in
+// new threads, re-asserts children that drifted, and tears them down (threads
+// back first) when the instance no longer holds a fragment.
+func TestSplitInAgent(t *testing.T) {
+	a, _, cg := newSplitAgent(t)
+	ctx := context.Background()
+	ia := splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})
+	ib := splitInst("b", map[cpuset.CPUID]int{1: 100, 2: 30})
+	ic := splitInst("c", map[cpuset.CPUID]int{3: 50}) // a fragment alone: no children
+	a.SetDesired([]model.Instance{ia, ib, ic})
+	settle(t, a)
+	path := map[string]string{}
+	for id, r := range a.records {
+		path[id] = r.cgroup.String()
+	}
+	want := map[string]string{
+		path["a"] + "/pinfold-whole": "0 max", path["a"] + "/pinfold-frag": "2 70000",
+		path["b"] + "/pinfold-whole": "1 max", path["b"] + "/pinfold-frag": "2 30000",
+	}
+	got := func() map[string]string {
+		cg.tmu.Lock()
+		defer cg.tmu.Unlock()
+		out := map[string]string{}
+		for p, s := range cg.groups {
+			q := "max"
+			if s.CPUMax.Quota != cgroup.Max {
+				q = fmt.Sprint(s.CPUMax.Quota)
+			}
+			out[p] = s.CPUs.String() + " " + q
+		}
+		return out
+	}
+	if diff := cmp.Diff(want, got()); diff != "" {
+		t.Fatalf("children after the first passes (-want +got):\n%s", diff)
+	}
+	// The container's files come before its children's in a pass.
+	a.Reconcile(ctx)
+	calls := cg.take()
+	if i, j := slices.Index(calls, "apply "+path["a"]), slices.Index(calls, "threaded "+path["a"]+"/pinfold-whole"); i < 0 || j < i {
+		t.Errorf("a pass's calls %v: want the container's apply before its children", calls)
+	}
+
+	// 2 busy threads in a (1 whole CPU): one each; b's 1 thread: whole.
+	cg.add(path["a"], 11, 12)
+	cg.add(path["b"], 21)
+	cg.add(path["c"], 31)
+	if err := a.splitTick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for tid, want := range map[int]string{11: path["a"] + "/pinfold-whole", 12: path["a"] + "/pinfold-frag", 21: path["b"] + "/pinfold-whole", 31: path["c"]} {
+		if got := cg.where(tid); got != want {
+			t.Errorf("thread %d in %s, want %s", tid, got, want)
+		}
+	}
+	// A `docker exec` lands in the container's cgroup: swept into a child.
+	cg.take()
+	cg.add(path["a"], 13)
+	if err := a.splitTick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := cg.where(13); got != path["a"]+"/pinfold-whole" {
+		t.Errorf("exec'd thread 13 in %s, want a's pinfold-whole", got)
+	}
+	// Nothing changed: no thread moves.
+	cg.take()
+	if err := a.splitTick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cg.take() {
+		if strings.HasPrefix(c, "move ") {
+			t.Errorf("a steady window moved a thread: %s", c)
+		}
+	}
+
+	// A child written behind the agent's back is re-asserted by the next pass.
+	cg.tmu.Lock()
+	cg.groups[path["a"]+"/pinfold-frag"] = cgroup.Spec{Path: cgroup.MustParsePath(path["a"] + "/pinfold-frag"), CPUs: cgroup.CPUsOf(cpuset.MustParseCPUs("0-3")), CPUMax: &cgroup.CPUMax{Quota: cgroup.Max}}
+	cg.tmu.Unlock()
+	a.Reconcile(ctx)
+	if diff := cmp.Diff(want, got()); diff != "" {
+		t.Errorf("children after a drifted one and a pass (-want +got):\n%s", diff)
+	}
+
+	// a resized to two whole CPUs: its children go, threads back first.
+	ia.CPUs, ia.Generation = map[cpuset.CPUID]int{0: 100, 4: 100}, 2
+	a.SetDesired([]model.Instance{ia, ib, ic})
+	settle(t, a)
+	cg.take()
+	if err := a.splitTick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	calls = cg.take()
+	for _, tid := range []int{11, 12, 13} {
+		if got := cg.where(tid); got != path["a"] {
+			t.Errorf("after the resize thread %d in %s, want a's own cgroup", tid, got)
+		}
+	}
+	if _, ok := got()[path["a"]+"/pinfold-frag"]; ok {
+		t.Errorf("a's pinfold-frag left after a resize off its fragment; calls %v", calls)
+	}
+	if _, ok := got()[path["a"]+"/pinfold-whole"]; ok {
+		t.Errorf("a's pinfold-whole left after a resize off its fragment; calls %v", calls)
+	}
+	if i, j := slices.Index(calls, "move 12 "+path["a"]), slices.Index(calls, "remove "+path["a"]+"/pinfold-frag"); i < 0 || j < i {
+		t.Errorf("teardown calls %v: want thread 12 moved back before pinfold-frag is removed", calls)
+	}
+	// b still split.
+	if got := cg.where(21); got != path["b"]+"/pinfold-whole" {
+		t.Errorf("b's thread in %s after a's resize", got)
+	}
+	// Torn down once: later windows do not look again.
+	if err := a.splitTick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cg.take() {
+		if strings.Contains(c, path["a"]) {
+			t.Errorf("a window after the teardown touched a: %s", c)
+		}
+	}
+}
+
+// TestSplitSchemeOffLeavesNoChildren: under the default scheme no child is
+// made, and a look for leftovers costs nothing once done.
+func TestSplitSchemeOffLeavesNoChildren(t *testing.T) {
+	eng, cg := newFakeEngine(), newFakeThreaded()
+	a := New(Config{Host: "h"}, &fakePlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
+	a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
+	settle(t, a)
+	if err := a.splitTick(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(cg.groups) != 0 {
+		t.Errorf("capped scheme made children: %v", cg.groups)
+	}
+}
+
+func TestSplitOf(t *testing.T) {
+	h := Host{CPUs: cpuset.MustParseCPUs("0-7"), ShareBase: 100}
+	tests := []struct {
+		name   string
+		scheme Scheme
+		bind   bool
+		cpus   map[cpuset.CPUID]int
+		want   string // "" = not split; else "whole/shared/frag"
+	}{
+		{"1 whole + 0.7", SchemeSplit, true, map[cpuset.CPUID]int{0: 100, 2: 70}, "0/2/70"},
+		{"2 whole + 0.3", SchemeSplit, true, map[cpuset.CPUID]int{0: 100, 1: 100, 5: 30}, "0-1/5/30"},
+		{"capped scheme", SchemeCapped, true, map[cpuset.CPUID]int{0: 100, 2: 70}, ""},
+		{"fragment alone", SchemeSplit, true, map[cpuset.CPUID]int{2: 70}, ""},
+		{"whole CPUs only", SchemeSplit, true, map[cpuset.CPUID]int{0: 100, 1: 100}, ""},
+		{"not bound", SchemeSplit, false, map[cpuset.CPUID]int{0: 100, 2: 70}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := model.Instance{Allocation: model.Allocation{Bind: tt.bind, CPUs: tt.cpus}}
+			sp, ok := SplitOf(h, in, tt.scheme)
+			got := ""
+			if ok {
+				got = fmt.Sprintf("%s/%s/%d", sp.Whole, sp.Shared, sp.Frag)
+			}
+			if got != tt.want {
+				t.Errorf("SplitOf(%v, %s) = %q, want %q", tt.cpus, tt.scheme, got, tt.want)
+			}
+		})
+	}
+	// The children's specs: whole uncapped, frag capped at its pieces; a
+	// fine fragment on the long period.
+	specs, err := Split{Whole: cpuset.MustParseCPUs("0"), Shared: cpuset.MustParseCPUs("2"), Frag: 5}.Specs(cgroup.MustParsePath("docker/c1"), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := specs[0]; s.Path.String() != "docker/c1/pinfold-whole" || s.CPUs.String() != "0" || s.CPUMax.Quota != cgroup.Max {
+		t.Errorf("whole spec = %+v", s)
+	}
+	if s := specs[1]; s.Path.String() != "docker/c1/pinfold-frag" || s.CPUs.String() != "2" || s.CPUMax.Quota != 5000 || s.CPUMax.Period != 1000000 {
+		t.Errorf("frag spec = %+v %+v", s, *s.CPUMax)
+	}
+	// Map under split is capped's: cpuset whole ∪ shared, cpu.max the plan.
+	w := Map(h, model.Instance{Allocation: model.Allocation{Bind: true, NUMANode: -1, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}}}, SchemeSplit, h.CPUs)
+	if w.Resources.CPUs.String() != "0,2" || w.Resources.CPUQuota != 170000 || w.CPUWeight != 70 {
+		t.Errorf("Map(split) = %+v", w)
+	}
+}
+
+func TestStatRunnable(t *testing.T) {
+	tests := []struct {
+		stat         string
+		runnable, ok bool
+	}{
+		{"1234 (spin) R 1 1234 1234 0", true, true},
+		{"1234 (a b) c) S 1 1234", false, true},
+		{"1234 (worker)) R 1", true, true},
+		{"garbage", false, false},
+		{"1 (x)", false, false},
+	}
+	for _, tt := range tests {
+		if r, ok := statRunnable(tt.stat); r != tt.runnable || ok != tt.ok {
+			t.Errorf("statRunnable(%q) = %v, %v, want %v, %v", tt.stat, r, ok, tt.runnable, tt.ok)
+		}
+	}
+}
