@@ -95,10 +95,7 @@ type Result struct {
 // knownDefects are defects the simulation found that are not fixed yet:
 // the run counts them instead of failing, so that it keeps finding new
 // ones. Delete an entry with its fix; the seeds in regressions show it.
-var knownDefects = map[string]string{
-	"heal-reason-missing": "a dead host (not draining) holds instances past the down grace that cannot be placed again, and " +
-		"Host.Stuck is empty: the heal's reason is missing (seed 1, step 9289 of hack/sim.sh --ci; cause not found yet)",
-}
+var knownDefects = map[string]string{}
 
 // known counts an open defect of knownDefects.
 func (w *world) known(kind, detail string) {
@@ -643,10 +640,6 @@ func (w *world) check() {
 			if ins := w.st.Instances(h.Name); len(ins) > 0 && h.Stuck == "" && h.Draining {
 				w.fail("host %s, dead and draining, holds %d instances past the down grace with no reason (the host's stuck is empty): the drain's pass lost the heal's reason (found on seeds 9, 11, 12; fixed)", h.Name, len(ins))
 			} else if len(ins) > 0 && h.Stuck == "" {
-				if _, err := w.svc.Heal(w.ctx, h.Name, false); err != nil {
-					w.known("heal-reason-missing", fmt.Sprintf("host %s (state %s, draining %t) down since %s holds %d instances", h.Name, v.State(), h.Draining, since, len(ins)))
-					continue
-				}
 				var about []string
 				for _, iv := range ins {
 					about = append(about, fmt.Sprintf("%s (replaces %q, status %+v)", iv.Instance.ID, iv.Instance.Replaces, iv.Status))
