@@ -36,9 +36,12 @@ type clientFlags struct {
 	// requestID names the command's changes (--request-id; "": one is
 	// made per invocation). See callLog.
 	requestID string
+	// cmd is the command the flags belong to: where notices go.
+	cmd *cobra.Command
 }
 
 func (c *clientFlags) register(cmd *cobra.Command) {
+	c.cmd = cmd
 	cmd.Flags().StringVar(&c.addr, "planner", envOr("PINFOLD_PLANNER", DefaultPlanner), "planner address (host:port, http:// or https:// URL; env PINFOLD_PLANNER)")
 	cmd.Flags().StringVar(&c.tlsCA, "tls-ca", os.Getenv("PINFOLD_TLS_CA"), "CA certificate to verify an https:// planner (env PINFOLD_TLS_CA)")
 	cmd.Flags().StringVar(&c.tlsCert, "tls-cert", os.Getenv("PINFOLD_TLS_CERT"), "client certificate for a planner that requires one, PEM (env PINFOLD_TLS_CERT; pinfold pki issue makes one)")
@@ -106,7 +109,13 @@ func (c *clientFlags) call(f func(cl pinfoldv1connect.PlannerServiceClient) erro
 	} else if err := service.ValidateRequestID(id); err != nil {
 		return badInput("--request-id: %v", err)
 	}
-	cl, err := c.client(connect.WithInterceptors(&callLog{requestID: id, sleep: time.Sleep}))
+	l := &callLog{requestID: id, sleep: time.Sleep}
+	if c.cmd != nil {
+		l.notice = func(id string) {
+			fmt.Fprintf(c.cmd.ErrOrStderr(), "pinfold: request %s was made before: this is its first outcome, and nothing changed now\n", id)
+		}
+	}
+	cl, err := c.client(connect.WithInterceptors(l))
 	if err != nil {
 		return err
 	}
@@ -164,6 +173,9 @@ type callLog struct {
 	requestID string
 	n         int
 	sleep     func(time.Duration)
+	// notice, when set, is told of a call the planner answered from the
+	// record of an earlier one with the same request ID.
+	notice func(id string)
 }
 
 // callError is a failed call, as callLog saw it.
@@ -184,7 +196,14 @@ type callError struct {
 // answer (no connection, a connection cut, a deadline).
 func lost(err error) bool {
 	c := connect.CodeOf(err)
-	return c == connect.CodeUnavailable || c == connect.CodeDeadlineExceeded
+	return c == connect.CodeUnavailable || c == connect.CodeDeadlineExceeded || cut(err)
+}
+
+// cut reports whether err is a connection the planner's side cut (reset,
+// closed mid-answer: a planner killed while it commits), which the client
+// library reports as canceled although no one canceled the call.
+func cut(err error) bool {
+	return connect.CodeOf(err) == connect.CodeCanceled && !errors.Is(err, context.Canceled)
 }
 
 func (e *callError) Error() string { return e.err.Error() }
@@ -217,6 +236,9 @@ func (l *callLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			return res, &callError{err: err, changes: ch, afterChange: l.accepted, reached: reached, requestID: id, procedure: req.Spec().Procedure}
 		}
 		l.accepted = l.accepted || ch
+		if res != nil && res.Header().Get(api.RepeatedHeader) == "true" && l.notice != nil {
+			l.notice(id)
+		}
 		return res, nil
 	}
 }
@@ -274,7 +296,13 @@ func apiError(err error) error {
 			return unknown("internal error of the planner: %s; the change may or may not have been made", msg)
 		}
 		return &exitError{code: exitUnknown, err: fmt.Errorf("internal error of the planner: %s (this command only reads: nothing was changed; the planner's log says more)", msg)}
-	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeCanceled:
+		if ce.Code() == connect.CodeCanceled && !cut(err) {
+			if changed || afterChange {
+				return unknown("interrupted after the request was sent: %s; the change may or may not have been made", msg)
+			}
+			break
+		}
 		connected := reached || !neverConnected(err)
 		switch {
 		case afterChange:
@@ -285,10 +313,6 @@ func apiError(err error) error {
 			return &exitError{code: exitUnreachable, err: fmt.Errorf("planner unreachable: the connection to the planner was lost: %s; nothing was changed (this call only reads)", msg)}
 		}
 		return &exitError{code: exitUnreachable, err: fmt.Errorf("planner unreachable (is `pinfold planner` running?): %s; nothing was changed", msg)}
-	case connect.CodeCanceled:
-		if changed || afterChange {
-			return unknown("interrupted after the request was sent: %s; the change may or may not have been made", msg)
-		}
 	}
 	return &exitError{code: exitUnmet, err: fmt.Errorf("%s: %s", ce.Code(), msg)}
 }

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -344,5 +346,69 @@ func TestLostAnswerThenNoPlanner(t *testing.T) {
 	_, errOut, code := runCLI(t, "", "remove", "web", "--request-id", "rm-web-1", "--planner", srv.URL)
 	if code != exitUnknown || !strings.Contains(errOut, "--request-id rm-web-1") {
 		t.Errorf("exit %d: %s\nwant 4 naming --request-id rm-web-1", code, errOut)
+	}
+}
+
+// resetOnce resets (TCP RST) the connection of the first Remove it gets,
+// after reading the request, as a planner killed with kill -9 while it
+// commits; the next attempts reach next.
+type resetOnce struct {
+	next  http.Handler
+	mu    sync.Mutex
+	calls int
+}
+
+func (h *resetOnce) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasSuffix(r.URL.Path, "/Remove") {
+		h.mu.Lock()
+		h.calls++
+		first := h.calls == 1
+		h.mu.Unlock()
+		if first {
+			_, _ = io.Copy(io.Discard, r.Body)
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				panic(err)
+			}
+			_ = c.(*net.TCPConn).SetLinger(0) // close sends RST: "connection reset by peer"
+			_ = c.Close()
+			return
+		}
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// countingPlanner answers every Remove.
+type countingPlanner struct {
+	pinfoldv1connect.UnimplementedPlannerServiceHandler
+}
+
+func (countingPlanner) Remove(context.Context, *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error) {
+	return connect.NewResponse(&pinfoldv1.RemoveResponse{}), nil
+}
+
+// TestResetAnswerIsRetried: a change whose connection was reset after it
+// was sent (the planner killed with kill -9 mid-commit: "connection reset
+// by peer", which the client library reports as canceled) is sent again
+// with its request ID, as for any lost answer, and succeeds once the
+// planner answers — not given up at once as if the user had interrupted
+// it (a new user's deploy exited 4 after 0.15 s).
+func TestResetAnswerIsRetried(t *testing.T) {
+	waits := retryWaits
+	retryWaits = []time.Duration{time.Millisecond, time.Millisecond}
+	t.Cleanup(func() { retryWaits = waits })
+	mux := http.NewServeMux()
+	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(countingPlanner{}))
+	h := &resetOnce{next: mux}
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	_, errOut, code := runCLI(t, "", "remove", "web", "--request-id", "rm-web-2", "--planner", srv.URL)
+	if code != 0 {
+		t.Errorf("exit %d: %s\nwant 0: the reset call sent again with its ID", code, errOut)
+	}
+	if h.calls != 2 {
+		t.Errorf("the planner got %d Remove calls, want 2 (the reset one and its retry)", h.calls)
 	}
 }

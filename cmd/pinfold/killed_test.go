@@ -140,6 +140,8 @@ func TestKilledDuringLargeDeploy(t *testing.T) {
 		// Repeated once more by hand: nothing changes.
 		if _, errOut, code := runCLI(t, "", deploy...); code != 0 {
 			t.Fatalf("a third send of the request: exit %d: %s", code, errOut)
+		} else if !strings.Contains(errOut, "was made before: this is its first outcome, and nothing changed now") {
+			t.Errorf("a third send of the request says nothing of being a repeat: %q", errOut)
 		}
 		psOut, errOut, code := runCLI(t, "", append([]string{"ps", "--service", svc, "-o", "json"}, pl...)...)
 		if code != 0 {
