@@ -412,3 +412,33 @@ func TestResetAnswerIsRetried(t *testing.T) {
 		t.Errorf("the planner got %d Remove calls, want 2 (the reset one and its retry)", h.calls)
 	}
 }
+
+// TestCapacityRefusesWhatDeployRefuses: capacity counts no room for a
+// size a deploy refuses (a new user got "total 7600" for 4 MiB instances,
+// then a refused deploy); both refuse it the same way, exit 2.
+func TestCapacityRefusesWhatDeployRefuses(t *testing.T) {
+	run, must := plannerCLI(t)
+	must("host", "add", "h1", "--topology", laptopTopology)
+	for _, cmd := range [][]string{
+		{"capacity", "--cpu", "0.01", "--bind", "--memory", "4MiB"},
+		{"deploy", "tiny", "--count", "1", "--cpu", "0.01", "--bind", "--memory", "4MiB", "--image", "i"},
+	} {
+		out, errOut, code := run(cmd...)
+		if code != exitBadInput || !strings.Contains(errOut, "memory = 4194304: want at least 6291456") {
+			t.Errorf("pinfold %v: exit %d, stdout %q, stderr %q; want exit 2 naming the smallest memory", cmd, code, out, errOut)
+		}
+	}
+}
+
+// TestOneLine: a multi-line outcome (a refusal's elimination report) is one
+// cell of the events table, not lines that break its columns.
+func TestOneLine(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"ok", "ok"},
+		{"not placed: no host has room\n  NodeCapacity 2 eliminated: a, b\n  Affinity 0 eliminated: -\n (parked)", "not placed: no host has room | NodeCapacity 2 eliminated: a, b | Affinity 0 eliminated: - | (parked)"},
+	} {
+		if got := oneLine(tc.in); got != tc.want {
+			t.Errorf("oneLine(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}

@@ -216,7 +216,11 @@ container resumes.`,
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				t0 := time.Now()
 				if !out.json() {
-					fmt.Fprintf(cmd.ErrOrStderr(), "placing %d × %s (%s CPUs %s, %s)…\n", count, args[0], cpuS, bindWord(bind), formatBytes(mem))
+					per := ""
+					if strategy == string(alloc.Each) || strategy == string(alloc.Fill) {
+						per = " per host" // the count of each and fill is per host
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "placing %d%s × %s (%s CPUs %s, %s)…\n", count, per, args[0], cpuS, bindWord(bind), formatBytes(mem))
 				}
 				resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(dreq))
 				if err != nil {
@@ -246,7 +250,7 @@ container resumes.`,
 	out.register(cmd)
 	f := cmd.Flags()
 	f.Int32Var(&count, "count", 1, "instances to place (per host for each and fill)")
-	f.StringVar(&cpu, "cpu", "1", "CPUs per instance, a decimal (1.7)")
+	f.StringVar(&cpu, "cpu", "1", "CPUs per instance, a decimal (1.7); with --bind at least one piece; without it 0 means best effort: no CPU quota, the shared pool at the lowest cpu.weight")
 	f.BoolVar(&bind, "bind", false, "bind CPUs (cpuset) instead of a memory-first CPU quota")
 	f.BoolVar(&wholeCores, "whole-cores", false, "whole physical cores only: no SMT sibling shared with another instance (needs --bind, whole CPUs)")
 	f.StringVar(&memory, "memory", "", "memory per instance (hard limit), e.g. 512MiB, 1.5GiB, 1G")

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -100,7 +101,7 @@ agents refused (Refused). The planner keeps the newest --events-keep events
 						}
 						for _, e := range evs {
 							t, _ := time.Parse(time.RFC3339Nano, e.Time)
-							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Local().Format("2006-01-02 15:04:05"), e.Identity, e.Kind, orDash(e.Subject), orDash(e.Host), e.Outcome)
+							fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", t.Local().Format("2006-01-02 15:04:05"), e.Identity, e.Kind, orDash(e.Subject), orDash(e.Host), oneLine(e.Outcome))
 							if requestsShown && e.Request != "" {
 								fmt.Fprintf(tw, "\t\t\t\t\trequest %s\n", e.Request)
 							}
@@ -142,4 +143,19 @@ func writeEvent(w io.Writer, e eventJSON) error {
 		return writeJSON(w, e)
 	}
 	return json.NewEncoder(w).Encode(e)
+}
+
+// oneLine folds a multi-line text (an elimination report in a refusal) into
+// one table cell: its lines joined by " | ", each trimmed.
+func oneLine(s string) string {
+	if !strings.Contains(s, "\n") {
+		return s
+	}
+	var parts []string
+	for l := range strings.Lines(s) {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, " | ")
 }

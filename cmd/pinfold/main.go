@@ -39,14 +39,16 @@ const (
 const exitCodesHelp = `Exit codes:
   0 ok
   1 the request cannot be met (not enough capacity, a rule, a host that
-    cannot be removed now; or, waiting, not applied everywhere)
+    cannot be removed now; or, waiting, not applied everywhere);
+    'pinfold health': there are warnings
   2 bad input or usage (an unknown command, a bad flag or value, an unknown
     name) or an unreadable host; nothing was changed
   3 the planner could not be reached (or the connection was lost during a
     read); nothing was changed: worth a retry
   4 outcome unknown: the planner failed (an internal error) or the
-    connection was lost after the request was sent; check with
-    'pinfold ps' / 'pinfold events' before you retry`
+    connection was lost after the request was sent; repeat the command
+    with the --request-id it prints (a deploy, resize, replace or remove
+    is then made once), or check with 'pinfold ps' / 'pinfold events'`
 
 // exitError carries an exit code and a message for the user.
 type exitError struct {

@@ -211,6 +211,13 @@ func (s *Service) Capacity(r DeployRequest) (map[string]placement.HostRoom, erro
 	if req.Service == "" {
 		req.Service = "capacity"
 	}
+	if r.Memory < MinInstanceMemory {
+		// What a deploy refuses is not counted as room.
+		return nil, errf(Invalid, "memory = %d: want at least %d (6 MiB, the Docker engine's smallest memory limit)", r.Memory, MinInstanceMemory)
+	}
+	if err := alloc.Enforceable(s.params, "cpu", r.Pieces); err != nil {
+		return nil, fromAlloc(err)
+	}
 	if err := validateRules(r.Rules); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -61,7 +62,10 @@ func (s *Service) Health(now time.Time) []Warning {
 		if d.Value.Rules != nil && d.Value.Rules.DomainSpread == string(placement.SpreadOff) {
 			continue
 		}
-		for _, w := range domainPacking(hosts, per[svc]) {
+		if st := alloc.Strategy(d.Value.Strategy); st == alloc.Each || st == alloc.Fill {
+			continue // their counts follow the hosts, not the domains (placement spreads neither)
+		}
+		for _, w := range domainPacking(hosts, per[svc], s.roomFor(d.Value)) {
 			w.Subject = svc
 			out = append(out, w)
 		}
@@ -69,15 +73,38 @@ func (s *Service) Health(now time.Time) []Warning {
 	return out
 }
 
+// roomFor is, per host, how many more instances of the service's recorded
+// shape it may take under its hard rules (Capacity), or nil when that
+// cannot be told (a record Capacity refuses).
+func (s *Service) roomFor(d state.Service) map[string]int {
+	r := DeployRequest{Service: d.Name, Pieces: d.Pieces, Bind: d.Bind, WholeCores: d.WholeCores, Memory: d.Memory, MaxPerHost: d.MaxPerHost}
+	if d.Rules != nil {
+		r.Rules = *d.Rules
+	}
+	rooms, err := s.Capacity(r)
+	if err != nil {
+		return nil
+	}
+	out := make(map[string]int, len(rooms))
+	for h, room := range rooms {
+		out[h] = room.Count
+	}
+	return out
+}
+
 // domainPacking compares, as placement's max-difference rule does, the
 // service's instance counts (per host in onHost) of sibling domains: the
 // children of each fault domain, a host without a fault domain being a
-// top-level domain of its own, and the upgrade domains. Siblings more than
-// one apart are a warning each, naming their parent. Hosts that are not
-// up and hold none of the service's instances do not count. Nothing when
-// no host has a domain.
-func domainPacking(hosts []state.HostView, onHost map[string]int) []Warning {
+// top-level domain of its own, and the upgrade domains. Two siblings more
+// than one apart are a warning, naming their parent, when the lighter one
+// could take one more (a host in it has room, per room; room nil: any
+// host): a deploy leaves a domain light only where it has no room, or
+// where a hard rule (a constraint) keeps the service out. Hosts that are
+// not up and hold none of the service's instances do not count. Nothing
+// when no host has a domain.
+func domainPacking(hosts []state.HostView, onHost, room map[string]int) []Warning {
 	fd, ud := map[string]int{}, map[string]int{}
+	roomy := map[string]bool{}               // domain (fault path, or "U:" + upgrade domain) → a host in it can take one more
 	children := map[string]map[string]bool{} // fault domain ("" = the top) → its child domains
 	withDomains := false
 	for _, v := range hosts {
@@ -93,6 +120,7 @@ func domainPacking(hosts []state.HostView, onHost map[string]int) []Warning {
 		if len(levels) == 0 {
 			levels = []string{h.Name + " (no fault domain)"}
 		}
+		has := room == nil || room[h.Name] > 0
 		parent := ""
 		for _, lv := range levels {
 			if children[parent] == nil {
@@ -100,12 +128,26 @@ func domainPacking(hosts []state.HostView, onHost map[string]int) []Warning {
 			}
 			children[parent][lv] = true
 			fd[lv] += n
+			roomy[lv] = roomy[lv] || has
 			parent = lv
 		}
 		if h.UpgradeDomain != "" {
 			ud[h.UpgradeDomain] += n
+			roomy["U:"+h.UpgradeDomain] = roomy["U:"+h.UpgradeDomain] || has
 		}
 	}
+	// packed: some sibling could take one more and is over one below
+	// another.
+	packed := func(counts map[string]int, key func(string) string) bool {
+		_, hi := minMax(counts)
+		for d, n := range counts {
+			if hi-n > 1 && roomy[key(d)] {
+				return true
+			}
+		}
+		return false
+	}
+	same := func(d string) string { return d }
 	if !withDomains {
 		return nil
 	}
@@ -115,7 +157,7 @@ func domainPacking(hosts []state.HostView, onHost map[string]int) []Warning {
 		for c := range children[parent] {
 			counts[c] = fd[c]
 		}
-		if lo, hi := minMax(counts); len(counts) > 1 && hi-lo > 1 {
+		if len(counts) > 1 && packed(counts, same) {
 			under := ""
 			if parent != "" {
 				under = " under " + parent
@@ -124,7 +166,7 @@ func domainPacking(hosts []state.HostView, onHost map[string]int) []Warning {
 				Detail: fmt.Sprintf("instances packed into too few fault domains%s: %s", under, fmtCounts(counts))})
 		}
 	}
-	if lo, hi := minMax(ud); len(ud) > 1 && hi-lo > 1 {
+	if len(ud) > 1 && packed(ud, func(d string) string { return "U:" + d }) {
 		out = append(out, Warning{Kind: placement.RuleUpgradeDomain, Detail: "instances packed into too few upgrade domains: " + fmtCounts(ud)})
 	}
 	return out

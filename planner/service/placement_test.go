@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
@@ -192,17 +193,23 @@ func TestHealthDomainPackingEveryLevel(t *testing.T) {
 		name    string
 		domains map[string]string // host → fault domain ("" none)
 		placed  map[string]int    // host → instances of web
+		full    string            // a host filled by another service first
 		want    []string          // the FaultDomain warnings' details
+		each    bool              // web is deployed with the each strategy
 	}{
 		{"packed one level down", map[string]string{"h1": "fd:/dc1/r1", "h2": "fd:/dc1/r2", "h3": "fd:/dc2", "h4": "fd:/dc2"},
 			map[string]int{"h1": 2, "h3": 1, "h4": 1},
-			[]string{"instances packed into too few fault domains under dc1: dc1/r1 2, dc1/r2 0"}},
+			"", []string{"instances packed into too few fault domains under dc1: dc1/r1 2, dc1/r2 0"}, false},
 		{"a host without a fault domain is a domain of its own", map[string]string{"h1": "fd:/dc1", "h2": "fd:/dc1", "h3": ""},
 			map[string]int{"h1": 1, "h2": 1},
-			[]string{"instances packed into too few fault domains: dc1 2, h3 (no fault domain) 0"}},
+			"", []string{"instances packed into too few fault domains: dc1 2, h3 (no fault domain) 0"}, false},
 		{"even at every level", map[string]string{"h1": "fd:/dc1/r1", "h2": "fd:/dc1/r2", "h3": "fd:/dc2", "h4": "fd:/dc2"},
 			map[string]int{"h1": 1, "h2": 1, "h3": 2},
-			nil},
+			"", nil, false},
+		{"the light domain has no room", map[string]string{"h1": "fd:/dc1", "h2": "fd:/dc2"},
+			map[string]int{"h1": 2}, "h2", nil, false},
+		{"each: the counts follow the hosts", map[string]string{"h1": "fd:/dc1", "h2": "fd:/dc1", "h3": "fd:/dc2"},
+			map[string]int{"h1": 1, "h2": 1}, "", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := statetest.Start(t, 1)
@@ -211,12 +218,42 @@ func TestHealthDomainPackingEveryLevel(t *testing.T) {
 			for _, name := range slices.Sorted(maps.Keys(tc.domains)) {
 				register(t, s, name, topologytest.Laptop().Topology())
 			}
-			for _, name := range slices.Sorted(maps.Keys(tc.placed)) {
-				if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: tc.placed[name], Pieces: 100, Bind: true, Memory: GiB,
-					Rules: state.Rules{Constraint: "HostName == " + name}}); err != nil {
+			// Each host's instances are deployed with every other host
+			// disabled, so that the service's record has no constraint:
+			// every host may take more of it.
+			enable := func(only string) {
+				t.Helper()
+				for name := range tc.domains {
+					if _, err := s.SetEnabled(ctx, name, only == "" || name == only); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if tc.full != "" {
+				enable(tc.full)
+				waitFor(t, func() bool { v, _ := s.Store().Host(tc.full); return !v.Host.Disabled }, "only "+tc.full+" enabled")
+				filler := service.DeployRequest{Service: "filler", Spec: model.Spec{Image: "img"}, Pieces: 100, Bind: true, Memory: 64 << 20}
+				rooms, err := s.Capacity(filler)
+				if err != nil {
+					t.Fatal(err)
+				}
+				filler.Count = rooms[tc.full].Count
+				if _, err := s.DeployWithRules(ctx, filler); err != nil {
 					t.Fatal(err)
 				}
 			}
+			for _, name := range slices.Sorted(maps.Keys(tc.placed)) {
+				enable(name)
+				waitFor(t, func() bool { v, _ := s.Store().Host(name); return !v.Host.Disabled }, "only "+name+" enabled")
+				r := service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: tc.placed[name], Pieces: 100, Bind: true, Memory: GiB}
+				if tc.each {
+					r.Strategy = alloc.Each
+				}
+				if _, err := s.DeployWithRules(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			enable("")
 			for _, name := range slices.Sorted(maps.Keys(tc.domains)) {
 				if fd := tc.domains[name]; fd != "" {
 					if _, err := s.SetHost(ctx, service.SetHostRequest{Name: name, FaultDomain: strp(fd)}); err != nil {
@@ -226,7 +263,7 @@ func TestHealthDomainPackingEveryLevel(t *testing.T) {
 			}
 			waitFor(t, func() bool {
 				for name, fd := range tc.domains {
-					if v, _ := s.Store().Host(name); v.Host.FaultDomain != fd {
+					if v, _ := s.Store().Host(name); v.Host.FaultDomain != fd || v.Host.Disabled {
 						return false
 					}
 				}
@@ -234,10 +271,7 @@ func TestHealthDomainPackingEveryLevel(t *testing.T) {
 			}, "domains set")
 			var got []string
 			for _, w := range s.Health(time.Now()) {
-				if w.Kind == "FaultDomain" {
-					if w.Subject != "web" {
-						t.Errorf("warning %+v: want subject web", w)
-					}
+				if w.Kind == "FaultDomain" && w.Subject == "web" {
 					got = append(got, w.Detail)
 				}
 			}
