@@ -269,8 +269,8 @@ func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
 		return errf(Invalid, "host %s: memory %d bytes %+d overflows", r.Name, h.MemoryBytes, r.MemoryDelta)
 	}
 	h.MemoryBytes += r.MemoryDelta
-	if h.MemoryBytes <= 0 {
-		return errf(Invalid, "host %s: memory would be %d bytes: want more than 0", r.Name, h.MemoryBytes)
+	if h.MemoryBytes <= 0 || h.MemoryBytes > MaxHostMemory {
+		return errf(Invalid, "host %s: memory would be %d bytes: want more than 0 and at most %d (1 PiB)", r.Name, h.MemoryBytes, int64(MaxHostMemory))
 	}
 	// Only a change that lowers the memory is held to what is in use: a
 	// host already above its memory (a heal used the overbooking) may
@@ -282,6 +282,9 @@ func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
 		m := r.NUMAMemory[n]
 		if _, ok := h.NUMAMemory[n]; !ok {
 			return errf(Invalid, "host %s: NUMA node %d: no such NUMA node", r.Name, n)
+		}
+		if m > MaxHostMemory {
+			return errf(Invalid, "host %s: NUMA node %d memory %d bytes: want at most %d (1 PiB)", r.Name, n, m, int64(MaxHostMemory))
 		}
 		if m < used.NUMAUsed[n] || m < 0 {
 			return errf(Precond, "host %s: NUMA node %d memory %d bytes is below the %d in use", r.Name, n, m, used.NUMAUsed[n])

@@ -107,6 +107,9 @@ func TestHostInputParity(t *testing.T) {
 // property, and a raise of its memory; only a lower memory is refused.
 // Before, every SetHost was refused "memory … below the … in use"
 // (simulation seeds 4 and 8).
+// maxInt64 is an 8 EiB memory.
+var maxInt64 int64 = math.MaxInt64
+
 func TestSetHostAboveMemory(t *testing.T) {
 	t.Parallel()
 	h, err := state.NewHost("h1", topologytest.Laptop().Topology(), state.Config{ShareBase: 100, MaxFragmentCores: -1}, state.CapacitySettings{MemoryShare: 1})
@@ -125,6 +128,10 @@ func TestSetHostAboveMemory(t *testing.T) {
 		{"a property", SetHostRequest{SetProperties: map[string]placement.Value{"ssd": placement.BoolVal(true)}}, true},
 		{"memory raised, still below use", SetHostRequest{MemoryDelta: 1 << 20}, true},
 		{"memory lowered", SetHostRequest{MemoryDelta: -(1 << 20)}, false},
+		// An attack trial set 8 EiB; health then overflowed scaling it.
+		{"memory of 8 EiB", SetHostRequest{MemoryBytes: &maxInt64}, false},
+		{"memory over 1 PiB by a delta", SetHostRequest{MemoryDelta: 1 << 50}, false},
+		{"a NUMA node of 8 EiB", SetHostRequest{NUMAMemory: map[cpuset.NUMANodeID]int64{0: math.MaxInt64}}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.r.Name = "h1"

@@ -30,6 +30,11 @@ const (
 	// Docker engine's smallest limit (docker.MinMemory), which agents
 	// would refuse anyway.
 	MinInstanceMemory = 6 << 20
+	// MaxHostMemory is the most memory a host (or one NUMA node) may be
+	// given: 1 PiB, far above any machine, and far enough below the int64
+	// limit that scaling it by an overbooking factor cannot overflow (8 EiB
+	// was accepted, and health then called the host oversold).
+	MaxHostMemory = 1 << 50
 	// maxEcho is how much of an offending value an error repeats.
 	maxEcho = 200
 )
