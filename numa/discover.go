@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/pinfold/pinfold/planner/clip"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/topology"
 )
@@ -143,7 +144,7 @@ func (d discoverer) readSet(name string, required bool) (cpuset.CPUs, error) {
 	}
 	set, err := cpuset.ParseCPUs(s)
 	if err != nil {
-		return cpuset.CPUs{}, &FileError{File: name, Value: clip(s), Err: err}
+		return cpuset.CPUs{}, &FileError{File: name, Value: clip.Text(s, 80), Err: err}
 	}
 	return set, nil
 }
@@ -155,7 +156,7 @@ func (d discoverer) readInt(name string) (int, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < -1 || n > 1<<20 {
-		return 0, &FileError{File: name, Value: clip(s), Err: errors.New("want an integer from -1 to 1048576")}
+		return 0, &FileError{File: name, Value: clip.Text(s, 80), Err: errors.New("want an integer from -1 to 1048576")}
 	}
 	return n, nil
 }
@@ -224,7 +225,7 @@ func (d discoverer) l3(cpuPath string) (cpuset.CPUs, error) {
 			continue
 		}
 		if _, err := strconv.Atoi(s); err != nil {
-			return cpuset.CPUs{}, &FileError{File: lvl, Value: clip(s), Err: errors.New("not a cache level")}
+			return cpuset.CPUs{}, &FileError{File: lvl, Value: clip.Text(s, 80), Err: errors.New("not a cache level")}
 		}
 		if s != "3" {
 			continue
@@ -268,7 +269,7 @@ func (d discoverer) nodes(t *topology.Topology, proc fs.FS) error {
 		return err
 	} else if ok {
 		if columns, err = cpuset.ParseMems(s); err != nil {
-			return &FileError{File: onlineName, Value: clip(s), Err: err}
+			return &FileError{File: onlineName, Value: clip.Text(s, 80), Err: err}
 		}
 	}
 	t.NUMASource = topology.SourceSysfs
@@ -305,13 +306,13 @@ func (d discoverer) distances(name string, columns cpuset.Mems) (map[cpuset.NUMA
 	fields := strings.Fields(s)
 	ids := columns.Slice()
 	if len(fields) != len(ids) {
-		return nil, &FileError{File: name, Value: clip(s), Err: fmt.Errorf("%d distances for %d online NUMA nodes (%s)", len(fields), len(ids), columns)}
+		return nil, &FileError{File: name, Value: clip.Text(s, 80), Err: fmt.Errorf("%d distances for %d online NUMA nodes (%s)", len(fields), len(ids), columns)}
 	}
 	out := make(map[cpuset.NUMANodeID]int, len(ids))
 	for i, f := range fields {
 		v, err := strconv.Atoi(f)
 		if err != nil || v < 0 || v > 255 {
-			return nil, &FileError{File: name, Value: clip(s), Err: fmt.Errorf("distance %q is not 0..255", f)}
+			return nil, &FileError{File: name, Value: clip.Text(s, 80), Err: fmt.Errorf("distance %q is not 0..255", f)}
 		}
 		out[ids[i]] = v
 	}
@@ -349,20 +350,13 @@ func memTotal(fsys fs.FS, name, prefix string) (int64, error) {
 		}
 		f := strings.Fields(rest)
 		if len(f) != 2 || f[1] != "kB" {
-			return 0, &FileError{File: name, Value: clip(line), Err: errors.New(`want "<number> kB"`)}
+			return 0, &FileError{File: name, Value: clip.Text(line, 80), Err: errors.New(`want "<number> kB"`)}
 		}
 		kb, err := strconv.ParseInt(f[0], 10, 64)
 		if err != nil || kb < 0 || kb > (1<<53)/1024 {
-			return 0, &FileError{File: name, Value: clip(line), Err: errors.New("not a plausible kB count")}
+			return 0, &FileError{File: name, Value: clip.Text(line, 80), Err: errors.New("not a plausible kB count")}
 		}
 		return kb * 1024, nil
 	}
 	return 0, &FileError{File: name, Err: fmt.Errorf("no %q line", prefix)}
-}
-
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "…"
-	}
-	return s
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/pinfold/pinfold/planner/clip"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 )
@@ -146,7 +147,7 @@ func checkField(fd protoreflect.FieldDescriptor, v protoreflect.Value, name stri
 		mp.Range(func(k protoreflect.MapKey, _ protoreflect.Value) bool { keys = append(keys, k); return true })
 		slices.SortFunc(keys, func(a, b protoreflect.MapKey) int { return strings.Compare(a.String(), b.String()) })
 		for _, k := range keys {
-			kn := fmt.Sprintf("%s[%v]", name, service.Clip(k.String(), 40))
+			kn := fmt.Sprintf("%s[%v]", name, clip.Text(k.String(), 40))
 			if err := checkValue(fd.MapKey(), k.Value(), b, kn+" (key)"); err != nil {
 				return err
 			}
@@ -166,7 +167,7 @@ func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, b bound, 
 	switch fd.Kind() {
 	case protoreflect.StringKind:
 		if s := v.String(); len(s) > b.bytes {
-			return fmt.Errorf("%s = %q: %d bytes, want at most %d bytes", name, service.Clip(s, 100), len(s), b.bytes)
+			return fmt.Errorf("%s = %q: %d bytes, want at most %d bytes", name, clip.Text(s, 100), len(s), b.bytes)
 		}
 	case protoreflect.BytesKind:
 		if n := len(v.Bytes()); n > b.bytes {

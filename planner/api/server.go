@@ -22,6 +22,7 @@ import (
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/balance"
+	"github.com/pinfold/pinfold/planner/clip"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
@@ -303,11 +304,11 @@ func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.
 	dec := json.NewDecoder(strings.NewReader(string(m.TopologyJson)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&t); err != nil {
-		return nil, invalid("topology_json: %s", service.Clip(err.Error(), 300))
+		return nil, invalid("topology_json: %s", clip.Text(err.Error(), 300))
 	}
 	reserved, err := cpuset.ParseCPUs(m.ReservedCpus)
 	if err != nil {
-		return nil, invalid("reserved_cpus = %q: %v", service.Clip(m.ReservedCpus, 200), err)
+		return nil, invalid("reserved_cpus = %q: %v", clip.Text(m.ReservedCpus, 200), err)
 	}
 	v, err := s.svc.RegisterHost(ctx, service.RegisterHostRequest{Name: m.Name, Topology: &t, Force: m.Force, Agent: m.Agent,
 		AgentVersion: m.AgentVersion, Protocol: int(m.Protocol), Settings: state.CapacitySettings{
@@ -344,7 +345,7 @@ func (s *Server) SetHost(ctx context.Context, r *connect.Request[pinfoldv1.SetHo
 	m := r.Msg
 	remove, err := cpuset.ParseCPUs(m.RemoveCpus)
 	if err != nil {
-		return nil, invalid("remove_cpus = %q: %v", service.Clip(m.RemoveCpus, 200), err)
+		return nil, invalid("remove_cpus = %q: %v", clip.Text(m.RemoveCpus, 200), err)
 	}
 	req := service.SetHostRequest{Name: m.Name, RemoveCPUs: remove, MemoryBytes: m.MemoryBytes, MemoryDelta: m.MemoryDeltaBytes,
 		AddCPUs: map[cpuset.CPUID]int{}, NUMAMemory: map[cpuset.NUMANodeID]int64{}, RemoveProperties: m.RemoveProperties,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	textclip "github.com/pinfold/pinfold/planner/clip"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
@@ -400,7 +401,7 @@ func (t *tracker) waiting(subject string, now time.Time) bool {
 func stuckReason(what string, err error, parked bool) string {
 	msg := err.Error()
 	if len(msg) > 1000 {
-		msg = clipText(msg, 1000)
+		msg = textclip.Text(msg, 1000)
 	}
 	r := what + ": " + msg
 	if parked {

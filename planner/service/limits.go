@@ -1,11 +1,10 @@
 package service
 
 import (
-	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
 
+	textclip "github.com/pinfold/pinfold/planner/clip"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -91,20 +90,7 @@ func ValidateAgentVersion(v string) error {
 }
 
 // clip is s cut to maxEcho characters for an error message.
-func clip(s string) string { return Clip(s, maxEcho) }
-
-// Clip is s cut to n bytes on a rune boundary, with its length said, for
-// an error message that repeats a caller's value.
-func Clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("…(%d bytes)", len(s))
-}
+func clip(s string) string { return textclip.Text(s, maxEcho) }
 
 // validateSpec checks the bounds and characters of what an instance runs
 // (an empty image is allowed: the instance stays pending until replaced).

@@ -67,15 +67,3 @@ func hit(step string) {
 		(*f)(step)
 	}
 }
-
-// clipText cuts s to at most n bytes on a rune boundary, saying so.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n
-	for i > 0 && s[i]&0xc0 == 0x80 {
-		i--
-	}
-	return s[:i] + fmt.Sprintf("…(%d bytes)", len(s))
-}

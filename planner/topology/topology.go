@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"unicode/utf8"
 
+	"github.com/pinfold/pinfold/planner/clip"
 	"github.com/pinfold/pinfold/planner/cpuset"
 )
 
@@ -185,18 +185,6 @@ type ValidationError struct {
 // may carry megabytes in one field, and its error must not.
 const maxEcho = 200
 
-// clip is s cut to n bytes (on a rune boundary) with its length said.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + fmt.Sprintf("…(%d bytes)", len(s))
-}
-
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("topology: %s = %s: %s", e.Field, e.Value, e.Reason)
 }
@@ -221,7 +209,7 @@ func (e *ValidationError) Error() string {
 // SLIT rows need not be symmetric: ACPI allows asymmetric tables.
 func (t *Topology) Validate() error {
 	bad := func(field string, value any, reason string, args ...any) error {
-		return &ValidationError{Field: field, Value: clip(fmt.Sprint(value), maxEcho), Reason: clip(fmt.Sprintf(reason, args...), 2*maxEcho)}
+		return &ValidationError{Field: field, Value: clip.Text(fmt.Sprint(value), maxEcho), Reason: clip.Text(fmt.Sprintf(reason, args...), 2*maxEcho)}
 	}
 	if len(t.NUMANodes) == 0 {
 		return bad("numa_nodes", "[]", "a host has at least one NUMA node")
