@@ -25,6 +25,8 @@ import (
 //	pinfold_planner_memory_capacity_bytes, _memory_used_bytes
 //	pinfold_planner_leader                             1 while this planner runs the background loops
 //	pinfold_planner_panics_recovered_total             panics recovered (each an internal error of one request or step)
+//	pinfold_planner_refused_calls_total{identity,method} calls that ended in an error and changed nothing
+//	pinfold_planner_refused_events_suppressed_total    their events not written (over an identity's budget a minute)
 type Metrics struct {
 	Registry *prometheus.Registry
 	requests *prometheus.CounterVec
@@ -110,10 +112,12 @@ var (
 	descMemUsed   = prometheus.NewDesc("pinfold_planner_memory_used_bytes", "Memory planned for instances.", nil, nil)
 	descLeader    = prometheus.NewDesc("pinfold_planner_leader", "1 while this planner runs the background loops (healing, drains, the audit).", nil, nil)
 	descPanics    = prometheus.NewDesc("pinfold_planner_panics_recovered_total", "Panics recovered in requests and background steps (each an internal error of that request or step; the stack is in the log).", nil, nil)
+	descRefused   = prometheus.NewDesc("pinfold_planner_refused_calls_total", "Calls that ended in an error and changed nothing, by identity and method (past 1,000 series, new identities count as (other)).", []string{"identity", "method"}, nil)
+	descSuppress  = prometheus.NewDesc("pinfold_planner_refused_events_suppressed_total", "Events of refused calls not written: over the identity's budget of events a minute (summarized in one Suppressed event).", nil, nil)
 )
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader, descPanics} {
+	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader, descPanics, descRefused, descSuppress} {
 		ch <- d
 	}
 }
@@ -151,4 +155,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descPanics, prometheus.CounterValue, float64(c.svc.Panics()))
+	refused, suppressed := c.svc.RefusedCalls()
+	for k, n := range refused {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), k.Identity, k.Method)
+	}
+	ch <- prometheus.MustNewConstMetric(descSuppress, prometheus.CounterValue, float64(suppressed))
 }

@@ -45,6 +45,8 @@ type Planner interface {
 	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
 	Leading() bool
 	Record(ev state.Event)
+	RecordFailed(ev state.Event, request func() string, method string, sample bool)
+	RefusedCalls() (map[service.RefusalKey]int64, int64)
 	Panicked(where string, v any) error
 	Panics() int64
 	Rev() int64
@@ -562,10 +564,20 @@ func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.Remove
 	return connect.NewResponse(&pinfoldv1.RemoveResponse{Ids: ids}), nil
 }
 
-func (s *Server) ListInstances(_ context.Context, r *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
+func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
 	out := &pinfoldv1.ListInstancesResponse{}
 	for _, iv := range s.svc.Instances(r.Msg.Host, r.Msg.Service) {
-		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
+		m := instanceMsg(iv.Instance, iv.Status, s.sb())
+		if !trusted(ctx) && len(m.Env) > 0 {
+			// A viewer sees the environment's names, never its values (a
+			// new slice: m's shares the cache's).
+			env := make([]string, len(m.Env))
+			for i, e := range m.Env {
+				env[i] = service.EnvName(e)
+			}
+			m.Env = env
+		}
+		out.Instances = append(out.Instances, m)
 	}
 	return connect.NewResponse(out), nil
 }
