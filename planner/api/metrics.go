@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -27,13 +28,20 @@ import (
 //	pinfold_planner_panics_recovered_total             panics recovered (each an internal error of one request or step)
 //	pinfold_planner_refused_calls_total{identity,method} calls that ended in an error and changed nothing
 //	pinfold_planner_refused_events_suppressed_total    their events not written (over an identity's budget a minute)
+//	pinfold_planner_streams_open{kind}                 streams open: watch (agents' WatchInstances), view (/ui/events)
+//	pinfold_planner_streams_refused_total{kind}        streams refused over their bound (per host, per identity)
 type Metrics struct {
 	Registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	commits  *prometheus.CounterVec
 	writes   prometheus.Histogram
+	// streams are the stream bounds of the Handler serving these metrics.
+	streams atomic.Pointer[streamSet]
 }
+
+// streamSet is a Handler's stream bounds.
+type streamSet struct{ watch, view *streamLimits }
 
 // NewMetrics registers the planner's series over svc (read at each scrape)
 // and the Go runtime's and the process's.
@@ -49,7 +57,7 @@ func NewMetrics(svc Planner) *Metrics {
 		writes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pinfold_planner_commit_writes",
 			Help: "Writes per etcd transaction (a commit group merges several requests).", Buckets: prometheus.ExponentialBuckets(1, 4, 8)}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.commits, m.writes, stateCollector{svc},
+	reg.MustRegister(m.requests, m.duration, m.commits, m.writes, stateCollector{svc}, streamCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -160,4 +168,28 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), k.Identity, k.Method)
 	}
 	ch <- prometheus.MustNewConstMetric(descSuppress, prometheus.CounterValue, float64(suppressed))
+}
+
+var (
+	descStreamsOpen    = prometheus.NewDesc("pinfold_planner_streams_open", "Streams open: watch (WatchInstances), view (the web view's /ui/events).", []string{"kind"}, nil)
+	descStreamsRefused = prometheus.NewDesc("pinfold_planner_streams_refused_total", "Streams refused over their bound: watch (MaxWatchesPerHost per host), view (MaxViewsPerIdentity per identity).", []string{"kind"}, nil)
+)
+
+// streamCollector reads the stream bounds' counts at each scrape.
+type streamCollector struct{ m *Metrics }
+
+func (streamCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descStreamsOpen
+	ch <- descStreamsRefused
+}
+
+func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
+	set := c.m.streams.Load()
+	if set == nil {
+		return
+	}
+	for kind, l := range map[string]*streamLimits{"watch": set.watch, "view": set.view} {
+		ch <- prometheus.MustNewConstMetric(descStreamsOpen, prometheus.GaugeValue, float64(l.openStreams()), kind)
+		ch <- prometheus.MustNewConstMetric(descStreamsRefused, prometheus.CounterValue, float64(l.refused.Load()), kind)
+	}
 }
