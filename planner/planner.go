@@ -125,12 +125,8 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	p.background(cfg)
 	metrics := api.NewMetrics(p.Service)
 	st.ObserveCommits(metrics.ObserveCommit)
-	p.srv = &http.Server{Handler: api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Metrics: metrics,
-		Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
-	p.srv.Protocols = new(http.Protocols)
-	p.srv.Protocols.SetHTTP1(true)
-	p.srv.Protocols.SetHTTP2(true)
-	p.srv.Protocols.SetUnencryptedHTTP2(true) // gRPC over h2c on loopback
+	p.srv = api.NewHTTPServer(api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Metrics: metrics,
+		Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}), api.Timeouts{})
 	go func() {
 		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("API server stopped", "err", err)

@@ -74,15 +74,20 @@ type identityKey struct{}
 type identified struct {
 	id  pki.Identity
 	err error
+	// tls: the connection is TLS; cn: its verified client certificate's
+	// CommonName (the name recorded for one with no valid role).
+	tls bool
+	cn  string
 }
 
 // identify reads the client's identity from its verified certificate.
 func identify(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		who := identified{err: errors.New("no verified client certificate")}
+		who := identified{err: errors.New("no verified client certificate"), tls: r.TLS != nil}
 		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 0 {
-			id, err := pki.IdentityOf(r.TLS.VerifiedChains[0][0])
-			who = identified{id: id, err: err}
+			c := r.TLS.VerifiedChains[0][0]
+			id, err := pki.IdentityOf(c)
+			who = identified{id: id, err: err, tls: true, cn: c.Subject.CommonName}
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, who)))
 	})

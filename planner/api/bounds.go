@@ -167,7 +167,11 @@ func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, b bound, 
 	switch fd.Kind() {
 	case protoreflect.StringKind:
 		if s := v.String(); len(s) > b.bytes {
-			return fmt.Errorf("%s = %q: %d bytes, want at most %d bytes", name, clip.Text(s, 100), len(s), b.bytes)
+			shown := s
+			if fd.Name() == "env" {
+				shown = service.EnvName(s) // never a value in an error
+			}
+			return fmt.Errorf("%s = %q: %d bytes, want at most %d bytes", name, clip.Text(shown, 100), len(s), b.bytes)
 		}
 	case protoreflect.BytesKind:
 		if n := len(v.Bytes()); n > b.bytes {

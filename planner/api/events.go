@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/pinfold/pinfold/planner/clip"
+	"github.com/pinfold/pinfold/planner/pki"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -21,32 +23,99 @@ var unrecorded = map[string]bool{"Heartbeat": true, "ReportStatus": true, "Watch
 
 // eventRecorder records every call that may change the cluster in the
 // event log: who (the client certificate's identity, "local" without
-// TLS), the request, and the outcome.
+// TLS), the request (environment values cut to their names), and the
+// outcome. The event of a call that commits a change is written in the
+// change's own etcd transaction (service.Audit): an acknowledged change
+// always has its event. A call that ends in an error and commits nothing
+// is counted per identity and method; a viewer's or agent's are sampled
+// (service.RecordFailed), an admin's written whole.
 type eventRecorder struct{ svc Planner }
 
 func (e eventRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		resp, err := next(ctx, req)
 		method := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
 		if methodAccess[method] == read || unrecorded[method] {
-			return resp, err
+			return next(ctx, req)
 		}
-		ev := state.Event{Identity: identityOf(ctx), Kind: method, Outcome: "ok"}
-		if m, ok := req.Any().(proto.Message); ok {
-			if b, jerr := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(m); jerr == nil {
-				ev.Request = string(b)
-			}
+		ev := state.Event{Identity: identityOf(ctx), Kind: method}
+		m, _ := req.Any().(proto.Message)
+		if m != nil {
 			ev.Subject, ev.Host, ev.Service = subjectOf(method, m)
+			ev = ev.Clipped() // the names only, not a 4 MB one, held while the call runs
 		}
-		if err != nil {
+		a := &service.Audit{Event: ev}
+		if m != nil {
+			a.Request = func() string { return requestText(m) }
+		}
+		resp, err := next(service.WithAudit(ctx, a), req)
+		switch {
+		case err == nil && a.Committed():
+			return resp, err // its event went with its change
+		case err == nil:
+			// Nothing to write (a repeat, or a change of nothing).
+			ev = a.Full()
+			ev.Outcome = "ok"
+			if call := service.RequestFrom(ctx); call != nil && call.Repeated {
+				ev.Outcome = "ok: a repeat of request " + call.ID + ", answered with its first outcome; nothing changed"
+			}
+			e.svc.Record(ev)
+		case a.Committed():
+			// A change committed, then the call failed (a heal placing
+			// some instances only): its event says so too.
+			ev = a.Full()
+			ev.Outcome = connect.CodeOf(err).String() + ": " + errorMessage(err) + " (after a change committed, with its event)"
+			e.svc.Record(ev)
+		default:
 			ev.Outcome = connect.CodeOf(err).String() + ": " + errorMessage(err)
+			e.svc.RecordFailed(ev, func() string { return a.Full().Request }, method, !trusted(ctx))
 		}
-		if call := service.RequestFrom(ctx); call != nil && call.Repeated {
-			ev.Outcome = "ok: a repeat of request " + call.ID + ", answered with its first outcome; nothing changed"
-		}
-		e.svc.Record(ev)
 		return resp, err
 	}
+}
+
+// requestText is m as JSON for the event log, environment values cut to
+// their names.
+func requestText(m proto.Message) string {
+	if hasEnv(m.ProtoReflect()) {
+		m = proto.Clone(m)
+		namesOnly(m.ProtoReflect())
+	}
+	b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(m)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+// hasEnv reports whether r, or a message in it, sets a field named env.
+func hasEnv(r protoreflect.Message) bool {
+	found := false
+	r.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Name() == "env":
+			found = true
+		case fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap():
+			found = hasEnv(v.Message())
+		}
+		return !found
+	})
+	return found
+}
+
+// namesOnly cuts every entry of every env list in r to its name.
+func namesOnly(r protoreflect.Message) {
+	r.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.Name() == "env" && fd.IsList() && fd.Kind() == protoreflect.StringKind:
+			l := v.List()
+			for i := range l.Len() {
+				l.Set(i, protoreflect.ValueOfString(service.EnvName(l.Get(i).String())))
+			}
+		case fd.Kind() == protoreflect.MessageKind && !fd.IsList() && !fd.IsMap():
+			namesOnly(v.Message())
+		}
+		return true
+	})
 }
 
 func (e eventRecorder) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
@@ -66,13 +135,27 @@ func errorMessage(err error) string {
 }
 
 // identityOf is the caller's identity: the verified client certificate's
-// ("admin:alice"), or "local" when the API runs without TLS.
+// ("admin:alice"); a CA-signed certificate with no valid role by its own
+// name ("carol (no role)"); "local" only when the API runs without TLS.
 func identityOf(ctx context.Context) string {
 	who, _ := ctx.Value(identityKey{}).(identified)
-	if who.err != nil || who.id.Name == "" {
-		return "local"
+	switch {
+	case who.err == nil && who.id.Name != "":
+		return who.id.String()
+	case who.tls && who.cn != "":
+		return clip.Text(who.cn, 200) + " (no role)"
+	case who.tls:
+		return "(no certificate)"
 	}
-	return who.id.String()
+	return "local"
+}
+
+// trusted reports whether the caller may change everything (an admin, or
+// any caller without TLS): its failed calls are written whole, not
+// sampled.
+func trusted(ctx context.Context) bool {
+	who, _ := ctx.Value(identityKey{}).(identified)
+	return !who.tls || who.err == nil && who.id.Role == pki.RoleAdmin
 }
 
 // subjectOf reads what a request acts on from its fields: a service or

@@ -36,9 +36,10 @@ type countingPlanner struct {
 	deploys int
 }
 
-func (c *countingPlanner) Params() alloc.Params    { return alloc.DefaultParams() }
-func (c *countingPlanner) Hosts() []state.HostView { return nil }
-func (c *countingPlanner) Record(state.Event)      {}
+func (c *countingPlanner) Params() alloc.Params                                  { return alloc.DefaultParams() }
+func (c *countingPlanner) Hosts() []state.HostView                               { return nil }
+func (c *countingPlanner) Record(state.Event)                                    {}
+func (c *countingPlanner) RecordFailed(state.Event, func() string, string, bool) {}
 func (c *countingPlanner) DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error) {
 	c.deploys++
 	return service.DeployResult{}, nil

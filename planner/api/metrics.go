@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,13 +26,22 @@ import (
 //	pinfold_planner_memory_capacity_bytes, _memory_used_bytes
 //	pinfold_planner_leader                             1 while this planner runs the background loops
 //	pinfold_planner_panics_recovered_total             panics recovered (each an internal error of one request or step)
+//	pinfold_planner_refused_calls_total{identity,method} calls that ended in an error and changed nothing
+//	pinfold_planner_refused_events_suppressed_total    their events not written (over an identity's budget a minute)
+//	pinfold_planner_streams_open{kind}                 streams open: watch (agents' WatchInstances), view (/ui/events)
+//	pinfold_planner_streams_refused_total{kind}        streams refused over their bound (per host, per identity)
 type Metrics struct {
 	Registry *prometheus.Registry
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
 	commits  *prometheus.CounterVec
 	writes   prometheus.Histogram
+	// streams are the stream bounds of the Handler serving these metrics.
+	streams atomic.Pointer[streamSet]
 }
+
+// streamSet is a Handler's stream bounds.
+type streamSet struct{ watch, view *streamLimits }
 
 // NewMetrics registers the planner's series over svc (read at each scrape)
 // and the Go runtime's and the process's.
@@ -47,7 +57,7 @@ func NewMetrics(svc Planner) *Metrics {
 		writes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pinfold_planner_commit_writes",
 			Help: "Writes per etcd transaction (a commit group merges several requests).", Buckets: prometheus.ExponentialBuckets(1, 4, 8)}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.commits, m.writes, stateCollector{svc},
+	reg.MustRegister(m.requests, m.duration, m.commits, m.writes, stateCollector{svc}, streamCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -110,10 +120,12 @@ var (
 	descMemUsed   = prometheus.NewDesc("pinfold_planner_memory_used_bytes", "Memory planned for instances.", nil, nil)
 	descLeader    = prometheus.NewDesc("pinfold_planner_leader", "1 while this planner runs the background loops (healing, drains, the audit).", nil, nil)
 	descPanics    = prometheus.NewDesc("pinfold_planner_panics_recovered_total", "Panics recovered in requests and background steps (each an internal error of that request or step; the stack is in the log).", nil, nil)
+	descRefused   = prometheus.NewDesc("pinfold_planner_refused_calls_total", "Calls that ended in an error and changed nothing, by identity and method (past 1,000 series, new identities count as (other)).", []string{"identity", "method"}, nil)
+	descSuppress  = prometheus.NewDesc("pinfold_planner_refused_events_suppressed_total", "Events of refused calls not written: over the identity's budget of events a minute (summarized in one Suppressed event).", nil, nil)
 )
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader, descPanics} {
+	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader, descPanics, descRefused, descSuppress} {
 		ch <- d
 	}
 }
@@ -151,4 +163,33 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, leader)
 	ch <- prometheus.MustNewConstMetric(descPanics, prometheus.CounterValue, float64(c.svc.Panics()))
+	refused, suppressed := c.svc.RefusedCalls()
+	for k, n := range refused {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), k.Identity, k.Method)
+	}
+	ch <- prometheus.MustNewConstMetric(descSuppress, prometheus.CounterValue, float64(suppressed))
+}
+
+var (
+	descStreamsOpen    = prometheus.NewDesc("pinfold_planner_streams_open", "Streams open: watch (WatchInstances), view (the web view's /ui/events).", []string{"kind"}, nil)
+	descStreamsRefused = prometheus.NewDesc("pinfold_planner_streams_refused_total", "Streams refused over their bound: watch (MaxWatchesPerHost per host), view (MaxViewsPerIdentity per identity).", []string{"kind"}, nil)
+)
+
+// streamCollector reads the stream bounds' counts at each scrape.
+type streamCollector struct{ m *Metrics }
+
+func (streamCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descStreamsOpen
+	ch <- descStreamsRefused
+}
+
+func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
+	set := c.m.streams.Load()
+	if set == nil {
+		return
+	}
+	for kind, l := range map[string]*streamLimits{"watch": set.watch, "view": set.view} {
+		ch <- prometheus.MustNewConstMetric(descStreamsOpen, prometheus.GaugeValue, float64(l.openStreams()), kind)
+		ch <- prometheus.MustNewConstMetric(descStreamsRefused, prometheus.CounterValue, float64(l.refused.Load()), kind)
+	}
 }

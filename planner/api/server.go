@@ -46,6 +46,8 @@ type Planner interface {
 	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
 	Leading() bool
 	Record(ev state.Event)
+	RecordFailed(ev state.Event, request func() string, method string, sample bool)
+	RefusedCalls() (map[service.RefusalKey]int64, int64)
 	Panicked(where string, v any) error
 	Panics() int64
 	Rev() int64
@@ -73,6 +75,8 @@ var _ Planner = (*service.Service)(nil)
 // Server implements the PlannerService over a Planner.
 type Server struct {
 	svc Planner
+	// watches bounds the WatchInstances streams per host (nil: none).
+	watches *streamLimits
 }
 
 var _ pinfoldv1connect.PlannerServiceHandler = (*Server)(nil)
@@ -117,8 +121,12 @@ func Handler(svc Planner, o Options) http.Handler {
 	if o.Metrics != nil {
 		mux.Handle("/metrics", guard(promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{})))
 	}
-	mux.Handle("/ui/", guard(ui.Handler("/ui/", svc)))
-	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc}, opts...))
+	watches, views := newStreamLimits(MaxWatchesPerHost), newStreamLimits(MaxViewsPerIdentity)
+	if o.Metrics != nil {
+		o.Metrics.streams.Store(&streamSet{watch: watches, view: views})
+	}
+	mux.Handle("/ui/", guard(viewsPerIdentity(ui.Handler("/ui/", svc), "/ui/events", views)))
+	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc, watches: watches}, opts...))
 	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(r))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(r))
@@ -127,7 +135,9 @@ func Handler(svc Planner, o Options) http.Handler {
 	// handlers that are not the API's); a body that declares itself larger
 	// is refused before a byte of it is read.
 	limit := int64(maxBytes) + 64<<10
-	return refuseDeclaredLarge(http.MaxBytesHandler(identify(mux), limit), limit)
+	// A body is read within o.Timeouts.Body of its headers, or its
+	// connection is dropped (NewHTTPServer bounds headers and idleness).
+	return bodyDeadline(refuseDeclaredLarge(http.MaxBytesHandler(identify(mux), limit), limit), o.Timeouts.orDefaults().Body)
 }
 
 // refuseDeclaredLarge answers a request whose Content-Length is over limit
@@ -152,6 +162,9 @@ type Options struct {
 	Authorize       bool // check every call against the client certificate's identity
 	// Metrics, when set, counts every call and serves /metrics.
 	Metrics *Metrics
+	// Timeouts bound reading a request (Body here; Header and Idle are
+	// NewHTTPServer's).
+	Timeouts Timeouts
 }
 
 // DefaultMaxRequestBytes bounds one API request.
@@ -563,10 +576,20 @@ func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.Remove
 	return connect.NewResponse(&pinfoldv1.RemoveResponse{Ids: ids}), nil
 }
 
-func (s *Server) ListInstances(_ context.Context, r *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
+func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
 	out := &pinfoldv1.ListInstancesResponse{}
 	for _, iv := range s.svc.Instances(r.Msg.Host, r.Msg.Service) {
-		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
+		m := instanceMsg(iv.Instance, iv.Status, s.sb())
+		if !trusted(ctx) && len(m.Env) > 0 {
+			// A viewer sees the environment's names, never its values (a
+			// new slice: m's shares the cache's).
+			env := make([]string, len(m.Env))
+			for i, e := range m.Env {
+				env[i] = service.EnvName(e)
+			}
+			m.Env = env
+		}
+		out.Instances = append(out.Instances, m)
 	}
 	return connect.NewResponse(out), nil
 }
@@ -617,6 +640,12 @@ func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.
 // WatchInstances sends the host's desired set, then again after each change
 // to the host's instances, until the client goes away.
 func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv1.WatchInstancesRequest], stream *connect.ServerStream[pinfoldv1.WatchInstancesResponse]) error {
+	if s.watches != nil {
+		if !s.watches.take(r.Msg.Host) {
+			return watchRefusal(r.Msg.Host)
+		}
+		defer s.watches.release(r.Msg.Host)
+	}
 	err := s.svc.WatchInstances(ctx, r.Msg.Host, func(rev int64, h state.HostView, ins []state.InstanceView) error {
 		msg := &pinfoldv1.WatchInstancesResponse{Revision: rev, Cpus: cpuset.Of(slices.Collect(maps.Keys(h.Host.CPUs))...).String(),
 			SharedPool: state.SharedPool(h.Host, h.Alloc).String()}

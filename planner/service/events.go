@@ -2,6 +2,10 @@ package service
 
 import (
 	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,10 +30,92 @@ type events struct {
 	dropped atomic.Int64
 	keep    int
 	maxAge  time.Duration
+	failed  refusals
 }
 
 func newEvents() *events {
 	return &events{ch: make(chan state.Event, eventQueue), keep: DefaultEventsKeep, maxAge: DefaultEventsMaxAge}
+}
+
+// Audit is one API call's event, written in the etcd transaction of the
+// first change the call commits (state.Change.PutEvent), so that an
+// acknowledged change always has its event (issue 26 N10). A call that
+// commits nothing (a refusal, a repeat) is recorded after it returns, in
+// the background (Record, RecordFailed).
+type Audit struct {
+	// Event is the call's event: identity, kind, subject, host, service
+	// and request; its ID, time and outcome ("ok") are set when written.
+	Event state.Event
+	// Request, when set, makes the event's request text, once and only
+	// when the event is written (a refusal over its identity's budget
+	// never marshals its request).
+	Request func() string
+
+	once      sync.Once
+	committed atomic.Bool
+}
+
+// Full is the call's event with its request text.
+func (a *Audit) Full() state.Event {
+	a.once.Do(func() {
+		if a.Request != nil && a.Event.Request == "" {
+			a.Event.Request = a.Request()
+		}
+	})
+	return a.Event
+}
+
+// Committed reports whether the call's event was committed with a change.
+func (a *Audit) Committed() bool { return a != nil && a.committed.Load() }
+
+type auditKey struct{}
+
+// WithAudit returns ctx carrying a: the service writes a.Event with the
+// first change the call commits.
+func WithAudit(ctx context.Context, a *Audit) context.Context {
+	return context.WithValue(ctx, auditKey{}, a)
+}
+
+func auditOf(ctx context.Context) *Audit {
+	a, _ := ctx.Value(auditKey{}).(*Audit)
+	return a
+}
+
+// stamp is ev ready to write: cut to its bounds, its time (now when zero),
+// outcome ("ok" when empty) and ID set.
+func (s *Service) stamp(ev state.Event) state.Event {
+	ev = ev.Clipped()
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
+	if ev.Outcome == "" {
+		ev.Outcome = "ok"
+	}
+	ev.ID = s.st.NewEventID(ev.Time, s.ev.seq.Add(1))
+	return ev
+}
+
+// audited adds the event of ctx's call to c, unless c writes nothing or
+// the call's event was committed already; it returns the audit to mark
+// committed once c is (nil: none added).
+func (s *Service) audited(ctx context.Context, c *state.Change) *Audit {
+	a := auditOf(ctx)
+	if a == nil || a.Committed() || c.Len() == 0 {
+		return nil
+	}
+	c.PutEvent(s.stamp(a.Full()))
+	return a
+}
+
+// commit commits c outside the pipeline (host changes, settings) with the
+// event of ctx's call (audited).
+func (s *Service) commit(ctx context.Context, c *state.Change) (int64, error) {
+	a := s.audited(ctx, c)
+	rev, err := s.st.Commit(ctx, c)
+	if err == nil && a != nil {
+		a.committed.Store(true)
+	}
+	return rev, err
 }
 
 // SetEventRetention sets how many events the leader keeps and for how long
@@ -49,14 +135,7 @@ func (s *Service) SetEventRetention(keep int, maxAge time.Duration) {
 // never blocks: with the queue full the event is dropped and counted
 // (EventsDropped).
 func (s *Service) Record(ev state.Event) {
-	ev = ev.Clipped()
-	if ev.Time.IsZero() {
-		ev.Time = time.Now().UTC()
-	}
-	if ev.Outcome == "" {
-		ev.Outcome = "ok"
-	}
-	ev.ID = s.st.NewEventID(ev.Time, s.ev.seq.Add(1))
+	ev = s.stamp(ev)
 	select {
 	case s.ev.ch <- ev:
 	default:
@@ -86,8 +165,16 @@ func (s *Service) RunEvents(ctx context.Context) {
 		}
 		batch = batch[:0]
 	}
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
 	for {
 		select {
+		case now := <-tick.C:
+			// The summaries of the refused calls suppressed in a minute
+			// that has ended.
+			for _, ev := range s.ev.failed.flush(now, false) {
+				s.Record(ev)
+			}
 		case ev := <-s.ev.ch:
 			batch = append(batch, ev)
 			for len(batch) < state.MaxEventsPerCommit {
@@ -99,8 +186,15 @@ func (s *Service) RunEvents(ctx context.Context) {
 				}
 				break
 			}
-			flush(ctx)
+			// Not ctx: a batch taken from the queue as ctx ends is
+			// written, not lost to a cancelled write.
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
+			flush(wctx)
+			cancel()
 		case <-ctx.Done():
+			for _, ev := range s.ev.failed.flush(time.Now(), true) {
+				s.Record(ev)
+			}
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 			defer cancel()
 			for {
@@ -140,4 +234,153 @@ func (s *Service) pruneEvents(ctx context.Context, now time.Time) {
 	case n > 0:
 		s.log.Info("event log pruned", "deleted", n, "keep", s.ev.keep, "max_age", s.ev.maxAge)
 	}
+}
+
+// Refused calls: a call that ends in an error and commits nothing is
+// counted per identity and method, and its event sampled: at most
+// RefusedEventsPerMinute per identity in a minute are written, the rest
+// counted and summarized in one "Suppressed" event when the minute ends,
+// so that no caller can push others' events out of the log nor grow it
+// (1,000 refused viewer calls once left 2 of 12 admin calls with an
+// event, issue 26 N1).
+const (
+	// RefusedEventsPerMinute bounds the refused calls of one identity
+	// written to the event log in a minute.
+	RefusedEventsPerMinute = 10
+	// maxRefusalSeries bounds the (identity, method) pairs counted: past
+	// it, new pairs are counted under the identity "(other)".
+	maxRefusalSeries = 1000
+	// maxSampledIdentities bounds the identities sampled in one minute:
+	// past it, new identities share one budget under "(other)".
+	maxSampledIdentities = 1000
+)
+
+// refusals counts refused calls and samples their events.
+type refusals struct {
+	mu     sync.Mutex
+	minute time.Time                 // the sampling window's start
+	window map[string]*refusedMinute // identity → its calls this minute
+	total  map[RefusalKey]int64      // every refused call, by identity and method
+	supp   int64                     // events suppressed, all time
+}
+
+type refusedMinute struct{ written, suppressed int }
+
+// RefusalKey is one series of refused calls.
+type RefusalKey struct{ Identity, Method string }
+
+// take counts a refused call of method by identity at now and reports
+// whether its event is written, with the summaries of a minute that ended.
+func (r *refusals) take(identity, method string, now time.Time, sample bool) (bool, []state.Event) {
+	identity = strings.ToValidUTF8(identity, "?") // a metric's label
+	method = strings.ToValidUTF8(method, "?")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.total == nil {
+		r.total = map[RefusalKey]int64{}
+	}
+	k := RefusalKey{identity, method}
+	if _, ok := r.total[k]; !ok && len(r.total) >= maxRefusalSeries {
+		k.Identity = "(other)"
+	}
+	r.total[k]++
+	out := r.roll(now, false)
+	if !sample {
+		return true, out
+	}
+	if r.window == nil {
+		r.window = map[string]*refusedMinute{}
+	}
+	m := r.window[identity]
+	if m == nil {
+		if len(r.window) >= maxSampledIdentities {
+			identity = "(other)"
+			m = r.window[identity]
+		}
+		if m == nil {
+			m = &refusedMinute{}
+			r.window[identity] = m
+		}
+	}
+	if m.written < RefusedEventsPerMinute {
+		m.written++
+		return true, out
+	}
+	m.suppressed++
+	r.supp++
+	return false, out
+}
+
+// flush is the summaries of the minute that ended by now (all: also the
+// current one's, at shutdown).
+func (r *refusals) flush(now time.Time, all bool) []state.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.roll(now, all)
+}
+
+// roll ends the sampling window when now is in a later minute (or all),
+// returning one Suppressed event per identity that had calls suppressed,
+// sorted by identity.
+func (r *refusals) roll(now time.Time, all bool) []state.Event {
+	minute := now.UTC().Truncate(time.Minute)
+	if !all && minute.Equal(r.minute) {
+		return nil
+	}
+	var out []state.Event
+	ids := make([]string, 0, len(r.window))
+	for id, m := range r.window {
+		if m.suppressed > 0 {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		out = append(out, state.Event{Identity: id, Kind: "Suppressed", Subject: id,
+			Outcome: fmt.Sprintf("%d more refused calls suppressed in the minute from %s (the first %d were recorded; all are counted in pinfold_planner_refused_calls_total)",
+				r.window[id].suppressed, r.minute.Format("15:04:05Z"), RefusedEventsPerMinute)})
+	}
+	r.minute, r.window = minute, nil
+	return out
+}
+
+// RecordFailed records the event of a call to method that ended in an
+// error and committed nothing; request (nil: none) makes its request text
+// when it is written. With sample, it is counted and written only within
+// its identity's budget (RefusedEventsPerMinute); without (an admin's
+// call, or no TLS), it is counted and always written.
+func (s *Service) RecordFailed(ev state.Event, request func() string, method string, sample bool) {
+	ev = ev.Clipped()
+	write, summaries := s.ev.failed.take(ev.Identity, state.Event{Kind: method}.Clipped().Kind, time.Now(), sample)
+	for _, sum := range summaries {
+		s.Record(sum)
+	}
+	if !write {
+		return
+	}
+	if request != nil {
+		ev.Request = request()
+	}
+	s.Record(ev)
+}
+
+// RefusedCalls are the refused calls counted so far, by identity and
+// method, and the events suppressed.
+func (s *Service) RefusedCalls() (map[RefusalKey]int64, int64) {
+	r := &s.ev.failed
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[RefusalKey]int64, len(r.total))
+	for k, v := range r.total {
+		out[k] = v
+	}
+	return out, r.supp
+}
+
+// EnvName is an environment entry's name ("SECRET=hunter2" → "SECRET"):
+// values are never written to the event log, echoed in an error nor shown
+// to viewers (issue 26 N7).
+func EnvName(entry string) string {
+	name, _, _ := strings.Cut(entry, "=")
+	return name
 }

@@ -206,6 +206,7 @@ func (s *Service) healJob(id, host string, evenLive bool, moved *[]Moved) planFu
 			c.PutInstance(next)
 			release(rd, v, c, nil)
 			*moved = []Moved{{From: v.Instance, To: next}}
+			c.PutEvent(s.stamp(healEvent((*moved)[0])))
 			return c, nil
 		}
 		in, err := s.placeLike(rd, v.Instance, host, "", "", false, true, c)
@@ -214,8 +215,16 @@ func (s *Service) healJob(id, host string, evenLive bool, moved *[]Moved) planFu
 		}
 		release(rd, v, c, nil)
 		*moved = []Moved{{From: v.Instance, To: in}}
+		c.PutEvent(s.stamp(healEvent((*moved)[0])))
 		return c, nil
 	}
+}
+
+// healEvent is the event of an instance placed again, written with the
+// change that places it.
+func healEvent(m Moved) state.Event {
+	return state.Event{Identity: "planner", Kind: "Heal", Subject: m.From.ID, Host: m.From.Host, Service: m.From.Service,
+		Outcome: fmt.Sprintf("placed again on %s as %s", m.To.Host, m.To.ID)}
 }
 
 // Moved is one instance placed again: From the old, To the new.
@@ -246,8 +255,6 @@ func (s *Service) Heal(ctx context.Context, host string, evenLive bool) ([]Moved
 		out = append(out, moved[i]...)
 	}
 	for _, m := range out {
-		s.Record(state.Event{Identity: "planner", Kind: "Heal", Subject: m.From.ID, Host: m.From.Host, Service: m.From.Service,
-			Outcome: fmt.Sprintf("placed again on %s as %s", m.To.Host, m.To.ID)})
 		s.log.Warn("instance placed again on another host", "evacuated", evenLive, "instance", m.From.ID, "from", m.From.Host, "new_instance", m.To.ID, "to", m.To.Host)
 	}
 	return out, errors.Join(errs...)
@@ -255,8 +262,9 @@ func (s *Service) Heal(ctx context.Context, host string, evenLive bool) ([]Moved
 
 // moveJob starts a move of instance id off its host: a new instance on
 // another host (on to when not "") that replaces it. Nothing happens when
-// the instance is gone or already moving.
-func (s *Service) moveJob(id, to string, useBuffer bool, moved *[]Moved) planFunc {
+// the instance is gone or already moving. With kind set (a drain's), the
+// change writes the move's event of that kind.
+func (s *Service) moveJob(id, to string, useBuffer bool, kind string, moved *[]Moved) planFunc {
 	return func(rd reader) (*state.Change, error) {
 		hit("move")
 		c := new(state.Change)
@@ -284,6 +292,10 @@ func (s *Service) moveJob(id, to string, useBuffer bool, moved *[]Moved) planFun
 			release(rd, v, c, nil)
 		}
 		*moved = []Moved{{From: v.Instance, To: in}}
+		if kind != "" {
+			c.PutEvent(s.stamp(state.Event{Identity: "planner", Kind: kind, Subject: id, Host: v.Instance.Host, Service: v.Instance.Service,
+				Outcome: fmt.Sprintf("moving to %s as %s", in.Host, in.ID)}))
+		}
 		return c, nil
 	}
 }
@@ -321,7 +333,8 @@ func judgeMove(n state.InstanceView, host state.HostView, hostOK bool, now, dead
 
 // finishJob settles the move whose new instance is id: outcome finish
 // removes the old instance and clears Replaces; abort removes the new one.
-func (s *Service) finishJob(id string, outcome moveOutcome) planFunc {
+// The change writes ev.
+func (s *Service) finishJob(id string, outcome moveOutcome, ev state.Event) planFunc {
 	return func(rd reader) (*state.Change, error) {
 		hit("settle")
 		c := new(state.Change)
@@ -331,6 +344,7 @@ func (s *Service) finishJob(id string, outcome moveOutcome) planFunc {
 		}
 		if outcome == moveAbort {
 			release(rd, n, c, nil)
+			c.PutEvent(s.stamp(ev))
 			return c, nil
 		}
 		next := n.Instance
@@ -340,6 +354,7 @@ func (s *Service) finishJob(id string, outcome moveOutcome) planFunc {
 		if old, ok := rd.Instance(n.Instance.Replaces); ok {
 			release(rd, old, c, nil)
 		}
+		c.PutEvent(s.stamp(ev))
 		return c, nil
 	}
 }
@@ -423,12 +438,12 @@ func (s *Service) setStuck(ctx context.Context, host, kind, reason string) {
 	if reason == "" && !strings.HasPrefix(cur, kind) || kind == "drain" && strings.HasPrefix(cur, "heal") {
 		return
 	}
+	if reason != "" {
+		// The Stuck event goes with the change that writes the reason.
+		ctx = WithAudit(ctx, &Audit{Event: state.Event{Identity: "planner", Kind: "Stuck", Subject: host, Host: host, Outcome: reason}})
+	}
 	if _, err := s.changeHost(ctx, host, func(h *state.Host) { h.Stuck = reason }); err != nil {
 		s.log.Warn("recording why a host's drain or heal is stuck", "host", host, "err", err)
-		return
-	}
-	if reason != "" {
-		s.Record(state.Event{Identity: "planner", Kind: "Stuck", Subject: host, Host: host, Outcome: reason})
 	}
 }
 
@@ -542,7 +557,6 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 	var plans []planFunc
 	var what, newIDs []string
 	var aborted []string // the old instances of aborted moves
-	var hostOf, serviceOf []string
 	for _, n := range all {
 		if n.Instance.Replaces == "" {
 			continue
@@ -557,15 +571,16 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 		}
 		switch o := judgeMove(n, h, ok, now, deadline); o {
 		case moveFinish, moveAbort:
-			plans = append(plans, s.finishJob(n.Instance.ID, o))
+			w := fmt.Sprintf("%s→%s (%s)", n.Instance.Replaces, n.Instance.ID, map[moveOutcome]string{moveFinish: "finished", moveAbort: "aborted"}[o])
+			plans = append(plans, s.finishJob(n.Instance.ID, o,
+				state.Event{Identity: "planner", Kind: "MoveSettled", Subject: w, Host: n.Instance.Host, Service: n.Instance.Service}))
 			newIDs = append(newIDs, n.Instance.ID)
-			what = append(what, fmt.Sprintf("%s→%s (%s)", n.Instance.Replaces, n.Instance.ID, map[moveOutcome]string{moveFinish: "finished", moveAbort: "aborted"}[o]))
+			what = append(what, w)
 			old := ""
 			if o == moveAbort {
 				old = n.Instance.Replaces
 			}
 			aborted = append(aborted, old)
-			hostOf, serviceOf = append(hostOf, n.Instance.Host), append(serviceOf, n.Instance.Service)
 		}
 	}
 	for i, err := range s.pipe.doAll(ctx, plans) {
@@ -581,7 +596,6 @@ func (s *Service) settleMoves(ctx context.Context, t *tracker, views []state.Hos
 		if aborted[i] != "" {
 			t.retryAt[aborted[i]] = now.Add(moveBackoff)
 		}
-		s.Record(state.Event{Identity: "planner", Kind: "MoveSettled", Subject: what[i], Host: hostOf[i], Service: serviceOf[i]})
 		s.log.Info("move settled", "move", what[i])
 	}
 }
@@ -620,7 +634,7 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 		moved := make([][]Moved, len(ins))
 		plans := make([]planFunc, len(ins))
 		for i, iv := range ins {
-			plans[i] = s.moveJob(iv.Instance.ID, "", true, &moved[i])
+			plans[i] = s.moveJob(iv.Instance.ID, "", true, "DrainMove", &moved[i])
 		}
 		stuck := ""
 		for i, err := range s.pipe.doAll(ctx, plans) {
@@ -637,8 +651,6 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 			}
 			t.succeeded(id)
 			for _, m := range moved[i] {
-				s.Record(state.Event{Identity: "planner", Kind: "DrainMove", Subject: id, Host: h.Name, Service: m.From.Service,
-					Outcome: fmt.Sprintf("moving to %s as %s", m.To.Host, m.To.ID)})
 				s.log.Info("drain: moving", "instance", id, "from", h.Name, "new_instance", m.To.ID, "to", m.To.Host)
 			}
 		}
@@ -687,7 +699,7 @@ func (s *Service) Drain(ctx context.Context, host string, deadline time.Duration
 // blue-green: the new instance replaces it once it runs.
 func (s *Service) Move(ctx context.Context, id, to string) (Moved, error) {
 	var moved []Moved
-	if err := s.pipe.do(ctx, s.moveJob(id, to, false, &moved)); err != nil {
+	if err := s.pipe.do(ctx, s.moveJob(id, to, false, "", &moved)); err != nil {
 		return Moved{}, err
 	}
 	if len(moved) == 0 {

@@ -83,7 +83,7 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 		if !exists || old.AllocRev == 0 {
 			c.PutAlloc(r.Name, state.NewAlloc())
 		}
-		if _, err := s.st.Commit(ctx, &c); err != nil {
+		if _, err := s.commit(ctx, &c); err != nil {
 			return state.HostView{}, err
 		}
 		v, _ := s.st.Host(r.Name)
@@ -196,7 +196,7 @@ func (s *Service) SetHost(ctx context.Context, r SetHostRequest) (state.HostView
 		var c state.Change
 		c.GuardView(v)
 		c.PutHost(h)
-		if _, err := s.st.Commit(ctx, &c); err != nil {
+		if _, err := s.commit(ctx, &c); err != nil {
 			return state.HostView{}, err
 		}
 		nv, _ := s.st.Host(r.Name)
@@ -353,7 +353,7 @@ func (s *Service) changeHost(ctx context.Context, name string, change func(*stat
 		var c state.Change
 		c.GuardHost(name, v.HostRev)
 		c.PutHost(h)
-		if _, err := s.st.Commit(ctx, &c); err != nil {
+		if _, err := s.commit(ctx, &c); err != nil {
 			return state.HostView{}, err
 		}
 		nv, _ := s.st.Host(name)
@@ -419,7 +419,7 @@ func (s *Service) RemoveHost(ctx context.Context, name string) ([]Moved, error) 
 		var c state.Change
 		c.GuardView(v)
 		c.DeleteHost(name)
-		_, err := s.st.Commit(ctx, &c)
+		_, err := s.commit(ctx, &c)
 		return struct{}{}, err
 	})
 	return moved, err

@@ -106,6 +106,9 @@ func validateSpec(sp model.Spec) error {
 		for _, v := range list {
 			n += len(v)
 			if strings.ContainsAny(v, "\x00") || field == "env" && strings.ContainsAny(v, "\r\n") {
+				if field == "env" {
+					v = EnvName(v) // never a value in an error (it goes to the event log)
+				}
 				return errf(Invalid, "%s entry %q: no NULs (and no newlines in env)", field, clip(v))
 			}
 			if field == "env" && !strings.Contains(v, "=") {

@@ -55,6 +55,11 @@ type pipeline struct {
 	// the requests it touched (Service.Panicked).
 	panicked func(where string, v any) error
 
+	// stamp, when set, readies an event for writing (Service.stamp): a
+	// request whose context carries an Audit commits its call's event
+	// with its change.
+	stamp func(state.Event) state.Event
+
 	// wrap, when set (tests), wraps what the plan functions read.
 	wrap func(reader) reader
 	// limit is the most writes a group holds: groupOps, halved each time
@@ -180,6 +185,7 @@ func (p *pipeline) group(batch []*job) []*job {
 			rd = p.wrap(pend)
 		}
 		var live []*job
+		audits := map[*Audit]bool{} // the calls whose event this group writes
 		for i, j := range in {
 			if err := j.ctx.Err(); err != nil {
 				j.done <- err
@@ -206,6 +212,12 @@ func (p *pipeline) group(batch []*job) []*job {
 			// Leader work (heal, drain, settling moves) commits only while
 			// this planner leads: a planner that lost it in a freeze cannot.
 			c.GuardLeader(state.LeaderOf(j.ctx))
+			// The call's event goes with its first change (a call of
+			// several requests, a heal, writes it once).
+			if a := auditOf(j.ctx); a != nil && p.stamp != nil && !a.Committed() && !audits[a] {
+				c.PutEvent(p.stamp(a.Full()))
+				audits[a] = true
+			}
 			pend.Add(c)
 			live = append(live, j)
 		}
@@ -216,6 +228,11 @@ func (p *pipeline) group(batch []*job) []*job {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(live[0].ctx), commitTimeout)
 		_, err := p.st.Commit(ctx, pend.Change())
 		cancel()
+		if err == nil {
+			for a := range audits {
+				a.committed.Store(true)
+			}
+		}
 		if errors.Is(err, state.ErrConflict) && attempt < maxAttempts {
 			in = live
 			continue

@@ -36,6 +36,7 @@ func New(st *state.Store, log *slog.Logger) *Service {
 	}
 	s := &Service{st: st, params: st.Config().Params(), log: log, pipe: &pipeline{st: st}, ev: newEvents()}
 	s.pipe.panicked = s.Panicked
+	s.pipe.stamp = s.stamp
 	return s
 }
 

@@ -14,7 +14,7 @@ func (s *Service) SetPlacementSettings(ctx context.Context, ps placement.Setting
 	}
 	var c state.Change
 	c.PutPlacement(ps)
-	if _, err := s.st.Commit(ctx, &c); err != nil {
+	if _, err := s.commit(ctx, &c); err != nil {
 		return ps, err
 	}
 	return ps, nil

@@ -78,6 +78,15 @@ func (s *Store) PutEvents(ctx context.Context, evs []Event) error {
 	return nil
 }
 
+// PutEvent writes ev, cut to its bounds (Clipped), with the change: the
+// event of a committed change is in etcd the moment the change is, never
+// lost with a planner killed after it answered (issue 26 N10). Its ID must
+// be set (Store.NewEventID).
+func (c *Change) PutEvent(ev Event) {
+	ev = ev.Clipped()
+	c.put(eventKey(ev.ID), ev)
+}
+
 // Clipped is ev with every field cut to its bound (MaxEventField;
 // MaxEventText for the request and outcome).
 func (ev Event) Clipped() Event {
