@@ -18,7 +18,7 @@ version=$(git describe --tags --exact-match 2>/dev/null | sed 's/^v//' || true)
 [ -n "$version" ] || version="0.0~git$date.$commit"
 root=$(mktemp -d); trap 'rm -rf "$root"' EXIT
 chmod 0755 "$root"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$root/usr/bin/pinfold" ./cmd/pinfold
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version $(vcs_ldflags)" -o "$root/usr/bin/pinfold" ./cmd/pinfold
 mkdir -p "$root/usr/share/man/man1" "$root/lib/systemd/system" "$root/etc/default" "$root/usr/share/doc/pinfold" "$root/DEBIAN"
 "$root/usr/bin/pinfold" man "$root/usr/share/man/man1"
 gzip -9n "$root"/usr/share/man/man1/*.1

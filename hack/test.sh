@@ -84,7 +84,7 @@ if grep -q 'no tests to run' "$log" || [ "$(grep -c '^--- PASS: TestKernel' "$lo
   echo "kernel tier ran no tests in some package: it must not skip"; exit 1
 fi
 echo "== e2e tier (built binaries in the QEMU guest)"
-CGO_ENABLED=0 go build -o bin/pinfold ./cmd/pinfold
+CGO_ENABLED=0 go build -ldflags "$(vcs_ldflags)" -o bin/pinfold ./cmd/pinfold
 # 3 + 2 CPUs: 3 × 1.3 bound fit NUMA-locally (more than 5 vCPUs hang under TCG here).
 # Guest limit 1500 s: the tier takes ~340 s on a quiet 2-core machine and
 # ~620 s with a busy loop holding one core (measured); the limit is over
