@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -20,15 +21,17 @@ import (
 
 // instanceJSON is the -o json form of an instance.
 type instanceJSON struct {
-	ID       string           `json:"id"`
-	Service  string           `json:"service"`
-	Host     string           `json:"host"`
-	CPUs     map[string]int32 `json:"cpus"`
-	CPUQuota string           `json:"cpu_quota,omitempty"`
+	ID      string           `json:"id"`
+	Service string           `json:"service"`
+	Host    string           `json:"host"`
+	CPUs    map[string]int32 `json:"cpus"`
+	// CPUQuota, CPUPlanned and CPUGot are JSON numbers written exactly
+	// as decimals of pieces (1.7, never 1.7000000000000002).
+	CPUQuota json.Number `json:"cpu_quota,omitempty"`
 	// CPUPlanned is the CPUs the allocation amounts to; CPUGot what the
 	// container used over the agent's last window (both in CPUs).
-	CPUPlanned string       `json:"cpu_planned"`
-	CPUGot     string       `json:"cpu_got"`
+	CPUPlanned json.Number  `json:"cpu_planned"`
+	CPUGot     json.Number  `json:"cpu_got"`
 	NUMANode   int32        `json:"numa_node"`
 	Memory     int64        `json:"memory_bytes"`
 	MemorySoft int64        `json:"memory_soft_bytes,omitempty"`
@@ -61,8 +64,8 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	if a := in.Applied; a != nil {
 		ap = &appliedJSON{a.Cpus, a.Mems, a.CpuQuota, a.CpuWeight, a.MemoryBytes}
 	}
-	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: quotaOf(in),
-		CPUPlanned: cpuAmount(int64(plannedPieces(in)), in.ShareBase), CPUGot: cpuAmount(int64(in.CpuGotPieces), in.ShareBase),
+	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
+		CPUPlanned: json.Number(cpuAmount(int64(plannedPieces(in)), in.ShareBase)), CPUGot: json.Number(cpuAmount(int64(in.CpuGotPieces), in.ShareBase)),
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, WholeCores: in.WholeCores, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}
