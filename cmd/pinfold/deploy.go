@@ -206,6 +206,9 @@ container resumes.`,
 					return err
 				}
 			}
+			if err := checkInstanceSize(cpuS, bind, mem, soft, memory); err != nil {
+				return err
+			}
 			hc, err := health.msg()
 			if err != nil {
 				return err
@@ -218,10 +221,12 @@ container resumes.`,
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				t0 := time.Now()
+				var progress *slowProgress
 				if !out.json() {
-					fmt.Fprintf(cmd.ErrOrStderr(), "placing %d × %s (%s CPUs %s, %s)…\n", count, args[0], cpuS, bindWord(bind), formatBytes(mem))
+					progress = startProgress(cmd.ErrOrStderr(), progressDelay, "placing %d × %s (%s CPUs %s, %s)…\n", count, args[0], cpuS, bindWord(bind), formatBytes(mem))
 				}
 				resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(dreq))
+				progress.stop()
 				if err != nil {
 					return err
 				}

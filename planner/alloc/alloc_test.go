@@ -459,3 +459,35 @@ func ExampleFormatPieces() {
 	fmt.Println(alloc.FormatPieces(170, 100), alloc.FormatPieces(1005, 1000), alloc.FormatPieces(300, 100))
 	// Output: 1.7 1.005 3
 }
+
+// TestFormatBytes: sizes in messages are in binary units, exact when shown
+// without decimals, and never the same text for two different sizes near
+// a whole unit.
+func TestFormatBytes(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		n    int64
+		want string
+	}{
+		{0, "0 B"},
+		{900, "900 B"},
+		{1 << 10, "1 KiB"},
+		{6 << 20, "6 MiB"},
+		{1 << 30, "1 GiB"},
+		{3 << 29, "1.5 GiB"},
+		{108447924224, "101 GiB"},
+		{1<<30 - 1, "1073741823 B"},
+		{1<<30 + 1<<20, "1025 MiB"},
+		{1<<30 + 11<<20, "1.01 GiB"},
+		{1<<30 + 1, "1073741825 B"},
+		{-(1 << 30), "-1 GiB"},
+		{-1 << 63, "-8 EiB"},
+		{1<<63 - 1, "9223372036854775807 B"},
+	} {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := alloc.FormatBytes(tt.n); got != tt.want {
+				t.Errorf("FormatBytes(%d) = %q, want %q", tt.n, got, tt.want)
+			}
+		})
+	}
+}

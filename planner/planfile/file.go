@@ -147,7 +147,7 @@ func decodeJSON(r io.Reader, v any) error {
 		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("read plan file: %v", err)}
 	}
 	if len(b) > MaxFileSize {
-		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %d bytes", MaxFileSize)}
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %s", alloc.FormatBytes(MaxFileSize))}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
