@@ -645,8 +645,21 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 				if err != nil {
 					return err
 				}
+				// Bound instances leave the CPUs kept for memory-first
+				// quotas free: say so per host, as host show does.
+				kept := map[string]memoryFirstKeep{}
+				if bind {
+					if kept, err = keptForMemoryFirstAll(cmd.Context(), cl, resp.Msg.Capacity); err != nil {
+						return err
+					}
+				}
 				if out.json() {
-					return writeJSON(cmd.OutOrStdout(), map[string]any{"capacity": resp.Msg.Capacity, "total_capacity": resp.Msg.Total, "limit": resp.Msg.Limit})
+					keptCPUs := map[string]int{}
+					for h, k := range kept {
+						keptCPUs[h] = k.Count
+					}
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"capacity": resp.Msg.Capacity, "total_capacity": resp.Msg.Total, "limit": resp.Msg.Limit,
+						"kept_for_memory_first_cpus": keptCPUs})
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "HOST\tCAPACITY\tLIMITED BY")
@@ -654,7 +667,13 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 					fmt.Fprintf(tw, "%s\t%d\t%s\n", h, resp.Msg.Capacity[h], resp.Msg.Limit[h])
 				}
 				fmt.Fprintf(tw, "total\t%d\t\n", resp.Msg.Total)
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				for _, h := range slices.Sorted(maps.Keys(kept)) {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", h, kept[h].explain())
+				}
+				return nil
 			})
 		},
 	}

@@ -109,6 +109,24 @@ func (h *Host) PoolFloor() int {
 	return m
 }
 
+// KeptPool is the part of the shared pool that bound placement leaves to
+// the memory-first instances: the largest quota (PoolFloor) rounded up to
+// whole CPUs, taken from the highest IDs of the pool; all of a pool that
+// is smaller. These CPUs are free, yet no bound instance is placed on
+// them, which is why capacity can be below the free CPUs (host show and
+// capacity say so).
+func (h *Host) KeptPool(shareBase int) cpuset.CPUs {
+	if shareBase < 1 {
+		return cpuset.CPUs{}
+	}
+	keep := (h.PoolFloor() + shareBase - 1) / shareBase
+	if keep == 0 {
+		return cpuset.CPUs{}
+	}
+	ids := h.SharedPool().Slice()
+	return cpuset.Of(ids[max(0, len(ids)-keep):]...)
+}
+
 // Request asks for Count new instances of Service.
 type Request struct {
 	Service string
