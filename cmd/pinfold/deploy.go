@@ -659,7 +659,7 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 						keptCPUs[h] = k.Count
 					}
 					return writeJSON(cmd.OutOrStdout(), map[string]any{"capacity": resp.Msg.Capacity, "total_capacity": resp.Msg.Total, "limit": resp.Msg.Limit,
-						"kept_for_memory_first_cpus": keptCPUs})
+						"kept_for_memory_first_count": keptCPUs})
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "HOST\tCAPACITY\tLIMITED BY")

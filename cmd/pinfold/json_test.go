@@ -41,7 +41,7 @@ func numericStrings(v any, path string, keep map[string]bool) []string {
 func TestCLIJSONNumbers(t *testing.T) {
 	_, must := plannerCLI(t)
 	must("host", "add", "h1", "--topology", laptopTopology)
-	keep := map[string]bool{"cpus": true, "mems": true, "numa_nodes": true, "topology": true}
+	keep := map[string]bool{"cpus": true, "mems": true, "numa_nodes": true, "topology": true, "kept_for_memory_first_cpus": true}
 	outputs := map[string]string{
 		"deploy bound":        must("deploy", "web", "--count", "2", "--cpu", "1.7", "--bind", "--memory", "256MiB", "--image", "i", "-o", "json"),
 		"deploy memory-first": must("deploy", "mf", "--count", "1", "--cpu", "0.3", "--memory", "128MiB", "--image", "i", "-o", "json"),

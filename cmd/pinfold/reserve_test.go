@@ -37,7 +37,7 @@ func TestMemoryFirstReserveExplained(t *testing.T) {
 	}
 	var cj struct {
 		Total int            `json:"total_capacity"`
-		Kept  map[string]int `json:"kept_for_memory_first_cpus"`
+		Kept  map[string]int `json:"kept_for_memory_first_count"`
 	}
 	if err := json.Unmarshal([]byte(must("capacity", "--cpu", "1", "--bind", "--memory", "64MiB", "-o", "json")), &cj); err != nil || cj.Total != 5 || cj.Kept["h1"] != 3 {
 		t.Errorf("capacity -o json = %+v, %v; want total 5, 3 kept on h1", cj, err)
