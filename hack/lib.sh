@@ -13,6 +13,18 @@ ensure_go() {
   go version >/dev/null || { echo "hack: go does not run" >&2; exit 1; }
 }
 
+# vcs_ldflags prints the -X flags that name the checkout's commit in the
+# binary (pinfold version), as Go's VCS stamping would: -buildvcs=false (set
+# above, and on the development machines) turns that stamping off. Nothing
+# outside a git checkout.
+vcs_ldflags() {
+  local rev at mod=false
+  rev=$(git rev-parse HEAD 2>/dev/null) || return 0
+  at=$(TZ=UTC0 git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null || true)
+  [ -z "$(git status --porcelain 2>/dev/null)" ] || mod=true
+  printf -- '-X main.commit=%s -X main.commitTime=%s -X main.modified=%s\n' "$rev" "$at" "$mod"
+}
+
 # apt_install PKG… installs the Debian packages that are not installed yet.
 apt_install() {
   local need=() p

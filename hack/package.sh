@@ -18,12 +18,17 @@ version=$(git describe --tags --exact-match 2>/dev/null | sed 's/^v//' || true)
 [ -n "$version" ] || version="0.0~git$date.$commit"
 root=$(mktemp -d); trap 'rm -rf "$root"' EXIT
 chmod 0755 "$root"
-CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version" -o "$root/usr/bin/pinfold" ./cmd/pinfold
-mkdir -p "$root/usr/share/man/man1" "$root/lib/systemd/system" "$root/etc/default" "$root/usr/share/doc/pinfold" "$root/DEBIAN"
+CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=$version $(vcs_ldflags)" -o "$root/usr/bin/pinfold" ./cmd/pinfold
+mkdir -p "$root/usr/share/man/man1" "$root/lib/systemd/system" "$root/etc/default" "$root/usr/share/doc/pinfold" "$root/DEBIAN" \
+  "$root/usr/lib/sysusers.d" "$root/usr/share/lintian/overrides"
 "$root/usr/bin/pinfold" man "$root/usr/share/man/man1"
 gzip -9n "$root"/usr/share/man/man1/*.1
 install -m 0644 hack/package/pinfold-planner.service hack/package/pinfold-agent.service "$root/lib/systemd/system/"
 install -m 0644 hack/package/pinfold.default "$root/etc/default/pinfold"
+# The planner's user (User=pinfold), made by systemd-sysusers in postinst.
+install -m 0644 hack/package/pinfold.sysusers "$root/usr/lib/sysusers.d/pinfold.conf"
+# Why lintian's statically-linked-binary does not apply (documented there).
+install -m 0644 hack/package/pinfold.lintian-overrides "$root/usr/share/lintian/overrides/pinfold"
 cat > "$root/usr/share/doc/pinfold/copyright" <<COPY
 Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/
 Upstream-Name: pinfold
@@ -59,6 +64,10 @@ echo /etc/default/pinfold > "$root/DEBIAN/conffiles"
 cat > "$root/DEBIAN/postinst" <<'POST'
 #!/bin/sh
 set -e
+# The planner's user before its unit may start (pinfold-planner.service).
+if [ "$1" = configure ] && command -v systemd-sysusers >/dev/null 2>&1; then
+  systemd-sysusers pinfold.conf
+fi
 if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi
 POST
 chmod 0755 "$root/DEBIAN/postinst"

@@ -9,6 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . hack/lib.sh
 ensure_go
-go build -o bin/pinfold ./cmd/pinfold
+go build -ldflags "$(vcs_ldflags)" -o bin/pinfold ./cmd/pinfold
 bin/pinfold topology
 exec bin/pinfold up "$@"

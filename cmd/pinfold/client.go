@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
@@ -388,7 +390,56 @@ func parseCPU(flag, s string, signed bool) (string, error) {
 		}
 		return "", badInput("%s %q: want %s", flag, s, what)
 	}
+	if math.Abs(f) > alloc.MaxCPUs {
+		return "", badInput("%s %q: want a number of CPUs from 0 to %d", flag, s, int(alloc.MaxCPUs))
+	}
 	return t, nil
+}
+
+// progressDelay is how long a request runs before its progress line is
+// printed: the planner's refusals of bad input come back at once, so they
+// are not preceded by a "placing …" line as if the work had begun.
+var progressDelay = 300 * time.Millisecond
+
+// slowProgress prints a progress line once a request has run for a while.
+type slowProgress struct {
+	timer *time.Timer
+	done  chan struct{}
+}
+
+func startProgress(w io.Writer, after time.Duration, format string, args ...any) *slowProgress {
+	p := &slowProgress{done: make(chan struct{})}
+	p.timer = time.AfterFunc(after, func() {
+		defer close(p.done)
+		fmt.Fprintf(w, format, args...)
+	})
+	return p
+}
+
+// stop keeps the line from being printed, or waits until it is, so that
+// nothing printed after stop comes before it. A nil progress does nothing.
+func (p *slowProgress) stop() {
+	if p != nil && !p.timer.Stop() {
+		<-p.done
+	}
+}
+
+// checkInstanceSize refuses, before anything is sent or printed, a size
+// the planner would refuse whatever its settings: a bound instance of no
+// CPU, memory below the Docker engine's smallest limit, a soft limit
+// above the hard one. (A CPU amount below one piece depends on the
+// planner's share base, so the planner checks it.)
+func checkInstanceSize(cpu string, bind bool, memory, soft int64, memoryFlag string) error {
+	if f, _ := strconv.ParseFloat(cpu, 64); bind && f == 0 {
+		return badInput("--cpu %q: a CPU-bound instance (--bind) needs more than 0 CPUs; leave --bind out for a memory-first instance", cpu)
+	}
+	if memory < service.MinInstanceMemory {
+		return badInput("--memory %q: want at least %s (the Docker engine's smallest memory limit)", memoryFlag, alloc.FormatBytes(service.MinInstanceMemory))
+	}
+	if soft > memory {
+		return badInput("--memory-soft %s: want at most --memory (%s)", alloc.FormatBytes(soft), alloc.FormatBytes(memory))
+	}
+	return nil
 }
 
 // needSign refuses a resize amount without a sign: resize changes by

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -20,15 +21,17 @@ import (
 
 // instanceJSON is the -o json form of an instance.
 type instanceJSON struct {
-	ID       string           `json:"id"`
-	Service  string           `json:"service"`
-	Host     string           `json:"host"`
-	CPUs     map[string]int32 `json:"cpus"`
-	CPUQuota string           `json:"cpu_quota,omitempty"`
+	ID      string           `json:"id"`
+	Service string           `json:"service"`
+	Host    string           `json:"host"`
+	CPUs    map[string]int32 `json:"cpus"`
+	// CPUQuota, CPUPlanned and CPUGot are JSON numbers written exactly
+	// as decimals of pieces (1.7, never 1.7000000000000002).
+	CPUQuota json.Number `json:"cpu_quota,omitempty"`
 	// CPUPlanned is the CPUs the allocation amounts to; CPUGot what the
 	// container used over the agent's last window (both in CPUs).
-	CPUPlanned string       `json:"cpu_planned"`
-	CPUGot     string       `json:"cpu_got"`
+	CPUPlanned json.Number  `json:"cpu_planned"`
+	CPUGot     json.Number  `json:"cpu_got"`
 	NUMANode   int32        `json:"numa_node"`
 	Memory     int64        `json:"memory_bytes"`
 	MemorySoft int64        `json:"memory_soft_bytes,omitempty"`
@@ -61,8 +64,8 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	if a := in.Applied; a != nil {
 		ap = &appliedJSON{a.Cpus, a.Mems, a.CpuQuota, a.CpuWeight, a.MemoryBytes}
 	}
-	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: quotaOf(in),
-		CPUPlanned: cpuAmount(int64(plannedPieces(in)), in.ShareBase), CPUGot: cpuAmount(int64(in.CpuGotPieces), in.ShareBase),
+	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
+		CPUPlanned: json.Number(cpuAmount(int64(plannedPieces(in)), in.ShareBase)), CPUGot: json.Number(cpuAmount(int64(in.CpuGotPieces), in.ShareBase)),
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, WholeCores: in.WholeCores, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}
@@ -203,6 +206,9 @@ container resumes.`,
 					return err
 				}
 			}
+			if err := checkInstanceSize(cpuS, bind, mem, soft, memory); err != nil {
+				return err
+			}
 			hc, err := health.msg()
 			if err != nil {
 				return err
@@ -215,14 +221,16 @@ container resumes.`,
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				t0 := time.Now()
+				var progress *slowProgress
 				if !out.json() {
 					per := ""
 					if strategy == string(alloc.Each) || strategy == string(alloc.Fill) {
 						per = " per host" // the count of each and fill is per host
 					}
-					fmt.Fprintf(cmd.ErrOrStderr(), "placing %d%s × %s (%s CPUs %s, %s)…\n", count, per, args[0], cpuS, bindWord(bind), formatBytes(mem))
+					progress = startProgress(cmd.ErrOrStderr(), progressDelay, "placing %d%s × %s (%s CPUs %s, %s)…\n", count, per, args[0], cpuS, bindWord(bind), formatBytes(mem))
 				}
 				resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(dreq))
+				progress.stop()
 				if err != nil {
 					return err
 				}
@@ -641,8 +649,21 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 				if err != nil {
 					return err
 				}
+				// Bound instances leave the CPUs kept for memory-first
+				// quotas free: say so per host, as host show does.
+				kept := map[string]memoryFirstKeep{}
+				if bind {
+					if kept, err = keptForMemoryFirstAll(cmd.Context(), cl, resp.Msg.Capacity); err != nil {
+						return err
+					}
+				}
 				if out.json() {
-					return writeJSON(cmd.OutOrStdout(), map[string]any{"capacity": resp.Msg.Capacity, "total_capacity": resp.Msg.Total, "limit": resp.Msg.Limit})
+					keptCPUs := map[string]int{}
+					for h, k := range kept {
+						keptCPUs[h] = k.Count
+					}
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"capacity": resp.Msg.Capacity, "total_capacity": resp.Msg.Total, "limit": resp.Msg.Limit,
+						"kept_for_memory_first_count": keptCPUs})
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "HOST\tCAPACITY\tLIMITED BY")
@@ -650,7 +671,13 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 					fmt.Fprintf(tw, "%s\t%d\t%s\n", h, resp.Msg.Capacity[h], resp.Msg.Limit[h])
 				}
 				fmt.Fprintf(tw, "total\t%d\t\n", resp.Msg.Total)
-				return tw.Flush()
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				for _, h := range slices.Sorted(maps.Keys(kept)) {
+					fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", h, kept[h].explain())
+				}
+				return nil
 			})
 		},
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/cpuset"
@@ -136,6 +138,86 @@ func quotaPool(h *pinfoldv1.Host) string {
 	return s
 }
 
+// memoryFirstKeep is what bound placement leaves free on a host for its
+// memory-first instances (alloc.Host.KeptPool): the CPUs of the shared
+// pool kept for the largest memory-first quota. Capacity and deploy do not
+// count them, so a host shows more free CPUs than a bound deploy can use.
+type memoryFirstKeep struct {
+	CPUs      cpuset.CPUs // the kept CPUs; exact where the topology is known (isolated CPUs are no pool)
+	Count     int
+	Largest   int // the largest memory-first quota, in pieces
+	shareBase int32
+}
+
+// keptForMemoryFirstAll is memoryFirstKeep for the hosts named in hosts
+// that keep any CPU: from the host list and the instances (no topologies,
+// so the count is bounded by the planner's pool size).
+func keptForMemoryFirstAll(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, hosts map[string]int32) (map[string]memoryFirstKeep, error) {
+	hl, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	var withQuotas []*pinfoldv1.Host
+	for _, h := range hl.Msg.Hosts {
+		if _, ok := hosts[h.Name]; ok && h.MemoryFirstQuotaPieces > 0 {
+			withQuotas = append(withQuotas, h)
+		}
+	}
+	out := map[string]memoryFirstKeep{}
+	if len(withQuotas) == 0 {
+		return out, nil
+	}
+	il, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range withQuotas {
+		if k := keptForMemoryFirst(h, il.Msg.Instances); k.Count > 0 {
+			out[h.Name] = k
+		}
+	}
+	return out, nil
+}
+
+// keptForMemoryFirst computes memoryFirstKeep from a host and its
+// instances (others' instances are ignored) with the engine's own rule.
+func keptForMemoryFirst(h *pinfoldv1.Host, ins []*pinfoldv1.Instance) memoryFirstKeep {
+	sb := int(h.ShareBase)
+	ah := alloc.Host{Name: h.Name, MemoryFirst: map[int]int{}}
+	for _, id := range slices.Sorted(maps.Keys(h.CapacityCpus)) {
+		ah.CPUs = append(ah.CPUs, alloc.CPU{ID: cpuset.CPUID(id), Capacity: int(h.CapacityCpus[id]), Used: int(h.UsedCpus[id])})
+	}
+	for _, in := range ins {
+		if !in.Bind && in.Host == h.Name {
+			ah.MemoryFirst[int(in.CpuQuotaPieces)]++
+		}
+	}
+	if len(h.TopologyJson) > 0 {
+		var t topology.Topology
+		if json.Unmarshal(h.TopologyJson, &t) == nil {
+			ah.Topology = &t
+		}
+	}
+	k := memoryFirstKeep{Largest: ah.PoolFloor(), CPUs: ah.KeptPool(sb), shareBase: h.ShareBase}
+	k.Count = k.CPUs.Len()
+	if sb > 0 && ah.Topology == nil {
+		// Without the topology the pool may count isolated CPUs: the
+		// planner's pool size bounds what can be kept.
+		k.Count = min(k.Count, int(h.SharedPoolPieces)/sb)
+	}
+	return k
+}
+
+// explain says what the reserve is, where free CPUs are shown.
+func (k memoryFirstKeep) explain() string {
+	cpus := "CPUs"
+	if k.Count == 1 {
+		cpus = "CPU"
+	}
+	return fmt.Sprintf("%d free %s kept for the largest memory-first quota (%s CPUs): bound instances are not placed there, and capacity does not count them",
+		k.Count, cpus, cpuAmount(int64(k.Largest), k.shareBase))
+}
+
 func sumPieces(m map[int32]int32) int64 {
 	var s int64
 	for _, v := range m {
@@ -168,7 +250,7 @@ func readCapped(file string, max int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(b)) > max {
-		return nil, fmt.Errorf("larger than %d bytes", max)
+		return nil, fmt.Errorf("larger than %s", alloc.FormatBytes(max))
 	}
 	return b, nil
 }
@@ -340,9 +422,15 @@ what is free, and the memory-first instances sharing the free CPUs.`,
 				if out.json() {
 					type showJSON struct {
 						hostJSON
-						InstanceList []instanceJSON `json:"instance_list"`
+						// The shared pool's CPUs bound placement leaves to
+						// the largest memory-first quota (a CPU list).
+						KeptForMemoryFirst string         `json:"kept_for_memory_first_cpus,omitempty"`
+						InstanceList       []instanceJSON `json:"instance_list"`
 					}
 					s := showJSON{hostJSON: toHostJSON(resp.Msg.Host), InstanceList: []instanceJSON{}}
+					if k := keptForMemoryFirst(resp.Msg.Host, resp.Msg.Instances); k.Count > 0 {
+						s.KeptForMemoryFirst = k.CPUs.String()
+					}
 					for _, in := range resp.Msg.Instances {
 						s.InstanceList = append(s.InstanceList, toInstanceJSON(in))
 					}
@@ -376,6 +464,10 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 			over = "; oversold, as memory-first capacity is counted by memory"
 		}
 		fmt.Fprintf(w, "Memory-first: quotas %s committed against the shared pool (the CPUs no instance holds pieces of), whose CPU time they share%s\n", quotaPool(h), over)
+	}
+	kept := keptForMemoryFirst(h, ins)
+	if kept.Count > 0 {
+		fmt.Fprintf(w, "Kept for memory-first: CPUs %s, %s\n", kept.CPUs, kept.explain())
 	}
 	if h.Draining {
 		fmt.Fprintf(w, "Draining: its instances are moving to other hosts (deadline %s)\n", orDash(h.DrainDeadline))
@@ -412,6 +504,8 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 			// Placed with the cluster's CPU overbooking (replacements,
 			// --use-buffer): its holders share it beyond its capacity.
 			free = fmt.Sprintf("0 (overbooked by %d: holders share it)", over)
+		} else if kept.CPUs.Contains(cpuset.CPUID(id)) {
+			free += " (kept for memory-first)"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", node, id, c, orDash(strings.Join(holders[id], ", ")), free)
 	}

@@ -151,46 +151,73 @@ func knownSubcommand(cmd *cobra.Command, args []string) error {
 	return badInput("unknown command %q for %q%s; '%s --help' lists its commands", args[0], cmd.CommandPath(), hint, cmd.CommandPath())
 }
 
-// version is set at link time: -ldflags "-X main.version=…"
-// (hack/package.sh); otherwise the build's module version, or "dev".
-var version = "dev"
+// version, commit, commitTime and modified are set at link time by the
+// build scripts: -ldflags "-X main.version=… $(vcs_ldflags)" (hack/lib.sh,
+// used by hack/run.sh, hack/package.sh and hack/test.sh). They name the
+// commit even where Go's own VCS stamping is off (GOFLAGS=-buildvcs=false).
+var (
+	version    = "dev"
+	commit     = ""
+	commitTime = ""
+	modified   = ""
+)
 
-// buildInfo is the release and the commit the binary was built from, as
-// the Go toolchain stamped them (go build in a git checkout records
-// vcs.revision, vcs.time and vcs.modified).
+// buildInfo is the release and the commit the binary was built from: as the
+// build scripts set them at link time, else as the Go toolchain stamped
+// them (go build in a git checkout records vcs.revision, vcs.time and
+// vcs.modified unless -buildvcs=false).
 type buildInfo struct {
 	Version  string `json:"version"`
 	Commit   string `json:"commit,omitempty"`
 	Time     string `json:"commit_time,omitempty"`
 	Modified bool   `json:"modified,omitempty"`
-	Go       string `json:"go"`
+	// CommitUnknown says why no commit is named: a development build
+	// without link-time flags or VCS stamping.
+	CommitUnknown string `json:"commit_unknown,omitempty"`
+	Go            string `json:"go"`
 }
 
+// commitUnknown is what version says of a development build that knows no
+// commit, instead of a bare "dev".
+const commitUnknown = "commit unknown: built without VCS stamping; build with hack/run.sh or hack/package.sh, or go build -buildvcs=true in a git checkout"
+
 func readBuildInfo() buildInfo {
-	b := buildInfo{Version: version, Go: runtime.Version()}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return b
-	}
-	if b.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
-		b.Version = info.Main.Version
-	}
-	for _, kv := range info.Settings {
-		switch kv.Key {
-		case "vcs.revision":
-			b.Commit = kv.Value
-		case "vcs.time":
-			b.Time = kv.Value
-		case "vcs.modified":
-			b.Modified = kv.Value == "true"
+	return buildInfoFrom(version, commit, commitTime, modified, debug.ReadBuildInfo)
+}
+
+// buildInfoFrom prefers the link-time values, then the toolchain's VCS
+// stamps; read is debug.ReadBuildInfo (a parameter for the tests).
+func buildInfoFrom(ver, rev, at, mod string, read func() (*debug.BuildInfo, bool)) buildInfo {
+	b := buildInfo{Version: ver, Commit: rev, Time: at, Modified: mod == "true", Go: runtime.Version()}
+	fromModule := false
+	if info, ok := read(); ok {
+		if b.Version == "dev" && info.Main.Version != "" && info.Main.Version != "(devel)" {
+			// go install …@version: the module version names the source.
+			b.Version, fromModule = info.Main.Version, true
 		}
+		if b.Commit == "" {
+			for _, kv := range info.Settings {
+				switch kv.Key {
+				case "vcs.revision":
+					b.Commit = kv.Value
+				case "vcs.time":
+					b.Time = kv.Value
+				case "vcs.modified":
+					b.Modified = kv.Value == "true"
+				}
+			}
+		}
+	}
+	if b.Commit == "" && !fromModule {
+		b.CommitUnknown = commitUnknown
 	}
 	return b
 }
 
 func (b buildInfo) String() string {
 	s := "pinfold " + b.Version
-	if b.Commit != "" {
+	switch {
+	case b.Commit != "":
 		s += " (commit " + b.Commit[:min(12, len(b.Commit))]
 		if b.Time != "" {
 			s += " of " + b.Time
@@ -199,6 +226,8 @@ func (b buildInfo) String() string {
 			s += ", with uncommitted changes"
 		}
 		s += ")"
+	case b.CommitUnknown != "":
+		s += " (" + b.CommitUnknown + ")"
 	}
 	return s + ", " + b.Go
 }
@@ -210,8 +239,10 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the pinfold release and the commit it was built from",
 		Long: `Print the release (set by hack/package.sh, else the module version, else
 "dev") and the git commit the binary was built from, with its time and
-whether the checkout had uncommitted changes, as the Go toolchain stamped
-them at build time.`,
+whether the checkout had uncommitted changes: as the build scripts
+(hack/run.sh, hack/package.sh) set them at link time, else as the Go
+toolchain stamped them. A plain go build with -buildvcs=false cannot know
+the commit; version then says so ("commit unknown: …").`,
 		Example: `  pinfold version
   pinfold version -o json`,
 		Args: cobra.NoArgs,

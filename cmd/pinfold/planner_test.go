@@ -92,8 +92,8 @@ func TestPlannerCLI(t *testing.T) {
 		NUMANode *int           `json:"numa_node"`
 		Memory   int64          `json:"memory_bytes"`
 		State    string         `json:"state"`
-		Planned  string         `json:"cpu_planned"`
-		Got      string         `json:"cpu_got"`
+		Planned  json.Number    `json:"cpu_planned"`
+		Got      json.Number    `json:"cpu_got"`
 	}
 	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &ins); err != nil || len(ins) != 4 {
 		t.Fatalf("ps -o json: %v\n%s", err, dep)

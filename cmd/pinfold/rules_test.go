@@ -60,7 +60,7 @@ func TestPlacementCLI(t *testing.T) {
 		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--count", "4294967297"}, `"4294967297" for "--count" flag`},
 		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--health-tcp", "4294967376"}, "value out of range"},
 		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--max-per-host", "4294967296"}, "value out of range"},
-		{[]string{"host", "add", "z", "--topology", "/dev/zero"}, "larger than 16777216 bytes"},
+		{[]string{"host", "add", "z", "--topology", "/dev/zero"}, "larger than 16 MiB"},
 		{[]string{"host", "set", "a", "--host-type", strings.Repeat("t", 64)}, "want at most 63 bytes"},
 		{[]string{"host", "maintenance", "a"}, "--grace"},
 		{[]string{"settings", "--buffer", "cpu=0.2", "--overbooking", "cpu=0.1"}, "never both"},

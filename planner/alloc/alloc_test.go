@@ -14,6 +14,7 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/topology"
 )
 
 const (
@@ -458,4 +459,72 @@ func TestFormatPiecesRoundTrip(t *testing.T) {
 func ExampleFormatPieces() {
 	fmt.Println(alloc.FormatPieces(170, 100), alloc.FormatPieces(1005, 1000), alloc.FormatPieces(300, 100))
 	// Output: 1.7 1.005 3
+}
+
+// TestFormatBytes: sizes in messages are in binary units, exact when shown
+// without decimals, and never the same text for two different sizes near
+// a whole unit.
+func TestFormatBytes(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		n    int64
+		want string
+	}{
+		{0, "0 B"},
+		{900, "900 B"},
+		{1 << 10, "1 KiB"},
+		{6 << 20, "6 MiB"},
+		{1 << 30, "1 GiB"},
+		{3 << 29, "1.5 GiB"},
+		{108447924224, "101 GiB"},
+		{1<<30 - 1, "1073741823 B"},
+		{1<<30 + 1<<20, "1025 MiB"},
+		{1<<30 + 11<<20, "1.01 GiB"},
+		{1<<30 + 1, "1073741825 B"},
+		{-(1 << 30), "-1 GiB"},
+		{-1 << 63, "-8 EiB"},
+		{1<<63 - 1, "9223372036854775807 B"},
+	} {
+		t.Run(tt.want, func(t *testing.T) {
+			if got := alloc.FormatBytes(tt.n); got != tt.want {
+				t.Errorf("FormatBytes(%d) = %q, want %q", tt.n, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestKeptPool: bound placement leaves the largest memory-first quota,
+// rounded up to whole CPUs, of the shared pool: its highest IDs, isolated
+// CPUs and CPUs holding pieces not counted; all of a smaller pool.
+func TestKeptPool(t *testing.T) {
+	t.Parallel()
+	host := func(used map[cpuset.CPUID]int, quotas map[int]int, isolated string) *alloc.Host {
+		h := &alloc.Host{Name: "h", MemoryFirst: quotas}
+		for id := range cpuset.CPUID(8) {
+			h.CPUs = append(h.CPUs, alloc.CPU{ID: id, Capacity: 100, Used: used[id]})
+		}
+		if isolated != "" {
+			h.Topology = &topology.Topology{Isolated: cpuset.MustParseCPUs(isolated)}
+		}
+		return h
+	}
+	for _, tt := range []struct {
+		name string
+		h    *alloc.Host
+		want string
+	}{
+		{"no memory-first", host(nil, nil, ""), ""},
+		{"quota 0 keeps nothing", host(nil, map[int]int{0: 3}, ""), ""},
+		{"largest 2.5 keeps 3", host(nil, map[int]int{250: 1, 100: 4}, ""), "5-7"},
+		{"held CPUs are no pool", host(map[cpuset.CPUID]int{7: 30}, map[int]int{150: 1}, ""), "5-6"},
+		{"isolated CPUs are no pool", host(nil, map[int]int{200: 1}, "6-7"), "4-5"},
+		{"a smaller pool is kept whole", host(map[cpuset.CPUID]int{0: 100, 1: 100, 2: 100, 3: 100, 4: 100, 5: 100}, map[int]int{500: 1}, ""), "6-7"},
+		{"a count of 0 is no quota", host(nil, map[int]int{900: 0, 100: 1}, ""), "7"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.h.KeptPool(100).String(); got != tt.want {
+				t.Errorf("KeptPool = %q, want %q", got, tt.want)
+			}
+		})
+	}
 }

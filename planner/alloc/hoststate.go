@@ -117,18 +117,15 @@ func (s *hostState) poolPieces() int {
 }
 
 // keepPool hides from bound placement the pool CPUs the memory-first
-// instances need (the largest quota, rounded up to whole CPUs): the
-// highest IDs of the pool. A pool already below that keeps all of it.
+// instances need (Host.KeptPool: the largest quota, rounded up to whole
+// CPUs, the highest IDs of the pool).
 func (s *hostState) keepPool() {
-	keep := (s.h.PoolFloor() + s.p.ShareBase - 1) / s.p.ShareBase
-	if keep == 0 {
+	if s.h.PoolFloor() == 0 {
 		return
 	}
-	pool := s.h.SharedPool()
-	for i := len(s.ids) - 1; i >= 0 && keep > 0; i-- {
-		if pool.Contains(s.ids[i]) {
+	for id := range s.h.KeptPool(s.p.ShareBase).All() {
+		if i, ok := s.pos(id); ok {
 			s.free[i] = 0
-			keep--
 		}
 	}
 }

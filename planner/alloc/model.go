@@ -109,6 +109,24 @@ func (h *Host) PoolFloor() int {
 	return m
 }
 
+// KeptPool is the part of the shared pool that bound placement leaves to
+// the memory-first instances: the largest quota (PoolFloor) rounded up to
+// whole CPUs, taken from the highest IDs of the pool; all of a pool that
+// is smaller. These CPUs are free, yet no bound instance is placed on
+// them, which is why capacity can be below the free CPUs (host show and
+// capacity say so).
+func (h *Host) KeptPool(shareBase int) cpuset.CPUs {
+	if shareBase < 1 {
+		return cpuset.CPUs{}
+	}
+	keep := (h.PoolFloor() + shareBase - 1) / shareBase
+	if keep == 0 {
+		return cpuset.CPUs{}
+	}
+	ids := h.SharedPool().Slice()
+	return cpuset.Of(ids[max(0, len(ids)-keep):]...)
+}
+
 // Request asks for Count new instances of Service.
 type Request struct {
 	Service string
@@ -151,11 +169,14 @@ type Placement struct {
 	model.Allocation
 }
 
+// MaxCPUs is the largest CPU amount a request may give (PiecesOf).
+const MaxCPUs = 1e6
+
 // PiecesOf converts a decimal CPU amount to pieces, rounding to the nearest
 // piece (0.29 at base 100 is 29, not 28). It rejects NaN, infinities,
 // negatives and amounts beyond 1,000,000 CPUs.
 func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
-	if math.IsNaN(cpu) || math.IsInf(cpu, 0) || cpu < 0 || cpu > 1e6 {
+	if math.IsNaN(cpu) || math.IsInf(cpu, 0) || cpu < 0 || cpu > MaxCPUs {
 		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
 	}
 	return int(math.Round(cpu * float64(shareBase))), nil
@@ -188,6 +209,42 @@ func FormatPieces(pieces, shareBase int) string {
 	}
 	s = strings.TrimRight(s, "0")
 	return sign + s
+}
+
+// Size is a memory size in bytes that prints as FormatBytes does, for the
+// value of an error's field.
+type Size int64
+
+func (s Size) String() string { return FormatBytes(int64(s)) }
+
+// FormatBytes renders a memory size in binary units for messages, in the
+// style of the command line's tables ("1 GiB", "1.5 GiB", "512 MiB",
+// "900 B"). A size shown without decimals is exact; one with decimals is
+// rounded to two places, and a size that would round to a whole number it
+// is not (1 GiB less 1 byte) drops to a smaller unit, down to bytes. So two
+// different sizes in one message ("1 GiB free, 1.5 GiB needed") never
+// print the same.
+func FormatBytes(n int64) string {
+	sign, u := "", uint64(n)
+	if n < 0 {
+		sign, u = "-", uint64(-(n+1))+1 // no overflow at the smallest int64
+	}
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	i := 0
+	for i+1 < len(units) && u >= 1<<(10*(i+1)) {
+		i++
+	}
+	for ; i > 0; i-- {
+		div := uint64(1) << (10 * i)
+		if u%div == 0 {
+			return sign + strconv.FormatUint(u/div, 10) + " " + units[i]
+		}
+		s := strings.TrimRight(strconv.FormatFloat(float64(u)/float64(div), 'f', 2, 64), "0")
+		if !strings.HasSuffix(s, ".") {
+			return sign + s + " " + units[i]
+		}
+	}
+	return sign + strconv.FormatUint(u, 10) + " B"
 }
 
 func pow10(n int) uint64 {

@@ -56,7 +56,7 @@ func Readmit(p Params, h *Host, a model.Allocation) error {
 		after.MemoryFirst[a.CPUQuota]++
 	}
 	if free := h.MemoryBytes - h.MemoryUsed; a.Memory > free {
-		return noFit("memory: %d bytes free, %d needed", max(free, 0), a.Memory)
+		return noFit("memory: %s free, %s needed", FormatBytes(max(free, 0)), FormatBytes(a.Memory))
 	}
 	if a.NUMANode >= 0 {
 		i, ok := slices.BinarySearchFunc(h.NUMANodes, a.NUMANode, func(n NUMANode, id cpuset.NUMANodeID) int { return cmp.Compare(n.ID, id) })
@@ -64,7 +64,7 @@ func Readmit(p Params, h *Host, a model.Allocation) error {
 			return noFit("it has no NUMA node %d", a.NUMANode)
 		}
 		if n := h.NUMANodes[i]; a.Memory > n.MemoryBytes-n.MemoryUsed {
-			return noFit("NUMA node %d memory: %d bytes free, %d needed", a.NUMANode, max(n.MemoryBytes-n.MemoryUsed, 0), a.Memory)
+			return noFit("NUMA node %d memory: %s free, %s needed", a.NUMANode, FormatBytes(max(n.MemoryBytes-n.MemoryUsed, 0)), FormatBytes(a.Memory))
 		}
 	}
 	if floor, pool := after.PoolFloor(), after.SharedPool(); floor > pool.Len()*p.ShareBase {

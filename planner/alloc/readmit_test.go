@@ -53,7 +53,7 @@ func TestReadmit(t *testing.T) {
 			h.CPUs[1].Capacity = 200
 			return h
 		}, model.Allocation{Bind: true, WholeCores: true, CPUs: map[cpuset.CPUID]int{1: 100}, NUMANode: 0, Memory: GiB}, "CPU 1 of its whole cores holds 10 pieces of other instances"},
-		{"host memory", func() *alloc.Host { h := base(nil, nil); h.MemoryUsed = 7*GiB + 1; return h }, memFirst(100), "memory: 1073741823 bytes free, 1073741824 needed"},
+		{"host memory", func() *alloc.Host { h := base(nil, nil); h.MemoryUsed = 7*GiB + 1; return h }, memFirst(100), "memory: 1073741823 B free, 1 GiB needed"},
 		{"NUMA node memory", func() *alloc.Host { h := base(nil, nil); h.NUMANodes[1].MemoryUsed = 3*GiB + 1; return h }, bound(1, map[cpuset.CPUID]int{2: 100}), "NUMA node 1 memory"},
 		{"no such NUMA node", func() *alloc.Host { return base(nil, nil) }, bound(5, map[cpuset.CPUID]int{2: 100}), "no NUMA node 5"},
 		{"a quota the pool holds", func() *alloc.Host { return base(map[int]int{0: 100, 1: 100}, nil) }, memFirst(200), ""},

@@ -52,8 +52,8 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 		return Placement{}, invalid("resize.cpu_delta", FormatPieces(rz.CPUDelta, p.ShareBase),
 			"the instance has %s CPUs; the result would be negative", FormatPieces(curPieces, p.ShareBase))
 	case newMem <= 0:
-		return Placement{}, invalid("resize.memory_delta_bytes", rz.MemoryDelta,
-			"the instance has %d bytes; the result must stay above 0", cur.Memory)
+		return Placement{}, invalid("resize.memory_delta_bytes", Size(rz.MemoryDelta),
+			"the instance has %s; the result must stay above 0", FormatBytes(cur.Memory))
 	}
 	released, err := release(p, h, cur)
 	if err != nil {
@@ -61,8 +61,8 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 	}
 	noFit := func(why string, args ...any) error {
 		return &Error{Code: CodeResizeNoFit, Hosts: []string{h.Name},
-			Message: fmt.Sprintf("resize on host %s to %s CPUs (%s) and %d bytes does not fit: %s; nothing was changed",
-				h.Name, FormatPieces(newPieces, p.ShareBase), mode(rz.Bind), newMem, fmt.Sprintf(why, args...))}
+			Message: fmt.Sprintf("resize on host %s to %s CPUs (%s) and %s does not fit: %s; nothing was changed",
+				h.Name, FormatPieces(newPieces, p.ShareBase), mode(rz.Bind), FormatBytes(newMem), fmt.Sprintf(why, args...))}
 	}
 	s := newHostState(p, released)
 	if cur.WholeCores {
@@ -77,7 +77,7 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 	}
 	if !rz.Bind {
 		if newMem > s.memFree {
-			return Placement{}, noFit("memory: %d bytes free", s.memFree)
+			return Placement{}, noFit("memory: %s free", FormatBytes(s.memFree))
 		}
 		if newPieces > s.poolPieces() {
 			return Placement{}, noFit("cpu: the shared pool has %s CPUs", FormatPieces(s.poolPieces(), p.ShareBase))
@@ -111,7 +111,7 @@ func PlanResize(p Params, h *Host, rz Resize) (Placement, error) {
 		}
 		return pl[0], nil
 	}
-	return Placement{}, noFit("no NUMA node and not the whole host has %d whole CPUs plus %d pieces with %d bytes free", sh.x, sh.f, newMem)
+	return Placement{}, noFit("no NUMA node and not the whole host has %d whole CPUs plus %d pieces with %s free", sh.x, sh.f, FormatBytes(newMem))
 }
 
 func mode(bind bool) string {
@@ -339,7 +339,7 @@ func (s *hostState) resizeCores(cur model.Allocation, x int, mem int64, noFit fu
 			return pl, nil
 		}
 	}
-	return Placement{}, noFit("no NUMA node and not the whole host has %d CPUs of wholly free cores with %d bytes free", x, mem)
+	return Placement{}, noFit("no NUMA node and not the whole host has %d CPUs of wholly free cores with %s free", x, FormatBytes(mem))
 }
 
 // cmpBool orders true before false.

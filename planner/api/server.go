@@ -247,9 +247,27 @@ func pieces(field, s string, shareBase int, allowNegative bool) (int, error) {
 	}
 	p, err := alloc.PiecesOf(field, f, shareBase)
 	if err != nil {
-		return 0, invalid("%s = %q: %v", field, s, err)
+		// As the user wrote it, once: PiecesOf's own message repeats the
+		// field with the parsed value (1e+09).
+		return 0, invalid("%s = %q: want a number of CPUs from 0 to %d", field, s, int(alloc.MaxCPUs))
 	}
 	return sign * p, nil
+}
+
+// requestPieces is a deploy's or capacity's CPU amount in pieces: a bound
+// instance needs at least one, and the refusal names the amount as it was
+// written (cpu = "0.0001"), not as it rounded (0).
+func requestPieces(s string, shareBase int, bind bool) (int, error) {
+	p, err := pieces("cpu", s, shareBase, false)
+	if err == nil && bind && p == 0 {
+		why := "rounds to 0 pieces"
+		if f, _ := strconv.ParseFloat(strings.TrimSpace(s), 64); f == 0 {
+			why = "is 0"
+		}
+		return 0, invalid("cpu = %q: %s; a CPU-bound instance needs at least 1 piece (%s CPU, %d pieces per CPU)",
+			s, why, alloc.FormatPieces(1, shareBase), shareBase)
+	}
+	return p, err
 }
 
 func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
@@ -510,7 +528,7 @@ func (s *Server) Rebalance(ctx context.Context, r *connect.Request[pinfoldv1.Reb
 
 func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {
 	m := r.Msg
-	p, err := pieces("cpu", m.Cpu, s.sb(), false)
+	p, err := requestPieces(m.Cpu, s.sb(), m.Bind)
 	if err != nil {
 		return nil, err
 	}
@@ -596,7 +614,7 @@ func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1
 
 func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error) {
 	m := r.Msg
-	p, err := pieces("cpu", m.Cpu, s.sb(), false)
+	p, err := requestPieces(m.Cpu, s.sb(), m.Bind)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,36 @@ func TestPieces(t *testing.T) {
 	}
 }
 
+// TestRequestPieces: a refused CPU amount is named as it was written, once
+// (cpu = "1e9", not also 1e+09; cpu = "0.0001", not "0").
+func TestRequestPieces(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		in      string
+		bind    bool
+		want    int
+		wantErr string
+	}{
+		{"1.7", true, 170, ""}, {"0", false, 0, ""}, {"0.0001", false, 0, ""},
+		{"0.0001", true, 0, `cpu = "0.0001": rounds to 0 pieces; a CPU-bound instance needs at least 1 piece (0.01 CPU, 100 pieces per CPU)`},
+		{"0", true, 0, `cpu = "0": is 0; a CPU-bound instance needs at least 1 piece`},
+		{"1e9", true, 0, `cpu = "1e9": want a number of CPUs from 0 to 1000000`},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := requestPieces(tt.in, 100, tt.bind)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "e+09") || connect.CodeOf(err) != connect.CodeInvalidArgument {
+					t.Errorf("requestPieces(%q) error = %v, want invalid argument %q", tt.in, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Errorf("requestPieces(%q) = %d, %v; want %d", tt.in, got, err, tt.want)
+			}
+		})
+	}
+}
+
 func TestToConnect(t *testing.T) {
 	t.Parallel()
 	for code, want := range map[service.Code]connect.Code{

@@ -309,8 +309,8 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 			})
 		}
 		if len(v.left) == 0 {
-			return nil, v.fail("no host has room for an instance of %s (%s CPUs, %d bytes): %s", r.Service,
-				alloc.FormatPieces(r.Pieces, p.ShareBase), r.MemoryBytes, whyNot(before, why))
+			return nil, v.fail("no host has room for an instance of %s (%s CPUs, %s): %s", r.Service,
+				alloc.FormatPieces(r.Pieces, p.ShareBase), alloc.FormatBytes(r.MemoryBytes), whyNot(before, why))
 		}
 	}
 	// Rank (seed 003 policies; nodes_order is also the preferred location).

@@ -290,13 +290,13 @@ func (fr *Request) build(p alloc.Params) (*placement.Request, error) {
 	if fr.CPU == nil {
 		return nil, invalid("request.cpu", raw("null"), "a CPU amount is required (0 is allowed for memory-first)")
 	}
-	pieces, err := alloc.PiecesOf("request.cpu", *fr.CPU, p.ShareBase)
+	pieces, err := alloc.PiecesOf("request.cpu", float64(*fr.CPU), p.ShareBase)
 	if err != nil {
 		return nil, err
 	}
 	bind := fr.Bind == nil || *fr.Bind
 	if bind && pieces == 0 {
-		return nil, invalid("request.cpu", *fr.CPU, "rounds to 0 pieces at share_base %d; a CPU-bound request needs at least 1", p.ShareBase)
+		return nil, invalid("request.cpu", float64(*fr.CPU), "rounds to 0 pieces at share_base %d; a CPU-bound request needs at least 1", p.ShareBase)
 	}
 	st, err := alloc.ParseStrategy("request.strategy", fr.Strategy)
 	if err != nil {
@@ -325,7 +325,7 @@ func (fz *Resize) build(p alloc.Params, hosts []*alloc.Host) (*alloc.Resize, err
 	if fz.Bind != nil {
 		rz.Bind = *fz.Bind
 	}
-	delta := fz.CPUDelta
+	delta := float64(fz.CPUDelta)
 	sign := 1
 	if delta < 0 {
 		sign, delta = -1, -delta
@@ -351,7 +351,7 @@ func (fz *Resize) build(p alloc.Params, hosts []*alloc.Host) (*alloc.Resize, err
 		return nil, invalid("resize.current.cpus", raw("{}"), "a bound instance holds at least one CPU (set current.bind to false for memory-first)")
 	}
 	if !curBind {
-		q, err := alloc.PiecesOf("resize.current.cpu_quota", fz.Current.CPUQuota, p.ShareBase)
+		q, err := alloc.PiecesOf("resize.current.cpu_quota", float64(fz.Current.CPUQuota), p.ShareBase)
 		if err != nil {
 			return nil, err
 		}

@@ -72,7 +72,7 @@ type Host struct {
 type Request struct {
 	Service         string             `json:"service"`
 	Count           int                `json:"count"`
-	CPU             *float64           `json:"cpu"`
+	CPU             *CPUAmount         `json:"cpu"`
 	Bind            *bool              `json:"bind"`
 	MemoryBytes     int64              `json:"memory_bytes"`
 	Strategy        string             `json:"strategy"`
@@ -92,14 +92,14 @@ type Resize struct {
 	Host    string `json:"host"`
 	Current struct {
 		CPUs        map[string]int `json:"cpus"`
-		CPUQuota    float64        `json:"cpu_quota"`
+		CPUQuota    CPUAmount      `json:"cpu_quota"`
 		NUMANode    *int           `json:"numa_node"`
 		MemoryBytes int64          `json:"memory_bytes"`
 		Bind        *bool          `json:"bind"`
 	} `json:"current"`
-	CPUDelta         float64 `json:"cpu_delta"`
-	MemoryDeltaBytes int64   `json:"memory_delta_bytes"`
-	Bind             *bool   `json:"bind"`
+	CPUDelta         CPUAmount `json:"cpu_delta"`
+	MemoryDeltaBytes int64     `json:"memory_delta_bytes"`
+	Bind             *bool     `json:"bind"`
 }
 
 // Input is a decoded and validated plan file: the engine's parameters,
@@ -147,7 +147,7 @@ func decodeJSON(r io.Reader, v any) error {
 		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("read plan file: %v", err)}
 	}
 	if len(b) > MaxFileSize {
-		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %d bytes", MaxFileSize)}
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %s", alloc.FormatBytes(MaxFileSize))}
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()

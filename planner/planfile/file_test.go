@@ -91,7 +91,7 @@ func TestExportRoundTrip(t *testing.T) {
 		Properties: map[string]placement.Value{"disk": placement.Str("ssd"), "gen": placement.IntVal(1 << 60), "gpu": placement.BoolVal(true)}, Resources: res}}
 	settings := placement.Settings{Buffer: map[string]float64{"cpu": 0.2}, Priorities: map[placement.Rule]placement.Priority{placement.RuleUpgradeDomain: placement.Soft}}
 	f := planfile.Export(alloc.Params{ShareBase: 100, MaxFragmentCores: 4}, settings, hosts)
-	cpu, bind := 1.0, true
+	cpu, bind := planfile.CPUAmount(1), true
 	f.Request = &planfile.Request{Service: "s", Count: 1, CPU: &cpu, Bind: &bind, MemoryBytes: 1 << 30}
 	b, err := json.Marshal(f)
 	if err != nil {
@@ -106,5 +106,52 @@ func TestExportRoundTrip(t *testing.T) {
 	}
 	if in.Params.MaxFragmentCores != 4 || in.Settings.Buffer["cpu"] != 0.2 || in.Settings.Priorities[placement.RuleUpgradeDomain] != placement.Soft {
 		t.Errorf("params %+v, settings %+v", in.Params, in.Settings)
+	}
+}
+
+// TestDecodeCPUAmount: CPU amounts are JSON numbers, as plan export and
+// ps -o json write them; a quoted decimal ("1.7", as older versions wrote
+// them) is read too; anything else is refused naming the field.
+func TestDecodeCPUAmount(t *testing.T) {
+	t.Parallel()
+	resize := `{"hosts": [{"name": "h", "capacity": {"cpus": {"0": 300, "1": 300}, "memory_bytes": 1073741824}}],
+ "resize": {"host": "h", "current": {"cpus": {}, "bind": false, "cpu_quota": QUOTA, "memory_bytes": 1}, "cpu_delta": DELTA}}`
+	for _, tt := range []struct {
+		name, in  string
+		wantCPU   int // request pieces
+		wantQuota int // resize current quota pieces
+		wantDelta int
+		wantErr   string
+	}{
+		{name: "number", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": 1.7`, 1), wantCPU: 170},
+		{name: "quoted", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": "1.7"`, 1), wantCPU: 170},
+		{name: "quoted zero memory-first", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": "0", "bind": false`, 1), wantCPU: 0},
+		{name: "resize quoted", in: strings.NewReplacer("QUOTA", `"0.5"`, "DELTA", `"-0.25"`).Replace(resize), wantQuota: 50, wantDelta: -25},
+		{name: "resize numbers", in: strings.NewReplacer("QUOTA", `0.5`, "DELTA", `1.25`).Replace(resize), wantQuota: 50, wantDelta: 125},
+		{name: "not a number", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": "lots"`, 1), wantErr: `request.cpu: got a JSON string "lots", want float64`},
+		{name: "NaN", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": "NaN"`, 1), wantErr: `request.cpu: got a JSON string "NaN"`},
+		{name: "hex", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": "0x1p1"`, 1), wantErr: `request.cpu: got a JSON string "0x1p1"`},
+		{name: "bool", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": true`, 1), wantErr: `request.cpu: got a JSON bool, want float64`},
+		{name: "delta word", in: strings.NewReplacer("QUOTA", `0.5`, "DELTA", `"more"`).Replace(resize), wantErr: `resize.cpu_delta: got a JSON string "more"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in, err := planfile.Decode(strings.NewReader(tt.in))
+			if tt.wantErr != "" {
+				var ae *alloc.Error
+				if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Decode error = %v, want invalid with %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case in.Request != nil && in.Request.Pieces != tt.wantCPU:
+				t.Errorf("request pieces = %d, want %d", in.Request.Pieces, tt.wantCPU)
+			case in.Resize != nil && (in.Resize.Current.CPUQuota != tt.wantQuota || in.Resize.CPUDelta != tt.wantDelta):
+				t.Errorf("resize quota %d delta %d, want %d %d", in.Resize.Current.CPUQuota, in.Resize.CPUDelta, tt.wantQuota, tt.wantDelta)
+			}
+		})
 	}
 }

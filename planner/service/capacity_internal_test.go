@@ -132,7 +132,7 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 // plan` reads), through the file's own decoding and placement.Plan.
 func planOffline(f healFixture, r DeployRequest, count int) (int, error) {
 	file := planfile.Export(f.params, f.st.PlacementSettings(), f.st.SchedulablePlacement().Hosts)
-	cpu := float64(r.Pieces) / 100
+	cpu := planfile.CPUAmount(float64(r.Pieces) / 100)
 	bind := r.Bind
 	file.Request = &planfile.Request{Service: r.Service, Count: count, CPU: &cpu, Bind: &bind, MemoryBytes: r.Memory, Strategy: "auto",
 		MaxPerHost: r.MaxPerHost, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,

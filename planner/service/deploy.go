@@ -62,10 +62,10 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		return DeployResult{}, errf(Invalid, "service: %w", err)
 	}
 	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
-		return DeployResult{}, errf(Invalid, "memory soft limit = %d: want 0..memory (%d)", r.MemorySoft, r.Memory)
+		return DeployResult{}, errf(Invalid, "memory soft limit = %s: want 0..memory (%s)", alloc.FormatBytes(r.MemorySoft), alloc.FormatBytes(r.Memory))
 	}
 	if r.Memory < MinInstanceMemory {
-		return DeployResult{}, errf(Invalid, "memory = %d: want at least %d (6 MiB, the Docker engine's smallest memory limit)", r.Memory, MinInstanceMemory)
+		return DeployResult{}, errf(Invalid, "memory = %s: want at least %s (the Docker engine's smallest memory limit)", alloc.FormatBytes(r.Memory), alloc.FormatBytes(MinInstanceMemory))
 	}
 	if r.Spec.Image == "" {
 		return DeployResult{}, errf(Invalid, "image = \"\": required (the container image the instances run, e.g. debian:12)")

@@ -101,11 +101,11 @@ func usageFits(used state.Alloc, h state.Host) error {
 		}
 	}
 	if used.MemoryUsed > h.MemoryBytes {
-		return errf(Precond, "host %s: memory would be %d bytes; its instances use %d", h.Name, h.MemoryBytes, used.MemoryUsed)
+		return errf(Precond, "host %s: memory would be %s; its instances use %s", h.Name, alloc.FormatBytes(h.MemoryBytes), alloc.FormatBytes(used.MemoryUsed))
 	}
 	for _, n := range slices.Sorted(maps.Keys(used.NUMAUsed)) {
 		if used.NUMAUsed[n] > h.NUMAMemory[n] {
-			return errf(Precond, "host %s: NUMA node %d memory would be %d bytes; its instances use %d", h.Name, n, h.NUMAMemory[n], used.NUMAUsed[n])
+			return errf(Precond, "host %s: NUMA node %d memory would be %s; its instances use %s", h.Name, n, alloc.FormatBytes(h.NUMAMemory[n]), alloc.FormatBytes(used.NUMAUsed[n]))
 		}
 	}
 	return nil
@@ -266,17 +266,17 @@ func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
 		h.MemoryBytes = *r.MemoryBytes
 	}
 	if r.MemoryDelta > 0 && h.MemoryBytes > math.MaxInt64-r.MemoryDelta || r.MemoryDelta < 0 && h.MemoryBytes < math.MinInt64-r.MemoryDelta {
-		return errf(Invalid, "host %s: memory %d bytes %+d overflows", r.Name, h.MemoryBytes, r.MemoryDelta)
+		return errf(Invalid, "host %s: memory %s %s overflows", r.Name, alloc.FormatBytes(h.MemoryBytes), signedBytes(r.MemoryDelta))
 	}
 	h.MemoryBytes += r.MemoryDelta
 	if h.MemoryBytes <= 0 || h.MemoryBytes > MaxHostMemory {
-		return errf(Invalid, "host %s: memory would be %d bytes: want more than 0 and at most %d (1 PiB)", r.Name, h.MemoryBytes, int64(MaxHostMemory))
+		return errf(Invalid, "host %s: memory would be %s: want more than 0 and at most 1 PiB", r.Name, alloc.FormatBytes(h.MemoryBytes))
 	}
 	// Only a change that lowers the memory is held to what is in use: a
 	// host already above its memory (a heal used the overbooking) may
 	// still have its properties set, or its memory raised.
 	if h.MemoryBytes < used.MemoryUsed && h.MemoryBytes < before {
-		return errf(Precond, "host %s: memory %d bytes is below the %d in use", r.Name, h.MemoryBytes, used.MemoryUsed)
+		return errf(Precond, "host %s: memory %s is below the %s in use", r.Name, alloc.FormatBytes(h.MemoryBytes), alloc.FormatBytes(used.MemoryUsed))
 	}
 	for _, n := range slices.Sorted(maps.Keys(r.NUMAMemory)) {
 		m := r.NUMAMemory[n]
@@ -284,10 +284,10 @@ func (r SetHostRequest) applyMemory(h *state.Host, used state.Alloc) error {
 			return errf(Invalid, "host %s: NUMA node %d: no such NUMA node", r.Name, n)
 		}
 		if m > MaxHostMemory {
-			return errf(Invalid, "host %s: NUMA node %d memory %d bytes: want at most %d (1 PiB)", r.Name, n, m, int64(MaxHostMemory))
+			return errf(Invalid, "host %s: NUMA node %d memory %s: want at most 1 PiB", r.Name, n, alloc.FormatBytes(m))
 		}
 		if m < used.NUMAUsed[n] || m < 0 {
-			return errf(Precond, "host %s: NUMA node %d memory %d bytes is below the %d in use", r.Name, n, m, used.NUMAUsed[n])
+			return errf(Precond, "host %s: NUMA node %d memory %s is below the %s in use", r.Name, n, alloc.FormatBytes(m), alloc.FormatBytes(used.NUMAUsed[n]))
 		}
 		h.NUMAMemory[n] = m
 	}

@@ -41,7 +41,7 @@ func TestSetHostApply(t *testing.T) {
 		{"offline CPU", SetHostRequest{AddCPUs: map[cpuset.CPUID]int{64: 100}}, Invalid, "add CPU 64: not an online CPU"},
 		{"too many pieces", SetHostRequest{AddCPUs: map[cpuset.CPUID]int{1: 10001}}, Invalid, "CPU 1: pieces per CPU = 10001: want 1..10000"},
 		{"pieces not a multiple of the share base", SetHostRequest{AddCPUs: map[cpuset.CPUID]int{1: 150}}, Invalid, "CPU 1: pieces per CPU = 150: above the share base (100) it must be a multiple of it (100 or 200)"},
-		{"memory below use", SetHostRequest{MemoryBytes: new(int64(1 << 29))}, Precond, "below the 1073741824 in use"},
+		{"memory below use", SetHostRequest{MemoryBytes: new(int64(1 << 29))}, Precond, "memory 512 MiB is below the 1 GiB in use"},
 		{"NUMA node that is not there", SetHostRequest{NUMAMemory: map[cpuset.NUMANodeID]int64{3: 1}}, Invalid, "NUMA node 3: no such NUMA node"},
 		{"domains and a property", SetHostRequest{FaultDomain: &fd, UpgradeDomain: &ud, SetProperties: map[string]placement.Value{"ssd": placement.BoolVal(true)}}, "", "fd:/dc1/r2"},
 		{"bad upgrade domain", SetHostRequest{UpgradeDomain: &badUD}, Invalid, `upgrade domain "u d"`},

@@ -144,8 +144,8 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 				return nil, fromAlloc(err)
 			}
 			if pl.Memory < MinInstanceMemory {
-				return nil, errf(Invalid, "memory of %s: %d + %d = %d: want at least %d (6 MiB, the Docker engine's smallest memory limit)",
-					in.ID, in.Memory, r.MemoryDelta, pl.Memory, MinInstanceMemory)
+				return nil, errf(Invalid, "memory of %s: %s %s = %s: want at least %s (the Docker engine's smallest memory limit)",
+					in.ID, alloc.FormatBytes(in.Memory), signedBytes(r.MemoryDelta), alloc.FormatBytes(pl.Memory), alloc.FormatBytes(MinInstanceMemory))
 			}
 			// Memory below what the instance uses is not refused here: the
 			// agent shrinks it guided by memory.pressure, and a shrink it
@@ -250,4 +250,12 @@ func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 		return o.replay.Removed, nil
 	}
 	return ids, nil
+}
+
+// signedBytes is a memory change for messages: "+64 MiB", "-1 GiB".
+func signedBytes(d int64) string {
+	if d >= 0 {
+		return "+" + alloc.FormatBytes(d)
+	}
+	return alloc.FormatBytes(d)
 }

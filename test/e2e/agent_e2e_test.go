@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,9 +25,9 @@ type psEntry struct {
 	Service    string         `json:"service"`
 	Host       string         `json:"host"`
 	CPUs       map[string]int `json:"cpus"`
-	CPUQuota   string         `json:"cpu_quota"`
-	CPUPlanned string         `json:"cpu_planned"`
-	CPUGot     string         `json:"cpu_got"`
+	CPUQuota   json.Number    `json:"cpu_quota"`
+	CPUPlanned json.Number    `json:"cpu_planned"`
+	CPUGot     json.Number    `json:"cpu_got"`
 	NUMANode   int            `json:"numa_node"`
 	Memory     int64          `json:"memory_bytes"`
 	State      string         `json:"state"`
@@ -410,10 +409,10 @@ func testCPUGot(t *testing.T, image string) {
 				e = x
 			}
 		}
-		got, err := strconv.ParseFloat(e.CPUGot, 64)
+		got, err := e.CPUGot.Float64()
 		return e.State == "running" && err == nil && got >= 0.5, fmt.Sprintf("%+v", e)
 	})
-	got, _ := strconv.ParseFloat(e.CPUGot, 64)
+	got, _ := e.CPUGot.Float64()
 	if e.CPUPlanned != "1" || got > 1.05 {
 		t.Errorf("busy: cpu_planned %q, cpu_got %q; want 1 planned and at most 1.05 got", e.CPUPlanned, e.CPUGot)
 	}
