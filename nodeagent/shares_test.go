@@ -1,7 +1,11 @@
 package nodeagent
 
 import (
+	"errors"
 	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -337,6 +341,55 @@ func TestShareWindowOf(t *testing.T) {
 			got, ok := windowOf(tt.prev, tt.now, 100)
 			if !ok || got != tt.want {
 				t.Errorf("windowOf = %+v, %v; want %+v", got, ok, tt.want)
+			}
+		})
+	}
+}
+
+// hack/native-kernel.sh runs the share sweep natively: its arguments are
+// checked before anything is built (before, any first argument but
+// --build built and ran the whole kernel tier), and --check says what it
+// found on this host without building.
+func TestNativeKernelScript(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	tests := []struct {
+		args []string
+		rc   []int // accepted exit codes
+		out  []string
+	}{
+		{[]string{"--help"}, []int{0}, []string{"usage: hack/native-kernel.sh", "--build DIR", "at least 5 CPUs"}},
+		{[]string{"-h"}, []int{0}, []string{"usage: hack/native-kernel.sh"}},
+		{[]string{"--bogus"}, []int{2}, []string{"unknown argument: --bogus", "usage:"}},
+		{[]string{"--build"}, []int{2}, []string{"--build needs exactly one directory", "usage:"}},
+		{[]string{"--check", "x"}, []int{2}, []string{"--check takes no argument"}},
+		// Passes on a root cgroup v2 host with 5 idle CPUs; elsewhere it
+		// names what it found.
+		{[]string{"--check"}, []int{0, 1}, []string{"native kernel tier: "}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			cmd := exec.Command("bash", append([]string{"../hack/native-kernel.sh"}, tt.args...)...)
+			cmd.Env = append(cmd.Environ(), "PINFOLD_NATIVE_IDLE=0")
+			out, err := cmd.CombinedOutput()
+			rc := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				rc = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(tt.rc, rc) {
+				t.Errorf("exit %d, want one of %v; output:\n%s", rc, tt.rc, out)
+			}
+			for _, w := range tt.out {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if rc == 1 && !strings.Contains(string(out), "found") {
+				t.Errorf("a failed check does not say what it found:\n%s", out)
 			}
 		})
 	}
