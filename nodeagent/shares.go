@@ -73,8 +73,10 @@ const (
 	// bring a lowered gain back to shareGain.
 	shareRecover = 5
 	// shareThrottled is the fraction of its cpu.max periods in which an
-	// instance used its whole quota from which it counts as at its cap.
-	shareThrottled = 0.5
+	// instance used its whole quota from which it counts as at its cap:
+	// nearly all of them (throttled in only some, it was short in the
+	// others, where a neighbour may have had its CPU).
+	shareThrottled = 0.9
 )
 
 // ShareMember is one instance holding a fragment of a shared CPU.
@@ -199,7 +201,7 @@ func (l *ShareLoop) Step(members []ShareMember, win map[string]ShareWindow) map[
 	return changed
 }
 
-// atCap reports whether an instance used its whole quota in most of the
+// atCap reports whether an instance used its whole quota in nearly all the
 // window's cpu.max periods: its threads waited behind its own cap.
 func atCap(w ShareWindow) bool { return w.Throttled >= shareThrottled }
 

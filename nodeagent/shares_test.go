@@ -309,14 +309,17 @@ func TestShareLoopOwnWaiting(t *testing.T) {
 			t.Fatalf("window %d: an instance waiting behind its own cap took weight: %v", i, ch)
 		}
 	}
-	// Not throttled, the same shortfall is a neighbour's doing.
-	l2 := NewShareLoop()
-	l2.Step(pairMembers, nil)
-	for range 3 {
-		l2.Step(pairMembers, map[string]ShareWindow{"a": {Got: 164, Waiting: 1}, "b": {Got: 130, Waiting: 0.3}})
-	}
-	if w := l2.Weights()["a"]; w <= 70 {
-		t.Errorf("a short by 3.5 %% and not throttled: weight %d, want above 70", w)
+	// Not throttled, or throttled in only some periods (short in the
+	// others), the same shortfall is a neighbour's doing.
+	for _, th := range []float64{0, 0.6} {
+		l2 := NewShareLoop()
+		l2.Step(pairMembers, nil)
+		for range 3 {
+			l2.Step(pairMembers, map[string]ShareWindow{"a": {Got: 164, Waiting: 1, Throttled: th}, "b": {Got: 130, Waiting: 0.3}})
+		}
+		if w := l2.Weights()["a"]; w <= 70 {
+			t.Errorf("a short by 3.5 %% and throttled in %.0f %% of periods: weight %d, want above 70", th*100, w)
+		}
 	}
 }
 
