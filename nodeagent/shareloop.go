@@ -29,11 +29,13 @@ type ShareEnforcer struct {
 }
 
 // shareSample is a member's counters at one time: cpu.stat's usage (its
-// container is the cgroup's path) and cpu.pressure's "some" total in µs.
+// container is the cgroup's path), nr_periods and nr_throttled, and
+// cpu.pressure's "some" total in µs.
 type shareSample struct {
-	cpu   cpuSample
-	stall uint64
-	psi   bool
+	cpu                cpuSample
+	periods, throttled uint64
+	stall              uint64
+	psi                bool
 }
 
 // NewShareEnforcer returns an enforcer writing through cg.
@@ -98,6 +100,12 @@ func (e *ShareEnforcer) sample(p cgroup.Path, now time.Time) (shareSample, error
 		return shareSample{}, err
 	}
 	s := shareSample{cpu: cpuSample{container: p.String(), usageUsec: usageOf(st), at: now}}
+	if n, ok := statField(st, "nr_periods"); ok {
+		s.periods = uint64(n)
+	}
+	if n, ok := statField(st, "nr_throttled"); ok {
+		s.throttled = uint64(n)
+	}
 	if pr, err := e.cg.Read(p, "cpu.pressure"); err == nil {
 		s.stall, s.psi = someTotal(pr)
 	}
@@ -112,6 +120,9 @@ func windowOf(prev, now shareSample, shareBase int) (ShareWindow, bool) {
 		return ShareWindow{}, false
 	}
 	w := ShareWindow{Got: got}
+	if now.periods > prev.periods && now.throttled >= prev.throttled {
+		w.Throttled = min(1, float64(now.throttled-prev.throttled)/float64(now.periods-prev.periods))
+	}
 	if now.psi && prev.psi && now.stall >= prev.stall {
 		w.Waiting = float64(now.stall-prev.stall) / float64(now.cpu.at.Sub(prev.cpu.at).Microseconds())
 	}

@@ -61,67 +61,145 @@ var sweepCases = []sweepCase{
 	{"idle neighbour 1.7/(1.3)", 100, []map[cpuset.CPUID]int{{0: 100, 2: 70}, {1: 100, 2: 30}}, map[int]bool{1: true}},
 }
 
-// sweepModes are how the busy threads come to their cgroups.
-var sweepModes = []string{"inside", "moved", "2s apart"}
+// sweepModes are how the busy threads come to their cgroups. "stacked"
+// forces the state a real kernel settles in (docs/AGENT.md): every
+// instance but the first starts its threads while its cpuset holds only
+// its whole CPUs, and its cpuset is widened to the mapped one after 1 s,
+// so its threads sit stacked there and the shared CPU is the first's until
+// the balancer moves some.
+var sweepModes = []string{"inside", "moved", "2s apart", "stacked"}
 
-// TestKernelShareSweep runs every case with 1, 2, 4, 8 and 16 busy threads
-// per instance, started inside the cgroup, moved in after start, or started
-// 2 s apart, with the cgroup files the agent writes (Map, DefaultScheme)
-// and the share loop running (ShareEnforcer, 1 s windows). After 2 s it
-// measures 2 s windows until every instance is within bounds, the last
-// ending by 14 s: every busy instance must get at least 95 % of min(plan,
-// threads) CPUs on a real kernel (80 % in the TCG guest: sweepTolerance)
-// and none more than its plan + 0.05; in the guest a run outside that is
-// run once more, and the second decides. It prints one table (plan vs
-// got per instance, the worst deviation last). PINFOLD_SWEEP=quick runs
-// only 2 and 16 threads, inside.
+// sweepRunSpec is one run: a case, a thread count, a mode, whether the
+// share loop runs (off: the control).
+type sweepRunSpec struct {
+	c       sweepCase
+	threads int
+	mode    string
+	loop    bool
+}
+
+// sweepPlan is the sweep's runs: the pair in every unforced mode at 1, 2,
+// 4 and 16 threads, the other cases at 2 and 16 threads (the triple also
+// moved in), the forced stacking of the pair at 2, 4 and 16 threads and of
+// the triple at 4, and each stacked run again with the loop off (the
+// control). PINFOLD_SWEEP=quick: the pair at 2 and 16 threads inside, and
+// stacked at 16 with and without the loop.
+func sweepPlan(quick bool) []sweepRunSpec {
+	pair, triple := sweepCases[0], sweepCases[1]
+	var runs []sweepRunSpec
+	add := func(c sweepCase, threads []int, modes []string, loop bool) {
+		for _, n := range threads {
+			for _, mode := range modes {
+				runs = append(runs, sweepRunSpec{c, n, mode, loop})
+			}
+		}
+	}
+	if quick {
+		add(pair, []int{2, 16}, sweepModes[:1], true)
+		add(pair, []int{16}, []string{"stacked"}, true)
+		add(pair, []int{16}, []string{"stacked"}, false)
+		return runs
+	}
+	add(pair, []int{1, 2, 4, 16}, sweepModes[:3], true)
+	add(triple, []int{2, 16}, sweepModes[:2], true)
+	for _, c := range sweepCases[2:] {
+		add(c, []int{2, 16}, sweepModes[:1], true)
+	}
+	for _, loop := range []bool{true, false} {
+		add(pair, []int{2, 4, 16}, []string{"stacked"}, loop)
+		add(triple, []int{4}, []string{"stacked"}, loop)
+	}
+	return runs
+}
+
+// The sweep's clock: every run lasts sweepWindows windows of sweepWindow
+// after its threads are all in place; what it reports is the mean of the
+// windows after sweepSettle (never the first window that passes).
+const (
+	sweepWindow  = time.Second
+	sweepWindows = 12
+	sweepSettle  = 8
+)
+
+// TestKernelShareSweep runs the cases with the cgroup files the agent
+// writes (Map, DefaultScheme) and the share loop running (ShareEnforcer,
+// 1 s windows), over the runs sweepPlan lists. Every run measures 12
+// windows of 1 s after its threads are in place (each printed with -v)
+// and is judged on the mean of the last 4, after a fixed 8 s settle:
+// every busy instance must get at least 95 % of min(plan, threads) CPUs
+// on a real kernel (80 % in the TCG guest: sweepTolerance; 95 % in the
+// forced-stacking runs everywhere) and none more than its plan + 0.05. In
+// the guest an unforced run outside that is run once more, and the second
+// decides; both rows are in the table. The control runs (stacked, loop
+// off) are not judged one by one: the control subtest asserts that at
+// least one misses 95 %, so that the stacked runs are shown able to fail.
+// It prints one table (plan vs mean got per instance, the worst deviation
+// last).
 func TestKernelShareSweep(t *testing.T) {
 	m := kernelManager(t, "sweep")
 	if m.HostCPUs().Len() < 5 {
 		t.Fatalf("the share sweep uses CPUs 0-3 and leaves at least one to the rest of the system (as a host's reserved CPUs): it needs 5; this host has %s", m.HostCPUs())
 	}
-	threads, modes := []int{1, 2, 4, 8, 16}, sweepModes
-	if os.Getenv("PINFOLD_SWEEP") == "quick" {
-		threads, modes = []int{2, 16}, sweepModes[:1]
-	}
 	var rows []string
 	worst, worstAt := 0.0, ""
-	failed := 0
-	for _, c := range sweepCases {
-		for _, n := range threads {
-			for _, mode := range modes {
-				r := sweepRun(t, m, c, n, mode)
-				if !r.ok && os.Getenv("PINFOLD_VM") != "" {
-					// The guest's vCPUs are host threads: under host load
-					// one can lose most of its time for seconds (a loaded
-					// run saw 0.358 of 1.25 once). A run outside the bound
-					// runs again once there; both rows are in the table.
-					rows = append(rows, strings.Replace(r.row, "| "+mode+" |", "| "+mode+" (1st, run again) |", 1))
-					r = sweepRun(t, m, c, n, mode)
-				}
-				rows = append(rows, r.row)
-				if r.worst > worst {
-					worst, worstAt = r.worst, fmt.Sprintf("%s, %d threads, %s", c.name, n, mode)
-				}
-				if !r.ok {
-					failed++
-					t.Errorf("%s, %d threads, %s: out of bounds: %s", c.name, n, mode, r.row)
-				}
+	failed, firstMiss, runs := 0, 0, 0
+	controlMissed, controls := 0, 0
+	for _, r := range sweepPlan(os.Getenv("PINFOLD_SWEEP") == "quick") {
+		name := fmt.Sprintf("%s, %d threads, %s", r.c.name, r.threads, r.mode)
+		if !r.loop {
+			name += ", loop off"
+		}
+		res := sweepRun(t, m, r)
+		runs++
+		if !r.loop {
+			controls++
+			if !res.ok {
+				controlMissed++
 			}
+			rows = append(rows, res.row)
+			continue
+		}
+		if !res.ok && os.Getenv("PINFOLD_VM") != "" && r.mode != "stacked" {
+			// The guest's vCPUs are host threads: under host load one can
+			// lose most of its time for seconds (a loaded run saw 0.358
+			// of 1.25 once). An unforced run outside the bound runs again
+			// once there; both rows are in the table.
+			firstMiss++
+			rows = append(rows, strings.Replace(res.row, "| "+r.mode+" |", "| "+r.mode+" (1st, run again) |", 1))
+			res = sweepRun(t, m, r)
+		}
+		rows = append(rows, res.row)
+		if res.worst > worst {
+			worst, worstAt = res.worst, name
+		}
+		if !res.ok {
+			failed++
+			t.Errorf("%s: out of bounds: %s", name, res.row)
 		}
 	}
-	t.Logf("share sweep on %s (%d CPUs, %s), scheme %s, share loop on, bound %.0f %% of min(plan, threads); got = CPUs in the last 2 s window\n"+
-		"| case | threads | start | plan → got per instance | worst deviation | settled after |\n|---|---|---|---|---|---|\n%s\n"+
-		"worst deviation below the bound: %.1f %% (%s); %d of %d runs out of bounds",
-		hostDesc(), m.HostCPUs().Len(), runtime.GOARCH, DefaultScheme, 100*(1-sweepTolerance()), strings.Join(rows, "\n"), worst*100, worstAt, failed, len(rows))
+	t.Logf("share sweep on %s (%d CPUs, %s), scheme %s, %s; bound %.0f %% of min(plan, threads) (95 %% stacked); got = mean CPUs over %d–%d s after the threads were in place\n"+
+		"| case | threads | start | loop | plan → got per instance | worst deviation | bound |\n|---|---|---|---|---|---|---|\n%s\n"+
+		"worst deviation below the bound with the loop on: %.1f %% (%s); %d of %d runs with the loop on out of bounds (%d missed at the first try and ran again); control (loop off, stacked): %d of %d missed 95 %%",
+		hostDesc(), m.HostCPUs().Len(), runtime.GOARCH, DefaultScheme, time.Now().UTC().Format("2006-01-02"), 100*(1-sweepTolerance()),
+		sweepSettle, sweepWindows, strings.Join(rows, "\n"), worst*100, worstAt, failed, runs-controls, firstMiss, controlMissed, controls)
+	t.Run("control", func(t *testing.T) {
+		if controls == 0 {
+			t.Skip("no control runs in this plan")
+		}
+		if controlMissed == 0 {
+			t.Errorf("with the loop off every one of %d stacked runs held 95 %% of plan: the forced stacking does not stack on this machine, and the stacked runs with the loop on show nothing", controls)
+		}
+	})
 }
 
 // sweepTolerance is how far below min(plan, threads) a busy instance may
-// be: the agent's bound (5 %) on a real kernel; 20 % in the TCG guest,
-// whose scheduler does not schedule like real SMP hardware (vCPUs are
-// host threads on 2 cores: the same code measured 4.9–13.5 % worst over
-// four runs there). The guest still catches what breaks the mapping or
-// the loop (a stacked instance loses 23 %; a missing cap overshoots).
+// be in an unforced run: the agent's bound (5 %) on a real kernel; 20 %
+// in the TCG guest, whose scheduler does not schedule like real SMP
+// hardware (vCPUs are host threads on 2 cores: the same code measured
+// 4.9–13.5 % worst over four runs there). The guest still catches what
+// breaks the mapping or the loop (a stacked instance loses 23 %; a
+// missing cap overshoots). The forced-stacking runs are held to 5 %
+// everywhere.
 func sweepTolerance() float64 {
 	if os.Getenv("PINFOLD_VM") != "" {
 		return 0.20
@@ -137,11 +215,13 @@ type sweepResult struct {
 	ok    bool
 }
 
-func sweepRun(t *testing.T, m *cgroup.Manager, c sweepCase, n int, mode string) sweepResult {
+func sweepRun(t *testing.T, m *cgroup.Manager, r sweepRunSpec) sweepResult {
 	t.Helper()
+	c, n, mode := r.c, r.threads, r.mode
 	h := Host{CPUs: m.HostCPUs(), Mems: m.HostMems(), ShareBase: c.shareBase}
 	var ins []model.Instance
 	paths := map[string]cgroup.Path{}
+	specs := map[string]cgroup.Spec{}
 	for i, cpus := range c.cpus {
 		id := string(rune('a' + i))
 		in := model.Instance{ID: id, Allocation: model.Allocation{Bind: true, CPUs: cpus, NUMANode: -1, Memory: 64 << 20}}
@@ -151,6 +231,20 @@ func sweepRun(t *testing.T, m *cgroup.Manager, c sweepCase, n int, mode string) 
 		spec := cgroup.Spec{Path: p, CPUs: &w.Resources.CPUs, Mems: &w.Resources.Mems, CPUWeight: w.CPUWeight, CPUMax: &cgroup.CPUMax{Quota: cgroup.Max}}
 		if w.Resources.CPUQuota > 0 {
 			spec.CPUMax = &cgroup.CPUMax{Quota: w.Resources.CPUQuota, Period: uint64(w.Resources.PeriodUsec())}
+		}
+		specs[id] = spec
+		if mode == "stacked" && i > 0 {
+			// Only its whole CPUs at first.
+			var whole []cpuset.CPUID
+			for cpu, pieces := range cpus {
+				if pieces >= c.shareBase {
+					whole = append(whole, cpu)
+				}
+			}
+			if len(whole) > 0 {
+				narrow := cpuset.Of(whole...)
+				spec.CPUs = &narrow
+			}
 		}
 		if err := m.Apply(context.Background(), spec); err != nil {
 			t.Fatal(err)
@@ -171,6 +265,30 @@ func sweepRun(t *testing.T, m *cgroup.Manager, c sweepCase, n int, mode string) 
 			p.Wait()
 		}
 	}()
+	// The share loop, as the agent runs it: from before the threads start.
+	members := ShareMembers(h, ins, DefaultScheme)
+	var e *ShareEnforcer
+	if r.loop {
+		e = NewShareEnforcer(m, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			tick := time.NewTicker(time.Second)
+			defer tick.Stop()
+			for {
+				if err := e.Tick(ctx, members, paths, c.shareBase, time.Now()); err != nil && ctx.Err() == nil {
+					t.Errorf("share loop: %v", err)
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		}()
+		defer func() { cancel(); <-done }()
+	}
 	env := fmt.Sprintf("GOMAXPROCS=%d", n)
 	for i, in := range ins {
 		if c.idle[i] {
@@ -196,41 +314,48 @@ func sweepRun(t *testing.T, m *cgroup.Manager, c sweepCase, n int, mode string) 
 		dir.Close()
 		procs = append(procs, cmd)
 	}
-	// The share loop, as the agent runs it.
-	e := NewShareEnforcer(m, nil)
-	members := ShareMembers(h, ins, DefaultScheme)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			if err := e.Tick(ctx, members, paths, c.shareBase, time.Now()); err != nil && ctx.Err() == nil {
-				t.Errorf("share loop: %v", err)
+	if mode == "stacked" {
+		time.Sleep(time.Second) // the threads are placed on the whole CPUs
+		for _, in := range ins[1:] {
+			if err := m.Apply(context.Background(), cgroup.Spec{Path: paths[in.ID], CPUs: specs[in.ID].CPUs}); err != nil {
+				t.Fatal(err)
 			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	defer func() { cancel(); <-done }()
-
-	start := time.Now()
-	time.Sleep(2 * time.Second)
-	// Measure until the agent's own bound holds (or 14 s); judge the last
-	// window against this machine's bound.
-	for {
-		got := measure(t, m, ins, paths, 2*time.Second)
-		strict := judge(c, ins, n, got, e.Weights(), shareTolerance)
-		if strict.ok || time.Since(start) >= 12*time.Second { // the last window ends by 14 s
-			res := judge(c, ins, n, got, e.Weights(), sweepTolerance())
-			res.row = fmt.Sprintf("| %s | %d | %s | %s %s |", c.name, n, mode, res.row, time.Since(start).Round(time.Second))
-			return res
 		}
 	}
+	label := fmt.Sprintf("%s, %d threads, %s, loop %s", c.name, n, mode, map[bool]string{true: "on", false: "off"}[r.loop])
+	weights := func() map[string]uint64 { // the loop's, or the mapped ones when it is off
+		if e == nil {
+			w := map[string]uint64{}
+			for id, sp := range specs {
+				w[id] = sp.CPUWeight
+			}
+			return w
+		}
+		return e.Weights()
+	}
+	sum := map[string]float64{}
+	for i := range sweepWindows {
+		got := measure(t, m, ins, paths, sweepWindow)
+		var cells []string
+		for _, in := range ins {
+			cells = append(cells, fmt.Sprintf("%s %.3f (w %d)", in.ID, got[in.ID], weights()[in.ID]))
+			if i >= sweepSettle {
+				sum[in.ID] += got[in.ID]
+			}
+		}
+		t.Logf("%s: window %d (%d–%d s): %s", label, i+1, i, i+1, strings.Join(cells, "; "))
+	}
+	mean := map[string]float64{}
+	for id, v := range sum {
+		mean[id] = v / float64(sweepWindows-sweepSettle)
+	}
+	tol := sweepTolerance()
+	if mode == "stacked" {
+		tol = shareTolerance
+	}
+	res := judge(c, ins, n, mean, weights(), tol)
+	res.row = fmt.Sprintf("| %s | %d | %s | %s | %s %.0f %% |", c.name, n, mode, map[bool]string{true: "on", false: "off"}[r.loop], res.row, 100*(1-tol))
+	return res
 }
 
 // measure is each instance's CPUs over one window, from cpu.stat.
