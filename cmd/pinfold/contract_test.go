@@ -424,7 +424,7 @@ func TestCapacityRefusesWhatDeployRefuses(t *testing.T) {
 		{"deploy", "tiny", "--count", "1", "--cpu", "0.01", "--bind", "--memory", "4MiB", "--image", "i"},
 	} {
 		out, errOut, code := run(cmd...)
-		if code != exitBadInput || !strings.Contains(errOut, "memory = 4194304: want at least 6291456") {
+		if code != exitBadInput || !strings.Contains(errOut, "6 MiB") {
 			t.Errorf("pinfold %v: exit %d, stdout %q, stderr %q; want exit 2 naming the smallest memory", cmd, code, out, errOut)
 		}
 	}
