@@ -1,0 +1,193 @@
+//go:build linux && kernel
+
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinfold/pinfold/cgroup"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/test/testenv"
+)
+
+// Fixed times of the split measurement: the threads settle (and the sweep
+// acts) for splitSettle, then CPU use is the mean over splitWindow. Never
+// "the first window within bounds".
+const (
+	splitSettle = 4 * time.Second
+	splitWindow = 8 * time.Second
+)
+
+// TestKernelSplit: two instances a (CPU 0 + 0.7 of CPU 2) and b (CPU 1 +
+// 0.3 of CPU 2) with busy threads, b's threads FORCED TO STACK on its
+// whole CPU (each thread's affinity set to CPU 1 after it started: the
+// state the real kernel's load balancer settles in, docs/AGENT.md). With
+// the split scheme (threaded children, swept every second by the agent's
+// own splitTick) each instance is within 5 % of its plan. The control, the
+// capped scheme (the default) in the same stacked state, must miss it:
+// it proves the measurement can fail. Both figures are logged.
+func TestKernelSplit(t *testing.T) {
+	testenv.RequireKernel(t)
+	if n := cpuset.MustParseCPUs(readTrim(t, "/sys/fs/cgroup/cpuset.cpus.effective")).Len(); n < 3 {
+		t.Fatalf("TestKernelSplit needs CPUs 0-2; the host has %d", n)
+	}
+	for _, threads := range []int{2, 4} {
+		for _, scheme := range []Scheme{SchemeSplit, SchemeCapped} {
+			t.Run(fmt.Sprintf("%s/%d-threads", scheme, threads), func(t *testing.T) {
+				got := splitRun(t, scheme, threads)
+				plan := map[string]float64{"a": 1.7, "b": 1.3}
+				var missed []string
+				for _, id := range []string{"a", "b"} {
+					if d := (got[id] - plan[id]) / plan[id]; d < -0.05 || d > 0.05 {
+						missed = append(missed, fmt.Sprintf("%s %.3f (plan %.1f, %+.1f %%)", id, got[id], plan[id], 100*d))
+					}
+				}
+				t.Logf("%s, %d busy threads each, b stacked on CPU 1: a %.3f, b %.3f (plan 1.7 / 1.3; %s settle, %s window)",
+					scheme, threads, got["a"], got["b"], splitSettle, splitWindow)
+				switch {
+				case scheme == SchemeSplit && len(missed) > 0:
+					t.Errorf("split scheme: not within 5 %% of plan: %v", missed)
+				case scheme != SchemeSplit && len(missed) == 0:
+					t.Errorf("control (%s, stacked) within 5 %% of plan: the stacking was not forced, the test proves nothing", scheme)
+				}
+			})
+		}
+	}
+}
+
+// splitRun sets a and b up under scheme in a fresh subtree, starts threads
+// busy threads in each, stacks b's on CPU 1, runs the agent's split tick
+// every second (it does nothing under other schemes) and returns each
+// instance's CPUs used over splitWindow after splitSettle.
+func splitRun(t *testing.T, scheme Scheme, threads int) map[string]float64 {
+	parent := fmt.Sprintf("pinfold-split-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	m, err := cgroup.OpenHost(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		os.Remove(filepath.Join(cgroup.HostMount, parent))
+	})
+	ctx := context.Background()
+	h := Host{CPUs: m.HostCPUs(), Mems: m.HostMems(), ShareBase: 100}
+	ins := []model.Instance{
+		{ID: "a", Allocation: model.Allocation{Bind: true, NUMANode: -1, Memory: 256 << 20, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}}},
+		{ID: "b", Allocation: model.Allocation{Bind: true, NUMANode: -1, Memory: 256 << 20, CPUs: map[cpuset.CPUID]int{1: 100, 2: 30}}},
+	}
+	a := &Agent{cfg: Config{Scheme: scheme}, cg: m, log: slog.New(slog.DiscardHandler), host: h, desired: ins,
+		records: map[string]*record{}, threadState: procThreadState("/proc")}
+	procs := map[string]*os.Process{}
+	for _, in := range ins {
+		p := cgroup.MustParsePath(parent + "/" + in.ID)
+		// The container's own files, as the agent writes them (reassert).
+		if err := m.Apply(ctx, reassertSpec(p, Map(h, in, scheme, h.CPUs), nil)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // after the helpers are killed (cleanups run last first)
+			tw := threadedWriter(m)
+			if err := a.splitTeardown(ctx, tw, p); err != nil {
+				t.Logf("teardown %s: %v", p, err)
+			}
+			if err := m.Remove(ctx, p); err != nil {
+				t.Logf("remove %s: %v", p, err)
+			}
+		})
+		a.records[in.ID] = &record{cgroup: &p}
+		dir, err := os.Open(filepath.Join(cgroup.HostMount, p.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[in.ID] = testenv.StartHelperWith(t, "spin:"+strconv.Itoa(threads),
+			&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}, "GOMAXPROCS="+strconv.Itoa(threads)).Process
+		dir.Close()
+	}
+	// Stack b: every thread it has once its busy threads run, on CPU 1.
+	time.Sleep(500 * time.Millisecond)
+	var one unix.CPUSet
+	one.Set(1)
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", procs["b"].Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range tids {
+		tid, _ := strconv.Atoi(e.Name())
+		if err := unix.SchedSetaffinity(tid, &one); err != nil && !errors.Is(err, unix.ESRCH) {
+			t.Fatalf("sched_setaffinity(%d, CPU 1): %v", tid, err)
+		}
+	}
+	// The agent's window: the split tick every second (as shareLoop).
+	tickCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if err := a.splitTick(tickCtx); err != nil && tickCtx.Err() == nil {
+				t.Errorf("split tick: %v", err)
+			}
+			select {
+			case <-tickCtx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	defer func() { stop(); wg.Wait() }()
+	time.Sleep(splitSettle)
+	before := map[string]uint64{}
+	for _, in := range ins {
+		st, err := m.Stats(*a.records[in.ID].cgroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[in.ID] = st.CPUUsageUsec
+	}
+	t0 := time.Now()
+	time.Sleep(splitWindow)
+	wall := float64(time.Since(t0).Microseconds())
+	got := map[string]float64{}
+	for _, in := range ins {
+		st, err := m.Stats(*a.records[in.ID].cgroup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[in.ID] = float64(st.CPUUsageUsec-before[in.ID]) / wall
+	}
+	if scheme == SchemeSplit {
+		for _, in := range ins {
+			p := *a.records[in.ID].cgroup
+			typ, _ := m.Type(p)
+			var where []string
+			for _, c := range []string{"", "/" + SplitWholeName, "/" + SplitFragName} {
+				ts, _ := m.Threads(cgroup.MustParsePath(p.String() + c))
+				where = append(where, fmt.Sprintf("%q %v", c, ts))
+			}
+			t.Logf("%s: cgroup.type %q, threads %v", in.ID, typ, where)
+		}
+	}
+	return got
+}
+
+func readTrim(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
