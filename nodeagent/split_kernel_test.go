@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -89,7 +90,8 @@ func splitRun(t *testing.T, scheme Scheme, threads int) map[string]float64 {
 		{ID: "a", Allocation: model.Allocation{Bind: true, NUMANode: -1, Memory: 256 << 20, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}}},
 		{ID: "b", Allocation: model.Allocation{Bind: true, NUMANode: -1, Memory: 256 << 20, CPUs: map[cpuset.CPUID]int{1: 100, 2: 30}}},
 	}
-	a := &Agent{cfg: Config{Scheme: scheme}, cg: m, log: slog.New(slog.DiscardHandler), host: h, desired: ins,
+	moves := &sweepCounter{}
+	a := &Agent{cfg: Config{Scheme: scheme}, cg: m, log: slog.New(moves), host: h, desired: ins,
 		records: map[string]*record{}, threadState: procThreadState("/proc")}
 	procs := map[string]*os.Process{}
 	for _, in := range ins {
@@ -149,25 +151,41 @@ func splitRun(t *testing.T, scheme Scheme, threads int) map[string]float64 {
 	}()
 	defer func() { stop(); wg.Wait() }()
 	time.Sleep(splitSettle)
-	before := map[string]uint64{}
+	// What each instance (and each of its children) used, and what each
+	// CPU was busy with, over the window.
+	groups := map[string]cgroup.Path{}
 	for _, in := range ins {
-		st, err := m.Stats(*a.records[in.ID].cgroup)
-		if err != nil {
-			t.Fatal(err)
+		p := *a.records[in.ID].cgroup
+		groups[in.ID] = p
+		if scheme == SchemeSplit {
+			groups[in.ID+"/whole"] = cgroup.MustParsePath(p.String() + "/" + SplitWholeName)
+			groups[in.ID+"/frag"] = cgroup.MustParsePath(p.String() + "/" + SplitFragName)
 		}
-		before[in.ID] = st.CPUUsageUsec
 	}
+	usage := func() map[string]uint64 {
+		out := map[string]uint64{}
+		for k, p := range groups {
+			if st, err := m.Stats(p); err == nil {
+				out[k] = st.CPUUsageUsec
+			}
+		}
+		return out
+	}
+	before, movesBefore := usage(), moves.n.Load()
 	t0 := time.Now()
 	time.Sleep(splitWindow)
 	wall := float64(time.Since(t0).Microseconds())
+	after, movesIn := usage(), moves.n.Load()-movesBefore
 	got := map[string]float64{}
-	for _, in := range ins {
-		st, err := m.Stats(*a.records[in.ID].cgroup)
-		if err != nil {
-			t.Fatal(err)
+	var detail []string
+	for _, k := range []string{"a", "a/whole", "a/frag", "b", "b/whole", "b/frag"} {
+		if _, ok := after[k]; ok {
+			got[k] = float64(after[k]-before[k]) / wall
+			detail = append(detail, fmt.Sprintf("%s %.3f", k, got[k]))
 		}
-		got[in.ID] = float64(st.CPUUsageUsec-before[in.ID]) / wall
 	}
+	detail = append(detail, fmt.Sprintf("sweeps that moved threads in the window: %d", movesIn))
+	t.Logf("%s, %d threads: %s", scheme, threads, strings.Join(detail, ", "))
 	if scheme == SchemeSplit {
 		for _, in := range ins {
 			p := *a.records[in.ID].cgroup
@@ -175,13 +193,36 @@ func splitRun(t *testing.T, scheme Scheme, threads int) map[string]float64 {
 			var where []string
 			for _, c := range []string{"", "/" + SplitWholeName, "/" + SplitFragName} {
 				ts, _ := m.Threads(cgroup.MustParsePath(p.String() + c))
-				where = append(where, fmt.Sprintf("%q %v", c, ts))
+				var marked []string
+				for _, tid := range ts {
+					r, _ := a.threadState(tid)
+					mark := ""
+					if r {
+						mark = "R"
+					}
+					marked = append(marked, strconv.Itoa(tid)+mark)
+				}
+				where = append(where, fmt.Sprintf("%q %v", c, marked))
 			}
 			t.Logf("%s: cgroup.type %q, threads %v", in.ID, typ, where)
 		}
 	}
 	return got
 }
+
+// sweepCounter counts the agent's "split sweep" log lines: one per
+// instance and window in which the sweep moved threads.
+type sweepCounter struct{ n atomic.Int64 }
+
+func (c *sweepCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *sweepCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "split sweep" {
+		c.n.Add(1)
+	}
+	return nil
+}
+func (c *sweepCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *sweepCounter) WithGroup(string) slog.Handler      { return c }
 
 func readTrim(t *testing.T, path string) string {
 	t.Helper()
