@@ -1,0 +1,270 @@
+//go:build linux && kernel
+
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/pinfold/pinfold/cgroup"
+	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/test/testenv"
+)
+
+// Fixed times of the split measurement: the threads settle (and the sweep
+// acts) for splitSettle, then CPU use is the mean over splitWindow. Never
+// "the first window within bounds".
+const (
+	splitSettle = 4 * time.Second
+	splitWindow = 8 * time.Second
+)
+
+// TestKernelSplit: two instances a (CPU 0 + 0.7 of CPU 2) and b (CPU 1 +
+// 0.3 of CPU 2) with busy threads, b's threads FORCED TO STACK on its
+// whole CPU (each thread's affinity set to CPU 1 after it started: the
+// state the real kernel's load balancer settles in, docs/AGENT.md). With
+// the split scheme (threaded children, swept every second by the agent's
+// own splitTick) each instance is within 5 % of its plan. The control, the
+// capped scheme (the default) in the same stacked state, must miss it:
+// it proves the measurement can fail. Both figures are logged.
+func TestKernelSplit(t *testing.T) {
+	testenv.RequireKernel(t)
+	if n := cpuset.MustParseCPUs(readTrim(t, "/sys/fs/cgroup/cpuset.cpus.effective")).Len(); n < 3 {
+		t.Fatalf("TestKernelSplit needs CPUs 0-2; the host has %d", n)
+	}
+	for _, threads := range []int{2, 4} {
+		for _, variant := range []string{string(SchemeSplit), "split+burst", string(SchemeCapped)} {
+			scheme, burst := Scheme(variant), false
+			if variant == "split+burst" {
+				// An experiment, not the agent's mapping: pinfold-frag's
+				// cpu.max.burst = its quota, so time a throttle gap or a
+				// neighbour's turn cost it can come back later.
+				scheme, burst = SchemeSplit, true
+			}
+			t.Run(fmt.Sprintf("%s/%d-threads", variant, threads), func(t *testing.T) {
+				got := splitRun(t, scheme, threads, burst)
+				plan := map[string]float64{"a": 1.7, "b": 1.3}
+				var missed []string
+				for _, id := range []string{"a", "b"} {
+					if d := (got[id] - plan[id]) / plan[id]; d < -0.05 || d > 0.05 {
+						missed = append(missed, fmt.Sprintf("%s %.3f (plan %.1f, %+.1f %%)", id, got[id], plan[id], 100*d))
+					}
+				}
+				t.Logf("%s, %d busy threads each, b stacked on CPU 1: a %.3f, b %.3f (plan 1.7 / 1.3; %s settle, %s window)",
+					variant, threads, got["a"], got["b"], splitSettle, splitWindow)
+				if os.Getenv("PINFOLD_VM") != "" {
+					// The TCG guest loses 3-16 % of a busy vCPU to its
+					// host (docs/AGENT.md): the 5 % bound is asserted
+					// natively only. The guest asserts what separates the
+					// mechanism from the control there: stacked b gets
+					// its fragment (its pinfold-frag uses at least half
+					// of it, as a's does) under split, none of it (b at
+					// most 1.05) under capped.
+					switch {
+					case scheme == SchemeSplit && (got["b/frag"] < 0.15 || got["a/frag"] < 0.35):
+						t.Errorf("split scheme in the guest: the fragments' children used a %.3f (of 0.7), b %.3f (of 0.3): want at least half each", got["a/frag"], got["b/frag"])
+					case scheme != SchemeSplit && got["b"] > 1.05:
+						t.Errorf("control (%s, stacked) in the guest: b %.3f, more than its whole CPU: the stacking was not forced, the test proves nothing", scheme, got["b"])
+					}
+					return
+				}
+				switch {
+				case scheme == SchemeSplit && len(missed) > 0:
+					t.Errorf("split scheme: not within 5 %% of plan: %v", missed)
+				case scheme != SchemeSplit && len(missed) == 0:
+					t.Errorf("control (%s, stacked) within 5 %% of plan: the stacking was not forced, the test proves nothing", scheme)
+				}
+			})
+		}
+	}
+}
+
+// splitRun sets a and b up under scheme in a fresh subtree, starts threads
+// busy threads in each, stacks b's on CPU 1, runs the agent's split tick
+// every second (it does nothing under other schemes) and returns each
+// instance's CPUs used over splitWindow after splitSettle.
+func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]float64 {
+	parent := fmt.Sprintf("pinfold-split-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	m, err := cgroup.OpenHost(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Close()
+		os.Remove(filepath.Join(cgroup.HostMount, parent))
+	})
+	ctx := context.Background()
+	h := Host{CPUs: m.HostCPUs(), Mems: m.HostMems(), ShareBase: 100}
+	ins := []model.Instance{
+		{ID: "a", Allocation: model.Allocation{Bind: true, NUMANode: -1, Memory: 256 << 20, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}}},
+		{ID: "b", Allocation: model.Allocation{Bind: true, NUMANode: -1, Memory: 256 << 20, CPUs: map[cpuset.CPUID]int{1: 100, 2: 30}}},
+	}
+	moves := &sweepCounter{}
+	a := &Agent{cfg: Config{Scheme: scheme}, cg: m, log: slog.New(moves), host: h, desired: ins,
+		records: map[string]*record{}, threadState: procThreadState("/proc")}
+	procs := map[string]*os.Process{}
+	for _, in := range ins {
+		p := cgroup.MustParsePath(parent + "/" + in.ID)
+		// The container's own files, as the agent writes them (reassert).
+		if err := m.Apply(ctx, reassertSpec(p, Map(h, in, scheme, h.CPUs), nil)); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // after the helpers are killed (cleanups run last first)
+			tw := threadedWriter(m)
+			if err := a.splitTeardown(ctx, tw, p); err != nil {
+				t.Logf("teardown %s: %v", p, err)
+			}
+			if err := m.Remove(ctx, p); err != nil {
+				t.Logf("remove %s: %v", p, err)
+			}
+		})
+		a.records[in.ID] = &record{cgroup: &p}
+		dir, err := os.Open(filepath.Join(cgroup.HostMount, p.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[in.ID] = testenv.StartHelperWith(t, "spin:"+strconv.Itoa(threads),
+			&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}, "GOMAXPROCS="+strconv.Itoa(threads)).Process
+		dir.Close()
+	}
+	// Stack b: every thread it has once its busy threads run, on CPU 1.
+	time.Sleep(500 * time.Millisecond)
+	var one unix.CPUSet
+	one.Set(1)
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", procs["b"].Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range tids {
+		tid, _ := strconv.Atoi(e.Name())
+		if err := unix.SchedSetaffinity(tid, &one); err != nil && !errors.Is(err, unix.ESRCH) {
+			t.Fatalf("sched_setaffinity(%d, CPU 1): %v", tid, err)
+		}
+	}
+	// The agent's window: the split tick every second (as shareLoop).
+	tickCtx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			if err := a.splitTick(tickCtx); err != nil && tickCtx.Err() == nil {
+				t.Errorf("split tick: %v", err)
+			}
+			select {
+			case <-tickCtx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+	}()
+	defer func() { stop(); wg.Wait() }()
+	if burst {
+		time.Sleep(splitSettle / 2) // the first ticks made the children
+		for _, in := range ins {
+			sp, _ := SplitOf(h, in, scheme)
+			specs, _ := sp.Specs(*a.records[in.ID].cgroup, h.ShareBase)
+			frag := specs[1]
+			if err := m.Apply(ctx, cgroup.Spec{Path: frag.Path, CPUMaxBurst: cgroup.Uint64(uint64(frag.CPUMax.Quota))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(splitSettle / 2)
+	} else {
+		time.Sleep(splitSettle)
+	}
+	// What each instance (and each of its children) used, and what each
+	// CPU was busy with, over the window.
+	groups := map[string]cgroup.Path{}
+	for _, in := range ins {
+		p := *a.records[in.ID].cgroup
+		groups[in.ID] = p
+		if scheme == SchemeSplit {
+			groups[in.ID+"/whole"] = cgroup.MustParsePath(p.String() + "/" + SplitWholeName)
+			groups[in.ID+"/frag"] = cgroup.MustParsePath(p.String() + "/" + SplitFragName)
+		}
+	}
+	usage := func() map[string]uint64 {
+		out := map[string]uint64{}
+		for k, p := range groups {
+			if st, err := m.Stats(p); err == nil {
+				out[k] = st.CPUUsageUsec
+			}
+		}
+		return out
+	}
+	before, movesBefore := usage(), moves.n.Load()
+	t0 := time.Now()
+	time.Sleep(splitWindow)
+	wall := float64(time.Since(t0).Microseconds())
+	after, movesIn := usage(), moves.n.Load()-movesBefore
+	got := map[string]float64{}
+	var detail []string
+	for _, k := range []string{"a", "a/whole", "a/frag", "b", "b/whole", "b/frag"} {
+		if _, ok := after[k]; ok {
+			got[k] = float64(after[k]-before[k]) / wall
+			detail = append(detail, fmt.Sprintf("%s %.3f", k, got[k]))
+		}
+	}
+	detail = append(detail, fmt.Sprintf("sweeps that moved threads in the window: %d", movesIn))
+	t.Logf("%s, %d threads: %s", scheme, threads, strings.Join(detail, ", "))
+	if scheme == SchemeSplit {
+		for _, in := range ins {
+			p := *a.records[in.ID].cgroup
+			typ, _ := m.Type(p)
+			var where []string
+			for _, c := range []string{"", "/" + SplitWholeName, "/" + SplitFragName} {
+				ts, _ := m.Threads(cgroup.MustParsePath(p.String() + c))
+				var marked []string
+				for _, tid := range ts {
+					r, _ := a.threadState(tid)
+					mark := ""
+					if r {
+						mark = "R"
+					}
+					marked = append(marked, strconv.Itoa(tid)+mark)
+				}
+				where = append(where, fmt.Sprintf("%q %v", c, marked))
+			}
+			t.Logf("%s: cgroup.type %q, threads %v", in.ID, typ, where)
+		}
+	}
+	return got
+}
+
+// sweepCounter counts the agent's "split sweep" log lines: one per
+// instance and window in which the sweep moved threads.
+type sweepCounter struct{ n atomic.Int64 }
+
+func (c *sweepCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *sweepCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "split sweep" {
+		c.n.Add(1)
+	}
+	return nil
+}
+func (c *sweepCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *sweepCounter) WithGroup(string) slog.Handler      { return c }
+
+func readTrim(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
