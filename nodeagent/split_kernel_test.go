@@ -46,7 +46,19 @@ func TestKernelSplit(t *testing.T) {
 	if n := cpuset.MustParseCPUs(readTrim(t, "/sys/fs/cgroup/cpuset.cpus.effective")).Len(); n < 3 {
 		t.Fatalf("TestKernelSplit needs CPUs 0-2; the host has %d", n)
 	}
-	for _, threads := range []int{2, 4} {
+	counts := []int{2, 4}
+	if v := os.Getenv("PINFOLD_SPLIT_THREADS"); v != "" {
+		// e.g. "2,8,16" for a longer native run
+		counts = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 || n > 256 {
+				t.Fatalf("PINFOLD_SPLIT_THREADS = %q: want thread counts 1..256, comma-separated", v)
+			}
+			counts = append(counts, n)
+		}
+	}
+	for _, threads := range counts {
 		for _, variant := range []string{string(SchemeSplit), "split+burst", string(SchemeCapped)} {
 			scheme, burst := Scheme(variant), false
 			if variant == "split+burst" {

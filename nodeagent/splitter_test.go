@@ -254,11 +254,11 @@ func TestSplitInAgent(t *testing.T) {
 	}
 }
 
-// TestSplitSchemeOffLeavesNoChildren: under the default scheme no child is
-// made, and a look for leftovers costs nothing once done.
+// TestSplitSchemeOffLeavesNoChildren: under another scheme (capped) no
+// child is made, and a look for leftovers costs nothing once done.
 func TestSplitSchemeOffLeavesNoChildren(t *testing.T) {
 	eng, cg := newFakeEngine(), newFakeThreaded()
-	a := New(Config{Host: "h"}, &fakePlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
+	a := New(Config{Host: "h", Scheme: SchemeCapped}, &fakePlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
 	a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
 	settle(t, a)
 	if err := a.splitTick(context.Background()); err != nil {
