@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,16 +18,12 @@ import (
 
 	"github.com/pinfold/pinfold/planner"
 	"github.com/pinfold/pinfold/planner/pki"
+	"github.com/pinfold/pinfold/test/testenv"
 )
 
 func freeURL(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return "http://" + l.Addr().String()
+	return fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
 }
 
 // TestStartClose: a planner starts with embedded etcd and serves; a second

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,16 +12,12 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/test/testenv"
 )
 
 func freeURL(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return fmt.Sprintf("http://%s", l.Addr())
+	return fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
 }
 
 // startStore starts a single-member embedded etcd (fsync off, history

@@ -6,23 +6,18 @@ package statetest
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/test/testenv"
 )
 
-// freePort asks the kernel for an unused loopback port.
+// freePort is a loopback port below the ephemeral range (testenv.FreePort).
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return testenv.FreePort(t)
 }
 
 // Cluster is a running etcd cluster.
@@ -49,7 +44,26 @@ func StartProxied(t testing.TB, n int, options ...func(*state.EmbedConfig)) *Clu
 	return start(t, n, true, options)
 }
 
+// start starts the cluster, again on fresh ports (up to three times) when a
+// member's port was taken between FreePort and its bind.
 func start(t testing.TB, n int, proxied bool, options []func(*state.EmbedConfig)) *Cluster {
+	t.Helper()
+	var err error
+	for range 3 {
+		var c *Cluster
+		if c, err = tryStart(t, n, proxied, options); err == nil {
+			return c
+		}
+		if !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+		t.Logf("etcd cluster: %v; again on other ports", err)
+	}
+	t.Fatal(err)
+	return nil
+}
+
+func tryStart(t testing.TB, n int, proxied bool, options []func(*state.EmbedConfig)) (*Cluster, error) {
 	t.Helper()
 	dir := t.TempDir()
 	var cfgs []state.EmbedConfig
@@ -88,21 +102,27 @@ func start(t testing.TB, n int, proxied bool, options []func(*state.EmbedConfig)
 		}()
 	}
 	c.Members = make([]*state.Member, n)
+	var err error
 	for range n {
 		r := <-ch
-		if r.err != nil {
-			t.Fatalf("etcd member %d: %v", r.i, r.err)
+		if r.err != nil && err == nil {
+			err = fmt.Errorf("etcd member %d: %w", r.i, r.err)
 		}
 		c.Members[r.i] = r.e
 	}
-	t.Cleanup(func() {
+	closeAll := func() {
 		for _, m := range c.Members {
 			if m != nil {
 				m.Close()
 			}
 		}
-	})
-	return c
+	}
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	t.Cleanup(closeAll)
+	return c, nil
 }
 
 // Freeze makes member i stop answering, as SIGSTOP would: its client and
