@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/test/testenv"
@@ -216,4 +218,52 @@ func TestKernelReadBackAndWriteOrder(t *testing.T) {
 		t.Errorf("after lowering: memory.high %s, memory.max %s", hi, mx)
 	}
 	t.Logf("read back: memory.max %d stored as %d; cpuset.cpus %s", odd, odd-odd%page, cpus)
+}
+
+// TestKernelWritesBlock: the manager writes interface files in blocking
+// mode. Go opens cgroup files O_NONBLOCK (they can be polled), and newer
+// kernels skip the reclaim of a memory.high or memory.max write on such a
+// file; the control shows Go still does so, so that the manager's clearing
+// of the flag is what this test sees.
+func TestKernelWritesBlock(t *testing.T) {
+	m := kernelManager(t)
+	p, _ := m.Parent().Child("block")
+	if err := m.Apply(context.Background(), cgroup.Spec{Path: p, MemoryMax: cgroup.Int64(64 << 20)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Remove(context.Background(), p) })
+	flags := func(f *os.File) int {
+		t.Helper()
+		rc, err := f.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fl int
+		var ferr error
+		if err := rc.Control(func(fd uintptr) { fl, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
+			t.Fatalf("F_GETFL: %v %v", err, ferr)
+		}
+		return fl
+	}
+	for _, file := range []string{"memory.high", "memory.max"} {
+		plain, err := os.OpenFile("/sys/fs/cgroup/"+p.String()+"/"+file, os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		control := flags(plain)&unix.O_NONBLOCK != 0
+		plain.Close()
+		f, err := m.OpenWrite(p, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := flags(f)&unix.O_NONBLOCK != 0
+		f.Close()
+		if !control {
+			t.Errorf("control: os.OpenFile(%s) is not O_NONBLOCK: Go no longer polls cgroup files, and this test no longer shows the manager's fix", file)
+		}
+		if got {
+			t.Errorf("the manager's %s write is O_NONBLOCK: the kernel would skip its reclaim", file)
+		}
+		t.Logf("%s: os.OpenFile O_NONBLOCK %v; the manager's O_NONBLOCK %v", file, control, got)
+	}
 }

@@ -427,15 +427,34 @@ func (m *Manager) read(p Path, name string) (string, error) {
 }
 
 // write opens an existing interface file (never O_CREATE) and writes value
-// with a single write(2).
+// with a single, blocking write(2).
 func (m *Manager) write(p Path, name, value string) error {
-	f, err := m.root.OpenFile(p.file(name), os.O_WRONLY|os.O_TRUNC, 0)
+	f, err := m.openWrite(p, name)
 	if err != nil {
-		return fmt.Errorf("cgroup: open %s: %w", p.file(name), err)
+		return err
 	}
 	defer f.Close()
 	if _, err := f.Write([]byte(value)); err != nil {
 		return fmt.Errorf("cgroup: write %s = %q: %w", p.file(name), value, err)
 	}
 	return nil
+}
+
+// openWrite opens interface file name of p for writing, in blocking mode.
+//
+// Blocking matters: cgroup files can be polled, so Go registers them with
+// its poller and sets O_NONBLOCK on them, and newer kernels (upstream
+// since 2025) make a write to memory.high or memory.max on an O_NONBLOCK
+// file only set the limit, skipping the reclaim that brings the group down
+// to it. A memory shrink then waits for a reclaim that never comes: on
+// Linux 6.18, 96 MiB of clean page cache stayed at 102 MiB for a whole
+// minute (TestKernelMemoryShrink, run natively on 2026-11-26). File.Fd puts
+// the descriptor back into blocking mode.
+func (m *Manager) openWrite(p Path, name string) (*os.File, error) {
+	f, err := m.root.OpenFile(p.file(name), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: open %s: %w", p.file(name), err)
+	}
+	f.Fd()
+	return f, nil
 }

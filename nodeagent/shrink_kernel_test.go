@@ -102,7 +102,7 @@ func TestKernelMemoryShrink(t *testing.T) {
 		before := memCurrent(t, m, p)
 		t0 := time.Now()
 		if err := ShrinkMemory(context.Background(), m, p, 32*MiB, ShrinkOptions{Deadline: 60 * time.Second}); err != nil {
-			t.Fatalf("shrink of page cache from %d MiB to 32 MiB: %v", before/MiB, err)
+			t.Fatalf("shrink of page cache in %s from %d MiB to 32 MiB: %v; memory.stat then: %s", fsOf(file), before/MiB, err, memBreakdown(m, p))
 		}
 		took := time.Since(t0)
 		if err := m.Apply(context.Background(), cgroup.Spec{Path: p, MemoryMax: cgroup.Int64(32 * MiB), MemoryHigh: cgroup.Int64(cgroup.Max)}); err != nil {
@@ -137,4 +137,35 @@ func TestKernelMemoryShrink(t *testing.T) {
 		}
 		t.Logf("hot memory: %.1f MiB in use, gave up after %s: %v", float64(before)/MiB, time.Since(t0).Round(time.Millisecond), err)
 	})
+}
+
+// memBreakdown is the part of p's memory.stat that says what the memory
+// is: anon, file, shmem, dirty and under writeback (MiB).
+func memBreakdown(m *cgroup.Manager, p cgroup.Path) string {
+	s, err := m.Read(p, "memory.stat")
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		switch f[0] {
+		case "anon", "file", "shmem", "file_dirty", "file_writeback", "active_file", "inactive_file", "unevictable":
+			n, _ := strconv.ParseInt(f[1], 10, 64)
+			parts = append(parts, fmt.Sprintf("%s %.1f MiB", f[0], float64(n)/(1<<20)))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// fsOf names the file system holding path (its statfs magic number).
+func fsOf(path string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(path), &st); err != nil {
+		return filepath.Dir(path) + " (" + err.Error() + ")"
+	}
+	return fmt.Sprintf("%s (file system type %#x)", filepath.Dir(path), st.Type)
 }
