@@ -88,35 +88,41 @@ func Plan(p Params, hosts []*Host, r Request) (*Result, error) {
 // request entered (the planner service, the placement rules) plan without
 // checking again.
 func PlanValid(p Params, hosts []*Host, r Request) (*Result, error) {
-	order := slices.Clone(hosts)
-	slices.SortFunc(order, func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) })
+	return planValid(p, hosts, r, true)
+}
+
+// planValid is PlanValid; one says whether a one-instance request may take
+// planOne's shortcut (tests compare the two).
+func planValid(p Params, hosts []*Host, r Request, one bool) (*Result, error) {
+	byName := func(a, b *Host) int { return cmp.Compare(a.Name, b.Name) }
+	order := hosts // callers mostly pass them sorted (the store keeps them so)
+	if !slices.IsSortedFunc(order, byName) {
+		order = slices.Clone(hosts)
+		slices.SortFunc(order, byName)
+	}
 	sh := shapeOf(p, r)
+	per := uint64(r.Pieces)
+	if !r.Bind {
+		per = uint64(r.MemoryBytes)
+	}
+	if one && r.Count == 1 && r.Fixed == nil && (r.Strategy == Auto || r.Strategy == Global || r.Strategy == Drained) {
+		if res, ok, err := planOne(p, order, sh, per, r); ok {
+			return res, err
+		}
+	}
 	res := &Result{Capacity: make(map[string]int, len(order))}
 	cands := make([]*candidate, 0, len(order))
-	states := make(map[string]*hostState, len(order)) // nil where a memo answered
-	for _, h := range order {
+	backing := make([]candidate, len(order)) // one allocation, not one per host
+	states := map[string]*hostState{}        // nil where a memo answered
+	for i, h := range order {
 		c, st := capacityOf(p, h, sh, r.Bind)
 		if st != nil {
 			states[h.Name] = st
 		}
 		res.Capacity[h.Name] = c.Count
 		res.TotalCapacity += c.Count
-		cand := &candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service], tie: tieKey(r.Seed, h.Name), rank: len(r.Rank)}
-		if rk, ok := r.Rank[h.Name]; ok {
-			cand.rank = rk
-		}
-		if l, ok := r.Limit[h.Name]; ok && l < cand.room {
-			cand.room = max(l, 0)
-		}
-		if r.MaxPerHost > 0 && cand.existing+cand.room > r.MaxPerHost {
-			cand.room, cand.capped = max(r.MaxPerHost-cand.existing, 0), true
-		}
-		cand.used, cand.total = usage(p, h, r.Bind)
-		cands = append(cands, cand)
-	}
-	per := uint64(r.Pieces)
-	if !r.Bind {
-		per = uint64(r.MemoryBytes)
+		backing[i] = candidateOf(p, h, c, r)
+		cands = append(cands, &backing[i])
 	}
 	var counts map[string]int
 	if r.Fixed != nil {
@@ -160,6 +166,75 @@ func PlanValid(p Params, hosts []*Host, r Request) (*Result, error) {
 		res.Placements = append(res.Placements, pl...)
 	}
 	return res, nil
+}
+
+// candidateOf is host h, whose capacity for r is c, as the strategies see
+// it before anything is placed.
+func candidateOf(p Params, h *Host, c Capacity, r Request) candidate {
+	cand := candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service], tie: tieKey(r.Seed, h.Name), rank: len(r.Rank)}
+	if rk, ok := r.Rank[h.Name]; ok {
+		cand.rank = rk
+	}
+	if l, ok := r.Limit[h.Name]; ok && l < cand.room {
+		cand.room = max(l, 0)
+	}
+	if r.MaxPerHost > 0 && cand.existing+cand.room > r.MaxPerHost {
+		cand.room, cand.capped = max(r.MaxPerHost-cand.existing, 0), true
+	}
+	if r.Strategy == Global { // only Global compares usage
+		cand.used, cand.total = usage(p, h, r.Bind)
+	}
+	return cand
+}
+
+// planOne is PlanValid for one instance under Auto, Global or Drained:
+// the host those strategies take first is the least candidate in their
+// order among the hosts with room, found in one pass, without building
+// every candidate or the heap (a single deploy over 10,000 hosts is the
+// planner's commonest request). The result is PlanValid's, field for
+// field (TestPlanOneIsTheFullPlan). ok is false when no host has room:
+// the full path words that refusal.
+func planOne(p Params, order []*Host, sh shape, per uint64, r Request) (res *Result, ok bool, err error) {
+	res = &Result{Capacity: make(map[string]int, len(order))}
+	var cand, best candidate
+	var bestHost *Host
+	var bestState *hostState
+	order2 := &candHeap{items: []*candidate{&cand, &best}, global: r.Strategy == Global, per: per}
+	for _, h := range order {
+		c, st := capacityOf(p, h, sh, r.Bind)
+		res.Capacity[h.Name] = c.Count
+		res.TotalCapacity += c.Count
+		cand = candidateOf(p, h, c, r)
+		if cand.room <= 0 {
+			continue
+		}
+		if bestHost != nil {
+			before := order2.Less(0, 1) // Auto's and Global's order
+			if r.Strategy == Drained {
+				before = cand.room < best.room || cand.room == best.room && tieLess(&cand, &best)
+			}
+			if !before {
+				continue
+			}
+		}
+		best, bestHost, bestState = cand, h, st
+	}
+	if bestHost == nil {
+		return nil, false, nil
+	}
+	if !r.Bind {
+		res.Placements = []Placement{{Host: bestHost.Name, Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, NUMANode: -1, Memory: r.MemoryBytes, CPUQuota: r.Pieces}}}
+		return res, true, nil
+	}
+	if bestState == nil {
+		bestState = newHostState(p, bestHost)
+	}
+	pl, err := bestState.placeHost(sh, 1)
+	if err != nil {
+		return nil, true, err
+	}
+	res.Placements = pl
+	return res, true, nil
 }
 
 // usage returns the used and total amounts Global compares: CPU pieces for

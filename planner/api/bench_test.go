@@ -51,10 +51,23 @@ func benchPlanner(b *testing.B, hosts int, noFsync bool) (pinfoldv1connect.Plann
 	b.Cleanup(srv.Close)
 	cl := pinfoldv1connect.NewPlannerServiceClient(srv.Client(), srv.URL)
 	tj, _ := json.Marshal(topologytest.BenchHost().Topology())
-	for i := range hosts {
-		if _, err := cl.RegisterHost(context.Background(), connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: fmt.Sprintf("host-%05d", i), TopologyJson: tj, MemoryShare: 1})); err != nil {
-			b.Fatal(err)
-		}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for range clients {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < hosts; i = int(next.Add(1)) - 1 {
+				if _, err := cl.RegisterHost(context.Background(), connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: fmt.Sprintf("host-%05d", i), TopologyJson: tj, MemoryShare: 1})); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
 	}
 	return cl, svc
 }
@@ -148,6 +161,19 @@ func parallel(b *testing.B, op func(i int) error) *latencies {
 // (0.1 CPU bound, 64 MiB) from 32 clients over 100 hosts.
 func BenchmarkConcurrentDeploys(b *testing.B) {
 	cl, _ := benchPlanner(b, 100, false)
+	ctx := context.Background()
+	cpu0 := processCPU()
+	l := parallel(b, func(i int) error {
+		_, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: fmt.Sprintf("c%d", i%50), Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20}))
+		return err
+	})
+	l.report(b, cpu0)
+}
+
+// BenchmarkConcurrentDeploys10kHosts is BenchmarkConcurrentDeploys over
+// 10,000 hosts; run both in one go to compare the rates on one machine.
+func BenchmarkConcurrentDeploys10kHosts(b *testing.B) {
+	cl, _ := benchPlanner(b, 10000, false)
 	ctx := context.Background()
 	cpu0 := processCPU()
 	l := parallel(b, func(i int) error {

@@ -290,16 +290,13 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 	spreadRule, _ := ParseSpread(string(r.DomainSpread))
 	needRoom := len(s.Buffer)+len(s.Overbooking) > 0 || spreadRule != SpreadOff &&
 		slices.ContainsFunc(v.left, func(h *Host) bool { return h.FaultDomain != "" || h.UpgradeDomain != "" })
+	// Without buffer, overbooking or domains nothing needs each host's
+	// room before the engine runs, which computes it anyway (adj stays nil:
+	// each host's own resources); the capacity row of the report is worked
+	// out only if the engine fails.
 	var room map[string]int
-	adj := map[string]*alloc.Host{}
-	if !needRoom {
-		// Fast path: nothing needs each host's room before the engine runs,
-		// which computes it anyway; the capacity row of the report is
-		// worked out only if the engine fails.
-		for _, h := range v.left {
-			adj[h.Name] = h.Resources
-		}
-	} else {
+	var adj map[string]*alloc.Host
+	if needRoom {
 		var why map[string]string
 		adj, room, why = s.rooms(p, r, v.left, useBuffer)
 		before := v.left
@@ -317,6 +314,15 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 	rank := rankHosts(r, v.left)
 	slices.SortStableFunc(v.left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
 	return softAffinity(p, s, r, v.left, adj, room, rank, v.res, relaxed[RuleAffinity])
+}
+
+// resources is host h as the request may use it: adj's entry, or its own
+// resources when nothing adjusted the hosts (adj nil).
+func resources(adj map[string]*alloc.Host, h *Host) *alloc.Host {
+	if adj == nil {
+		return h.Resources
+	}
+	return adj[h.Name]
 }
 
 // rooms is, per host, its resources under the buffer and overbooking, how
@@ -419,7 +425,7 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 	out.Eliminations = slices.Clone(res.Eliminations)
 	ah := make([]*alloc.Host, len(hosts))
 	for i, h := range hosts {
-		ah[i] = adj[h.Name]
+		ah[i] = resources(adj, h)
 	}
 	req := r.Request
 	req.Rank = rank
@@ -461,7 +467,7 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 			if !slices.ContainsFunc(e.Eliminations, func(x Elimination) bool { return x.Rule == RuleCapacity }) {
 				full := []string{}
 				for _, h := range hosts {
-					if alloc.HostCapacity(p, adj[h.Name], r.Request).Count == 0 {
+					if alloc.HostCapacity(p, resources(adj, h), r.Request).Count == 0 {
 						full = append(full, h.Name)
 					}
 				}
