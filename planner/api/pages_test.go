@@ -27,7 +27,7 @@ import (
 
 // pagePlanner is a planner over embedded etcd (fsync off) served on an
 // httptest server, and a client of it.
-func pagePlanner(t *testing.T) (pinfoldv1connect.PlannerServiceClient, *service.Service, *state.Store) {
+func pagePlanner(t testing.TB) (pinfoldv1connect.PlannerServiceClient, *service.Service, *state.Store) {
 	t.Helper()
 	c := statetest.Start(t, 1, func(e *state.EmbedConfig) { e.UnsafeNoFsync = true })
 	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
@@ -38,7 +38,7 @@ func pagePlanner(t *testing.T) (pinfoldv1connect.PlannerServiceClient, *service.
 }
 
 // registerHosts registers the named hosts (laptops), 16 at a time.
-func registerHosts(t *testing.T, svc *service.Service, names ...string) {
+func registerHosts(t testing.TB, svc *service.Service, names ...string) {
 	t.Helper()
 	topo := topologytest.Laptop().Topology()
 	var wg sync.WaitGroup
@@ -178,6 +178,7 @@ func TestListInstancesPages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	registerHosts(t, svc, "h9") // it gets instances only between pages
 	ids := func(ins []state.InstanceView) []string {
 		var out []string
 		for _, iv := range ins {
@@ -219,8 +220,52 @@ func TestListInstancesPages(t *testing.T) {
 			})
 		}
 	}
+	ref := func(k string) state.InstanceRef {
+		h, id, _ := strings.Cut(k, "/")
+		return state.InstanceRef{Host: h, ID: id}
+	}
+	for _, filter := range []string{"", "a"} {
+		t.Run("deployed and removed between pages/"+filter, func(t *testing.T) {
+			var cursor string // the last key listed before the change
+			var after []string
+			got := walk(t, "", filter, 2, func(page int, last *pinfoldv1.Instance) {
+				if page != 0 {
+					return
+				}
+				cursor = last.Host + "/" + last.Id
+				if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "a", Spec: model.Spec{Image: "img"}, Count: 6, Pieces: 10, Memory: 64 << 20}); err != nil {
+					t.Fatal(err)
+				}
+				if filter == "" {
+					// A host's first instance: h9 joins the hosts listed.
+					res, err := svc.DeployWithRules(ctx, service.DeployRequest{Service: "c", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 10, Memory: 64 << 20,
+						Rules: state.Rules{Policy: "nodes_order", HostsOrder: []string{"h9"}}})
+					if err != nil || len(res.Instances) != 1 || res.Instances[0].Host != "h9" {
+						t.Fatalf("deploy on h9: %+v, %v", res, err)
+					}
+				}
+				now := ids(svc.Instances("h4", filter)) // h9's first instance stays
+				gone := strings.SplitN(now[len(now)-1], "/", 2)[1]
+				if _, err := svc.Remove(ctx, gone); err != nil {
+					t.Fatal(err)
+				}
+				for _, k := range ids(svc.Instances("", filter)) {
+					if ref(k).Compare(ref(cursor)) > 0 {
+						after = append(after, k)
+					}
+				}
+			})
+			i := slices.Index(got, cursor)
+			if i < 0 || !slices.Equal(got[i+1:], after) {
+				t.Errorf("after %s listed %v,\nwant %v", cursor, got[i+1:], after)
+			}
+		})
+	}
 	t.Run("removed between pages", func(t *testing.T) {
 		before := ids(svc.Instances("", ""))
+		if len(before) < 8 {
+			t.Fatalf("%d instances, want 8 or more", len(before))
+		}
 		gone := map[string]bool{}
 		got := walk(t, "", "", 3, func(page int, last *pinfoldv1.Instance) {
 			if page != 0 {
@@ -408,4 +453,55 @@ func TestExportPlanStream(t *testing.T) {
 		}
 	}
 	t.Logf("300 hosts: a %d-byte plan file in %d pieces", len(got), len(sizes))
+}
+
+// BenchmarkListHostsPage: one ListHosts call (the default page, 500 of
+// them) at 1,000 and at 10,000 registered hosts (laptops), client and
+// server in this process: the page's cost, not the cluster's.
+func BenchmarkListHostsPage(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("hosts=%d", n), func(b *testing.B) {
+			cl, svc, _ := pagePlanner(b)
+			registerHosts(b, svc, hostNames("host-", 0, n)...)
+			call := func() {
+				resp, err := cl.ListHosts(context.Background(), connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+				if err != nil || len(resp.Msg.Hosts) != service.DefaultPageSize {
+					b.Fatalf("ListHosts: %v", err)
+				}
+			}
+			call()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				call()
+			}
+		})
+	}
+}
+
+// BenchmarkExportPlan10k: ExportPlan of 10,000 schedulable hosts
+// (laptops), streamed; reports the file's size and its largest piece.
+func BenchmarkExportPlan10k(b *testing.B) {
+	cl, svc, _ := pagePlanner(b)
+	registerHosts(b, svc, hostNames("host-", 0, 10000)...)
+	var size, largest int
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		stream, err := cl.ExportPlan(context.Background(), connect.NewRequest(&pinfoldv1.ExportPlanRequest{}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = 0
+		for stream.Receive() {
+			size += len(stream.Msg().PlanJson)
+			largest = max(largest, len(stream.Msg().PlanJson))
+		}
+		if err := stream.Err(); err != nil {
+			b.Fatal(err)
+		}
+		stream.Close()
+	}
+	b.ReportMetric(float64(size)/(1<<20), "MiB-file")
+	b.ReportMetric(float64(largest)/(1<<10), "KiB-largest-piece")
 }
