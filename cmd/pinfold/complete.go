@@ -6,10 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 )
 
 // completeNames completes a command's first argument with names the
@@ -28,15 +25,15 @@ func completeNames(c *clientFlags, hosts, services, instances bool) cobra.Comple
 		defer cancel()
 		var out []string
 		if hosts {
-			if resp, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{})); err == nil {
-				for _, h := range resp.Msg.Hosts {
+			if hosts, err := allHosts(ctx, cl); err == nil {
+				for _, h := range hosts {
 					out = append(out, h.Name)
 				}
 			}
 		}
 		if services || instances {
-			if resp, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{})); err == nil {
-				for _, in := range resp.Msg.Instances {
+			if ins, err := allInstances(ctx, cl, "", ""); err == nil {
+				for _, in := range ins {
 					if services {
 						out = append(out, in.Service)
 					}

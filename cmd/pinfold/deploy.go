@@ -455,13 +455,13 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				ctx := cmd.Context()
-				cur, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{Service: args[0]}))
+				cur, err := allInstances(ctx, cl, "", args[0])
 				if err != nil {
 					return err
 				}
 				groups := [][]string{nil} // an instance, or all hosts at once
-				if len(cur.Msg.Instances) > 0 && batch > 0 {
-					groups = batches(cur.Msg.Instances, batch)
+				if len(cur) > 0 && batch > 0 {
+					groups = batches(cur, batch)
 				}
 				var all []*pinfoldv1.Instance
 				for i, hosts := range groups {
@@ -585,14 +585,14 @@ CPU each one used over its host's last window next to what it was given.
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				return w.run(cmd, func() error {
-					resp, err := cl.ListInstances(cmd.Context(), connect.NewRequest(&pinfoldv1.ListInstancesRequest{Host: host, Service: service}))
+					ins, err := allInstances(cmd.Context(), cl, host, service)
 					if err != nil {
 						return err
 					}
 					if out.json() {
-						return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+						return writeJSON(cmd.OutOrStdout(), instancesJSON(ins))
 					}
-					return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
+					return printInstances(cmd.OutOrStdout(), ins)
 				})
 			})
 		},

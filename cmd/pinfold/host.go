@@ -153,12 +153,12 @@ type memoryFirstKeep struct {
 // that keep any CPU: from the host list and the instances (no topologies,
 // so the count is bounded by the planner's pool size).
 func keptForMemoryFirstAll(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, hosts map[string]int32) (map[string]memoryFirstKeep, error) {
-	hl, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+	hl, err := allHosts(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
 	var withQuotas []*pinfoldv1.Host
-	for _, h := range hl.Msg.Hosts {
+	for _, h := range hl {
 		if _, ok := hosts[h.Name]; ok && h.MemoryFirstQuotaPieces > 0 {
 			withQuotas = append(withQuotas, h)
 		}
@@ -167,12 +167,23 @@ func keptForMemoryFirstAll(ctx context.Context, cl pinfoldv1connect.PlannerServi
 	if len(withQuotas) == 0 {
 		return out, nil
 	}
-	il, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{}))
+	quota := map[string]bool{}
+	for _, h := range withQuotas {
+		quota[h.Name] = true
+	}
+	var il []*pinfoldv1.Instance // those of the hosts with quotas
+	err = eachInstancePage(ctx, cl, "", "", func(page []*pinfoldv1.Instance) {
+		for _, in := range page {
+			if quota[in.Host] {
+				il = append(il, in)
+			}
+		}
+	})
 	if err != nil {
 		return nil, err
 	}
 	for _, h := range withQuotas {
-		if k := keptForMemoryFirst(h, il.Msg.Instances); k.Count > 0 {
+		if k := keptForMemoryFirst(h, il); k.Count > 0 {
 			out[h.Name] = k
 		}
 	}
@@ -366,20 +377,20 @@ NUMA nodes, instances, fault and upgrade domains, and the agent's version.
 
 // listHosts prints the host list once.
 func listHosts(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, out outputFlag) error {
-	resp, err := cl.ListHosts(cmd.Context(), connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+	hosts, err := allHosts(cmd.Context(), cl)
 	if err != nil {
 		return err
 	}
 	if out.json() {
 		list := []hostJSON{}
-		for _, h := range resp.Msg.Hosts {
+		for _, h := range hosts {
 			list = append(list, toHostJSON(h))
 		}
 		return writeJSON(cmd.OutOrStdout(), list)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tCPU USED/CAPACITY\tMEMORY USED/CAPACITY\tMEMORY-FIRST QUOTA/POOL\tNUMA NODES\tINSTANCES\tFAULT DOMAIN\tUPGRADE DOMAIN\tAGENT")
-	for _, h := range resp.Msg.Hosts {
+	for _, h := range hosts {
 		n := int32(0)
 		for _, v := range h.Instances {
 			n += v

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -96,12 +97,12 @@ function.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				resp, err := cl.ExportPlan(cmd.Context(), connect.NewRequest(&pinfoldv1.ExportPlanRequest{}))
+				plan, err := exportPlan(cmd.Context(), cl)
 				if err != nil {
 					return err
 				}
 				var buf bytes.Buffer
-				if err := json.Indent(&buf, resp.Msg.PlanJson, "", "  "); err != nil {
+				if err := json.Indent(&buf, plan, "", "  "); err != nil {
 					return fmt.Errorf("the planner's plan file: %w", err)
 				}
 				buf.WriteByte('\n')
@@ -345,4 +346,22 @@ func bindWord(b bool) string {
 		return "bound"
 	}
 	return "memory-first"
+}
+
+// exportPlan is the planner's plan file: the pieces ExportPlan streams,
+// concatenated. A stream that ends in an error gives no file.
+func exportPlan(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient) ([]byte, error) {
+	stream, err := cl.ExportPlan(ctx, connect.NewRequest(&pinfoldv1.ExportPlanRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	defer stream.Close()
+	var plan []byte
+	for stream.Receive() {
+		plan = append(plan, stream.Msg().PlanJson...)
+	}
+	if err := stream.Err(); err != nil {
+		return nil, err
+	}
+	return plan, nil
 }

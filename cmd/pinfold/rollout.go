@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
@@ -74,13 +73,13 @@ const (
 // Instances on hosts without an agent, or down, are not waited for: they
 // are named, and the wait ends with exit code 1 (the change is recorded).
 func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want map[string]int64, mode waitMode, timeout time.Duration, progress io.Writer) ([]*pinfoldv1.Instance, error) {
-	hosts, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{}))
+	hosts, err := allHosts(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
 	// Why a host cannot apply anything now ("": it can).
 	cannot := map[string]string{}
-	for _, h := range hosts.Msg.Hosts {
+	for _, h := range hosts {
 		switch {
 		case !h.Agent:
 			cannot[h.Name] = "no agent on host " + h.Name + " (registered by hand; an agent applies it when it registers)"
@@ -91,14 +90,14 @@ func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 	deadline := time.Now().Add(timeout)
 	lastDone := -1
 	for {
-		resp, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{}))
+		all, err := allInstances(ctx, cl, "", "")
 		if err != nil {
 			return nil, err
 		}
 		var got []*pinfoldv1.Instance
 		var failed, unapplied []string
 		done, total := 0, 0
-		for _, in := range resp.Msg.Instances {
+		for _, in := range all {
 			gen, ok := want[in.Id]
 			if !ok {
 				continue

@@ -5,12 +5,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"github.com/chromedp/chromedp"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 )
 
 // TestUILiveCPUMap: the planner's /ui/ in headless Chromium (Debian's
@@ -100,6 +106,25 @@ func TestUILiveCPUMap(t *testing.T) {
 	}
 	if status != "live" || !strings.Contains(rows, ins[0].ID) || !strings.Contains(rows, "1.50") {
 		t.Errorf("status %q, instances table %q: want live, the instances with 1.50 CPUs planned", status, rows)
+	}
+	// More hosts than one page of ListHosts (500): the page walks every
+	// page and lists them all, redrawn from the event stream.
+	cl := pinfoldv1connect.NewPlannerServiceClient(http.DefaultClient, "http://"+addr)
+	tj, err := os.ReadFile("../../numa/testdata/want/laptop-i7-1185g7.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const more = 510
+	for i := range more {
+		if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: fmt.Sprintf("m%04d", i), TopologyJson: tj, MemoryShare: 1})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(fmt.Sprintf(`#hosts tr[data-host="m%04d"]`, more-1))); err != nil {
+		t.Fatalf("the page never listed host m%04d (past the first page of hosts): %v", more-1, err)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#hosts tbody tr").length`)); err != nil || n != more+2 {
+		t.Errorf("the hosts table has %d rows (%v), want %d", n, err, more+2)
 	}
 	if path := os.Getenv("PINFOLD_UI_SCREENSHOT"); path != "" {
 		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

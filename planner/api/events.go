@@ -123,7 +123,7 @@ func (e eventRecorder) WrapStreamingClient(next connect.StreamingClientFunc) con
 }
 
 func (e eventRecorder) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next // the one stream is the agents' watch: nothing to record
+	return next // the streams are the agents' watch and ExportPlan (a read): nothing to record
 }
 
 func errorMessage(err error) string {

@@ -59,13 +59,15 @@ type Planner interface {
 	Replace(context.Context, service.ReplaceRequest) ([]model.Instance, error)
 	Remove(ctx context.Context, target string) ([]string, error)
 	Capacity(service.DeployRequest) (map[string]placement.HostRoom, error)
-	ExportPlan() ([]byte, error)
+	ExportPlan(send func(piece []byte) error) error
 	Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error
 	ReportStatus(ctx context.Context, host, id string, st model.Status) error
 	Health(now time.Time) []service.Warning
 	Hosts() []state.HostView
+	HostsPage(pageSize int, token string) ([]state.HostView, string, error)
 	Host(name string) (state.HostView, bool)
 	Instances(host, service string) []state.InstanceView
+	InstancesPage(host, service string, pageSize int, token string) ([]state.InstanceView, string, error)
 	PlacementSettings() placement.Settings
 	WatchInstances(ctx context.Context, host string, send func(rev int64, h state.HostView, ins []state.InstanceView) error) error
 }
@@ -350,9 +352,15 @@ func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.
 	return connect.NewResponse(&pinfoldv1.RegisterHostResponse{Host: hostMsg(v, s.sb())}), nil
 }
 
-func (s *Server) ListHosts(context.Context, *connect.Request[pinfoldv1.ListHostsRequest]) (*connect.Response[pinfoldv1.ListHostsResponse], error) {
-	out := &pinfoldv1.ListHostsResponse{}
-	for _, v := range s.svc.Hosts() {
+// ListHosts answers one page of hosts (service.HostsPage): a call's
+// memory and message are the page's, not the cluster's.
+func (s *Server) ListHosts(_ context.Context, r *connect.Request[pinfoldv1.ListHostsRequest]) (*connect.Response[pinfoldv1.ListHostsResponse], error) {
+	hosts, next, err := s.svc.HostsPage(int(r.Msg.PageSize), r.Msg.PageToken)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &pinfoldv1.ListHostsResponse{Hosts: make([]*pinfoldv1.Host, 0, len(hosts)), NextPageToken: next}
+	for _, v := range hosts {
 		h := hostMsg(v, s.sb())
 		h.TopologyJson = nil // list stays small; GetHost carries it
 		out.Hosts = append(out.Hosts, h)
@@ -594,9 +602,14 @@ func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.Remove
 	return connect.NewResponse(&pinfoldv1.RemoveResponse{Ids: ids}), nil
 }
 
+// ListInstances answers one page of instances (service.InstancesPage).
 func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
-	out := &pinfoldv1.ListInstancesResponse{}
-	for _, iv := range s.svc.Instances(r.Msg.Host, r.Msg.Service) {
+	ins, next, err := s.svc.InstancesPage(r.Msg.Host, r.Msg.Service, int(r.Msg.PageSize), r.Msg.PageToken)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &pinfoldv1.ListInstancesResponse{Instances: make([]*pinfoldv1.Instance, 0, len(ins)), NextPageToken: next}
+	for _, iv := range ins {
 		m := instanceMsg(iv.Instance, iv.Status, s.sb())
 		if !trusted(ctx) && len(m.Env) > 0 {
 			// A viewer sees the environment's names, never its values (a
@@ -681,10 +694,16 @@ func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv
 	return connect.NewError(connect.CodeUnavailable, err)
 }
 
-func (s *Server) ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error) {
-	b, err := s.svc.ExportPlan()
-	if err != nil {
-		return nil, toConnect(err)
+// ExportPlan streams the plan file in pieces (service.ExportPlan).
+func (s *Server) ExportPlan(ctx context.Context, _ *connect.Request[pinfoldv1.ExportPlanRequest], stream *connect.ServerStream[pinfoldv1.ExportPlanResponse]) error {
+	err := s.svc.ExportPlan(func(piece []byte) error {
+		return stream.Send(&pinfoldv1.ExportPlanResponse{PlanJson: piece})
+	})
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
 	}
-	return connect.NewResponse(&pinfoldv1.ExportPlanResponse{PlanJson: b}), nil
+	return toConnect(err)
 }

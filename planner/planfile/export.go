@@ -27,55 +27,61 @@ func Export(p alloc.Params, s placement.Settings, hosts []*placement.Host) *File
 	order := slices.Clone(hosts)
 	slices.SortFunc(order, func(a, b *placement.Host) int { return strings.Compare(a.Name, b.Name) })
 	for _, ph := range order {
-		r := ph.Resources
-		fh := Host{Name: ph.Name, Topology: r.Topology, Instances: maps.Clone(r.Instances), HostType: ph.Type,
-			FaultDomain: ph.FaultDomain, UpgradeDomain: ph.UpgradeDomain, Disabled: ph.Disabled, Maintenance: ph.Maintenance}
-		if ph.LoadAvg != 0 {
-			l := ph.LoadAvg
-			fh.LoadAvg = &l
-		}
-		fh.Capacity.MemoryBytes, fh.Used.MemoryBytes = r.MemoryBytes, r.MemoryUsed
-		for _, c := range r.CPUs {
-			k := strconv.Itoa(int(c.ID))
-			fh.Capacity.CPUs = append(fh.Capacity.CPUs, Piece{k, c.Capacity})
-			if c.Used != 0 {
-				fh.Used.CPUs = append(fh.Used.CPUs, Piece{k, c.Used})
-			}
-		}
-		for _, n := range r.NUMANodes {
-			id := int(n.ID)
-			fh.NUMANodes = append(fh.NUMANodes, struct {
-				ID          *int   `json:"id"`
-				CPUs        string `json:"cpus"`
-				MemoryBytes int64  `json:"memory_bytes"`
-			}{&id, n.CPUs.String(), n.MemoryBytes})
-			if n.MemoryUsed != 0 {
-				if fh.Used.NUMAMemoryBytes == nil {
-					fh.Used.NUMAMemoryBytes = map[string]int64{}
-				}
-				fh.Used.NUMAMemoryBytes[strconv.Itoa(id)] = n.MemoryUsed
-			}
-		}
-		for q, n := range r.MemoryFirst {
-			if fh.Used.MemoryFirstQuotas == nil {
-				fh.Used.MemoryFirstQuotas = map[string]int{}
-			}
-			fh.Used.MemoryFirstQuotas[strconv.Itoa(q)] = n
-		}
-		if len(ph.Properties) > 0 {
-			fh.Properties = map[string]any{}
-			for k, v := range ph.Properties {
-				switch v.Kind {
-				case placement.Bool:
-					fh.Properties[k] = v.B
-				case placement.Int:
-					fh.Properties[k] = json.Number(strconv.FormatInt(v.I, 10))
-				default:
-					fh.Properties[k] = v.S
-				}
-			}
-		}
-		f.Hosts = append(f.Hosts, fh)
+		f.Hosts = append(f.Hosts, ExportHost(ph))
 	}
 	return f
+}
+
+// ExportHost is one host of Export's file: a host's entry, so that a file
+// can be written a batch of hosts at a time. Pure.
+func ExportHost(ph *placement.Host) Host {
+	r := ph.Resources
+	fh := Host{Name: ph.Name, Topology: r.Topology, Instances: maps.Clone(r.Instances), HostType: ph.Type,
+		FaultDomain: ph.FaultDomain, UpgradeDomain: ph.UpgradeDomain, Disabled: ph.Disabled, Maintenance: ph.Maintenance}
+	if ph.LoadAvg != 0 {
+		l := ph.LoadAvg
+		fh.LoadAvg = &l
+	}
+	fh.Capacity.MemoryBytes, fh.Used.MemoryBytes = r.MemoryBytes, r.MemoryUsed
+	for _, c := range r.CPUs {
+		k := strconv.Itoa(int(c.ID))
+		fh.Capacity.CPUs = append(fh.Capacity.CPUs, Piece{k, c.Capacity})
+		if c.Used != 0 {
+			fh.Used.CPUs = append(fh.Used.CPUs, Piece{k, c.Used})
+		}
+	}
+	for _, n := range r.NUMANodes {
+		id := int(n.ID)
+		fh.NUMANodes = append(fh.NUMANodes, struct {
+			ID          *int   `json:"id"`
+			CPUs        string `json:"cpus"`
+			MemoryBytes int64  `json:"memory_bytes"`
+		}{&id, n.CPUs.String(), n.MemoryBytes})
+		if n.MemoryUsed != 0 {
+			if fh.Used.NUMAMemoryBytes == nil {
+				fh.Used.NUMAMemoryBytes = map[string]int64{}
+			}
+			fh.Used.NUMAMemoryBytes[strconv.Itoa(id)] = n.MemoryUsed
+		}
+	}
+	for q, n := range r.MemoryFirst {
+		if fh.Used.MemoryFirstQuotas == nil {
+			fh.Used.MemoryFirstQuotas = map[string]int{}
+		}
+		fh.Used.MemoryFirstQuotas[strconv.Itoa(q)] = n
+	}
+	if len(ph.Properties) > 0 {
+		fh.Properties = map[string]any{}
+		for k, v := range ph.Properties {
+			switch v.Kind {
+			case placement.Bool:
+				fh.Properties[k] = v.B
+			case placement.Int:
+				fh.Properties[k] = json.Number(strconv.FormatInt(v.I, 10))
+			default:
+				fh.Properties[k] = v.S
+			}
+		}
+	}
+	return fh
 }

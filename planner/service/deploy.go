@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"maps"
 	"slices"
@@ -14,7 +13,6 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
-	"github.com/pinfold/pinfold/planner/planfile"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -230,20 +228,4 @@ func (s *Service) Capacity(r DeployRequest) (map[string]placement.HostRoom, erro
 		return nil, err
 	}
 	return out, nil
-}
-
-// ExportPlan is the schedulable hosts, as placement sees them, and the
-// cluster's settings as a plan file without a request: planning it offline
-// places what a deploy would now.
-func (s *Service) ExportPlan() ([]byte, error) {
-	b, err := json.Marshal(planfile.Export(s.params, s.st.PlacementSettings(), s.st.SchedulablePlacement().Hosts))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > planfile.MaxFileSize {
-		// pinfold plan could not read it back.
-		return nil, errf(Exhausted, "the plan file of %d schedulable hosts would be %d bytes, over the %d a plan file may have",
-			len(s.st.SchedulablePlacement().Hosts), len(b), planfile.MaxFileSize)
-	}
-	return b, nil
 }

@@ -76,6 +76,19 @@ const (
 	// MaxAppliedListLen bounds the cpuset.cpus and cpuset.mems an agent
 	// reports as applied.
 	MaxAppliedListLen = 4096
+	// MaxPageTokenLen bounds a page token: it holds at most a host name
+	// and an instance ID, base64-encoded (pages.go).
+	MaxPageTokenLen = 1024
+)
+
+// Pages of a listing (ListHosts, ListInstances): one call answers at most
+// MaxPageSize entries, so that its memory and its message stay flat in the
+// cluster's size; a page_size of 0 asks for DefaultPageSize.
+const (
+	DefaultPageSize = 500
+	// MaxPageSize: a ListHosts page of 5,000 hosts is about 10 MiB as
+	// protobuf (hosts with 64 CPUs), well under a client's 64 MiB read limit.
+	MaxPageSize = 5000
 )
 
 // ValidateAgentVersion checks the version an agent reports.

@@ -66,7 +66,11 @@ type Store struct {
 	// changed in place, only replaced.
 	schedMu    sync.Mutex
 	schedOrder []string
-	protocol   int
+	// pages are the sorted indexes listings read a page at a time from
+	// (pages.go); orderMu guards them apart from mu, like schedMu.
+	orderMu  sync.Mutex
+	pages    pageIndexes
+	protocol int
 	// topologies interns decoded topologies by their JSON: hosts of one
 	// model share one copy (10,000 identical hosts cost one topology).
 	topologies map[[32]byte]*topology.Topology
@@ -246,6 +250,9 @@ func (s *Store) reset() {
 	s.schedMu.Lock()
 	s.schedOrder = nil
 	s.schedMu.Unlock()
+	s.orderMu.Lock()
+	s.pages = pageIndexes{}
+	s.orderMu.Unlock()
 	s.placement = placement.Settings{}
 	s.topologies = map[[32]byte]*topology.Topology{}
 	s.hostChange = map[string]int64{}
@@ -425,10 +432,14 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 	case "hosts":
 		s.markHost(name, rev)
 		s.dropResources(name)
+		_, had := s.hosts[name]
 		if deleted {
 			delete(s.hosts, name)
 		} else if h, ok := s.decodeHost(val); ok {
 			s.hosts[name] = Doc[Host]{h, rev}
+		}
+		if _, has := s.hosts[name]; has != had {
+			s.dropPages(true, false)
 		}
 		s.reindex(name)
 	case "alloc":
@@ -442,9 +453,18 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 		host, id, _ := strings.Cut(name, "/")
 		if kind == "instances" {
 			s.markHost(host, rev)
+			old, had := s.instances[host][id]
+			_, hadHost := s.instances[host]
 			s.unindex(host, id)
 			setNested(s.instances, host, id, val, rev, deleted)
-			if d, ok := s.instances[host][id]; ok {
+			d, has := s.instances[host][id]
+			if _, hasHost := s.instances[host]; hasHost != hadHost {
+				s.dropPages(false, true)
+			}
+			if had != has || old.Value.Service != d.Value.Service {
+				s.dropPages(false, false, old.Value.Service, d.Value.Service)
+			}
+			if has {
 				svc := d.Value.Service
 				if s.byService[svc] == nil {
 					s.byService[svc] = map[string]string{}

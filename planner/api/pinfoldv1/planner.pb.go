@@ -1425,8 +1425,16 @@ func (x *RegisterHostResponse) GetHost() *Host {
 	return nil
 }
 
+// Listings answer a page at a time, sorted (hosts by name, instances by
+// host then ID): page_size entries at most (0: 500; at most 5000), then
+// call again with page_token set to the answer's next_page_token until it
+// is empty. Tokens are opaque; a page continues after the last entry of
+// the page before, so hosts or instances added or removed between pages
+// never make the others repeat or go missing.
 type ListHostsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	PageSize      int32                  `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string                 `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"` // "": the first page
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1461,9 +1469,24 @@ func (*ListHostsRequest) Descriptor() ([]byte, []int) {
 	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
 }
 
+func (x *ListHostsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListHostsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListHostsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Hosts         []*Host                `protobuf:"bytes,1,rep,name=hosts,proto3" json:"hosts,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"` // "": this was the last page
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1503,6 +1526,13 @@ func (x *ListHostsResponse) GetHosts() []*Host {
 		return x.Hosts
 	}
 	return nil
+}
+
+func (x *ListHostsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type GetHostRequest struct {
@@ -3029,6 +3059,8 @@ type ListInstancesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Host          string                 `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
 	Service       string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	PageSize      int32                  `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // as ListHostsRequest's
+	PageToken     string                 `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3077,9 +3109,24 @@ func (x *ListInstancesRequest) GetService() string {
 	return ""
 }
 
+func (x *ListInstancesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListInstancesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
 type ListInstancesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"` // "": this was the last page
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3119,6 +3166,13 @@ func (x *ListInstancesResponse) GetInstances() []*Instance {
 		return x.Instances
 	}
 	return nil
+}
+
+func (x *ListInstancesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type CapacityRequest struct {
@@ -3274,9 +3328,12 @@ func (*ExportPlanRequest) Descriptor() ([]byte, []int) {
 	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
+// ExportPlan streams the plan file (docs/PLAN.md, without a request) in
+// pieces: the settings, then the hosts a batch at a time; the pieces
+// concatenated in order are the file (JSON).
 type ExportPlanResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	PlanJson      []byte                 `protobuf:"bytes,1,opt,name=plan_json,json=planJson,proto3" json:"plan_json,omitempty"` // a plan file (docs/PLAN.md) without a request
+	PlanJson      []byte                 `protobuf:"bytes,1,opt,name=plan_json,json=planJson,proto3" json:"plan_json,omitempty"` // the next piece of the file
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4230,10 +4287,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\bprotocol\x18\n" +
 	" \x01(\x05R\bprotocol\"<\n" +
 	"\x14RegisterHostResponse\x12$\n" +
-	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\x12\n" +
-	"\x10ListHostsRequest\";\n" +
+	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"N\n" +
+	"\x10ListHostsRequest\x12\x1b\n" +
+	"\tpage_size\x18\x01 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x02 \x01(\tR\tpageToken\"c\n" +
 	"\x11ListHostsResponse\x12&\n" +
-	"\x05hosts\x18\x01 \x03(\v2\x10.pinfold.v1.HostR\x05hosts\"$\n" +
+	"\x05hosts\x18\x01 \x03(\v2\x10.pinfold.v1.HostR\x05hosts\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"$\n" +
 	"\x0eGetHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"k\n" +
 	"\x0fGetHostResponse\x12$\n" +
@@ -4376,12 +4437,16 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\rRemoveRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\"\"\n" +
 	"\x0eRemoveResponse\x12\x10\n" +
-	"\x03ids\x18\x01 \x03(\tR\x03ids\"D\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\"\x80\x01\n" +
 	"\x14ListInstancesRequest\x12\x12\n" +
 	"\x04host\x18\x01 \x01(\tR\x04host\x12\x18\n" +
-	"\aservice\x18\x02 \x01(\tR\aservice\"K\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"s\n" +
 	"\x15ListInstancesResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xc9\x02\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xc9\x02\n" +
 	"\x0fCapacityRequest\x12\x10\n" +
 	"\x03cpu\x18\x01 \x01(\tR\x03cpu\x12\x12\n" +
 	"\x04bind\x18\x02 \x01(\bR\x04bind\x12!\n" +
@@ -4469,7 +4534,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\"?\n" +
 	"\x12ListEventsResponse\x12)\n" +
-	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\xbf\x0e\n" +
+	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\xc1\x0e\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -4488,9 +4553,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x06Remove\x12\x19.pinfold.v1.RemoveRequest\x1a\x1a.pinfold.v1.RemoveResponse\x12B\n" +
 	"\aReplace\x12\x1a.pinfold.v1.ReplaceRequest\x1a\x1b.pinfold.v1.ReplaceResponse\x12T\n" +
 	"\rListInstances\x12 .pinfold.v1.ListInstancesRequest\x1a!.pinfold.v1.ListInstancesResponse\x12E\n" +
-	"\bCapacity\x12\x1b.pinfold.v1.CapacityRequest\x1a\x1c.pinfold.v1.CapacityResponse\x12K\n" +
+	"\bCapacity\x12\x1b.pinfold.v1.CapacityRequest\x1a\x1c.pinfold.v1.CapacityResponse\x12M\n" +
 	"\n" +
-	"ExportPlan\x12\x1d.pinfold.v1.ExportPlanRequest\x1a\x1e.pinfold.v1.ExportPlanResponse\x12<\n" +
+	"ExportPlan\x12\x1d.pinfold.v1.ExportPlanRequest\x1a\x1e.pinfold.v1.ExportPlanResponse0\x01\x12<\n" +
 	"\x05Scale\x12\x18.pinfold.v1.ScaleRequest\x1a\x19.pinfold.v1.ScaleResponse\x12H\n" +
 	"\tRebalance\x12\x1c.pinfold.v1.RebalanceRequest\x1a\x1d.pinfold.v1.RebalanceResponse\x12K\n" +
 	"\n" +

@@ -48,8 +48,22 @@ function el(tag, attrs, ...kids) {
 
 function sum(m) { return Object.values(m || {}).reduce((a, b) => a + Number(b), 0); }
 
+// Every page of a listing (ListHosts, ListInstances answer a page at a
+// time): field is the list's name in the answer.
+async function all(method, field) {
+  const out = [];
+  let token = "";
+  do {
+    const page = await call(method, token ? {pageToken: token} : {});
+    out.push(...(page[field] || []));
+    if (page.nextPageToken && page.nextPageToken === token) throw new Error(method + ": the next page token did not change");
+    token = page.nextPageToken || "";
+  } while (token);
+  return out;
+}
+
 async function refresh() {
-  const [{hosts = []}, {instances = []}] = await Promise.all([call("ListHosts"), call("ListInstances")]);
+  const [hosts, instances] = await Promise.all([all("ListHosts", "hosts"), all("ListInstances", "instances")]);
   const byHost = {};
   for (const i of instances) (byHost[i.host] = byHost[i.host] || []).push(i);
   render(hosts, instances, byHost);

@@ -128,8 +128,9 @@ type PlannerServiceClient interface {
 	Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error)
 	ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error)
 	Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error)
-	// The schedulable hosts and the settings as a `pinfold plan` file.
-	ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error)
+	// The schedulable hosts and the settings as a `pinfold plan` file,
+	// streamed in pieces (hosts in batches).
+	ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.ServerStreamForClient[pinfoldv1.ExportPlanResponse], error)
 	// Scale adds instances through placement or removes the worst placed.
 	Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error)
 	// Rebalance proposes (and with apply starts) moves that reduce imbalance.
@@ -416,8 +417,8 @@ func (c *plannerServiceClient) Capacity(ctx context.Context, req *connect.Reques
 }
 
 // ExportPlan calls pinfold.v1.PlannerService.ExportPlan.
-func (c *plannerServiceClient) ExportPlan(ctx context.Context, req *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error) {
-	return c.exportPlan.CallUnary(ctx, req)
+func (c *plannerServiceClient) ExportPlan(ctx context.Context, req *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.ServerStreamForClient[pinfoldv1.ExportPlanResponse], error) {
+	return c.exportPlan.CallServerStream(ctx, req)
 }
 
 // Scale calls pinfold.v1.PlannerService.Scale.
@@ -477,8 +478,9 @@ type PlannerServiceHandler interface {
 	Replace(context.Context, *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error)
 	ListInstances(context.Context, *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error)
 	Capacity(context.Context, *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error)
-	// The schedulable hosts and the settings as a `pinfold plan` file.
-	ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error)
+	// The schedulable hosts and the settings as a `pinfold plan` file,
+	// streamed in pieces (hosts in batches).
+	ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest], *connect.ServerStream[pinfoldv1.ExportPlanResponse]) error
 	// Scale adds instances through placement or removes the worst placed.
 	Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error)
 	// Rebalance proposes (and with apply starts) moves that reduce imbalance.
@@ -602,7 +604,7 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 		connect.WithSchema(plannerServiceMethods.ByName("Capacity")),
 		connect.WithHandlerOptions(opts...),
 	)
-	plannerServiceExportPlanHandler := connect.NewUnaryHandler(
+	plannerServiceExportPlanHandler := connect.NewServerStreamHandler(
 		PlannerServiceExportPlanProcedure,
 		svc.ExportPlan,
 		connect.WithSchema(plannerServiceMethods.ByName("ExportPlan")),
@@ -771,8 +773,8 @@ func (UnimplementedPlannerServiceHandler) Capacity(context.Context, *connect.Req
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.Capacity is not implemented"))
 }
 
-func (UnimplementedPlannerServiceHandler) ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest]) (*connect.Response[pinfoldv1.ExportPlanResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.ExportPlan is not implemented"))
+func (UnimplementedPlannerServiceHandler) ExportPlan(context.Context, *connect.Request[pinfoldv1.ExportPlanRequest], *connect.ServerStream[pinfoldv1.ExportPlanResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.ExportPlan is not implemented"))
 }
 
 func (UnimplementedPlannerServiceHandler) Scale(context.Context, *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error) {
