@@ -159,21 +159,14 @@ func parallel(b *testing.B, op func(i int) error) *latencies {
 
 // BenchmarkConcurrentDeploys: independent one-instance deploy requests
 // (0.1 CPU bound, 64 MiB) from 32 clients over 100 hosts.
-func BenchmarkConcurrentDeploys(b *testing.B) {
-	cl, _ := benchPlanner(b, 100, false)
-	ctx := context.Background()
-	cpu0 := processCPU()
-	l := parallel(b, func(i int) error {
-		_, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: fmt.Sprintf("c%d", i%50), Count: 1, Cpu: "0.1", Bind: true, MemoryBytes: 64 << 20}))
-		return err
-	})
-	l.report(b, cpu0)
-}
+func BenchmarkConcurrentDeploys(b *testing.B) { concurrentDeploys(b, 100) }
 
 // BenchmarkConcurrentDeploys10kHosts is BenchmarkConcurrentDeploys over
 // 10,000 hosts; run both in one go to compare the rates on one machine.
-func BenchmarkConcurrentDeploys10kHosts(b *testing.B) {
-	cl, _ := benchPlanner(b, 10000, false)
+func BenchmarkConcurrentDeploys10kHosts(b *testing.B) { concurrentDeploys(b, 10000) }
+
+func concurrentDeploys(b *testing.B, hosts int) {
+	cl, _ := benchPlanner(b, hosts, false)
 	ctx := context.Background()
 	cpu0 := processCPU()
 	l := parallel(b, func(i int) error {
