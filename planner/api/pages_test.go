@@ -339,6 +339,14 @@ func TestListPageErrors(t *testing.T) {
 			_, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{PageToken: hostTok}))
 			return err
 		}, fmt.Sprintf("page_token = %q: not a page token of this listing", hostTok)},
+		{"instances with another filter's token", func() error {
+			_, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{Service: "a", PageToken: insTok}))
+			return err
+		}, fmt.Sprintf("page_token = %q: not a page token of this listing", insTok)},
+		{"instances with another host's token", func() error {
+			_, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{Host: "h2", PageToken: insTok}))
+			return err
+		}, fmt.Sprintf("page_token = %q: not a page token of this listing", insTok)},
 		{"instances token too long", func() error {
 			_, err := cl.ListInstances(ctx, connect.NewRequest(&pinfoldv1.ListInstancesRequest{PageToken: long}))
 			return err

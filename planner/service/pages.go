@@ -8,8 +8,10 @@ import (
 )
 
 // Page tokens are opaque to clients: base64url (no padding) of a kind
-// ("h" for hosts, "i" for instances) and the key of the last entry of the
-// page before, NUL-separated: "h\x00NAME" or "i\x00HOST\x00ID". A listing
+// ("h" for hosts; for instances "i" with the listing's host and service
+// filters, \x01-separated, so that a token serves only the listing that
+// made it) and the key of the last entry of the page before,
+// NUL-separated: "h\x00NAME" or "i\x01HOST\x01SERVICE\x00HOST\x00ID". A listing
 // continues strictly after that key, so that hosts or instances added or
 // removed between pages neither repeat nor skip the others.
 const (
@@ -91,7 +93,8 @@ func (s *Service) InstancesPage(host, service string, pageSize int, token string
 	if err != nil {
 		return nil, "", err
 	}
-	key, err := decodeToken(token, instanceToken, 2)
+	kind := instanceToken + "\x01" + host + "\x01" + service
+	key, err := decodeToken(token, kind, 2)
 	if err != nil {
 		return nil, "", err
 	}
@@ -99,7 +102,7 @@ func (s *Service) InstancesPage(host, service string, pageSize int, token string
 	next := ""
 	if more && len(ins) > 0 {
 		last := ins[len(ins)-1].Instance
-		next = encodeToken(instanceToken, last.Host, last.ID)
+		next = encodeToken(kind, last.Host, last.ID)
 	}
 	return ins, next, nil
 }
