@@ -233,6 +233,21 @@ func TestGlobalAndDrained(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"a": 2, "b": 3}, counts(res)); diff != "" {
 		t.Errorf("drained (-want +got):\n%s", diff)
 	}
+	// max_per_host caps how many a host takes, not how full it is: a (2
+	// free) still goes first, though capped at 2 it ties with b and c; one
+	// instance and several, for any seed (a trial found the emptier host
+	// chosen by the seed's hash).
+	for seed := range uint64(20) {
+		for _, n := range []int{1, 3} {
+			res, err = alloc.Plan(alloc.DefaultParams(), mk(), alloc.Request{Service: "s", Count: n, Pieces: 100, Bind: true, MemoryBytes: GiB, Strategy: alloc.Drained, MaxPerHost: 2, Seed: seed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := counts(res); got["a"] != min(n, 2) {
+				t.Errorf("drained, max per host 2, count %d, seed %d: %v, want a filled first", n, seed, got)
+			}
+		}
+	}
 }
 
 // TestSeedSpreadsTies: with a seed, equally good hosts are ordered by a hash

@@ -178,6 +178,7 @@ func candidateOf(p Params, h *Host, c Capacity, r Request) candidate {
 	if l, ok := r.Limit[h.Name]; ok && l < cand.room {
 		cand.room = max(l, 0)
 	}
+	cand.free = cand.room
 	if r.MaxPerHost > 0 && cand.existing+cand.room > r.MaxPerHost {
 		cand.room, cand.capped = max(r.MaxPerHost-cand.existing, 0), true
 	}
@@ -211,7 +212,7 @@ func planOne(p Params, order []*Host, sh shape, per uint64, r Request) (res *Res
 		if bestHost != nil {
 			before := order2.Less(0, 1) // Auto's and Global's order
 			if r.Strategy == Drained {
-				before = cand.room < best.room || cand.room == best.room && tieLess(&cand, &best)
+				before = cand.free < best.free || cand.free == best.free && tieLess(&cand, &best)
 			}
 			if !before {
 				continue

@@ -49,6 +49,7 @@ type candidate struct {
 	name     string
 	cap      Capacity
 	room     int    // instances it may still take: capacity, capped by max_per_host
+	free     int    // room before max_per_host: what Drained orders by
 	existing int    // the service's instances already there
 	capped   bool   // room is limited by max_per_host
 	used     uint64 // for Global: used amount of the planned resource
@@ -116,8 +117,11 @@ func spread(r Request, per uint64, cands []*candidate) (map[string]int, *Error) 
 		}
 		order := slices.Clone(cands)
 		slices.SortStableFunc(order, func(a, b *candidate) int {
-			if a.room != b.room {
-				return cmp.Compare(a.room, b.room)
+			// The least remaining capacity first: max_per_host caps how many
+			// a host takes, not how full it is (capped, the fuller host
+			// and the emptier one would tie).
+			if a.free != b.free {
+				return cmp.Compare(a.free, b.free)
 			}
 			if tieLess(a, b) {
 				return -1
