@@ -249,7 +249,7 @@ container resumes.`,
 				for _, in := range resp.Msg.Instances {
 					hosts[in.Host] = true
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "placed %d instances on %d hosts in %s\n", len(resp.Msg.Instances), len(hosts), time.Since(t0).Round(time.Millisecond))
+				fmt.Fprintf(cmd.ErrOrStderr(), "placed %s on %s in %s\n", counted(len(resp.Msg.Instances), "instance"), counted(len(hosts), "host"), time.Since(t0).Round(time.Millisecond))
 				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
 			})
 		},
@@ -571,7 +571,10 @@ func newPsCmd() *cobra.Command {
 		Long: `List the instances the planner placed: host, CPUs (CPU:pieces) or the
 memory-first quota, NUMA node, memory, the state their host reports, and the
 CPU each one used over its host's last window next to what it was given.
---watch redraws the list every --interval until Ctrl-C.`,
+--watch redraws the list every --interval until Ctrl-C. The planner answers
+a page of instances at a time (500 by default); ps walks every page, so it
+lists every instance (a CLI older than the planner would show the first page
+only).`,
 		Example: `  pinfold ps
   pinfold ps --service web --watch
   pinfold ps --host h3 -o json`,

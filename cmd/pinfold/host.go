@@ -352,7 +352,9 @@ func newHostListCmd() *cobra.Command {
 		Long: `List the registered hosts: state (up, down, disabled, maintenance), CPU and
 memory used of capacity, the memory-first quota against the shared pool,
 NUMA nodes, instances, fault and upgrade domains, and the agent's version.
---watch redraws the list every --interval until Ctrl-C.`,
+--watch redraws the list every --interval until Ctrl-C. The planner answers
+a page of hosts at a time (500 by default); the list walks every page, so it
+holds every host (a CLI older than the planner would show the first page only).`,
 		Example: `  pinfold host list
   pinfold host list --watch --interval 5s
   pinfold host list -o yaml`,

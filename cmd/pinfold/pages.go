@@ -10,7 +10,7 @@ import (
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 )
 
-// The planner lists hosts and instances a page at a time (docs/API.md):
+// The planner lists hosts and instances a page at a time (docs/ARCHITECTURE.md, request bounds):
 // these walk every page, in order, following next_page_token.
 
 // allHosts is every host, sorted by name.

@@ -91,7 +91,8 @@ func newPlanExportCmd() *cobra.Command {
 domains), and the cluster's settings, as a plan file without a request. Add
 a "request" (docs/PLAN.md) and 'pinfold plan -f FILE' places exactly what a
 deploy of it would place now: plan, capacity and deploy share one capacity
-function.`,
+function. The planner streams the file in pieces of a few hundred hosts;
+export writes it once whole (nothing is written if the stream breaks).`,
 		Example: `  pinfold plan export -f cluster.json
   pinfold plan export | jq '.request = {"service":"web","count":10,"cpu":1.5,"bind":true,"memory_bytes":1073741824}' | pinfold plan -f -`,
 		Args: cobra.NoArgs,
