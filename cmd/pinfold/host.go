@@ -322,8 +322,8 @@ func newHostAddCmd() *cobra.Command {
 					return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
 				}
 				h := resp.Msg.Host
-				fmt.Fprintf(cmd.OutOrStdout(), "host %s registered: %d CPUs (%s CPUs of capacity), %s memory, %d NUMA nodes, state %s\n",
-					h.Name, len(h.CapacityCpus), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase), formatBytes(h.CapacityMemoryBytes), len(h.NumaNodes), h.State)
+				fmt.Fprintf(cmd.OutOrStdout(), "host %s registered: %d CPUs (%s CPUs of capacity), %s memory, %s, state %s\n",
+					h.Name, len(h.CapacityCpus), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase), formatBytes(h.CapacityMemoryBytes), counted(len(h.NumaNodes), "NUMA node"), h.State)
 				return nil
 			})
 		},
