@@ -128,7 +128,13 @@ func Handler(svc Planner, o Options) http.Handler {
 		o.Metrics.streams.Store(&streamSet{watch: watches, view: views})
 	}
 	mux.Handle("/ui/", guard(viewsPerIdentity(ui.Handler("/ui/", svc), "/ui/events", views)))
-	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc, watches: watches}, opts...))
+	path, api := pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc, watches: watches}, opts...)
+	if o.Authorize {
+		// A call its caller may never make is refused before its body
+		// is read, counted and recorded like one the authorizer refuses.
+		api = precheck(api, unreadRecorder{metrics: o.Metrics, events: eventRecorder{svc}})
+	}
+	mux.Handle(path, api)
 	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(r))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(r))
