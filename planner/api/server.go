@@ -90,7 +90,9 @@ var _ pinfoldv1connect.PlannerServiceHandler = (*Server)(nil)
 // the body is cut there and the call refused with ResourceExhausted before
 // it is decoded. JSON requests with unknown fields are refused
 // (InvalidArgument) rather than half-read. With o.Authorize every call
-// needs a verified client certificate naming an identity that may make it.
+// needs a verified client certificate naming an identity that may make it;
+// a call the identity's role may never make is refused before its body is
+// read (precheck).
 func Handler(svc Planner, o Options) http.Handler {
 	maxBytes := o.MaxRequestBytes
 	if maxBytes <= 0 {
