@@ -6,9 +6,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -29,15 +31,29 @@ import (
 type auditFixture struct {
 	svc *service.Service
 	cli pinfoldv1connect.PlannerServiceClient
+	// srv serves the API over TLS and HTTP/2 (gRPC clients too); read
+	// counts the request body bytes the API read.
+	srv     *httptest.Server
+	read    atomic.Int64
+	metrics *Metrics
 }
 
 func newAuditFixture(t *testing.T) *auditFixture {
+	return newAuditFixtureWith(t, Options{Authorize: true})
+}
+
+func newAuditFixtureWith(t *testing.T, o Options) *auditFixture {
 	t.Helper()
 	c := statetest.Start(t, 1)
 	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
 	svc := service.New(st, nil)
-	h := Handler(svc, Options{Authorize: true})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(svc)
+	}
+	h := Handler(svc, o)
+	f := &auditFixture{svc: svc, metrics: o.Metrics}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = countedBody{r.Body, &f.read}
 		if who := r.Header.Get("X-Test-Cert"); who != "" {
 			ou, cn, _ := strings.Cut(who, "/")
 			cert := &x509.Certificate{Subject: pkix.Name{CommonName: cn}}
@@ -48,12 +64,27 @@ func newAuditFixture(t *testing.T) *auditFixture {
 		}
 		h.ServeHTTP(w, r)
 	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	if _, err := svc.RegisterHost(t.Context(), service.RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(),
 		Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	return &auditFixture{svc: svc, cli: pinfoldv1connect.NewPlannerServiceClient(srv.Client(), srv.URL)}
+	f.srv, f.cli = srv, pinfoldv1connect.NewPlannerServiceClient(srv.Client(), srv.URL)
+	return f
+}
+
+// countedBody counts the bytes read of a request body.
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	return n, err
 }
 
 // as is a request from the certificate who ("admin/alice").
@@ -231,7 +262,11 @@ func TestEnvNamesOnly(t *testing.T) {
 		if strings.Contains(ev.Request, "hunter2") || strings.Contains(ev.Outcome, "hunter2") {
 			t.Errorf("event %s %s of %s holds an environment value: request %q outcome %q", ev.Kind, ev.Subject, ev.Identity, ev.Request, ev.Outcome)
 		}
-		if ev.Kind == "Deploy" && !strings.Contains(ev.Request, "SECRET") {
+		if ev.Kind == "Deploy" && ev.Identity == "viewer:bob" && ev.Request != "" {
+			// Refused before its request was read: nothing of it recorded.
+			t.Errorf("event %s of %s: request %q, want none (refused unread)", ev.Subject, ev.Identity, ev.Request)
+		}
+		if ev.Kind == "Deploy" && ev.Identity != "viewer:bob" && !strings.Contains(ev.Request, "SECRET") {
 			t.Errorf("event %s of %s: request %q lacks the environment's names", ev.Subject, ev.Identity, ev.Request)
 		}
 	}

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/pki"
 )
 
@@ -20,13 +22,35 @@ const (
 	adminOnly access = iota // changes the cluster
 	read                    // reads it: admin and viewer
 	ownHost                 // an agent's own host (and admin)
+	dryRun                  // changes it unless the request asks for a dry run (Rebalance): a viewer's dry run only
 )
 
-// methodAccess is, per API method, who may call it; a method missing here
-// is admin only.
+// methodAccess is, per API method, who may call it: the one table both
+// checks read, the one before the request's body is read (precheck: may
+// the caller's role ever call the method) and the one after it is decoded
+// (authorize: this request, for an agent's own host or a dry run). Every
+// method of the service is listed (TestEveryMethodHasAccess); a name
+// missing here is admin only.
 var methodAccess = map[string]access{
 	"ListHosts": read, "GetHost": read, "ListInstances": read, "Capacity": read, "ExportPlan": read, "Health": read, "GetPlacementSettings": read, "ListEvents": read,
 	"RegisterHost": ownHost, "Heartbeat": ownHost, "ReportStatus": ownHost, "WatchInstances": ownHost,
+	"Rebalance": dryRun,
+	"SetHost":   adminOnly, "SetHostEnabled": adminOnly, "SetHostMaintenance": adminOnly, "DrainHost": adminOnly, "RemoveHost": adminOnly,
+	"SetPlacementSettings": adminOnly, "Deploy": adminOnly, "Resize": adminOnly, "Remove": adminOnly, "Replace": adminOnly, "Scale": adminOnly,
+}
+
+// mayEverCall reports whether role may call a method needing acc with
+// some request: what is decided before the request is read.
+func mayEverCall(role pki.Role, acc access) bool {
+	switch role {
+	case pki.RoleAdmin:
+		return true
+	case pki.RoleViewer:
+		return acc == read || acc == dryRun
+	case pki.RoleAgent:
+		return acc == ownHost
+	}
+	return false
 }
 
 // hostOf is the host an agent method acts for.
@@ -44,28 +68,33 @@ func hostOf(msg any) (string, bool) {
 	return "", false
 }
 
+// denied is the refusal of a call id's role may never make.
+func denied(id pki.Identity, method string) error {
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not call %s", id, method))
+}
+
 // authorize decides whether id may call method with msg, like Kubernetes'
 // node authorizer: an agent acts only for its own host; a viewer only
 // reads; an admin does everything.
 func authorize(id pki.Identity, method string, msg any) error {
-	if id.Role == pki.RoleAdmin {
-		return nil
-	}
 	acc := methodAccess[method]
-	if m, ok := msg.(*pinfoldv1.RebalanceRequest); ok && !m.Apply {
-		acc = read // a dry run changes nothing
-	}
 	switch {
-	case acc == read && id.Role == pki.RoleViewer:
+	case !mayEverCall(id.Role, acc):
+		return denied(id, method)
+	case id.Role == pki.RoleAdmin || acc == read:
 		return nil
-	case acc == ownHost && id.Role == pki.RoleAgent:
-		host, ok := hostOf(msg)
-		if ok && host == id.Name {
-			return nil
+	case acc == dryRun:
+		if m, ok := msg.(*pinfoldv1.RebalanceRequest); ok && !m.Apply {
+			return nil // a dry run changes nothing
 		}
-		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not call %s for host %q: an agent acts only for its own host", id, method, host))
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not call %s with apply: a viewer may only ask for a dry run", id, method))
 	}
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not call %s", id, method))
+	// ownHost, for an agent
+	host, ok := hostOf(msg)
+	if ok && host == id.Name {
+		return nil
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not call %s for host %q: an agent acts only for its own host", id, method, host))
 }
 
 type identityKey struct{}
@@ -94,15 +123,21 @@ func identify(next http.Handler) http.Handler {
 }
 
 // authorizer checks every call, unary or streaming, against its caller's
-// identity before the handler sees it.
+// identity before the handler sees it. Most refusals come before it, from
+// precheck, before the request is read; it makes those that need the
+// request (an agent's own host, a viewer's dry run).
 type authorizer struct{}
 
 func (authorizer) check(ctx context.Context, procedure string, msg any) error {
 	who, _ := ctx.Value(identityKey{}).(identified)
 	if who.err != nil {
-		return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s: %w", procedure, who.err))
+		return unauthenticated(procedure, who.err)
 	}
 	return authorize(who.id, procedure[strings.LastIndex(procedure, "/")+1:], msg)
+}
+
+func unauthenticated(procedure string, err error) error {
+	return connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s: %w", procedure, err))
 }
 
 func (a authorizer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
@@ -136,6 +171,46 @@ func (c *checkedConn) Receive(msg any) error {
 		return err
 	}
 	return c.check(msg)
+}
+
+// procedurePrefix starts the path of every PlannerService procedure.
+const procedurePrefix = "/" + pinfoldv1connect.PlannerServiceName + "/"
+
+// precheck refuses a PlannerService call before a byte of its body is
+// read or decoded when the request does not matter: a caller with no
+// verified identity (Unauthenticated), or one whose role may never call
+// the method (PermissionDenied: a viewer's Deploy, an agent's ListHosts),
+// as methodAccess says. A malformed or 4 MiB request of such a caller is
+// refused as such, not parsed. The refusal is the error the authorizer
+// would return, written in the call's protocol (Connect, gRPC, gRPC-Web:
+// connect.ErrorWriter), and counted and recorded by rec exactly as the
+// interceptors count and record a call the authorizer refuses: the same
+// functions (Metrics.observe, eventRecorder.failed), with no request to
+// record since none was read. Paths that are not a method of the service
+// go on to the API, which answers them (NotFound) without reading them.
+func precheck(next http.Handler, rec unreadRecorder) http.Handler {
+	errs := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		method, ok := strings.CutPrefix(r.URL.Path, procedurePrefix)
+		acc, known := methodAccess[method]
+		if !ok || !known {
+			next.ServeHTTP(w, r)
+			return
+		}
+		who, _ := r.Context().Value(identityKey{}).(identified)
+		var err error
+		switch {
+		case who.err != nil:
+			err = unauthenticated(r.URL.Path, who.err)
+		case !mayEverCall(who.id.Role, acc):
+			err = denied(who.id, method)
+		default:
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec.refused(r.Context(), r.URL.Path, time.Now(), err)
+		_ = errs.Write(w, r, err) // a write error is the client's gone: nothing to answer
+	})
 }
 
 // readers lets through the requests whose verified identity may read the

@@ -61,9 +61,9 @@ func TestAuthorize(t *testing.T) {
 	if want := `identity agent:h2 may not call ReportStatus for host "h1"`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("denial = %v, want it to name identity, method and host", err)
 	}
-	// Every method of the service has a rule (or is admin only on purpose).
-	for _, m := range []string{"Deploy", "Resize", "Remove", "Replace", "SetHost", "SetHostEnabled", "SetHostMaintenance", "SetPlacementSettings", "RemoveHost"} {
-		if _, ok := methodAccess[m]; ok {
+	// The methods that change the cluster are admin only.
+	for _, m := range []string{"Deploy", "Resize", "Remove", "Replace", "Scale", "DrainHost", "SetHost", "SetHostEnabled", "SetHostMaintenance", "SetPlacementSettings", "RemoveHost"} {
+		if methodAccess[m] != adminOnly {
 			t.Errorf("%s is listed as not admin-only", m)
 		}
 	}

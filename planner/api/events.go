@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -34,7 +35,7 @@ type eventRecorder struct{ svc Planner }
 func (e eventRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		method := req.Spec().Procedure[strings.LastIndexByte(req.Spec().Procedure, '/')+1:]
-		if methodAccess[method] == read || unrecorded[method] {
+		if !recorded(method) {
 			return next(ctx, req)
 		}
 		ev := state.Event{Identity: identityOf(ctx), Kind: method}
@@ -66,10 +67,43 @@ func (e eventRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			ev.Outcome = connect.CodeOf(err).String() + ": " + errorMessage(err) + " (after a change committed, with its event)"
 			e.svc.Record(ev)
 		default:
-			ev.Outcome = connect.CodeOf(err).String() + ": " + errorMessage(err)
-			e.svc.RecordFailed(ev, func() string { return a.Full().Request }, method, !trusted(ctx))
+			e.failed(ctx, method, ev, func() string { return a.Full().Request }, err)
 		}
 		return resp, err
+	}
+}
+
+// recorded reports whether a call of method is recorded in the event log.
+func recorded(method string) bool {
+	return methodAccess[method] != read && !unrecorded[method]
+}
+
+// failed records a call of method that ended in err and committed nothing: counted
+// per identity and method, its event sampled unless the caller is trusted
+// (service.RecordFailed). request is the request's text for the event,
+// read only if the event is written ("" for a request never read).
+func (e eventRecorder) failed(ctx context.Context, method string, ev state.Event, request func() string, err error) {
+	ev.Outcome = connect.CodeOf(err).String() + ": " + errorMessage(err)
+	e.svc.RecordFailed(ev, request, method, !trusted(ctx))
+}
+
+// unreadRecorder counts and records a call precheck refused before its
+// request was read, through the same functions the interceptors count and
+// record a refused call with (Metrics.observe, eventRecorder.failed): the
+// same series, the same event, the same sampling, less what only the
+// request tells (its subject, host, service and text).
+type unreadRecorder struct {
+	metrics *Metrics // nil: no metrics
+	events  eventRecorder
+}
+
+func (u unreadRecorder) refused(ctx context.Context, procedure string, start time.Time, err error) {
+	method := procedure[strings.LastIndexByte(procedure, '/')+1:]
+	if u.metrics != nil {
+		u.metrics.observe(procedure, start, err)
+	}
+	if recorded(method) {
+		u.events.failed(ctx, method, state.Event{Identity: identityOf(ctx), Kind: method}.Clipped(), nil, err)
 	}
 }
 

@@ -74,6 +74,13 @@ func (m *Metrics) interceptor() connect.Interceptor { return metricsInterceptor{
 type metricsInterceptor struct{ m *Metrics }
 
 func (i metricsInterceptor) observe(procedure string, start time.Time, err error) {
+	i.m.observe(procedure, start, err)
+}
+
+// observe counts and times one call of procedure, begun at start, that
+// ended in err: every call the API answers, whether the interceptors saw
+// it or precheck refused it before it was read.
+func (m *Metrics) observe(procedure string, start time.Time, err error) {
 	method := procedure[strings.LastIndexByte(procedure, '/')+1:]
 	code := "ok"
 	if err != nil && !errors.Is(err, context.Canceled) {
@@ -81,8 +88,8 @@ func (i metricsInterceptor) observe(procedure string, start time.Time, err error
 	} else if err != nil {
 		code = "canceled"
 	}
-	i.m.requests.WithLabelValues(method, code).Inc()
-	i.m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	m.requests.WithLabelValues(method, code).Inc()
+	m.duration.WithLabelValues(method).Observe(time.Since(start).Seconds())
 }
 
 func (i metricsInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {

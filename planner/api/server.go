@@ -33,35 +33,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Planner is what the API serves: the planner service's requests and reads.
-type Planner interface {
-	Params() alloc.Params
+// The API's handlers reach the planner through one small interface per
+// role, so that what a handler can do follows who may call it: an agent's
+// handlers see AgentCalls, a viewer's reads Reads, an admin's changes
+// Changes (authorization itself is methodAccess's, in authz.go).
+
+// AgentCalls is what an agent may call, for its own host.
+type AgentCalls interface {
 	RegisterHost(context.Context, service.RegisterHostRequest) (state.HostView, error)
-	SetHost(context.Context, service.SetHostRequest) (state.HostView, error)
-	SetEnabled(ctx context.Context, name string, enabled bool) (state.HostView, error)
-	SetMaintenance(ctx context.Context, name string, grace time.Duration) (state.HostView, error)
-	RemoveHost(ctx context.Context, name string) ([]service.Moved, error)
-	Drain(ctx context.Context, host string, deadline time.Duration, cancel bool, now time.Time) (state.HostView, error)
-	Scale(ctx context.Context, svc string, count int) (service.ScaleResult, error)
-	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
+	Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error
+	ReportStatus(ctx context.Context, host, id string, st model.Status) error
+	WatchInstances(ctx context.Context, host string, send func(rev int64, h state.HostView, ins []state.InstanceView) error) error
+}
+
+// Reads is what a viewer may read (and an admin): the cluster as the
+// planner's cache holds it, its parameters and its event log.
+type Reads interface {
+	Params() alloc.Params
 	Leading() bool
-	Record(ev state.Event)
-	RecordFailed(ev state.Event, request func() string, method string, sample bool)
-	RefusedCalls() (map[service.RefusalKey]int64, int64)
-	Panicked(where string, v any) error
-	Panics() int64
 	Rev() int64
 	WaitRev(ctx context.Context, rev int64) error
 	Events(ctx context.Context, service, host, after string, limit int) ([]state.Event, error)
-	SetPlacementSettings(context.Context, placement.Settings) (placement.Settings, error)
-	DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error)
-	Resize(context.Context, service.ResizeRequest) ([]model.Instance, error)
-	Replace(context.Context, service.ReplaceRequest) ([]model.Instance, error)
-	Remove(ctx context.Context, target string) ([]string, error)
 	Capacity(service.DeployRequest) (map[string]placement.HostRoom, error)
 	ExportPlan(send func(piece []byte) error) error
-	Heartbeat(ctx context.Context, host, version string, protocol int, ttl time.Duration, m *state.Metrics) error
-	ReportStatus(ctx context.Context, host, id string, st model.Status) error
 	Health(now time.Time) []service.Warning
 	Hosts() []state.HostView
 	HostsPage(pageSize int, token string) ([]state.HostView, string, error)
@@ -69,19 +63,63 @@ type Planner interface {
 	Instances(host, service string) []state.InstanceView
 	InstancesPage(host, service string, pageSize int, token string) ([]state.InstanceView, string, error)
 	PlacementSettings() placement.Settings
-	WatchInstances(ctx context.Context, host string, send func(rev int64, h state.HostView, ins []state.InstanceView) error) error
+}
+
+// Changes is what only an admin may change; Rebalance too, which a viewer
+// may call as a dry run.
+type Changes interface {
+	SetHost(context.Context, service.SetHostRequest) (state.HostView, error)
+	SetEnabled(ctx context.Context, name string, enabled bool) (state.HostView, error)
+	SetMaintenance(ctx context.Context, name string, grace time.Duration) (state.HostView, error)
+	RemoveHost(ctx context.Context, name string) ([]service.Moved, error)
+	Drain(ctx context.Context, host string, deadline time.Duration, cancel bool, now time.Time) (state.HostView, error)
+	Scale(ctx context.Context, svc string, count int) (service.ScaleResult, error)
+	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
+	SetPlacementSettings(context.Context, placement.Settings) (placement.Settings, error)
+	DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error)
+	Resize(context.Context, service.ResizeRequest) ([]model.Instance, error)
+	Replace(context.Context, service.ReplaceRequest) ([]model.Instance, error)
+	Remove(ctx context.Context, target string) ([]string, error)
+}
+
+// Recorder is what the API records of every call: events, refused calls,
+// recovered panics.
+type Recorder interface {
+	Record(ev state.Event)
+	RecordFailed(ev state.Event, request func() string, method string, sample bool)
+	RefusedCalls() (map[service.RefusalKey]int64, int64)
+	Panicked(where string, v any) error
+	Panics() int64
+}
+
+// Planner is what the API serves: the planner service's requests and
+// reads, every role's.
+type Planner interface {
+	AgentCalls
+	Reads
+	Changes
+	Recorder
 }
 
 var _ Planner = (*service.Service)(nil)
 
-// Server implements the PlannerService over a Planner.
+// Server implements the PlannerService over a Planner, each handler
+// through its role's interface.
 type Server struct {
-	svc Planner
+	agents  AgentCalls
+	reads   Reads
+	changes Changes
 	// watches bounds the WatchInstances streams per host (nil: none).
 	watches *streamLimits
 }
 
 var _ pinfoldv1connect.PlannerServiceHandler = (*Server)(nil)
+
+// newServer serves svc; watches bounds the WatchInstances streams (nil:
+// none).
+func newServer(svc Planner, watches *streamLimits) *Server {
+	return &Server{agents: svc, reads: svc, changes: svc, watches: watches}
+}
 
 // Handler returns the HTTP handler serving the API (gRPC, gRPC-Web and
 // Connect JSON/proto) plus gRPC reflection.
@@ -90,7 +128,9 @@ var _ pinfoldv1connect.PlannerServiceHandler = (*Server)(nil)
 // the body is cut there and the call refused with ResourceExhausted before
 // it is decoded. JSON requests with unknown fields are refused
 // (InvalidArgument) rather than half-read. With o.Authorize every call
-// needs a verified client certificate naming an identity that may make it.
+// needs a verified client certificate naming an identity that may make it;
+// a call the identity's role may never make is refused before its body is
+// read (precheck).
 func Handler(svc Planner, o Options) http.Handler {
 	maxBytes := o.MaxRequestBytes
 	if maxBytes <= 0 {
@@ -128,7 +168,13 @@ func Handler(svc Planner, o Options) http.Handler {
 		o.Metrics.streams.Store(&streamSet{watch: watches, view: views})
 	}
 	mux.Handle("/ui/", guard(viewsPerIdentity(ui.Handler("/ui/", svc), "/ui/events", views)))
-	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(&Server{svc: svc, watches: watches}, opts...))
+	path, api := pinfoldv1connect.NewPlannerServiceHandler(newServer(svc, watches), opts...)
+	if o.Authorize {
+		// A call its caller may never make is refused before its body
+		// is read, counted and recorded like one the authorizer refuses.
+		api = precheck(api, unreadRecorder{metrics: o.Metrics, events: eventRecorder{svc}})
+	}
+	mux.Handle(path, api)
 	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
 	mux.Handle(grpcreflect.NewHandlerV1(r))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(r))
@@ -329,7 +375,7 @@ func instanceMsg(in model.Instance, st *model.Status, shareBase int) *pinfoldv1.
 	return pinfoldv1.NewInstance(in, st, service.InstanceState(in, st), shareBase)
 }
 
-func (s *Server) sb() int { return s.svc.Params().ShareBase }
+func (s *Server) sb() int { return s.reads.Params().ShareBase }
 
 func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.RegisterHostRequest]) (*connect.Response[pinfoldv1.RegisterHostResponse], error) {
 	m := r.Msg
@@ -343,7 +389,7 @@ func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.
 	if err != nil {
 		return nil, invalid("reserved_cpus = %q: %v", clip.Text(m.ReservedCpus, 200), err)
 	}
-	v, err := s.svc.RegisterHost(ctx, service.RegisterHostRequest{Name: m.Name, Topology: &t, Force: m.Force, Agent: m.Agent,
+	v, err := s.agents.RegisterHost(ctx, service.RegisterHostRequest{Name: m.Name, Topology: &t, Force: m.Force, Agent: m.Agent,
 		AgentVersion: m.AgentVersion, Protocol: int(m.Protocol), Settings: state.CapacitySettings{
 			PiecesPerCPU: int(m.PiecesPerCpu), ReservedCPUs: reserved, ReservedMemory: m.ReservedMemoryBytes, MemoryShare: m.MemoryShare}})
 	if err != nil {
@@ -355,7 +401,7 @@ func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.
 // ListHosts answers one page of hosts (service.HostsPage): a call's
 // memory and message are the page's, not the cluster's.
 func (s *Server) ListHosts(_ context.Context, r *connect.Request[pinfoldv1.ListHostsRequest]) (*connect.Response[pinfoldv1.ListHostsResponse], error) {
-	hosts, next, err := s.svc.HostsPage(int(r.Msg.PageSize), r.Msg.PageToken)
+	hosts, next, err := s.reads.HostsPage(int(r.Msg.PageSize), r.Msg.PageToken)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -369,12 +415,12 @@ func (s *Server) ListHosts(_ context.Context, r *connect.Request[pinfoldv1.ListH
 }
 
 func (s *Server) GetHost(_ context.Context, r *connect.Request[pinfoldv1.GetHostRequest]) (*connect.Response[pinfoldv1.GetHostResponse], error) {
-	v, ok := s.svc.Host(r.Msg.Name)
+	v, ok := s.reads.Host(r.Msg.Name)
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("host %q is not registered", r.Msg.Name))
 	}
 	out := &pinfoldv1.GetHostResponse{Host: hostMsg(v, s.sb())}
-	for _, iv := range s.svc.Instances(r.Msg.Name, "") {
+	for _, iv := range s.reads.Instances(r.Msg.Name, "") {
 		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 	}
 	return connect.NewResponse(out), nil
@@ -401,7 +447,7 @@ func (s *Server) SetHost(ctx context.Context, r *connect.Request[pinfoldv1.SetHo
 	for id, b := range m.NumaMemoryBytes {
 		req.NUMAMemory[cpuset.NUMANodeID(id)] = b
 	}
-	v, err := s.svc.SetHost(ctx, req)
+	v, err := s.changes.SetHost(ctx, req)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -409,7 +455,7 @@ func (s *Server) SetHost(ctx context.Context, r *connect.Request[pinfoldv1.SetHo
 }
 
 func (s *Server) SetHostEnabled(ctx context.Context, r *connect.Request[pinfoldv1.SetHostEnabledRequest]) (*connect.Response[pinfoldv1.SetHostEnabledResponse], error) {
-	v, err := s.svc.SetEnabled(ctx, r.Msg.Name, r.Msg.Enabled)
+	v, err := s.changes.SetEnabled(ctx, r.Msg.Name, r.Msg.Enabled)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -424,7 +470,7 @@ func (s *Server) SetHostMaintenance(ctx context.Context, r *connect.Request[pinf
 	if r.Msg.Off {
 		grace = -1
 	}
-	v, err := s.svc.SetMaintenance(ctx, r.Msg.Name, grace)
+	v, err := s.changes.SetMaintenance(ctx, r.Msg.Name, grace)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -441,7 +487,7 @@ func settingsMsg(ps placement.Settings) *pinfoldv1.PlacementSettings {
 }
 
 func (s *Server) GetPlacementSettings(context.Context, *connect.Request[pinfoldv1.GetPlacementSettingsRequest]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
-	return connect.NewResponse(settingsMsg(s.svc.PlacementSettings())), nil
+	return connect.NewResponse(settingsMsg(s.reads.PlacementSettings())), nil
 }
 
 func (s *Server) SetPlacementSettings(ctx context.Context, r *connect.Request[pinfoldv1.PlacementSettings]) (*connect.Response[pinfoldv1.PlacementSettings], error) {
@@ -455,7 +501,7 @@ func (s *Server) SetPlacementSettings(ctx context.Context, r *connect.Request[pi
 			ps.Priorities[k] = placement.Priority(v)
 		}
 	}
-	out, err := s.svc.SetPlacementSettings(ctx, ps)
+	out, err := s.changes.SetPlacementSettings(ctx, ps)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -464,14 +510,14 @@ func (s *Server) SetPlacementSettings(ctx context.Context, r *connect.Request[pi
 
 func (s *Server) Health(context.Context, *connect.Request[pinfoldv1.HealthRequest]) (*connect.Response[pinfoldv1.HealthResponse], error) {
 	out := &pinfoldv1.HealthResponse{}
-	for _, w := range s.svc.Health(time.Now()) {
+	for _, w := range s.reads.Health(time.Now()) {
 		out.Warnings = append(out.Warnings, &pinfoldv1.HealthWarning{Kind: w.Kind, Subject: w.Subject, Detail: w.Detail})
 	}
 	return connect.NewResponse(out), nil
 }
 
 func (s *Server) RemoveHost(ctx context.Context, r *connect.Request[pinfoldv1.RemoveHostRequest]) (*connect.Response[pinfoldv1.RemoveHostResponse], error) {
-	moved, err := s.svc.RemoveHost(ctx, r.Msg.Name)
+	moved, err := s.changes.RemoveHost(ctx, r.Msg.Name)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -488,7 +534,7 @@ func (s *Server) DrainHost(ctx context.Context, r *connect.Request[pinfoldv1.Dra
 	if d < 0 || d > 30*24*3600 {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: fmt.Sprintf("deadline_seconds = %d: want 0 (none) ..%d", d, 30*24*3600)})
 	}
-	v, err := s.svc.Drain(ctx, r.Msg.Name, time.Duration(d)*time.Second, r.Msg.Cancel, time.Now())
+	v, err := s.changes.Drain(ctx, r.Msg.Name, time.Duration(d)*time.Second, r.Msg.Cancel, time.Now())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -499,7 +545,7 @@ func (s *Server) ListEvents(ctx context.Context, r *connect.Request[pinfoldv1.Li
 	if r.Msg.Limit < 0 {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: fmt.Sprintf("limit = %d: want 0 (the most, %d) or more", r.Msg.Limit, service.MaxEventsListed)})
 	}
-	evs, err := s.svc.Events(ctx, r.Msg.Service, r.Msg.Host, r.Msg.After, int(r.Msg.Limit))
+	evs, err := s.reads.Events(ctx, r.Msg.Service, r.Msg.Host, r.Msg.After, int(r.Msg.Limit))
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -512,7 +558,7 @@ func (s *Server) ListEvents(ctx context.Context, r *connect.Request[pinfoldv1.Li
 }
 
 func (s *Server) Scale(ctx context.Context, r *connect.Request[pinfoldv1.ScaleRequest]) (*connect.Response[pinfoldv1.ScaleResponse], error) {
-	res, err := s.svc.Scale(ctx, r.Msg.Service, int(r.Msg.Count))
+	res, err := s.changes.Scale(ctx, r.Msg.Service, int(r.Msg.Count))
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -521,7 +567,7 @@ func (s *Server) Scale(ctx context.Context, r *connect.Request[pinfoldv1.ScaleRe
 
 func (s *Server) Rebalance(ctx context.Context, r *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error) {
 	m := r.Msg
-	res, err := s.svc.Rebalance(ctx, service.RebalanceRequest{Apply: m.Apply, Defragment: m.Defragment,
+	res, err := s.changes.Rebalance(ctx, service.RebalanceRequest{Apply: m.Apply, Defragment: m.Defragment,
 		Options: balance.Options{BalancingThreshold: m.BalancingThreshold, ActivityThreshold: m.ActivityThreshold, MaxMoves: int(m.MaxMoves)}})
 	out := &pinfoldv1.RebalanceResponse{ImbalanceBefore: res.Before, ImbalanceAfter: res.After,
 		FragmentedBefore: int32(res.FragmentedBefore), FragmentedAfter: int32(res.FragmentedAfter), Proposed: int32(res.Proposed)}
@@ -545,7 +591,7 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
 	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model()}
-	res, err := s.svc.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Spec: spec,
+	res, err := s.changes.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Spec: spec,
 		Count: int(m.Count), Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
 		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
 			Affinity:     placement.Affinity{Hard: m.AffinityHard, Soft: m.AffinitySoft},
@@ -578,7 +624,7 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	if d == 0 && m.MemoryDeltaBytes == 0 && m.Bind == nil {
 		return nil, invalid("nothing to change: give cpu_delta, memory_delta_bytes or bind")
 	}
-	ins, err := s.svc.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind})
+	ins, err := s.changes.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind})
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -586,7 +632,7 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 }
 
 func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
-	ins, err := s.svc.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command,
+	ins, err := s.changes.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command,
 		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts, Pull: r.Msg.Pull})
 	if err != nil {
 		return nil, toConnect(err)
@@ -595,7 +641,7 @@ func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.Repla
 }
 
 func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.RemoveRequest]) (*connect.Response[pinfoldv1.RemoveResponse], error) {
-	ids, err := s.svc.Remove(ctx, r.Msg.Target)
+	ids, err := s.changes.Remove(ctx, r.Msg.Target)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -604,7 +650,7 @@ func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.Remove
 
 // ListInstances answers one page of instances (service.InstancesPage).
 func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1.ListInstancesRequest]) (*connect.Response[pinfoldv1.ListInstancesResponse], error) {
-	ins, next, err := s.svc.InstancesPage(r.Msg.Host, r.Msg.Service, int(r.Msg.PageSize), r.Msg.PageToken)
+	ins, next, err := s.reads.InstancesPage(r.Msg.Host, r.Msg.Service, int(r.Msg.PageSize), r.Msg.PageToken)
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -631,7 +677,7 @@ func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.Capaci
 	if err != nil {
 		return nil, err
 	}
-	caps, err := s.svc.Capacity(service.DeployRequest{Service: m.Service, Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MaxPerHost: int(m.MaxPerHost),
+	caps, err := s.reads.Capacity(service.DeployRequest{Service: m.Service, Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MaxPerHost: int(m.MaxPerHost),
 		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
 			Affinity: placement.Affinity{Hard: m.AffinityHard}, AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard}}})
 	if err != nil {
@@ -653,7 +699,7 @@ func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.Hea
 	if m := r.Msg.Metrics; m != nil {
 		met = &state.Metrics{Load1: m.Load1, Load5: m.Load5, Load15: m.Load15, MemTotal: m.MemTotalBytes, MemAvailable: m.MemAvailableBytes}
 	}
-	if err := s.svc.Heartbeat(ctx, r.Msg.Host, r.Msg.AgentVersion, int(r.Msg.Protocol), ttl, met); err != nil {
+	if err := s.agents.Heartbeat(ctx, r.Msg.Host, r.Msg.AgentVersion, int(r.Msg.Protocol), ttl, met); err != nil {
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&pinfoldv1.HeartbeatResponse{PlannerProtocol: model.Protocol}), nil
@@ -661,7 +707,7 @@ func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.Hea
 
 func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
 	m := r.Msg
-	err := s.svc.ReportStatus(ctx, m.Host, m.Id, m.Status())
+	err := s.agents.ReportStatus(ctx, m.Host, m.Id, m.Status())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -677,7 +723,7 @@ func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv
 		}
 		defer s.watches.release(r.Msg.Host)
 	}
-	err := s.svc.WatchInstances(ctx, r.Msg.Host, func(rev int64, h state.HostView, ins []state.InstanceView) error {
+	err := s.agents.WatchInstances(ctx, r.Msg.Host, func(rev int64, h state.HostView, ins []state.InstanceView) error {
 		msg := &pinfoldv1.WatchInstancesResponse{Revision: rev, Cpus: cpuset.Of(slices.Collect(maps.Keys(h.Host.CPUs))...).String(),
 			SharedPool: state.SharedPool(h.Host, h.Alloc).String()}
 		for _, iv := range ins {
@@ -696,7 +742,7 @@ func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv
 
 // ExportPlan streams the plan file in pieces (service.ExportPlan).
 func (s *Server) ExportPlan(ctx context.Context, _ *connect.Request[pinfoldv1.ExportPlanRequest], stream *connect.ServerStream[pinfoldv1.ExportPlanResponse]) error {
-	err := s.svc.ExportPlan(func(piece []byte) error {
+	err := s.reads.ExportPlan(func(piece []byte) error {
 		return stream.Send(&pinfoldv1.ExportPlanResponse{PlanJson: piece})
 	})
 	switch {

@@ -124,7 +124,7 @@ func TestResizeRefusesNoChange(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p := &resizePlanner{}
-			_, err := (&Server{svc: p}).Resize(context.Background(), connect.NewRequest(tt.req))
+			_, err := newServer(p, nil).Resize(context.Background(), connect.NewRequest(tt.req))
 			if tt.wantErr != "" {
 				if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantErr) || len(p.got) != 0 {
 					t.Errorf("Resize(%v) = %v, reached the planner %d times; want invalid argument %q", tt.req, err, len(p.got), tt.wantErr)
