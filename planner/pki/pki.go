@@ -119,6 +119,15 @@ func Init(dir string, hosts []string, now time.Time) (Files, error) {
 		return Files{}, err
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
+	if err := issue(dir, ServerCert, ServerKey, serverTemplate(hosts, now), caCert, caKey); err != nil {
+		return Files{}, err
+	}
+	return ServerFiles(dir), nil
+}
+
+// serverTemplate is a planner certificate's, valid for localhost,
+// 127.0.0.1, ::1 and hosts.
+func serverTemplate(hosts []string, now time.Time) *x509.Certificate {
 	srv := &x509.Certificate{Subject: pkix.Name{CommonName: "pinfold planner"}, NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
 		// Client auth too: an embedded etcd serving with this certificate
 		// dials itself with it (its gateway), and requires client certificates.
@@ -131,10 +140,26 @@ func Init(dir string, hosts []string, now time.Time) (Files, error) {
 			srv.DNSNames = append(srv.DNSNames, h)
 		}
 	}
-	if err := issue(dir, ServerCert, ServerKey, srv, caCert, caKey); err != nil {
+	return srv
+}
+
+// IssueServer signs a new planner certificate from the CA in dir, valid
+// for localhost, 127.0.0.1, ::1 and hosts, written as NAME.pem and
+// NAME-key.pem (never over planner.pem: move the pair over planner.pem
+// and planner-key.pem, the key last, and a running planner serves it
+// from its next handshake on).
+func IssueServer(dir, name string, hosts []string, now time.Time) (Files, error) {
+	if !nameRE.MatchString(name) || name == "ca" {
+		return Files{}, fmt.Errorf("pki: name %q: want 1..63 letters, digits, '.', '_' or '-', not ca", name)
+	}
+	caCert, caKey, err := loadCA(dir)
+	if err != nil {
 		return Files{}, err
 	}
-	return ServerFiles(dir), nil
+	if err := issue(dir, name+".pem", name+"-key.pem", serverTemplate(hosts, now), caCert, caKey); err != nil {
+		return Files{}, err
+	}
+	return Files{CA: filepath.Join(dir, CACert), Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem")}, nil
 }
 
 // Issue signs a client certificate for name with role, from the CA in dir,
