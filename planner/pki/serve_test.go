@@ -238,6 +238,22 @@ func TestServerCertificateReload(t *testing.T) {
 	if after == before {
 		t.Errorf("still serving serial %s after the files were replaced", before)
 	}
+	// Renew does the same in one step, and keeps the old pair.
+	r, err := pki.Renew(dir, []string{"planner.example"}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.call(alice); err != nil || got != r.Serial || got == after {
+		t.Errorf("after renew: serial %s, %v; want the new %s (the old was %s)", got, err, r.Serial, after)
+	}
+	if _, err := tls.LoadX509KeyPair(r.Old, r.OldKey); err != nil {
+		t.Errorf("the old pair was not kept: %v", err)
+	}
+	kp, _ := tls.LoadX509KeyPair(srv.Cert, srv.Key)
+	c, _ := x509.ParseCertificate(kp.Certificate[0])
+	if c.VerifyHostname("planner.example") != nil || c.VerifyHostname("localhost") != nil {
+		t.Errorf("the renewed certificate's names: %v %v", c.DNSNames, c.IPAddresses)
+	}
 }
 
 // TestNoRoleRefused: a certificate the CA signed that carries no pinfold
