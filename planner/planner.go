@@ -38,7 +38,8 @@ type Config struct {
 	EtcdLogLevel  string // embedded etcd's own log level ("": error)
 	// EtcdTLS is the client TLS for external etcd (nil: plaintext). The
 	// embedded etcd always serves TLS with client certificates from a CA
-	// the planner makes at every start (DataDir/etcd-tls).
+	// the planner makes at every start (DataDir/etcd-tls; the CA key is
+	// removed once it signed them).
 	EtcdTLS *tls.Config
 	// TLS serves the API over TLS when not nil (else h2c, for loopback).
 	TLS *tls.Config
@@ -140,7 +141,8 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 // startEmbedded starts the embedded etcd on loopback, locked down: its
 // client and peer URLs serve TLS and require a client certificate from a
 // CA made at this start in DataDir/etcd-tls (keys 0600, the directory
-// 0700), which only this process's client holds. A local process that is
+// 0700; the CA's key is removed once it signed etcd's and the planner's
+// certificates), which only this process's client holds. A local process that is
 // not the planner's user cannot talk to it, and nothing off the host can.
 func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
 	log := cfg.Log
@@ -168,6 +170,12 @@ func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
 	cl, err := pki.Issue(pkiDir, pki.RoleAdmin, "planner", now)
 	if err != nil {
 		return state.Dial{}, &StoreError{fmt.Errorf("planner: embedded etcd client certificate: %w", err)}
+	}
+	// The CA key signed both certificates and is needed no more (the next
+	// start makes a new CA): not kept, so no reader of DATA-DIR can sign a
+	// certificate the embedded etcd would take.
+	if err := os.Remove(filepath.Join(pkiDir, pki.CAKey)); err != nil {
+		return state.Dial{}, &StoreError{fmt.Errorf("planner: remove the embedded etcd's CA key: %w", err)}
 	}
 	tc, err := state.ClientTLS(cl)
 	if err != nil {
