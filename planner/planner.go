@@ -43,6 +43,11 @@ type Config struct {
 	EtcdTLS *tls.Config
 	// TLS serves the API over TLS when not nil (else h2c, for loopback).
 	TLS *tls.Config
+	// ServerTLS, when not nil, serves the API over TLS from its files
+	// instead of TLS: the certificate and revocation list are read again
+	// when they change, and every second the open connections of a
+	// certificate revoked since their handshake are closed.
+	ServerTLS *pki.ServerTLS
 	// ShareBase and MaxFragmentCores are fixed when the store is created.
 	ShareBase        int
 	MaxFragmentCores int
@@ -119,7 +124,15 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: listen on %s: %w", cfg.Listen, err)
 	}
-	if cfg.TLS != nil {
+	switch {
+	case cfg.ServerTLS != nil:
+		cfg.TLS = cfg.ServerTLS.Config()
+		ln = cfg.ServerTLS.Listener(ln)
+		wctx, stopWatch := context.WithCancel(context.Background())
+		watchDone := make(chan struct{})
+		go func() { defer close(watchDone); cfg.ServerTLS.Watch(wctx, time.Second) }()
+		p.closers = append(p.closers, func() { stopWatch(); <-watchDone })
+	case cfg.TLS != nil:
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
 	p.Addr = ln.Addr().String()

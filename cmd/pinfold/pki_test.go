@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pinfold/pinfold/planner/pki"
 )
@@ -64,6 +69,25 @@ func TestPKIRevokeRenew(t *testing.T) {
 			t.Errorf("pki revoke %q: exit %d, %s; want %q", tc.args, code, errOut, tc.want)
 		}
 	}
+	// bob's connection, open before his revoke: the planner closes it.
+	pool := x509.NewCertPool()
+	cab, _ := os.ReadFile(srv.CA)
+	pool.AppendCertsFromPEM(cab)
+	bkp, _ := tls.LoadX509KeyPair(viewer.Cert, viewer.Key)
+	bc, err := tls.Dial("tcp", p.Addr, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{bkp}, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bc.Close()
+	bc.SetDeadline(time.Now().Add(30 * time.Second))
+	br := bufio.NewReader(bc)
+	bc.Write([]byte("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"))
+	if r, err := http.ReadResponse(br, nil); err != nil {
+		t.Fatalf("bob's open connection, before his revoke: %v", err)
+	} else {
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+	}
 	if out, errOut, code := runCLI(t, "", "pki", "revoke", "bob", "--dir", dir); code != 0 || !strings.Contains(out, "viewer:bob") || !strings.Contains(out, ": revoked") {
 		t.Fatalf("pki revoke bob: exit %d, %s %s", code, out, errOut)
 	}
@@ -75,6 +99,11 @@ func TestPKIRevokeRenew(t *testing.T) {
 	}
 	if out, errOut, code := as(admin, "host", "list"); code != 0 {
 		t.Errorf("admin after bob's revoke: exit %d, %s %s", code, out, errOut)
+	}
+	// The planner sweeps every second: the read ends when it closes the
+	// connection (a timeout here means it never did).
+	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("bob's connection opened before his revoke: read = %v, want it closed", err)
 	}
 	var cs []pki.Cert
 	out, _, _ = runCLI(t, "", "pki", "list", "--dir", dir, "-o", "json")

@@ -150,7 +150,7 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 		if err != nil {
 			return nil, badInput("--tls-cert/--tls-key/--tls-ca/--tls-crl: %v", err)
 		}
-		cfg.TLS = st.Config()
+		cfg.TLS, cfg.ServerTLS = st.Config(), st
 	}
 	switch {
 	case cfg.TLS == nil:

@@ -1,11 +1,13 @@
 package pki
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -42,8 +44,11 @@ type ServerTLS struct {
 	mu      sync.Mutex
 	cert    *tls.Certificate
 	certSig [2]fileSig
-	crl     map[string]struct{} // revoked serials, SerialHex
+	crl     map[string]struct{} // revoked serials, SerialHex; replaced, never changed
 	crlSig  fileSig
+
+	connMu sync.Mutex
+	conns  map[*trackedConn]string // open connections from Listener: their client's serial
 }
 
 // fileSig is what a stat says of a file: a change in any part is a change.
@@ -77,7 +82,7 @@ func stat(path string) (fileSig, error) {
 
 // NewServerTLS reads the files once; any that cannot be used is an error.
 func NewServerTLS(cfg ServerConfig) (*ServerTLS, error) {
-	s := &ServerTLS{cfg: cfg, crl: map[string]struct{}{}}
+	s := &ServerTLS{cfg: cfg, crl: map[string]struct{}{}, conns: map[*trackedConn]string{}}
 	if err := s.loadCert(); err != nil {
 		return nil, err
 	}
@@ -216,4 +221,108 @@ func (s *ServerTLS) loadCRL() error {
 	}
 	s.crl = m
 	return nil
+}
+
+// Listener serves TLS on ln with s's configuration and keeps track of
+// each open connection's client certificate, so that Sweep can close the
+// connections of a certificate revoked after their handshake.
+func (s *ServerTLS) Listener(ln net.Listener) net.Listener {
+	base := s.Config()
+	cfg := base.Clone()
+	if base.VerifyConnection != nil {
+		cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			tc, ok := h.Conn.(*trackedConn)
+			if !ok {
+				return nil, nil
+			}
+			c := base.Clone()
+			c.VerifyConnection = func(cs tls.ConnectionState) error {
+				if err := base.VerifyConnection(cs); err != nil {
+					return err
+				}
+				s.connMu.Lock()
+				if _, open := s.conns[tc]; open {
+					s.conns[tc] = SerialHex(cs.PeerCertificates[0].SerialNumber)
+				}
+				s.connMu.Unlock()
+				return nil
+			}
+			return c, nil
+		}
+	}
+	return tls.NewListener(&trackedListener{Listener: ln, s: s}, cfg)
+}
+
+// Sweep reads the revocation list again if it changed and closes every
+// open connection (from Listener) whose client certificate it revokes. It
+// returns how many it closed.
+func (s *ServerTLS) Sweep() int {
+	if s.cfg.CRLFile == "" {
+		return 0
+	}
+	if err := s.loadCRL(); err != nil && s.cfg.OnError != nil {
+		s.cfg.OnError(fmt.Errorf("%w (the list read before stays in force)", err))
+	}
+	s.mu.Lock()
+	revoked := s.crl
+	s.mu.Unlock()
+	var victims []*trackedConn
+	s.connMu.Lock()
+	for c, serial := range s.conns {
+		if _, ok := revoked[serial]; ok && serial != "" {
+			victims = append(victims, c)
+		}
+	}
+	s.connMu.Unlock()
+	for _, c := range victims {
+		c.Close()
+	}
+	return len(victims)
+}
+
+// Watch sweeps every interval until ctx ends, so a revoked certificate's
+// open connections are closed even when no new client connects.
+func (s *ServerTLS) Watch(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.Sweep()
+		}
+	}
+}
+
+type trackedListener struct {
+	net.Listener
+	s *ServerTLS
+}
+
+func (l *trackedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	tc := &trackedConn{Conn: c, s: l.s}
+	l.s.connMu.Lock()
+	l.s.conns[tc] = ""
+	l.s.connMu.Unlock()
+	return tc, nil
+}
+
+type trackedConn struct {
+	net.Conn
+	s    *ServerTLS
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() {
+		c.s.connMu.Lock()
+		delete(c.s.conns, c)
+		c.s.connMu.Unlock()
+	})
+	return c.Conn.Close()
 }

@@ -1,6 +1,7 @@
 package pki_test
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"log"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -42,10 +44,11 @@ func serve(t *testing.T, dir string) (*served, *pki.ServerTLS) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", st.Config())
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := st.Listener(raw)
 	h := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), ErrorLog: log.New(io.Discard, "", 0)}
 	go h.Serve(ln)
 	t.Cleanup(func() { h.Close() })
@@ -287,5 +290,62 @@ func TestNoRoleRefused(t *testing.T) {
 	leaf, _ := x509.ParseCertificate(der)
 	if err := st.Check(leaf); err == nil || !strings.Contains(err.Error(), `"mallory"`) {
 		t.Errorf("Check = %v, want an error naming mallory", err)
+	}
+}
+
+// TestRevokeClosesOpenConnections: Sweep closes a connection whose
+// certificate was revoked after its handshake, and leaves the others open.
+func TestRevokeClosesOpenConnections(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	pki.Init(dir, nil, time.Now())
+	bob, _ := pki.Issue(dir, pki.RoleViewer, "bob", time.Now())
+	alice, _ := pki.Issue(dir, pki.RoleAdmin, "alice", time.Now())
+	s, st := serve(t, dir)
+	open := func(f pki.Files) (*tls.Conn, *bufio.Reader) {
+		t.Helper()
+		kp, _ := tls.LoadX509KeyPair(f.Cert, f.Key)
+		c, err := tls.Dial("tcp", strings.TrimPrefix(s.url, "https://"), &tls.Config{RootCAs: s.pool, Certificates: []tls.Certificate{kp}, ServerName: "localhost", NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	get := func(c *tls.Conn, br *bufio.Reader) error {
+		if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")); err != nil {
+			return err
+		}
+		r, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return err
+		}
+		return r.Body.Close()
+	}
+	bc, bbr := open(bob)
+	ac, abr := open(alice)
+	for _, c := range []struct {
+		c  *tls.Conn
+		br *bufio.Reader
+	}{{bc, bbr}, {ac, abr}} {
+		if err := get(c.c, c.br); err != nil {
+			t.Fatalf("before revoke: %v", err)
+		}
+	}
+	if n := st.Sweep(); n != 0 {
+		t.Errorf("a sweep with nothing revoked closed %d connections", n)
+	}
+	if _, err := pki.Revoke(dir, "bob", nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n := st.Sweep(); n != 1 {
+		t.Errorf("the sweep after revoking bob closed %d connections, want 1", n)
+	}
+	if err := get(bc, bbr); err == nil {
+		t.Errorf("bob's open connection still serves after his revoke")
+	}
+	if err := get(ac, abr); err != nil {
+		t.Errorf("alice's open connection: %v", err)
 	}
 }
