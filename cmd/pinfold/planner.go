@@ -52,7 +52,7 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.etcdKey, "etcd-key", "", "external etcd: key of --etcd-cert (PEM)")
 	cmd.Flags().StringVar(&f.etcdClient, "etcd-listen-client", "https://127.0.0.1:12379", "embedded etcd: client URL, loopback only (TLS with client certificates from a CA the planner makes in DATA-DIR/etcd-tls at every start)")
 	cmd.Flags().StringVar(&f.etcdPeer, "etcd-listen-peer", "https://127.0.0.1:12380", "embedded etcd: peer URL, loopback only (TLS, as the client URL)")
-	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM)")
+	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; read again when it or --tls-key changes: pinfold pki renew)")
 	cmd.Flags().StringVar(&f.tlsKey, "tls-key", "", "private key of --tls-cert (PEM)")
 	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "require client certificates signed by this CA (PEM); their identity decides what each client may do")
 	cmd.Flags().StringVar(&f.tlsCRL, "tls-crl", "", "revoked client certificates: the CRL pinfold pki revoke writes (default: revoked.crl beside --tls-ca; missing: none revoked); read again when it changes")
