@@ -44,6 +44,18 @@ func TestPKIRevokeRenew(t *testing.T) {
 	f := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
 		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t), etcdLogLevel: "fatal",
 		tlsCert: srv.Cert, tlsKey: srv.Key, tlsCA: srv.CA}
+	// A revocation list that is not one, or without a CA, refuses a start.
+	bad := f
+	bad.tlsCRL = t.TempDir() + "/bad.crl"
+	os.WriteFile(bad.tlsCRL, []byte("garbage\n"), 0o644)
+	if _, err := bad.start(context.Background(), log); exitCode(err) != exitBadInput || !strings.Contains(err.Error(), "revocation list") {
+		t.Errorf("a start with a malformed --tls-crl = %v", err)
+	}
+	bad.tlsCA = ""
+	bad.tlsNoClientAuth = true
+	if _, err := bad.start(context.Background(), log); exitCode(err) != exitBadInput || !strings.Contains(err.Error(), "without --tls-ca") {
+		t.Errorf("--tls-crl without --tls-ca = %v", err)
+	}
 	p, err := f.start(context.Background(), log)
 	if err != nil {
 		t.Fatal(err)

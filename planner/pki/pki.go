@@ -241,7 +241,7 @@ func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	}
 	kb, err := os.ReadFile(filepath.Join(dir, CAKey))
 	if err != nil {
-		return nil, nil, fmt.Errorf("pki: %w", err)
+		return nil, nil, fmt.Errorf("pki: the CA's key, needed to sign: %w", err)
 	}
 	cp, _ := pem.Decode(cb)
 	kp, _ := pem.Decode(kb)

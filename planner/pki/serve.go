@@ -235,6 +235,9 @@ func (s *ServerTLS) Listener(ln net.Listener) net.Listener {
 			if !ok {
 				return nil, nil
 			}
+			// A clone per connection, to know whose it is. (Each clone has
+			// its own session ticket keys: a client resumes no session
+			// across connections, and makes a full handshake instead.)
 			c := base.Clone()
 			c.VerifyConnection = func(cs tls.ConnectionState) error {
 				if err := base.VerifyConnection(cs); err != nil {
