@@ -141,6 +141,12 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	st.ObserveCommits(metrics.ObserveCommit)
 	p.srv = api.NewHTTPServer(api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Metrics: metrics,
 		Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}), api.Timeouts{})
+	if p.srv.ErrorLog == nil {
+		// The server's own lines, failed TLS handshakes among them (a
+		// revoked certificate, one with no valid role, by name), go to
+		// the planner's log, not stderr.
+		p.srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	}
 	go func() {
 		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("API server stopped", "err", err)

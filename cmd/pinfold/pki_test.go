@@ -2,15 +2,18 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -40,7 +43,8 @@ func TestPKIRevokeRenew(t *testing.T) {
 		return f
 	}
 	admin, viewer := issue("admin", "alice"), issue("viewer", "bob")
-	log, _ := newLogger("error", os.Stderr)
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
 		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t), etcdLogLevel: "fatal",
 		tlsCert: srv.Cert, tlsKey: srv.Key, tlsCA: srv.CA}
@@ -112,6 +116,9 @@ func TestPKIRevokeRenew(t *testing.T) {
 	if out, errOut, code := as(admin, "host", "list"); code != 0 {
 		t.Errorf("admin after bob's revoke: exit %d, %s %s", code, out, errOut)
 	}
+	if l := logs.String(); !strings.Contains(l, "viewer:bob") || !strings.Contains(l, "is revoked") {
+		t.Errorf("the planner's log does not name the refused certificate:\n%s", l)
+	}
 	// The planner sweeps every second: the read ends when it closes the
 	// connection (a timeout here means it never did).
 	if _, err := br.ReadByte(); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
@@ -148,4 +155,22 @@ func TestPKIRevokeRenew(t *testing.T) {
 	if out, errOut, code := as(admin, "host", "list"); code != 0 {
 		t.Errorf("admin after renew: exit %d, %s %s", code, out, errOut)
 	}
+}
+
+// lockedBuffer is a log's destination that goroutines share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
