@@ -38,10 +38,16 @@ type Config struct {
 	EtcdLogLevel  string // embedded etcd's own log level ("": error)
 	// EtcdTLS is the client TLS for external etcd (nil: plaintext). The
 	// embedded etcd always serves TLS with client certificates from a CA
-	// the planner makes at every start (DataDir/etcd-tls).
+	// the planner makes at every start (DataDir/etcd-tls; the CA key is
+	// removed once it signed them).
 	EtcdTLS *tls.Config
 	// TLS serves the API over TLS when not nil (else h2c, for loopback).
 	TLS *tls.Config
+	// ServerTLS, when not nil, serves the API over TLS from its files
+	// instead of TLS: the certificate and revocation list are read again
+	// when they change, and every second the open connections of a
+	// certificate revoked since their handshake are closed.
+	ServerTLS *pki.ServerTLS
 	// ShareBase and MaxFragmentCores are fixed when the store is created.
 	ShareBase        int
 	MaxFragmentCores int
@@ -118,7 +124,15 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("planner: listen on %s: %w", cfg.Listen, err)
 	}
-	if cfg.TLS != nil {
+	switch {
+	case cfg.ServerTLS != nil:
+		cfg.TLS = cfg.ServerTLS.Config()
+		ln = cfg.ServerTLS.Listener(ln)
+		wctx, stopWatch := context.WithCancel(context.Background())
+		watchDone := make(chan struct{})
+		go func() { defer close(watchDone); cfg.ServerTLS.Watch(wctx, time.Second) }()
+		p.closers = append(p.closers, func() { stopWatch(); <-watchDone })
+	case cfg.TLS != nil:
 		ln = tls.NewListener(ln, cfg.TLS)
 	}
 	p.Addr = ln.Addr().String()
@@ -127,6 +141,12 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	st.ObserveCommits(metrics.ObserveCommit)
 	p.srv = api.NewHTTPServer(api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Metrics: metrics,
 		Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}), api.Timeouts{})
+	if p.srv.ErrorLog == nil {
+		// The server's own lines, failed TLS handshakes among them (a
+		// revoked certificate, one with no valid role, by name), go to
+		// the planner's log, not stderr.
+		p.srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	}
 	go func() {
 		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("API server stopped", "err", err)
@@ -140,7 +160,8 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 // startEmbedded starts the embedded etcd on loopback, locked down: its
 // client and peer URLs serve TLS and require a client certificate from a
 // CA made at this start in DataDir/etcd-tls (keys 0600, the directory
-// 0700), which only this process's client holds. A local process that is
+// 0700; the CA's key is removed once it signed etcd's and the planner's
+// certificates), which only this process's client holds. A local process that is
 // not the planner's user cannot talk to it, and nothing off the host can.
 func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
 	log := cfg.Log
@@ -168,6 +189,12 @@ func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
 	cl, err := pki.Issue(pkiDir, pki.RoleAdmin, "planner", now)
 	if err != nil {
 		return state.Dial{}, &StoreError{fmt.Errorf("planner: embedded etcd client certificate: %w", err)}
+	}
+	// The CA key signed both certificates and is needed no more (the next
+	// start makes a new CA): not kept, so no reader of DATA-DIR can sign a
+	// certificate the embedded etcd would take.
+	if err := os.Remove(filepath.Join(pkiDir, pki.CAKey)); err != nil {
+		return state.Dial{}, &StoreError{fmt.Errorf("planner: remove the embedded etcd's CA key: %w", err)}
 	}
 	tc, err := state.ClientTLS(cl)
 	if err != nil {

@@ -31,7 +31,7 @@ import (
 
 type plannerFlags struct {
 	dataDir, listen, etcdEndpoints, etcdClient, etcdPeer string
-	tlsCert, tlsKey, tlsCA                               string
+	tlsCert, tlsKey, tlsCA, tlsCRL                       string
 	etcdCA, etcdCert, etcdKey                            string
 	tlsNoClientAuth, insecure                            bool
 	shareBase, maxFragmentCores, maxRequestBytes         int
@@ -52,9 +52,10 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.etcdKey, "etcd-key", "", "external etcd: key of --etcd-cert (PEM)")
 	cmd.Flags().StringVar(&f.etcdClient, "etcd-listen-client", "https://127.0.0.1:12379", "embedded etcd: client URL, loopback only (TLS with client certificates from a CA the planner makes in DATA-DIR/etcd-tls at every start)")
 	cmd.Flags().StringVar(&f.etcdPeer, "etcd-listen-peer", "https://127.0.0.1:12380", "embedded etcd: peer URL, loopback only (TLS, as the client URL)")
-	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM)")
+	cmd.Flags().StringVar(&f.tlsCert, "tls-cert", "", "serve the API over TLS with this certificate (PEM; read again when it or --tls-key changes: pinfold pki renew)")
 	cmd.Flags().StringVar(&f.tlsKey, "tls-key", "", "private key of --tls-cert (PEM)")
 	cmd.Flags().StringVar(&f.tlsCA, "tls-ca", "", "require client certificates signed by this CA (PEM); their identity decides what each client may do")
+	cmd.Flags().StringVar(&f.tlsCRL, "tls-crl", "", "revoked client certificates: the CRL pinfold pki revoke writes (default: revoked.crl beside --tls-ca; missing: none revoked); read again when it changes")
 	cmd.Flags().BoolVar(&f.tlsNoClientAuth, "tls-no-client-auth", false, "serve TLS without client certificates: every client may do everything (logged as a warning)")
 	cmd.Flags().BoolVar(&f.insecure, "insecure", false, "allow a --listen address off loopback without TLS (anyone who reaches it may do everything), and plaintext --etcd-endpoints off loopback")
 	cmd.Flags().IntVar(&f.shareBase, "share-base", 100, "pieces per CPU (10..10000); fixed when the store is created")
@@ -128,19 +129,28 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 	} else if f.etcdCA != "" || f.etcdCert != "" || f.etcdKey != "" {
 		return nil, badInput("--etcd-ca/--etcd-cert/--etcd-key are for an external etcd (--etcd-endpoints); the embedded one makes its own")
 	}
+	if f.tlsCRL != "" && f.tlsCA == "" {
+		return nil, badInput("--tls-crl %q without --tls-ca: a revocation list is for client certificates", f.tlsCRL)
+	}
 	if f.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
-		if err != nil {
+		if _, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey); err != nil {
 			return nil, badInput("--tls-cert/--tls-key: %v", err)
 		}
-		cfg.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}}
+		sc := pki.ServerConfig{CertFile: f.tlsCert, KeyFile: f.tlsKey, OnError: func(err error) { log.Error("TLS files changed but not used", "err", err) }}
 		if f.tlsCA != "" {
-			pool, err := loadCA("--tls-ca", f.tlsCA)
-			if err != nil {
+			if _, err := loadCA("--tls-ca", f.tlsCA); err != nil {
 				return nil, err
 			}
-			cfg.TLS.ClientCAs, cfg.TLS.ClientAuth = pool, tls.RequireAndVerifyClientCert
+			sc.CAFile, sc.CRLFile = f.tlsCA, f.tlsCRL
+			if sc.CRLFile == "" {
+				sc.CRLFile = filepath.Join(filepath.Dir(f.tlsCA), pki.CRLFile)
+			}
 		}
+		st, err := pki.NewServerTLS(sc)
+		if err != nil {
+			return nil, badInput("--tls-cert/--tls-key/--tls-ca/--tls-crl: %v", err)
+		}
+		cfg.TLS, cfg.ServerTLS = st.Config(), st
 	}
 	switch {
 	case cfg.TLS == nil:

@@ -119,6 +119,15 @@ func Init(dir string, hosts []string, now time.Time) (Files, error) {
 		return Files{}, err
 	}
 	caCert, _ := x509.ParseCertificate(caDER)
+	if err := issue(dir, ServerCert, ServerKey, serverTemplate(hosts, now), caCert, caKey); err != nil {
+		return Files{}, err
+	}
+	return ServerFiles(dir), nil
+}
+
+// serverTemplate is a planner certificate's, valid for localhost,
+// 127.0.0.1, ::1 and hosts.
+func serverTemplate(hosts []string, now time.Time) *x509.Certificate {
 	srv := &x509.Certificate{Subject: pkix.Name{CommonName: "pinfold planner"}, NotBefore: now.Add(-time.Hour), NotAfter: now.AddDate(1, 0, 0),
 		// Client auth too: an embedded etcd serving with this certificate
 		// dials itself with it (its gateway), and requires client certificates.
@@ -131,10 +140,26 @@ func Init(dir string, hosts []string, now time.Time) (Files, error) {
 			srv.DNSNames = append(srv.DNSNames, h)
 		}
 	}
-	if err := issue(dir, ServerCert, ServerKey, srv, caCert, caKey); err != nil {
+	return srv
+}
+
+// IssueServer signs a new planner certificate from the CA in dir, valid
+// for localhost, 127.0.0.1, ::1 and hosts, written as NAME.pem and
+// NAME-key.pem (never over planner.pem: move the pair over planner.pem
+// and planner-key.pem, the key last, and a running planner serves it
+// from its next handshake on).
+func IssueServer(dir, name string, hosts []string, now time.Time) (Files, error) {
+	if !nameRE.MatchString(name) || name == "ca" {
+		return Files{}, fmt.Errorf("pki: name %q: want 1..63 letters, digits, '.', '_' or '-', not ca", name)
+	}
+	caCert, caKey, err := loadCA(dir)
+	if err != nil {
 		return Files{}, err
 	}
-	return ServerFiles(dir), nil
+	if err := issue(dir, name+".pem", name+"-key.pem", serverTemplate(hosts, now), caCert, caKey); err != nil {
+		return Files{}, err
+	}
+	return Files{CA: filepath.Join(dir, CACert), Cert: filepath.Join(dir, name+".pem"), Key: filepath.Join(dir, name+"-key.pem")}, nil
 }
 
 // Issue signs a client certificate for name with role, from the CA in dir,
@@ -216,7 +241,7 @@ func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	}
 	kb, err := os.ReadFile(filepath.Join(dir, CAKey))
 	if err != nil {
-		return nil, nil, fmt.Errorf("pki: %w", err)
+		return nil, nil, fmt.Errorf("pki: the CA's key, needed to sign: %w", err)
 	}
 	cp, _ := pem.Decode(cb)
 	kp, _ := pem.Decode(kb)
@@ -236,4 +261,76 @@ func loadCA(dir string) (*x509.Certificate, *ecdsa.PrivateKey, error) {
 		return nil, nil, fmt.Errorf("pki: %s is not an ECDSA key", CAKey)
 	}
 	return cert, key, nil
+}
+
+// Renewal is what Renew did.
+type Renewal struct {
+	Files
+	Serial string `json:"serial"` // the new certificate's
+	// Old and OldKey are where the replaced certificate and key went.
+	Old    string `json:"old"`
+	OldKey string `json:"old_key"`
+}
+
+// Renew replaces the planner certificate in dir with a new one from the
+// CA, valid for the names and IPs of the old one and hosts. The old pair
+// is kept as planner.pem.SERIAL.old and planner-key.pem.SERIAL.old; the
+// new key is moved into place before the new certificate, so a running
+// planner (which serves a pair only once key and certificate match)
+// never serves a half.
+func Renew(dir string, hosts []string, now time.Time) (Renewal, error) {
+	srv := ServerFiles(dir)
+	b, err := os.ReadFile(srv.Cert)
+	if err != nil {
+		return Renewal{}, fmt.Errorf("pki: no planner certificate to renew: %w", err)
+	}
+	p, _ := pem.Decode(b)
+	if p == nil {
+		return Renewal{}, fmt.Errorf("pki: %s is not PEM", srv.Cert)
+	}
+	old, err := x509.ParseCertificate(p.Bytes)
+	if err != nil {
+		return Renewal{}, fmt.Errorf("pki: %s: %w", srv.Cert, err)
+	}
+	keep := slices.Clone(old.DNSNames)
+	for _, ip := range old.IPAddresses {
+		keep = append(keep, ip.String())
+	}
+	var all []string
+	for _, h := range append(keep, hosts...) {
+		if h != "localhost" && !slices.Contains(all, h) && !slices.ContainsFunc([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}, func(ip net.IP) bool { return ip.Equal(net.ParseIP(h)) }) {
+			all = append(all, h)
+		}
+	}
+	tmp := fmt.Sprintf("planner-next-%d", now.UnixNano())
+	next, err := IssueServer(dir, tmp, all, now)
+	if err != nil {
+		return Renewal{}, err
+	}
+	r := Renewal{Files: srv, Old: fmt.Sprintf("%s.%s.old", srv.Cert, SerialHex(old.SerialNumber)), OldKey: fmt.Sprintf("%s.%s.old", srv.Key, SerialHex(old.SerialNumber))}
+	nb, _ := os.ReadFile(next.Cert)
+	if np, _ := pem.Decode(nb); np != nil {
+		if c, err := x509.ParseCertificate(np.Bytes); err == nil {
+			r.Serial = SerialHex(c.SerialNumber)
+		}
+	}
+	// Copies of the old pair first (the originals stay until replaced).
+	for _, cp := range [][2]string{{srv.Cert, r.Old}, {srv.Key, r.OldKey}} {
+		b, err := os.ReadFile(cp[0])
+		if err == nil {
+			err = writeNew(cp[1], b, 0o600)
+		}
+		if err != nil {
+			os.Remove(next.Cert)
+			os.Remove(next.Key)
+			return Renewal{}, fmt.Errorf("pki: keep the old planner certificate: %w", err)
+		}
+	}
+	if err := os.Rename(next.Key, srv.Key); err != nil {
+		return Renewal{}, fmt.Errorf("pki: %w", err)
+	}
+	if err := os.Rename(next.Cert, srv.Cert); err != nil {
+		return Renewal{}, fmt.Errorf("pki: %w (the new key is in place: move %s over %s)", err, next.Cert, srv.Cert)
+	}
+	return r, nil
 }
