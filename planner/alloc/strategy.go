@@ -59,19 +59,28 @@ type candidate struct {
 	placed   int    // Auto and Global: new instances given to it so far
 }
 
-// tieKey hashes (seed, name) with FNV-1a; seed 0 gives 0 (name order).
-func tieKey(seed uint64, name string) uint64 {
-	if seed == 0 {
-		return 0
-	}
+// NameHash is FNV-1a of a host's name: what TieKey mixes with a seed.
+// Callers that order many hosts keep it beside the host, so that breaking
+// ties needs no pass over the names (placement.Index).
+func NameHash(name string) uint64 {
 	h := uint64(14695981039346656037)
-	for i := 0; i < 8; i++ {
-		h = (h ^ (seed >> (8 * i) & 0xff)) * 1099511628211
-	}
 	for i := 0; i < len(name); i++ {
 		h = (h ^ uint64(name[i])) * 1099511628211
 	}
 	return h
+}
+
+// TieKey is the tie-break key of the host whose NameHash is nameHash under
+// seed: 0 for seed 0 (ties go by name), else the two mixed (splitmix64's
+// finalizer), a different order of equal hosts for every seed.
+func TieKey(seed, nameHash uint64) uint64 {
+	if seed == 0 {
+		return 0
+	}
+	z := seed ^ nameHash
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 // tieLess orders two candidates that are otherwise equal.

@@ -30,6 +30,7 @@ func FuzzAPI(f *testing.F) {
 	c := statetest.Start(f, 1)
 	st := c.Open(f, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
 	svc := service.New(st, nil)
+	svc.CheckIndex()
 	ctx := context.Background()
 	if _, err := svc.RegisterHost(ctx, service.RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
 		f.Fatal(err)

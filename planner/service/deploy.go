@@ -6,7 +6,9 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -113,9 +115,27 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		hit("deploy")
 		placed := rd.SchedulablePlacement()
-		res, err := placement.PlanValid(s.params, rd.PlacementSettings(), placed.Hosts, req) // validated above, once
-		if err != nil {
-			return nil, s.placementError(rd, err)
+		settings := rd.PlacementSettings()
+		// One instance, auto, no rules: the room index finds the host the
+		// full plan would without visiting every host (placement.Index).
+		res, ok := (*placement.Result)(nil), false
+		if x := placed.RoomIndex(s.params); x != nil && !s.noIndex {
+			res, ok = x.First(s.params, settings, placed.Hosts, req)
+		}
+		if ok {
+			s.indexed.Add(1)
+		}
+		if ok && s.checkIndex {
+			full, err := placement.PlanValid(s.params, settings, placed.Hosts, req)
+			if err != nil || !reflect.DeepEqual(full.Placements, res.Placements) {
+				return nil, fmt.Errorf("room index: placed %v, the full plan %v (error %v)", res.Placements, placementsOf(full), err)
+			}
+		}
+		if !ok {
+			var err error
+			if res, err = placement.PlanValid(s.params, settings, placed.Hosts, req); err != nil { // validated above, once
+				return nil, s.placementError(rd, err)
+			}
 		}
 		c := new(state.Change)
 		allocs := map[string]state.Alloc{}
@@ -156,6 +176,14 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	}
 	s.log.Info("deployed", "service", r.Service, "instances", len(out.Instances), "hosts", hosts, "domain_spread", out.DomainSpread, "violations", len(out.Violations))
 	return out, nil
+}
+
+// placementsOf is r's placements, nil for no result.
+func placementsOf(r *placement.Result) []alloc.Placement {
+	if r == nil || r.Result == nil {
+		return nil
+	}
+	return r.Placements
 }
 
 // placementError turns a placement failure into an error carrying the

@@ -27,7 +27,22 @@ type Service struct {
 	ev      *events
 	// panics counts the panics recovered (recover.go).
 	panics atomic.Int64
+	// noIndex plans every deploy in full (a control for tests and
+	// benchmarks); checkIndex plans in full as well wherever the room
+	// index answered and fails the deploy when the two differ (the
+	// simulation and the service's tests run with it).
+	noIndex, checkIndex bool
+	// indexed counts the deploys the room index placed.
+	indexed atomic.Int64
 }
+
+// IndexAnswers is how many deploys the room index placed since New.
+func (s *Service) IndexAnswers() int64 { return s.indexed.Load() }
+
+// CheckIndex makes every deploy the room index answers also be planned in
+// full, and fail with an internal error naming both placements when they
+// differ. For tests and the simulation: it costs the full plan again.
+func (s *Service) CheckIndex() { s.checkIndex = true }
 
 // New returns a Service over st.
 func New(st *state.Store, log *slog.Logger) *Service {

@@ -32,7 +32,9 @@ func (p planner) Store() *state.Store { return p.st }
 func newService(t *testing.T, c *statetest.Cluster, endpoints ...string) planner {
 	t.Helper()
 	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, endpoints...)
-	return planner{service.New(st, nil), st}
+	svc := service.New(st, nil)
+	svc.CheckIndex() // every deploy the room index places is planned in full too
+	return planner{svc, st}
 }
 
 func register(t *testing.T, s planner, name string, top *topology.Topology) state.HostView {

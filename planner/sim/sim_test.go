@@ -70,8 +70,8 @@ func TestSimulation(t *testing.T) {
 		if !ok {
 			continue
 		}
-		t.Logf("seed %d: %d steps in %s (%.0f steps/s); %d moves, %d drains, %d heals settled, %d restarts, %d capacity probes",
-			seed, r.Steps, r.Elapsed.Round(time.Millisecond), float64(r.Steps)/r.Elapsed.Seconds(), r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes)
+		t.Logf("seed %d: %d steps in %s (%.0f steps/s); %d moves, %d drains, %d heals settled, %d restarts, %d capacity probes, %d deploys by the room index",
+			seed, r.Steps, r.Elapsed.Round(time.Millisecond), float64(r.Steps)/r.Elapsed.Seconds(), r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes, r.Indexed)
 		add(&total, r)
 	}
 	if total.Steps > 0 {
@@ -204,6 +204,7 @@ func add(total *Result, r Result) {
 	total.Heals += r.Heals
 	total.Restarts += r.Restarts
 	total.Probes += r.Probes
+	total.Indexed += r.Indexed
 	if total.Known == nil {
 		total.Known = map[string]int{}
 	}

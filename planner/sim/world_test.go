@@ -86,6 +86,9 @@ type Result struct {
 	Ops     map[string]*OpStats
 	// Settled counts moves, drains and heals seen to end.
 	Moves, Drains, Heals, Restarts, Probes int
+	// Indexed counts the deploys the room index placed (each checked
+	// against the full plan: Service.CheckIndex).
+	Indexed int64
 	// Known counts the open defects (knownDefects) the run met; KnownAt
 	// is where each was first met, with the operations before it.
 	Known   map[string]int
@@ -207,12 +210,14 @@ func (w *world) open() {
 	}
 	w.st = st
 	w.svc = service.New(st, slog.New(w.logs))
+	w.svc.CheckIndex() // every deploy the room index answers is planned in full too
 	w.ticker = w.svc.NewTicker()
 }
 
 // restart closes the planner (store and service) and opens it again over
 // the same etcd: the new leader's memory starts empty.
 func (w *world) restart() {
+	w.res.Indexed += w.svc.IndexAnswers()
 	w.st.Close()
 	w.open()
 	w.down = map[string]time.Time{}
@@ -246,6 +251,7 @@ func (w *world) run() Result {
 	}
 	w.res.Steps = w.step
 	w.res.Elapsed = time.Since(start)
+	w.res.Indexed += w.svc.IndexAnswers()
 	return w.res
 }
 
@@ -778,6 +784,10 @@ func (w *world) deployRequest(name string) service.DeployRequest {
 	}
 	r.UseBuffer = w.rng.IntN(8) == 0
 	r.Rules = w.rules(name)
+	if w.rng.IntN(5) == 0 { // the commonest deploy: one instance, auto, no rules (the room index's)
+		r.Count, r.Strategy, r.UseBuffer = 1, alloc.Auto, false
+		r.Rules = state.Rules{DomainSpread: string(pickOne(w, []placement.Spread{"", placement.SpreadOff}))}
+	}
 	return r
 }
 

@@ -50,7 +50,7 @@ func (p *Pending) SchedulablePlacement() *Placed {
 	if len(p.c.allocs) == 0 {
 		return base
 	}
-	out := &Placed{Hosts: slices.Clone(base.Hosts), Revs: slices.Clone(base.Revs)}
+	out := &Placed{Hosts: slices.Clone(base.Hosts), Revs: slices.Clone(base.Revs), index: base.index}
 	for h := range p.c.allocs {
 		i, ok := out.Index(h)
 		if !ok {

@@ -95,6 +95,8 @@ type Store struct {
 	// after any change); also guarded by resMu.
 	placed     map[string]placedHost
 	placedList *Placed
+	// indexLine carries each placedList's placement index over to the next.
+	indexLine indexLine
 
 	// hostChange is, per host, the revision of the last change to its
 	// registration or desired instances; hostSignal, per host someone
@@ -715,6 +717,7 @@ func (s *Store) viewLocked(name string) HostView {
 type Placed struct {
 	Hosts []*placement.Host
 	Revs  []Revs
+	index *placedIndex
 }
 
 // Revs are the revisions of a host's registration and usage documents.
@@ -750,7 +753,19 @@ func (s *Store) SchedulablePlacement() *Placed {
 	names := s.schedOrder
 	s.schedMu.Unlock()
 	list = &Placed{Hosts: make([]*placement.Host, len(names)), Revs: make([]Revs, len(names))}
+	var missing []int
+	s.resMu.Lock() // one lock for the cached views, not one per host
 	for i, name := range names {
+		e, ok := s.placed[name]
+		if !ok {
+			missing = append(missing, i)
+			continue
+		}
+		list.Hosts[i], list.Revs[i] = e.ph, e.revs
+	}
+	s.resMu.Unlock()
+	for _, i := range missing {
+		name := names[i]
 		s.resMu.Lock()
 		e, ok := s.placed[name]
 		s.resMu.Unlock()
@@ -764,6 +779,7 @@ func (s *Store) SchedulablePlacement() *Placed {
 		}
 		list.Hosts[i], list.Revs[i] = e.ph, e.revs
 	}
+	list.index = &placedIndex{hosts: list.Hosts, line: &s.indexLine}
 	s.resMu.Lock()
 	s.placedList = list
 	s.resMu.Unlock()

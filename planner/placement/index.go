@@ -1,0 +1,225 @@
+package placement
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+)
+
+// Index answers the planner's commonest request, one instance under the
+// auto strategy with no rules, without visiting every host: over 10,000
+// hosts each visit is several cache misses (the host, its engine view, its
+// memo, its instance counts), and the full plan paid them all for every
+// deploy. It keeps, for one list of hosts (the planner's schedulable
+// hosts in name order), each host's name hash and, per request size, each
+// host's room in flat arrays, and scans those.
+//
+// An Index belongs to one list and never changes it. Built from the index
+// of the list before (prev), it copies that list's rooms and counts again
+// only the hosts whose view changed (a deploy changes one host); it keeps
+// no reference to prev. It is safe for concurrent use.
+type Index struct {
+	hosts   []*Host
+	hash    []uint64 // alloc.NameHash of each host's name
+	domains int      // hosts that may take work and have a fault or upgrade domain
+
+	mu    sync.Mutex
+	rooms map[roomKey][]int32 // per request size: each host's room, -1 where it may take no work
+}
+
+// roomKey is a request size: what a host's room depends on.
+type roomKey struct {
+	pieces int
+	bind   bool
+	cores  bool
+	memory int64
+}
+
+// maxRoomSizes bounds the request sizes an index keeps rooms for.
+const maxRoomSizes = 8
+
+// NewIndex indexes hosts (sorted by name, never changed afterwards); prev,
+// when not nil, is the index of the list these hosts replace, whose rooms
+// it carries over when the two lists name the same hosts.
+func NewIndex(p alloc.Params, hosts []*Host, prev *Index) *Index {
+	x := &Index{hosts: hosts, rooms: map[roomKey][]int32{}}
+	same := prev != nil && len(prev.hosts) == len(hosts)
+	for i := 0; same && i < len(hosts); i++ {
+		same = hosts[i] == prev.hosts[i] || hosts[i].Name == prev.hosts[i].Name
+	}
+	if same {
+		x.hash = prev.hash
+		prev.mu.Lock()
+		for k, old := range prev.rooms {
+			rooms := slices.Clone(old)
+			for i, h := range hosts {
+				if h != prev.hosts[i] {
+					rooms[i] = roomOf(p, h, k.request())
+				}
+			}
+			x.rooms[k] = rooms
+		}
+		prev.mu.Unlock()
+	} else {
+		x.hash = make([]uint64, len(hosts))
+		for i, h := range hosts {
+			x.hash[i] = alloc.NameHash(h.Name)
+		}
+	}
+	for _, h := range hosts {
+		if usable(h) && (h.FaultDomain != "" || h.UpgradeDomain != "") {
+			x.domains++
+		}
+	}
+	return x
+}
+
+// usable reports whether the rules let h take work at all.
+func usable(h *Host) bool { return !h.Disabled && !h.Maintenance }
+
+// roomOf is h's room for r, -1 where it may take no work.
+func roomOf(p alloc.Params, h *Host, r alloc.Request) int32 {
+	if !usable(h) {
+		return -1
+	}
+	return int32(min(alloc.HostCapacity(p, h.Resources, r).Count, 1<<30))
+}
+
+// request is a one-instance request of size k.
+func (k roomKey) request() alloc.Request {
+	return alloc.Request{Count: 1, Pieces: k.pieces, Bind: k.bind, WholeCores: k.cores, MemoryBytes: k.memory}
+}
+
+// roomsFor is every host's room for r's size: kept (carried over from the
+// index before), or counted now.
+func (x *Index) roomsFor(p alloc.Params, r alloc.Request) []int32 {
+	k := roomKey{r.Pieces, r.Bind, r.WholeCores && r.Bind, r.MemoryBytes}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if rooms, ok := x.rooms[k]; ok {
+		return rooms
+	}
+	rooms := make([]int32, len(x.hosts))
+	for i, h := range x.hosts {
+		rooms[i] = roomOf(p, h, k.request())
+	}
+	if len(x.rooms) >= maxRoomSizes {
+		clear(x.rooms)
+	}
+	x.rooms[k] = rooms
+	return rooms
+}
+
+// Plain reports whether r under s is a request First answers: one
+// instance, auto, no placement rule, no buffer or overbooking, and a
+// domain spread that has nothing to spread over.
+func (x *Index) Plain(s Settings, r Request) bool {
+	spread, _ := ParseSpread(string(r.DomainSpread))
+	return r.Count == 1 && (r.Strategy == alloc.Auto || r.Strategy == "") && r.Fixed == nil && r.Rank == nil && r.Limit == nil &&
+		r.Constraint == "" && r.Policy == "" && len(r.HostsOrder) == 0 &&
+		len(r.Affinity.Hard)+len(r.Affinity.Soft)+len(r.AntiAffinity.Hard)+len(r.AntiAffinity.Soft) == 0 &&
+		len(s.Buffer)+len(s.Overbooking) == 0 && (spread == SpreadOff || x.domains == 0)
+}
+
+// firstCandidates is how many of the best hosts First looks at for one
+// that does not run the service yet; past them it leaves the request to
+// the full plan.
+const firstCandidates = 32
+
+// First places a Plain request as Plan would, over hosts: the index's own
+// list, or a copy of it in which some hosts were replaced (the planner's
+// pending changes). ok is false when it cannot say (the request is not
+// Plain, or none of the best hosts is free of the service): plan in full
+// then. Its Result holds what a deploy reads (Placements, no Violations,
+// no Spread); Eliminations and the engine's per-host Capacity are not
+// worked out.
+//
+// Auto puts one instance on the host with the fewest instances of the
+// service, then the most room, then the least tie key: any host without
+// the service beats every host with it. First keeps, in one scan of the
+// flat arrays, the best hosts by room and tie key, and takes the first of
+// them that runs none of the service (TestIndexIsTheFullPlan).
+func (x *Index) First(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, bool) {
+	if !x.Plain(s, r) || len(hosts) != len(x.hosts) {
+		return nil, false
+	}
+	rooms := x.roomsFor(p, r.Request)
+	type cand struct {
+		room int32
+		tie  uint64
+		i    int
+	}
+	better := func(a, b cand) bool {
+		if a.room != b.room {
+			return a.room > b.room
+		}
+		if a.tie != b.tie {
+			return a.tie < b.tie
+		}
+		return hosts[a.i].Name < hosts[b.i].Name
+	}
+	capAt := int32(r.MaxPerHost) // a host without the service takes at most this many
+	top := make([]cand, 0, firstCandidates)
+	worst := 0 // the index in top of its worst when full
+	for i, room := range rooms {
+		if hosts[i] != x.hosts[i] { // a pending change replaced it
+			if hosts[i].Name != x.hosts[i].Name {
+				return nil, false
+			}
+			room = roomOf(p, hosts[i], r.Request)
+		}
+		if room <= 0 {
+			continue
+		}
+		if capAt > 0 && room > capAt {
+			room = capAt
+		}
+		if len(top) == firstCandidates && room < top[worst].room {
+			continue
+		}
+		c := cand{room, alloc.TieKey(r.Seed, x.hash[i]), i}
+		if len(top) < firstCandidates {
+			top = append(top, c)
+			if len(top) == firstCandidates {
+				worst = worstOf(top, better)
+			}
+			continue
+		}
+		if better(c, top[worst]) {
+			top[worst] = c
+			worst = worstOf(top, better)
+		}
+	}
+	slices.SortFunc(top, func(a, b cand) int {
+		if better(a, b) {
+			return -1
+		}
+		return 1
+	})
+	for _, c := range top {
+		h := hosts[c.i]
+		if h.Resources.Instances[r.Service] > 0 {
+			continue
+		}
+		req := r.Request
+		req.Strategy = alloc.Auto
+		ar, err := alloc.PlanValid(p, []*alloc.Host{h.Resources}, req)
+		if err != nil || len(ar.Placements) != 1 {
+			return nil, false
+		}
+		return &Result{Result: &alloc.Result{Placements: ar.Placements}}, true
+	}
+	return nil, false
+}
+
+// worstOf is the index of the worst of top.
+func worstOf[T any](top []T, better func(a, b T) bool) int {
+	w := 0
+	for i := 1; i < len(top); i++ {
+		if better(top[w], top[i]) {
+			w = i
+		}
+	}
+	return w
+}
