@@ -22,6 +22,7 @@ import (
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
+	"github.com/pinfold/pinfold/test/testenv"
 )
 
 // benchPlanner starts embedded etcd (with fsync, as in production), a
@@ -30,11 +31,7 @@ import (
 func benchPlanner(b *testing.B, hosts int, noFsync bool) (pinfoldv1connect.PlannerServiceClient, *service.Service) {
 	b.Helper()
 	dir := b.TempDir()
-	port := func() string {
-		srv := httptest.NewServer(nil)
-		defer srv.Close()
-		return srv.URL
-	}
+	port := func() string { return fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(b)) }
 	cu, pu := port(), port()
 	e, err := state.StartEmbedded(state.EmbedConfig{Name: "bench", Dir: dir, ClientURL: cu, PeerURL: pu, LogLevel: "fatal", UnsafeNoFsync: noFsync})
 	if err != nil {
