@@ -147,7 +147,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 				// plan read: otherwise plan again from the new ones.
 				v, found := rd.Host(p.Host)
 				i, planned := placed.Index(p.Host)
-				if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Revs[i] {
+				if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Rev(i) {
 					return nil, state.ErrConflict
 				}
 				a = v.Alloc.Clone()

@@ -114,7 +114,7 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 	}
 	v, found := rd.Host(p.Host)
 	i, planned := placed.Index(p.Host)
-	if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Revs[i] {
+	if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Rev(i) {
 		return model.Instance{}, state.ErrConflict
 	}
 	a := v.Alloc.Clone()

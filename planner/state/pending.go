@@ -50,7 +50,7 @@ func (p *Pending) SchedulablePlacement() *Placed {
 	if len(p.c.allocs) == 0 {
 		return base
 	}
-	out := &Placed{Hosts: slices.Clone(base.Hosts), Revs: slices.Clone(base.Revs), index: base.index}
+	out := &Placed{Hosts: slices.Clone(base.Hosts), revs: base.revs, over: make(map[int]Revs, len(p.c.allocs)), index: base.index}
 	for h := range p.c.allocs {
 		i, ok := out.Index(h)
 		if !ok {
@@ -60,7 +60,7 @@ func (p *Pending) SchedulablePlacement() *Placed {
 		if !found {
 			continue
 		}
-		out.Hosts[i], out.Revs[i] = v.PlacementHost(), Revs{v.HostRev, v.AllocRev}
+		out.Hosts[i], out.over[i] = v.PlacementHost(), Revs{v.HostRev, v.AllocRev}
 	}
 	return out
 }

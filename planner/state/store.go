@@ -95,6 +95,16 @@ type Store struct {
 	// after any change); also guarded by resMu.
 	placed     map[string]placedHost
 	placedList *Placed
+	// placedPrev is the last list built and placedDirty the hosts whose
+	// views were dropped since: the next list is placedPrev with those
+	// replaced, when it names the same hosts (one rebuilt host per deploy,
+	// not 10,000 looked up again).
+	placedPrev  *Placed
+	placedDirty map[string]bool
+	// buildMu lets one reader at a time build placedList: two, both under
+	// mu's read lock, would both start from placedPrev, and the second,
+	// finding placedDirty already cleared, would build a stale list.
+	buildMu sync.Mutex
 	// indexLine carries each placedList's placement index over to the next.
 	indexLine indexLine
 
@@ -265,6 +275,7 @@ func (s *Store) reset() {
 	s.resMu.Lock()
 	s.resources = map[string]*alloc.Host{}
 	s.placed, s.placedList = map[string]placedHost{}, nil
+	s.placedPrev, s.placedDirty = nil, map[string]bool{}
 	s.resMu.Unlock()
 }
 
@@ -273,6 +284,7 @@ func (s *Store) dropPlaced(host string) {
 	s.resMu.Lock()
 	delete(s.placed, host)
 	s.placedList = nil
+	s.placedDirty[host] = true
 	s.resMu.Unlock()
 }
 
@@ -310,6 +322,7 @@ func (s *Store) dropResources(host string) {
 	delete(s.resources, host)
 	delete(s.placed, host)
 	s.placedList = nil
+	s.placedDirty[host] = true
 	s.resMu.Unlock()
 }
 
@@ -711,13 +724,25 @@ func (s *Store) viewLocked(name string) HostView {
 
 // Placed is the hosts that may take new work as the placement rules see
 // them, sorted by name, with the revisions of the documents each view was
-// built from: a change planned on Hosts[i] guards Revs[i], so a host that
+// built from: a change planned on Hosts[i] guards Rev(i), so a host that
 // changed since fails the commit instead of being planned stale. Shared:
 // never change it.
 type Placed struct {
 	Hosts []*placement.Host
-	Revs  []Revs
+	revs  []Revs
+	// over holds the revisions of the hosts a Pending list replaced (its
+	// revs are the store list's, shared, not copied).
+	over  map[int]Revs
 	index *placedIndex
+	names []string // the store's sorted names the list was built from
+}
+
+// Rev is the revisions Hosts[i] was built from.
+func (p *Placed) Rev(i int) Revs {
+	if r, ok := p.over[i]; ok {
+		return r
+	}
+	return p.revs[i]
 }
 
 // Revs are the revisions of a host's registration and usage documents.
@@ -746,23 +771,49 @@ func (s *Store) SchedulablePlacement() *Placed {
 	if list != nil {
 		return list
 	}
+	s.buildMu.Lock()
+	defer s.buildMu.Unlock()
+	s.resMu.Lock()
+	list = s.placedList // another reader may have built it meanwhile
+	s.resMu.Unlock()
+	if list != nil {
+		return list
+	}
 	s.schedMu.Lock()
 	if s.schedOrder == nil {
 		s.schedOrder = slices.Sorted(maps.Keys(s.schedulable))
 	}
 	names := s.schedOrder
 	s.schedMu.Unlock()
-	list = &Placed{Hosts: make([]*placement.Host, len(names)), Revs: make([]Revs, len(names))}
+	list = &Placed{Hosts: make([]*placement.Host, len(names)), revs: make([]Revs, len(names)), names: names}
 	var missing []int
 	s.resMu.Lock() // one lock for the cached views, not one per host
-	for i, name := range names {
-		e, ok := s.placed[name]
-		if !ok {
-			missing = append(missing, i)
-			continue
+	if prev := s.placedPrev; prev != nil && len(prev.names) == len(names) && len(names) > 0 && &prev.names[0] == &names[0] && len(s.placedDirty) < len(names)/4 {
+		// The same hosts as the list before: copy it, replace the dropped.
+		copy(list.Hosts, prev.Hosts)
+		copy(list.revs, prev.revs)
+		for name := range s.placedDirty {
+			i, ok := slices.BinarySearch(names, name)
+			if !ok {
+				continue
+			}
+			if e, ok := s.placed[name]; ok {
+				list.Hosts[i], list.revs[i] = e.ph, e.revs
+			} else {
+				missing = append(missing, i)
+			}
 		}
-		list.Hosts[i], list.Revs[i] = e.ph, e.revs
+	} else {
+		for i, name := range names {
+			e, ok := s.placed[name]
+			if !ok {
+				missing = append(missing, i)
+				continue
+			}
+			list.Hosts[i], list.revs[i] = e.ph, e.revs
+		}
 	}
+	clear(s.placedDirty)
 	s.resMu.Unlock()
 	for _, i := range missing {
 		name := names[i]
@@ -777,11 +828,11 @@ func (s *Store) SchedulablePlacement() *Placed {
 			s.placed[name] = e
 			s.resMu.Unlock()
 		}
-		list.Hosts[i], list.Revs[i] = e.ph, e.revs
+		list.Hosts[i], list.revs[i] = e.ph, e.revs
 	}
 	list.index = &placedIndex{hosts: list.Hosts, line: &s.indexLine}
 	s.resMu.Lock()
-	s.placedList = list
+	s.placedList, s.placedPrev = list, list
 	s.resMu.Unlock()
 	return list
 }
