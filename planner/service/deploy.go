@@ -119,7 +119,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		// One instance, auto, no rules: the room index finds the host the
 		// full plan would without visiting every host (placement.Index).
 		res, ok := (*placement.Result)(nil), false
-		if x := placed.RoomIndex(s.params); x != nil && !s.noIndex {
+		if x := placed.RoomIndex(s.params); x != nil {
 			res, ok = x.First(s.params, settings, placed.Hosts, req)
 		}
 		if ok {

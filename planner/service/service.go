@@ -27,11 +27,10 @@ type Service struct {
 	ev      *events
 	// panics counts the panics recovered (recover.go).
 	panics atomic.Int64
-	// noIndex plans every deploy in full (a control for tests and
-	// benchmarks); checkIndex plans in full as well wherever the room
-	// index answered and fails the deploy when the two differ (the
-	// simulation and the service's tests run with it).
-	noIndex, checkIndex bool
+	// checkIndex plans in full as well wherever the room index answered,
+	// and fails the deploy when the two differ (the simulation and the
+	// service's tests run with it).
+	checkIndex bool
 	// indexed counts the deploys the room index placed.
 	indexed atomic.Int64
 }
