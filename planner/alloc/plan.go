@@ -171,7 +171,9 @@ func planValid(p Params, hosts []*Host, r Request, one bool) (*Result, error) {
 // candidateOf is host h, whose capacity for r is c, as the strategies see
 // it before anything is placed.
 func candidateOf(p Params, h *Host, c Capacity, r Request) candidate {
-	cand := candidate{name: h.Name, cap: c, room: c.Count, existing: h.Instances[r.Service], tie: TieKey(r.Seed, NameHash(h.Name)), rank: len(r.Rank)}
+	// A count below 0 (a usage document gone wrong) is none: it must not
+	// rank a host before the hosts without the service.
+	cand := candidate{name: h.Name, cap: c, room: c.Count, existing: max(0, h.Instances[r.Service]), tie: TieKey(r.Seed, NameHash(h.Name)), rank: len(r.Rank)}
 	if rk, ok := r.Rank[h.Name]; ok {
 		cand.rank = rk
 	}

@@ -83,8 +83,12 @@ func roomOf(p alloc.Params, h *Host, r alloc.Request) int32 {
 	if !usable(h) {
 		return -1
 	}
-	return int32(min(alloc.HostCapacity(p, h.Resources, r).Count, 1<<30))
+	return int32(min(alloc.HostCapacity(p, h.Resources, r).Count, roomCap))
 }
+
+// roomCap bounds a stored room; First leaves a request where a host has
+// this much room to the full plan, which tells such rooms apart.
+const roomCap = 1 << 30
 
 // request is a one-instance request of size k.
 func (k roomKey) request() alloc.Request {
@@ -159,18 +163,25 @@ func (x *Index) First(p alloc.Params, s Settings, hosts []*Host, r Request) (*Re
 		}
 		return hosts[a.i].Name < hosts[b.i].Name
 	}
-	capAt := int32(r.MaxPerHost) // a host without the service takes at most this many
+	var capAt int32 // a host without the service takes at most this many (0: no cap)
+	if r.MaxPerHost > 0 && r.MaxPerHost < roomCap {
+		capAt = int32(r.MaxPerHost)
+	}
+	spread, _ := ParseSpread(string(r.DomainSpread))
 	top := make([]cand, 0, firstCandidates)
 	worst := 0 // the index in top of its worst when full
 	for i, room := range rooms {
-		if hosts[i] != x.hosts[i] { // a pending change replaced it
-			if hosts[i].Name != x.hosts[i].Name {
-				return nil, false
+		if h := hosts[i]; h != x.hosts[i] { // a pending change replaced it
+			if h.Name != x.hosts[i].Name || spread != SpreadOff && usable(h) && (h.FaultDomain != "" || h.UpgradeDomain != "") {
+				return nil, false // another list, or domains the index did not count
 			}
-			room = roomOf(p, hosts[i], r.Request)
+			room = roomOf(p, h, r.Request)
 		}
 		if room <= 0 {
 			continue
+		}
+		if room >= roomCap { // rooms this large are not told apart here
+			return nil, false
 		}
 		if capAt > 0 && room > capAt {
 			room = capAt

@@ -127,7 +127,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		}
 		if ok && s.checkIndex {
 			full, err := placement.PlanValid(s.params, settings, placed.Hosts, req)
-			if err != nil || !reflect.DeepEqual(full.Placements, res.Placements) {
+			if err != nil || !reflect.DeepEqual(full.Placements, res.Placements) || full.Spread != "" || len(full.Violations) > 0 {
 				return nil, fmt.Errorf("room index: placed %v, the full plan %v (error %v)", res.Placements, placementsOf(full), err)
 			}
 		}
