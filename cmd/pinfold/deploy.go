@@ -587,6 +587,11 @@ only).`,
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				if host != "" { // an unknown host is bad input (exit 2), not an empty list
+					if _, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: host})); err != nil {
+						return err
+					}
+				}
 				return w.run(cmd, func() error {
 					ins, err := allInstances(cmd.Context(), cl, host, service)
 					if err != nil {
