@@ -54,7 +54,7 @@ func NewIndex(p alloc.Params, hosts []*Host, prev *Index) *Index {
 		for k, old := range prev.rooms {
 			rooms := slices.Clone(old)
 			for i, h := range hosts {
-				if h != prev.hosts[i] {
+				if !sameRoom(h, prev.hosts[i]) {
 					rooms[i] = roomOf(p, h, k.request())
 				}
 			}
@@ -73,6 +73,13 @@ func NewIndex(p alloc.Params, hosts []*Host, prev *Index) *Index {
 		}
 	}
 	return x
+}
+
+// sameRoom reports whether a and b have the same room for every request:
+// the same engine view and the same say on taking work (a heartbeat
+// replaces a host's placement view but not its engine view).
+func sameRoom(a, b *Host) bool {
+	return a == b || a.Resources == b.Resources && usable(a) == usable(b)
 }
 
 // usable reports whether the rules let h take work at all.
@@ -175,7 +182,9 @@ func (x *Index) First(p alloc.Params, s Settings, hosts []*Host, r Request) (*Re
 			if h.Name != x.hosts[i].Name || spread != SpreadOff && usable(h) && (h.FaultDomain != "" || h.UpgradeDomain != "") {
 				return nil, false // another list, or domains the index did not count
 			}
-			room = roomOf(p, h, r.Request)
+			if !sameRoom(h, x.hosts[i]) {
+				room = roomOf(p, h, r.Request)
+			}
 		}
 		if room <= 0 {
 			continue
