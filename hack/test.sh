@@ -80,14 +80,17 @@ summary() {
 # set +e around a tier: with -e and pipefail a failing tier would end the
 # script here, before the summary that makes the failure readable.
 set +e
-CGO_ENABLED=0 go test -p 1 -count=1 -v -tags kernel -run '^TestKernel' \
+# Each Go test timeout is under its guest's, so a hang ends in Go's dump of
+# every goroutine; the guest's watchdog (hack/vm/init) prints the kernel
+# stacks of whatever still hangs 20 s before the guest's own limit.
+CGO_ENABLED=0 go test -p 1 -count=1 -v -tags kernel -run '^TestKernel' -timeout 8m \
   -exec "$PWD/hack/vm/run --docker --timeout 600" "${kernel_pkgs[@]:0:3}" 2>&1 | tee "$log" | grep -vE '^(=== |pinfold-vm: time=)'
 rc=${PIPESTATUS[0]}
 # The node agent's: the share sweep (30 runs, ~7 min in the guest) and the
 # split scheme with stacked threads (~1.5 min) on 3 + 2
 # CPUs, so one CPU is left to the system as on a host with reserved CPUs,
 # and the pressure-guided memory shrink.
-PINFOLD_VM_CPUS_PER_NODE=3,2 CGO_ENABLED=0 go test -p 1 -count=1 -v -tags kernel -run '^TestKernel' -timeout 30m \
+PINFOLD_VM_CPUS_PER_NODE=3,2 CGO_ENABLED=0 go test -p 1 -count=1 -v -tags kernel -run '^TestKernel' -timeout 23m \
   -exec "$PWD/hack/vm/run --timeout 1500" ./nodeagent/ 2>&1 | tee -a "$log" | grep -vE '^(=== |pinfold-vm: time=)'
 rc=$(( rc | PIPESTATUS[0] ))
 set -e
@@ -102,7 +105,7 @@ CGO_ENABLED=0 go build -ldflags "$(vcs_ldflags)" -o bin/pinfold ./cmd/pinfold
 # ~620 s with a busy loop holding one core (measured); the limit is over
 # twice the loaded run.
 set +e
-PINFOLD_VM_CPUS_PER_NODE=3,2 PINFOLD_VM_ENV="PINFOLD_BIN=$PWD/bin/pinfold" CGO_ENABLED=0 go test -p 1 -count=1 -v -tags e2e -run '^TestE2E' -timeout 30m \
+PINFOLD_VM_CPUS_PER_NODE=3,2 PINFOLD_VM_ENV="PINFOLD_BIN=$PWD/bin/pinfold" CGO_ENABLED=0 go test -p 1 -count=1 -v -tags e2e -run '^TestE2E' -timeout 23m \
   -exec "$PWD/hack/vm/run --docker --timeout 1500" ./test/e2e/ 2>&1 | tee "$log" | grep -vE '^(=== |pinfold-vm: time=)'
 rc=${PIPESTATUS[0]}
 set -e

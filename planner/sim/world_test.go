@@ -280,6 +280,17 @@ func (w *world) oneStep() {
 		err := o.run()
 		w.outcome(o, err, before)
 	}
+	// The leader's pass sees the operation's writes, as the checks after
+	// it do. Without this a pass could read the cache before the watch
+	// brought it an agent's death that the checks then saw: an agent that
+	// returned and died again within one step (seed 4, step 1592, CI on
+	// f378897) was live for the pass, which restarted the host's down
+	// grace, and dead for the checks, which kept the older start and
+	// reported a heal that had not come (the oracle's down time was 332 s
+	// old, the leader's 14 steps).
+	if err := w.st.Sync(w.ctx); err != nil {
+		w.fail("sync: %v", err)
+	}
 	w.ticker.Tick(w.ctx, w.now)
 	w.check()
 }
@@ -639,7 +650,15 @@ func (w *world) check() {
 		}
 		since, ok := w.down[h.Name]
 		if !ok {
+			since = w.now
 			w.down[h.Name], w.downStep[h.Name] = w.now, w.step
+		}
+		// The leader's pass read the state the checks read (oneStep syncs
+		// before it): it saw the host go down when the oracle did.
+		if leader, seen := w.ticker.DownSince(h.Name); !seen || !leader.Equal(since) {
+			w.fail("host %s is down since %s for the checks, but the leader's pass saw it %s", h.Name, since, w.ticker.About(h.Name))
+		}
+		if !ok {
 			continue
 		}
 		if w.now.Sub(since) >= grace+healMargin*maxStepTime && w.step-w.downStep[h.Name] > healMargin {
@@ -650,9 +669,10 @@ func (w *world) check() {
 				for _, iv := range ins {
 					about = append(about, fmt.Sprintf("%s (replaces %q, status %+v)", iv.Instance.ID, iv.Instance.Replaces, iv.Status))
 				}
+				leader := w.ticker.About(h.Name)
 				moved, err := w.svc.Heal(w.ctx, h.Name, false)
-				w.fail("host %s (state %s, maintenance until %s, draining %t) is down since %s (grace %s, now %s) and still holds %d instances with no reason (the host's stuck is empty): %s; a heal now: %d moved, %v",
-					h.Name, v.State(), h.MaintenanceUntil, h.Draining, since, grace, w.now, len(ins), strings.Join(about, ", "), len(moved), err)
+				w.fail("host %s (state %s, maintenance until %s, draining %t) is down since %s (grace %s, now %s) and still holds %d instances with no reason (the host's stuck is empty): %s; the leader: %s; the usage document counts %v; a heal now: %d moved, %v",
+					h.Name, v.State(), h.MaintenanceUntil, h.Draining, since, grace, w.now, len(ins), strings.Join(about, ", "), leader, v.Alloc.Instances, len(moved), err)
 			}
 		}
 	}
