@@ -52,9 +52,18 @@ func TestKernelThreaded(t *testing.T) {
 	// Move one busy thread: the one that used the most CPU over 300 ms
 	// (a thread seen in state R once may be a Go runtime thread that ran
 	// for an instant: picked that way, the test flaked at 0.021 CPU).
-	tids, err := m.Threads(p)
+	// The helper starts its spinning threads after exec: wait for them (a
+	// read at once found its one first thread under a loaded guest).
+	var tids []int
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		tids, err = m.Threads(p)
+		if err == nil && len(tids) >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil || len(tids) < 2 {
-		t.Fatalf("Threads(%s) = %v, %v", p, tids, err)
+		t.Fatalf("Threads(%s) = %v, %v, 10 s after the helper started", p, tids, err)
 	}
 	before0 := map[int]int64{}
 	for _, tid := range tids {
