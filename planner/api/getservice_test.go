@@ -32,7 +32,7 @@ func TestGetService(t *testing.T) {
 			m := r.Msg.Service
 			if m.Name != "web" || m.Image != "busybox" || !slices.Equal(m.Command, d.Command) || m.Network != "host" || m.Health.GetTcp() != 80 ||
 				m.Cpu != "1.5" || !m.Bind || m.MemoryBytes != d.MemoryBytes || m.Strategy != "auto" || m.MaxPerHost != 3 ||
-				m.Constraint != d.Constraint || !slices.Equal(m.AntiAffinitySoft, d.AntiAffinitySoft) || m.DomainSpread != "off" || m.Count != 2 {
+				m.Constraint != d.Constraint || !slices.Equal(m.AntiAffinitySoft, d.AntiAffinitySoft) || m.DomainSpread != "off" || m.Count != 2 || m.ShareBase != 100 {
 				t.Errorf("GetService(web) = %v; want the deploy's record with count 2", m)
 			}
 			if !slices.Equal(m.Env, env) {

@@ -3082,7 +3082,8 @@ type ServiceRecord struct {
 	PlacementPolicy  string                 `protobuf:"bytes,20,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"`
 	HostsOrder       []string               `protobuf:"bytes,21,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
 	DomainSpread     string                 `protobuf:"bytes,22,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"`
-	Count            int32                  `protobuf:"varint,23,opt,name=count,proto3" json:"count,omitempty"` // its instances now (a move in flight counts once)
+	Count            int32                  `protobuf:"varint,23,opt,name=count,proto3" json:"count,omitempty"`                          // its instances now (a move in flight counts once)
+	ShareBase        int32                  `protobuf:"varint,24,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"` // pieces per CPU: cpu is a whole number of them
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -3274,6 +3275,13 @@ func (x *ServiceRecord) GetDomainSpread() string {
 func (x *ServiceRecord) GetCount() int32 {
 	if x != nil {
 		return x.Count
+	}
+	return 0
+}
+
+func (x *ServiceRecord) GetShareBase() int32 {
+	if x != nil {
+		return x.ShareBase
 	}
 	return 0
 }
@@ -4748,7 +4756,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x11GetServiceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"I\n" +
 	"\x12GetServiceResponse\x123\n" +
-	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\xe5\x05\n" +
+	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\x84\x06\n" +
 	"\rServiceRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -4778,7 +4786,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\vhosts_order\x18\x15 \x03(\tR\n" +
 	"hostsOrder\x12#\n" +
 	"\rdomain_spread\x18\x16 \x01(\tR\fdomainSpread\x12\x14\n" +
-	"\x05count\x18\x17 \x01(\x05R\x05count\"'\n" +
+	"\x05count\x18\x17 \x01(\x05R\x05count\x12\x1d\n" +
+	"\n" +
+	"share_base\x18\x18 \x01(\x05R\tshareBase\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\"\"\n" +
 	"\x0eRemoveResponse\x12\x10\n" +
