@@ -215,3 +215,64 @@ func TestApplyDiff(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyRulesPruneBadFile: a rule change no live operation makes is
+// refused by apply (exit 1, nothing changed) and made by --recreate; a
+// service not in the file is left alone and said so, removed with
+// --prune; a file with one invalid service changes nothing (exit 2).
+func TestApplyRulesPruneBadFile(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, pl...)...)
+		return out + errOut, code
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s", args, code, out)
+		}
+		return out
+	}
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	dir := t.TempDir()
+	write := func(s string) string {
+		t.Helper()
+		f := filepath.Join(dir, "s.yaml")
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f := write("services:\n  web: {image: busybox, memory: 64MiB, count: 2}\n  other: {image: busybox, memory: 64MiB}\n")
+	must("apply", "-f", f)
+	f = write("services:\n  web: {image: busybox, memory: 64MiB, count: 2, strategy: drained, env: [A=1]}\n")
+	out, code := run("apply", "-f", f)
+	if code != exitUnmet || !strings.Contains(out, "strategy auto → drained") || !strings.Contains(out, "needs remove + deploy") || !strings.Contains(out, "nothing was changed") {
+		t.Errorf("apply of a strategy change: exit %d:\n%s\nwant exit 1 saying it needs remove + deploy", code, out)
+	}
+	out, code = run("diff", "-f", f)
+	if code != exitUnmet || !strings.Contains(out, "recreate web") || !strings.Contains(out, "keep     other: not in the file, left alone") {
+		t.Errorf("diff: exit %d:\n%s\nwant recreate web and other left alone", code, out)
+	}
+	must("apply", "-f", f, "--recreate", "--prune")
+	if out := must("diff", "-f", f, "--prune"); !strings.Contains(out, "no changes") {
+		t.Errorf("diff after apply --recreate --prune:\n%s\nwant no changes", out)
+	}
+	if out := must("ps", "-o", "json"); strings.Contains(out, `"other"`) {
+		t.Errorf("other is still there after --prune:\n%s", out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("services:\n  web: {image: busybox, memory: 64MiB, count: 5, strategy: drained, env: [A=1]}\n  x: {image: busybox, memory: 64MiB, cpu: abc}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = run("apply", "-f", bad)
+	if code != exitBadInput || !strings.Contains(out, `services.x.cpu: "abc" is not a number`) {
+		t.Errorf("apply of a file with a bad service: exit %d:\n%s\nwant exit 2 naming services.x.cpu", code, out)
+	}
+	if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {
+		t.Errorf("a refused file changed something:\n%s", out)
+	}
+}
