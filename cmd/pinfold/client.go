@@ -151,7 +151,7 @@ var readOnly = map[string]bool{
 	pinfoldv1connect.PlannerServiceGetPlacementSettingsProcedure: true, pinfoldv1connect.PlannerServiceHealthProcedure: true,
 	pinfoldv1connect.PlannerServiceListInstancesProcedure: true, pinfoldv1connect.PlannerServiceCapacityProcedure: true,
 	pinfoldv1connect.PlannerServiceExportPlanProcedure: true, pinfoldv1connect.PlannerServiceListEventsProcedure: true,
-	pinfoldv1connect.PlannerServiceWatchInstancesProcedure: true,
+	pinfoldv1connect.PlannerServiceWatchInstancesProcedure: true, pinfoldv1connect.PlannerServiceGetServiceProcedure: true,
 }
 
 // changes reports whether a call may change the planner's state (a

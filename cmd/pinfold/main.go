@@ -112,7 +112,7 @@ Start with:
 	root.CompletionOptions.HiddenDefaultCmd = false
 	root.AddCommand(newTopologyCmd(), newPlanCmd(), newPlannerCmd(), newPKICmd(), newAgentCmd(), newUpCmd(), newHostCmd(),
 		newDeployCmd(), newScaleCmd(), newResizeCmd(), newRemoveCmd(), newReplaceCmd(), newRebalanceCmd(), newPsCmd(), newCapacityCmd(),
-		newHealthCmd(), newSettingsCmd(), newEventsCmd(), newVersionCmd())
+		newHealthCmd(), newSettingsCmd(), newEventsCmd(), newApplyCmd(), newDiffCmd(), newVersionCmd())
 	root.AddCommand(newManCmd(root))
 	return root
 }

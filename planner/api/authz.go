@@ -32,7 +32,7 @@ const (
 // method of the service is listed (TestEveryMethodHasAccess); a name
 // missing here is admin only.
 var methodAccess = map[string]access{
-	"ListHosts": read, "GetHost": read, "ListInstances": read, "Capacity": read, "ExportPlan": read, "Health": read, "GetPlacementSettings": read, "ListEvents": read,
+	"ListHosts": read, "GetHost": read, "ListInstances": read, "Capacity": read, "ExportPlan": read, "Health": read, "GetPlacementSettings": read, "ListEvents": read, "GetService": read,
 	"RegisterHost": ownHost, "Heartbeat": ownHost, "ReportStatus": ownHost, "WatchInstances": ownHost,
 	"Rebalance": dryRun,
 	"SetHost":   adminOnly, "SetHostEnabled": adminOnly, "SetHostMaintenance": adminOnly, "DrainHost": adminOnly, "RemoveHost": adminOnly,

@@ -82,6 +82,7 @@ var requestBounds = map[protoreflect.FullName]bound{
 	"pinfold.v1.ListInstancesRequest.page_token": {bytes: service.MaxPageTokenLen},
 	"pinfold.v1.ListHostsRequest.page_token":     {bytes: service.MaxPageTokenLen},
 	"pinfold.v1.ScaleRequest.service":            {bytes: service.MaxNameLen},
+	"pinfold.v1.GetServiceRequest.name":          {bytes: service.MaxNameLen},
 
 	"pinfold.v1.CapacityRequest.cpu":                {bytes: service.MaxWordLen},
 	"pinfold.v1.CapacityRequest.service":            {bytes: service.MaxNameLen},

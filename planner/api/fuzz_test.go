@@ -21,7 +21,7 @@ import (
 // unaryMethods are the API's unary methods (WatchInstances streams).
 var unaryMethods = []string{"RegisterHost", "ListHosts", "GetHost", "SetHost", "SetHostEnabled", "RemoveHost", "SetHostMaintenance",
 	"GetPlacementSettings", "SetPlacementSettings", "Health", "Deploy", "Resize", "Remove", "Replace", "ListInstances", "Capacity",
-	"Heartbeat", "ReportStatus"}
+	"Heartbeat", "ReportStatus", "GetService"}
 
 // FuzzAPI sends any JSON body to any method through the real handler over
 // a real store: never a panic or an internal error, and a refused request

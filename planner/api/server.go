@@ -63,6 +63,7 @@ type Reads interface {
 	Instances(host, service string) []state.InstanceView
 	InstancesPage(host, service string, pageSize int, token string) ([]state.InstanceView, string, error)
 	PlacementSettings() placement.Settings
+	ServiceRecord(name string) (state.Service, int, bool)
 }
 
 // Changes is what only an admin may change; Rebalance too, which a viewer
@@ -646,6 +647,34 @@ func (s *Server) Remove(ctx context.Context, r *connect.Request[pinfoldv1.Remove
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(&pinfoldv1.RemoveResponse{Ids: ids}), nil
+}
+
+// GetService answers a service's record (service.ServiceRecord); a viewer
+// sees the environment's names, never its values, as in ListInstances.
+func (s *Server) GetService(ctx context.Context, r *connect.Request[pinfoldv1.GetServiceRequest]) (*connect.Response[pinfoldv1.GetServiceResponse], error) {
+	if err := state.ValidateServiceName(r.Msg.Name); err != nil {
+		return nil, invalid("name: %v", err)
+	}
+	svc, n, ok := s.reads.ServiceRecord(r.Msg.Name)
+	if !ok {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("service %q is not deployed", r.Msg.Name))
+	}
+	env := svc.Env
+	if !trusted(ctx) && len(env) > 0 {
+		env = make([]string, len(svc.Env))
+		for i, e := range svc.Env {
+			env[i] = service.EnvName(e)
+		}
+	}
+	m := &pinfoldv1.ServiceRecord{Name: svc.Name, Image: svc.Image, Command: svc.Command, Env: env, Network: svc.Network,
+		Health: pinfoldv1.NewHealthCheck(svc.Health), Pull: svc.Pull, Cpu: alloc.FormatPieces(svc.Pieces, s.sb()), Bind: svc.Bind,
+		WholeCores: svc.WholeCores, MemoryBytes: svc.Memory, MemorySoftBytes: svc.MemorySoft, Strategy: svc.Strategy,
+		MaxPerHost: int32(min(svc.MaxPerHost, math.MaxInt32)), Count: int32(min(n, math.MaxInt32)), ShareBase: int32(s.sb())}
+	if rl := svc.Rules; rl != nil {
+		m.Constraint, m.PlacementPolicy, m.HostsOrder, m.DomainSpread = rl.Constraint, rl.Policy, rl.HostsOrder, rl.DomainSpread
+		m.AffinityHard, m.AffinitySoft, m.AntiAffinityHard, m.AntiAffinitySoft = rl.Affinity.Hard, rl.Affinity.Soft, rl.AntiAffinity.Hard, rl.AntiAffinity.Soft
+	}
+	return connect.NewResponse(&pinfoldv1.GetServiceResponse{Service: m}), nil
 }
 
 // ListInstances answers one page of instances (service.InstancesPage).

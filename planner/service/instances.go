@@ -80,6 +80,9 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			if r.Command != nil {
 				svc.Command = r.Command
 			}
+			if r.Health != nil { // scale gives new instances the check the others have
+				svc.Health = r.Health
+			}
 			c.GuardService(svc.Name, d.Rev)
 			c.PutService(svc)
 		}

@@ -127,3 +127,14 @@ func (s *Service) WaitRev(ctx context.Context, rev int64) error { return s.st.Wa
 
 // Healthy reports whether the planner's cache still follows etcd.
 func (s *Service) Healthy() bool { return s.st.Healthy() }
+
+// ServiceRecord returns a deployed service's record and its count of
+// instances (an instance and the one replacing it in a move count once);
+// false when no service of that name is deployed.
+func (s *Service) ServiceRecord(name string) (state.Service, int, bool) {
+	d, ok := s.st.Service(name)
+	if !ok {
+		return state.Service{}, 0, false
+	}
+	return d.Value, countInstances(s.st.ServiceInstances(name)), true
+}

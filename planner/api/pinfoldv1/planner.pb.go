@@ -2967,6 +2967,325 @@ func (x *ReplaceResponse) GetInstances() []*Instance {
 	return nil
 }
 
+type GetServiceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetServiceRequest) Reset() {
+	*x = GetServiceRequest{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetServiceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetServiceRequest) ProtoMessage() {}
+
+func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
+func (*GetServiceRequest) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GetServiceRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type GetServiceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Service       *ServiceRecord         `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetServiceResponse) Reset() {
+	*x = GetServiceResponse{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetServiceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetServiceResponse) ProtoMessage() {}
+
+func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
+func (*GetServiceResponse) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetServiceResponse) GetService() *ServiceRecord {
+	if x != nil {
+		return x.Service
+	}
+	return nil
+}
+
+// ServiceRecord is a service's record: what a scale adds instances with.
+// Replace keeps its image, command and pull; resize its size. The running
+// instances may differ (a replace or resize of one instance).
+type ServiceRecord struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Image            string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Command          []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	Env              []string               `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty"`
+	Network          string                 `protobuf:"bytes,5,opt,name=network,proto3" json:"network,omitempty"`
+	Health           *HealthCheck           `protobuf:"bytes,6,opt,name=health,proto3" json:"health,omitempty"`
+	Pull             string                 `protobuf:"bytes,7,opt,name=pull,proto3" json:"pull,omitempty"`
+	Cpu              string                 `protobuf:"bytes,8,opt,name=cpu,proto3" json:"cpu,omitempty"` // decimal CPUs
+	Bind             bool                   `protobuf:"varint,9,opt,name=bind,proto3" json:"bind,omitempty"`
+	WholeCores       bool                   `protobuf:"varint,10,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"`
+	MemoryBytes      int64                  `protobuf:"varint,11,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	MemorySoftBytes  int64                  `protobuf:"varint,12,opt,name=memory_soft_bytes,json=memorySoftBytes,proto3" json:"memory_soft_bytes,omitempty"`
+	Strategy         string                 `protobuf:"bytes,13,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	MaxPerHost       int32                  `protobuf:"varint,14,opt,name=max_per_host,json=maxPerHost,proto3" json:"max_per_host,omitempty"`
+	Constraint       string                 `protobuf:"bytes,15,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	AffinityHard     []string               `protobuf:"bytes,16,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
+	AffinitySoft     []string               `protobuf:"bytes,17,rep,name=affinity_soft,json=affinitySoft,proto3" json:"affinity_soft,omitempty"`
+	AntiAffinityHard []string               `protobuf:"bytes,18,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
+	AntiAffinitySoft []string               `protobuf:"bytes,19,rep,name=anti_affinity_soft,json=antiAffinitySoft,proto3" json:"anti_affinity_soft,omitempty"`
+	PlacementPolicy  string                 `protobuf:"bytes,20,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"`
+	HostsOrder       []string               `protobuf:"bytes,21,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
+	DomainSpread     string                 `protobuf:"bytes,22,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"`
+	Count            int32                  `protobuf:"varint,23,opt,name=count,proto3" json:"count,omitempty"`                          // its instances now (a move in flight counts once)
+	ShareBase        int32                  `protobuf:"varint,24,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"` // pieces per CPU: cpu is a whole number of them
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ServiceRecord) Reset() {
+	*x = ServiceRecord{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceRecord) ProtoMessage() {}
+
+func (x *ServiceRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceRecord.ProtoReflect.Descriptor instead.
+func (*ServiceRecord) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ServiceRecord) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetCommand() []string {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetEnv() []string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetHealth() *HealthCheck {
+	if x != nil {
+		return x.Health
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetPull() string {
+	if x != nil {
+		return x.Pull
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetCpu() string {
+	if x != nil {
+		return x.Cpu
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetBind() bool {
+	if x != nil {
+		return x.Bind
+	}
+	return false
+}
+
+func (x *ServiceRecord) GetWholeCores() bool {
+	if x != nil {
+		return x.WholeCores
+	}
+	return false
+}
+
+func (x *ServiceRecord) GetMemoryBytes() int64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ServiceRecord) GetMemorySoftBytes() int64 {
+	if x != nil {
+		return x.MemorySoftBytes
+	}
+	return 0
+}
+
+func (x *ServiceRecord) GetStrategy() string {
+	if x != nil {
+		return x.Strategy
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetMaxPerHost() int32 {
+	if x != nil {
+		return x.MaxPerHost
+	}
+	return 0
+}
+
+func (x *ServiceRecord) GetConstraint() string {
+	if x != nil {
+		return x.Constraint
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetAffinityHard() []string {
+	if x != nil {
+		return x.AffinityHard
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetAffinitySoft() []string {
+	if x != nil {
+		return x.AffinitySoft
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetAntiAffinityHard() []string {
+	if x != nil {
+		return x.AntiAffinityHard
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetAntiAffinitySoft() []string {
+	if x != nil {
+		return x.AntiAffinitySoft
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetPlacementPolicy() string {
+	if x != nil {
+		return x.PlacementPolicy
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetHostsOrder() []string {
+	if x != nil {
+		return x.HostsOrder
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetDomainSpread() string {
+	if x != nil {
+		return x.DomainSpread
+	}
+	return ""
+}
+
+func (x *ServiceRecord) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ServiceRecord) GetShareBase() int32 {
+	if x != nil {
+		return x.ShareBase
+	}
+	return 0
+}
+
 type RemoveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
@@ -2976,7 +3295,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3307,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3320,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -3020,7 +3339,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3351,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3364,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -3067,7 +3386,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3398,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3411,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -3133,7 +3452,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3464,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3477,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -3194,7 +3513,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3525,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3538,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -3300,7 +3619,7 @@ type ExportPlanRequest struct {
 
 func (x *ExportPlanRequest) Reset() {
 	*x = ExportPlanRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3631,7 @@ func (x *ExportPlanRequest) String() string {
 func (*ExportPlanRequest) ProtoMessage() {}
 
 func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3644,7 @@ func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanRequest.ProtoReflect.Descriptor instead.
 func (*ExportPlanRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
 }
 
 // ExportPlan streams the plan file (docs/PLAN.md, without a request) in
@@ -3340,7 +3659,7 @@ type ExportPlanResponse struct {
 
 func (x *ExportPlanResponse) Reset() {
 	*x = ExportPlanResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3352,7 +3671,7 @@ func (x *ExportPlanResponse) String() string {
 func (*ExportPlanResponse) ProtoMessage() {}
 
 func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3365,7 +3684,7 @@ func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanResponse.ProtoReflect.Descriptor instead.
 func (*ExportPlanResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ExportPlanResponse) GetPlanJson() []byte {
@@ -3386,7 +3705,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3717,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3730,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -3448,7 +3767,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3779,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3792,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -3520,7 +3839,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3851,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3864,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -3574,7 +3893,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3586,7 +3905,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3599,7 +3918,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -3693,7 +4012,7 @@ type Applied struct {
 
 func (x *Applied) Reset() {
 	*x = Applied{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +4024,7 @@ func (x *Applied) String() string {
 func (*Applied) ProtoMessage() {}
 
 func (x *Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +4037,7 @@ func (x *Applied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Applied.ProtoReflect.Descriptor instead.
 func (*Applied) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Applied) GetCpus() string {
@@ -3764,7 +4083,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +4095,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +4108,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
 }
 
 type WatchInstancesRequest struct {
@@ -3801,7 +4120,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +4132,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +4145,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -3852,7 +4171,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +4183,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +4196,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -3927,7 +4246,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4258,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4271,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Event) GetId() string {
@@ -4030,7 +4349,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4042,7 +4361,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4055,7 +4374,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListEventsRequest) GetService() string {
@@ -4095,7 +4414,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4426,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4439,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4434,6 +4753,42 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04pull\x18\x06 \x01(\tR\x04pull\"E\n" +
 	"\x0fReplaceResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"'\n" +
+	"\x11GetServiceRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"I\n" +
+	"\x12GetServiceResponse\x123\n" +
+	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\x84\x06\n" +
+	"\rServiceRecord\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
+	"\acommand\x18\x03 \x03(\tR\acommand\x12\x10\n" +
+	"\x03env\x18\x04 \x03(\tR\x03env\x12\x18\n" +
+	"\anetwork\x18\x05 \x01(\tR\anetwork\x12/\n" +
+	"\x06health\x18\x06 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x12\x12\n" +
+	"\x04pull\x18\a \x01(\tR\x04pull\x12\x10\n" +
+	"\x03cpu\x18\b \x01(\tR\x03cpu\x12\x12\n" +
+	"\x04bind\x18\t \x01(\bR\x04bind\x12\x1f\n" +
+	"\vwhole_cores\x18\n" +
+	" \x01(\bR\n" +
+	"wholeCores\x12!\n" +
+	"\fmemory_bytes\x18\v \x01(\x03R\vmemoryBytes\x12*\n" +
+	"\x11memory_soft_bytes\x18\f \x01(\x03R\x0fmemorySoftBytes\x12\x1a\n" +
+	"\bstrategy\x18\r \x01(\tR\bstrategy\x12 \n" +
+	"\fmax_per_host\x18\x0e \x01(\x05R\n" +
+	"maxPerHost\x12\x1e\n" +
+	"\n" +
+	"constraint\x18\x0f \x01(\tR\n" +
+	"constraint\x12#\n" +
+	"\raffinity_hard\x18\x10 \x03(\tR\faffinityHard\x12#\n" +
+	"\raffinity_soft\x18\x11 \x03(\tR\faffinitySoft\x12,\n" +
+	"\x12anti_affinity_hard\x18\x12 \x03(\tR\x10antiAffinityHard\x12,\n" +
+	"\x12anti_affinity_soft\x18\x13 \x03(\tR\x10antiAffinitySoft\x12)\n" +
+	"\x10placement_policy\x18\x14 \x01(\tR\x0fplacementPolicy\x12\x1f\n" +
+	"\vhosts_order\x18\x15 \x03(\tR\n" +
+	"hostsOrder\x12#\n" +
+	"\rdomain_spread\x18\x16 \x01(\tR\fdomainSpread\x12\x14\n" +
+	"\x05count\x18\x17 \x01(\x05R\x05count\x12\x1d\n" +
+	"\n" +
+	"share_base\x18\x18 \x01(\x05R\tshareBase\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\"\"\n" +
 	"\x0eRemoveResponse\x12\x10\n" +
@@ -4534,7 +4889,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\"?\n" +
 	"\x12ListEventsResponse\x12)\n" +
-	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\xc1\x0e\n" +
+	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\x8e\x0f\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -4559,7 +4914,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05Scale\x12\x18.pinfold.v1.ScaleRequest\x1a\x19.pinfold.v1.ScaleResponse\x12H\n" +
 	"\tRebalance\x12\x1c.pinfold.v1.RebalanceRequest\x1a\x1d.pinfold.v1.RebalanceResponse\x12K\n" +
 	"\n" +
-	"ListEvents\x12\x1d.pinfold.v1.ListEventsRequest\x1a\x1e.pinfold.v1.ListEventsResponse\x12H\n" +
+	"ListEvents\x12\x1d.pinfold.v1.ListEventsRequest\x1a\x1e.pinfold.v1.ListEventsResponse\x12K\n" +
+	"\n" +
+	"GetService\x12\x1d.pinfold.v1.GetServiceRequest\x1a\x1e.pinfold.v1.GetServiceResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.pinfold.v1.HeartbeatRequest\x1a\x1d.pinfold.v1.HeartbeatResponse\x12Q\n" +
 	"\fReportStatus\x12\x1f.pinfold.v1.ReportStatusRequest\x1a .pinfold.v1.ReportStatusResponse\x12Y\n" +
 	"\x0eWatchInstances\x12!.pinfold.v1.WatchInstancesRequest\x1a\".pinfold.v1.WatchInstancesResponse0\x01B<Z:github.com/pinfold/pinfold/planner/api/pinfoldv1;pinfoldv1b\x06proto3"
@@ -4576,7 +4933,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -4618,69 +4975,72 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*ResizeResponse)(nil),              // 37: pinfold.v1.ResizeResponse
 	(*ReplaceRequest)(nil),              // 38: pinfold.v1.ReplaceRequest
 	(*ReplaceResponse)(nil),             // 39: pinfold.v1.ReplaceResponse
-	(*RemoveRequest)(nil),               // 40: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 41: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),        // 42: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),       // 43: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),             // 44: pinfold.v1.CapacityRequest
-	(*ExportPlanRequest)(nil),           // 45: pinfold.v1.ExportPlanRequest
-	(*ExportPlanResponse)(nil),          // 46: pinfold.v1.ExportPlanResponse
-	(*CapacityResponse)(nil),            // 47: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),            // 48: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 49: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),         // 50: pinfold.v1.ReportStatusRequest
-	(*Applied)(nil),                     // 51: pinfold.v1.Applied
-	(*ReportStatusResponse)(nil),        // 52: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 53: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 54: pinfold.v1.WatchInstancesResponse
-	(*Event)(nil),                       // 55: pinfold.v1.Event
-	(*ListEventsRequest)(nil),           // 56: pinfold.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 57: pinfold.v1.ListEventsResponse
-	nil,                                 // 58: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 59: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 60: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 61: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 62: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 63: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 64: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 65: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 66: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 67: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 68: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 69: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 70: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 71: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 72: pinfold.v1.CapacityResponse.LimitEntry
+	(*GetServiceRequest)(nil),           // 40: pinfold.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),          // 41: pinfold.v1.GetServiceResponse
+	(*ServiceRecord)(nil),               // 42: pinfold.v1.ServiceRecord
+	(*RemoveRequest)(nil),               // 43: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 44: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),        // 45: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 46: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),             // 47: pinfold.v1.CapacityRequest
+	(*ExportPlanRequest)(nil),           // 48: pinfold.v1.ExportPlanRequest
+	(*ExportPlanResponse)(nil),          // 49: pinfold.v1.ExportPlanResponse
+	(*CapacityResponse)(nil),            // 50: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 51: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 52: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 53: pinfold.v1.ReportStatusRequest
+	(*Applied)(nil),                     // 54: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 55: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 56: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 57: pinfold.v1.WatchInstancesResponse
+	(*Event)(nil),                       // 58: pinfold.v1.Event
+	(*ListEventsRequest)(nil),           // 59: pinfold.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 60: pinfold.v1.ListEventsResponse
+	nil,                                 // 61: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 62: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 63: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 64: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 65: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 66: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 67: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 68: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 69: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 70: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 71: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 72: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 73: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 74: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 75: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	58, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	59, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	61, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	62, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	60, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	63, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	61, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	64, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	62, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	63, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	64, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	65, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	66, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	67, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	65, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	68, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	51, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	54, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
 	1,  // 15: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 16: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
 	1,  // 17: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
 	14, // 18: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	66, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	67, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	68, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	69, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	70, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	71, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
 	1,  // 22: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 23: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
 	1,  // 24: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
 	29, // 25: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	69, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	70, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	72, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	73, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
 	14, // 28: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
 	29, // 29: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
 	13, // 30: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
@@ -4689,66 +5049,70 @@ var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	14, // 33: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
 	13, // 34: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
 	14, // 35: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	14, // 36: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	71, // 37: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	72, // 38: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 39: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	51, // 40: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	14, // 41: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	55, // 42: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	15, // 43: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	17, // 44: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	19, // 45: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	21, // 46: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	23, // 47: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	25, // 48: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	26, // 49: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 50: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 51: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 52: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 53: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	34, // 54: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	36, // 55: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	40, // 56: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	38, // 57: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	42, // 58: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	44, // 59: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	45, // 60: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	31, // 61: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	28, // 62: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	56, // 63: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	48, // 64: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	50, // 65: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	53, // 66: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	16, // 67: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	18, // 68: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	20, // 69: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	22, // 70: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	24, // 71: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	33, // 72: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	27, // 73: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 74: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 75: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 76: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 77: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	35, // 78: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	37, // 79: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	41, // 80: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	39, // 81: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	43, // 82: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	47, // 83: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	46, // 84: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	32, // 85: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	30, // 86: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	57, // 87: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	49, // 88: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	52, // 89: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	54, // 90: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	67, // [67:91] is the sub-list for method output_type
-	43, // [43:67] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	42, // 36: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
+	13, // 37: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
+	14, // 38: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	74, // 39: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	75, // 40: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 41: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	54, // 42: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	14, // 43: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	58, // 44: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	15, // 45: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	17, // 46: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	19, // 47: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	21, // 48: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	23, // 49: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	25, // 50: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	26, // 51: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 52: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 53: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 54: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 55: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	34, // 56: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	36, // 57: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	43, // 58: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	38, // 59: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	45, // 60: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	47, // 61: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	48, // 62: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	31, // 63: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	28, // 64: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	59, // 65: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	40, // 66: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
+	51, // 67: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	53, // 68: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	56, // 69: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	16, // 70: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	18, // 71: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	20, // 72: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	22, // 73: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	24, // 74: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	33, // 75: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	27, // 76: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 77: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 78: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 79: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 80: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	35, // 81: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	37, // 82: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	44, // 83: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	39, // 84: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	46, // 85: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	50, // 86: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	49, // 87: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	32, // 88: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	30, // 89: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	60, // 90: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	41, // 91: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
+	52, // 92: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	55, // 93: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	57, // 94: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	70, // [70:95] is the sub-list for method output_type
+	45, // [45:70] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -4764,7 +5128,7 @@ func file_pinfold_v1_planner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

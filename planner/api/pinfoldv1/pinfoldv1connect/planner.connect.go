@@ -90,6 +90,9 @@ const (
 	// PlannerServiceListEventsProcedure is the fully-qualified name of the PlannerService's ListEvents
 	// RPC.
 	PlannerServiceListEventsProcedure = "/pinfold.v1.PlannerService/ListEvents"
+	// PlannerServiceGetServiceProcedure is the fully-qualified name of the PlannerService's GetService
+	// RPC.
+	PlannerServiceGetServiceProcedure = "/pinfold.v1.PlannerService/GetService"
 	// PlannerServiceHeartbeatProcedure is the fully-qualified name of the PlannerService's Heartbeat
 	// RPC.
 	PlannerServiceHeartbeatProcedure = "/pinfold.v1.PlannerService/Heartbeat"
@@ -137,6 +140,10 @@ type PlannerServiceClient interface {
 	Rebalance(context.Context, *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error)
 	// ListEvents reads the event log: who changed what, and how it ended.
 	ListEvents(context.Context, *connect.Request[pinfoldv1.ListEventsRequest]) (*connect.Response[pinfoldv1.ListEventsResponse], error)
+	// GetService reads a deployed service's record: the spec, size, strategy
+	// and placement rules new instances get (pinfold diff and apply compare
+	// a services file with it).
+	GetService(context.Context, *connect.Request[pinfoldv1.GetServiceRequest]) (*connect.Response[pinfoldv1.GetServiceResponse], error)
 	// Agents.
 	Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error)
 	ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error)
@@ -282,6 +289,12 @@ func NewPlannerServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(plannerServiceMethods.ByName("ListEvents")),
 			connect.WithClientOptions(opts...),
 		),
+		getService: connect.NewClient[pinfoldv1.GetServiceRequest, pinfoldv1.GetServiceResponse](
+			httpClient,
+			baseURL+PlannerServiceGetServiceProcedure,
+			connect.WithSchema(plannerServiceMethods.ByName("GetService")),
+			connect.WithClientOptions(opts...),
+		),
 		heartbeat: connect.NewClient[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse](
 			httpClient,
 			baseURL+PlannerServiceHeartbeatProcedure,
@@ -326,6 +339,7 @@ type plannerServiceClient struct {
 	scale                *connect.Client[pinfoldv1.ScaleRequest, pinfoldv1.ScaleResponse]
 	rebalance            *connect.Client[pinfoldv1.RebalanceRequest, pinfoldv1.RebalanceResponse]
 	listEvents           *connect.Client[pinfoldv1.ListEventsRequest, pinfoldv1.ListEventsResponse]
+	getService           *connect.Client[pinfoldv1.GetServiceRequest, pinfoldv1.GetServiceResponse]
 	heartbeat            *connect.Client[pinfoldv1.HeartbeatRequest, pinfoldv1.HeartbeatResponse]
 	reportStatus         *connect.Client[pinfoldv1.ReportStatusRequest, pinfoldv1.ReportStatusResponse]
 	watchInstances       *connect.Client[pinfoldv1.WatchInstancesRequest, pinfoldv1.WatchInstancesResponse]
@@ -436,6 +450,11 @@ func (c *plannerServiceClient) ListEvents(ctx context.Context, req *connect.Requ
 	return c.listEvents.CallUnary(ctx, req)
 }
 
+// GetService calls pinfold.v1.PlannerService.GetService.
+func (c *plannerServiceClient) GetService(ctx context.Context, req *connect.Request[pinfoldv1.GetServiceRequest]) (*connect.Response[pinfoldv1.GetServiceResponse], error) {
+	return c.getService.CallUnary(ctx, req)
+}
+
 // Heartbeat calls pinfold.v1.PlannerService.Heartbeat.
 func (c *plannerServiceClient) Heartbeat(ctx context.Context, req *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {
 	return c.heartbeat.CallUnary(ctx, req)
@@ -487,6 +506,10 @@ type PlannerServiceHandler interface {
 	Rebalance(context.Context, *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error)
 	// ListEvents reads the event log: who changed what, and how it ended.
 	ListEvents(context.Context, *connect.Request[pinfoldv1.ListEventsRequest]) (*connect.Response[pinfoldv1.ListEventsResponse], error)
+	// GetService reads a deployed service's record: the spec, size, strategy
+	// and placement rules new instances get (pinfold diff and apply compare
+	// a services file with it).
+	GetService(context.Context, *connect.Request[pinfoldv1.GetServiceRequest]) (*connect.Response[pinfoldv1.GetServiceResponse], error)
 	// Agents.
 	Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error)
 	ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error)
@@ -628,6 +651,12 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 		connect.WithSchema(plannerServiceMethods.ByName("ListEvents")),
 		connect.WithHandlerOptions(opts...),
 	)
+	plannerServiceGetServiceHandler := connect.NewUnaryHandler(
+		PlannerServiceGetServiceProcedure,
+		svc.GetService,
+		connect.WithSchema(plannerServiceMethods.ByName("GetService")),
+		connect.WithHandlerOptions(opts...),
+	)
 	plannerServiceHeartbeatHandler := connect.NewUnaryHandler(
 		PlannerServiceHeartbeatProcedure,
 		svc.Heartbeat,
@@ -690,6 +719,8 @@ func NewPlannerServiceHandler(svc PlannerServiceHandler, opts ...connect.Handler
 			plannerServiceRebalanceHandler.ServeHTTP(w, r)
 		case PlannerServiceListEventsProcedure:
 			plannerServiceListEventsHandler.ServeHTTP(w, r)
+		case PlannerServiceGetServiceProcedure:
+			plannerServiceGetServiceHandler.ServeHTTP(w, r)
 		case PlannerServiceHeartbeatProcedure:
 			plannerServiceHeartbeatHandler.ServeHTTP(w, r)
 		case PlannerServiceReportStatusProcedure:
@@ -787,6 +818,10 @@ func (UnimplementedPlannerServiceHandler) Rebalance(context.Context, *connect.Re
 
 func (UnimplementedPlannerServiceHandler) ListEvents(context.Context, *connect.Request[pinfoldv1.ListEventsRequest]) (*connect.Response[pinfoldv1.ListEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.ListEvents is not implemented"))
+}
+
+func (UnimplementedPlannerServiceHandler) GetService(context.Context, *connect.Request[pinfoldv1.GetServiceRequest]) (*connect.Response[pinfoldv1.GetServiceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("pinfold.v1.PlannerService.GetService is not implemented"))
 }
 
 func (UnimplementedPlannerServiceHandler) Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {

@@ -1,0 +1,558 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+)
+
+// step is one change apply makes to bring a service to the file.
+type step struct {
+	Service string `json:"service"`
+	// Action: deploy, scale, resize, replace, remove, or recreate (a
+	// change no live operation makes: remove and deploy again).
+	Action string `json:"action"`
+	Detail string `json:"detail"`
+
+	deploy  *pinfoldv1.DeployRequest
+	resize  *pinfoldv1.ResizeRequest
+	replace *pinfoldv1.ReplaceRequest
+	scale   int32
+}
+
+// servicesDiff is what apply would do: the steps in the order it makes
+// them, and the services it leaves as they are.
+type servicesDiff struct {
+	Steps     []step   `json:"changes"`
+	Unchanged []string `json:"unchanged"`
+	LeftAlone []string `json:"left_alone"` // in the planner, not in the file (no --prune)
+	Notes     []string `json:"notes"`
+}
+
+// diffServices compares the file's services with the planner's.
+func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want []wantService, prune bool) (servicesDiff, error) {
+	d := servicesDiff{Steps: []step{}, Unchanged: []string{}, LeftAlone: []string{}, Notes: []string{}}
+	ins, err := allInstances(ctx, cl, "", "")
+	if err != nil {
+		return d, err
+	}
+	byService := map[string][]*pinfoldv1.Instance{}
+	for _, in := range ins {
+		byService[in.Service] = append(byService[in.Service], in)
+	}
+	inFile := map[string]bool{}
+	for _, w := range want {
+		inFile[w.Deploy.Service] = true
+	}
+	// Removes first: they free what the others may need.
+	for _, name := range sortedKeys(byService) {
+		if inFile[name] {
+			continue
+		}
+		if prune {
+			d.Steps = append(d.Steps, step{Service: name, Action: "remove", Detail: fmt.Sprintf("not in the file: remove its %s", counted(len(byService[name]), "instance"))})
+		} else {
+			d.LeftAlone = append(d.LeftAlone, name)
+		}
+	}
+	var deploys, recreates []step
+	for _, w := range want {
+		name := w.Deploy.Service
+		resp, err := cl.GetService(ctx, connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: name}))
+		if connect.CodeOf(err) == connect.CodeNotFound {
+			deploys = append(deploys, step{Service: name, Action: "deploy", Detail: describeDeploy(w.Deploy), deploy: w.Deploy})
+			continue
+		}
+		if err != nil {
+			return d, err
+		}
+		steps, blocked := diffService(w, resp.Msg.Service, byService[name])
+		if len(blocked) > 0 {
+			recreates = append(recreates, step{Service: name, Action: "recreate",
+				Detail: strings.Join(blocked, "; ") + ": cannot change live: needs remove + deploy (apply --recreate does that)", deploy: w.Deploy})
+			continue
+		}
+		if len(steps) == 0 {
+			d.Unchanged = append(d.Unchanged, name)
+		}
+		d.Steps = append(d.Steps, steps...)
+		if s := w.Deploy.Strategy; s == "each" || s == "fill" {
+			d.Notes = append(d.Notes, fmt.Sprintf("%s: count is per host for strategy %s: the number of instances is not compared (use pinfold scale)", name, s))
+		}
+	}
+	d.Steps = append(d.Steps, recreates...)
+	d.Steps = append(d.Steps, orderDeploys(deploys)...)
+	return d, nil
+}
+
+// orderDeploys puts a service after the new services its hard affinity
+// names (they must run first for it to be placed); otherwise by name.
+func orderDeploys(deploys []step) []step {
+	byName := map[string]step{}
+	for _, s := range deploys {
+		byName[s.Service] = s
+	}
+	var out []step
+	done := map[string]bool{}
+	var visit func(s step, depth int)
+	visit = func(s step, depth int) {
+		if done[s.Service] || depth > len(deploys) {
+			return
+		}
+		done[s.Service] = true
+		for _, dep := range slices.Sorted(slices.Values(s.deploy.AffinityHard)) {
+			if o, ok := byName[dep]; ok {
+				visit(o, depth+1)
+			}
+		}
+		out = append(out, s)
+	}
+	for _, s := range deploys {
+		visit(s, 0)
+	}
+	return out
+}
+
+// diffService compares a deployed service with the file: the live steps
+// that bring it there (resize, replace, scale, in that order: instances a
+// scale adds get the new size and spec), or what no live step changes.
+func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Instance) (steps []step, blocked []string) {
+	want, name := w.Deploy, w.Deploy.Service
+	differs := func(field, from, to string) {
+		if from != to {
+			blocked = append(blocked, fmt.Sprintf("%s %s → %s", field, orNone(from), orNone(to)))
+		}
+	}
+	differs("strategy", orDefault(rec.Strategy, "auto"), orDefault(want.Strategy, "auto"))
+	differs("max_per_host", strconv.Itoa(int(rec.MaxPerHost)), strconv.Itoa(int(want.MaxPerHost)))
+	differs("constraint", rec.Constraint, want.Constraint)
+	differs("affinity", strings.Join(rec.AffinityHard, ","), strings.Join(want.AffinityHard, ","))
+	differs("soft_affinity", strings.Join(rec.AffinitySoft, ","), strings.Join(want.AffinitySoft, ","))
+	differs("anti_affinity", strings.Join(rec.AntiAffinityHard, ","), strings.Join(want.AntiAffinityHard, ","))
+	differs("soft_anti_affinity", strings.Join(rec.AntiAffinitySoft, ","), strings.Join(want.AntiAffinitySoft, ","))
+	differs("placement_policy", rec.PlacementPolicy, want.PlacementPolicy)
+	differs("hosts_order", strings.Join(rec.HostsOrder, ","), strings.Join(want.HostsOrder, ","))
+	differs("domain_spread", rec.DomainSpread, want.DomainSpread)
+	differs("network", rec.Network, want.Network)
+	differs("whole_cores", strconv.FormatBool(rec.WholeCores), strconv.FormatBool(want.WholeCores))
+	if !envEqual(rec.Env, want.Env) {
+		blocked = append(blocked, "env changed")
+	}
+	if len(want.Command) == 0 && len(rec.Command) > 0 {
+		blocked = append(blocked, "command removed (a replace keeps the old one)")
+	}
+	if want.Health == nil && rec.Health != nil {
+		blocked = append(blocked, "health check removed (a replace keeps the old one)")
+	}
+	// The size.
+	sb := int(rec.ShareBase)
+	curPieces, _ := piecesOf(rec.Cpu, sb)
+	wantPieces, _ := piecesOf(want.Cpu, sb)
+	soft := min(rec.MemorySoftBytes, want.MemoryBytes) // what a resize leaves
+	if want.MemorySoftBytes != soft {
+		blocked = append(blocked, fmt.Sprintf("memory_soft %s → %s", alloc.FormatBytes(rec.MemorySoftBytes), alloc.FormatBytes(want.MemorySoftBytes)))
+	}
+	if len(blocked) > 0 {
+		return nil, blocked
+	}
+	if curPieces != wantPieces || rec.MemoryBytes != want.MemoryBytes || rec.Bind != want.Bind {
+		r := &pinfoldv1.ResizeRequest{Target: name}
+		var what []string
+		if curPieces != wantPieces {
+			r.CpuDelta = alloc.FormatPieces(wantPieces-curPieces, sb)
+			what = append(what, fmt.Sprintf("cpu %s → %s (%s)", rec.Cpu, alloc.FormatPieces(wantPieces, sb), signed(r.CpuDelta)))
+		}
+		if rec.MemoryBytes != want.MemoryBytes {
+			r.MemoryDeltaBytes = want.MemoryBytes - rec.MemoryBytes
+			what = append(what, fmt.Sprintf("memory %s → %s", alloc.FormatBytes(rec.MemoryBytes), alloc.FormatBytes(want.MemoryBytes)))
+		}
+		if rec.Bind != want.Bind {
+			b := want.Bind
+			r.Bind = &b
+			what = append(what, fmt.Sprintf("bind %t → %t", rec.Bind, want.Bind))
+		}
+		steps = append(steps, step{Service: name, Action: "resize", Detail: strings.Join(what, ", "), resize: r})
+	}
+	// The spec a replace changes: image, command, health check, pull.
+	var what []string
+	if rec.Image != want.Image {
+		what = append(what, fmt.Sprintf("image %s → %s", rec.Image, want.Image))
+	}
+	if len(want.Command) > 0 && !slices.Equal(rec.Command, want.Command) {
+		what = append(what, fmt.Sprintf("command %q → %q", rec.Command, want.Command))
+	}
+	if want.Health != nil && !healthEqual(rec.Health, want.Health) {
+		what = append(what, "health check changed")
+	}
+	if orDefault(rec.Pull, "missing") != orDefault(w.Pull, "missing") {
+		what = append(what, fmt.Sprintf("pull %s → %s", orDefault(rec.Pull, "missing"), orDefault(w.Pull, "missing")))
+	}
+	if len(what) == 0 {
+		for _, in := range ins { // an instance replaced on its own
+			if in.Image != want.Image || len(want.Command) > 0 && !slices.Equal(in.Command, want.Command) {
+				what = append(what, fmt.Sprintf("instance %s runs %s", in.Id, in.Image))
+				break
+			}
+		}
+	}
+	if len(what) > 0 {
+		steps = append(steps, step{Service: name, Action: "replace", Detail: strings.Join(what, ", "),
+			replace: &pinfoldv1.ReplaceRequest{Target: name, Image: want.Image, Command: want.Command, Health: want.Health, Pull: orDefault(w.Pull, "missing")}})
+	}
+	if s := want.Strategy; s != "each" && s != "fill" && rec.Count != want.Count {
+		steps = append(steps, step{Service: name, Action: "scale", Detail: fmt.Sprintf("count %d → %d", rec.Count, want.Count), scale: want.Count})
+	}
+	return steps, nil
+}
+
+func piecesOf(cpu string, sb int) (int, error) {
+	f, err := strconv.ParseFloat(cpu, 64)
+	if err != nil {
+		return 0, err
+	}
+	return alloc.PiecesOf("cpu", f, sb)
+}
+
+func signed(s string) string {
+	if strings.HasPrefix(s, "-") {
+		return s
+	}
+	return "+" + s
+}
+
+func orNone(s string) string { return orDefault(s, "(none)") }
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// envEqual compares environments; a viewer's record holds the names
+// only, and then the names are compared.
+func envEqual(cur, want []string) bool {
+	if len(cur) != len(want) {
+		return false
+	}
+	for i := range cur {
+		if strings.Contains(cur[i], "=") {
+			if cur[i] != want[i] {
+				return false
+			}
+		} else if k, _, _ := strings.Cut(want[i], "="); k != cur[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func healthEqual(a, b *pinfoldv1.HealthCheck) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return slices.Equal(a.Exec, b.Exec) && a.Tcp == b.Tcp && a.Http == b.Http && orDefault(a.Timeout, "30s") == orDefault(b.Timeout, "30s")
+}
+
+func describeDeploy(d *pinfoldv1.DeployRequest) string {
+	mode := "memory-first"
+	if d.Bind {
+		mode = "bound"
+	}
+	return fmt.Sprintf("%s × %s (%s CPUs %s, %s)", counted(int(d.Count), "instance"), d.Image, d.Cpu, mode, alloc.FormatBytes(d.MemoryBytes))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// readServicesFile reads -f (- is standard input).
+func readServicesFile(cmd *cobra.Command, path string) ([]wantService, error) {
+	if path == "" {
+		return nil, badInput("-f FILE is required: a services file (YAML or JSON) or a docker compose file")
+	}
+	var (
+		data []byte
+		err  error
+	)
+	if path == "-" {
+		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxServicesFile+1))
+	} else {
+		data, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, badInput("-f %q: %v", path, err)
+	}
+	want, notes, err := decodeServicesFile(data)
+	if err != nil {
+		return nil, &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
+	}
+	for _, n := range notes {
+		fmt.Fprintln(cmd.ErrOrStderr(), n)
+	}
+	return want, nil
+}
+
+func printDiff(cmd *cobra.Command, d servicesDiff, applied bool) {
+	w := cmd.OutOrStdout()
+	for _, s := range d.Steps {
+		fmt.Fprintf(w, "%-8s %s: %s\n", s.Action, s.Service, s.Detail)
+	}
+	for _, n := range d.Unchanged {
+		fmt.Fprintf(w, "%-8s %s\n", "same", n)
+	}
+	for _, n := range d.LeftAlone {
+		fmt.Fprintf(w, "%-8s %s: not in the file, left alone (--prune removes it)\n", "keep", n)
+	}
+	for _, n := range d.Notes {
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
+	}
+	switch {
+	case len(d.Steps) == 0:
+		fmt.Fprintln(w, "no changes: the planner's services match the file")
+	case applied:
+		fmt.Fprintf(w, "applied %s\n", counted(len(d.Steps), "change"))
+	}
+}
+
+const applyFileHelp = `A services file is YAML or JSON with a services map; each service takes
+what pinfold deploy takes:
+
+  services:
+    web:
+      image: nginx:1.27          # required
+      command: [nginx, -g, "daemon off;"]   # or one string
+      env: [MODE=prod]           # or a map
+      network: bridge
+      health: {http: 80/, timeout: 30s}     # or cmd: "...", or tcp: 80
+      pull: missing              # or always
+      cpu: 1.5                   # default 1
+      bind: true
+      whole_cores: false
+      memory: 512MiB             # required
+      memory_soft: 256MiB
+      count: 3                   # default 1 (per host for each and fill)
+      strategy: auto             # and the rules: max_per_host, constraint,
+      constraint: 'disk == "ssd"'  # affinity, soft_affinity, anti_affinity,
+                                 # soft_anti_affinity, placement_policy,
+                                 # hosts_order, domain_spread, use_buffer
+
+An unknown key or a bad value is an error naming its path
+(services.web.cpu), and nothing is changed when any service is invalid.
+
+A docker compose file is read too (a services map whose entries have
+compose keys such as environment or deploy): image, command, entrypoint,
+environment, network_mode, pull_policy, healthcheck, deploy.replicas,
+deploy.resources.limits.cpus and .memory, deploy.resources.reservations.memory
+(soft memory), and cpus/mem_limit/mem_reservation. Every other key is
+named as ignored, per service (ports, volumes and restart: not supported
+yet). Compose services are memory-first (no bind); variables are not
+interpolated.
+
+Compared with the planner (GetService, ListInstances), each service is:
+  deploy    new: placed with its size and rules
+  resize    cpu, memory or bind differ: resized in place by the difference
+  replace   image, command, health check or pull differ: blue-green replace
+  scale     count differs (not for each and fill, whose count is per host)
+  recreate  what no live change makes: env, network, whole_cores, a soft
+            memory a resize does not leave, a removed command or health
+            check, or a rule (strategy, max_per_host, constraint,
+            affinities, placement_policy, hosts_order, domain_spread):
+            needs remove + deploy; apply refuses (exit 1, nothing changed)
+            unless --recreate
+  remove    in the planner, not in the file: only with --prune; without
+            it the service is left alone and said so
+use_buffer is used when a service is deployed and not compared.`
+
+func newDiffCmd() *cobra.Command {
+	var (
+		c     clientFlags
+		out   outputFlag
+		file  string
+		prune bool
+	)
+	cmd := &cobra.Command{
+		Use:   "diff -f FILE [--prune]",
+		Short: "Show what 'pinfold apply' would change to match a services file",
+		Long: `Compare a services file (or a docker compose file) with the planner's
+services and print, per service, what apply would do. Nothing is changed.
+
+Exit code, like diff(1): 0 no changes, 1 changes, 2 bad input (3 and 4 as
+for every command: the planner unreachable, the outcome unknown).
+
+` + applyFileHelp,
+		Example: `  pinfold diff -f services.yaml
+  pinfold diff -f compose.yaml --prune -o json
+  pinfold diff -f services.yaml && echo "in sync"`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(cmd); err != nil {
+				return err
+			}
+			want, err := readServicesFile(cmd, file)
+			if err != nil {
+				return err
+			}
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				d, err := diffServices(cmd.Context(), cl, want, prune)
+				if err != nil {
+					return err
+				}
+				if out.json() {
+					if err := writeJSON(cmd.OutOrStdout(), d); err != nil {
+						return err
+					}
+				} else {
+					printDiff(cmd, d, false)
+				}
+				if len(d.Steps) > 0 {
+					return &exitError{code: exitUnmet, err: fmt.Errorf("%s to apply", counted(len(d.Steps), "change"))}
+				}
+				return nil
+			})
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the services file (YAML or JSON, or a docker compose file; - for standard input)")
+	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the planner's services the file does not have")
+	return cmd
+}
+
+func newApplyCmd() *cobra.Command {
+	var (
+		c        clientFlags
+		out      outputFlag
+		file     string
+		prune    bool
+		recreate bool
+	)
+	cmd := &cobra.Command{
+		Use:   "apply -f FILE [--prune] [--recreate]",
+		Short: "Make the planner's services match a services file",
+		Long: `Bring the planner's services to a services file (or a docker compose file)
+with the operations the other commands use: remove (--prune), resize,
+replace, scale, then deploy, services by name (a service after the new
+ones its hard affinity names). A second apply of the same file changes
+nothing and says so. 'pinfold diff' shows the same list without changing
+anything.
+
+Every service is checked before anything is changed. A step the planner
+refuses stops apply there (exit 1, or as the refusal says): the steps
+before it are made, and a second apply continues from where the cluster
+is. Apply records the changes and does not wait for the hosts: watch
+them with 'pinfold ps'.
+
+` + applyFileHelp,
+		Example: `  pinfold apply -f services.yaml
+  pinfold apply -f compose.yaml --prune
+  pinfold apply -f services.yaml --recreate -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.validate(cmd); err != nil {
+				return err
+			}
+			want, err := readServicesFile(cmd, file)
+			if err != nil {
+				return err
+			}
+			pulls := map[string]string{}
+			for _, w := range want {
+				pulls[w.Deploy.Service] = w.Pull
+			}
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				ctx := cmd.Context()
+				d, err := diffServices(ctx, cl, want, prune)
+				if err != nil {
+					return err
+				}
+				var blocked []string
+				for _, s := range d.Steps {
+					if s.Action == "recreate" && !recreate {
+						blocked = append(blocked, s.Service+": "+s.Detail)
+					}
+				}
+				if len(blocked) > 0 {
+					return &exitError{code: exitUnmet, err: fmt.Errorf("nothing was changed: %s", strings.Join(blocked, "\n  "))}
+				}
+				for _, s := range d.Steps {
+					if err := applyStep(ctx, cl, s, pulls[s.Service]); err != nil {
+						return fmt.Errorf("%s %s: %w", s.Action, s.Service, err)
+					}
+					if !out.json() {
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: done\n", s.Action, s.Service)
+					}
+				}
+				if out.json() {
+					return writeJSON(cmd.OutOrStdout(), d)
+				}
+				printDiff(cmd, d, true)
+				return nil
+			})
+		},
+	}
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVarP(&file, "file", "f", "", "the services file (YAML or JSON, or a docker compose file; - for standard input)")
+	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the planner's services the file does not have")
+	cmd.Flags().BoolVar(&recreate, "recreate", false, "remove and deploy again a service whose change no live operation makes (env, network, rules, ...)")
+	return cmd
+}
+
+// applyStep makes one step through the API.
+func applyStep(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, s step, pull string) error {
+	var err error
+	switch s.Action {
+	case "remove":
+		_, err = cl.Remove(ctx, connect.NewRequest(&pinfoldv1.RemoveRequest{Target: s.Service}))
+	case "resize":
+		_, err = cl.Resize(ctx, connect.NewRequest(s.resize))
+	case "replace":
+		_, err = cl.Replace(ctx, connect.NewRequest(s.replace))
+	case "scale":
+		_, err = cl.Scale(ctx, connect.NewRequest(&pinfoldv1.ScaleRequest{Service: s.Service, Count: s.scale}))
+	case "recreate":
+		if _, err = cl.Remove(ctx, connect.NewRequest(&pinfoldv1.RemoveRequest{Target: s.Service})); err != nil {
+			return err
+		}
+		err = deployWithPull(ctx, cl, s.deploy, pull)
+	case "deploy":
+		err = deployWithPull(ctx, cl, s.deploy, pull)
+	default:
+		err = fmt.Errorf("unknown step %q", s.Action)
+	}
+	return err
+}
+
+// deployWithPull deploys d; a deploy takes no pull policy, so pull always
+// is recorded by a replace that follows (the instances are new: their
+// containers are created once the hosts see the replace).
+func deployWithPull(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, d *pinfoldv1.DeployRequest, pull string) error {
+	if d.Count == 0 {
+		return fmt.Errorf("count 0: a new service needs at least one instance to be deployed (scale it to 0 afterwards)")
+	}
+	if _, err := cl.Deploy(ctx, connect.NewRequest(d)); err != nil {
+		return err
+	}
+	if pull == "always" {
+		_, err := cl.Replace(ctx, connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: d.Service, Image: d.Image, Command: d.Command, Health: d.Health, Pull: pull}))
+		return err
+	}
+	return nil
+}

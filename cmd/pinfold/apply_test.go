@@ -1,0 +1,278 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestExamplesDecode: each example services file in docs/examples decodes
+// to the services it describes.
+func TestExamplesDecode(t *testing.T) {
+	tests := []struct {
+		file     string
+		services []string
+		notes    []string
+	}{
+		{"services.yaml", []string{"cache", "web"}, nil},
+		{"compose.yaml", []string{"api", "db"}, []string{"compose: ignored top-level keys: name, volumes",
+			"compose: api: ignored keys: depends_on, ports (not supported yet), restart (not supported yet)",
+			"compose: db: ignored keys: volumes (not supported yet)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			data, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", tt.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, notes, err := decodeServicesFile(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, w := range want {
+				names = append(names, w.Deploy.Service)
+			}
+			if !slices.Equal(names, tt.services) {
+				t.Errorf("services %v, want %v", names, tt.services)
+			}
+			if !slices.Equal(notes, tt.notes) {
+				t.Errorf("notes:\n%s\nwant:\n%s", strings.Join(notes, "\n"), strings.Join(tt.notes, "\n"))
+			}
+		})
+	}
+}
+
+// TestComposeMapping: a compose service's keys become a deploy's fields.
+func TestComposeMapping(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", "compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := decodeServicesFile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, db := want[0].Deploy, want[1].Deploy
+	if api.Count != 2 || api.Cpu != "0.5" || api.MemoryBytes != 128<<20 || !slices.Equal(api.Command, []string{"sleep", "infinity"}) || !slices.Equal(api.Env, []string{"LOG=info"}) || api.Bind {
+		t.Errorf("api = %v", api)
+	}
+	if db.Count != 1 || db.Cpu != "1" || db.MemoryBytes != 1<<30 || db.MemorySoftBytes != 512<<20 || !slices.Equal(db.Env, []string{"POSTGRES_PASSWORD=example"}) {
+		t.Errorf("db = %v", db)
+	}
+}
+
+// TestServicesFileBadInput: bad files are refused naming the service and
+// the field path, and no service is returned when any is invalid.
+func TestServicesFileBadInput(t *testing.T) {
+	tests := []struct{ name, file, want string }{
+		{"unknown key", "services:\n  web: {image: a, memory: 64MiB, imag: b}\n", `services.web: unknown key "imag"`},
+		{"cpu not a number", "services:\n  web: {image: a, memory: 64MiB, cpu: abc}\n", `services.web.cpu: "abc" is not a number`},
+		{"bad memory", "services:\n  web: {image: a, memory: lots}\n", `services.web.memory: "lots" is not a size`},
+		{"no memory", "services:\n  web: {image: a}\n", `services.web.memory: missing`},
+		{"no image", "services:\n  web: {memory: 64MiB}\n", `services.web.image: missing`},
+		{"count type", "services:\n  web: {image: a, memory: 64MiB, count: many}\n", `services.web.count: a JSON string where a whole number is wanted`},
+		{"negative count", "services:\n  web: {image: a, memory: 64MiB, count: -1}\n", `services.web.count: -1`},
+		{"bad strategy", "services:\n  web: {image: a, memory: 64MiB, strategy: some}\n", `services.web.strategy: "some"`},
+		{"two probes", "services:\n  web: {image: a, memory: 64MiB, health: {tcp: 1, http: 2/}}\n", `services.web.health: want exactly one`},
+		{"bad service name", "services:\n  a.b: {image: a, memory: 64MiB}\n", `services.a.b:`},
+		{"one bad of two", "services:\n  a: {image: a, memory: 64MiB}\n  b: {image: a, memory: 64MiB, cpu: x}\n", `services.b.cpu`},
+		{"top-level key", "services: {web: {image: a, memory: 64MiB, cpu: 1}}\nextra: 1\n", `unknown top-level key "extra"`},
+		{"no services", "web: {}\n", `no services key`},
+		{"compose memory", "services:\n  web: {image: a, environment: [A=1]}\n", `services.web.deploy.resources.limits.memory: missing`},
+		{"compose cpus", "services:\n  web: {image: a, deploy: {resources: {limits: {cpus: x, memory: 64M}}}}\n", `services.web.deploy.resources.limits.cpus: "x" is not a number`},
+		{"compose build only", "services:\n  web: {build: ., deploy: {resources: {limits: {memory: 64M}}}}\n", `services.web.image: missing`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want, _, err := decodeServicesFile([]byte(tt.file))
+			if err == nil || !strings.Contains(err.Error(), tt.want) || want != nil {
+				t.Errorf("decode = %v, %v; want an error containing %q and no services", want, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestSplitWords: a command string splits like a shell's words.
+func TestSplitWords(t *testing.T) {
+	tests := []struct {
+		in   string
+		want []string
+	}{
+		{`redis-server --save ""`, []string{"redis-server", "--save", ""}},
+		{`sh -c 'echo "a b"'`, []string{"sh", "-c", `echo "a b"`}},
+		{`a\ b  c`, []string{"a b", "c"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			if got, err := splitWords(tt.in); err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("splitWords(%q) = %q, %v; want %q", tt.in, got, err, tt.want)
+			}
+		})
+	}
+	if _, err := splitWords(`a "b`); err == nil {
+		t.Error(`splitWords("a \"b") succeeded; want an unclosed quote error`)
+	}
+}
+
+// TestApplyDiff runs apply and diff against a real planner for each
+// example: apply, a second apply changes nothing, diff reports none; an
+// edit of count, cpu and image shows scale, resize and replace; apply;
+// diff none again.
+func TestApplyDiff(t *testing.T) {
+	tests := []struct {
+		example string
+		edit    func(string) string
+		service string
+		want    []string // actions after the edit
+	}{
+		{"services.yaml", func(s string) string {
+			s = strings.Replace(s, "count: 2", "count: 3", 1)
+			s = strings.Replace(s, "cpu: 1.5", "cpu: 2", 1)
+			return strings.Replace(s, "nginx:1.27", "nginx:1.28", 1)
+		}, "web", []string{"resize", "replace", "scale"}},
+		{"compose.yaml", func(s string) string {
+			s = strings.Replace(s, "replicas: 2", "replicas: 3", 1)
+			s = strings.Replace(s, `cpus: "0.5"`, `cpus: "0.75"`, 1)
+			return strings.Replace(s, "busybox:1.36", "busybox:1.37", 1)
+		}, "api", []string{"resize", "replace", "scale"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.example, func(t *testing.T) {
+			addr := startPlanner(t)
+			pl := []string{"--planner", addr}
+			run := func(args ...string) (string, string, int) {
+				t.Helper()
+				return runCLI(t, "", append(args, pl...)...)
+			}
+			must := func(args ...string) string {
+				t.Helper()
+				out, errOut, code := run(args...)
+				if code != 0 {
+					t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+				}
+				return out
+			}
+			topo := topologyFile(t, "dual-xeon-gold-6230")
+			must("host", "add", "a", "--topology", topo)
+			must("host", "add", "b", "--topology", topo)
+			src, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", tt.example))
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), tt.example)
+			if err := os.WriteFile(file, src, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, code := run("diff", "-f", file); code != exitUnmet {
+				t.Errorf("diff before the first apply: exit %d, want 1 (changes)", code)
+			}
+			must("apply", "-f", file)
+			if out := must("apply", "-f", file); !strings.Contains(out, "no changes") {
+				t.Errorf("second apply:\n%s\nwant no changes", out)
+			}
+			if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+				t.Errorf("diff after apply:\n%s\nwant no changes", out)
+			}
+			if err := os.WriteFile(file, []byte(tt.edit(string(src))), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			out, errOut, code := run("diff", "-f", file, "-o", "json")
+			if code != exitUnmet {
+				t.Fatalf("diff after the edit: exit %d, want 1: %s%s", code, out, errOut)
+			}
+			var d struct {
+				Changes []struct{ Service, Action, Detail string } `json:"changes"`
+			}
+			if err := json.Unmarshal([]byte(out), &d); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range d.Changes {
+				if c.Service != tt.service {
+					t.Errorf("change %+v to a service the edit did not touch", c)
+				}
+				got = append(got, c.Action)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("diff after the edit: %v, want %v:\n%s", got, tt.want, out)
+			}
+			must("apply", "-f", file)
+			if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+				t.Errorf("diff after the second apply:\n%s\nwant no changes", out)
+			}
+			ps := must("ps", "--service", tt.service, "-o", "json")
+			var ins []struct{ Image string }
+			if err := json.Unmarshal([]byte(ps), &ins); err != nil {
+				t.Fatal(err)
+			}
+			if len(ins) != 3 {
+				t.Errorf("%s has %d instances after apply, want 3", tt.service, len(ins))
+			}
+		})
+	}
+}
+
+// TestApplyRulesPruneBadFile: a rule change no live operation makes is
+// refused by apply (exit 1, nothing changed) and made by --recreate; a
+// service not in the file is left alone and said so, removed with
+// --prune; a file with one invalid service changes nothing (exit 2).
+func TestApplyRulesPruneBadFile(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, pl...)...)
+		return out + errOut, code
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s", args, code, out)
+		}
+		return out
+	}
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	dir := t.TempDir()
+	write := func(s string) string {
+		t.Helper()
+		f := filepath.Join(dir, "s.yaml")
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	f := write("services:\n  web: {image: busybox, memory: 64MiB, count: 2}\n  other: {image: busybox, memory: 64MiB}\n")
+	must("apply", "-f", f)
+	f = write("services:\n  web: {image: busybox, memory: 64MiB, count: 2, strategy: drained, env: [A=1]}\n")
+	out, code := run("apply", "-f", f)
+	if code != exitUnmet || !strings.Contains(out, "strategy auto → drained") || !strings.Contains(out, "needs remove + deploy") || !strings.Contains(out, "nothing was changed") {
+		t.Errorf("apply of a strategy change: exit %d:\n%s\nwant exit 1 saying it needs remove + deploy", code, out)
+	}
+	out, code = run("diff", "-f", f)
+	if code != exitUnmet || !strings.Contains(out, "recreate web") || !strings.Contains(out, "keep     other: not in the file, left alone") {
+		t.Errorf("diff: exit %d:\n%s\nwant recreate web and other left alone", code, out)
+	}
+	must("apply", "-f", f, "--recreate", "--prune")
+	if out := must("diff", "-f", f, "--prune"); !strings.Contains(out, "no changes") {
+		t.Errorf("diff after apply --recreate --prune:\n%s\nwant no changes", out)
+	}
+	if out := must("ps", "-o", "json"); strings.Contains(out, `"other"`) {
+		t.Errorf("other is still there after --prune:\n%s", out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("services:\n  web: {image: busybox, memory: 64MiB, count: 5, strategy: drained, env: [A=1]}\n  x: {image: busybox, memory: 64MiB, cpu: abc}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code = run("apply", "-f", bad)
+	if code != exitBadInput || !strings.Contains(out, `services.x.cpu: "abc" is not a number`) {
+		t.Errorf("apply of a file with a bad service: exit %d:\n%s\nwant exit 2 naming services.x.cpu", code, out)
+	}
+	if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {
+		t.Errorf("a refused file changed something:\n%s", out)
+	}
+}

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// A docker compose file is read by a subset parser of its own, not by
+// github.com/compose-spec/compose-go: that module brings 13 more modules
+// (a JSON schema validator, logrus, a yaml v4 release candidate) and reads
+// env files and paths from disk, for the handful of keys mapped here.
+// Variables (${VAR}) are not interpolated: they stay as written.
+
+// isCompose tells a docker compose file from a pinfold services file: it
+// has compose's top-level keys or compose keys in its services, and no
+// service has a key only a pinfold file has (a file with both is read as
+// pinfold's, whose strict decoding names the compose key).
+func isCompose(top map[string]json.RawMessage, services map[string]json.RawMessage) bool {
+	signal := false
+	for k := range top {
+		if k != "services" {
+			signal = true
+		}
+	}
+	for _, raw := range services {
+		var keys map[string]json.RawMessage
+		if json.Unmarshal(raw, &keys) != nil {
+			continue
+		}
+		for k := range keys {
+			switch {
+			case k == "image" || k == "command":
+			case slices.Contains(fileKeys, k):
+				return false
+			default:
+				signal = true
+			}
+		}
+	}
+	return signal
+}
+
+// composeService is the part of a compose service pinfold maps.
+type composeService struct {
+	Image          string          `json:"image"`
+	Command        *commandList    `json:"command"`
+	Entrypoint     *commandList    `json:"entrypoint"`
+	Environment    *envList        `json:"environment"`
+	NetworkMode    string          `json:"network_mode"`
+	PullPolicy     string          `json:"pull_policy"`
+	CPUs           *flexString     `json:"cpus"`
+	MemLimit       *flexString     `json:"mem_limit"`
+	MemReservation *flexString     `json:"mem_reservation"`
+	Healthcheck    *composeHealth  `json:"healthcheck"`
+	Deploy         *composeDeploy  `json:"deploy"`
+	Ports          json.RawMessage `json:"ports"`
+	Volumes        json.RawMessage `json:"volumes"`
+	Restart        json.RawMessage `json:"restart"`
+}
+
+type composeHealth struct {
+	Test    *commandList `json:"test"`
+	Timeout string       `json:"timeout"`
+	Disable bool         `json:"disable"`
+}
+
+type composeDeploy struct {
+	Replicas  *int64 `json:"replicas"`
+	Resources struct {
+		Limits struct {
+			CPUs   *flexString `json:"cpus"`
+			Memory *flexString `json:"memory"`
+		} `json:"limits"`
+		Reservations struct {
+			Memory *flexString `json:"memory"`
+		} `json:"reservations"`
+	} `json:"resources"`
+	RestartPolicy json.RawMessage `json:"restart_policy"`
+}
+
+// composeMapped are the service keys decodeCompose maps (or, for ports,
+// volumes and restart, names as not supported yet); every other key is
+// listed as ignored.
+var composeMapped = jsonKeys(composeService{})
+
+// composeDeployMapped are the deploy keys mapped; others are ignored.
+var composeDeployMapped = []string{"replicas", "resources", "restart_policy"}
+
+// decodeCompose maps a compose file's services. Keys it cannot map are
+// named in notes, per service; a value it cannot read is an error naming
+// its path, and no service is returned when any is invalid.
+func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawMessage) ([]wantService, []string, error) {
+	var (
+		want  []wantService
+		notes []string
+		errs  []error
+	)
+	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" }); len(extra) > 0 {
+		notes = append(notes, fmt.Sprintf("compose: ignored top-level keys: %s", strings.Join(extra, ", ")))
+	}
+	for _, name := range slices.Sorted(maps.Keys(services)) {
+		w, n, err := decodeComposeService(name, services[name])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		want = append(want, w)
+		notes = append(notes, n...)
+	}
+	if len(errs) > 0 {
+		return nil, nil, &exitError{code: exitBadInput, err: errors.Join(errs...)}
+	}
+	return want, notes, nil
+}
+
+func decodeComposeService(name string, raw json.RawMessage) (wantService, []string, error) {
+	path := "services." + name
+	if err := state.ValidateServiceName(name); err != nil {
+		return wantService{}, nil, fmt.Errorf("%s: %v (pinfold's service names: lower-case letters, digits and -)", path, err)
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &keys); err != nil {
+		return wantService{}, nil, fmt.Errorf("%s: want a map of compose keys", path)
+	}
+	var c composeService
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return wantService{}, nil, fieldError(path, err)
+	}
+	var ignored, notes []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !slices.Contains(composeMapped, k) {
+			ignored = append(ignored, k)
+		}
+	}
+	d := &pinfoldv1.DeployRequest{Service: name, Image: c.Image, Network: c.NetworkMode, Count: 1, Cpu: "1"}
+	if c.Image == "" {
+		return wantService{}, nil, fmt.Errorf("%s.image: missing: pinfold runs images, it does not build them", path)
+	}
+	if c.Command != nil {
+		d.Command = *c.Command
+	}
+	if c.Entrypoint != nil && len(*c.Entrypoint) > 0 {
+		d.Command = append(slices.Clone(*c.Entrypoint), d.Command...)
+		notes = append(notes, fmt.Sprintf("compose: %s: entrypoint runs as the start of the command (an image's own ENTRYPOINT still comes first)", name))
+	}
+	if c.Environment != nil {
+		d.Env = *c.Environment
+	}
+	pull := ""
+	switch c.PullPolicy {
+	case "", "missing", "if_not_present":
+	case "always":
+		pull = "always"
+	default:
+		ignored = append(ignored, "pull_policy: "+c.PullPolicy)
+	}
+	cpu, mem, soft := c.CPUs, c.MemLimit, c.MemReservation
+	if dp := c.Deploy; dp != nil {
+		if dp.Replicas != nil {
+			if *dp.Replicas < 0 || *dp.Replicas > 1<<20 {
+				return wantService{}, nil, fmt.Errorf("%s.deploy.replicas: %d: want 0 or more", path, *dp.Replicas)
+			}
+			d.Count = int32(*dp.Replicas)
+		}
+		if l := dp.Resources.Limits; l.CPUs != nil {
+			cpu = l.CPUs
+		}
+		if l := dp.Resources.Limits; l.Memory != nil {
+			mem = l.Memory
+		}
+		if r := dp.Resources.Reservations; r.Memory != nil {
+			soft = r.Memory
+		}
+		ignored = append(ignored, composeRestartPolicy(dp.RestartPolicy)...)
+		var dk map[string]json.RawMessage
+		_ = json.Unmarshal(keys["deploy"], &dk)
+		for _, k := range slices.Sorted(maps.Keys(dk)) {
+			if !slices.Contains(composeDeployMapped, k) {
+				ignored = append(ignored, "deploy."+k)
+			}
+		}
+	}
+	var err error
+	if cpu != nil {
+		if d.Cpu, err = checkCPU(path+".deploy.resources.limits.cpus", string(*cpu)); err != nil {
+			return wantService{}, nil, err
+		}
+	} else {
+		notes = append(notes, fmt.Sprintf("compose: %s: no CPU limit: 1 CPU (a memory-first quota)", name))
+	}
+	if mem == nil {
+		return wantService{}, nil, fmt.Errorf("%s.deploy.resources.limits.memory: missing: pinfold plans memory per instance, e.g. deploy: {resources: {limits: {memory: 256M}}}", path)
+	}
+	if d.MemoryBytes, err = checkComposeSize(path+".deploy.resources.limits.memory", string(*mem)); err != nil {
+		return wantService{}, nil, err
+	}
+	if soft != nil {
+		if d.MemorySoftBytes, err = checkComposeSize(path+".deploy.resources.reservations.memory", string(*soft)); err != nil {
+			return wantService{}, nil, err
+		}
+	}
+	if h := c.Healthcheck; h != nil && !h.Disable && h.Test != nil {
+		if d.Health, err = composeHealthCheck(path+".healthcheck", h); err != nil {
+			return wantService{}, nil, err
+		}
+	}
+	ignored = append(ignored, composePorts(c.Ports)...)
+	ignored = append(ignored, composeVolumes(c.Volumes)...)
+	ignored = append(ignored, composeRestart(c.Restart)...)
+	if err := checkWant(path, d, pull); err != nil {
+		return wantService{}, nil, err
+	}
+	if len(ignored) > 0 {
+		notes = append(notes, fmt.Sprintf("compose: %s: ignored keys: %s", name, strings.Join(ignored, ", ")))
+	}
+	return wantService{Deploy: d, Pull: pull}, notes, nil
+}
+
+// checkComposeSize reads a compose byte size: compose's units (b, k, m,
+// g with or without b, powers of 1024) or pinfold's (MiB, GiB, ...).
+func checkComposeSize(path, s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	lower := strings.ToLower(t)
+	for _, u := range []struct{ compose, pinfold string }{{"kb", "KiB"}, {"mb", "MiB"}, {"gb", "GiB"}, {"k", "KiB"}, {"m", "MiB"}, {"g", "GiB"}, {"b", ""}} {
+		if num, ok := strings.CutSuffix(lower, u.compose); ok && num != "" && strings.Trim(num, "0123456789.") == "" {
+			t = num + u.pinfold
+			break
+		}
+	}
+	return checkSize(path, t)
+}
+
+// composeHealthCheck maps a compose healthcheck's test: ["CMD", args…],
+// ["CMD-SHELL", "command"] or a string (run by a shell).
+func composeHealthCheck(path string, h *composeHealth) (*pinfoldv1.HealthCheck, error) {
+	t := []string(*h.Test)
+	m := &pinfoldv1.HealthCheck{Timeout: h.Timeout}
+	switch {
+	case len(t) == 0 || t[0] == "NONE":
+		return nil, nil
+	case t[0] == "CMD" && len(t) > 1:
+		m.Exec = t[1:]
+	case t[0] == "CMD-SHELL" && len(t) == 2:
+		m.Exec = []string{"sh", "-c", t[1]}
+	default:
+		// A string test was split into words: run it by a shell as written.
+		m.Exec = []string{"sh", "-c", strings.Join(t, " ")}
+	}
+	return m, nil
+}
+
+// The compose keys below are not supported yet: each is named here, in
+// one function per key, so that when the service spec gains ports,
+// volumes and a restart policy each is mapped in one place. They return
+// the words listed as ignored for the service.
+
+// composePorts maps a service's ports: not supported yet.
+func composePorts(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	return []string{"ports (not supported yet)"}
+}
+
+// composeVolumes maps a service's volumes: not supported yet.
+func composeVolumes(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	return []string{"volumes (not supported yet)"}
+}
+
+// composeRestart maps a service's restart policy: not supported yet (the
+// agent restarts what exits as its own policy says).
+func composeRestart(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	return []string{"restart (not supported yet)"}
+}
+
+// composeRestartPolicy maps deploy.restart_policy: not supported yet.
+func composeRestartPolicy(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	return []string{"deploy.restart_policy (not supported yet)"}
+}

@@ -1,0 +1,439 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// A services file (pinfold apply/diff -f) is YAML or JSON:
+//
+//	services:
+//	  web:
+//	    image: nginx:1.27
+//	    cpu: 1.5
+//	    ...
+//
+// or a docker compose file (compose.go). wantService is one service as
+// the file wants it, in the form a deploy takes.
+
+// wantService is a service the file describes.
+type wantService struct {
+	Deploy *pinfoldv1.DeployRequest
+	Pull   string // "" (missing) or "always"
+}
+
+// fileService is one entry of a pinfold services file; every key is
+// optional but image and memory. Unknown keys are errors.
+type fileService struct {
+	Image      string       `json:"image"`
+	Command    *commandList `json:"command"`
+	Env        *envList     `json:"env"`
+	Network    string       `json:"network"`
+	Health     *fileHealth  `json:"health"`
+	Pull       string       `json:"pull"`
+	CPU        *flexString  `json:"cpu"`
+	Bind       bool         `json:"bind"`
+	WholeCores bool         `json:"whole_cores"`
+	Memory     *flexString  `json:"memory"`
+	MemorySoft *flexString  `json:"memory_soft"`
+	Count      *int64       `json:"count"`
+
+	Strategy         string   `json:"strategy"`
+	MaxPerHost       int64    `json:"max_per_host"`
+	Constraint       string   `json:"constraint"`
+	Affinity         []string `json:"affinity"`
+	SoftAffinity     []string `json:"soft_affinity"`
+	AntiAffinity     []string `json:"anti_affinity"`
+	SoftAntiAffinity []string `json:"soft_anti_affinity"`
+	PlacementPolicy  string   `json:"placement_policy"`
+	HostsOrder       []string `json:"hosts_order"`
+	DomainSpread     string   `json:"domain_spread"`
+	UseBuffer        bool     `json:"use_buffer"`
+}
+
+// fileHealth is a service's health check: one of cmd, tcp or http.
+type fileHealth struct {
+	Cmd     string `json:"cmd"`
+	TCP     int64  `json:"tcp"`
+	HTTP    string `json:"http"`
+	Timeout string `json:"timeout"`
+}
+
+// flexString is a value written as a number or a string (cpu: 1.5 or
+// cpu: "1.5"; memory: 1GiB or memory: 1073741824).
+type flexString string
+
+func (f *flexString) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		*f = flexString(s)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("%s is neither a number nor a string", b)
+	}
+	*f = flexString(n.String())
+	return nil
+}
+
+// commandList is a command: a list of words, or one string split like a
+// shell would (quotes, backslashes; no variables or globs).
+type commandList []string
+
+func (c *commandList) UnmarshalJSON(b []byte) error {
+	var list []string
+	if err := json.Unmarshal(b, &list); err == nil {
+		*c = list
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("%s: want a list of words or a string", b)
+	}
+	words, err := splitWords(s)
+	if err != nil {
+		return err
+	}
+	*c = words
+	return nil
+}
+
+// envList is an environment: a list of K=V, or a map of K: V.
+type envList []string
+
+func (e *envList) UnmarshalJSON(b []byte) error {
+	var list []string
+	if err := json.Unmarshal(b, &list); err == nil {
+		*e = list
+		return nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("%s: want a list of K=V or a map of K: V", b)
+	}
+	out := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		switch v := m[k].(type) {
+		case nil:
+			out = append(out, k+"=")
+		case string:
+			out = append(out, k+"="+v)
+		case float64, bool:
+			out = append(out, k+"="+fmt.Sprint(v))
+		default:
+			return fmt.Errorf("%s: want a string, number or boolean", k)
+		}
+	}
+	*e = out
+	return nil
+}
+
+// splitWords splits s into words like a POSIX shell: blanks separate,
+// single quotes keep everything, double quotes and backslashes escape.
+func splitWords(s string) ([]string, error) {
+	var (
+		words      []string
+		cur        strings.Builder
+		in         bool // inside a word
+		quote      rune
+		escapeNext bool
+	)
+	for _, r := range s {
+		switch {
+		case escapeNext:
+			cur.WriteRune(r)
+			escapeNext = false
+		case quote == '\'':
+			if r == '\'' {
+				quote = 0
+			} else {
+				cur.WriteRune(r)
+			}
+		case quote == '"':
+			switch r {
+			case '"':
+				quote = 0
+			case '\\':
+				escapeNext = true
+			default:
+				cur.WriteRune(r)
+			}
+		case r == '\\':
+			escapeNext, in = true, true
+		case r == '\'' || r == '"':
+			quote, in = r, true
+		case r == ' ' || r == '\t' || r == '\n':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if quote != 0 || escapeNext {
+		return nil, fmt.Errorf("%q: an unclosed quote or a trailing backslash", s)
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+// fileKeys are the keys a pinfold services file's service may have.
+var fileKeys = jsonKeys(fileService{})
+
+func jsonKeys(v any) []string {
+	b, _ := json.Marshal(v)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(b, &m)
+	return slices.Sorted(maps.Keys(m))
+}
+
+// maxServicesFile bounds a services file.
+const maxServicesFile = 16 << 20
+
+// decodeServicesFile reads a services file (pinfold's or a docker
+// compose file): every service is checked before any is returned, so that
+// nothing is applied when one is invalid. notes are what the caller
+// should print (a compose file's ignored keys). Errors name the field
+// path: services.web.cpu.
+func decodeServicesFile(data []byte) (want []wantService, notes []string, err error) {
+	if len(data) > maxServicesFile {
+		return nil, nil, badInput("the file has %d bytes: at most %d", len(data), maxServicesFile)
+	}
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, nil, badInput("not YAML or JSON: %v", err)
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(js, &top); err != nil || top == nil {
+		return nil, nil, badInput("want a map with a services key at the top, e.g. services: {web: {image: nginx, memory: 256MiB}}")
+	}
+	rawServices, ok := top["services"]
+	if !ok {
+		return nil, nil, badInput("no services key at the top (keys: %s)", strings.Join(slices.Sorted(maps.Keys(top)), ", "))
+	}
+	var services map[string]json.RawMessage
+	if err := json.Unmarshal(rawServices, &services); err != nil {
+		return nil, nil, badInput("services: want a map of service names to services")
+	}
+	if isCompose(top, services) {
+		return decodeCompose(top, services)
+	}
+	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" }); len(extra) > 0 {
+		return nil, nil, badInput("unknown top-level key %q: a pinfold services file has only services", extra[0])
+	}
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(services)) {
+		w, err := decodeFileService(name, services[name])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		want = append(want, w)
+	}
+	if len(errs) > 0 {
+		return nil, nil, &exitError{code: exitBadInput, err: errors.Join(errs...)}
+	}
+	return want, nil, nil
+}
+
+// decodeFileService decodes and checks one service of a pinfold file.
+func decodeFileService(name string, raw json.RawMessage) (wantService, error) {
+	path := "services." + name
+	if err := state.ValidateServiceName(name); err != nil {
+		return wantService{}, fmt.Errorf("%s: %v", path, err)
+	}
+	var f fileService
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return wantService{}, fieldError(path, err)
+	}
+	if f.Count == nil {
+		one := int64(1)
+		f.Count = &one
+	}
+	d := &pinfoldv1.DeployRequest{Service: name, Image: f.Image, Network: f.Network, Bind: f.Bind, WholeCores: f.WholeCores,
+		Strategy: f.Strategy, Constraint: f.Constraint, AffinityHard: f.Affinity, AffinitySoft: f.SoftAffinity,
+		AntiAffinityHard: f.AntiAffinity, AntiAffinitySoft: f.SoftAntiAffinity, PlacementPolicy: f.PlacementPolicy,
+		HostsOrder: f.HostsOrder, DomainSpread: f.DomainSpread, UseBuffer: f.UseBuffer}
+	if f.Command != nil {
+		d.Command = *f.Command
+	}
+	if f.Env != nil {
+		d.Env = *f.Env
+	}
+	cpu := flexString("1")
+	if f.CPU != nil {
+		cpu = *f.CPU
+	}
+	var err error
+	if d.Cpu, err = checkCPU(path+".cpu", string(cpu)); err != nil {
+		return wantService{}, err
+	}
+	if f.Memory == nil {
+		return wantService{}, fmt.Errorf("%s.memory: missing: the memory per instance, e.g. memory: 512MiB", path)
+	}
+	if d.MemoryBytes, err = checkSize(path+".memory", string(*f.Memory)); err != nil {
+		return wantService{}, err
+	}
+	if f.MemorySoft != nil {
+		if d.MemorySoftBytes, err = checkSize(path+".memory_soft", string(*f.MemorySoft)); err != nil {
+			return wantService{}, err
+		}
+	}
+	if f.Health != nil {
+		if d.Health, err = f.Health.check(path + ".health"); err != nil {
+			return wantService{}, err
+		}
+	}
+	if f.Count == nil || *f.Count < 0 || *f.Count > service.MaxDeployCount {
+		return wantService{}, fmt.Errorf("%s.count: %d: want 0 to %d", path, *f.Count, service.MaxDeployCount)
+	}
+	d.Count = int32(*f.Count)
+	if f.MaxPerHost < 0 || f.MaxPerHost > math.MaxInt32 {
+		return wantService{}, fmt.Errorf("%s.max_per_host: %d: want 0 (no cap) or more", path, f.MaxPerHost)
+	}
+	d.MaxPerHost = int32(f.MaxPerHost)
+	if err := checkWant(path, d, f.Pull); err != nil {
+		return wantService{}, err
+	}
+	return wantService{Deploy: d, Pull: f.Pull}, nil
+}
+
+// checkWant checks what both file kinds share, as deploy checks its flags.
+func checkWant(path string, d *pinfoldv1.DeployRequest, pull string) error {
+	if strings.TrimSpace(d.Image) == "" {
+		return fmt.Errorf("%s.image: missing: the container image the instances run, e.g. image: debian:12", path)
+	}
+	if f, _ := strconv.ParseFloat(d.Cpu, 64); d.Bind && f == 0 {
+		return fmt.Errorf("%s.cpu: %q: a CPU-bound instance (bind: true) needs more than 0 CPUs", path, d.Cpu)
+	}
+	if d.MemoryBytes < service.MinInstanceMemory {
+		return fmt.Errorf("%s.memory: %s: want at least %s (the Docker engine's smallest memory limit)", path, alloc.FormatBytes(d.MemoryBytes), alloc.FormatBytes(service.MinInstanceMemory))
+	}
+	if d.MemorySoftBytes > d.MemoryBytes {
+		return fmt.Errorf("%s.memory_soft: %s: want at most memory (%s)", path, alloc.FormatBytes(d.MemorySoftBytes), alloc.FormatBytes(d.MemoryBytes))
+	}
+	if d.WholeCores && !d.Bind {
+		return fmt.Errorf("%s.whole_cores: true needs bind: true", path)
+	}
+	switch d.Strategy {
+	case "", "auto", "each", "fill", "global", "drained":
+	default:
+		return fmt.Errorf("%s.strategy: %q: want auto, each, fill, global or drained", path, d.Strategy)
+	}
+	if pull != "" && pull != "missing" && pull != "always" {
+		return fmt.Errorf("%s.pull: %q: want missing or always", path, pull)
+	}
+	for _, e := range d.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return fmt.Errorf("%s.env: %q: want K=V", path, e)
+		}
+	}
+	return nil
+}
+
+func checkCPU(path, s string) (string, error) {
+	t := strings.TrimSpace(s)
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return "", fmt.Errorf("%s: %q is not a number (CPUs, e.g. 1.5)", path, s)
+	}
+	if f < 0 || f > alloc.MaxCPUs {
+		return "", fmt.Errorf("%s: %q: want a number of CPUs from 0 to %d", path, s, int(alloc.MaxCPUs))
+	}
+	return t, nil
+}
+
+func checkSize(path, s string) (int64, error) {
+	n, err := parseSize(path, s, false)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a size such as 512MiB, 1.5GiB or 1G", path, s)
+	}
+	return n, nil
+}
+
+func (h *fileHealth) check(path string) (*pinfoldv1.HealthCheck, error) {
+	n := 0
+	for _, set := range []bool{h.Cmd != "", h.TCP != 0, h.HTTP != ""} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, fmt.Errorf("%s: want exactly one of cmd, tcp or http", path)
+	}
+	if h.TCP < 0 || h.TCP > 65535 {
+		return nil, fmt.Errorf("%s.tcp: %d: want a port from 1 to 65535", path, h.TCP)
+	}
+	if h.Timeout != "" {
+		if d, err := time.ParseDuration(h.Timeout); err != nil || d <= 0 {
+			return nil, fmt.Errorf("%s.timeout: %q: want a duration such as 30s", path, h.Timeout)
+		}
+	}
+	m := &pinfoldv1.HealthCheck{Tcp: int32(h.TCP), Http: h.HTTP, Timeout: h.Timeout}
+	if h.Cmd != "" {
+		m.Exec = []string{"sh", "-c", h.Cmd}
+	}
+	return m, nil
+}
+
+// fieldError turns a JSON decoding error of the service at path into one
+// naming the key.
+func fieldError(path string, err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%s.%s: a JSON %s where %s is wanted", path, te.Field, te.Value, goTypeWord(te.Type.Kind().String()))
+	}
+	msg := err.Error()
+	if k, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fmt.Errorf("%s: unknown key %s (known: %s)", path, k, strings.Join(fileKeys, ", "))
+	}
+	// A custom decoder's error: "json: cannot unmarshal ... into Go struct
+	// field fileService.cpu of type ...: reason".
+	if i := strings.Index(msg, "Go struct field "); i >= 0 {
+		rest := msg[i+len("Go struct field "):]
+		field, reason, _ := strings.Cut(rest, ": ")
+		field, _, _ = strings.Cut(field, " of type")
+		if _, f, ok := strings.Cut(field, "."); ok {
+			field = f
+		}
+		return fmt.Errorf("%s.%s: %s", path, field, reason)
+	}
+	return fmt.Errorf("%s: %v", path, err)
+}
+
+func goTypeWord(kind string) string {
+	switch kind {
+	case "int", "int32", "int64":
+		return "a whole number"
+	case "bool":
+		return "true or false"
+	case "slice":
+		return "a list"
+	case "struct", "map":
+		return "a map"
+	}
+	return "a " + kind
+}
