@@ -96,8 +96,9 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 	return d, nil
 }
 
-// orderDeploys puts a service after the new services its hard affinity
-// names (they must run first for it to be placed); otherwise by name.
+// orderDeploys puts a service after the new services its hard affinity or
+// anti-affinity names (they must run first for the rule to see them);
+// otherwise by name.
 func orderDeploys(deploys []step) []step {
 	byName := map[string]step{}
 	for _, s := range deploys {
@@ -111,7 +112,9 @@ func orderDeploys(deploys []step) []step {
 			return
 		}
 		done[s.Service] = true
-		for _, dep := range slices.Sorted(slices.Values(s.deploy.AffinityHard)) {
+		// Hard affinity and hard anti-affinity name services that must be
+		// placed first for the rule to see them.
+		for _, dep := range slices.Sorted(slices.Values(append(slices.Clone(s.deploy.AffinityHard), s.deploy.AntiAffinityHard...))) {
 			if o, ok := byName[dep]; ok {
 				visit(o, depth+1)
 			}
@@ -167,7 +170,9 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 		return nil, blocked
 	}
 	if curPieces != wantPieces || rec.MemoryBytes != want.MemoryBytes || rec.Bind != want.Bind {
-		r := &pinfoldv1.ResizeRequest{Target: name}
+		// The size read is the one the planner must still hold: two applies
+		// at once add their delta once (the second is refused, aborted).
+		r := &pinfoldv1.ResizeRequest{Target: name, ExpectCpu: rec.Cpu, ExpectMemoryBytes: rec.MemoryBytes}
 		var what []string
 		if curPieces != wantPieces {
 			r.CpuDelta = alloc.FormatPieces(wantPieces-curPieces, sb)
@@ -294,7 +299,12 @@ func readServicesFile(cmd *cobra.Command, path string) ([]wantService, error) {
 	if path == "-" {
 		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxServicesFile+1))
 	} else {
-		data, err = os.ReadFile(path)
+		// Bounded whatever the file is (/dev/zero has no size to check).
+		var f *os.File
+		if f, err = os.Open(path); err == nil {
+			data, err = io.ReadAll(io.LimitReader(f, maxServicesFile+1))
+			f.Close()
+		}
 	}
 	if err != nil {
 		return nil, badInput("-f %q: %v", path, err)
@@ -531,8 +541,12 @@ func applyStep(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, s 
 		if _, err = cl.Remove(ctx, connect.NewRequest(&pinfoldv1.RemoveRequest{Target: s.Service})); err != nil {
 			return err
 		}
+		s.deploy.CreateOnly = true
 		err = deployWithPull(ctx, cl, s.deploy, pull)
 	case "deploy":
+		// Created once: a second apply at the same time is refused
+		// (already_exists) instead of adding the instances again.
+		s.deploy.CreateOnly = true
 		err = deployWithPull(ctx, cl, s.deploy, pull)
 	default:
 		err = fmt.Errorf("unknown step %q", s.Action)

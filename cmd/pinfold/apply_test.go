@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -159,6 +161,9 @@ func TestApplyDiff(t *testing.T) {
 			topo := topologyFile(t, "dual-xeon-gold-6230")
 			must("host", "add", "a", "--topology", topo)
 			must("host", "add", "b", "--topology", topo)
+			// A third: the example's cache keeps off both hosts of web's
+			// two instances (hard anti-affinity, deployed after web).
+			must("host", "add", "c", "--topology", topo)
 			src, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", tt.example))
 			if err != nil {
 				t.Fatal(err)
@@ -274,5 +279,23 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 	}
 	if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {
 		t.Errorf("a refused file changed something:\n%s", out)
+	}
+}
+
+// TestOrderDeploysAfterRuleTargets: a new service is deployed after the
+// new services its hard affinity or anti-affinity names, so the rule sees
+// them (a trial found cache, anti-affine to web, deployed first by name and
+// web then placed beside it).
+func TestOrderDeploysAfterRuleTargets(t *testing.T) {
+	dep := func(name string, aff, anti []string) step {
+		return step{Service: name, Action: "deploy", deploy: &pinfoldv1.DeployRequest{Service: name, AffinityHard: aff, AntiAffinityHard: anti}}
+	}
+	got := orderDeploys([]step{dep("aa", nil, []string{"zz"}), dep("bb", []string{"yy"}, nil), dep("cc", nil, nil), dep("yy", nil, nil), dep("zz", nil, nil)})
+	var names []string
+	for _, s := range got {
+		names = append(names, s.Service)
+	}
+	if want := "zz aa yy bb cc"; strings.Join(names, " ") != want {
+		t.Errorf("deploy order %v, want %s", names, want)
 	}
 }

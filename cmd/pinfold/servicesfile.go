@@ -218,7 +218,10 @@ const maxServicesFile = 16 << 20
 // path: services.web.cpu.
 func decodeServicesFile(data []byte) (want []wantService, notes []string, err error) {
 	if len(data) > maxServicesFile {
-		return nil, nil, badInput("the file has %d bytes: at most %d", len(data), maxServicesFile)
+		return nil, nil, badInput("the file has more than %d bytes (16 MiB), the most a services file may have", maxServicesFile)
+	}
+	if n := secondDocument(data); n > 0 {
+		return nil, nil, badInput("line %d: a second YAML document (---): a services file is one document, and the rest would be dropped unread", n)
 	}
 	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
@@ -436,4 +439,22 @@ func goTypeWord(kind string) string {
 		return "a map"
 	}
 	return "a " + kind
+}
+
+// secondDocument is the line of a "---" that starts a second YAML document
+// (one after content), or 0.
+func secondDocument(data []byte) int {
+	content := false
+	for i, l := range strings.Split(string(data), "\n") {
+		t := strings.TrimRight(l, " \t\r")
+		switch {
+		case t == "---" || strings.HasPrefix(t, "--- "):
+			if content {
+				return i + 1
+			}
+		case t != "" && !strings.HasPrefix(strings.TrimSpace(t), "#"):
+			content = true
+		}
+	}
+	return 0
 }

@@ -594,7 +594,7 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model()}
 	res, err := s.changes.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Spec: spec,
 		Count: int(m.Count), Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
-		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
+		UseBuffer: m.UseBuffer, CreateOnly: m.CreateOnly, Rules: state.Rules{Constraint: m.Constraint,
 			Affinity:     placement.Affinity{Hard: m.AffinityHard, Soft: m.AffinitySoft},
 			AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard, Soft: m.AntiAffinitySoft},
 			Policy:       m.PlacementPolicy, HostsOrder: m.HostsOrder, DomainSpread: m.DomainSpread}})
@@ -625,7 +625,17 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	if d == 0 && m.MemoryDeltaBytes == 0 && m.Bind == nil {
 		return nil, invalid("nothing to change: give cpu_delta, memory_delta_bytes or bind")
 	}
-	ins, err := s.changes.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind})
+	expect := 0
+	if strings.TrimSpace(m.ExpectCpu) != "" {
+		if expect, err = pieces("expect_cpu", m.ExpectCpu, s.sb(), false); err != nil {
+			return nil, err
+		}
+	}
+	if m.ExpectMemoryBytes < 0 {
+		return nil, invalid("expect_memory_bytes = %d: want a size in bytes, or 0 for none", m.ExpectMemoryBytes)
+	}
+	ins, err := s.changes.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind,
+		ExpectPieces: expect, ExpectMemory: m.ExpectMemoryBytes})
 	if err != nil {
 		return nil, toConnect(err)
 	}

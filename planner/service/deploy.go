@@ -32,6 +32,9 @@ type DeployRequest struct {
 	MaxPerHost int
 	Rules      state.Rules
 	UseBuffer  bool
+	// CreateOnly refuses the deploy (Exists) when the service exists
+	// already: a new service is created once, however many callers try.
+	CreateOnly bool
 	// recorded, when set, is the strategy kept in the service's record
 	// instead of Strategy (scale adds instances with auto to a service
 	// deployed with a per-host strategy, which stays its strategy).
@@ -138,6 +141,12 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			}
 		}
 		c := new(state.Change)
+		if r.CreateOnly {
+			if d, ok := rd.Service(r.Service); ok {
+				return nil, errf(Exists, "service %q exists already (deployed with image %s): scale or resize it, or remove it first", r.Service, d.Value.Image)
+			}
+			c.GuardService(r.Service, 0) // and nobody creates it before this commits
+		}
 		allocs := map[string]state.Alloc{}
 		var ins []model.Instance
 		for _, p := range res.Placements {

@@ -104,6 +104,11 @@ type ResizeRequest struct {
 	CPUDelta    int   // pieces
 	MemoryDelta int64 // bytes
 	Bind        *bool // nil keeps the mode
+	// ExpectPieces and ExpectMemory (each 0: none), for a service target:
+	// the size its record must have, else the resize is refused
+	// (Conflicted): a delta computed from an earlier read is added once.
+	ExpectPieces int
+	ExpectMemory int64
 }
 
 // Resize resizes in place, all or nothing: if any instance does not fit,
@@ -117,6 +122,17 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		targets, err := targets(rd, r.Target)
 		if err != nil {
 			return nil, err
+		}
+		if r.ExpectPieces > 0 || r.ExpectMemory > 0 {
+			d, ok := rd.Service(r.Target)
+			if !ok {
+				return nil, errf(Precond, "resize %s: an expected size is given, but %s is no service", r.Target, r.Target)
+			}
+			if r.ExpectPieces > 0 && d.Value.Pieces != r.ExpectPieces || r.ExpectMemory > 0 && d.Value.Memory != r.ExpectMemory {
+				return nil, errf(Conflicted, "resize %s: the service is %s CPUs and %s now, not the %s CPUs and %s expected: another change came first (read it again)",
+					r.Target, alloc.FormatPieces(d.Value.Pieces, s.params.ShareBase), alloc.FormatBytes(d.Value.Memory),
+					alloc.FormatPieces(r.ExpectPieces, s.params.ShareBase), alloc.FormatBytes(r.ExpectMemory))
+			}
 		}
 		views := map[string]state.HostView{}
 		allocs := map[string]state.Alloc{}

@@ -2472,8 +2472,11 @@ type DeployRequest struct {
 	UseBuffer        bool     `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
 	Network          string   `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
 	WholeCores       bool     `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// create_only: refused (already_exists) when the service exists, so two
+	// runs of one apply never both add a new service's instances.
+	CreateOnly    bool `protobuf:"varint,70,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeployRequest) Reset() {
@@ -2667,6 +2670,13 @@ func (x *DeployRequest) GetWholeCores() bool {
 	return false
 }
 
+func (x *DeployRequest) GetCreateOnly() bool {
+	if x != nil {
+		return x.CreateOnly
+	}
+	return false
+}
+
 type DeployResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -2733,8 +2743,13 @@ type ResizeRequest struct {
 	CpuDelta         string                 `protobuf:"bytes,2,opt,name=cpu_delta,json=cpuDelta,proto3" json:"cpu_delta,omitempty"` // decimal CPUs, may be negative
 	MemoryDeltaBytes int64                  `protobuf:"varint,3,opt,name=memory_delta_bytes,json=memoryDeltaBytes,proto3" json:"memory_delta_bytes,omitempty"`
 	Bind             *bool                  `protobuf:"varint,4,opt,name=bind,proto3,oneof" json:"bind,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A service's resize may name the size it expects the service to have
+	// (expect_cpu in decimal CPUs; both unset: none): another size is
+	// refused (aborted), so a delta computed from a read is added once.
+	ExpectCpu         string `protobuf:"bytes,70,opt,name=expect_cpu,json=expectCpu,proto3" json:"expect_cpu,omitempty"`
+	ExpectMemoryBytes int64  `protobuf:"varint,71,opt,name=expect_memory_bytes,json=expectMemoryBytes,proto3" json:"expect_memory_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ResizeRequest) Reset() {
@@ -2793,6 +2808,20 @@ func (x *ResizeRequest) GetBind() bool {
 		return *x.Bind
 	}
 	return false
+}
+
+func (x *ResizeRequest) GetExpectCpu() string {
+	if x != nil {
+		return x.ExpectCpu
+	}
+	return ""
+}
+
+func (x *ResizeRequest) GetExpectMemoryBytes() int64 {
+	if x != nil {
+		return x.ExpectMemoryBytes
+	}
+	return 0
 }
 
 type ResizeResponse struct {
@@ -4698,7 +4727,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
-	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xf6\x05\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\x97\x06\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -4729,18 +4758,23 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"use_buffer\x18\x15 \x01(\bR\tuseBuffer\x12\x18\n" +
 	"\anetwork\x18\x16 \x01(\tR\anetwork\x12\x1f\n" +
 	"\vwhole_cores\x18\x17 \x01(\bR\n" +
-	"wholeCores\"\xa0\x01\n" +
+	"wholeCores\x12\x1f\n" +
+	"\vcreate_only\x18F \x01(\bR\n" +
+	"createOnly\"\xa0\x01\n" +
 	"\x0eDeployResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12#\n" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
 	"\n" +
 	"violations\x18\x03 \x03(\v2\x15.pinfold.v1.ViolationR\n" +
-	"violations\"\xa1\x01\n" +
+	"violations\"\xf0\x01\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
 	"\x12memory_delta_bytes\x18\x03 \x01(\x03R\x10memoryDeltaBytes\x12\x17\n" +
-	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01B\a\n" +
+	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"expect_cpu\x18F \x01(\tR\texpectCpu\x12.\n" +
+	"\x13expect_memory_bytes\x18G \x01(\x03R\x11expectMemoryBytesB\a\n" +
 	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"D\n" +
 	"\x0eResizeResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xb3\x01\n" +
