@@ -590,7 +590,7 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	if err != nil {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
-	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model()}
+	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Container: m.Container.Model()}
 	res, err := s.changes.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Spec: spec,
 		Count: int(m.Count), Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
 		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
@@ -632,8 +632,13 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 }
 
 func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
+	var ctr *model.Container
+	if r.Msg.Container != nil {
+		c := r.Msg.Container.Model()
+		ctr = &c
+	}
 	ins, err := s.changes.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command,
-		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts, Pull: r.Msg.Pull})
+		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts, Pull: r.Msg.Pull, Container: ctr})
 	if err != nil {
 		return nil, toConnect(err)
 	}

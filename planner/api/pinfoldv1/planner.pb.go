@@ -989,6 +989,127 @@ func (x *HealthCheck) GetTimeout() string {
 	return ""
 }
 
+// ContainerSpec is the rest of what a container is created with. A change
+// of it is a replace (blue-green). Its field numbers start at 40 like the
+// fields that carry it.
+type ContainerSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Docker's SOURCE:TARGET[:ro|rw]: a bind mount when SOURCE is an absolute
+	// host path, a named volume otherwise (both host-local).
+	Volumes       []string          `protobuf:"bytes,40,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Restart       string            `protobuf:"bytes,41,opt,name=restart,proto3" json:"restart,omitempty"`                                                                         // "" or no, on-failure[:N], always, unless-stopped
+	Labels        map[string]string `protobuf:"bytes,42,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // not io.pinfold.*
+	User          string            `protobuf:"bytes,43,opt,name=user,proto3" json:"user,omitempty"`                                                                               // NAME, UID, NAME:GROUP or UID:GID
+	Workdir       string            `protobuf:"bytes,44,opt,name=workdir,proto3" json:"workdir,omitempty"`                                                                         // absolute
+	ReadOnly      bool              `protobuf:"varint,45,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`                                                      // a read-only root filesystem
+	CapAdd        []string          `protobuf:"bytes,46,rep,name=cap_add,json=capAdd,proto3" json:"cap_add,omitempty"`                                                             // capability names, CAP_ optional, or ALL
+	CapDrop       []string          `protobuf:"bytes,47,rep,name=cap_drop,json=capDrop,proto3" json:"cap_drop,omitempty"`
+	LogDriver     string            `protobuf:"bytes,48,opt,name=log_driver,json=logDriver,proto3" json:"log_driver,omitempty"` // "": the engine's default
+	LogOpts       map[string]string `protobuf:"bytes,49,rep,name=log_opts,json=logOpts,proto3" json:"log_opts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerSpec) Reset() {
+	*x = ContainerSpec{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerSpec) ProtoMessage() {}
+
+func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerSpec.ProtoReflect.Descriptor instead.
+func (*ContainerSpec) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ContainerSpec) GetVolumes() []string {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetRestart() string {
+	if x != nil {
+		return x.Restart
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *ContainerSpec) GetCapAdd() []string {
+	if x != nil {
+		return x.CapAdd
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetCapDrop() []string {
+	if x != nil {
+		return x.CapDrop
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetLogDriver() string {
+	if x != nil {
+		return x.LogDriver
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetLogOpts() map[string]string {
+	if x != nil {
+		return x.LogOpts
+	}
+	return nil
+}
+
 type Instance struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Id                 string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1021,13 +1142,14 @@ type Instance struct {
 	Replaces           string                 `protobuf:"bytes,30,opt,name=replaces,proto3" json:"replaces,omitempty"`                                      // a move in flight: the instance this one takes over from
 	Pull               string                 `protobuf:"bytes,31,opt,name=pull,proto3" json:"pull,omitempty"`                                              // "" (pull when missing) or "always"
 	WholeCores         bool                   `protobuf:"varint,32,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"`               // bound to whole physical cores (no SMT sibling shared)
+	Container          *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                                    // volumes, restart, labels, user, …; nil: none
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1161,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1174,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Instance) GetId() string {
@@ -1265,6 +1387,13 @@ func (x *Instance) GetWholeCores() bool {
 	return false
 }
 
+func (x *Instance) GetContainer() *ContainerSpec {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
 type RegisterHostRequest struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1283,7 +1412,7 @@ type RegisterHostRequest struct {
 
 func (x *RegisterHostRequest) Reset() {
 	*x = RegisterHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1424,7 @@ func (x *RegisterHostRequest) String() string {
 func (*RegisterHostRequest) ProtoMessage() {}
 
 func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1437,7 @@ func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostRequest.ProtoReflect.Descriptor instead.
 func (*RegisterHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterHostRequest) GetName() string {
@@ -1390,7 +1519,7 @@ type RegisterHostResponse struct {
 
 func (x *RegisterHostResponse) Reset() {
 	*x = RegisterHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1531,7 @@ func (x *RegisterHostResponse) String() string {
 func (*RegisterHostResponse) ProtoMessage() {}
 
 func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1544,7 @@ func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostResponse.ProtoReflect.Descriptor instead.
 func (*RegisterHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterHostResponse) GetHost() *Host {
@@ -1441,7 +1570,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1582,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1595,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListHostsRequest) GetPageSize() int32 {
@@ -1493,7 +1622,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1634,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1647,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -1544,7 +1673,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1685,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1698,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetHostRequest) GetName() string {
@@ -1589,7 +1718,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1730,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1743,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetHostResponse) GetHost() *Host {
@@ -1650,7 +1779,7 @@ type SetHostRequest struct {
 
 func (x *SetHostRequest) Reset() {
 	*x = SetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1791,7 @@ func (x *SetHostRequest) String() string {
 func (*SetHostRequest) ProtoMessage() {}
 
 func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1804,7 @@ func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostRequest.ProtoReflect.Descriptor instead.
 func (*SetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetHostRequest) GetName() string {
@@ -1764,7 +1893,7 @@ type SetHostResponse struct {
 
 func (x *SetHostResponse) Reset() {
 	*x = SetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1905,7 @@ func (x *SetHostResponse) String() string {
 func (*SetHostResponse) ProtoMessage() {}
 
 func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1918,7 @@ func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostResponse.ProtoReflect.Descriptor instead.
 func (*SetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetHostResponse) GetHost() *Host {
@@ -1809,7 +1938,7 @@ type SetHostEnabledRequest struct {
 
 func (x *SetHostEnabledRequest) Reset() {
 	*x = SetHostEnabledRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1950,7 @@ func (x *SetHostEnabledRequest) String() string {
 func (*SetHostEnabledRequest) ProtoMessage() {}
 
 func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1963,7 @@ func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetHostEnabledRequest) GetName() string {
@@ -1860,7 +1989,7 @@ type SetHostEnabledResponse struct {
 
 func (x *SetHostEnabledResponse) Reset() {
 	*x = SetHostEnabledResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2001,7 @@ func (x *SetHostEnabledResponse) String() string {
 func (*SetHostEnabledResponse) ProtoMessage() {}
 
 func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2014,7 @@ func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetHostEnabledResponse) GetHost() *Host {
@@ -1904,7 +2033,7 @@ type RemoveHostRequest struct {
 
 func (x *RemoveHostRequest) Reset() {
 	*x = RemoveHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2045,7 @@ func (x *RemoveHostRequest) String() string {
 func (*RemoveHostRequest) ProtoMessage() {}
 
 func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2058,7 @@ func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostRequest.ProtoReflect.Descriptor instead.
 func (*RemoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveHostRequest) GetName() string {
@@ -1943,17 +2072,18 @@ func (x *RemoveHostRequest) GetName() string {
 // blue-green (each new instance runs and passes its health gate before the
 // old one is removed).
 type DrainHostRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	DeadlineSeconds int64                  `protobuf:"varint,2,opt,name=deadline_seconds,json=deadlineSeconds,proto3" json:"deadline_seconds,omitempty"` // 0: none; past it, old instances go without waiting for their replacements' health gate
-	Cancel          bool                   `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`                                          // stop draining (moves in flight finish; the host stays disabled)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DeadlineSeconds  int64                  `protobuf:"varint,2,opt,name=deadline_seconds,json=deadlineSeconds,proto3" json:"deadline_seconds,omitempty"`       // 0: none; past it, old instances go without waiting for their replacements' health gate
+	Cancel           bool                   `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`                                                // stop draining (moves in flight finish; the host stays disabled)
+	MoveLocalVolumes bool                   `protobuf:"varint,40,opt,name=move_local_volumes,json=moveLocalVolumes,proto3" json:"move_local_volumes,omitempty"` // also move instances with a host-local volume (their data stays behind); otherwise they stay and the drain reports them stuck
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DrainHostRequest) Reset() {
 	*x = DrainHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2095,7 @@ func (x *DrainHostRequest) String() string {
 func (*DrainHostRequest) ProtoMessage() {}
 
 func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2108,7 @@ func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainHostRequest.ProtoReflect.Descriptor instead.
 func (*DrainHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DrainHostRequest) GetName() string {
@@ -2002,6 +2132,13 @@ func (x *DrainHostRequest) GetCancel() bool {
 	return false
 }
 
+func (x *DrainHostRequest) GetMoveLocalVolumes() bool {
+	if x != nil {
+		return x.MoveLocalVolumes
+	}
+	return false
+}
+
 type DrainHostResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Host          *Host                  `protobuf:"bytes,1,opt,name=host,proto3" json:"host,omitempty"`
@@ -2011,7 +2148,7 @@ type DrainHostResponse struct {
 
 func (x *DrainHostResponse) Reset() {
 	*x = DrainHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2160,7 @@ func (x *DrainHostResponse) String() string {
 func (*DrainHostResponse) ProtoMessage() {}
 
 func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2173,7 @@ func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainHostResponse.ProtoReflect.Descriptor instead.
 func (*DrainHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DrainHostResponse) GetHost() *Host {
@@ -2053,13 +2190,14 @@ type RebalanceRequest struct {
 	BalancingThreshold float64                `protobuf:"fixed64,3,opt,name=balancing_threshold,json=balancingThreshold,proto3" json:"balancing_threshold,omitempty"` // most/least loaded ratio above which a resource is balanced; 0: 1.5
 	ActivityThreshold  float64                `protobuf:"fixed64,4,opt,name=activity_threshold,json=activityThreshold,proto3" json:"activity_threshold,omitempty"`    // busiest host's load below which nothing moves; 0: 0.1
 	Defragment         bool                   `protobuf:"varint,5,opt,name=defragment,proto3" json:"defragment,omitempty"`                                            // also propose moves that free whole CPUs and NUMA nodes
+	MoveLocalVolumes   bool                   `protobuf:"varint,40,opt,name=move_local_volumes,json=moveLocalVolumes,proto3" json:"move_local_volumes,omitempty"`     // also move instances with a host-local volume (bind mount or named volume): their data stays behind
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2209,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2222,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RebalanceRequest) GetApply() bool {
@@ -2122,6 +2260,13 @@ func (x *RebalanceRequest) GetDefragment() bool {
 	return false
 }
 
+func (x *RebalanceRequest) GetMoveLocalVolumes() bool {
+	if x != nil {
+		return x.MoveLocalVolumes
+	}
+	return false
+}
+
 type Move struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instance      string                 `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
@@ -2136,7 +2281,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2293,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2306,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Move) GetInstance() string {
@@ -2214,13 +2359,14 @@ type RebalanceResponse struct {
 	FragmentedBefore int32                  `protobuf:"varint,4,opt,name=fragmented_before,json=fragmentedBefore,proto3" json:"fragmented_before,omitempty"` // CPUs shared in pieces
 	FragmentedAfter  int32                  `protobuf:"varint,5,opt,name=fragmented_after,json=fragmentedAfter,proto3" json:"fragmented_after,omitempty"`
 	Proposed         int32                  `protobuf:"varint,6,opt,name=proposed,proto3" json:"proposed,omitempty"` // with apply: the moves planned (moves lists those started)
+	Kept             []*Move                `protobuf:"bytes,40,rep,name=kept,proto3" json:"kept,omitempty"`         // instances left in place on purpose (to is empty), and why
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *RebalanceResponse) Reset() {
 	*x = RebalanceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2378,7 @@ func (x *RebalanceResponse) String() string {
 func (*RebalanceResponse) ProtoMessage() {}
 
 func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2391,7 @@ func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RebalanceResponse) GetMoves() []*Move {
@@ -2290,6 +2436,13 @@ func (x *RebalanceResponse) GetProposed() int32 {
 	return 0
 }
 
+func (x *RebalanceResponse) GetKept() []*Move {
+	if x != nil {
+		return x.Kept
+	}
+	return nil
+}
+
 type ScaleRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
@@ -2300,7 +2453,7 @@ type ScaleRequest struct {
 
 func (x *ScaleRequest) Reset() {
 	*x = ScaleRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2465,7 @@ func (x *ScaleRequest) String() string {
 func (*ScaleRequest) ProtoMessage() {}
 
 func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2478,7 @@ func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleRequest.ProtoReflect.Descriptor instead.
 func (*ScaleRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ScaleRequest) GetService() string {
@@ -2353,7 +2506,7 @@ type ScaleResponse struct {
 
 func (x *ScaleResponse) Reset() {
 	*x = ScaleResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2518,7 @@ func (x *ScaleResponse) String() string {
 func (*ScaleResponse) ProtoMessage() {}
 
 func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2531,7 @@ func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleResponse.ProtoReflect.Descriptor instead.
 func (*ScaleResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ScaleResponse) GetAdded() []*Instance {
@@ -2411,7 +2564,7 @@ type RemoveHostResponse struct {
 
 func (x *RemoveHostResponse) Reset() {
 	*x = RemoveHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2576,7 @@ func (x *RemoveHostResponse) String() string {
 func (*RemoveHostResponse) ProtoMessage() {}
 
 func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2589,7 @@ func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveHostResponse) GetMoved() []*Move {
@@ -2461,24 +2614,25 @@ type DeployRequest struct {
 	MaxPerHost      int32                  `protobuf:"varint,11,opt,name=max_per_host,json=maxPerHost,proto3" json:"max_per_host,omitempty"`
 	Health          *HealthCheck           `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
 	// Placement rules (seeds 000-003).
-	Constraint       string   `protobuf:"bytes,13,opt,name=constraint,proto3" json:"constraint,omitempty"`
-	AffinityHard     []string `protobuf:"bytes,14,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
-	AffinitySoft     []string `protobuf:"bytes,15,rep,name=affinity_soft,json=affinitySoft,proto3" json:"affinity_soft,omitempty"`
-	AntiAffinityHard []string `protobuf:"bytes,16,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
-	AntiAffinitySoft []string `protobuf:"bytes,17,rep,name=anti_affinity_soft,json=antiAffinitySoft,proto3" json:"anti_affinity_soft,omitempty"`
-	PlacementPolicy  string   `protobuf:"bytes,18,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"` // nodes_order, load_avg, spread
-	HostsOrder       []string `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
-	DomainSpread     string   `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
-	UseBuffer        bool     `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
-	Network          string   `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
-	WholeCores       bool     `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
+	Constraint       string         `protobuf:"bytes,13,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	AffinityHard     []string       `protobuf:"bytes,14,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
+	AffinitySoft     []string       `protobuf:"bytes,15,rep,name=affinity_soft,json=affinitySoft,proto3" json:"affinity_soft,omitempty"`
+	AntiAffinityHard []string       `protobuf:"bytes,16,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
+	AntiAffinitySoft []string       `protobuf:"bytes,17,rep,name=anti_affinity_soft,json=antiAffinitySoft,proto3" json:"anti_affinity_soft,omitempty"`
+	PlacementPolicy  string         `protobuf:"bytes,18,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"` // nodes_order, load_avg, spread
+	HostsOrder       []string       `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
+	DomainSpread     string         `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
+	UseBuffer        bool           `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
+	Network          string         `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
+	WholeCores       bool           `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
+	Container        *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                      // volumes, restart, labels, user, …
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2644,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2657,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeployRequest) GetService() string {
@@ -2667,6 +2821,13 @@ func (x *DeployRequest) GetWholeCores() bool {
 	return false
 }
 
+func (x *DeployRequest) GetContainer() *ContainerSpec {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
 type DeployResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -2678,7 +2839,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2851,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2864,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeployResponse) GetInstances() []*Instance {
@@ -2739,7 +2900,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2912,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2925,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResizeRequest) GetTarget() string {
@@ -2804,7 +2965,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2977,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2990,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResizeResponse) GetInstances() []*Instance {
@@ -2845,15 +3006,16 @@ type ReplaceRequest struct {
 	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
 	Command       []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
 	Health        *HealthCheck           `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
-	Hosts         []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"` // only instances on these hosts (a rolling batch)
-	Pull          string                 `protobuf:"bytes,6,opt,name=pull,proto3" json:"pull,omitempty"`   // "" or "missing": pull the image when the host lacks it; "always"
+	Hosts         []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`          // only instances on these hosts (a rolling batch)
+	Pull          string                 `protobuf:"bytes,6,opt,name=pull,proto3" json:"pull,omitempty"`            // "" or "missing": pull the image when the host lacks it; "always"
+	Container     *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"` // replaces the container settings as a whole; unset: each instance keeps its own
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplaceRequest) Reset() {
 	*x = ReplaceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +3027,7 @@ func (x *ReplaceRequest) String() string {
 func (*ReplaceRequest) ProtoMessage() {}
 
 func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +3040,7 @@ func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReplaceRequest) GetTarget() string {
@@ -2923,6 +3085,13 @@ func (x *ReplaceRequest) GetPull() string {
 	return ""
 }
 
+func (x *ReplaceRequest) GetContainer() *ContainerSpec {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
 type ReplaceResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -2932,7 +3101,7 @@ type ReplaceResponse struct {
 
 func (x *ReplaceResponse) Reset() {
 	*x = ReplaceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3113,7 @@ func (x *ReplaceResponse) String() string {
 func (*ReplaceResponse) ProtoMessage() {}
 
 func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3126,7 @@ func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReplaceResponse) GetInstances() []*Instance {
@@ -2976,7 +3145,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3157,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3170,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -3020,7 +3189,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3201,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3214,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -3067,7 +3236,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3248,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3261,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -3133,7 +3302,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3314,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3327,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -3194,7 +3363,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3375,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3388,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -3300,7 +3469,7 @@ type ExportPlanRequest struct {
 
 func (x *ExportPlanRequest) Reset() {
 	*x = ExportPlanRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3481,7 @@ func (x *ExportPlanRequest) String() string {
 func (*ExportPlanRequest) ProtoMessage() {}
 
 func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3494,7 @@ func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanRequest.ProtoReflect.Descriptor instead.
 func (*ExportPlanRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
 }
 
 // ExportPlan streams the plan file (docs/PLAN.md, without a request) in
@@ -3340,7 +3509,7 @@ type ExportPlanResponse struct {
 
 func (x *ExportPlanResponse) Reset() {
 	*x = ExportPlanResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3352,7 +3521,7 @@ func (x *ExportPlanResponse) String() string {
 func (*ExportPlanResponse) ProtoMessage() {}
 
 func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3365,7 +3534,7 @@ func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanResponse.ProtoReflect.Descriptor instead.
 func (*ExportPlanResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ExportPlanResponse) GetPlanJson() []byte {
@@ -3386,7 +3555,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3567,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3580,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -3448,7 +3617,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3629,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3642,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -3520,7 +3689,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3701,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3714,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -3574,7 +3743,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3586,7 +3755,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3599,7 +3768,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -3693,7 +3862,7 @@ type Applied struct {
 
 func (x *Applied) Reset() {
 	*x = Applied{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3874,7 @@ func (x *Applied) String() string {
 func (*Applied) ProtoMessage() {}
 
 func (x *Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3887,7 @@ func (x *Applied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Applied.ProtoReflect.Descriptor instead.
 func (*Applied) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Applied) GetCpus() string {
@@ -3764,7 +3933,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3945,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3958,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
 }
 
 type WatchInstancesRequest struct {
@@ -3801,7 +3970,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +3982,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +3995,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -3852,7 +4021,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +4033,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +4046,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -3927,7 +4096,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4108,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4121,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Event) GetId() string {
@@ -4030,7 +4199,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4042,7 +4211,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4055,7 +4224,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListEventsRequest) GetService() string {
@@ -4095,7 +4264,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4276,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4289,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4232,7 +4401,25 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\x9a\b\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xda\x03\n" +
+	"\rContainerSpec\x12\x18\n" +
+	"\avolumes\x18( \x03(\tR\avolumes\x12\x18\n" +
+	"\arestart\x18) \x01(\tR\arestart\x12=\n" +
+	"\x06labels\x18* \x03(\v2%.pinfold.v1.ContainerSpec.LabelsEntryR\x06labels\x12\x12\n" +
+	"\x04user\x18+ \x01(\tR\x04user\x12\x18\n" +
+	"\aworkdir\x18, \x01(\tR\aworkdir\x12\x1b\n" +
+	"\tread_only\x18- \x01(\bR\breadOnly\x12\x17\n" +
+	"\acap_add\x18. \x03(\tR\x06capAdd\x12\x19\n" +
+	"\bcap_drop\x18/ \x03(\tR\acapDrop\x12\x1d\n" +
+	"\n" +
+	"log_driver\x180 \x01(\tR\tlogDriver\x12A\n" +
+	"\blog_opts\x181 \x03(\v2&.pinfold.v1.ContainerSpec.LogOptsEntryR\alogOpts\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fLogOptsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\b\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -4269,7 +4456,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\breplaces\x18\x1e \x01(\tR\breplaces\x12\x12\n" +
 	"\x04pull\x18\x1f \x01(\tR\x04pull\x12\x1f\n" +
 	"\vwhole_cores\x18  \x01(\bR\n" +
-	"wholeCores\x1a7\n" +
+	"wholeCores\x127\n" +
+	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01J\x04\b\t\x10\n" +
@@ -4336,13 +4524,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x16SetHostEnabledResponse\x12$\n" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"'\n" +
 	"\x11RemoveHostRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"i\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x97\x01\n" +
 	"\x10DrainHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x10deadline_seconds\x18\x02 \x01(\x03R\x0fdeadlineSeconds\x12\x16\n" +
-	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"9\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\x12,\n" +
+	"\x12move_local_volumes\x18( \x01(\bR\x10moveLocalVolumes\"9\n" +
 	"\x11DrainHostResponse\x12$\n" +
-	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\xc5\x01\n" +
+	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\xf3\x01\n" +
 	"\x10RebalanceRequest\x12\x14\n" +
 	"\x05apply\x18\x01 \x01(\bR\x05apply\x12\x1b\n" +
 	"\tmax_moves\x18\x02 \x01(\x05R\bmaxMoves\x12/\n" +
@@ -4350,21 +4539,23 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x12activity_threshold\x18\x04 \x01(\x01R\x11activityThreshold\x12\x1e\n" +
 	"\n" +
 	"defragment\x18\x05 \x01(\bR\n" +
-	"defragment\"\x95\x01\n" +
+	"defragment\x12,\n" +
+	"\x12move_local_volumes\x18( \x01(\bR\x10moveLocalVolumes\"\x95\x01\n" +
 	"\x04Move\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
 	"\x04from\x18\x03 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x04 \x01(\tR\x02to\x12\x10\n" +
 	"\x03why\x18\x05 \x01(\tR\x03why\x12!\n" +
-	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\xf1\x03\n" +
+	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\x97\x04\n" +
 	"\x11RebalanceResponse\x12&\n" +
 	"\x05moves\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moves\x12]\n" +
 	"\x10imbalance_before\x18\x02 \x03(\v22.pinfold.v1.RebalanceResponse.ImbalanceBeforeEntryR\x0fimbalanceBefore\x12Z\n" +
 	"\x0fimbalance_after\x18\x03 \x03(\v21.pinfold.v1.RebalanceResponse.ImbalanceAfterEntryR\x0eimbalanceAfter\x12+\n" +
 	"\x11fragmented_before\x18\x04 \x01(\x05R\x10fragmentedBefore\x12)\n" +
 	"\x10fragmented_after\x18\x05 \x01(\x05R\x0ffragmentedAfter\x12\x1a\n" +
-	"\bproposed\x18\x06 \x01(\x05R\bproposed\x1aB\n" +
+	"\bproposed\x18\x06 \x01(\x05R\bproposed\x12$\n" +
+	"\x04kept\x18( \x03(\v2\x10.pinfold.v1.MoveR\x04kept\x1aB\n" +
 	"\x14ImbalanceBeforeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aA\n" +
@@ -4379,7 +4570,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
-	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xf6\x05\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xaf\x06\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -4410,7 +4601,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"use_buffer\x18\x15 \x01(\bR\tuseBuffer\x12\x18\n" +
 	"\anetwork\x18\x16 \x01(\tR\anetwork\x12\x1f\n" +
 	"\vwhole_cores\x18\x17 \x01(\bR\n" +
-	"wholeCores\"\xa0\x01\n" +
+	"wholeCores\x127\n" +
+	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\"\xa0\x01\n" +
 	"\x0eDeployResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12#\n" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
@@ -4424,14 +4616,15 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01B\a\n" +
 	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"D\n" +
 	"\x0eResizeResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xb3\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xec\x01\n" +
 	"\x0eReplaceRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x03 \x03(\tR\acommand\x12/\n" +
 	"\x06health\x18\x04 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x12\x14\n" +
 	"\x05hosts\x18\x05 \x03(\tR\x05hosts\x12\x12\n" +
-	"\x04pull\x18\x06 \x01(\tR\x04pull\"E\n" +
+	"\x04pull\x18\x06 \x01(\tR\x04pull\x127\n" +
+	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\"E\n" +
 	"\x0fReplaceResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
@@ -4576,7 +4769,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -4592,163 +4785,172 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*Violation)(nil),                   // 11: pinfold.v1.Violation
 	(*HostMetrics)(nil),                 // 12: pinfold.v1.HostMetrics
 	(*HealthCheck)(nil),                 // 13: pinfold.v1.HealthCheck
-	(*Instance)(nil),                    // 14: pinfold.v1.Instance
-	(*RegisterHostRequest)(nil),         // 15: pinfold.v1.RegisterHostRequest
-	(*RegisterHostResponse)(nil),        // 16: pinfold.v1.RegisterHostResponse
-	(*ListHostsRequest)(nil),            // 17: pinfold.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 18: pinfold.v1.ListHostsResponse
-	(*GetHostRequest)(nil),              // 19: pinfold.v1.GetHostRequest
-	(*GetHostResponse)(nil),             // 20: pinfold.v1.GetHostResponse
-	(*SetHostRequest)(nil),              // 21: pinfold.v1.SetHostRequest
-	(*SetHostResponse)(nil),             // 22: pinfold.v1.SetHostResponse
-	(*SetHostEnabledRequest)(nil),       // 23: pinfold.v1.SetHostEnabledRequest
-	(*SetHostEnabledResponse)(nil),      // 24: pinfold.v1.SetHostEnabledResponse
-	(*RemoveHostRequest)(nil),           // 25: pinfold.v1.RemoveHostRequest
-	(*DrainHostRequest)(nil),            // 26: pinfold.v1.DrainHostRequest
-	(*DrainHostResponse)(nil),           // 27: pinfold.v1.DrainHostResponse
-	(*RebalanceRequest)(nil),            // 28: pinfold.v1.RebalanceRequest
-	(*Move)(nil),                        // 29: pinfold.v1.Move
-	(*RebalanceResponse)(nil),           // 30: pinfold.v1.RebalanceResponse
-	(*ScaleRequest)(nil),                // 31: pinfold.v1.ScaleRequest
-	(*ScaleResponse)(nil),               // 32: pinfold.v1.ScaleResponse
-	(*RemoveHostResponse)(nil),          // 33: pinfold.v1.RemoveHostResponse
-	(*DeployRequest)(nil),               // 34: pinfold.v1.DeployRequest
-	(*DeployResponse)(nil),              // 35: pinfold.v1.DeployResponse
-	(*ResizeRequest)(nil),               // 36: pinfold.v1.ResizeRequest
-	(*ResizeResponse)(nil),              // 37: pinfold.v1.ResizeResponse
-	(*ReplaceRequest)(nil),              // 38: pinfold.v1.ReplaceRequest
-	(*ReplaceResponse)(nil),             // 39: pinfold.v1.ReplaceResponse
-	(*RemoveRequest)(nil),               // 40: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 41: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),        // 42: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),       // 43: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),             // 44: pinfold.v1.CapacityRequest
-	(*ExportPlanRequest)(nil),           // 45: pinfold.v1.ExportPlanRequest
-	(*ExportPlanResponse)(nil),          // 46: pinfold.v1.ExportPlanResponse
-	(*CapacityResponse)(nil),            // 47: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),            // 48: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 49: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),         // 50: pinfold.v1.ReportStatusRequest
-	(*Applied)(nil),                     // 51: pinfold.v1.Applied
-	(*ReportStatusResponse)(nil),        // 52: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 53: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 54: pinfold.v1.WatchInstancesResponse
-	(*Event)(nil),                       // 55: pinfold.v1.Event
-	(*ListEventsRequest)(nil),           // 56: pinfold.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 57: pinfold.v1.ListEventsResponse
-	nil,                                 // 58: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 59: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 60: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 61: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 62: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 63: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 64: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 65: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 66: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 67: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 68: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 69: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 70: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 71: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 72: pinfold.v1.CapacityResponse.LimitEntry
+	(*ContainerSpec)(nil),               // 14: pinfold.v1.ContainerSpec
+	(*Instance)(nil),                    // 15: pinfold.v1.Instance
+	(*RegisterHostRequest)(nil),         // 16: pinfold.v1.RegisterHostRequest
+	(*RegisterHostResponse)(nil),        // 17: pinfold.v1.RegisterHostResponse
+	(*ListHostsRequest)(nil),            // 18: pinfold.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 19: pinfold.v1.ListHostsResponse
+	(*GetHostRequest)(nil),              // 20: pinfold.v1.GetHostRequest
+	(*GetHostResponse)(nil),             // 21: pinfold.v1.GetHostResponse
+	(*SetHostRequest)(nil),              // 22: pinfold.v1.SetHostRequest
+	(*SetHostResponse)(nil),             // 23: pinfold.v1.SetHostResponse
+	(*SetHostEnabledRequest)(nil),       // 24: pinfold.v1.SetHostEnabledRequest
+	(*SetHostEnabledResponse)(nil),      // 25: pinfold.v1.SetHostEnabledResponse
+	(*RemoveHostRequest)(nil),           // 26: pinfold.v1.RemoveHostRequest
+	(*DrainHostRequest)(nil),            // 27: pinfold.v1.DrainHostRequest
+	(*DrainHostResponse)(nil),           // 28: pinfold.v1.DrainHostResponse
+	(*RebalanceRequest)(nil),            // 29: pinfold.v1.RebalanceRequest
+	(*Move)(nil),                        // 30: pinfold.v1.Move
+	(*RebalanceResponse)(nil),           // 31: pinfold.v1.RebalanceResponse
+	(*ScaleRequest)(nil),                // 32: pinfold.v1.ScaleRequest
+	(*ScaleResponse)(nil),               // 33: pinfold.v1.ScaleResponse
+	(*RemoveHostResponse)(nil),          // 34: pinfold.v1.RemoveHostResponse
+	(*DeployRequest)(nil),               // 35: pinfold.v1.DeployRequest
+	(*DeployResponse)(nil),              // 36: pinfold.v1.DeployResponse
+	(*ResizeRequest)(nil),               // 37: pinfold.v1.ResizeRequest
+	(*ResizeResponse)(nil),              // 38: pinfold.v1.ResizeResponse
+	(*ReplaceRequest)(nil),              // 39: pinfold.v1.ReplaceRequest
+	(*ReplaceResponse)(nil),             // 40: pinfold.v1.ReplaceResponse
+	(*RemoveRequest)(nil),               // 41: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 42: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),        // 43: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 44: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),             // 45: pinfold.v1.CapacityRequest
+	(*ExportPlanRequest)(nil),           // 46: pinfold.v1.ExportPlanRequest
+	(*ExportPlanResponse)(nil),          // 47: pinfold.v1.ExportPlanResponse
+	(*CapacityResponse)(nil),            // 48: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 49: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 50: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 51: pinfold.v1.ReportStatusRequest
+	(*Applied)(nil),                     // 52: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 53: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 54: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 55: pinfold.v1.WatchInstancesResponse
+	(*Event)(nil),                       // 56: pinfold.v1.Event
+	(*ListEventsRequest)(nil),           // 57: pinfold.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 58: pinfold.v1.ListEventsResponse
+	nil,                                 // 59: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 60: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 61: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 62: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 63: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 64: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 65: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 66: pinfold.v1.ContainerSpec.LabelsEntry
+	nil,                                 // 67: pinfold.v1.ContainerSpec.LogOptsEntry
+	nil,                                 // 68: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 69: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 70: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 71: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 72: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 73: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 74: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 75: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	58, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	59, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	59, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	60, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	60, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	61, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	61, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	62, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	62, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	63, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	64, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	63, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	64, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	65, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	65, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
-	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	51, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
-	1,  // 15: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 16: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
-	1,  // 17: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
-	14, // 18: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	66, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	67, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	68, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
-	1,  // 22: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 23: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
-	1,  // 24: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
-	29, // 25: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	69, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	70, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	14, // 28: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
-	29, // 29: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
-	13, // 30: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 31: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	11, // 32: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
-	14, // 33: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	13, // 34: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 35: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	14, // 36: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	71, // 37: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	72, // 38: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 39: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	51, // 40: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	14, // 41: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	55, // 42: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	15, // 43: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	17, // 44: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	19, // 45: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	21, // 46: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	23, // 47: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	25, // 48: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	26, // 49: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 50: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 51: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 52: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 53: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	34, // 54: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	36, // 55: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	40, // 56: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	38, // 57: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	42, // 58: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	44, // 59: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	45, // 60: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	31, // 61: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	28, // 62: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	56, // 63: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	48, // 64: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	50, // 65: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	53, // 66: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	16, // 67: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	18, // 68: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	20, // 69: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	22, // 70: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	24, // 71: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	33, // 72: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	27, // 73: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 74: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 75: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 76: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 77: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	35, // 78: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	37, // 79: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	41, // 80: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	39, // 81: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	43, // 82: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	47, // 83: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	46, // 84: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	32, // 85: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	30, // 86: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	57, // 87: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	49, // 88: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	52, // 89: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	54, // 90: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	67, // [67:91] is the sub-list for method output_type
-	43, // [43:67] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	66, // 12: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
+	67, // 13: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
+	68, // 14: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	13, // 15: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
+	52, // 16: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	14, // 17: pinfold.v1.Instance.container:type_name -> pinfold.v1.ContainerSpec
+	1,  // 18: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 19: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
+	1,  // 20: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
+	15, // 21: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
+	69, // 22: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	70, // 23: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	71, // 24: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	1,  // 25: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 26: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
+	1,  // 27: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
+	30, // 28: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
+	72, // 29: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	73, // 30: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	30, // 31: pinfold.v1.RebalanceResponse.kept:type_name -> pinfold.v1.Move
+	15, // 32: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
+	30, // 33: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
+	13, // 34: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 35: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
+	15, // 36: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	11, // 37: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
+	15, // 38: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	13, // 39: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 40: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
+	15, // 41: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	15, // 42: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	74, // 43: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	75, // 44: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 45: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	52, // 46: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	15, // 47: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	56, // 48: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	16, // 49: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	18, // 50: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	20, // 51: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	22, // 52: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	24, // 53: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	26, // 54: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	27, // 55: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 56: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 57: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 58: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 59: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	35, // 60: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	37, // 61: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	41, // 62: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	39, // 63: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	43, // 64: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	45, // 65: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	46, // 66: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	32, // 67: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	29, // 68: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	57, // 69: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	49, // 70: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	51, // 71: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	54, // 72: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	17, // 73: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	19, // 74: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	21, // 75: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	23, // 76: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	25, // 77: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	34, // 78: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	28, // 79: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 80: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 81: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 82: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 83: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	36, // 84: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	38, // 85: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	42, // 86: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	40, // 87: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	44, // 88: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	48, // 89: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	47, // 90: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	33, // 91: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	31, // 92: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	58, // 93: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	50, // 94: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	53, // 95: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	55, // 96: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	73, // [73:97] is the sub-list for method output_type
+	49, // [49:73] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -4756,15 +4958,15 @@ func file_pinfold_v1_planner_proto_init() {
 	if File_pinfold_v1_planner_proto != nil {
 		return
 	}
-	file_pinfold_v1_planner_proto_msgTypes[21].OneofWrappers = []any{}
-	file_pinfold_v1_planner_proto_msgTypes[36].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[22].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
