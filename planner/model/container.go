@@ -201,7 +201,7 @@ const (
 	MaxLabelBytes = 64 << 10 // keys and values together
 	MaxCaps       = 64
 	MaxLogOpts    = 32
-	maxField      = 4096
+	MaxFieldLen   = 4096 // a path, a volume, a log option
 )
 
 // logDriver is the form of a Docker log driver's name.
@@ -214,6 +214,9 @@ func (c Container) Validate() error {
 	}
 	targets := map[string]string{}
 	for _, s := range c.Volumes {
+		if len(s) > MaxFieldLen {
+			return fmt.Errorf("volume %.100q…: %d bytes, want at most %d", s, len(s), MaxFieldLen)
+		}
 		v, err := ParseVolume(s)
 		if err != nil {
 			return err
@@ -254,8 +257,8 @@ func (c Container) Validate() error {
 		return fmt.Errorf("user %q: want NAME, UID, NAME:GROUP or UID:GID", c.User)
 	case c.Workdir != "" && !strings.HasPrefix(c.Workdir, "/"):
 		return fmt.Errorf("workdir %q: not absolute", c.Workdir)
-	case len(c.Workdir) > maxField || strings.ContainsAny(c.Workdir, "\r\n\x00"):
-		return fmt.Errorf("workdir %q: no newlines or NULs, at most %d bytes", c.Workdir, maxField)
+	case len(c.Workdir) > MaxFieldLen || strings.ContainsAny(c.Workdir, "\r\n\x00"):
+		return fmt.Errorf("workdir %q: no newlines or NULs, at most %d bytes", c.Workdir, MaxFieldLen)
 	}
 	for field, list := range map[string][]string{"cap_add": c.CapAdd, "cap_drop": c.CapDrop} {
 		if len(list) > MaxCaps {
@@ -278,8 +281,8 @@ func (c Container) Validate() error {
 		switch {
 		case k == "" || strings.ContainsAny(k, "= \t\r\n\x00"):
 			return fmt.Errorf("log_opt key %q: want KEY=VALUE, the key without '=', blanks or newlines", k)
-		case len(k)+len(v) > maxField || strings.ContainsAny(v, "\r\n\x00"):
-			return fmt.Errorf("log_opt %q: no newlines or NULs in the value, at most %d bytes", k, maxField)
+		case len(k)+len(v) > MaxFieldLen || strings.ContainsAny(v, "\r\n\x00"):
+			return fmt.Errorf("log_opt %q: no newlines or NULs in the value, at most %d bytes", k, MaxFieldLen)
 		}
 	}
 	return nil
