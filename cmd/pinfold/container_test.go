@@ -64,3 +64,47 @@ func TestDeployContainerSettings(t *testing.T) {
 		t.Errorf("after replace --restart always: %+v, want restart always and the other settings cleared", got)
 	}
 }
+
+// TestDrainKeepsVolumes: a drain moves the instances without volumes, then
+// exits 1 naming the ones with a host-local volume that stay; drained again
+// with --move-local-volumes it moves them and ends.
+func TestDrainKeepsVolumes(t *testing.T) {
+	addr := startPlanner(t)
+	topo := topologyFile(t, "dual-xeon-gold-6230")
+	run := func(args ...string) (string, int) {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, "--planner", addr)...)
+		return out + errOut, code
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s", args, code, out)
+		}
+		return out
+	}
+	must("host", "add", "a", "--topology", topo)
+	must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox")
+	must("deploy", "db", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox", "--volume", "/srv/db:/data")
+	must("host", "add", "b", "--topology", topo)
+	var ps []instanceJSON
+	if err := json.Unmarshal([]byte(must("ps", "--service", "db", "-o", "json")), &ps); err != nil || len(ps) != 1 {
+		t.Fatalf("ps db: %v", err)
+	}
+	db := ps[0].ID
+	out, code := run("host", "drain", "a")
+	if code != exitUnmet || !strings.Contains(out, "1 instances stay, each with a host-local volume ("+db+": bind /srv/db)") || !strings.Contains(out, "--move-local-volumes") {
+		t.Errorf("host drain a: exit %d:\n%s\nwant exit 1 naming %s and --move-local-volumes", code, out, db)
+	}
+	if show := must("host", "show", "a"); !strings.Contains(show, "Stuck: drain: "+db+" stays on a: it has a host-local volume (bind /srv/db)") {
+		t.Errorf("host show a does not say why db stays:\n%s", show)
+	}
+	if out := must("host", "drain", "a", "--move-local-volumes"); !strings.Contains(out, "host a drained") {
+		t.Errorf("host drain a --move-local-volumes: %s", out)
+	}
+	ps = nil
+	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &ps); err != nil || len(ps) != 2 || ps[0].Host != "b" || ps[1].Host != "b" {
+		t.Errorf("after the drain: %+v (%v), want both on b", ps, err)
+	}
+}

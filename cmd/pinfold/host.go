@@ -889,7 +889,7 @@ of a DOWN host does place them elsewhere.`,
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: %s\n", name, what)
 					return nil
 				}
-				return waitDrain(cmd, cl, name, out.json())
+				return waitDrain(cmd, cl, name, out.json(), moveLocal)
 			})
 		},
 	}
@@ -906,8 +906,9 @@ of a DOWN host does place them elsewhere.`,
 }
 
 // waitDrain shows a drain's progress until the host holds no instances
-// and the drain ended, then the host's state.
-func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, name string, asJSON bool) error {
+// and the drain ended, then the host's state; without moveLocal it ends
+// (exit 1) when only instances with a host-local volume are left.
+func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, name string, asJSON, moveLocal bool) error {
 	total, last := -1, ""
 	for {
 		resp, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: name}))
@@ -932,7 +933,7 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 			fmt.Fprintln(cmd.ErrOrStderr(), line)
 			last = line
 		}
-		if local := hostLocal(resp.Msg.Instances); left > 0 && len(local) == left && resp.Msg.Host.Draining {
+		if local := hostLocal(resp.Msg.Instances); !moveLocal && left > 0 && len(local) == left && resp.Msg.Host.Draining {
 			return &exitError{code: exitUnmet, err: fmt.Errorf("drain of %s: %d instances stay, each with a host-local volume (%s); 'pinfold host drain %s --move-local-volumes' moves them (their data stays behind), '--cancel' ends the drain",
 				name, left, strings.Join(local, ", "), name)}
 		}

@@ -720,6 +720,9 @@ func (s *Service) DrainHost(ctx context.Context, r DrainRequest, now time.Time) 
 				h.Stuck = ""
 			}
 		}
+		if r.MoveLocalVolumes && strings.HasPrefix(h.Stuck, "drain") && strings.Contains(h.Stuck, "host-local volume") {
+			h.Stuck = "" // the reason no longer holds
+		}
 		h.Disabled, h.Draining, h.DrainDeadline, h.DrainMoveLocal = true, true, time.Time{}, r.MoveLocalVolumes
 		if deadline > 0 {
 			h.DrainDeadline = now.Add(deadline).UTC().Truncate(time.Second)
