@@ -33,6 +33,8 @@ func (c *containerFlags) register(cmd *cobra.Command) {
 	f.StringArrayVar(&c.capDrop, "cap-drop", nil, "drop a Linux capability, e.g. ALL or CHOWN (repeatable)")
 	f.StringVar(&c.logDriver, "log-driver", "", "Docker log driver, e.g. json-file, local, journald (default: the engine's)")
 	f.StringArrayVar(&c.logOpts, "log-opt", nil, "log driver option KEY=VALUE, e.g. max-size=10m (repeatable)")
+	_ = cmd.RegisterFlagCompletionFunc("restart", cobra.FixedCompletions([]string{"no", "on-failure", "always", "unless-stopped"}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("log-driver", cobra.FixedCompletions([]string{"json-file", "local", "journald", "syslog", "none"}, cobra.ShellCompDirectiveNoFileComp))
 }
 
 // given reports whether any container flag is on cmd's command line.
