@@ -989,127 +989,6 @@ func (x *HealthCheck) GetTimeout() string {
 	return ""
 }
 
-// ContainerSpec is the rest of what a container is created with. A change
-// of it is a replace (blue-green). Its field numbers start at 40 like the
-// fields that carry it.
-type ContainerSpec struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Docker's SOURCE:TARGET[:ro|rw]: a bind mount when SOURCE is an absolute
-	// host path, a named volume otherwise (both host-local).
-	Volumes       []string          `protobuf:"bytes,40,rep,name=volumes,proto3" json:"volumes,omitempty"`
-	Restart       string            `protobuf:"bytes,41,opt,name=restart,proto3" json:"restart,omitempty"`                                                                         // "" or no, on-failure[:N], always, unless-stopped
-	Labels        map[string]string `protobuf:"bytes,42,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // not io.pinfold.*
-	User          string            `protobuf:"bytes,43,opt,name=user,proto3" json:"user,omitempty"`                                                                               // NAME, UID, NAME:GROUP or UID:GID
-	Workdir       string            `protobuf:"bytes,44,opt,name=workdir,proto3" json:"workdir,omitempty"`                                                                         // absolute
-	ReadOnly      bool              `protobuf:"varint,45,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`                                                      // a read-only root filesystem
-	CapAdd        []string          `protobuf:"bytes,46,rep,name=cap_add,json=capAdd,proto3" json:"cap_add,omitempty"`                                                             // capability names, CAP_ optional, or ALL
-	CapDrop       []string          `protobuf:"bytes,47,rep,name=cap_drop,json=capDrop,proto3" json:"cap_drop,omitempty"`
-	LogDriver     string            `protobuf:"bytes,48,opt,name=log_driver,json=logDriver,proto3" json:"log_driver,omitempty"` // "": the engine's default
-	LogOpts       map[string]string `protobuf:"bytes,49,rep,name=log_opts,json=logOpts,proto3" json:"log_opts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ContainerSpec) Reset() {
-	*x = ContainerSpec{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ContainerSpec) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ContainerSpec) ProtoMessage() {}
-
-func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ContainerSpec.ProtoReflect.Descriptor instead.
-func (*ContainerSpec) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
-}
-
-func (x *ContainerSpec) GetVolumes() []string {
-	if x != nil {
-		return x.Volumes
-	}
-	return nil
-}
-
-func (x *ContainerSpec) GetRestart() string {
-	if x != nil {
-		return x.Restart
-	}
-	return ""
-}
-
-func (x *ContainerSpec) GetLabels() map[string]string {
-	if x != nil {
-		return x.Labels
-	}
-	return nil
-}
-
-func (x *ContainerSpec) GetUser() string {
-	if x != nil {
-		return x.User
-	}
-	return ""
-}
-
-func (x *ContainerSpec) GetWorkdir() string {
-	if x != nil {
-		return x.Workdir
-	}
-	return ""
-}
-
-func (x *ContainerSpec) GetReadOnly() bool {
-	if x != nil {
-		return x.ReadOnly
-	}
-	return false
-}
-
-func (x *ContainerSpec) GetCapAdd() []string {
-	if x != nil {
-		return x.CapAdd
-	}
-	return nil
-}
-
-func (x *ContainerSpec) GetCapDrop() []string {
-	if x != nil {
-		return x.CapDrop
-	}
-	return nil
-}
-
-func (x *ContainerSpec) GetLogDriver() string {
-	if x != nil {
-		return x.LogDriver
-	}
-	return ""
-}
-
-func (x *ContainerSpec) GetLogOpts() map[string]string {
-	if x != nil {
-		return x.LogOpts
-	}
-	return nil
-}
-
 type Instance struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Id                 string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1149,7 +1028,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1040,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1053,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Instance) GetId() string {
@@ -1412,7 +1291,7 @@ type RegisterHostRequest struct {
 
 func (x *RegisterHostRequest) Reset() {
 	*x = RegisterHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1303,7 @@ func (x *RegisterHostRequest) String() string {
 func (*RegisterHostRequest) ProtoMessage() {}
 
 func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1316,7 @@ func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostRequest.ProtoReflect.Descriptor instead.
 func (*RegisterHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterHostRequest) GetName() string {
@@ -1519,7 +1398,7 @@ type RegisterHostResponse struct {
 
 func (x *RegisterHostResponse) Reset() {
 	*x = RegisterHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1410,7 @@ func (x *RegisterHostResponse) String() string {
 func (*RegisterHostResponse) ProtoMessage() {}
 
 func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1423,7 @@ func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostResponse.ProtoReflect.Descriptor instead.
 func (*RegisterHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterHostResponse) GetHost() *Host {
@@ -1570,7 +1449,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1461,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1474,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListHostsRequest) GetPageSize() int32 {
@@ -1622,7 +1501,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1513,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1526,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -1673,7 +1552,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1685,7 +1564,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1698,7 +1577,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetHostRequest) GetName() string {
@@ -1718,7 +1597,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1609,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1622,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetHostResponse) GetHost() *Host {
@@ -1779,7 +1658,7 @@ type SetHostRequest struct {
 
 func (x *SetHostRequest) Reset() {
 	*x = SetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1670,7 @@ func (x *SetHostRequest) String() string {
 func (*SetHostRequest) ProtoMessage() {}
 
 func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1683,7 @@ func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostRequest.ProtoReflect.Descriptor instead.
 func (*SetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetHostRequest) GetName() string {
@@ -1893,7 +1772,7 @@ type SetHostResponse struct {
 
 func (x *SetHostResponse) Reset() {
 	*x = SetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +1784,7 @@ func (x *SetHostResponse) String() string {
 func (*SetHostResponse) ProtoMessage() {}
 
 func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +1797,7 @@ func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostResponse.ProtoReflect.Descriptor instead.
 func (*SetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetHostResponse) GetHost() *Host {
@@ -1938,7 +1817,7 @@ type SetHostEnabledRequest struct {
 
 func (x *SetHostEnabledRequest) Reset() {
 	*x = SetHostEnabledRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +1829,7 @@ func (x *SetHostEnabledRequest) String() string {
 func (*SetHostEnabledRequest) ProtoMessage() {}
 
 func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +1842,7 @@ func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetHostEnabledRequest) GetName() string {
@@ -1989,7 +1868,7 @@ type SetHostEnabledResponse struct {
 
 func (x *SetHostEnabledResponse) Reset() {
 	*x = SetHostEnabledResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +1880,7 @@ func (x *SetHostEnabledResponse) String() string {
 func (*SetHostEnabledResponse) ProtoMessage() {}
 
 func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +1893,7 @@ func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetHostEnabledResponse) GetHost() *Host {
@@ -2033,7 +1912,7 @@ type RemoveHostRequest struct {
 
 func (x *RemoveHostRequest) Reset() {
 	*x = RemoveHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2045,7 +1924,7 @@ func (x *RemoveHostRequest) String() string {
 func (*RemoveHostRequest) ProtoMessage() {}
 
 func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2058,7 +1937,7 @@ func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostRequest.ProtoReflect.Descriptor instead.
 func (*RemoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveHostRequest) GetName() string {
@@ -2083,7 +1962,7 @@ type DrainHostRequest struct {
 
 func (x *DrainHostRequest) Reset() {
 	*x = DrainHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +1974,7 @@ func (x *DrainHostRequest) String() string {
 func (*DrainHostRequest) ProtoMessage() {}
 
 func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +1987,7 @@ func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainHostRequest.ProtoReflect.Descriptor instead.
 func (*DrainHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DrainHostRequest) GetName() string {
@@ -2148,7 +2027,7 @@ type DrainHostResponse struct {
 
 func (x *DrainHostResponse) Reset() {
 	*x = DrainHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2039,7 @@ func (x *DrainHostResponse) String() string {
 func (*DrainHostResponse) ProtoMessage() {}
 
 func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2052,7 @@ func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainHostResponse.ProtoReflect.Descriptor instead.
 func (*DrainHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DrainHostResponse) GetHost() *Host {
@@ -2197,7 +2076,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2088,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2101,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RebalanceRequest) GetApply() bool {
@@ -2281,7 +2160,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2172,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2185,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Move) GetInstance() string {
@@ -2366,7 +2245,7 @@ type RebalanceResponse struct {
 
 func (x *RebalanceResponse) Reset() {
 	*x = RebalanceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2257,7 @@ func (x *RebalanceResponse) String() string {
 func (*RebalanceResponse) ProtoMessage() {}
 
 func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2270,7 @@ func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RebalanceResponse) GetMoves() []*Move {
@@ -2453,7 +2332,7 @@ type ScaleRequest struct {
 
 func (x *ScaleRequest) Reset() {
 	*x = ScaleRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2344,7 @@ func (x *ScaleRequest) String() string {
 func (*ScaleRequest) ProtoMessage() {}
 
 func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2357,7 @@ func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleRequest.ProtoReflect.Descriptor instead.
 func (*ScaleRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ScaleRequest) GetService() string {
@@ -2506,7 +2385,7 @@ type ScaleResponse struct {
 
 func (x *ScaleResponse) Reset() {
 	*x = ScaleResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2397,7 @@ func (x *ScaleResponse) String() string {
 func (*ScaleResponse) ProtoMessage() {}
 
 func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2410,7 @@ func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleResponse.ProtoReflect.Descriptor instead.
 func (*ScaleResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ScaleResponse) GetAdded() []*Instance {
@@ -2564,7 +2443,7 @@ type RemoveHostResponse struct {
 
 func (x *RemoveHostResponse) Reset() {
 	*x = RemoveHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2576,7 +2455,7 @@ func (x *RemoveHostResponse) String() string {
 func (*RemoveHostResponse) ProtoMessage() {}
 
 func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2589,7 +2468,7 @@ func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RemoveHostResponse) GetMoved() []*Move {
@@ -2632,7 +2511,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2644,7 +2523,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2657,7 +2536,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DeployRequest) GetService() string {
@@ -2839,7 +2718,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2730,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +2743,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeployResponse) GetInstances() []*Instance {
@@ -2900,7 +2779,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2912,7 +2791,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2925,7 +2804,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResizeRequest) GetTarget() string {
@@ -2965,7 +2844,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2977,7 +2856,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2990,7 +2869,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResizeResponse) GetInstances() []*Instance {
@@ -3015,7 +2894,7 @@ type ReplaceRequest struct {
 
 func (x *ReplaceRequest) Reset() {
 	*x = ReplaceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3027,7 +2906,7 @@ func (x *ReplaceRequest) String() string {
 func (*ReplaceRequest) ProtoMessage() {}
 
 func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3040,7 +2919,7 @@ func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReplaceRequest) GetTarget() string {
@@ -3101,7 +2980,7 @@ type ReplaceResponse struct {
 
 func (x *ReplaceResponse) Reset() {
 	*x = ReplaceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +2992,7 @@ func (x *ReplaceResponse) String() string {
 func (*ReplaceResponse) ProtoMessage() {}
 
 func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3005,7 @@ func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReplaceResponse) GetInstances() []*Instance {
@@ -3145,7 +3024,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3157,7 +3036,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3170,7 +3049,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -3189,7 +3068,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3080,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3093,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -3236,7 +3115,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3248,7 +3127,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3261,7 +3140,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -3302,7 +3181,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3193,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3206,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -3363,7 +3242,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3254,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3267,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -3469,7 +3348,7 @@ type ExportPlanRequest struct {
 
 func (x *ExportPlanRequest) Reset() {
 	*x = ExportPlanRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +3360,7 @@ func (x *ExportPlanRequest) String() string {
 func (*ExportPlanRequest) ProtoMessage() {}
 
 func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +3373,7 @@ func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanRequest.ProtoReflect.Descriptor instead.
 func (*ExportPlanRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
 // ExportPlan streams the plan file (docs/PLAN.md, without a request) in
@@ -3509,7 +3388,7 @@ type ExportPlanResponse struct {
 
 func (x *ExportPlanResponse) Reset() {
 	*x = ExportPlanResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3400,7 @@ func (x *ExportPlanResponse) String() string {
 func (*ExportPlanResponse) ProtoMessage() {}
 
 func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3413,7 @@ func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanResponse.ProtoReflect.Descriptor instead.
 func (*ExportPlanResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ExportPlanResponse) GetPlanJson() []byte {
@@ -3555,7 +3434,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3446,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3459,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -3617,7 +3496,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3629,7 +3508,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3642,7 +3521,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -3689,7 +3568,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3701,7 +3580,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3714,7 +3593,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -3743,7 +3622,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3755,7 +3634,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3768,7 +3647,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -3862,7 +3741,7 @@ type Applied struct {
 
 func (x *Applied) Reset() {
 	*x = Applied{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +3753,7 @@ func (x *Applied) String() string {
 func (*Applied) ProtoMessage() {}
 
 func (x *Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +3766,7 @@ func (x *Applied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Applied.ProtoReflect.Descriptor instead.
 func (*Applied) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Applied) GetCpus() string {
@@ -3933,7 +3812,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3945,7 +3824,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3958,7 +3837,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
 }
 
 type WatchInstancesRequest struct {
@@ -3970,7 +3849,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +3861,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +3874,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -4021,7 +3900,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4033,7 +3912,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4046,7 +3925,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -4096,7 +3975,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4108,7 +3987,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4121,7 +4000,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Event) GetId() string {
@@ -4199,7 +4078,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4211,7 +4090,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4224,7 +4103,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListEventsRequest) GetService() string {
@@ -4264,7 +4143,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4155,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,12 +4168,133 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
 	if x != nil {
 		return x.Events
+	}
+	return nil
+}
+
+// ContainerSpec is the rest of what a container is created with. A change
+// of it is a replace (blue-green). Its field numbers start at 40 like the
+// fields that carry it.
+type ContainerSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Docker's SOURCE:TARGET[:ro|rw]: a bind mount when SOURCE is an absolute
+	// host path, a named volume otherwise (both host-local).
+	Volumes       []string          `protobuf:"bytes,40,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Restart       string            `protobuf:"bytes,41,opt,name=restart,proto3" json:"restart,omitempty"`                                                                         // "" or no, on-failure[:N], always, unless-stopped
+	Labels        map[string]string `protobuf:"bytes,42,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // not io.pinfold.*
+	User          string            `protobuf:"bytes,43,opt,name=user,proto3" json:"user,omitempty"`                                                                               // NAME, UID, NAME:GROUP or UID:GID
+	Workdir       string            `protobuf:"bytes,44,opt,name=workdir,proto3" json:"workdir,omitempty"`                                                                         // absolute
+	ReadOnly      bool              `protobuf:"varint,45,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`                                                      // a read-only root filesystem
+	CapAdd        []string          `protobuf:"bytes,46,rep,name=cap_add,json=capAdd,proto3" json:"cap_add,omitempty"`                                                             // capability names, CAP_ optional, or ALL
+	CapDrop       []string          `protobuf:"bytes,47,rep,name=cap_drop,json=capDrop,proto3" json:"cap_drop,omitempty"`
+	LogDriver     string            `protobuf:"bytes,48,opt,name=log_driver,json=logDriver,proto3" json:"log_driver,omitempty"` // "": the engine's default
+	LogOpts       map[string]string `protobuf:"bytes,49,rep,name=log_opts,json=logOpts,proto3" json:"log_opts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerSpec) Reset() {
+	*x = ContainerSpec{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerSpec) ProtoMessage() {}
+
+func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerSpec.ProtoReflect.Descriptor instead.
+func (*ContainerSpec) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ContainerSpec) GetVolumes() []string {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetRestart() string {
+	if x != nil {
+		return x.Restart
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *ContainerSpec) GetCapAdd() []string {
+	if x != nil {
+		return x.CapAdd
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetCapDrop() []string {
+	if x != nil {
+		return x.CapDrop
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetLogDriver() string {
+	if x != nil {
+		return x.LogDriver
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetLogOpts() map[string]string {
+	if x != nil {
+		return x.LogOpts
 	}
 	return nil
 }
@@ -4401,25 +4401,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xda\x03\n" +
-	"\rContainerSpec\x12\x18\n" +
-	"\avolumes\x18( \x03(\tR\avolumes\x12\x18\n" +
-	"\arestart\x18) \x01(\tR\arestart\x12=\n" +
-	"\x06labels\x18* \x03(\v2%.pinfold.v1.ContainerSpec.LabelsEntryR\x06labels\x12\x12\n" +
-	"\x04user\x18+ \x01(\tR\x04user\x12\x18\n" +
-	"\aworkdir\x18, \x01(\tR\aworkdir\x12\x1b\n" +
-	"\tread_only\x18- \x01(\bR\breadOnly\x12\x17\n" +
-	"\acap_add\x18. \x03(\tR\x06capAdd\x12\x19\n" +
-	"\bcap_drop\x18/ \x03(\tR\acapDrop\x12\x1d\n" +
-	"\n" +
-	"log_driver\x180 \x01(\tR\tlogDriver\x12A\n" +
-	"\blog_opts\x181 \x03(\v2&.pinfold.v1.ContainerSpec.LogOptsEntryR\alogOpts\x1a9\n" +
-	"\vLabelsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
-	"\fLogOptsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\b\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xd3\b\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -4727,7 +4709,25 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\"?\n" +
 	"\x12ListEventsResponse\x12)\n" +
-	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\xc1\x0e\n" +
+	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events\"\xda\x03\n" +
+	"\rContainerSpec\x12\x18\n" +
+	"\avolumes\x18( \x03(\tR\avolumes\x12\x18\n" +
+	"\arestart\x18) \x01(\tR\arestart\x12=\n" +
+	"\x06labels\x18* \x03(\v2%.pinfold.v1.ContainerSpec.LabelsEntryR\x06labels\x12\x12\n" +
+	"\x04user\x18+ \x01(\tR\x04user\x12\x18\n" +
+	"\aworkdir\x18, \x01(\tR\aworkdir\x12\x1b\n" +
+	"\tread_only\x18- \x01(\bR\breadOnly\x12\x17\n" +
+	"\acap_add\x18. \x03(\tR\x06capAdd\x12\x19\n" +
+	"\bcap_drop\x18/ \x03(\tR\acapDrop\x12\x1d\n" +
+	"\n" +
+	"log_driver\x180 \x01(\tR\tlogDriver\x12A\n" +
+	"\blog_opts\x181 \x03(\v2&.pinfold.v1.ContainerSpec.LogOptsEntryR\alogOpts\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fLogOptsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\xc1\x0e\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -4785,51 +4785,51 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*Violation)(nil),                   // 11: pinfold.v1.Violation
 	(*HostMetrics)(nil),                 // 12: pinfold.v1.HostMetrics
 	(*HealthCheck)(nil),                 // 13: pinfold.v1.HealthCheck
-	(*ContainerSpec)(nil),               // 14: pinfold.v1.ContainerSpec
-	(*Instance)(nil),                    // 15: pinfold.v1.Instance
-	(*RegisterHostRequest)(nil),         // 16: pinfold.v1.RegisterHostRequest
-	(*RegisterHostResponse)(nil),        // 17: pinfold.v1.RegisterHostResponse
-	(*ListHostsRequest)(nil),            // 18: pinfold.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 19: pinfold.v1.ListHostsResponse
-	(*GetHostRequest)(nil),              // 20: pinfold.v1.GetHostRequest
-	(*GetHostResponse)(nil),             // 21: pinfold.v1.GetHostResponse
-	(*SetHostRequest)(nil),              // 22: pinfold.v1.SetHostRequest
-	(*SetHostResponse)(nil),             // 23: pinfold.v1.SetHostResponse
-	(*SetHostEnabledRequest)(nil),       // 24: pinfold.v1.SetHostEnabledRequest
-	(*SetHostEnabledResponse)(nil),      // 25: pinfold.v1.SetHostEnabledResponse
-	(*RemoveHostRequest)(nil),           // 26: pinfold.v1.RemoveHostRequest
-	(*DrainHostRequest)(nil),            // 27: pinfold.v1.DrainHostRequest
-	(*DrainHostResponse)(nil),           // 28: pinfold.v1.DrainHostResponse
-	(*RebalanceRequest)(nil),            // 29: pinfold.v1.RebalanceRequest
-	(*Move)(nil),                        // 30: pinfold.v1.Move
-	(*RebalanceResponse)(nil),           // 31: pinfold.v1.RebalanceResponse
-	(*ScaleRequest)(nil),                // 32: pinfold.v1.ScaleRequest
-	(*ScaleResponse)(nil),               // 33: pinfold.v1.ScaleResponse
-	(*RemoveHostResponse)(nil),          // 34: pinfold.v1.RemoveHostResponse
-	(*DeployRequest)(nil),               // 35: pinfold.v1.DeployRequest
-	(*DeployResponse)(nil),              // 36: pinfold.v1.DeployResponse
-	(*ResizeRequest)(nil),               // 37: pinfold.v1.ResizeRequest
-	(*ResizeResponse)(nil),              // 38: pinfold.v1.ResizeResponse
-	(*ReplaceRequest)(nil),              // 39: pinfold.v1.ReplaceRequest
-	(*ReplaceResponse)(nil),             // 40: pinfold.v1.ReplaceResponse
-	(*RemoveRequest)(nil),               // 41: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 42: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),        // 43: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),       // 44: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),             // 45: pinfold.v1.CapacityRequest
-	(*ExportPlanRequest)(nil),           // 46: pinfold.v1.ExportPlanRequest
-	(*ExportPlanResponse)(nil),          // 47: pinfold.v1.ExportPlanResponse
-	(*CapacityResponse)(nil),            // 48: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),            // 49: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 50: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),         // 51: pinfold.v1.ReportStatusRequest
-	(*Applied)(nil),                     // 52: pinfold.v1.Applied
-	(*ReportStatusResponse)(nil),        // 53: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 54: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 55: pinfold.v1.WatchInstancesResponse
-	(*Event)(nil),                       // 56: pinfold.v1.Event
-	(*ListEventsRequest)(nil),           // 57: pinfold.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 58: pinfold.v1.ListEventsResponse
+	(*Instance)(nil),                    // 14: pinfold.v1.Instance
+	(*RegisterHostRequest)(nil),         // 15: pinfold.v1.RegisterHostRequest
+	(*RegisterHostResponse)(nil),        // 16: pinfold.v1.RegisterHostResponse
+	(*ListHostsRequest)(nil),            // 17: pinfold.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 18: pinfold.v1.ListHostsResponse
+	(*GetHostRequest)(nil),              // 19: pinfold.v1.GetHostRequest
+	(*GetHostResponse)(nil),             // 20: pinfold.v1.GetHostResponse
+	(*SetHostRequest)(nil),              // 21: pinfold.v1.SetHostRequest
+	(*SetHostResponse)(nil),             // 22: pinfold.v1.SetHostResponse
+	(*SetHostEnabledRequest)(nil),       // 23: pinfold.v1.SetHostEnabledRequest
+	(*SetHostEnabledResponse)(nil),      // 24: pinfold.v1.SetHostEnabledResponse
+	(*RemoveHostRequest)(nil),           // 25: pinfold.v1.RemoveHostRequest
+	(*DrainHostRequest)(nil),            // 26: pinfold.v1.DrainHostRequest
+	(*DrainHostResponse)(nil),           // 27: pinfold.v1.DrainHostResponse
+	(*RebalanceRequest)(nil),            // 28: pinfold.v1.RebalanceRequest
+	(*Move)(nil),                        // 29: pinfold.v1.Move
+	(*RebalanceResponse)(nil),           // 30: pinfold.v1.RebalanceResponse
+	(*ScaleRequest)(nil),                // 31: pinfold.v1.ScaleRequest
+	(*ScaleResponse)(nil),               // 32: pinfold.v1.ScaleResponse
+	(*RemoveHostResponse)(nil),          // 33: pinfold.v1.RemoveHostResponse
+	(*DeployRequest)(nil),               // 34: pinfold.v1.DeployRequest
+	(*DeployResponse)(nil),              // 35: pinfold.v1.DeployResponse
+	(*ResizeRequest)(nil),               // 36: pinfold.v1.ResizeRequest
+	(*ResizeResponse)(nil),              // 37: pinfold.v1.ResizeResponse
+	(*ReplaceRequest)(nil),              // 38: pinfold.v1.ReplaceRequest
+	(*ReplaceResponse)(nil),             // 39: pinfold.v1.ReplaceResponse
+	(*RemoveRequest)(nil),               // 40: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 41: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),        // 42: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 43: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),             // 44: pinfold.v1.CapacityRequest
+	(*ExportPlanRequest)(nil),           // 45: pinfold.v1.ExportPlanRequest
+	(*ExportPlanResponse)(nil),          // 46: pinfold.v1.ExportPlanResponse
+	(*CapacityResponse)(nil),            // 47: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 48: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 49: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 50: pinfold.v1.ReportStatusRequest
+	(*Applied)(nil),                     // 51: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 52: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 53: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 54: pinfold.v1.WatchInstancesResponse
+	(*Event)(nil),                       // 55: pinfold.v1.Event
+	(*ListEventsRequest)(nil),           // 56: pinfold.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 57: pinfold.v1.ListEventsResponse
+	(*ContainerSpec)(nil),               // 58: pinfold.v1.ContainerSpec
 	nil,                                 // 59: pinfold.v1.Host.CapacityCpusEntry
 	nil,                                 // 60: pinfold.v1.Host.UsedCpusEntry
 	nil,                                 // 61: pinfold.v1.Host.InstancesEntry
@@ -4837,16 +4837,16 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	nil,                                 // 63: pinfold.v1.PlacementSettings.BufferPercentEntry
 	nil,                                 // 64: pinfold.v1.PlacementSettings.OverbookingPercentEntry
 	nil,                                 // 65: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 66: pinfold.v1.ContainerSpec.LabelsEntry
-	nil,                                 // 67: pinfold.v1.ContainerSpec.LogOptsEntry
-	nil,                                 // 68: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 69: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 70: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 71: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 72: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 73: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 74: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 75: pinfold.v1.CapacityResponse.LimitEntry
+	nil,                                 // 66: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 67: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 68: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 69: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 70: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 71: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 72: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 73: pinfold.v1.CapacityResponse.LimitEntry
+	nil,                                 // 74: pinfold.v1.ContainerSpec.LabelsEntry
+	nil,                                 // 75: pinfold.v1.ContainerSpec.LogOptsEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	59, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
@@ -4861,91 +4861,91 @@ var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	65, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	66, // 12: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
-	67, // 13: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
-	68, // 14: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
-	13, // 15: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	52, // 16: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
-	14, // 17: pinfold.v1.Instance.container:type_name -> pinfold.v1.ContainerSpec
-	1,  // 18: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 19: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
-	1,  // 20: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
-	15, // 21: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	69, // 22: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	70, // 23: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	71, // 24: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
-	1,  // 25: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 26: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
-	1,  // 27: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
-	30, // 28: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	72, // 29: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	73, // 30: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	30, // 31: pinfold.v1.RebalanceResponse.kept:type_name -> pinfold.v1.Move
-	15, // 32: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
-	30, // 33: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
-	13, // 34: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 35: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
-	15, // 36: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	11, // 37: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
-	15, // 38: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	13, // 39: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 40: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
-	15, // 41: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	15, // 42: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	74, // 43: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	75, // 44: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 45: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	52, // 46: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	15, // 47: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	56, // 48: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	16, // 49: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	18, // 50: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	20, // 51: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	22, // 52: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	24, // 53: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	26, // 54: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	27, // 55: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	66, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
+	51, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	58, // 15: pinfold.v1.Instance.container:type_name -> pinfold.v1.ContainerSpec
+	1,  // 16: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 17: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
+	1,  // 18: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
+	14, // 19: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
+	67, // 20: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	68, // 21: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	69, // 22: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	1,  // 23: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 24: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
+	1,  // 25: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
+	29, // 26: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
+	70, // 27: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	71, // 28: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	29, // 29: pinfold.v1.RebalanceResponse.kept:type_name -> pinfold.v1.Move
+	14, // 30: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
+	29, // 31: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
+	13, // 32: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	58, // 33: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 34: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	11, // 35: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
+	14, // 36: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	13, // 37: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	58, // 38: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 39: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	14, // 40: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	72, // 41: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	73, // 42: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 43: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	51, // 44: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	14, // 45: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	55, // 46: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	74, // 47: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
+	75, // 48: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
+	15, // 49: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	17, // 50: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	19, // 51: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	21, // 52: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	23, // 53: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	25, // 54: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	26, // 55: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
 	2,  // 56: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
 	5,  // 57: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
 	4,  // 58: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
 	6,  // 59: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	35, // 60: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	37, // 61: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	41, // 62: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	39, // 63: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	43, // 64: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	45, // 65: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	46, // 66: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	32, // 67: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	29, // 68: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	57, // 69: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	49, // 70: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	51, // 71: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	54, // 72: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	17, // 73: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	19, // 74: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	21, // 75: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	23, // 76: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	25, // 77: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	34, // 78: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	28, // 79: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	34, // 60: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	36, // 61: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	40, // 62: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	38, // 63: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	42, // 64: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	44, // 65: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	45, // 66: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	31, // 67: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	28, // 68: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	56, // 69: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	48, // 70: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	50, // 71: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	53, // 72: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	16, // 73: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	18, // 74: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	20, // 75: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	22, // 76: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	24, // 77: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	33, // 78: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	27, // 79: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
 	3,  // 80: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
 	4,  // 81: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
 	4,  // 82: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
 	8,  // 83: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	36, // 84: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	38, // 85: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	42, // 86: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	40, // 87: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	44, // 88: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	48, // 89: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	47, // 90: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	33, // 91: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	31, // 92: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	58, // 93: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	50, // 94: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	53, // 95: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	55, // 96: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	35, // 84: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	37, // 85: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	41, // 86: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	39, // 87: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	43, // 88: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	47, // 89: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	46, // 90: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	32, // 91: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	30, // 92: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	57, // 93: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	49, // 94: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	52, // 95: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	54, // 96: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
 	73, // [73:97] is the sub-list for method output_type
 	49, // [49:73] is the sub-list for method input_type
 	49, // [49:49] is the sub-list for extension type_name
@@ -4958,8 +4958,8 @@ func file_pinfold_v1_planner_proto_init() {
 	if File_pinfold_v1_planner_proto != nil {
 		return
 	}
-	file_pinfold_v1_planner_proto_msgTypes[22].OneofWrappers = []any{}
-	file_pinfold_v1_planner_proto_msgTypes[37].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[21].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
