@@ -128,6 +128,21 @@ type CreateSpec struct {
 	CgroupParent string
 	// Host labels the container as made by that host's agent (LabelHost).
 	Host string
+	// Binds are the volumes, Docker's SOURCE:TARGET[:ro|rw]: a bind mount
+	// when SOURCE is an absolute host path, a named volume otherwise (the
+	// engine creates it when missing).
+	Binds []string
+	// Restart is the restart policy's name ("": no) and RestartRetries
+	// on-failure's most retries (0: no limit).
+	Restart        string
+	RestartRetries int
+	User           string
+	Workdir        string
+	ReadOnly       bool // a read-only root filesystem
+	CapAdd         []string
+	CapDrop        []string
+	LogDriver      string // "": the engine's default
+	LogOpts        map[string]string
 }
 
 // Container is what the adapter reports about one container.
@@ -167,6 +182,21 @@ func (a *Adapter) Create(ctx context.Context, s CreateSpec) (string, error) {
 	if err := s.Resources.Validate(); err != nil {
 		return "", err
 	}
+	out, err := a.api.ContainerCreate(ctx, createOptions(s))
+	if err != nil {
+		return "", &Error{Reason: fmt.Sprintf("create %s from %s", s.Name, s.Image), Err: err}
+	}
+	for _, w := range out.Warnings {
+		a.log.Warn("docker create warning", "container_id", short(out.ID), "warning", w)
+	}
+	a.log.Debug("container created", "container_id", short(out.ID), "service", s.Service, "instance", s.Instance, "cpus", s.Resources.CPUs)
+	return out.ID, nil
+}
+
+// createOptions is the engine's create request for s (API 1.41: Binds,
+// RestartPolicy, CapAdd/CapDrop, LogConfig and ReadonlyRootfs are all in
+// Docker 20.10's host config). pinfold's own labels win over s.Labels.
+func createOptions(s CreateSpec) mobyclient.ContainerCreateOptions {
 	labels := maps.Clone(s.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -177,19 +207,19 @@ func (a *Adapter) Create(ctx context.Context, s CreateSpec) (string, error) {
 	}
 	res := resourcesFor(s.Resources)
 	res.CgroupParent = s.CgroupParent
-	out, err := a.api.ContainerCreate(ctx, mobyclient.ContainerCreateOptions{
+	hc := &container.HostConfig{Resources: res, NetworkMode: container.NetworkMode(s.Network),
+		Binds: s.Binds, ReadonlyRootfs: s.ReadOnly, CapAdd: s.CapAdd, CapDrop: s.CapDrop}
+	if s.Restart != "" {
+		hc.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyMode(s.Restart), MaximumRetryCount: s.RestartRetries}
+	}
+	if s.LogDriver != "" || len(s.LogOpts) > 0 {
+		hc.LogConfig = container.LogConfig{Type: s.LogDriver, Config: s.LogOpts}
+	}
+	return mobyclient.ContainerCreateOptions{
 		Name:       s.Name,
-		Config:     &container.Config{Image: s.Image, Cmd: s.Cmd, Env: s.Env, Labels: labels},
-		HostConfig: &container.HostConfig{Resources: res, NetworkMode: container.NetworkMode(s.Network)},
-	})
-	if err != nil {
-		return "", &Error{Reason: fmt.Sprintf("create %s from %s", s.Name, s.Image), Err: err}
+		Config:     &container.Config{Image: s.Image, Cmd: s.Cmd, Env: s.Env, Labels: labels, User: s.User, WorkingDir: s.Workdir},
+		HostConfig: hc,
 	}
-	for _, w := range out.Warnings {
-		a.log.Warn("docker create warning", "container_id", short(out.ID), "warning", w)
-	}
-	a.log.Debug("container created", "container_id", short(out.ID), "service", s.Service, "instance", s.Instance, "cpus", s.Resources.CPUs)
-	return out.ID, nil
 }
 
 // Pull pulls image from its registry and waits until the engine has it.

@@ -306,3 +306,50 @@ func TestAdapterWithFake(t *testing.T) {
 		t.Errorf("second Remove = %v, want nil (already gone)", err)
 	}
 }
+
+// TestCreateOptions: a container's volumes, restart policy, labels, user,
+// workdir, read-only root, capabilities and logging reach the engine's
+// create request where Docker 20.10 (API 1.41) reads them, and pinfold's
+// own labels win over a user's.
+func TestCreateOptions(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newFake()
+	a, err := newAdapter(ctx, f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := Resources{CPUs: cpuset.MustParseCPUs("0"), Mems: cpuset.MustParseMems("0"), MemoryBytes: 64 << 20}
+	id, err := a.Create(ctx, CreateSpec{Name: "db-1", Image: "img", Service: "db", Instance: "db-1", Resources: res, Host: "h1",
+		Labels: map[string]string{"team": "data", LabelService: "forged"},
+		Binds:  []string{"/srv/db:/data", "conf:/etc/conf:ro"}, Restart: "on-failure", RestartRetries: 3, User: "999:999", Workdir: "/data",
+		ReadOnly: true, CapAdd: []string{"NET_ADMIN"}, CapDrop: []string{"ALL"}, LogDriver: "json-file", LogOpts: map[string]string{"max-size": "10m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.containers[id]
+	wantCfg := map[string]any{"labels": map[string]string{"team": "data", LabelService: "db", LabelInstance: "db-1", LabelManaged: "true", LabelHost: "h1"},
+		"user": "999:999", "workdir": "/data"}
+	gotCfg := map[string]any{"labels": got.Config.Labels, "user": got.Config.User, "workdir": got.Config.WorkingDir}
+	if diff := cmp.Diff(wantCfg, gotCfg); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	hc := got.HostConfig
+	wantHC := map[string]any{"binds": []string{"/srv/db:/data", "conf:/etc/conf:ro"}, "restart": container.RestartPolicy{Name: "on-failure", MaximumRetryCount: 3},
+		"read_only": true, "cap_add": []string{"NET_ADMIN"}, "cap_drop": []string{"ALL"},
+		"log": container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": "10m"}}}
+	gotHC := map[string]any{"binds": hc.Binds, "restart": hc.RestartPolicy, "read_only": hc.ReadonlyRootfs,
+		"cap_add": []string(hc.CapAdd), "cap_drop": []string(hc.CapDrop), "log": hc.LogConfig}
+	if diff := cmp.Diff(wantHC, gotHC); diff != "" {
+		t.Errorf("host config (-want +got):\n%s", diff)
+	}
+	// None of it given: the engine's defaults (no restart policy, no log
+	// config, nothing mounted).
+	id, err = a.Create(ctx, CreateSpec{Name: "web-1", Image: "img", Service: "web", Instance: "web-1", Resources: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hc := f.containers[id].HostConfig; hc.Binds != nil || hc.RestartPolicy != (container.RestartPolicy{}) || hc.LogConfig.Type != "" || hc.LogConfig.Config != nil || hc.ReadonlyRootfs {
+		t.Errorf("host config without settings = %+v, want the engine's defaults", hc)
+	}
+}

@@ -17,6 +17,8 @@ import (
 
 	"connectrpc.com/connect"
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
@@ -1080,5 +1082,27 @@ func TestSteadyPassIsCheap(t *testing.T) {
 	cg.mu.Unlock()
 	if s.CPUs == nil || s.CPUs.String() != "2-3" || s.CPUMax != nil || s.MemoryMax != nil {
 		t.Errorf("after cpuset.cpus = 7 by hand the pass applied %+v; want cpuset.cpus 2-3 alone", s)
+	}
+}
+
+// TestCreateSpecCarriesContainer: the agent creates a container with the
+// instance's volumes, restart policy, labels (its generation label its
+// own), user, workdir, read-only root, capabilities and logging.
+func TestCreateSpecCarriesContainer(t *testing.T) {
+	a, _, _, _ := newTestAgent(t)
+	in := memInst(3, 64<<20)
+	in.Container = model.Container{Volumes: []string{"/srv:/srv", "data:/data:ro"}, Restart: "on-failure:2",
+		Labels: map[string]string{"team": "web", LabelGeneration: "99"}, User: "1000", Workdir: "/app", ReadOnly: true,
+		CapAdd: []string{"NET_ADMIN"}, CapDrop: []string{"ALL"}, LogDriver: "local", LogOpts: map[string]string{"max-size": "1m"}}
+	got := a.spec(&in, 3, docker.Resources{})
+	want := docker.CreateSpec{Name: "pinfold-db-1-g3", Image: "img", Cmd: []string{"sleep", "1"}, Service: "db", Instance: "db-1", Host: "h",
+		Labels: map[string]string{"team": "web", LabelGeneration: "3"}, Binds: []string{"/srv:/srv", "data:/data:ro"}, Restart: "on-failure", RestartRetries: 2,
+		User: "1000", Workdir: "/app", ReadOnly: true, CapAdd: []string{"NET_ADMIN"}, CapDrop: []string{"ALL"}, LogDriver: "local", LogOpts: map[string]string{"max-size": "1m"}}
+	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(docker.CreateSpec{}, "Resources")); diff != "" {
+		t.Errorf("create spec (-want +got):\n%s", diff)
+	}
+	in.Container = model.Container{Restart: "no"}
+	if got := a.spec(&in, 3, docker.Resources{}); got.Restart != "" || got.Binds != nil {
+		t.Errorf("restart no: create spec restart %q, binds %v; want the engine's default", got.Restart, got.Binds)
 	}
 }

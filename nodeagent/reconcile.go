@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -187,9 +188,25 @@ func short(id string) string {
 }
 
 func (a *Agent) spec(in *model.Instance, gen int64, r docker.Resources) docker.CreateSpec {
+	labels := maps.Clone(in.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[LabelGeneration] = strconv.FormatInt(gen, 10)
+	// The planner validated the policy; one it did not (an older planner)
+	// goes to the engine as it is, and the engine's refusal is the error.
+	restart, retries, err := model.ParseRestart(in.Restart)
+	if err != nil {
+		restart = in.Restart
+	}
+	if restart == model.RestartNo {
+		restart = ""
+	}
 	return docker.CreateSpec{Name: fmt.Sprintf("pinfold-%s-g%d", in.ID, gen), Image: in.Image, Cmd: in.Command, Env: in.Env, Network: in.Network,
-		Service: in.Service, Instance: in.ID, Labels: map[string]string{LabelGeneration: strconv.FormatInt(gen, 10)}, Resources: r,
-		Host: a.cfg.Host, CgroupParent: a.cfg.CgroupParent}
+		Service: in.Service, Instance: in.ID, Labels: labels, Resources: r,
+		Host: a.cfg.Host, CgroupParent: a.cfg.CgroupParent,
+		Binds: in.Volumes, Restart: restart, RestartRetries: retries, User: in.User, Workdir: in.Workdir, ReadOnly: in.ReadOnly,
+		CapAdd: in.CapAdd, CapDrop: in.CapDrop, LogDriver: in.LogDriver, LogOpts: in.LogOpts}
 }
 
 // own keeps the containers of host's agent: those labelled with host, and

@@ -48,6 +48,17 @@ type instanceJSON struct {
 	MemoryUsed int64        `json:"memory_current_bytes,omitempty"`
 	RolledBack string       `json:"rolled_back,omitempty"`
 	Applied    *appliedJSON `json:"applied,omitempty"`
+	// The container settings (model.Container's JSON names).
+	Volumes   []string          `json:"volumes,omitempty"`
+	Restart   string            `json:"restart,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
+	User      string            `json:"user,omitempty"`
+	Workdir   string            `json:"workdir,omitempty"`
+	ReadOnly  bool              `json:"read_only,omitempty"`
+	CapAdd    []string          `json:"cap_add,omitempty"`
+	CapDrop   []string          `json:"cap_drop,omitempty"`
+	LogDriver string            `json:"log_driver,omitempty"`
+	LogOpts   map[string]string `json:"log_opts,omitempty"`
 }
 
 // appliedJSON is what the host reports the container has.
@@ -64,7 +75,9 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	if a := in.Applied; a != nil {
 		ap = &appliedJSON{a.Cpus, a.Mems, a.CpuQuota, a.CpuWeight, a.MemoryBytes}
 	}
-	return instanceJSON{Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
+	ctr := in.Container.Model()
+	return instanceJSON{Volumes: ctr.Volumes, Restart: ctr.Restart, Labels: ctr.Labels, User: ctr.User, Workdir: ctr.Workdir, ReadOnly: ctr.ReadOnly,
+		CapAdd: ctr.CapAdd, CapDrop: ctr.CapDrop, LogDriver: ctr.LogDriver, LogOpts: ctr.LogOpts, Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
 		CPUPlanned: json.Number(cpuAmount(int64(plannedPieces(in)), in.ShareBase)), CPUGot: json.Number(cpuAmount(int64(in.CpuGotPieces), in.ShareBase)),
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, WholeCores: in.WholeCores, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
@@ -94,7 +107,13 @@ func instancesJSON(ins []*pinfoldv1.Instance) []instanceJSON {
 
 func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSERVICE\tHOST\tNUMA NODE\tCPUS (id:pieces)\tQUOTA\tCPU PLANNED/GOT\tMEMORY\tSTATE")
+	// A VOLUMES column only when some instance has one.
+	vols := slices.ContainsFunc(ins, func(in *pinfoldv1.Instance) bool { return len(in.GetContainer().GetVolumes()) > 0 })
+	head := "ID\tSERVICE\tHOST\tNUMA NODE\tCPUS (id:pieces)\tQUOTA\tCPU PLANNED/GOT\tMEMORY\tSTATE"
+	if vols {
+		head += "\tVOLUMES"
+	}
+	fmt.Fprintln(tw, head)
 	for _, in := range ins {
 		numa := "cross"
 		if in.NumaNode >= 0 {
@@ -118,8 +137,12 @@ func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 		if in.State == "running" {
 			got = cpuAmount(int64(in.CpuGotPieces), in.ShareBase)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
 			orDash(quotaOf(in)), cpuAmount(int64(plannedPieces(in)), in.ShareBase), got, formatBytes(in.MemoryBytes), state)
+		if vols {
+			fmt.Fprintf(tw, "\t%s", orDash(strings.Join(in.GetContainer().GetVolumes(), " ")))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
 }
@@ -141,6 +164,7 @@ func newDeployCmd() *cobra.Command {
 		network    string
 		health     healthFlags
 		rules      ruleFlags
+		ctr        containerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "deploy SERVICE [-- COMMAND ARGS…]",
@@ -180,14 +204,29 @@ which hosts each rule eliminated.
 network's name). On the host network, mind that a blue-green replace runs
 the new container while the paused old one still holds its ports: the
 replacement must listen elsewhere, or its health check fails and the old
-container resumes.`,
+container resumes.
+
+The rest of the container is Docker's: --volume (repeatable) mounts a host
+path (/srv/data:/data, a bind mount) or a named volume (pgdata:/data, made
+by the engine when missing), read-only with :ro; --restart no,
+on-failure[:N], always or unless-stopped; --label K=V; --user; --workdir;
+--read-only (a read-only root filesystem); --cap-add/--cap-drop
+(NET_ADMIN, CAP_SYS_TIME, ALL); --log-driver and --log-opt K=V. None of it
+changes on a live container: 'pinfold replace' with these flags swaps the
+containers blue-green. A volume lives on one host, so rebalance and host
+drain leave such an instance where it is unless given
+--move-local-volumes (its data does not follow it); the heal of a DOWN
+host still places it again elsewhere, with an empty volume.`,
 		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
   pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB --image redis:7
   pinfold deploy db --count 2 --cpu 4 --bind --whole-cores --memory 8GiB --image postgres:16
   pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB --image debian:12 -- sleep infinity
   pinfold deploy api --count 2 --cpu 0.5 --memory 128MiB --image myapi --network host --health-http 8080/healthz
   pinfold deploy db --count 5 --cpu 2 --bind --memory 8GiB --image postgres:16 \
-      --constraint "HasSSD == true && SomeProperty >= 4" --anti-affinity batch --placement-policy load_avg`,
+      --constraint "HasSSD == true && SomeProperty >= 4" --anti-affinity batch --placement-policy load_avg
+  pinfold deploy pg --count 1 --cpu 2 --bind --memory 4GiB --image postgres:16 \
+      --volume pgdata:/var/lib/postgresql/data --volume /etc/pg/conf:/etc/postgresql:ro \
+      --restart unless-stopped --label team=data --user 999:999 --cap-drop ALL --log-opt max-size=10m`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(cmd); err != nil {
@@ -213,9 +252,13 @@ container resumes.`,
 			if err != nil {
 				return err
 			}
+			cs, err := ctr.msg()
+			if err != nil {
+				return err
+			}
 			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image,
 				Command: args[1:], Env: env, Network: network, Count: count, Cpu: cpuS, Bind: bind, WholeCores: wholeCores, MemoryBytes: mem, MemorySoftBytes: soft,
-				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc}
+				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc, Container: cs}
 			if err := rules.apply(dreq); err != nil {
 				return err
 			}
@@ -270,6 +313,7 @@ container resumes.`,
 	f.StringVar(&network, "network", "", "Docker network mode: host, none, bridge or a network's name (default: the engine's)")
 	health.register(cmd)
 	rules.register(cmd)
+	ctr.register(cmd)
 	_ = cmd.MarkFlagRequired("memory")
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"auto", "each", "fill", "global", "drained"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
@@ -401,6 +445,7 @@ func newReplaceCmd() *cobra.Command {
 		wait   time.Duration
 		health healthFlags
 		pull   string
+		ctr    containerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "replace (SERVICE|INSTANCE) --image IMG [--pull missing|always] [-- COMMAND ARGS…]",
@@ -414,6 +459,11 @@ image and command are unchanged (a restart, like kubectl rollout restart).
 --pull always makes the host pull the image first (a re-pushed tag); the
 default, missing, pulls only an image the host lacks.
 
+Any of --volume, --restart, --label, --user, --workdir, --read-only,
+--cap-add, --cap-drop, --log-driver, --log-opt replaces the container
+settings as a whole (those not given are cleared: repeat the ones to
+keep); with none of them each instance keeps its own.
+
 Healthy means: the probe given here (--health-cmd, --health-tcp or
 --health-http) passes within --health-timeout; else the image's own
 HEALTHCHECK reports healthy; else the container keeps running for 3s.
@@ -423,7 +473,8 @@ once), each batch waited for before the next starts; the first failure
 stops the rollout (exit 1) and leaves later hosts untouched.`,
 		Example: `  pinfold replace web --image nginx:1.27 --batch 1 --health-http 80/
   pinfold replace web-3f2a9c0d1e --image nginx:1.27 --health-cmd "test -f /run/ready"
-  pinfold replace web --image nginx:1.27 --pull always   # restart on a re-pushed tag`,
+  pinfold replace web --image nginx:1.27 --pull always   # restart on a re-pushed tag
+  pinfold replace pg --image postgres:16 --volume pgdata:/var/lib/postgresql/data --restart always`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(cmd); err != nil {
@@ -444,6 +495,15 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 			hc, err := health.msg()
 			if err != nil {
 				return err
+			}
+			var cs *pinfoldv1.ContainerSpec
+			if ctr.given(cmd) {
+				if cs, err = ctr.msg(); err != nil {
+					return err
+				}
+				if cs == nil {
+					cs = &pinfoldv1.ContainerSpec{} // every setting cleared
+				}
 			}
 			var command []string
 			if len(args) > 1 {
@@ -466,7 +526,7 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 				var all []*pinfoldv1.Instance
 				for i, hosts := range groups {
 					resp, err := cl.Replace(ctx, connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: args[0], Image: image, Command: command,
-						Health: hc, Hosts: hosts, Pull: pull}))
+						Health: hc, Hosts: hosts, Pull: pull, Container: cs}))
 					if err != nil {
 						return err
 					}
@@ -510,6 +570,7 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 	cmd.Flags().StringVar(&pull, "pull", "missing", "when hosts pull the image: missing (only when they lack it) or always")
 	cmd.Flags().DurationVar(&wait, "wait", 5*time.Minute, "wait this long for each batch (0: return once recorded)")
 	health.register(cmd)
+	ctr.register(cmd)
 	return cmd
 }
 

@@ -39,6 +39,7 @@ func newRebalanceCmd() *cobra.Command {
 		c                   clientFlags
 		out                 outputFlag
 		apply, dryRun, frag bool
+		moveLocal           bool
 		maxMoves            int
 		balancing, activity float64
 	)
@@ -59,7 +60,11 @@ in pieces.
 
 Without --apply nothing changes (a dry run, the default); every move says
 why. --apply starts the moves blue-green: each new instance must run and pass
-its health gate before its old instance is removed ('pinfold ps' shows them).`,
+its health gate before its old instance is removed ('pinfold ps' shows them).
+
+An instance with a host-local volume (--volume: a bind mount or a named
+volume) is not moved: its data lives on its host; the output lists it as
+kept, with why. --move-local-volumes lets it move, its volume left behind.`,
 		Example: `  pinfold rebalance
   pinfold rebalance --defragment --max-moves 5 -o json
   pinfold rebalance --balancing-threshold 1.2 --apply`,
@@ -81,13 +86,13 @@ its health gate before its old instance is removed ('pinfold ps' shows them).`,
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.Rebalance(cmd.Context(), connect.NewRequest(&pinfoldv1.RebalanceRequest{Apply: apply, MaxMoves: moves,
-					BalancingThreshold: balancing, ActivityThreshold: activity, Defragment: frag}))
+					BalancingThreshold: balancing, ActivityThreshold: activity, Defragment: frag, MoveLocalVolumes: moveLocal}))
 				if err != nil {
 					return err
 				}
 				m := resp.Msg
 				if out.json() {
-					return writeJSON(cmd.OutOrStdout(), map[string]any{"applied": apply, "moves": movesJSON(m.Moves),
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"applied": apply, "moves": movesJSON(m.Moves), "kept": movesJSON(m.Kept),
 						"imbalance_before": ratiosJSON(m.ImbalanceBefore), "imbalance_after": ratiosJSON(m.ImbalanceAfter),
 						"fragmented_cpus_before": m.FragmentedBefore, "fragmented_cpus_after": m.FragmentedAfter})
 				}
@@ -96,6 +101,9 @@ its health gate before its old instance is removed ('pinfold ps' shows them).`,
 					fmt.Fprintf(w, "%s: most/least used host %s → %s\n", r, ratioText(m.ImbalanceBefore[r]), ratioText(m.ImbalanceAfter[r]))
 				}
 				fmt.Fprintf(w, "CPUs shared in pieces: %d → %d\n", m.FragmentedBefore, m.FragmentedAfter)
+				for _, k := range m.Kept {
+					fmt.Fprintf(w, "kept: %s (--move-local-volumes moves it)\n", k.Why)
+				}
 				if len(m.Moves) == 0 {
 					fmt.Fprintln(w, "no move: nothing is above the thresholds, or nothing can move without breaking a rule")
 					return nil
@@ -130,6 +138,7 @@ its health gate before its old instance is removed ('pinfold ps' shows them).`,
 	cmd.Flags().BoolVar(&apply, "apply", false, "start the moves (blue-green, with health gates)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "only propose (the default)")
 	cmd.Flags().BoolVar(&frag, "defragment", false, "also move single-fragment instances when that frees CPUs shared in pieces")
+	cmd.Flags().BoolVar(&moveLocal, "move-local-volumes", false, "also move instances with a host-local volume (bind mount or named volume); their data stays behind")
 	cmd.Flags().IntVar(&maxMoves, "max-moves", 0, fmt.Sprintf("at most this many moves (0: %d)", balance.DefaultMaxMoves))
 	cmd.Flags().Float64Var(&balancing, "balancing-threshold", 0, fmt.Sprintf("most/least used share above which a resource is balanced (0: %g)", balance.DefaultBalancing))
 	cmd.Flags().Float64Var(&activity, "activity-threshold", 0, fmt.Sprintf("most used share below which nothing moves, 0..1 (0: %g)", balance.DefaultActivity))

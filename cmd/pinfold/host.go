@@ -825,11 +825,12 @@ To move live work with health gates first, use 'pinfold host drain'.`,
 
 func newHostDrainCmd() *cobra.Command {
 	var (
-		c        clientFlags
-		out      outputFlag
-		deadline time.Duration
-		noWait   bool
-		cancel   bool
+		c         clientFlags
+		out       outputFlag
+		deadline  time.Duration
+		noWait    bool
+		cancel    bool
+		moveLocal bool
 	)
 	cmd := &cobra.Command{
 		Use:   "drain NAME [--deadline D] [--no-wait | --cancel]",
@@ -849,11 +850,18 @@ tried again every minute, and this command exits 1 with the reason (the
 drain goes on in the background). Run again after a lost connection, drain
 picks up where it is.
 --cancel stops starting moves (those in flight settle; the host stays
-disabled; 'pinfold host enable' lets it take work again).`,
+disabled; 'pinfold host enable' lets it take work again).
+
+An instance with a host-local volume (--volume: a bind mount or a named
+volume) stays: its data lives on this host. The drain moves the others,
+then says which stay and exits 1; --move-local-volumes (also given again
+to a drain under way) moves them too, their volumes left behind. The heal
+of a DOWN host does place them elsewhere.`,
 		Example: `  pinfold host drain h3
   pinfold host drain h3 --deadline 10m
   pinfold host drain h3 --no-wait -o json
-  pinfold host drain h3 --cancel`,
+  pinfold host drain h3 --cancel
+  pinfold host drain h3 --move-local-volumes   # instances with volumes too`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(cmd); err != nil {
@@ -865,7 +873,7 @@ disabled; 'pinfold host enable' lets it take work again).`,
 			name := args[0]
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				resp, err := cl.DrainHost(cmd.Context(), connect.NewRequest(&pinfoldv1.DrainHostRequest{Name: name,
-					DeadlineSeconds: int64(deadline / time.Second), Cancel: cancel}))
+					DeadlineSeconds: int64(deadline / time.Second), Cancel: cancel, MoveLocalVolumes: moveLocal}))
 				if err != nil {
 					return err
 				}
@@ -881,7 +889,7 @@ disabled; 'pinfold host enable' lets it take work again).`,
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: %s\n", name, what)
 					return nil
 				}
-				return waitDrain(cmd, cl, name, out.json())
+				return waitDrain(cmd, cl, name, out.json(), moveLocal)
 			})
 		},
 	}
@@ -891,13 +899,16 @@ disabled; 'pinfold host enable' lets it take work again).`,
 	cmd.Flags().DurationVar(&deadline, "deadline", 0, "past it, old instances go once their replacements exist, healthy or not (0: none)")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "return once the drain is recorded; the planner carries it on")
 	cmd.Flags().BoolVar(&cancel, "cancel", false, "stop the drain")
+	cmd.Flags().BoolVar(&moveLocal, "move-local-volumes", false, "also move instances with a host-local volume (bind mount or named volume); their data stays behind")
 	cmd.MarkFlagsMutuallyExclusive("no-wait", "cancel")
+	cmd.MarkFlagsMutuallyExclusive("move-local-volumes", "cancel")
 	return cmd
 }
 
 // waitDrain shows a drain's progress until the host holds no instances
-// and the drain ended, then the host's state.
-func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, name string, asJSON bool) error {
+// and the drain ended, then the host's state; without moveLocal it ends
+// (exit 1) when only instances with a host-local volume are left.
+func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, name string, asJSON, moveLocal bool) error {
 	total, last := -1, ""
 	for {
 		resp, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: name}))
@@ -922,6 +933,10 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 			fmt.Fprintln(cmd.ErrOrStderr(), line)
 			last = line
 		}
+		if local := hostLocal(resp.Msg.Instances); !moveLocal && left > 0 && len(local) == left && resp.Msg.Host.Draining {
+			return &exitError{code: exitUnmet, err: fmt.Errorf("drain of %s: %d instances stay, each with a host-local volume (%s); 'pinfold host drain %s --move-local-volumes' moves them (their data stays behind), '--cancel' ends the drain",
+				name, left, strings.Join(local, ", "), name)}
+		}
 		if h := resp.Msg.Host; left == 0 && !h.Draining {
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
@@ -935,6 +950,20 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// hostLocal describes the instances of ins that have a host-local volume
+// ("db-1: bind /srv/db"); only when every one of ins has one, else nil.
+func hostLocal(ins []*pinfoldv1.Instance) []string {
+	var out []string
+	for _, in := range ins {
+		v := in.Model().HostLocal()
+		if v == "" {
+			return nil
+		}
+		out = append(out, in.Id+": "+v)
+	}
+	return out
 }
 
 // agentState says in words what enforces the host's plan.

@@ -104,6 +104,15 @@ var requestBounds = map[protoreflect.FullName]bound{
 	"pinfold.v1.Applied.cpus":                     {bytes: service.MaxAppliedListLen},
 	"pinfold.v1.Applied.mems":                     {bytes: service.MaxAppliedListLen},
 	"pinfold.v1.WatchInstancesRequest.host":       {bytes: service.MaxNameLen},
+	"pinfold.v1.ContainerSpec.volumes":            {bytes: model.MaxFieldLen, count: model.MaxVolumes},
+	"pinfold.v1.ContainerSpec.restart":            {bytes: service.MaxWordLen},
+	"pinfold.v1.ContainerSpec.labels":             {bytes: model.MaxLabelBytes, count: model.MaxLabels},
+	"pinfold.v1.ContainerSpec.user":               {bytes: 256},
+	"pinfold.v1.ContainerSpec.workdir":            {bytes: model.MaxFieldLen},
+	"pinfold.v1.ContainerSpec.cap_add":            {bytes: service.MaxWordLen, count: model.MaxCaps},
+	"pinfold.v1.ContainerSpec.cap_drop":           {bytes: service.MaxWordLen, count: model.MaxCaps},
+	"pinfold.v1.ContainerSpec.log_driver":         {bytes: service.MaxNameLen},
+	"pinfold.v1.ContainerSpec.log_opts":           {bytes: model.MaxFieldLen, count: model.MaxLogOpts},
 }
 
 // checkBounds refuses a request with a field over its bound (or, for a

@@ -73,7 +73,7 @@ type Changes interface {
 	SetEnabled(ctx context.Context, name string, enabled bool) (state.HostView, error)
 	SetMaintenance(ctx context.Context, name string, grace time.Duration) (state.HostView, error)
 	RemoveHost(ctx context.Context, name string) ([]service.Moved, error)
-	Drain(ctx context.Context, host string, deadline time.Duration, cancel bool, now time.Time) (state.HostView, error)
+	DrainHost(ctx context.Context, r service.DrainRequest, now time.Time) (state.HostView, error)
 	Scale(ctx context.Context, svc string, count int) (service.ScaleResult, error)
 	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
 	SetPlacementSettings(context.Context, placement.Settings) (placement.Settings, error)
@@ -535,7 +535,8 @@ func (s *Server) DrainHost(ctx context.Context, r *connect.Request[pinfoldv1.Dra
 	if d < 0 || d > 30*24*3600 {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: fmt.Sprintf("deadline_seconds = %d: want 0 (none) ..%d", d, 30*24*3600)})
 	}
-	v, err := s.changes.Drain(ctx, r.Msg.Name, time.Duration(d)*time.Second, r.Msg.Cancel, time.Now())
+	v, err := s.changes.DrainHost(ctx, service.DrainRequest{Host: r.Msg.Name, Deadline: time.Duration(d) * time.Second, Cancel: r.Msg.Cancel,
+		MoveLocalVolumes: r.Msg.MoveLocalVolumes}, time.Now())
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -568,12 +569,15 @@ func (s *Server) Scale(ctx context.Context, r *connect.Request[pinfoldv1.ScaleRe
 
 func (s *Server) Rebalance(ctx context.Context, r *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error) {
 	m := r.Msg
-	res, err := s.changes.Rebalance(ctx, service.RebalanceRequest{Apply: m.Apply, Defragment: m.Defragment,
+	res, err := s.changes.Rebalance(ctx, service.RebalanceRequest{Apply: m.Apply, Defragment: m.Defragment, MoveLocalVolumes: m.MoveLocalVolumes,
 		Options: balance.Options{BalancingThreshold: m.BalancingThreshold, ActivityThreshold: m.ActivityThreshold, MaxMoves: int(m.MaxMoves)}})
 	out := &pinfoldv1.RebalanceResponse{ImbalanceBefore: res.Before, ImbalanceAfter: res.After,
 		FragmentedBefore: int32(res.FragmentedBefore), FragmentedAfter: int32(res.FragmentedAfter), Proposed: int32(res.Proposed)}
 	for _, mv := range res.Moves {
 		out.Moves = append(out.Moves, &pinfoldv1.Move{Instance: mv.Instance, Service: mv.Service, From: mv.From, To: mv.To, Why: mv.Why, NewInstance: mv.NewInstance})
+	}
+	for _, mv := range res.Kept {
+		out.Kept = append(out.Kept, &pinfoldv1.Move{Instance: mv.Instance, Service: mv.Service, From: mv.From, Why: mv.Why})
 	}
 	if err != nil {
 		return nil, toConnect(err)
@@ -591,7 +595,7 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	if err != nil {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
-	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model()}
+	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Container: m.Container.Model()}
 	res, err := s.changes.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Spec: spec,
 		Count: int(m.Count), Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
 		UseBuffer: m.UseBuffer, CreateOnly: m.CreateOnly, Rules: state.Rules{Constraint: m.Constraint,
@@ -643,8 +647,13 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 }
 
 func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {
+	var ctr *model.Container
+	if r.Msg.Container != nil {
+		c := r.Msg.Container.Model()
+		ctr = &c
+	}
 	ins, err := s.changes.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command,
-		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts, Pull: r.Msg.Pull})
+		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts, Pull: r.Msg.Pull, Container: ctr})
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -39,6 +39,9 @@ type Spec struct {
 	// "" (PullMissing) when the engine lacks it, PullAlways every time (a
 	// re-pushed tag).
 	Pull string `json:"pull,omitempty"`
+	// Container is the rest of the container's settings (volumes,
+	// restart policy, labels, user, …), flat in the document.
+	Container
 }
 
 // Pull policies.

@@ -31,7 +31,8 @@ func TestPieces(t *testing.T) {
 func TestInstanceDocument(t *testing.T) {
 	t.Parallel()
 	in := model.Instance{ID: "web-1", Service: "web", Host: "h1", Generation: 3,
-		Spec:       model.Spec{Image: "img", Health: &model.HealthCheck{TCP: 80}},
+		Spec: model.Spec{Image: "img", Health: &model.HealthCheck{TCP: 80},
+			Container: model.Container{Volumes: []string{"/srv:/srv"}, Restart: "always", Labels: map[string]string{"a": "b"}}},
 		Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{4: 100}, NUMANode: 1, Memory: 1 << 30},
 		Previous:   &model.Previous{Generation: 3, Allocation: model.Allocation{CPUQuota: 50, NUMANode: -1, Memory: 1 << 29}}}
 	b, err := json.Marshal(in)
@@ -42,13 +43,14 @@ func TestInstanceDocument(t *testing.T) {
 	if err := json.Unmarshal(b, &flat); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"image", "bind", "cpus", "numa_node", "memory_bytes", "generation", "health", "previous"} {
+	for _, k := range []string{"image", "bind", "cpus", "numa_node", "memory_bytes", "generation", "health", "previous", "volumes", "restart", "labels"} {
 		if _, ok := flat[k]; !ok {
 			t.Errorf("document %s lacks %q at the top level", b, k)
 		}
 	}
 	var back model.Instance
-	if err := json.Unmarshal(b, &back); err != nil || back.Previous == nil || back.Previous.CPUQuota != 50 || back.CPUs[4] != 100 || back.Health.TCP != 80 {
+	if err := json.Unmarshal(b, &back); err != nil || back.Previous == nil || back.Previous.CPUQuota != 50 || back.CPUs[4] != 100 || back.Health.TCP != 80 ||
+		len(back.Volumes) != 1 || back.Restart != "always" || back.Labels["a"] != "b" {
 		t.Errorf("read back %+v (%v) from %s", back, err, b)
 	}
 }

@@ -623,7 +623,9 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 			}
 		}
 		if len(on[h.Name]) == 0 {
-			if _, err := s.changeHost(ctx, h.Name, func(h *state.Host) { h.Draining, h.DrainDeadline, h.Stuck = false, time.Time{}, "" }); err != nil {
+			if _, err := s.changeHost(ctx, h.Name, func(h *state.Host) {
+				h.Draining, h.DrainDeadline, h.DrainMoveLocal, h.Stuck = false, time.Time{}, false, ""
+			}); err != nil {
 				s.log.Warn("ending a finished drain", "host", h.Name, "err", err)
 			} else {
 				s.log.Info("host drained: no instances left; it stays disabled", "host", h.Name)
@@ -631,6 +633,16 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 			continue
 		}
 		ins := slices.DeleteFunc(slices.Clone(on[h.Name]), func(v state.InstanceView) bool { return t.waiting(v.Instance.ID, now) })
+		kept := ""
+		if !h.DrainMoveLocal {
+			ins = slices.DeleteFunc(ins, func(v state.InstanceView) bool {
+				why := StaysForVolume(v.Instance)
+				if why != "" && kept == "" {
+					kept = "drain: " + why + "; drain with --move-local-volumes to move it (its data stays behind)"
+				}
+				return why != ""
+			})
+		}
 		moved := make([][]Moved, len(ins))
 		plans := make([]planFunc, len(ins))
 		for i, iv := range ins {
@@ -662,6 +674,9 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 		default:
 			delete(t.drainWhy, h.Name)
 		}
+		if stuck == "" {
+			stuck = kept
+		}
 		s.setStuck(ctx, h.Name, "drain", stuck)
 	}
 }
@@ -671,12 +686,29 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 // state.Host.DrainDeadline). cancel ends the drain (moves in flight
 // settle; the host stays disabled).
 func (s *Service) Drain(ctx context.Context, host string, deadline time.Duration, cancel bool, now time.Time) (state.HostView, error) {
+	return s.DrainHost(ctx, DrainRequest{Host: host, Deadline: deadline, Cancel: cancel}, now)
+}
+
+// DrainRequest asks for a drain of Host (Service.Drain).
+type DrainRequest struct {
+	Host     string
+	Deadline time.Duration
+	Cancel   bool
+	// MoveLocalVolumes moves instances with a host-local volume (a bind
+	// mount or a named volume) too; their data stays behind. Without it
+	// they stay, and the host's Stuck says which and why.
+	MoveLocalVolumes bool
+}
+
+// DrainHost is Drain with every option.
+func (s *Service) DrainHost(ctx context.Context, r DrainRequest, now time.Time) (state.HostView, error) {
+	host, deadline, cancel := r.Host, r.Deadline, r.Cancel
 	if deadline < 0 || deadline > 30*24*time.Hour {
 		return state.HostView{}, errf(Invalid, "drain deadline = %s: want 0 (none) ..720h", deadline)
 	}
 	return s.changeHost(ctx, host, func(h *state.Host) {
 		if cancel {
-			h.Draining, h.DrainDeadline = false, time.Time{}
+			h.Draining, h.DrainDeadline, h.DrainMoveLocal = false, time.Time{}, false
 			if strings.HasPrefix(h.Stuck, "drain") { // a dead host's heal keeps its reason
 				h.Stuck = ""
 			}
@@ -688,7 +720,10 @@ func (s *Service) Drain(ctx context.Context, host string, deadline time.Duration
 				h.Stuck = ""
 			}
 		}
-		h.Disabled, h.Draining, h.DrainDeadline = true, true, time.Time{}
+		if r.MoveLocalVolumes && strings.HasPrefix(h.Stuck, "drain") && strings.Contains(h.Stuck, "host-local volume") {
+			h.Stuck = "" // the reason no longer holds
+		}
+		h.Disabled, h.Draining, h.DrainDeadline, h.DrainMoveLocal = true, true, time.Time{}, r.MoveLocalVolumes
 		if deadline > 0 {
 			h.DrainDeadline = now.Add(deadline).UTC().Truncate(time.Second)
 		}

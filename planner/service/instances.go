@@ -25,6 +25,9 @@ type ReplaceRequest struct {
 	Hosts []string
 	// Pull is the pull policy: model.PullMissing or model.PullAlways.
 	Pull string
+	// Container replaces each instance's container settings (volumes,
+	// restart, labels, …) as a whole; nil keeps them.
+	Container *model.Container
 }
 
 // Replace records the new image, all or nothing; no resources are planned.
@@ -40,7 +43,11 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 	if r.Pull != model.PullMissing && r.Pull != model.PullAlways {
 		return nil, errf(Invalid, "pull = %q: want missing (pull only when the host lacks the image) or always", r.Pull)
 	}
-	if err := validateSpec(model.Spec{Image: r.Image, Command: r.Command, Health: r.Health}); err != nil {
+	sp := model.Spec{Image: r.Image, Command: r.Command, Health: r.Health}
+	if r.Container != nil {
+		sp.Container = *r.Container
+	}
+	if err := validateSpec(sp); err != nil {
 		return nil, err
 	}
 	var out []model.Instance
@@ -67,6 +74,9 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			if r.Health != nil {
 				next.Health = r.Health
 			}
+			if r.Container != nil {
+				next.Container = *r.Container
+			}
 			next.Pull = r.Pull
 			next.Generation++
 			next.SpecGeneration = next.Generation
@@ -82,6 +92,9 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			}
 			if r.Health != nil { // scale gives new instances the check the others have
 				svc.Health = r.Health
+			}
+			if r.Container != nil {
+				svc.Container = *r.Container
 			}
 			c.GuardService(svc.Name, d.Rev)
 			c.PutService(svc)

@@ -135,6 +135,9 @@ func validateSpec(sp model.Spec) error {
 	if err := ValidateNetwork(sp.Network); err != nil {
 		return err
 	}
+	if err := sp.Container.Validate(); err != nil {
+		return errf(Invalid, "%w", err)
+	}
 	return ValidateHealth(sp.Health)
 }
 

@@ -2,9 +2,11 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"math"
 
 	"github.com/pinfold/pinfold/planner/balance"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -16,6 +18,10 @@ type RebalanceRequest struct {
 	// Apply starts the moves (blue-green, with health gates); otherwise
 	// the result is a dry run.
 	Apply bool
+	// MoveLocalVolumes lets instances with a host-local volume (a bind
+	// mount or a named volume) move; their data stays behind. Without it
+	// they stay where they are (RebalanceResult.Kept says so).
+	MoveLocalVolumes bool
 }
 
 // RebalanceMove is one proposed (or started) move.
@@ -36,6 +42,19 @@ type RebalanceResult struct {
 	// Proposed is how many moves were planned (Apply: Moves are those
 	// started, fewer when the hosts changed meanwhile).
 	Proposed int
+	// Kept are the instances left where they are on purpose (To is
+	// empty), with why: a host-local volume.
+	Kept []RebalanceMove
+}
+
+// StaysForVolume says why in stays on its host when host-local volumes do
+// not move (e.g. "web-1 stays on a: it has a host-local volume (bind
+// /data)"); "" when it has none.
+func StaysForVolume(in model.Instance) string {
+	if v := in.HostLocal(); v != "" {
+		return fmt.Sprintf("%s stays on %s: it has a host-local volume (%s)", in.ID, in.Host, v)
+	}
+	return ""
 }
 
 // Rebalance plans moves over the schedulable hosts against the cache with
@@ -47,7 +66,7 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 		return RebalanceResult{}, errf(Invalid, "%w", err)
 	}
 	pend := s.st.Pending()
-	hosts, items := balanceModel(pend)
+	hosts, items, kept := balanceModel(pend, r.MoveLocalVolumes)
 	fragBefore := fragmented(pend)
 	var moves []RebalanceMove
 	try := func(it balance.Item, to string) bool {
@@ -65,13 +84,13 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 	}
 	planned, after := balance.Plan(hosts, items, r.Options, try)
 	for _, m := range planned {
-		moves = append(moves, RebalanceMove{Instance: m.Item.ID, Service: m.Item.Service, From: m.Item.Host, To: m.To, Why: m.Why})
+		moves = append(moves, RebalanceMove{Instance: m.Item.ID, Service: m.Item.Service, From: m.Item.Host, To: m.To, Why: m.Why + leftBehind(s.st, m.Item.ID)})
 	}
 	if r.Defragment {
-		moves = append(moves, s.defragment(pend, r.Options, len(moves))...)
-		after, _ = balanceModel(pend)
+		moves = append(moves, s.defragment(pend, r.Options, len(moves), r.MoveLocalVolumes)...)
+		after, _, _ = balanceModel(pend, r.MoveLocalVolumes)
 	}
-	out := RebalanceResult{Moves: moves, Before: ratios(hosts), After: ratios(after), FragmentedBefore: fragBefore, FragmentedAfter: fragmented(pend)}
+	out := RebalanceResult{Moves: moves, Before: ratios(hosts), After: ratios(after), FragmentedBefore: fragBefore, FragmentedAfter: fragmented(pend), Kept: kept}
 	if !r.Apply {
 		return out, nil
 	}
@@ -96,7 +115,7 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 
 // defragment proposes moves of instances that hold only a fragment of one
 // CPU, each accepted when it lowers the number of CPUs shared in pieces.
-func (s *Service) defragment(pend *state.Pending, o balance.Options, done int) []RebalanceMove {
+func (s *Service) defragment(pend *state.Pending, o balance.Options, done int, moveLocal bool) []RebalanceMove {
 	limit := o.MaxMoves
 	if limit == 0 {
 		limit = balance.DefaultMaxMoves
@@ -108,7 +127,7 @@ func (s *Service) defragment(pend *state.Pending, o balance.Options, done int) [
 				return out
 			}
 			in := v.Instance
-			if !in.Bind || len(in.CPUs) != 1 || in.Pieces() >= s.params.ShareBase || in.Replaces != "" {
+			if !in.Bind || len(in.CPUs) != 1 || in.Pieces() >= s.params.ShareBase || in.Replaces != "" || !moveLocal && in.HostLocal() != "" {
 				continue
 			}
 			trial := s.st.Pending()
@@ -130,17 +149,32 @@ func (s *Service) defragment(pend *state.Pending, o balance.Options, done int) [
 			}
 			pend.Add(c)
 			out = append(out, RebalanceMove{Instance: in.ID, Service: in.Service, From: h.Name, To: moved.Host,
-				Why: "defragment: frees a CPU shared in pieces on " + h.Name})
+				Why: "defragment: frees a CPU shared in pieces on " + h.Name + leftBehind(s.st, in.ID)})
 		}
 	}
 	return out
 }
 
+// leftBehind is what a move of instance id leaves behind: its host-local
+// volume ("" when it has none). rd is the state before the moves.
+func leftBehind(rd interface {
+	Instance(string) (state.InstanceView, bool)
+}, id string) string {
+	if v, ok := rd.Instance(id); ok {
+		if hl := v.Instance.HostLocal(); hl != "" {
+			return "; its host-local volume (" + hl + ") stays behind"
+		}
+	}
+	return ""
+}
+
 // balanceModel is the schedulable hosts' CPU and memory use and the
-// instances that may move (none that is moving already).
-func balanceModel(rd *state.Pending) ([]balance.Host, []balance.Item) {
+// instances that may move (none that is moving already, none with a
+// host-local volume unless moveLocal: those are kept, with why).
+func balanceModel(rd *state.Pending, moveLocal bool) ([]balance.Host, []balance.Item, []RebalanceMove) {
 	var hosts []balance.Host
 	var items []balance.Item
+	var kept []RebalanceMove
 	for _, ph := range rd.SchedulablePlacement().Hosts {
 		v, ok := rd.Host(ph.Name)
 		if !ok {
@@ -162,6 +196,10 @@ func balanceModel(rd *state.Pending) ([]balance.Host, []balance.Item) {
 			if _, moving := replacementOf(rd, in.Service, in.ID); moving {
 				continue
 			}
+			if why := StaysForVolume(in); why != "" && !moveLocal {
+				kept = append(kept, RebalanceMove{Instance: in.ID, Service: in.Service, From: in.Host, Why: why})
+				continue
+			}
 			it := balance.Item{ID: in.ID, Service: in.Service, Host: in.Host, Use: map[string]int64{"memory": in.Memory}}
 			if in.Bind {
 				it.Use["cpu"] = int64(in.Pieces())
@@ -169,7 +207,7 @@ func balanceModel(rd *state.Pending) ([]balance.Host, []balance.Item) {
 			items = append(items, it)
 		}
 	}
-	return hosts, items
+	return hosts, items, kept
 }
 
 // fragmented counts the schedulable hosts' CPUs shared in pieces (some

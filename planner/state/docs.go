@@ -83,6 +83,9 @@ type Host struct {
 	// DrainStarted is when the drain began: a new drain (after a cancel)
 	// starts afresh, its steps not parked by the last one's failures.
 	DrainStarted time.Time `json:"drain_started,omitzero"`
+	// DrainMoveLocal: the drain moves instances with a host-local volume
+	// too (their data stays behind); otherwise they stay and Stuck says so.
+	DrainMoveLocal bool `json:"drain_move_local_volumes,omitempty"`
 	// Stuck is why the leader's drain or heal of this host makes no
 	// progress: the last error of a step that failed (or an internal
 	// error), and whether it is parked (retried at a long interval after

@@ -16,7 +16,8 @@ func NewInstance(in model.Instance, st *model.Status, state string, shareBase in
 		NumaNode: int32(in.NUMANode), MemoryBytes: in.Memory, MemorySoftBytes: in.MemorySoft, Bind: in.Bind, WholeCores: in.WholeCores,
 		CpuQuotaPieces: int32(in.CPUQuota), ShareBase: int32(shareBase),
 		Image: in.Image, Command: in.Command, Env: in.Env, Network: in.Network, Health: NewHealthCheck(in.Health),
-		Generation: in.Generation, RolledBack: in.RolledBack, State: state, SpecGeneration: in.SpecGeneration, Replaces: in.Replaces, Pull: in.Pull}
+		Generation: in.Generation, RolledBack: in.RolledBack, State: state, SpecGeneration: in.SpecGeneration, Replaces: in.Replaces, Pull: in.Pull,
+		Container: NewContainerSpec(in.Container)}
 	for id, p := range in.CPUs {
 		m.Cpus[int32(id)] = int32(p)
 	}
@@ -33,13 +34,39 @@ func NewInstance(in model.Instance, st *model.Status, state string, shareBase in
 func (m *Instance) Model() model.Instance {
 	in := model.Instance{ID: m.Id, Service: m.Service, Host: m.Host, Generation: m.Generation, RolledBack: m.RolledBack,
 		SpecGeneration: m.SpecGeneration, Replaces: m.Replaces,
-		Spec: model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Pull: m.Pull},
+		Spec: model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Pull: m.Pull,
+			Container: m.Container.Model()},
 		Allocation: model.Allocation{Bind: m.Bind, WholeCores: m.WholeCores, CPUs: make(map[cpuset.CPUID]int, len(m.Cpus)), CPUQuota: int(m.CpuQuotaPieces),
 			NUMANode: cpuset.NUMANodeID(m.NumaNode), Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes}}
 	for id, p := range m.Cpus {
 		in.CPUs[cpuset.CPUID(id)] = int(p)
 	}
 	return in
+}
+
+// NewContainerSpec is c's wire form (nil when c sets nothing).
+func NewContainerSpec(c model.Container) *ContainerSpec {
+	if c.IsZero() {
+		return nil
+	}
+	return &ContainerSpec{Volumes: c.Volumes, Restart: c.Restart, Labels: c.Labels, User: c.User, Workdir: c.Workdir, ReadOnly: c.ReadOnly,
+		CapAdd: c.CapAdd, CapDrop: c.CapDrop, LogDriver: c.LogDriver, LogOpts: c.LogOpts}
+}
+
+// Model is the container settings m describes (none when m is nil).
+func (m *ContainerSpec) Model() model.Container {
+	if m == nil {
+		return model.Container{}
+	}
+	c := model.Container{Volumes: m.Volumes, Restart: m.Restart, Labels: m.Labels, User: m.User, Workdir: m.Workdir, ReadOnly: m.ReadOnly,
+		CapAdd: m.CapAdd, CapDrop: m.CapDrop, LogDriver: m.LogDriver, LogOpts: m.LogOpts}
+	if len(c.Labels) == 0 {
+		c.Labels = nil
+	}
+	if len(c.LogOpts) == 0 {
+		c.LogOpts = nil
+	}
+	return c
 }
 
 // NewHealthCheck is h's wire form (nil for nil).

@@ -1021,6 +1021,7 @@ type Instance struct {
 	Replaces           string                 `protobuf:"bytes,30,opt,name=replaces,proto3" json:"replaces,omitempty"`                                      // a move in flight: the instance this one takes over from
 	Pull               string                 `protobuf:"bytes,31,opt,name=pull,proto3" json:"pull,omitempty"`                                              // "" (pull when missing) or "always"
 	WholeCores         bool                   `protobuf:"varint,32,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"`               // bound to whole physical cores (no SMT sibling shared)
+	Container          *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                                    // volumes, restart, labels, user, …; nil: none
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -1263,6 +1264,13 @@ func (x *Instance) GetWholeCores() bool {
 		return x.WholeCores
 	}
 	return false
+}
+
+func (x *Instance) GetContainer() *ContainerSpec {
+	if x != nil {
+		return x.Container
+	}
+	return nil
 }
 
 type RegisterHostRequest struct {
@@ -1943,12 +1951,13 @@ func (x *RemoveHostRequest) GetName() string {
 // blue-green (each new instance runs and passes its health gate before the
 // old one is removed).
 type DrainHostRequest struct {
-	state           protoimpl.MessageState `protogen:"open.v1"`
-	Name            string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	DeadlineSeconds int64                  `protobuf:"varint,2,opt,name=deadline_seconds,json=deadlineSeconds,proto3" json:"deadline_seconds,omitempty"` // 0: none; past it, old instances go without waiting for their replacements' health gate
-	Cancel          bool                   `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`                                          // stop draining (moves in flight finish; the host stays disabled)
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Name             string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	DeadlineSeconds  int64                  `protobuf:"varint,2,opt,name=deadline_seconds,json=deadlineSeconds,proto3" json:"deadline_seconds,omitempty"`       // 0: none; past it, old instances go without waiting for their replacements' health gate
+	Cancel           bool                   `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`                                                // stop draining (moves in flight finish; the host stays disabled)
+	MoveLocalVolumes bool                   `protobuf:"varint,40,opt,name=move_local_volumes,json=moveLocalVolumes,proto3" json:"move_local_volumes,omitempty"` // also move instances with a host-local volume (their data stays behind); otherwise they stay and the drain reports them stuck
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DrainHostRequest) Reset() {
@@ -1998,6 +2007,13 @@ func (x *DrainHostRequest) GetDeadlineSeconds() int64 {
 func (x *DrainHostRequest) GetCancel() bool {
 	if x != nil {
 		return x.Cancel
+	}
+	return false
+}
+
+func (x *DrainHostRequest) GetMoveLocalVolumes() bool {
+	if x != nil {
+		return x.MoveLocalVolumes
 	}
 	return false
 }
@@ -2053,6 +2069,7 @@ type RebalanceRequest struct {
 	BalancingThreshold float64                `protobuf:"fixed64,3,opt,name=balancing_threshold,json=balancingThreshold,proto3" json:"balancing_threshold,omitempty"` // most/least loaded ratio above which a resource is balanced; 0: 1.5
 	ActivityThreshold  float64                `protobuf:"fixed64,4,opt,name=activity_threshold,json=activityThreshold,proto3" json:"activity_threshold,omitempty"`    // busiest host's load below which nothing moves; 0: 0.1
 	Defragment         bool                   `protobuf:"varint,5,opt,name=defragment,proto3" json:"defragment,omitempty"`                                            // also propose moves that free whole CPUs and NUMA nodes
+	MoveLocalVolumes   bool                   `protobuf:"varint,40,opt,name=move_local_volumes,json=moveLocalVolumes,proto3" json:"move_local_volumes,omitempty"`     // also move instances with a host-local volume (bind mount or named volume): their data stays behind
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
@@ -2118,6 +2135,13 @@ func (x *RebalanceRequest) GetActivityThreshold() float64 {
 func (x *RebalanceRequest) GetDefragment() bool {
 	if x != nil {
 		return x.Defragment
+	}
+	return false
+}
+
+func (x *RebalanceRequest) GetMoveLocalVolumes() bool {
+	if x != nil {
+		return x.MoveLocalVolumes
 	}
 	return false
 }
@@ -2214,6 +2238,7 @@ type RebalanceResponse struct {
 	FragmentedBefore int32                  `protobuf:"varint,4,opt,name=fragmented_before,json=fragmentedBefore,proto3" json:"fragmented_before,omitempty"` // CPUs shared in pieces
 	FragmentedAfter  int32                  `protobuf:"varint,5,opt,name=fragmented_after,json=fragmentedAfter,proto3" json:"fragmented_after,omitempty"`
 	Proposed         int32                  `protobuf:"varint,6,opt,name=proposed,proto3" json:"proposed,omitempty"` // with apply: the moves planned (moves lists those started)
+	Kept             []*Move                `protobuf:"bytes,40,rep,name=kept,proto3" json:"kept,omitempty"`         // instances left in place on purpose (to is empty), and why
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -2288,6 +2313,13 @@ func (x *RebalanceResponse) GetProposed() int32 {
 		return x.Proposed
 	}
 	return 0
+}
+
+func (x *RebalanceResponse) GetKept() []*Move {
+	if x != nil {
+		return x.Kept
+	}
+	return nil
 }
 
 type ScaleRequest struct {
@@ -2461,17 +2493,18 @@ type DeployRequest struct {
 	MaxPerHost      int32                  `protobuf:"varint,11,opt,name=max_per_host,json=maxPerHost,proto3" json:"max_per_host,omitempty"`
 	Health          *HealthCheck           `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
 	// Placement rules (seeds 000-003).
-	Constraint       string   `protobuf:"bytes,13,opt,name=constraint,proto3" json:"constraint,omitempty"`
-	AffinityHard     []string `protobuf:"bytes,14,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
-	AffinitySoft     []string `protobuf:"bytes,15,rep,name=affinity_soft,json=affinitySoft,proto3" json:"affinity_soft,omitempty"`
-	AntiAffinityHard []string `protobuf:"bytes,16,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
-	AntiAffinitySoft []string `protobuf:"bytes,17,rep,name=anti_affinity_soft,json=antiAffinitySoft,proto3" json:"anti_affinity_soft,omitempty"`
-	PlacementPolicy  string   `protobuf:"bytes,18,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"` // nodes_order, load_avg, spread
-	HostsOrder       []string `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
-	DomainSpread     string   `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
-	UseBuffer        bool     `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
-	Network          string   `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
-	WholeCores       bool     `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
+	Constraint       string         `protobuf:"bytes,13,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	AffinityHard     []string       `protobuf:"bytes,14,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
+	AffinitySoft     []string       `protobuf:"bytes,15,rep,name=affinity_soft,json=affinitySoft,proto3" json:"affinity_soft,omitempty"`
+	AntiAffinityHard []string       `protobuf:"bytes,16,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
+	AntiAffinitySoft []string       `protobuf:"bytes,17,rep,name=anti_affinity_soft,json=antiAffinitySoft,proto3" json:"anti_affinity_soft,omitempty"`
+	PlacementPolicy  string         `protobuf:"bytes,18,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"` // nodes_order, load_avg, spread
+	HostsOrder       []string       `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
+	DomainSpread     string         `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
+	UseBuffer        bool           `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
+	Network          string         `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
+	WholeCores       bool           `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
+	Container        *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                      // volumes, restart, labels, user, …
 	// create_only: refused (already_exists) when the service exists, so two
 	// runs of one apply never both add a new service's instances.
 	CreateOnly    bool `protobuf:"varint,70,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
@@ -2668,6 +2701,13 @@ func (x *DeployRequest) GetWholeCores() bool {
 		return x.WholeCores
 	}
 	return false
+}
+
+func (x *DeployRequest) GetContainer() *ContainerSpec {
+	if x != nil {
+		return x.Container
+	}
+	return nil
 }
 
 func (x *DeployRequest) GetCreateOnly() bool {
@@ -2874,8 +2914,9 @@ type ReplaceRequest struct {
 	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
 	Command       []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
 	Health        *HealthCheck           `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
-	Hosts         []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"` // only instances on these hosts (a rolling batch)
-	Pull          string                 `protobuf:"bytes,6,opt,name=pull,proto3" json:"pull,omitempty"`   // "" or "missing": pull the image when the host lacks it; "always"
+	Hosts         []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`          // only instances on these hosts (a rolling batch)
+	Pull          string                 `protobuf:"bytes,6,opt,name=pull,proto3" json:"pull,omitempty"`            // "" or "missing": pull the image when the host lacks it; "always"
+	Container     *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"` // replaces the container settings as a whole; unset: each instance keeps its own
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2950,6 +2991,13 @@ func (x *ReplaceRequest) GetPull() string {
 		return x.Pull
 	}
 	return ""
+}
+
+func (x *ReplaceRequest) GetContainer() *ContainerSpec {
+	if x != nil {
+		return x.Container
+	}
+	return nil
 }
 
 type ReplaceResponse struct {
@@ -4478,6 +4526,127 @@ func (x *ListEventsResponse) GetEvents() []*Event {
 	return nil
 }
 
+// ContainerSpec is the rest of what a container is created with. A change
+// of it is a replace (blue-green). Its field numbers start at 40 like the
+// fields that carry it.
+type ContainerSpec struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Docker's SOURCE:TARGET[:ro|rw]: a bind mount when SOURCE is an absolute
+	// host path, a named volume otherwise (both host-local).
+	Volumes       []string          `protobuf:"bytes,40,rep,name=volumes,proto3" json:"volumes,omitempty"`
+	Restart       string            `protobuf:"bytes,41,opt,name=restart,proto3" json:"restart,omitempty"`                                                                         // "" or no, on-failure[:N], always, unless-stopped
+	Labels        map[string]string `protobuf:"bytes,42,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // not io.pinfold.*
+	User          string            `protobuf:"bytes,43,opt,name=user,proto3" json:"user,omitempty"`                                                                               // NAME, UID, NAME:GROUP or UID:GID
+	Workdir       string            `protobuf:"bytes,44,opt,name=workdir,proto3" json:"workdir,omitempty"`                                                                         // absolute
+	ReadOnly      bool              `protobuf:"varint,45,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`                                                      // a read-only root filesystem
+	CapAdd        []string          `protobuf:"bytes,46,rep,name=cap_add,json=capAdd,proto3" json:"cap_add,omitempty"`                                                             // capability names, CAP_ optional, or ALL
+	CapDrop       []string          `protobuf:"bytes,47,rep,name=cap_drop,json=capDrop,proto3" json:"cap_drop,omitempty"`
+	LogDriver     string            `protobuf:"bytes,48,opt,name=log_driver,json=logDriver,proto3" json:"log_driver,omitempty"` // "": the engine's default
+	LogOpts       map[string]string `protobuf:"bytes,49,rep,name=log_opts,json=logOpts,proto3" json:"log_opts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerSpec) Reset() {
+	*x = ContainerSpec{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerSpec) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerSpec) ProtoMessage() {}
+
+func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerSpec.ProtoReflect.Descriptor instead.
+func (*ContainerSpec) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ContainerSpec) GetVolumes() []string {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetRestart() string {
+	if x != nil {
+		return x.Restart
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetWorkdir() string {
+	if x != nil {
+		return x.Workdir
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *ContainerSpec) GetCapAdd() []string {
+	if x != nil {
+		return x.CapAdd
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetCapDrop() []string {
+	if x != nil {
+		return x.CapDrop
+	}
+	return nil
+}
+
+func (x *ContainerSpec) GetLogDriver() string {
+	if x != nil {
+		return x.LogDriver
+	}
+	return ""
+}
+
+func (x *ContainerSpec) GetLogOpts() map[string]string {
+	if x != nil {
+		return x.LogOpts
+	}
+	return nil
+}
+
 var File_pinfold_v1_planner_proto protoreflect.FileDescriptor
 
 const file_pinfold_v1_planner_proto_rawDesc = "" +
@@ -4580,7 +4749,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\x9a\b\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\"\xd3\b\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -4617,7 +4786,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\breplaces\x18\x1e \x01(\tR\breplaces\x12\x12\n" +
 	"\x04pull\x18\x1f \x01(\tR\x04pull\x12\x1f\n" +
 	"\vwhole_cores\x18  \x01(\bR\n" +
-	"wholeCores\x1a7\n" +
+	"wholeCores\x127\n" +
+	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01J\x04\b\t\x10\n" +
@@ -4684,13 +4854,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x16SetHostEnabledResponse\x12$\n" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"'\n" +
 	"\x11RemoveHostRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"i\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x97\x01\n" +
 	"\x10DrainHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x10deadline_seconds\x18\x02 \x01(\x03R\x0fdeadlineSeconds\x12\x16\n" +
-	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"9\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\x12,\n" +
+	"\x12move_local_volumes\x18( \x01(\bR\x10moveLocalVolumes\"9\n" +
 	"\x11DrainHostResponse\x12$\n" +
-	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\xc5\x01\n" +
+	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"\xf3\x01\n" +
 	"\x10RebalanceRequest\x12\x14\n" +
 	"\x05apply\x18\x01 \x01(\bR\x05apply\x12\x1b\n" +
 	"\tmax_moves\x18\x02 \x01(\x05R\bmaxMoves\x12/\n" +
@@ -4698,21 +4869,23 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x12activity_threshold\x18\x04 \x01(\x01R\x11activityThreshold\x12\x1e\n" +
 	"\n" +
 	"defragment\x18\x05 \x01(\bR\n" +
-	"defragment\"\x95\x01\n" +
+	"defragment\x12,\n" +
+	"\x12move_local_volumes\x18( \x01(\bR\x10moveLocalVolumes\"\x95\x01\n" +
 	"\x04Move\x12\x1a\n" +
 	"\binstance\x18\x01 \x01(\tR\binstance\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
 	"\x04from\x18\x03 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x04 \x01(\tR\x02to\x12\x10\n" +
 	"\x03why\x18\x05 \x01(\tR\x03why\x12!\n" +
-	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\xf1\x03\n" +
+	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\x97\x04\n" +
 	"\x11RebalanceResponse\x12&\n" +
 	"\x05moves\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moves\x12]\n" +
 	"\x10imbalance_before\x18\x02 \x03(\v22.pinfold.v1.RebalanceResponse.ImbalanceBeforeEntryR\x0fimbalanceBefore\x12Z\n" +
 	"\x0fimbalance_after\x18\x03 \x03(\v21.pinfold.v1.RebalanceResponse.ImbalanceAfterEntryR\x0eimbalanceAfter\x12+\n" +
 	"\x11fragmented_before\x18\x04 \x01(\x05R\x10fragmentedBefore\x12)\n" +
 	"\x10fragmented_after\x18\x05 \x01(\x05R\x0ffragmentedAfter\x12\x1a\n" +
-	"\bproposed\x18\x06 \x01(\x05R\bproposed\x1aB\n" +
+	"\bproposed\x18\x06 \x01(\x05R\bproposed\x12$\n" +
+	"\x04kept\x18( \x03(\v2\x10.pinfold.v1.MoveR\x04kept\x1aB\n" +
 	"\x14ImbalanceBeforeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aA\n" +
@@ -4727,7 +4900,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
-	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\x97\x06\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xd0\x06\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -4758,7 +4931,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"use_buffer\x18\x15 \x01(\bR\tuseBuffer\x12\x18\n" +
 	"\anetwork\x18\x16 \x01(\tR\anetwork\x12\x1f\n" +
 	"\vwhole_cores\x18\x17 \x01(\bR\n" +
-	"wholeCores\x12\x1f\n" +
+	"wholeCores\x127\n" +
+	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12\x1f\n" +
 	"\vcreate_only\x18F \x01(\bR\n" +
 	"createOnly\"\xa0\x01\n" +
 	"\x0eDeployResponse\x122\n" +
@@ -4777,14 +4951,15 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x13expect_memory_bytes\x18G \x01(\x03R\x11expectMemoryBytesB\a\n" +
 	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"D\n" +
 	"\x0eResizeResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xb3\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xec\x01\n" +
 	"\x0eReplaceRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
 	"\acommand\x18\x03 \x03(\tR\acommand\x12/\n" +
 	"\x06health\x18\x04 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x12\x14\n" +
 	"\x05hosts\x18\x05 \x03(\tR\x05hosts\x12\x12\n" +
-	"\x04pull\x18\x06 \x01(\tR\x04pull\"E\n" +
+	"\x04pull\x18\x06 \x01(\tR\x04pull\x127\n" +
+	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\"E\n" +
 	"\x0fReplaceResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"'\n" +
 	"\x11GetServiceRequest\x12\x12\n" +
@@ -4923,7 +5098,25 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\"?\n" +
 	"\x12ListEventsResponse\x12)\n" +
-	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events2\x8e\x0f\n" +
+	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events\"\xda\x03\n" +
+	"\rContainerSpec\x12\x18\n" +
+	"\avolumes\x18( \x03(\tR\avolumes\x12\x18\n" +
+	"\arestart\x18) \x01(\tR\arestart\x12=\n" +
+	"\x06labels\x18* \x03(\v2%.pinfold.v1.ContainerSpec.LabelsEntryR\x06labels\x12\x12\n" +
+	"\x04user\x18+ \x01(\tR\x04user\x12\x18\n" +
+	"\aworkdir\x18, \x01(\tR\aworkdir\x12\x1b\n" +
+	"\tread_only\x18- \x01(\bR\breadOnly\x12\x17\n" +
+	"\acap_add\x18. \x03(\tR\x06capAdd\x12\x19\n" +
+	"\bcap_drop\x18/ \x03(\tR\acapDrop\x12\x1d\n" +
+	"\n" +
+	"log_driver\x180 \x01(\tR\tlogDriver\x12A\n" +
+	"\blog_opts\x181 \x03(\v2&.pinfold.v1.ContainerSpec.LogOptsEntryR\alogOpts\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fLogOptsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x012\x8e\x0f\n" +
 	"\x0ePlannerService\x12Q\n" +
 	"\fRegisterHost\x12\x1f.pinfold.v1.RegisterHostRequest\x1a .pinfold.v1.RegisterHostResponse\x12H\n" +
 	"\tListHosts\x12\x1c.pinfold.v1.ListHostsRequest\x1a\x1d.pinfold.v1.ListHostsResponse\x12B\n" +
@@ -4967,7 +5160,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -5030,123 +5223,132 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*Event)(nil),                       // 58: pinfold.v1.Event
 	(*ListEventsRequest)(nil),           // 59: pinfold.v1.ListEventsRequest
 	(*ListEventsResponse)(nil),          // 60: pinfold.v1.ListEventsResponse
-	nil,                                 // 61: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 62: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 63: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 64: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 65: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 66: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 67: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 68: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 69: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 70: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 71: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 72: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 73: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 74: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 75: pinfold.v1.CapacityResponse.LimitEntry
+	(*ContainerSpec)(nil),               // 61: pinfold.v1.ContainerSpec
+	nil,                                 // 62: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 63: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 64: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 65: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 66: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 67: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 68: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 69: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 70: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 71: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 72: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 73: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 74: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 75: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 76: pinfold.v1.CapacityResponse.LimitEntry
+	nil,                                 // 77: pinfold.v1.ContainerSpec.LabelsEntry
+	nil,                                 // 78: pinfold.v1.ContainerSpec.LogOptsEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	61, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	62, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	62, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	63, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	63, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	64, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	64, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	65, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	65, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	66, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	67, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	66, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	67, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	68, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	68, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	69, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
 	54, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
-	1,  // 15: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 16: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
-	1,  // 17: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
-	14, // 18: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	69, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	70, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	71, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
-	1,  // 22: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 23: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
-	1,  // 24: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
-	29, // 25: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	72, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	73, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	14, // 28: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
-	29, // 29: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
-	13, // 30: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 31: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	11, // 32: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
-	14, // 33: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	13, // 34: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 35: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	42, // 36: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
-	13, // 37: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
-	14, // 38: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	74, // 39: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	75, // 40: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 41: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	54, // 42: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	14, // 43: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	58, // 44: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	15, // 45: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	17, // 46: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	19, // 47: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	21, // 48: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	23, // 49: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	25, // 50: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	26, // 51: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 52: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 53: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 54: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 55: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	34, // 56: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	36, // 57: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	43, // 58: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	38, // 59: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	45, // 60: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	47, // 61: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	48, // 62: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	31, // 63: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	28, // 64: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	59, // 65: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	40, // 66: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
-	51, // 67: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	53, // 68: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	56, // 69: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	16, // 70: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	18, // 71: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	20, // 72: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	22, // 73: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	24, // 74: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	33, // 75: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	27, // 76: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 77: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 78: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 79: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 80: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	35, // 81: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	37, // 82: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	44, // 83: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	39, // 84: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	46, // 85: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	50, // 86: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	49, // 87: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	32, // 88: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	30, // 89: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	60, // 90: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	41, // 91: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
-	52, // 92: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	55, // 93: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	57, // 94: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	70, // [70:95] is the sub-list for method output_type
-	45, // [45:70] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	61, // 15: pinfold.v1.Instance.container:type_name -> pinfold.v1.ContainerSpec
+	1,  // 16: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 17: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
+	1,  // 18: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
+	14, // 19: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
+	70, // 20: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	71, // 21: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	72, // 22: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	1,  // 23: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 24: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
+	1,  // 25: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
+	29, // 26: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
+	73, // 27: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	74, // 28: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	29, // 29: pinfold.v1.RebalanceResponse.kept:type_name -> pinfold.v1.Move
+	14, // 30: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
+	29, // 31: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
+	13, // 32: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	61, // 33: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 34: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	11, // 35: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
+	14, // 36: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	13, // 37: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	61, // 38: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 39: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	42, // 40: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
+	13, // 41: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
+	14, // 42: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	75, // 43: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	76, // 44: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 45: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	54, // 46: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	14, // 47: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	58, // 48: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	77, // 49: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
+	78, // 50: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
+	15, // 51: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	17, // 52: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	19, // 53: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	21, // 54: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	23, // 55: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	25, // 56: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	26, // 57: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 58: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 59: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 60: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 61: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	34, // 62: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	36, // 63: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	43, // 64: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	38, // 65: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	45, // 66: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	47, // 67: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	48, // 68: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	31, // 69: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	28, // 70: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	59, // 71: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	40, // 72: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
+	51, // 73: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	53, // 74: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	56, // 75: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	16, // 76: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	18, // 77: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	20, // 78: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	22, // 79: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	24, // 80: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	33, // 81: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	27, // 82: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 83: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 84: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 85: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 86: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	35, // 87: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	37, // 88: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	44, // 89: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	39, // 90: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	46, // 91: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	50, // 92: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	49, // 93: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	32, // 94: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	30, // 95: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	60, // 96: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	41, // 97: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
+	52, // 98: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	55, // 99: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	57, // 100: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	76, // [76:101] is the sub-list for method output_type
+	51, // [51:76] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -5162,7 +5364,7 @@ func file_pinfold_v1_planner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   76,
+			NumMessages:   79,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
