@@ -17,6 +17,11 @@ func TestRoundTrip(t *testing.T) {
 			Spec: model.Spec{Image: "img:2", Command: []string{"sleep", "9"}, Env: []string{"A=1"}, Network: "host",
 				Health: &model.HealthCheck{HTTP: "8080/healthz", Timeout: "5s"}},
 			Allocation: model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 3: 70}, NUMANode: 1, Memory: 1 << 30, MemorySoft: 1 << 29}},
+		{ID: "p-1", Service: "p", Host: "h1", Generation: 2,
+			Spec: model.Spec{Image: "busybox", Ports: []model.Port{{Name: "http", Host: 8080, Container: 80}, {Name: "admin"}},
+				Health: &model.HealthCheck{HTTP: "/healthz", Port: "http"}},
+			Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, CPUQuota: 50, NUMANode: -1, Memory: 64 << 20,
+				HostPorts: []model.Port{{Name: "http", Host: 8080, Container: 80}, {Name: "admin", Host: 20000, Container: 20000}}}},
 		{ID: "m-1", Service: "m", Host: "h2", Generation: 1, Spec: model.Spec{Image: "busybox"},
 			Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, CPUQuota: 1995, NUMANode: -1, Memory: 64 << 20}},
 	} {

@@ -922,11 +922,14 @@ func (x *HostMetrics) GetMemAvailableBytes() uint64 {
 // HealthCheck is what a replacement container must pass before the old one
 // is removed: exactly one of exec, tcp, http.
 type HealthCheck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Exec          []string               `protobuf:"bytes,1,rep,name=exec,proto3" json:"exec,omitempty"`       // run in the container, exit 0 = healthy
-	Tcp           int32                  `protobuf:"varint,2,opt,name=tcp,proto3" json:"tcp,omitempty"`        // port on the container's address
-	Http          string                 `protobuf:"bytes,3,opt,name=http,proto3" json:"http,omitempty"`       // "PORT[/PATH]": a 2xx or 3xx answer = healthy
-	Timeout       string                 `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"` // Go duration; default 30s
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Exec    []string               `protobuf:"bytes,1,rep,name=exec,proto3" json:"exec,omitempty"`       // run in the container, exit 0 = healthy
+	Tcp     int32                  `protobuf:"varint,2,opt,name=tcp,proto3" json:"tcp,omitempty"`        // port on the container's address
+	Http    string                 `protobuf:"bytes,3,opt,name=http,proto3" json:"http,omitempty"`       // "PORT[/PATH]": a 2xx or 3xx answer = healthy
+	Timeout string                 `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"` // Go duration; default 30s
+	// One of the instance's ports by name: alone, a tcp check on its
+	// container port; with http a bare "/PATH", the GET goes to it.
+	Port          string `protobuf:"bytes,60,opt,name=port,proto3" json:"port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -989,6 +992,78 @@ func (x *HealthCheck) GetTimeout() string {
 	return ""
 }
 
+func (x *HealthCheck) GetPort() string {
+	if x != nil {
+		return x.Port
+	}
+	return ""
+}
+
+// Port is a named port. Asked (Instance.ports, DeployRequest.ports):
+// host is a static host port, 0 for a dynamic one the planner picks from
+// 20000-32000; container 0 is the host port's number. Held
+// (Instance.host_ports): both set. (Field numbers 60-62, the range this
+// feature's fields take.)
+type Port struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,60,opt,name=name,proto3" json:"name,omitempty"`
+	Host          int32                  `protobuf:"varint,61,opt,name=host,proto3" json:"host,omitempty"`
+	Container     int32                  `protobuf:"varint,62,opt,name=container,proto3" json:"container,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Port) Reset() {
+	*x = Port{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Port) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Port) ProtoMessage() {}
+
+func (x *Port) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Port.ProtoReflect.Descriptor instead.
+func (*Port) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Port) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Port) GetHost() int32 {
+	if x != nil {
+		return x.Host
+	}
+	return 0
+}
+
+func (x *Port) GetContainer() int32 {
+	if x != nil {
+		return x.Container
+	}
+	return 0
+}
+
 type Instance struct {
 	state              protoimpl.MessageState `protogen:"open.v1"`
 	Id                 string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1021,13 +1096,15 @@ type Instance struct {
 	Replaces           string                 `protobuf:"bytes,30,opt,name=replaces,proto3" json:"replaces,omitempty"`                                      // a move in flight: the instance this one takes over from
 	Pull               string                 `protobuf:"bytes,31,opt,name=pull,proto3" json:"pull,omitempty"`                                              // "" (pull when missing) or "always"
 	WholeCores         bool                   `protobuf:"varint,32,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"`               // bound to whole physical cores (no SMT sibling shared)
+	Ports              []*Port                `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                                            // the ports the instance asks for
+	HostPorts          []*Port                `protobuf:"bytes,61,rep,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"`                   // the host ports it holds on its host, in the order of ports
 	unknownFields      protoimpl.UnknownFields
 	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1039,7 +1116,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[14]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1052,7 +1129,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{14}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Instance) GetId() string {
@@ -1265,6 +1342,20 @@ func (x *Instance) GetWholeCores() bool {
 	return false
 }
 
+func (x *Instance) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *Instance) GetHostPorts() []*Port {
+	if x != nil {
+		return x.HostPorts
+	}
+	return nil
+}
+
 type RegisterHostRequest struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Name                string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1283,7 +1374,7 @@ type RegisterHostRequest struct {
 
 func (x *RegisterHostRequest) Reset() {
 	*x = RegisterHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1295,7 +1386,7 @@ func (x *RegisterHostRequest) String() string {
 func (*RegisterHostRequest) ProtoMessage() {}
 
 func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[15]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1308,7 +1399,7 @@ func (x *RegisterHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostRequest.ProtoReflect.Descriptor instead.
 func (*RegisterHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{15}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterHostRequest) GetName() string {
@@ -1390,7 +1481,7 @@ type RegisterHostResponse struct {
 
 func (x *RegisterHostResponse) Reset() {
 	*x = RegisterHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1493,7 @@ func (x *RegisterHostResponse) String() string {
 func (*RegisterHostResponse) ProtoMessage() {}
 
 func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[16]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1506,7 @@ func (x *RegisterHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterHostResponse.ProtoReflect.Descriptor instead.
 func (*RegisterHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{16}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterHostResponse) GetHost() *Host {
@@ -1441,7 +1532,7 @@ type ListHostsRequest struct {
 
 func (x *ListHostsRequest) Reset() {
 	*x = ListHostsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1544,7 @@ func (x *ListHostsRequest) String() string {
 func (*ListHostsRequest) ProtoMessage() {}
 
 func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[17]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1557,7 @@ func (x *ListHostsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{17}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListHostsRequest) GetPageSize() int32 {
@@ -1493,7 +1584,7 @@ type ListHostsResponse struct {
 
 func (x *ListHostsResponse) Reset() {
 	*x = ListHostsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1596,7 @@ func (x *ListHostsResponse) String() string {
 func (*ListHostsResponse) ProtoMessage() {}
 
 func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[18]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1609,7 @@ func (x *ListHostsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{18}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListHostsResponse) GetHosts() []*Host {
@@ -1544,7 +1635,7 @@ type GetHostRequest struct {
 
 func (x *GetHostRequest) Reset() {
 	*x = GetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1556,7 +1647,7 @@ func (x *GetHostRequest) String() string {
 func (*GetHostRequest) ProtoMessage() {}
 
 func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[19]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1569,7 +1660,7 @@ func (x *GetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostRequest.ProtoReflect.Descriptor instead.
 func (*GetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{19}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetHostRequest) GetName() string {
@@ -1589,7 +1680,7 @@ type GetHostResponse struct {
 
 func (x *GetHostResponse) Reset() {
 	*x = GetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1601,7 +1692,7 @@ func (x *GetHostResponse) String() string {
 func (*GetHostResponse) ProtoMessage() {}
 
 func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[20]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1614,7 +1705,7 @@ func (x *GetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHostResponse.ProtoReflect.Descriptor instead.
 func (*GetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{20}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetHostResponse) GetHost() *Host {
@@ -1650,7 +1741,7 @@ type SetHostRequest struct {
 
 func (x *SetHostRequest) Reset() {
 	*x = SetHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1753,7 @@ func (x *SetHostRequest) String() string {
 func (*SetHostRequest) ProtoMessage() {}
 
 func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[21]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1766,7 @@ func (x *SetHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostRequest.ProtoReflect.Descriptor instead.
 func (*SetHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{21}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetHostRequest) GetName() string {
@@ -1764,7 +1855,7 @@ type SetHostResponse struct {
 
 func (x *SetHostResponse) Reset() {
 	*x = SetHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +1867,7 @@ func (x *SetHostResponse) String() string {
 func (*SetHostResponse) ProtoMessage() {}
 
 func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[22]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +1880,7 @@ func (x *SetHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostResponse.ProtoReflect.Descriptor instead.
 func (*SetHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{22}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetHostResponse) GetHost() *Host {
@@ -1809,7 +1900,7 @@ type SetHostEnabledRequest struct {
 
 func (x *SetHostEnabledRequest) Reset() {
 	*x = SetHostEnabledRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1821,7 +1912,7 @@ func (x *SetHostEnabledRequest) String() string {
 func (*SetHostEnabledRequest) ProtoMessage() {}
 
 func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[23]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1834,7 +1925,7 @@ func (x *SetHostEnabledRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledRequest.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{23}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetHostEnabledRequest) GetName() string {
@@ -1860,7 +1951,7 @@ type SetHostEnabledResponse struct {
 
 func (x *SetHostEnabledResponse) Reset() {
 	*x = SetHostEnabledResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +1963,7 @@ func (x *SetHostEnabledResponse) String() string {
 func (*SetHostEnabledResponse) ProtoMessage() {}
 
 func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[24]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +1976,7 @@ func (x *SetHostEnabledResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetHostEnabledResponse.ProtoReflect.Descriptor instead.
 func (*SetHostEnabledResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{24}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetHostEnabledResponse) GetHost() *Host {
@@ -1904,7 +1995,7 @@ type RemoveHostRequest struct {
 
 func (x *RemoveHostRequest) Reset() {
 	*x = RemoveHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +2007,7 @@ func (x *RemoveHostRequest) String() string {
 func (*RemoveHostRequest) ProtoMessage() {}
 
 func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[25]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2020,7 @@ func (x *RemoveHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostRequest.ProtoReflect.Descriptor instead.
 func (*RemoveHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{25}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RemoveHostRequest) GetName() string {
@@ -1953,7 +2044,7 @@ type DrainHostRequest struct {
 
 func (x *DrainHostRequest) Reset() {
 	*x = DrainHostRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2056,7 @@ func (x *DrainHostRequest) String() string {
 func (*DrainHostRequest) ProtoMessage() {}
 
 func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[26]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2069,7 @@ func (x *DrainHostRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainHostRequest.ProtoReflect.Descriptor instead.
 func (*DrainHostRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{26}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DrainHostRequest) GetName() string {
@@ -2011,7 +2102,7 @@ type DrainHostResponse struct {
 
 func (x *DrainHostResponse) Reset() {
 	*x = DrainHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2114,7 @@ func (x *DrainHostResponse) String() string {
 func (*DrainHostResponse) ProtoMessage() {}
 
 func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[27]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2127,7 @@ func (x *DrainHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainHostResponse.ProtoReflect.Descriptor instead.
 func (*DrainHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{27}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DrainHostResponse) GetHost() *Host {
@@ -2059,7 +2150,7 @@ type RebalanceRequest struct {
 
 func (x *RebalanceRequest) Reset() {
 	*x = RebalanceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2162,7 @@ func (x *RebalanceRequest) String() string {
 func (*RebalanceRequest) ProtoMessage() {}
 
 func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[28]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2175,7 @@ func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{28}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RebalanceRequest) GetApply() bool {
@@ -2136,7 +2227,7 @@ type Move struct {
 
 func (x *Move) Reset() {
 	*x = Move{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2148,7 +2239,7 @@ func (x *Move) String() string {
 func (*Move) ProtoMessage() {}
 
 func (x *Move) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[29]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2161,7 +2252,7 @@ func (x *Move) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Move.ProtoReflect.Descriptor instead.
 func (*Move) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{29}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Move) GetInstance() string {
@@ -2220,7 +2311,7 @@ type RebalanceResponse struct {
 
 func (x *RebalanceResponse) Reset() {
 	*x = RebalanceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2232,7 +2323,7 @@ func (x *RebalanceResponse) String() string {
 func (*RebalanceResponse) ProtoMessage() {}
 
 func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[30]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2245,7 +2336,7 @@ func (x *RebalanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{30}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RebalanceResponse) GetMoves() []*Move {
@@ -2300,7 +2391,7 @@ type ScaleRequest struct {
 
 func (x *ScaleRequest) Reset() {
 	*x = ScaleRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2403,7 @@ func (x *ScaleRequest) String() string {
 func (*ScaleRequest) ProtoMessage() {}
 
 func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[31]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2416,7 @@ func (x *ScaleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleRequest.ProtoReflect.Descriptor instead.
 func (*ScaleRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{31}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ScaleRequest) GetService() string {
@@ -2353,7 +2444,7 @@ type ScaleResponse struct {
 
 func (x *ScaleResponse) Reset() {
 	*x = ScaleResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2456,7 @@ func (x *ScaleResponse) String() string {
 func (*ScaleResponse) ProtoMessage() {}
 
 func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[32]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2469,7 @@ func (x *ScaleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScaleResponse.ProtoReflect.Descriptor instead.
 func (*ScaleResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{32}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ScaleResponse) GetAdded() []*Instance {
@@ -2411,7 +2502,7 @@ type RemoveHostResponse struct {
 
 func (x *RemoveHostResponse) Reset() {
 	*x = RemoveHostResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2514,7 @@ func (x *RemoveHostResponse) String() string {
 func (*RemoveHostResponse) ProtoMessage() {}
 
 func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[33]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2527,7 @@ func (x *RemoveHostResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveHostResponse.ProtoReflect.Descriptor instead.
 func (*RemoveHostResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{33}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RemoveHostResponse) GetMoved() []*Move {
@@ -2472,13 +2563,14 @@ type DeployRequest struct {
 	UseBuffer        bool     `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
 	Network          string   `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
 	WholeCores       bool     `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
+	Ports            []*Port  `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                              // named host ports per instance: static or dynamic (host 0)
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2582,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[34]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2595,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{34}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeployRequest) GetService() string {
@@ -2667,6 +2759,13 @@ func (x *DeployRequest) GetWholeCores() bool {
 	return false
 }
 
+func (x *DeployRequest) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
 type DeployResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -2678,7 +2777,7 @@ type DeployResponse struct {
 
 func (x *DeployResponse) Reset() {
 	*x = DeployResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2789,7 @@ func (x *DeployResponse) String() string {
 func (*DeployResponse) ProtoMessage() {}
 
 func (x *DeployResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[35]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2802,7 @@ func (x *DeployResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployResponse.ProtoReflect.Descriptor instead.
 func (*DeployResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{35}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeployResponse) GetInstances() []*Instance {
@@ -2739,7 +2838,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2850,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[36]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2863,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{36}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResizeRequest) GetTarget() string {
@@ -2804,7 +2903,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +2915,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +2928,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResizeResponse) GetInstances() []*Instance {
@@ -2853,7 +2952,7 @@ type ReplaceRequest struct {
 
 func (x *ReplaceRequest) Reset() {
 	*x = ReplaceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2964,7 @@ func (x *ReplaceRequest) String() string {
 func (*ReplaceRequest) ProtoMessage() {}
 
 func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2977,7 @@ func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReplaceRequest) GetTarget() string {
@@ -2932,7 +3031,7 @@ type ReplaceResponse struct {
 
 func (x *ReplaceResponse) Reset() {
 	*x = ReplaceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3043,7 @@ func (x *ReplaceResponse) String() string {
 func (*ReplaceResponse) ProtoMessage() {}
 
 func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3056,7 @@ func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReplaceResponse) GetInstances() []*Instance {
@@ -2976,7 +3075,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3087,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3100,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -3020,7 +3119,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3131,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3144,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -3067,7 +3166,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3079,7 +3178,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3092,7 +3191,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -3133,7 +3232,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3244,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3257,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -3194,7 +3293,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3305,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3318,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -3300,7 +3399,7 @@ type ExportPlanRequest struct {
 
 func (x *ExportPlanRequest) Reset() {
 	*x = ExportPlanRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3411,7 @@ func (x *ExportPlanRequest) String() string {
 func (*ExportPlanRequest) ProtoMessage() {}
 
 func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3424,7 @@ func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanRequest.ProtoReflect.Descriptor instead.
 func (*ExportPlanRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
 }
 
 // ExportPlan streams the plan file (docs/PLAN.md, without a request) in
@@ -3340,7 +3439,7 @@ type ExportPlanResponse struct {
 
 func (x *ExportPlanResponse) Reset() {
 	*x = ExportPlanResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3352,7 +3451,7 @@ func (x *ExportPlanResponse) String() string {
 func (*ExportPlanResponse) ProtoMessage() {}
 
 func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3365,7 +3464,7 @@ func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanResponse.ProtoReflect.Descriptor instead.
 func (*ExportPlanResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ExportPlanResponse) GetPlanJson() []byte {
@@ -3386,7 +3485,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3497,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3510,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -3448,7 +3547,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3559,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3572,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -3520,7 +3619,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3631,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3644,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -3574,7 +3673,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3586,7 +3685,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3599,7 +3698,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -3693,7 +3792,7 @@ type Applied struct {
 
 func (x *Applied) Reset() {
 	*x = Applied{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3804,7 @@ func (x *Applied) String() string {
 func (*Applied) ProtoMessage() {}
 
 func (x *Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3817,7 @@ func (x *Applied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Applied.ProtoReflect.Descriptor instead.
 func (*Applied) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *Applied) GetCpus() string {
@@ -3764,7 +3863,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3776,7 +3875,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3789,7 +3888,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
 }
 
 type WatchInstancesRequest struct {
@@ -3801,7 +3900,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +3912,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +3925,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -3852,7 +3951,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +3963,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +3976,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -3927,7 +4026,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3939,7 +4038,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3952,7 +4051,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Event) GetId() string {
@@ -4030,7 +4129,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4042,7 +4141,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4055,7 +4154,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListEventsRequest) GetService() string {
@@ -4095,7 +4194,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4206,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4219,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4227,12 +4326,17 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05load5\x18\x02 \x01(\x01R\x05load5\x12\x16\n" +
 	"\x06load15\x18\x03 \x01(\x01R\x06load15\x12&\n" +
 	"\x0fmem_total_bytes\x18\x04 \x01(\x04R\rmemTotalBytes\x12.\n" +
-	"\x13mem_available_bytes\x18\x05 \x01(\x04R\x11memAvailableBytes\"a\n" +
+	"\x13mem_available_bytes\x18\x05 \x01(\x04R\x11memAvailableBytes\"u\n" +
 	"\vHealthCheck\x12\x12\n" +
 	"\x04exec\x18\x01 \x03(\tR\x04exec\x12\x10\n" +
 	"\x03tcp\x18\x02 \x01(\x05R\x03tcp\x12\x12\n" +
 	"\x04http\x18\x03 \x01(\tR\x04http\x12\x18\n" +
-	"\atimeout\x18\x04 \x01(\tR\atimeout\"\x9a\b\n" +
+	"\atimeout\x18\x04 \x01(\tR\atimeout\x12\x12\n" +
+	"\x04port\x18< \x01(\tR\x04port\"L\n" +
+	"\x04Port\x12\x12\n" +
+	"\x04name\x18< \x01(\tR\x04name\x12\x12\n" +
+	"\x04host\x18= \x01(\x05R\x04host\x12\x1c\n" +
+	"\tcontainer\x18> \x01(\x05R\tcontainer\"\xf3\b\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -4269,7 +4373,10 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\breplaces\x18\x1e \x01(\tR\breplaces\x12\x12\n" +
 	"\x04pull\x18\x1f \x01(\tR\x04pull\x12\x1f\n" +
 	"\vwhole_cores\x18  \x01(\bR\n" +
-	"wholeCores\x1a7\n" +
+	"wholeCores\x12&\n" +
+	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\x12/\n" +
+	"\n" +
+	"host_ports\x18= \x03(\v2\x10.pinfold.v1.PortR\thostPorts\x1a7\n" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01J\x04\b\t\x10\n" +
@@ -4379,7 +4486,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
-	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xf6\x05\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\x9e\x06\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -4410,7 +4517,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"use_buffer\x18\x15 \x01(\bR\tuseBuffer\x12\x18\n" +
 	"\anetwork\x18\x16 \x01(\tR\anetwork\x12\x1f\n" +
 	"\vwhole_cores\x18\x17 \x01(\bR\n" +
-	"wholeCores\"\xa0\x01\n" +
+	"wholeCores\x12&\n" +
+	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\"\xa0\x01\n" +
 	"\x0eDeployResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12#\n" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
@@ -4576,7 +4684,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -4592,163 +4700,167 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*Violation)(nil),                   // 11: pinfold.v1.Violation
 	(*HostMetrics)(nil),                 // 12: pinfold.v1.HostMetrics
 	(*HealthCheck)(nil),                 // 13: pinfold.v1.HealthCheck
-	(*Instance)(nil),                    // 14: pinfold.v1.Instance
-	(*RegisterHostRequest)(nil),         // 15: pinfold.v1.RegisterHostRequest
-	(*RegisterHostResponse)(nil),        // 16: pinfold.v1.RegisterHostResponse
-	(*ListHostsRequest)(nil),            // 17: pinfold.v1.ListHostsRequest
-	(*ListHostsResponse)(nil),           // 18: pinfold.v1.ListHostsResponse
-	(*GetHostRequest)(nil),              // 19: pinfold.v1.GetHostRequest
-	(*GetHostResponse)(nil),             // 20: pinfold.v1.GetHostResponse
-	(*SetHostRequest)(nil),              // 21: pinfold.v1.SetHostRequest
-	(*SetHostResponse)(nil),             // 22: pinfold.v1.SetHostResponse
-	(*SetHostEnabledRequest)(nil),       // 23: pinfold.v1.SetHostEnabledRequest
-	(*SetHostEnabledResponse)(nil),      // 24: pinfold.v1.SetHostEnabledResponse
-	(*RemoveHostRequest)(nil),           // 25: pinfold.v1.RemoveHostRequest
-	(*DrainHostRequest)(nil),            // 26: pinfold.v1.DrainHostRequest
-	(*DrainHostResponse)(nil),           // 27: pinfold.v1.DrainHostResponse
-	(*RebalanceRequest)(nil),            // 28: pinfold.v1.RebalanceRequest
-	(*Move)(nil),                        // 29: pinfold.v1.Move
-	(*RebalanceResponse)(nil),           // 30: pinfold.v1.RebalanceResponse
-	(*ScaleRequest)(nil),                // 31: pinfold.v1.ScaleRequest
-	(*ScaleResponse)(nil),               // 32: pinfold.v1.ScaleResponse
-	(*RemoveHostResponse)(nil),          // 33: pinfold.v1.RemoveHostResponse
-	(*DeployRequest)(nil),               // 34: pinfold.v1.DeployRequest
-	(*DeployResponse)(nil),              // 35: pinfold.v1.DeployResponse
-	(*ResizeRequest)(nil),               // 36: pinfold.v1.ResizeRequest
-	(*ResizeResponse)(nil),              // 37: pinfold.v1.ResizeResponse
-	(*ReplaceRequest)(nil),              // 38: pinfold.v1.ReplaceRequest
-	(*ReplaceResponse)(nil),             // 39: pinfold.v1.ReplaceResponse
-	(*RemoveRequest)(nil),               // 40: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 41: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),        // 42: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),       // 43: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),             // 44: pinfold.v1.CapacityRequest
-	(*ExportPlanRequest)(nil),           // 45: pinfold.v1.ExportPlanRequest
-	(*ExportPlanResponse)(nil),          // 46: pinfold.v1.ExportPlanResponse
-	(*CapacityResponse)(nil),            // 47: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),            // 48: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 49: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),         // 50: pinfold.v1.ReportStatusRequest
-	(*Applied)(nil),                     // 51: pinfold.v1.Applied
-	(*ReportStatusResponse)(nil),        // 52: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 53: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 54: pinfold.v1.WatchInstancesResponse
-	(*Event)(nil),                       // 55: pinfold.v1.Event
-	(*ListEventsRequest)(nil),           // 56: pinfold.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 57: pinfold.v1.ListEventsResponse
-	nil,                                 // 58: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 59: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 60: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 61: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 62: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 63: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 64: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 65: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 66: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 67: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 68: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 69: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 70: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 71: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 72: pinfold.v1.CapacityResponse.LimitEntry
+	(*Port)(nil),                        // 14: pinfold.v1.Port
+	(*Instance)(nil),                    // 15: pinfold.v1.Instance
+	(*RegisterHostRequest)(nil),         // 16: pinfold.v1.RegisterHostRequest
+	(*RegisterHostResponse)(nil),        // 17: pinfold.v1.RegisterHostResponse
+	(*ListHostsRequest)(nil),            // 18: pinfold.v1.ListHostsRequest
+	(*ListHostsResponse)(nil),           // 19: pinfold.v1.ListHostsResponse
+	(*GetHostRequest)(nil),              // 20: pinfold.v1.GetHostRequest
+	(*GetHostResponse)(nil),             // 21: pinfold.v1.GetHostResponse
+	(*SetHostRequest)(nil),              // 22: pinfold.v1.SetHostRequest
+	(*SetHostResponse)(nil),             // 23: pinfold.v1.SetHostResponse
+	(*SetHostEnabledRequest)(nil),       // 24: pinfold.v1.SetHostEnabledRequest
+	(*SetHostEnabledResponse)(nil),      // 25: pinfold.v1.SetHostEnabledResponse
+	(*RemoveHostRequest)(nil),           // 26: pinfold.v1.RemoveHostRequest
+	(*DrainHostRequest)(nil),            // 27: pinfold.v1.DrainHostRequest
+	(*DrainHostResponse)(nil),           // 28: pinfold.v1.DrainHostResponse
+	(*RebalanceRequest)(nil),            // 29: pinfold.v1.RebalanceRequest
+	(*Move)(nil),                        // 30: pinfold.v1.Move
+	(*RebalanceResponse)(nil),           // 31: pinfold.v1.RebalanceResponse
+	(*ScaleRequest)(nil),                // 32: pinfold.v1.ScaleRequest
+	(*ScaleResponse)(nil),               // 33: pinfold.v1.ScaleResponse
+	(*RemoveHostResponse)(nil),          // 34: pinfold.v1.RemoveHostResponse
+	(*DeployRequest)(nil),               // 35: pinfold.v1.DeployRequest
+	(*DeployResponse)(nil),              // 36: pinfold.v1.DeployResponse
+	(*ResizeRequest)(nil),               // 37: pinfold.v1.ResizeRequest
+	(*ResizeResponse)(nil),              // 38: pinfold.v1.ResizeResponse
+	(*ReplaceRequest)(nil),              // 39: pinfold.v1.ReplaceRequest
+	(*ReplaceResponse)(nil),             // 40: pinfold.v1.ReplaceResponse
+	(*RemoveRequest)(nil),               // 41: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 42: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),        // 43: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 44: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),             // 45: pinfold.v1.CapacityRequest
+	(*ExportPlanRequest)(nil),           // 46: pinfold.v1.ExportPlanRequest
+	(*ExportPlanResponse)(nil),          // 47: pinfold.v1.ExportPlanResponse
+	(*CapacityResponse)(nil),            // 48: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 49: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 50: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 51: pinfold.v1.ReportStatusRequest
+	(*Applied)(nil),                     // 52: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 53: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 54: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 55: pinfold.v1.WatchInstancesResponse
+	(*Event)(nil),                       // 56: pinfold.v1.Event
+	(*ListEventsRequest)(nil),           // 57: pinfold.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 58: pinfold.v1.ListEventsResponse
+	nil,                                 // 59: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 60: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 61: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 62: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 63: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 64: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 65: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 66: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 67: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 68: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 69: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 70: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 71: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 72: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 73: pinfold.v1.CapacityResponse.LimitEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	58, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	59, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	59, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	60, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	60, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	61, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	61, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	62, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	62, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	63, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	64, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	63, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	64, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	65, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	65, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	66, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	51, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
-	1,  // 15: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 16: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
-	1,  // 17: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
-	14, // 18: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	66, // 19: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	67, // 20: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	68, // 21: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
-	1,  // 22: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
-	1,  // 23: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
-	1,  // 24: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
-	29, // 25: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	69, // 26: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	70, // 27: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	14, // 28: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
-	29, // 29: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
-	13, // 30: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 31: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	11, // 32: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
-	14, // 33: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	13, // 34: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	14, // 35: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	14, // 36: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	71, // 37: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	72, // 38: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 39: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	51, // 40: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	14, // 41: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	55, // 42: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	15, // 43: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	17, // 44: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	19, // 45: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	21, // 46: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	23, // 47: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	25, // 48: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	26, // 49: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 50: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 51: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 52: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 53: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	34, // 54: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	36, // 55: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	40, // 56: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	38, // 57: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	42, // 58: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	44, // 59: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	45, // 60: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	31, // 61: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	28, // 62: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	56, // 63: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	48, // 64: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	50, // 65: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	53, // 66: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	16, // 67: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	18, // 68: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	20, // 69: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	22, // 70: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	24, // 71: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	33, // 72: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	27, // 73: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 74: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 75: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 76: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 77: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	35, // 78: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	37, // 79: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	41, // 80: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	39, // 81: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	43, // 82: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	47, // 83: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	46, // 84: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	32, // 85: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	30, // 86: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	57, // 87: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	49, // 88: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	52, // 89: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	54, // 90: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	67, // [67:91] is the sub-list for method output_type
-	43, // [43:67] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	52, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	14, // 15: pinfold.v1.Instance.ports:type_name -> pinfold.v1.Port
+	14, // 16: pinfold.v1.Instance.host_ports:type_name -> pinfold.v1.Port
+	1,  // 17: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 18: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
+	1,  // 19: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
+	15, // 20: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
+	67, // 21: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	68, // 22: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	69, // 23: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	1,  // 24: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
+	1,  // 25: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
+	1,  // 26: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
+	30, // 27: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
+	70, // 28: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	71, // 29: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	15, // 30: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
+	30, // 31: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
+	13, // 32: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	14, // 33: pinfold.v1.DeployRequest.ports:type_name -> pinfold.v1.Port
+	15, // 34: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	11, // 35: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
+	15, // 36: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	13, // 37: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	15, // 38: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	15, // 39: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	72, // 40: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	73, // 41: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 42: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	52, // 43: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	15, // 44: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	56, // 45: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	16, // 46: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	18, // 47: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	20, // 48: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	22, // 49: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	24, // 50: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	26, // 51: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	27, // 52: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 53: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 54: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 55: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 56: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	35, // 57: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	37, // 58: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	41, // 59: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	39, // 60: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	43, // 61: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	45, // 62: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	46, // 63: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	32, // 64: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	29, // 65: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	57, // 66: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	49, // 67: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	51, // 68: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	54, // 69: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	17, // 70: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	19, // 71: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	21, // 72: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	23, // 73: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	25, // 74: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	34, // 75: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	28, // 76: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 77: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 78: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 79: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 80: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	36, // 81: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	38, // 82: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	42, // 83: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	40, // 84: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	44, // 85: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	48, // 86: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	47, // 87: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	33, // 88: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	31, // 89: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	58, // 90: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	50, // 91: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	53, // 92: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	55, // 93: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	70, // [70:94] is the sub-list for method output_type
+	46, // [46:70] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -4756,15 +4868,15 @@ func file_pinfold_v1_planner_proto_init() {
 	if File_pinfold_v1_planner_proto != nil {
 		return
 	}
-	file_pinfold_v1_planner_proto_msgTypes[21].OneofWrappers = []any{}
-	file_pinfold_v1_planner_proto_msgTypes[36].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[22].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[37].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
