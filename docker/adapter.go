@@ -8,11 +8,13 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	mobyclient "github.com/moby/moby/client"
 )
 
@@ -128,6 +130,33 @@ type CreateSpec struct {
 	CgroupParent string
 	// Host labels the container as made by that host's agent (LabelHost).
 	Host string
+	// Ports are published: each Container TCP port on Host of every host
+	// address. Under network mode host nothing is published (the
+	// container listens on the host's ports itself).
+	Ports []PortMapping
+}
+
+// PortMapping publishes a container's TCP port on a host port.
+type PortMapping struct {
+	Host, Container int
+}
+
+// portsFor is the exposed ports and bindings that publish ports; nil for
+// none or under network mode host.
+func portsFor(mode string, ports []PortMapping) (network.PortSet, network.PortMap, error) {
+	if len(ports) == 0 || mode == "host" {
+		return nil, nil, nil
+	}
+	set, bind := network.PortSet{}, network.PortMap{}
+	for _, p := range ports {
+		if p.Host < 1 || p.Host > 65535 || p.Container < 1 || p.Container > 65535 {
+			return nil, nil, &Error{Field: "port", Value: fmt.Sprintf("%d:%d", p.Host, p.Container), Reason: "host and container ports must be 1-65535"}
+		}
+		cp, _ := network.PortFrom(uint16(p.Container), network.TCP)
+		set[cp] = struct{}{}
+		bind[cp] = append(bind[cp], network.PortBinding{HostPort: strconv.Itoa(p.Host)})
+	}
+	return set, bind, nil
 }
 
 // Container is what the adapter reports about one container.
@@ -177,10 +206,14 @@ func (a *Adapter) Create(ctx context.Context, s CreateSpec) (string, error) {
 	}
 	res := resourcesFor(s.Resources)
 	res.CgroupParent = s.CgroupParent
+	exposed, bindings, err := portsFor(s.Network, s.Ports)
+	if err != nil {
+		return "", err
+	}
 	out, err := a.api.ContainerCreate(ctx, mobyclient.ContainerCreateOptions{
 		Name:       s.Name,
-		Config:     &container.Config{Image: s.Image, Cmd: s.Cmd, Env: s.Env, Labels: labels},
-		HostConfig: &container.HostConfig{Resources: res, NetworkMode: container.NetworkMode(s.Network)},
+		Config:     &container.Config{Image: s.Image, Cmd: s.Cmd, Env: s.Env, Labels: labels, ExposedPorts: exposed},
+		HostConfig: &container.HostConfig{Resources: res, NetworkMode: container.NetworkMode(s.Network), PortBindings: bindings},
 	})
 	if err != nil {
 		return "", &Error{Reason: fmt.Sprintf("create %s from %s", s.Name, s.Image), Err: err}
