@@ -162,7 +162,7 @@ func (f *fakeEngine) setPaused(id string, p bool) error {
 	}
 	return err
 }
-func (f *fakeEngine) Pause(_ context.Context, id string) error   { return f.setPaused(id, true) }
+func (f *fakeEngine) Pause(_ context.Context, id string) error { return f.setPaused(id, true) }
 func (f *fakeEngine) Stop(_ context.Context, id string, _ time.Duration) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
