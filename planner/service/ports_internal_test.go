@@ -154,3 +154,40 @@ func TestPortsHeal(t *testing.T) {
 	}
 	f.verify()
 }
+
+// TestPortsDrain: a drain moves an instance blue-green onto a host where
+// its static port is free, never onto one that holds it, and gives its
+// dynamic port anew there; both old and new hold their ports while the
+// move is in flight, each on its own host.
+func TestPortsDrain(t *testing.T) {
+	hosts := []string{"a", "b", "c"}
+	f := newHealFixture(t, hosts...)
+	for _, h := range hosts {
+		f.agent(h)
+	}
+	ports := []model.Port{{Name: "http", Host: 8080}, {Name: "admin"}}
+	f.deployOn("b", hosts, DeployRequest{Service: "other", Spec: model.Spec{Image: "i", Ports: ports[:1]}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
+	f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Ports: ports}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
+	if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.tick(f.ctx, newTracker(), time.Now())
+	var moved model.Instance
+	for _, in := range f.on("c") {
+		if in.Service == "web" {
+			moved = in
+		}
+	}
+	if moved.ID == "" || moved.Replaces == "" {
+		t.Fatalf("no move of web to c (b holds 8080): on b %v, on c %v", f.on("b"), f.on("c"))
+	}
+	if portOf(moved, "http") != 8080 || portOf(moved, "admin") != model.DynamicPortMin {
+		t.Errorf("moved instance holds %v, want http 8080 and admin %d on c", moved.HostPorts, model.DynamicPortMin)
+	}
+	for _, in := range f.on("b") {
+		if in.Service == "web" {
+			t.Errorf("web moved onto b, which holds 8080: %+v", in)
+		}
+	}
+	f.verify()
+}
