@@ -59,6 +59,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 		}
 		c := new(state.Change)
 		allocs := map[string]state.Alloc{}
+		oldPorts := map[string]map[int]bool{} // per host: ports the replaced containers hold until they go
 		for _, t := range targets {
 			next := t.Instance
 			next.Image = r.Image
@@ -77,7 +78,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			if model.Dynamic(next.Ports) > 0 {
 				// Blue-green on one host: the new container runs beside
 				// the old one, so it gets dynamic ports of its own.
-				if err := replacePorts(rd, &next, t.Instance, allocs, c); err != nil {
+				if err := replacePorts(rd, &next, t.Instance, allocs, oldPorts, c); err != nil {
 					return nil, err
 				}
 			}
@@ -110,10 +111,12 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 
 // replacePorts gives next (a replacement of old on its host) new dynamic
 // host ports, the lowest free ones there: old's are still held while its
-// container runs beside the new one. Static ports stay (the host's agent
-// stops the old container before it starts the new one). It moves the
-// host's usage in allocs from old's ports to next's.
-func replacePorts(rd reader, next *model.Instance, old model.Instance, allocs map[string]state.Alloc, c *state.Change) error {
+// container runs beside the new one, and so are those of the other
+// instances this replace swaps on the host (oldPorts, per host). Static
+// ports stay (the host's agent stops the old container before it starts
+// the new one). It moves the host's usage in allocs from old's ports to
+// next's.
+func replacePorts(rd reader, next *model.Instance, old model.Instance, allocs map[string]state.Alloc, oldPorts map[string]map[int]bool, c *state.Change) error {
 	a, ok := allocs[old.Host]
 	if !ok {
 		v, found := rd.Host(old.Host)
@@ -123,7 +126,14 @@ func replacePorts(rd reader, next *model.Instance, old model.Instance, allocs ma
 		a = v.Alloc.Clone()
 		c.GuardView(v)
 	}
-	ports, ok := model.AssignPorts(old.Ports, func(p int) bool { return a.Ports[p] > 0 })
+	if oldPorts[old.Host] == nil {
+		oldPorts[old.Host] = map[int]bool{}
+	}
+	for _, p := range old.HostPorts {
+		oldPorts[old.Host][p.Host] = true
+	}
+	held := oldPorts[old.Host]
+	ports, ok := model.AssignPorts(old.Ports, func(p int) bool { return a.Ports[p] > 0 || held[p] })
 	if !ok {
 		return errf(Exhausted, "instance %s: host %s has no %d free port(s) in %d-%d for the replacement (the old container holds its own until it goes)",
 			old.ID, old.Host, model.Dynamic(old.Ports), model.DynamicPortMin, model.DynamicPortMax)

@@ -191,3 +191,31 @@ func TestPortsDrain(t *testing.T) {
 	}
 	f.verify()
 }
+
+// TestPortsReplaceSeveralOnOneHost: a replace of several instances on one
+// host gives each new container dynamic ports none of the old containers
+// hold (they all run until their replacement passed its check).
+func TestPortsReplaceSeveralOnOneHost(t *testing.T) {
+	f := newHealFixture(t, "a")
+	ins, err := f.Deploy(f.ctx, DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http"}}}, Count: 3, Pieces: 50, Memory: gib})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := map[int]bool{}
+	for _, in := range ins {
+		old[portOf(in, "http")] = true
+	}
+	rep, err := f.Replace(f.ctx, ReplaceRequest{Target: "web", Image: "i:2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]bool{}
+	for _, in := range rep {
+		p := portOf(in, "http")
+		if old[p] || seen[p] {
+			t.Errorf("replaced %s got port %d: held by an old container or another replacement (old %v)", in.ID, p, old)
+		}
+		seen[p] = true
+	}
+	f.verify()
+}
