@@ -8,11 +8,13 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
 	mobyclient "github.com/moby/moby/client"
 )
 
@@ -143,6 +145,33 @@ type CreateSpec struct {
 	CapDrop        []string
 	LogDriver      string // "": the engine's default
 	LogOpts        map[string]string
+	// Ports are published: each Container TCP port on Host of every host
+	// address. Under network mode host nothing is published (the
+	// container listens on the host's ports itself).
+	Ports []PortMapping
+}
+
+// PortMapping publishes a container's TCP port on a host port.
+type PortMapping struct {
+	Host, Container int
+}
+
+// portsFor is the exposed ports and bindings that publish ports; nil for
+// none or under network mode host.
+func portsFor(mode string, ports []PortMapping) (network.PortSet, network.PortMap, error) {
+	if len(ports) == 0 || mode == "host" {
+		return nil, nil, nil
+	}
+	set, bind := network.PortSet{}, network.PortMap{}
+	for _, p := range ports {
+		if p.Host < 1 || p.Host > 65535 || p.Container < 1 || p.Container > 65535 {
+			return nil, nil, &Error{Field: "port", Value: fmt.Sprintf("%d:%d", p.Host, p.Container), Reason: "host and container ports must be 1-65535"}
+		}
+		cp, _ := network.PortFrom(uint16(p.Container), network.TCP)
+		set[cp] = struct{}{}
+		bind[cp] = append(bind[cp], network.PortBinding{HostPort: strconv.Itoa(p.Host)})
+	}
+	return set, bind, nil
 }
 
 // Container is what the adapter reports about one container.
@@ -182,7 +211,11 @@ func (a *Adapter) Create(ctx context.Context, s CreateSpec) (string, error) {
 	if err := s.Resources.Validate(); err != nil {
 		return "", err
 	}
-	out, err := a.api.ContainerCreate(ctx, createOptions(s))
+	opts, err := createOptions(s)
+	if err != nil {
+		return "", err
+	}
+	out, err := a.api.ContainerCreate(ctx, opts)
 	if err != nil {
 		return "", &Error{Reason: fmt.Sprintf("create %s from %s", s.Name, s.Image), Err: err}
 	}
@@ -196,7 +229,7 @@ func (a *Adapter) Create(ctx context.Context, s CreateSpec) (string, error) {
 // createOptions is the engine's create request for s (API 1.41: Binds,
 // RestartPolicy, CapAdd/CapDrop, LogConfig and ReadonlyRootfs are all in
 // Docker 20.10's host config). pinfold's own labels win over s.Labels.
-func createOptions(s CreateSpec) mobyclient.ContainerCreateOptions {
+func createOptions(s CreateSpec) (mobyclient.ContainerCreateOptions, error) {
 	labels := maps.Clone(s.Labels)
 	if labels == nil {
 		labels = map[string]string{}
@@ -207,7 +240,11 @@ func createOptions(s CreateSpec) mobyclient.ContainerCreateOptions {
 	}
 	res := resourcesFor(s.Resources)
 	res.CgroupParent = s.CgroupParent
-	hc := &container.HostConfig{Resources: res, NetworkMode: container.NetworkMode(s.Network),
+	exposed, bindings, err := portsFor(s.Network, s.Ports)
+	if err != nil {
+		return mobyclient.ContainerCreateOptions{}, err
+	}
+	hc := &container.HostConfig{Resources: res, NetworkMode: container.NetworkMode(s.Network), PortBindings: bindings,
 		Binds: s.Binds, ReadonlyRootfs: s.ReadOnly, CapAdd: s.CapAdd, CapDrop: s.CapDrop}
 	if s.Restart != "" {
 		hc.RestartPolicy = container.RestartPolicy{Name: container.RestartPolicyMode(s.Restart), MaximumRetryCount: s.RestartRetries}
@@ -217,9 +254,9 @@ func createOptions(s CreateSpec) mobyclient.ContainerCreateOptions {
 	}
 	return mobyclient.ContainerCreateOptions{
 		Name:       s.Name,
-		Config:     &container.Config{Image: s.Image, Cmd: s.Cmd, Env: s.Env, Labels: labels, User: s.User, WorkingDir: s.Workdir},
+		Config:     &container.Config{Image: s.Image, Cmd: s.Cmd, Env: s.Env, Labels: labels, User: s.User, WorkingDir: s.Workdir, ExposedPorts: exposed},
 		HostConfig: hc,
-	}
+	}, nil
 }
 
 // Pull pulls image from its registry and waits until the engine has it.

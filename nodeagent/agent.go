@@ -39,6 +39,7 @@ type engine interface {
 	Update(ctx context.Context, id string, r docker.Resources) (docker.Container, error)
 	Pause(ctx context.Context, id string) error
 	Unpause(ctx context.Context, id string) error
+	Stop(ctx context.Context, id string, grace time.Duration) error
 	Remove(ctx context.Context, id string) error
 	Exec(ctx context.Context, id string, cmd []string) (int, error)
 	Pull(ctx context.Context, image string) error

@@ -47,6 +47,8 @@ type fakeEngine struct {
 	exitOnRun bool // new containers exit at once
 	createErr error
 	creates   int
+	stops     []string
+	specs     map[string]docker.CreateSpec // by container ID
 	updates   int
 	inspects  int
 	// images, when not nil, are the images the engine has: Create of
@@ -92,6 +94,10 @@ func (f *fakeEngine) Create(_ context.Context, s docker.CreateSpec) (string, err
 	}
 	f.n++
 	id := fmt.Sprintf("c%d", f.n)
+	if f.specs == nil {
+		f.specs = map[string]docker.CreateSpec{}
+	}
+	f.specs[id] = s
 	labels := map[string]string{docker.LabelManaged: "true"}
 	for k, v := range s.Labels {
 		labels[k] = v
@@ -158,7 +164,17 @@ func (f *fakeEngine) setPaused(id string, p bool) error {
 	}
 	return err
 }
-func (f *fakeEngine) Pause(_ context.Context, id string) error   { return f.setPaused(id, true) }
+func (f *fakeEngine) Pause(_ context.Context, id string) error { return f.setPaused(id, true) }
+func (f *fakeEngine) Stop(_ context.Context, id string, _ time.Duration) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := f.get(id)
+	if err == nil {
+		c.Running, c.Paused, c.Status = false, false, "exited"
+		f.stops = append(f.stops, id)
+	}
+	return err
+}
 func (f *fakeEngine) Unpause(_ context.Context, id string) error { return f.setPaused(id, false) }
 func (f *fakeEngine) Remove(_ context.Context, id string) error {
 	f.mu.Lock()

@@ -20,14 +20,31 @@ type Probe struct {
 	TCP     int           // port on the container's address accepts a connection
 	HTTP    string        // "PORT[/PATH]": GET answers 2xx or 3xx
 	Timeout time.Duration // 0: Config.HealthTimeout
+	// Missing is a port the check names that the instance does not hold
+	// (never sent by a planner that validated it): the check fails.
+	Missing string
 }
 
-// probeOf is the probe of an instance's health check (nil: none).
-func probeOf(h *model.HealthCheck) *Probe {
-	if h == nil || len(h.Exec) == 0 && h.TCP == 0 && h.HTTP == "" {
+// probeOf is the probe of an instance's health check (nil: none). A check
+// naming one of the instance's ports goes to that port's container port:
+// alone a TCP check, with HTTP (a bare /PATH) an HTTP one.
+func probeOf(in *model.Instance) *Probe {
+	h := in.Health
+	if h == nil || len(h.Exec) == 0 && h.TCP == 0 && h.HTTP == "" && h.Port == "" {
 		return nil
 	}
 	p := &Probe{Exec: h.Exec, TCP: h.TCP, HTTP: h.HTTP}
+	if h.Port != "" {
+		port, ok := model.PortOf(in.HostPorts, h.Port)
+		if !ok {
+			return &Probe{Missing: h.Port}
+		}
+		if h.HTTP != "" {
+			p.HTTP = strconv.Itoa(port.Container) + h.HTTP
+		} else {
+			p.TCP = port.Container
+		}
+	}
 	p.Timeout, _ = time.ParseDuration(h.Timeout) // validated by the planner
 	return p
 }
@@ -43,6 +60,8 @@ func (p *Probe) check(ctx context.Context, eng engine, c docker.Container) error
 		addr = "127.0.0.1"
 	}
 	switch {
+	case p.Missing != "":
+		return fmt.Errorf("health port %q: the instance holds no such port", p.Missing)
 	case len(p.Exec) > 0:
 		code, err := eng.Exec(ctx, c.ID, p.Exec)
 		if err != nil {

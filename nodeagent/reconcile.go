@@ -202,7 +202,18 @@ func (a *Agent) spec(in *model.Instance, gen int64, r docker.Resources) docker.C
 	if restart == model.RestartNo {
 		restart = ""
 	}
-	return docker.CreateSpec{Name: fmt.Sprintf("pinfold-%s-g%d", in.ID, gen), Image: in.Image, Cmd: in.Command, Env: in.Env, Network: in.Network,
+	env := in.Env
+	var ports []docker.PortMapping
+	if len(in.HostPorts) > 0 {
+		// Each port reaches the container as PINFOLD_PORT_<NAME>=<host
+		// port>, and is published (under network host the container
+		// listens on the host port itself).
+		env = append(slices.Clone(in.Env), model.PortsEnv(in.HostPorts)...)
+		for _, p := range in.HostPorts {
+			ports = append(ports, docker.PortMapping{Host: p.Host, Container: p.Container})
+		}
+	}
+	return docker.CreateSpec{Name: fmt.Sprintf("pinfold-%s-g%d", in.ID, gen), Image: in.Image, Cmd: in.Command, Env: env, Network: in.Network, Ports: ports,
 		Service: in.Service, Instance: in.ID, Labels: labels, Resources: r,
 		Host: a.cfg.Host, CgroupParent: a.cfg.CgroupParent,
 		Binds: in.Volumes, Restart: restart, RestartRetries: retries, User: in.User, Workdir: in.Workdir, ReadOnly: in.ReadOnly,
@@ -250,7 +261,7 @@ func (a *Agent) apply(ctx context.Context, act Action) error {
 		}
 		if in.Replaces != "" {
 			// A move: the old instance goes only once this one is healthy.
-			if err := a.healthy(ctx, id, probeOf(in.Health)); err != nil {
+			if err := a.healthy(ctx, id, probeOf(in)); err != nil {
 				_ = a.eng.Remove(ctx, id)
 				return fmt.Errorf("moved instance failed its health gate (the move is given up, %s runs on): %w", in.Replaces, err)
 			}
@@ -272,7 +283,7 @@ func (a *Agent) apply(ctx context.Context, act Action) error {
 	case Replace:
 		return a.replace(ctx, in, act.Container, act.Want)
 	case FinishReplace:
-		if err := a.healthy(ctx, act.New, probeOf(in.Health)); err != nil {
+		if err := a.healthy(ctx, act.New, probeOf(in)); err != nil {
 			_ = a.eng.Remove(ctx, act.New)
 			_ = a.eng.Unpause(ctx, act.Container)
 			return fmt.Errorf("replace rolled back: %w", err)
@@ -320,18 +331,35 @@ func (a *Agent) update(ctx context.Context, act Action) error {
 	return a.reassert(ctx, act.Instance, act.Container, act.Want)
 }
 
+// replaceStopGrace is how long the old container of a stop-first replace
+// has to exit on SIGTERM before it is killed (Docker's default).
+const replaceStopGrace = 10 * time.Second
+
 // replace is blue-green on the same allocation: pause the old container (so
 // two running containers never hold the same CPUs), start the new one, keep
-// it only if it stays healthy, else remove it and resume the old one.
+// it only if it stays healthy, else remove it and resume the old one. An
+// instance with a static host port is replaced stop-first: the old
+// container is stopped (a paused one still holds its published port, and
+// the new one could not bind it) and started again on a rollback; dynamic
+// ports need no such care, the planner gave the new container its own.
 func (a *Agent) replace(ctx context.Context, in *model.Instance, old string, want Want) error {
-	if err := a.eng.Pause(ctx, old); err != nil {
+	stopFirst := len(model.StaticPorts(in.Ports)) > 0
+	if stopFirst {
+		if err := a.eng.Stop(ctx, old, replaceStopGrace); err != nil {
+			return fmt.Errorf("replace: stop the old container (it holds static port %d): %w", model.StaticPorts(in.Ports)[0], err)
+		}
+	} else if err := a.eng.Pause(ctx, old); err != nil {
 		return fmt.Errorf("replace: pause the old container: %w", err)
 	}
 	rollback := func(newID string, cause error) error {
 		if newID != "" {
 			_ = a.eng.Remove(ctx, newID)
 		}
-		if err := a.eng.Unpause(ctx, old); err != nil {
+		resume := a.eng.Unpause
+		if stopFirst {
+			resume = a.eng.Start
+		}
+		if err := resume(ctx, old); err != nil {
 			return fmt.Errorf("replace failed (%v) and the old container did not resume: %w", cause, err)
 		}
 		return fmt.Errorf("replace rolled back, the old container runs on: %w", cause)
@@ -343,7 +371,7 @@ func (a *Agent) replace(ctx context.Context, in *model.Instance, old string, wan
 	if err := a.eng.Start(ctx, id); err != nil {
 		return rollback(id, err)
 	}
-	if err := a.healthy(ctx, id, probeOf(in.Health)); err != nil {
+	if err := a.healthy(ctx, id, probeOf(in)); err != nil {
 		return rollback(id, err)
 	}
 	if err := a.reassert(ctx, in, id, want); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // instanceJSON is the -o json form of an instance.
@@ -59,6 +60,40 @@ type instanceJSON struct {
 	CapDrop   []string          `json:"cap_drop,omitempty"`
 	LogDriver string            `json:"log_driver,omitempty"`
 	LogOpts   map[string]string `json:"log_opts,omitempty"`
+	// Ports are the host ports the instance holds (its container gets
+	// each as PINFOLD_PORT_<NAME>).
+	Ports []portJSON `json:"ports,omitempty"`
+}
+
+// portJSON is one host port an instance holds.
+type portJSON struct {
+	Name      string `json:"name"`
+	Host      int32  `json:"host_port"`
+	Container int32  `json:"container_port"`
+	Static    bool   `json:"static"`
+}
+
+// portsJSON are in's held ports, each marked static when asked so.
+func portsJSON(in *pinfoldv1.Instance) []portJSON {
+	var out []portJSON
+	for _, p := range in.HostPorts {
+		static := slices.ContainsFunc(in.Ports, func(q *pinfoldv1.Port) bool { return q.Name == p.Name && q.Host != 0 })
+		out = append(out, portJSON{Name: p.Name, Host: p.Host, Container: p.Container, Static: static})
+	}
+	return out
+}
+
+// portsText is in's held ports as the deploy flag writes them
+// ("http=8080:80 admin=20000"), "" for none.
+func portsText(in *pinfoldv1.Instance) string {
+	var parts []string
+	for _, p := range pinfoldv1.PortsModel(in.HostPorts) {
+		if p.Container == p.Host {
+			p.Container = 0
+		}
+		parts = append(parts, p.String())
+	}
+	return strings.Join(parts, " ")
 }
 
 // appliedJSON is what the host reports the container has.
@@ -81,7 +116,7 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 		CPUPlanned: json.Number(cpuAmount(int64(plannedPieces(in)), in.ShareBase)), CPUGot: json.Number(cpuAmount(int64(in.CpuGotPieces), in.ShareBase)),
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, WholeCores: in.WholeCores, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
-		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack}
+		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack, Ports: portsJSON(in)}
 }
 
 // plannedPieces is the CPU an instance's allocation amounts to, in pieces.
@@ -107,9 +142,17 @@ func instancesJSON(ins []*pinfoldv1.Instance) []instanceJSON {
 
 func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	// A VOLUMES column only when some instance has one.
+	// A VOLUMES column only when some instance has one, PORTS only when
+	// an instance holds some.
 	vols := slices.ContainsFunc(ins, func(in *pinfoldv1.Instance) bool { return len(in.GetContainer().GetVolumes()) > 0 })
-	head := "ID\tSERVICE\tHOST\tNUMA NODE\tCPUS (id:pieces)\tQUOTA\tCPU PLANNED/GOT\tMEMORY\tSTATE"
+	withPorts := slices.ContainsFunc(ins, func(in *pinfoldv1.Instance) bool { return len(in.HostPorts) > 0 })
+	ports := func(s string) string {
+		if !withPorts {
+			return ""
+		}
+		return s + "\t"
+	}
+	head := "ID\tSERVICE\tHOST\tNUMA NODE\tCPUS (id:pieces)\tQUOTA\tCPU PLANNED/GOT\tMEMORY\t" + ports("PORTS") + "STATE"
 	if vols {
 		head += "\tVOLUMES"
 	}
@@ -137,14 +180,31 @@ func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 		if in.State == "running" {
 			got = cpuAmount(int64(in.CpuGotPieces), in.ShareBase)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
-			orDash(quotaOf(in)), cpuAmount(int64(plannedPieces(in)), in.ShareBase), got, formatBytes(in.MemoryBytes), state)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\t%s%s", in.Id, in.Service, in.Host, numa, orDash(strings.Join(cpus, " ")),
+			orDash(quotaOf(in)), cpuAmount(int64(plannedPieces(in)), in.ShareBase), got, formatBytes(in.MemoryBytes), ports(orDash(portsText(in))), state)
 		if vols {
 			fmt.Fprintf(tw, "\t%s", orDash(strings.Join(in.GetContainer().GetVolumes(), " ")))
 		}
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// parsePorts reads the --port flags and checks them as the planner will
+// (bad input names the flag and its value).
+func parsePorts(flags []string, network string) ([]model.Port, error) {
+	var ports []model.Port
+	for _, f := range flags {
+		p, err := model.ParsePort(f)
+		if err != nil {
+			return nil, badInput("--%v", err)
+		}
+		ports = append(ports, p)
+	}
+	if err := model.ValidatePorts(ports, network); err != nil {
+		return nil, badInput("--%v", err)
+	}
+	return ports, nil
 }
 
 func newDeployCmd() *cobra.Command {
@@ -162,6 +222,7 @@ func newDeployCmd() *cobra.Command {
 		image      string
 		env        []string
 		network    string
+		portFlags  []string
 		health     healthFlags
 		rules      ruleFlags
 		ctr        containerFlags
@@ -216,12 +277,26 @@ changes on a live container: 'pinfold replace' with these flags swaps the
 containers blue-green. A volume lives on one host, so rebalance and host
 drain leave such an instance where it is unless given
 --move-local-volumes (its data does not follow it); the heal of a DOWN
-host still places it again elsewhere, with an empty volume.`,
+host still places it again elsewhere, with an empty volume.
+
+--port gives each instance a named host port, published to its container
+(under --network host the container listens on it directly) and passed to
+it as PINFOLD_PORT_<NAME> (upper-cased, other characters than letters and
+digits as _). NAME=PORT is static: two instances holding it never share a
+host (the Ports placement rule), so at most one per host. NAME alone is
+dynamic: the planner picks the lowest free port of 20000-32000 on the
+instance's host. :CONTAINER names the container port (default: the host
+port). --health-port NAME points the health check at that port: alone a
+TCP check, with --health-http /PATH an HTTP one. A replace keeps static
+ports (the agent stops the old container first) and gives dynamic ones
+anew; a move or heal gets them on the new host.`,
 		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
   pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB --image redis:7
   pinfold deploy db --count 2 --cpu 4 --bind --whole-cores --memory 8GiB --image postgres:16
   pinfold deploy agent --count 1 --strategy each --cpu 0.1 --bind --memory 64MiB --image debian:12 -- sleep infinity
   pinfold deploy api --count 2 --cpu 0.5 --memory 128MiB --image myapi --network host --health-http 8080/healthz
+  pinfold deploy web --count 2 --cpu 0.5 --memory 128MiB --image nginx --port http=8080:80 --health-port http --health-http /
+  pinfold deploy echo --cpu 0.1 --memory 32MiB --image busybox --port http --health-port http -- sh -c 'httpd -f -p $PINFOLD_PORT_HTTP'
   pinfold deploy db --count 5 --cpu 2 --bind --memory 8GiB --image postgres:16 \
       --constraint "HasSSD == true && SomeProperty >= 4" --anti-affinity batch --placement-policy load_avg
   pinfold deploy pg --count 1 --cpu 2 --bind --memory 4GiB --image postgres:16 \
@@ -253,12 +328,13 @@ host still places it again elsewhere, with an empty volume.`,
 				return err
 			}
 			cs, err := ctr.msg()
+			ports, err := parsePorts(portFlags, network)
 			if err != nil {
 				return err
 			}
 			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image,
 				Command: args[1:], Env: env, Network: network, Count: count, Cpu: cpuS, Bind: bind, WholeCores: wholeCores, MemoryBytes: mem, MemorySoftBytes: soft,
-				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc, Container: cs}
+				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc, Container: cs, Ports: pinfoldv1.NewPorts(ports)}
 			if err := rules.apply(dreq); err != nil {
 				return err
 			}
@@ -311,6 +387,7 @@ host still places it again elsewhere, with an empty volume.`,
 	f.StringVar(&image, "image", "", "container image the instances run (required), e.g. debian:12")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
 	f.StringVar(&network, "network", "", "Docker network mode: host, none, bridge or a network's name (default: the engine's)")
+	f.StringArrayVar(&portFlags, "port", nil, "a named host port (repeatable): NAME=PORT[:CONTAINER] static, NAME[:CONTAINER] dynamic (picked from 20000-32000); the container gets PINFOLD_PORT_<NAME>")
 	health.register(cmd)
 	rules.register(cmd)
 	ctr.register(cmd)

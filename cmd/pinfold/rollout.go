@@ -18,8 +18,8 @@ import (
 // healthFlags are a replacement's health check: one of a shell command run
 // in the container, a TCP port, or an HTTP PORT/PATH.
 type healthFlags struct {
-	cmd, http, timeout string
-	tcp                int32
+	cmd, http, timeout, port string
+	tcp                      int32
 }
 
 func (h *healthFlags) register(cmd *cobra.Command) {
@@ -28,13 +28,20 @@ func (h *healthFlags) register(cmd *cobra.Command) {
 	f.Int32Var(&h.tcp, "health-tcp", 0, "health probe: a TCP port on the new container that must accept a connection")
 	f.StringVar(&h.http, "health-http", "", "health probe: PORT[/PATH] that must answer 2xx or 3xx, e.g. 8080/healthz")
 	f.StringVar(&h.timeout, "health-timeout", "", "how long the new container has to pass its check (default 30s)")
+	f.StringVar(&h.port, "health-port", "", "health probe on one of the instance's --port names: alone a TCP check, with --health-http /PATH an HTTP one")
 }
 
 // msg returns the check, nil when no probe flag was given (then the image's
 // HEALTHCHECK decides, or the container must keep running).
 func (h *healthFlags) msg() (*pinfoldv1.HealthCheck, error) {
 	n := 0
-	for _, set := range []bool{h.cmd != "", h.tcp != 0, h.http != ""} {
+	if h.port != "" && (h.cmd != "" || h.tcp != 0) {
+		return nil, badInput("--health-port %q: only alone (a TCP check) or with --health-http /PATH", h.port)
+	}
+	if h.port != "" && h.http != "" && !strings.HasPrefix(h.http, "/") {
+		return nil, badInput("--health-http %q with --health-port: want a bare /PATH, e.g. /healthz", h.http)
+	}
+	for _, set := range []bool{h.cmd != "", h.tcp != 0, h.http != "", h.port != "" && h.http == ""} {
 		if set {
 			n++
 		}
@@ -53,7 +60,7 @@ func (h *healthFlags) msg() (*pinfoldv1.HealthCheck, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	m := &pinfoldv1.HealthCheck{Tcp: h.tcp, Http: h.http, Timeout: h.timeout}
+	m := &pinfoldv1.HealthCheck{Tcp: h.tcp, Http: h.http, Timeout: h.timeout, Port: h.port}
 	if h.cmd != "" {
 		m.Exec = []string{"sh", "-c", h.cmd}
 	}

@@ -78,6 +78,9 @@ type Host struct {
 	// (pieces): the shared pool never shrinks below the largest (a bound
 	// placement leaves it enough CPUs).
 	MemoryFirst map[int]int
+	// Ports counts the instances holding each host port (the placement
+	// rule Ports reads it; the engine does not).
+	Ports map[int]int
 	// Memo, when set, caches capacity per request shape; only a Host that
 	// never changes may have one (a changed copy must set it to nil).
 	Memo *CapacityMemo

@@ -68,6 +68,8 @@ var requestBounds = map[protoreflect.FullName]bound{
 	"pinfold.v1.HealthCheck.exec":                 {bytes: service.MaxCommandEnvBytes, count: service.MaxCommandEnvEntries},
 	"pinfold.v1.HealthCheck.http":                 {bytes: service.MaxHealthHTTPLen},
 	"pinfold.v1.HealthCheck.timeout":              {bytes: service.MaxWordLen},
+	"pinfold.v1.HealthCheck.port":                 {bytes: service.MaxWordLen},
+	"pinfold.v1.DeployRequest.ports":              {count: model.MaxPorts},
 
 	"pinfold.v1.ResizeRequest.target":            {bytes: service.MaxNameLen},
 	"pinfold.v1.ResizeRequest.cpu_delta":         {bytes: service.MaxWordLen},

@@ -174,6 +174,10 @@ func over(t *testing.T, r protoreflect.Message, fd protoreflect.FieldDescriptor,
 			return
 		}
 		for i := range limit + 1 {
+			if fd.Kind() == protoreflect.MessageKind {
+				l.Append(l.NewElement()) // a list of messages: its count
+				continue
+			}
 			l.Append(scalar(fd, i, false))
 		}
 	case fd.IsMap():

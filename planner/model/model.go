@@ -22,6 +22,55 @@ type HealthCheck struct {
 	TCP     int      `json:"tcp,omitempty"`  // port on the container's address
 	HTTP    string   `json:"http,omitempty"` // port/path, e.g. "8080/healthz": 2xx/3xx = healthy
 	Timeout string   `json:"timeout,omitempty"`
+	// Port names one of the instance's ports (Spec.Ports): a TCP check
+	// without TCP dials its container port, an HTTP check whose HTTP is a
+	// bare path ("/healthz") gets it on that port. "": none.
+	Port string `json:"port,omitempty"`
+}
+
+// Port is a named port of an instance. In a Spec it is what the instance
+// asks for: Host is a static host port, or 0 for a dynamic one the planner
+// picks from DynamicPortMin..DynamicPortMax; Container 0 is the host
+// port's number. In an Allocation (HostPorts) both are set.
+type Port struct {
+	Name      string `json:"name"`
+	Host      int    `json:"host,omitempty"`
+	Container int    `json:"container,omitempty"`
+}
+
+// The range dynamic host ports are picked from, lowest free first.
+const (
+	DynamicPortMin = 20000
+	DynamicPortMax = 32000
+)
+
+// PortEnv is the environment variable that carries port name's host port
+// to the container: PINFOLD_PORT_ and the name upper-cased, each character
+// that is not a letter or digit replaced by "_" ("http-alt":
+// PINFOLD_PORT_HTTP_ALT).
+func PortEnv(name string) string {
+	b := []byte("PINFOLD_PORT_")
+	for _, c := range []byte(name) {
+		switch {
+		case c >= 'a' && c <= 'z':
+			b = append(b, c-'a'+'A')
+		case c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+			b = append(b, c)
+		default:
+			b = append(b, '_')
+		}
+	}
+	return string(b)
+}
+
+// PortOf is the port named name in ports, and whether there is one.
+func PortOf(ports []Port, name string) (Port, bool) {
+	for _, p := range ports {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Port{}, false
 }
 
 // Spec is what an instance runs: none of it can change on a live container,
@@ -35,6 +84,10 @@ type Spec struct {
 	// Health is the check a replacement must pass (nil: keeps running, or
 	// the image's own HEALTHCHECK).
 	Health *HealthCheck `json:"health,omitempty"`
+	// Ports are the named ports the instance asks for: each gets a host
+	// port on its host (Allocation.HostPorts), published to the container
+	// and passed to it as PortEnv(name).
+	Ports []Port `json:"ports,omitempty"`
 	// Pull is when the host pulls Image before creating a container:
 	// "" (PullMissing) when the engine lacks it, PullAlways every time (a
 	// re-pushed tag).
@@ -69,6 +122,10 @@ type Allocation struct {
 	Memory int64 `json:"memory_bytes"`
 	// MemorySoft is the soft limit (reservation) in bytes; 0 = none.
 	MemorySoft int64 `json:"memory_soft_bytes,omitempty"`
+	// HostPorts are the host ports the instance holds on its host, one per
+	// port of its Spec, in the Spec's order (Host and Container set). A
+	// resize keeps them; a move or heal gets them anew on the new host.
+	HostPorts []Port `json:"host_ports,omitempty"`
 }
 
 // Pieces is the CPU the allocation amounts to, in pieces: the pieces held

@@ -122,12 +122,13 @@ func (x *Index) roomsFor(p alloc.Params, r alloc.Request) []int32 {
 	return rooms
 }
 
-// Plain reports whether r under s is a request First answers: one
+// Plain reports whether r under s is a request First answers (a request
+// with ports is not: the Ports rule and the port assignment are Plan's): one
 // instance, auto, no placement rule, no buffer or overbooking, and a
 // domain spread that has nothing to spread over.
 func (x *Index) Plain(s Settings, r Request) bool {
 	spread, _ := ParseSpread(string(r.DomainSpread))
-	return r.Count == 1 && (r.Strategy == alloc.Auto || r.Strategy == "") && r.Fixed == nil && r.Rank == nil && r.Limit == nil &&
+	return r.Count == 1 && (r.Strategy == alloc.Auto || r.Strategy == "") && r.Fixed == nil && r.Rank == nil && r.Limit == nil && len(r.Ports) == 0 &&
 		r.Constraint == "" && r.Policy == "" && len(r.HostsOrder) == 0 &&
 		len(r.Affinity.Hard)+len(r.Affinity.Soft)+len(r.AntiAffinity.Hard)+len(r.AntiAffinity.Soft) == 0 &&
 		len(s.Buffer)+len(s.Overbooking) == 0 && (spread == SpreadOff || x.domains == 0)

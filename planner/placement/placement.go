@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // Rule names a placement rule, in the order rules are applied; the names
@@ -111,6 +112,10 @@ type Request struct {
 	// UseBuffer lets the request use the hosts' buffered capacity (it
 	// replaces failed instances, or runs during an upgrade).
 	UseBuffer bool
+	// Ports are the ports each instance asks for (model.Spec.Ports): the
+	// Ports rule eliminates hosts that cannot give them, and each
+	// placement gets its host ports (Allocation.HostPorts).
+	Ports []model.Port
 }
 
 // Elimination is the hosts one rule removed.
@@ -281,6 +286,16 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 	if len(v.left) == 0 {
 		return nil, v.fail("no host may take %s: every host was eliminated", r.Service)
 	}
+	if len(r.Ports) > 0 {
+		v.elim(RulePorts, func(h *Host) bool { return portsFree(r, h) })
+		if len(v.left) == 0 {
+			return nil, v.fail("no host may take %s: %s", r.Service, portsDetail(r))
+		}
+		if staticCap(r) >= 0 && r.Strategy != alloc.Each && r.Strategy != alloc.Fill && len(v.left) < r.Count {
+			return nil, v.fail("%d instances of %s cannot be placed: a static port (%s) allows one per host, and %d hosts have it free",
+				r.Count, r.Service, portsDetail(r)[len("no host has "):], len(v.left))
+		}
+	}
 	// Capacity, under buffer and overbooking.
 	capPrio := s.priority(RuleCapacity)
 	useBuffer := r.UseBuffer || relaxed[RuleCapacity]
@@ -344,6 +359,9 @@ func (s Settings) rooms(p alloc.Params, r Request, hosts []*Host, useBuffer bool
 		}
 		if r.MaxPerHost > 0 && r.MaxPerHost-h.Resources.Instances[r.Service] < n {
 			n, w = max(0, r.MaxPerHost-h.Resources.Instances[r.Service]), "max_per_host"
+		}
+		if c := staticCap(r); c >= 0 && n > c {
+			n, w = c, "static port"
 		}
 		adj[h.Name], room[h.Name], why[h.Name] = ah, n, w
 	}
@@ -435,6 +453,17 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 			req.Limit[h.Name] = room[h.Name]
 		}
 	}
+	if c := staticCap(r); c >= 0 {
+		// Two new instances on one host would hold one static port.
+		if req.Limit == nil {
+			req.Limit = map[string]int{}
+		}
+		for _, h := range hosts {
+			if l, ok := req.Limit[h.Name]; !ok || l > c {
+				req.Limit[h.Name] = c
+			}
+		}
+	}
 	spread, _ := ParseSpread(string(r.DomainSpread))
 	domains := spread != SpreadOff && slices.ContainsFunc(hosts, func(h *Host) bool { return h.FaultDomain != "" || h.UpgradeDomain != "" })
 	if domains && room != nil {
@@ -485,6 +514,9 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 			ar.Capacity[name] = l
 		}
 		ar.TotalCapacity += ar.Capacity[name]
+	}
+	if err := assignPorts(r, hosts, ar); err != nil {
+		return nil, &Error{Message: err.Error(), Eliminations: out.Eliminations}
 	}
 	out.Result = ar
 	return &out, nil
@@ -658,6 +690,8 @@ func Capacity(p alloc.Params, s Settings, hosts []*Host, r Request) (map[string]
 			out[h.Name] = HostRoom{Limit: RulePlacementConstraint}
 		case s.priority(RuleAffinity) == Hard && !hardAffinity(r)(h):
 			out[h.Name] = HostRoom{Limit: RuleAffinity}
+		case len(r.Ports) > 0 && !portsFree(r, h):
+			out[h.Name] = HostRoom{Limit: RulePorts}
 		default:
 			left = append(left, h)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 func invalid(field string, value any, format string, args ...any) *alloc.Error {
@@ -67,6 +68,9 @@ func (r *Request) Validate() *alloc.Error {
 				return invalid(l.field, s, "want other services' names")
 			}
 		}
+	}
+	if err := model.ValidatePorts(r.Ports, ""); err != nil {
+		return &alloc.Error{Code: alloc.CodeInvalid, Field: "request.ports", Value: fmt.Sprint(r.Ports), Message: err.Error()}
 	}
 	return nil
 }

@@ -84,7 +84,8 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	}
 	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, MemoryBytes: r.Memory,
 		Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
-		Policy: placement.Policy(r.Rules.Policy), HostsOrder: r.Rules.HostsOrder, DomainSpread: placement.Spread(r.Rules.DomainSpread), UseBuffer: r.UseBuffer}
+		Policy: placement.Policy(r.Rules.Policy), HostsOrder: r.Rules.HostsOrder, DomainSpread: placement.Spread(r.Rules.DomainSpread), UseBuffer: r.UseBuffer,
+		Ports: r.Spec.Ports}
 	// A random seed per request spreads concurrent requests over equally
 	// good hosts, so they rarely collide on one host's revision.
 	var seed [8]byte

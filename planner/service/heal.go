@@ -41,7 +41,7 @@ import (
 // ever, its resources held twice).
 func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces string, move, useBuffer bool, c *state.Change) (model.Instance, error) {
 	req := placement.Request{Request: alloc.Request{Service: old.Service, Count: 1, Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores,
-		MemoryBytes: old.Memory, Strategy: alloc.Auto}, UseBuffer: useBuffer}
+		MemoryBytes: old.Memory, Strategy: alloc.Auto}, UseBuffer: useBuffer, Ports: old.Spec.Ports}
 	if d, ok := rd.Service(old.Service); ok {
 		req.Strategy = oneMore(alloc.Strategy(d.Value.Strategy))
 		svc := d.Value

@@ -65,6 +65,8 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			}
 		}
 		c := new(state.Change)
+		allocs := map[string]state.Alloc{}
+		oldPorts := map[string]map[int]bool{} // per host: ports the replaced containers hold until they go
 		for _, t := range targets {
 			next := t.Instance
 			next.Image = r.Image
@@ -72,6 +74,9 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 				next.Command = r.Command
 			}
 			if r.Health != nil {
+				if err := validateHealthPort(r.Health, next.Ports); err != nil {
+					return nil, err
+				}
 				next.Health = r.Health
 			}
 			if r.Container != nil {
@@ -80,9 +85,19 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			next.Pull = r.Pull
 			next.Generation++
 			next.SpecGeneration = next.Generation
+			if model.Dynamic(next.Ports) > 0 {
+				// Blue-green on one host: the new container runs beside
+				// the old one, so it gets dynamic ports of its own.
+				if err := replacePorts(rd, &next, t.Instance, allocs, oldPorts, c); err != nil {
+					return nil, err
+				}
+			}
 			c.GuardInstance(next.Host, next.ID, t.Rev)
 			c.PutInstance(next)
 			out = append(out, next)
+		}
+		for _, h := range slices.Sorted(maps.Keys(allocs)) {
+			c.PutAlloc(h, allocs[h])
 		}
 		if d, ok := rd.Service(out[0].Service); ok && r.Target == out[0].Service {
 			svc := d.Value
@@ -108,6 +123,42 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 		return s.instances(o.replay.Instances), nil
 	}
 	return out, nil
+}
+
+// replacePorts gives next (a replacement of old on its host) new dynamic
+// host ports, the lowest free ones there: old's are still held while its
+// container runs beside the new one, and so are those of the other
+// instances this replace swaps on the host (oldPorts, per host). Static
+// ports stay (the host's agent stops the old container before it starts
+// the new one). It moves the host's usage in allocs from old's ports to
+// next's.
+func replacePorts(rd reader, next *model.Instance, old model.Instance, allocs map[string]state.Alloc, oldPorts map[string]map[int]bool, c *state.Change) error {
+	a, ok := allocs[old.Host]
+	if !ok {
+		v, found := rd.Host(old.Host)
+		if !found {
+			return errf(Precond, "instance %s is on host %s, which is not registered", old.ID, old.Host)
+		}
+		a = v.Alloc.Clone()
+		c.GuardView(v)
+	}
+	if oldPorts[old.Host] == nil {
+		oldPorts[old.Host] = map[int]bool{}
+	}
+	for _, p := range old.HostPorts {
+		oldPorts[old.Host][p.Host] = true
+	}
+	held := oldPorts[old.Host]
+	ports, ok := model.AssignPorts(old.Ports, func(p int) bool { return a.Ports[p] > 0 || held[p] })
+	if !ok {
+		return errf(Exhausted, "instance %s: host %s has no %d free port(s) in %d-%d for the replacement (the old container holds its own until it goes)",
+			old.ID, old.Host, model.Dynamic(old.Ports), model.DynamicPortMin, model.DynamicPortMax)
+	}
+	a.Add(old, -1)
+	next.HostPorts = ports
+	a.Add(*next, +1)
+	allocs[old.Host] = a
+	return nil
 }
 
 // ResizeRequest changes instances by deltas: one instance (ID) or every
@@ -185,6 +236,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			a.Add(in, -1)
 			next := in
 			next.Allocation = pl.Allocation
+			next.HostPorts = in.HostPorts // a resize keeps the ports
 			next.MemorySoft = min(in.MemorySoft, next.Memory)
 			next.Generation++
 			next.Previous = &model.Previous{Generation: next.Generation, Allocation: in.Allocation}

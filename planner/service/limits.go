@@ -138,7 +138,13 @@ func validateSpec(sp model.Spec) error {
 	if err := sp.Container.Validate(); err != nil {
 		return errf(Invalid, "%w", err)
 	}
-	return ValidateHealth(sp.Health)
+	if err := model.ValidatePorts(sp.Ports, sp.Network); err != nil {
+		return errf(Invalid, "%s", err)
+	}
+	if err := ValidateHealth(sp.Health); err != nil {
+		return err
+	}
+	return validateHealthPort(sp.Health, sp.Ports)
 }
 
 // validateRules checks the bounds of a deploy's placement rules (their

@@ -29,6 +29,9 @@ func ValidateHealth(h *model.HealthCheck) error {
 		return nil
 	}
 	n := 0
+	if h.Port != "" && len(h.Exec) == 0 && h.TCP == 0 && h.HTTP == "" {
+		n++ // a TCP check on the named port
+	}
 	if len(h.Exec) > 0 {
 		n++
 	}
@@ -41,17 +44,40 @@ func ValidateHealth(h *model.HealthCheck) error {
 	if h.HTTP != "" {
 		n++
 		port, _, _ := strings.Cut(h.HTTP, "/")
-		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		if h.Port != "" {
+			if port != "" {
+				return errf(Invalid, "health http = %q: with health port %q want a bare /PATH, e.g. /healthz", h.HTTP, h.Port)
+			}
+		} else if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
 			return errf(Invalid, "health http = %q: want PORT[/PATH], e.g. 8080/healthz", h.HTTP)
 		}
 	}
 	if n != 1 {
-		return errf(Invalid, "health check: want exactly one of exec, tcp, http (got %d)", n)
+		return errf(Invalid, "health check: want exactly one of exec, tcp, http, or a port alone (got %d)", n)
+	}
+	if h.Port != "" && (len(h.Exec) > 0 || h.TCP != 0) {
+		return errf(Invalid, "health port = %q: only with an http /PATH check, or alone (a tcp check on that port)", h.Port)
 	}
 	if h.Timeout != "" {
 		if d, err := time.ParseDuration(h.Timeout); err != nil || d <= 0 || d > time.Hour {
 			return errf(Invalid, "health timeout = %q: want a duration in (0, 1h], e.g. 30s", h.Timeout)
 		}
+	}
+	return nil
+}
+
+// validateHealthPort checks that the port a health check names is one of
+// ports.
+func validateHealthPort(h *model.HealthCheck, ports []model.Port) error {
+	if h == nil || h.Port == "" {
+		return nil
+	}
+	if _, ok := model.PortOf(ports, h.Port); !ok {
+		names := make([]string, len(ports))
+		for i, p := range ports {
+			names[i] = p.Name
+		}
+		return errf(Invalid, "health port = %q: not one of the instance's ports (%s)", h.Port, strings.Join(names, ", "))
 	}
 	return nil
 }

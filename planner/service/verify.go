@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
@@ -22,7 +23,8 @@ func mustJSON(v any) []byte {
 // sum of its instances, no CPU holds more pieces than its capacity, memory
 // (host and NUMA node) is not oversold, and no instance gets more than
 // ShareBase pieces of one CPU, the shared pool holds the largest
-// memory-first quota, and a whole-cores instance shares no core. It returns
+// memory-first quota, a whole-cores instance shares no core, and no two
+// instances on a host hold one host port. It returns
 // every violation found. Capacity is the overbooked one where the cluster's
 // settings overbook a resource (what a replacement may use: placement's
 // adjust): what placement did is never flagged.
@@ -74,8 +76,21 @@ func Verify(st *state.Store, shareBase int) []string {
 			}
 		}
 		if !maps.Equal(sum.Used, v.Alloc.Used) || sum.MemoryUsed != v.Alloc.MemoryUsed || !maps.Equal(sum.NUMAUsed, v.Alloc.NUMAUsed) || !maps.Equal(sum.Instances, v.Alloc.Instances) ||
-			sum.MemoryFirstQuota != v.Alloc.MemoryFirstQuota || !maps.Equal(sum.MemoryFirst, v.Alloc.MemoryFirst) || !maps.Equal(sum.WholeCores, v.Alloc.WholeCores) {
+			sum.MemoryFirstQuota != v.Alloc.MemoryFirstQuota || !maps.Equal(sum.MemoryFirst, v.Alloc.MemoryFirst) || !maps.Equal(sum.WholeCores, v.Alloc.WholeCores) ||
+			!maps.Equal(sum.Ports, v.Alloc.Ports) {
 			bad = append(bad, fmt.Sprintf("host %s: allocation document %+v != sum of instances %+v", name, v.Alloc, sum))
+		}
+		// No two instances on a host hold one host port.
+		for _, port := range slices.Sorted(maps.Keys(sum.Ports)) {
+			if sum.Ports[port] > 1 {
+				var holders []string
+				for _, iv := range snap.Instances[name] {
+					if slices.ContainsFunc(iv.Instance.HostPorts, func(p model.Port) bool { return p.Host == port }) {
+						holders = append(holders, iv.Instance.ID)
+					}
+				}
+				bad = append(bad, fmt.Sprintf("host %s: host port %d held by %d instances: %s", name, port, sum.Ports[port], strings.Join(holders, ", ")))
+			}
 		}
 		for _, id := range slices.Sorted(maps.Keys(sum.Used)) {
 			if int64(sum.Used[id]) > limit("cpu", int64(v.Host.CPUs[id])) {

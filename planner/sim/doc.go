@@ -3,13 +3,15 @@
 // planner service and store over embedded etcd, simulated agents that
 // heartbeat, die, return and report their instances running, failing or
 // refusing after seeded delays, and a seeded random sequence of every
-// operation an operator has (deploys with every strategy and rule, resizes,
+// operation an operator has (deploys with every strategy and rule, some
+// with a static port from a small pool or dynamic ports, resizes,
 // scales, replaces, removes, host changes, drains, maintenance, rebalances,
 // settings, planner restarts). Time is simulated: the leader's healing pass
 // runs from the simulation's clock (service.Ticker), one pass a step.
 //
 // After every step it checks the invariants: the planner answers, the audit
-// (service.Verify) is clean, a refused operation changed nothing and names
+// (service.Verify) is clean (no two instances on a host hold one host
+// port, among the rest), a refused operation changed nothing and names
 // why, the capacity a dry run reports is what a deploy places, and every
 // move, drain and heal settles or is parked with a reason within a bounded
 // number of steps. A panic, an internal error or a broken invariant fails

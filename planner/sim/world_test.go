@@ -804,6 +804,12 @@ func (w *world) deployRequest(name string) service.DeployRequest {
 	}
 	r.UseBuffer = w.rng.IntN(8) == 0
 	r.Rules = w.rules(name)
+	switch w.rng.IntN(6) {
+	case 0: // a static port from a small pool: services collide on it
+		r.Spec.Ports = []model.Port{{Name: "http", Host: 8080 + w.rng.IntN(2)}}
+	case 1:
+		r.Spec.Ports = []model.Port{{Name: "http"}, {Name: "admin", Container: 9000}}
+	}
 	if w.rng.IntN(5) == 0 { // the commonest deploy: one instance, auto, no rules (the room index's)
 		r.Count, r.Strategy, r.UseBuffer = 1, alloc.Auto, false
 		r.Rules = state.Rules{DomainSpread: string(pickOne(w, []placement.Spread{"", placement.SpreadOff}))}
@@ -815,6 +821,9 @@ func describe(r service.DeployRequest) string {
 	s := fmt.Sprintf("%s count %d %s pieces %d bind %t whole %t memory %dMiB", r.Service, r.Count, r.Strategy, r.Pieces, r.Bind, r.WholeCores, r.Memory/MiB)
 	if r.MaxPerHost > 0 {
 		s += fmt.Sprintf(" max/host %d", r.MaxPerHost)
+	}
+	for _, p := range r.Spec.Ports {
+		s += " port " + p.String()
 	}
 	if r.UseBuffer {
 		s += " buffer"

@@ -110,6 +110,9 @@ type Alloc struct {
 	// (at most 1): no other instance gets a piece of such a CPU, whatever
 	// its capacity or the overbooking (alloc.CPU.WholeCores).
 	WholeCores map[cpuset.CPUID]int `json:"whole_cores,omitempty"`
+	// Ports counts, per host port, the instances that hold it
+	// (model.Allocation.HostPorts): a port held is not given again.
+	Ports map[int]int `json:"ports,omitempty"`
 }
 
 // Metrics are a host's measured load and memory, as its agent last sent them.
@@ -155,7 +158,7 @@ func NewAlloc() Alloc {
 // Clone deep-copies a.
 func (a Alloc) Clone() Alloc {
 	return Alloc{Used: maps.Clone(a.Used), MemoryUsed: a.MemoryUsed, NUMAUsed: maps.Clone(a.NUMAUsed), Instances: maps.Clone(a.Instances), MemoryFirstQuota: a.MemoryFirstQuota, MemoryFirst: maps.Clone(a.MemoryFirst),
-		WholeCores: maps.Clone(a.WholeCores)}
+		WholeCores: maps.Clone(a.WholeCores), Ports: maps.Clone(a.Ports)}
 }
 
 // Add charges (sign +1) or releases (-1) an instance's resources.
@@ -182,6 +185,18 @@ func (a *Alloc) Add(in model.Instance, sign int) {
 		if len(a.WholeCores) == 0 {
 			a.WholeCores = nil
 		}
+	}
+	for _, p := range in.HostPorts {
+		if a.Ports == nil {
+			a.Ports = map[int]int{}
+		}
+		a.Ports[p.Host] += sign
+		if a.Ports[p.Host] == 0 {
+			delete(a.Ports, p.Host)
+		}
+	}
+	if len(a.Ports) == 0 {
+		a.Ports = nil
 	}
 	a.MemoryUsed += int64(sign) * in.Memory
 	if !in.Bind {
@@ -331,7 +346,8 @@ func ValidateServiceName(name string) error {
 // AllocHost builds the allocation engine's view of a host.
 func AllocHost(h Host, a Alloc) *alloc.Host {
 	out := &alloc.Host{Name: h.Name, MemoryBytes: h.MemoryBytes, MemoryUsed: a.MemoryUsed,
-		Topology: h.Topology, Instances: maps.Clone(a.Instances), MemoryFirst: maps.Clone(a.MemoryFirst)}
+		Topology: h.Topology, Instances: maps.Clone(a.Instances), MemoryFirst: maps.Clone(a.MemoryFirst),
+		Ports: maps.Clone(a.Ports)}
 	if out.MemoryFirst == nil && a.MemoryFirstQuota > 0 {
 		// A usage document from before the counts by quota: the sum
 		// bounds the largest from above.

@@ -17,7 +17,7 @@ func NewInstance(in model.Instance, st *model.Status, state string, shareBase in
 		CpuQuotaPieces: int32(in.CPUQuota), ShareBase: int32(shareBase),
 		Image: in.Image, Command: in.Command, Env: in.Env, Network: in.Network, Health: NewHealthCheck(in.Health),
 		Generation: in.Generation, RolledBack: in.RolledBack, State: state, SpecGeneration: in.SpecGeneration, Replaces: in.Replaces, Pull: in.Pull,
-		Container: NewContainerSpec(in.Container)}
+		Container: NewContainerSpec(in.Container), Ports: NewPorts(in.Ports), HostPorts: NewPorts(in.HostPorts)}
 	for id, p := range in.CPUs {
 		m.Cpus[int32(id)] = int32(p)
 	}
@@ -35,9 +35,9 @@ func (m *Instance) Model() model.Instance {
 	in := model.Instance{ID: m.Id, Service: m.Service, Host: m.Host, Generation: m.Generation, RolledBack: m.RolledBack,
 		SpecGeneration: m.SpecGeneration, Replaces: m.Replaces,
 		Spec: model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Pull: m.Pull,
-			Container: m.Container.Model()},
+			Container: m.Container.Model(), Ports: PortsModel(m.Ports)},
 		Allocation: model.Allocation{Bind: m.Bind, WholeCores: m.WholeCores, CPUs: make(map[cpuset.CPUID]int, len(m.Cpus)), CPUQuota: int(m.CpuQuotaPieces),
-			NUMANode: cpuset.NUMANodeID(m.NumaNode), Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes}}
+			NUMANode: cpuset.NUMANodeID(m.NumaNode), Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, HostPorts: PortsModel(m.HostPorts)}}
 	for id, p := range m.Cpus {
 		in.CPUs[cpuset.CPUID(id)] = int(p)
 	}
@@ -74,15 +74,35 @@ func NewHealthCheck(h *model.HealthCheck) *HealthCheck {
 	if h == nil {
 		return nil
 	}
-	return &HealthCheck{Exec: h.Exec, Tcp: int32(h.TCP), Http: h.HTTP, Timeout: h.Timeout}
+	return &HealthCheck{Exec: h.Exec, Tcp: int32(h.TCP), Http: h.HTTP, Timeout: h.Timeout, Port: h.Port}
 }
 
 // Model is the check m describes; nil when m is nil or empty.
 func (m *HealthCheck) Model() *model.HealthCheck {
-	if m == nil || len(m.Exec) == 0 && m.Tcp == 0 && m.Http == "" && m.Timeout == "" {
+	if m == nil || len(m.Exec) == 0 && m.Tcp == 0 && m.Http == "" && m.Timeout == "" && m.Port == "" {
 		return nil
 	}
-	return &model.HealthCheck{Exec: m.Exec, TCP: int(m.Tcp), HTTP: m.Http, Timeout: m.Timeout}
+	return &model.HealthCheck{Exec: m.Exec, TCP: int(m.Tcp), HTTP: m.Http, Timeout: m.Timeout, Port: m.Port}
+}
+
+// NewPorts is ports' wire form (nil for none).
+func NewPorts(ports []model.Port) []*Port {
+	var out []*Port
+	for _, p := range ports {
+		out = append(out, &Port{Name: p.Name, Host: int32(p.Host), Container: int32(p.Container)})
+	}
+	return out
+}
+
+// PortsModel is the ports m describes (nil for none).
+func PortsModel(m []*Port) []model.Port {
+	var out []model.Port
+	for _, p := range m {
+		if p != nil {
+			out = append(out, model.Port{Name: p.Name, Host: int(p.Host), Container: int(p.Container)})
+		}
+	}
+	return out
 }
 
 // NewApplied is a's wire form (nil for nil).

@@ -23,6 +23,11 @@ func TestRoundTrip(t *testing.T) {
 				Restart: "on-failure:3", Labels: map[string]string{"team": "data", "tier": ""}, User: "999:999", Workdir: "/var/lib/postgresql",
 				ReadOnly: true, CapAdd: []string{"NET_ADMIN"}, CapDrop: []string{"ALL"}, LogDriver: "json-file", LogOpts: map[string]string{"max-size": "10m"}}},
 			Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, CPUQuota: 100, NUMANode: -1, Memory: 1 << 30}},
+		{ID: "p-1", Service: "p", Host: "h1", Generation: 2,
+			Spec: model.Spec{Image: "busybox", Ports: []model.Port{{Name: "http", Host: 8080, Container: 80}, {Name: "admin"}},
+				Health: &model.HealthCheck{HTTP: "/healthz", Port: "http"}},
+			Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, CPUQuota: 50, NUMANode: -1, Memory: 64 << 20,
+				HostPorts: []model.Port{{Name: "http", Host: 8080, Container: 80}, {Name: "admin", Host: 20000, Container: 20000}}}},
 		{ID: "m-1", Service: "m", Host: "h2", Generation: 1, Spec: model.Spec{Image: "busybox"},
 			Allocation: model.Allocation{CPUs: map[cpuset.CPUID]int{}, CPUQuota: 1995, NUMANode: -1, Memory: 64 << 20}},
 	} {
