@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"google.golang.org/protobuf/proto"
 	"io"
 	"os"
 	"slices"
@@ -152,6 +153,7 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	if !envEqual(rec.Env, want.Env) {
 		blocked = append(blocked, "env changed")
 	}
+	differs("ports", portsLine(rec.Ports), portsLine(want.Ports))
 	if len(want.Command) == 0 && len(rec.Command) > 0 {
 		blocked = append(blocked, "command removed (a replace keeps the old one)")
 	}
@@ -203,6 +205,16 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	if orDefault(rec.Pull, "missing") != orDefault(w.Pull, "missing") {
 		what = append(what, fmt.Sprintf("pull %s → %s", orDefault(rec.Pull, "missing"), orDefault(w.Pull, "missing")))
 	}
+	// The container settings go with a replace, as a whole: none in the
+	// file clears them (an empty set).
+	var ctr *pinfoldv1.ContainerSpec
+	if !proto.Equal(rec.Container, want.Container) {
+		what = append(what, "container settings changed ("+containerLine(rec.Container)+" → "+containerLine(want.Container)+")")
+		ctr = want.Container
+		if ctr == nil {
+			ctr = &pinfoldv1.ContainerSpec{}
+		}
+	}
 	if len(what) == 0 {
 		for _, in := range ins { // an instance replaced on its own
 			if in.Image != want.Image || len(want.Command) > 0 && !slices.Equal(in.Command, want.Command) {
@@ -213,7 +225,7 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	}
 	if len(what) > 0 {
 		steps = append(steps, step{Service: name, Action: "replace", Detail: strings.Join(what, ", "),
-			replace: &pinfoldv1.ReplaceRequest{Target: name, Image: want.Image, Command: want.Command, Health: want.Health, Pull: orDefault(w.Pull, "missing")}})
+			replace: &pinfoldv1.ReplaceRequest{Target: name, Image: want.Image, Command: want.Command, Health: want.Health, Pull: orDefault(w.Pull, "missing"), Container: ctr}})
 	}
 	if s := want.Strategy; s != "each" && s != "fill" && rec.Count != want.Count {
 		steps = append(steps, step{Service: name, Action: "scale", Detail: fmt.Sprintf("count %d → %d", rec.Count, want.Count), scale: want.Count})
@@ -362,6 +374,10 @@ what pinfold deploy takes:
       constraint: 'disk == "ssd"'  # affinity, soft_affinity, anti_affinity,
                                  # soft_anti_affinity, placement_policy,
                                  # hosts_order, domain_spread, use_buffer
+      ports: [http=8080, admin]  # as deploy --port: static or dynamic
+      volumes: [/srv/data:/data] # and restart, labels, user, workdir,
+                                 # read_only, cap_add, cap_drop,
+                                 # log_driver, log_opts (deploy's flags)
 
 An unknown key or a bad value is an error naming its path
 (services.web.cpu), and nothing is changed when any service is invalid.
@@ -370,19 +386,23 @@ A docker compose file is read too (a services map whose entries have
 compose keys such as environment or deploy): image, command, entrypoint,
 environment, network_mode, pull_policy, healthcheck, deploy.replicas,
 deploy.resources.limits.cpus and .memory, deploy.resources.reservations.memory
-(soft memory), and cpus/mem_limit/mem_reservation. Every other key is
-named as ignored, per service (ports, volumes and restart: not supported
-yet). Compose services are memory-first (no bind); variables are not
-interpolated.
+(soft memory), cpus/mem_limit/mem_reservation, ports (TCP: "8080:80" is
+the static host port p80=8080:80, "80" a dynamic one named p80), volumes
+(absolute host paths and named volumes) and restart or
+deploy.restart_policy. Every other key, and a port or volume pinfold has
+no form for (a host address, UDP, a range, a relative path), is named as
+ignored, per service. Compose services are memory-first (no bind);
+variables are not interpolated.
 
 Compared with the planner (GetService, ListInstances), each service is:
   deploy    new: placed with its size and rules
   resize    cpu, memory or bind differ: resized in place by the difference
-  replace   image, command, health check or pull differ: blue-green replace
+  replace   image, command, health check, pull or the container settings
+            (volumes, restart, ...) differ: blue-green replace
   scale     count differs (not for each and fill, whose count is per host)
   recreate  what no live change makes: env, network, whole_cores, a soft
             memory a resize does not leave, a removed command or health
-            check, or a rule (strategy, max_per_host, constraint,
+            check, ports, or a rule (strategy, max_per_host, constraint,
             affinities, placement_policy, hosts_order, domain_spread):
             needs remove + deploy; apply refuses (exit 1, nothing changed)
             unless --recreate
@@ -569,4 +589,38 @@ func deployWithPull(ctx context.Context, cl pinfoldv1connect.PlannerServiceClien
 		return err
 	}
 	return nil
+}
+
+// portsLine is ports as deploy's --port flags write them ("" for none).
+func portsLine(ports []*pinfoldv1.Port) string {
+	var out []string
+	for _, p := range pinfoldv1.PortsModel(ports) {
+		out = append(out, p.String())
+	}
+	return strings.Join(out, " ")
+}
+
+// containerLine is c in a line: its volumes, restart policy and so on.
+func containerLine(c *pinfoldv1.ContainerSpec) string {
+	m := c.Model()
+	if m.IsZero() {
+		return "none"
+	}
+	var out []string
+	add := func(k string, v any, set bool) {
+		if set {
+			out = append(out, fmt.Sprintf("%s %v", k, v))
+		}
+	}
+	add("volumes", m.Volumes, len(m.Volumes) > 0)
+	add("restart", m.Restart, m.Restart != "")
+	add("labels", m.Labels, len(m.Labels) > 0)
+	add("user", m.User, m.User != "")
+	add("workdir", m.Workdir, m.Workdir != "")
+	add("read_only", m.ReadOnly, m.ReadOnly)
+	add("cap_add", m.CapAdd, len(m.CapAdd) > 0)
+	add("cap_drop", m.CapDrop, len(m.CapDrop) > 0)
+	add("log_driver", m.LogDriver, m.LogDriver != "")
+	add("log_opts", m.LogOpts, len(m.LogOpts) > 0)
+	return strings.Join(out, ", ")
 }

@@ -21,8 +21,7 @@ func TestExamplesDecode(t *testing.T) {
 	}{
 		{"services.yaml", []string{"cache", "web"}, nil},
 		{"compose.yaml", []string{"api", "db"}, []string{"compose: ignored top-level keys: name, volumes",
-			"compose: api: ignored keys: depends_on, ports (not supported yet), restart (not supported yet)",
-			"compose: db: ignored keys: volumes (not supported yet)"}},
+			"compose: api: ignored keys: depends_on"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.file, func(t *testing.T) {
@@ -64,6 +63,59 @@ func TestComposeMapping(t *testing.T) {
 	}
 	if db.Count != 1 || db.Cpu != "1" || db.MemoryBytes != 1<<30 || db.MemorySoftBytes != 512<<20 || !slices.Equal(db.Env, []string{"POSTGRES_PASSWORD=example"}) {
 		t.Errorf("db = %v", db)
+	}
+	// Ports, volumes and the restart policy.
+	if got := portsLine(api.Ports); got != "p8080=8080:8080" || api.GetContainer().GetRestart() != "unless-stopped" {
+		t.Errorf("api: ports %q, restart %q; want p8080=8080:8080 and unless-stopped", got, api.GetContainer().GetRestart())
+	}
+	if got := db.GetContainer().GetVolumes(); !slices.Equal(got, []string{"db:/var/lib/postgresql/data"}) {
+		t.Errorf("db: volumes %q", got)
+	}
+}
+
+// TestComposePortsAndVolumes: each compose port and volume form maps to
+// pinfold's or is named as skipped.
+func TestComposePortsAndVolumes(t *testing.T) {
+	ports, skipped := composePorts([]byte(`["80", "8080:80", "9000:9000/tcp", "127.0.0.1:81:81", "53:53/udp", "7000-7001:7000-7001", {"target": 443, "published": 8443}, "80"]`))
+	if want := []string{"p80:80", "p80-2=8080:80", "p9000=9000:9000", "p443=8443:443", "p80-3:80"}; !slices.Equal(ports, want) {
+		t.Errorf("ports %q, want %q", ports, want)
+	}
+	if len(skipped) != 3 {
+		t.Errorf("skipped %q, want the host address, the UDP port and the range", skipped)
+	}
+	vols, skipped := composeVolumes([]byte(`["/srv/data:/data", "cache:/cache:ro", "./rel:/x", "/anon", {"type": "bind", "source": "/etc/app", "target": "/etc/app", "read_only": true}, {"type": "tmpfs", "target": "/t"}]`))
+	if want := []string{"/srv/data:/data", "cache:/cache:ro", "/etc/app:/etc/app:ro"}; !slices.Equal(vols, want) {
+		t.Errorf("volumes %q, want %q", vols, want)
+	}
+	if len(skipped) != 3 {
+		t.Errorf("skipped %q, want the relative path, the anonymous volume and the tmpfs", skipped)
+	}
+	for raw, want := range map[string]string{`{"condition": "on-failure", "max_attempts": 3}`: "on-failure:3", `{"condition": "any"}`: "always", `{"condition": "none"}`: ""} {
+		if got, _ := composeRestartPolicy([]byte(raw)); got != want {
+			t.Errorf("restart_policy %s = %q, want %q", raw, got, want)
+		}
+	}
+}
+
+// TestServicesFileContainerAndPorts: a pinfold services file's ports and
+// container settings reach the deploy, checked as deploy checks its flags.
+func TestServicesFileContainerAndPorts(t *testing.T) {
+	want, _, err := decodeServicesFile([]byte("services:\n  web: {image: a, memory: 64MiB, ports: [http=8080, admin], volumes: [/srv:/srv:ro], restart: always, labels: {team: x}}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := want[0].Deploy
+	if portsLine(d.Ports) != "http=8080 admin" || !slices.Equal(d.GetContainer().GetVolumes(), []string{"/srv:/srv:ro"}) || d.GetContainer().GetRestart() != "always" || d.GetContainer().GetLabels()["team"] != "x" {
+		t.Errorf("deploy = %v", d)
+	}
+	for file, msg := range map[string]string{
+		"services:\n  web: {image: a, memory: 64MiB, ports: [http=70000]}\n": "services.web.ports",
+		"services:\n  web: {image: a, memory: 64MiB, volumes: [x:y]}\n":      `services.web: volume "x:y"`,
+		"services:\n  web: {image: a, memory: 64MiB, restart: sometimes}\n":  "services.web:",
+	} {
+		if _, _, err := decodeServicesFile([]byte(file)); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: %v, want an error containing %q", file, err, msg)
+		}
 	}
 }
 

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -36,7 +38,7 @@ func isCompose(top map[string]json.RawMessage, services map[string]json.RawMessa
 		}
 		for k := range keys {
 			switch {
-			case k == "image" || k == "command":
+			case slices.Contains(sharedKeys, k):
 			case slices.Contains(fileKeys, k):
 				return false
 			default:
@@ -46,6 +48,10 @@ func isCompose(top map[string]json.RawMessage, services map[string]json.RawMessa
 	}
 	return signal
 }
+
+// sharedKeys are written the same in both kinds of file: they tell
+// neither.
+var sharedKeys = []string{"image", "command", "ports", "volumes", "restart", "labels", "user", "read_only", "cap_add", "cap_drop"}
 
 // composeService is the part of a compose service pinfold maps.
 type composeService struct {
@@ -178,7 +184,6 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 		if r := dp.Resources.Reservations; r.Memory != nil {
 			soft = r.Memory
 		}
-		ignored = append(ignored, composeRestartPolicy(dp.RestartPolicy)...)
 		var dk map[string]json.RawMessage
 		_ = json.Unmarshal(keys["deploy"], &dk)
 		for _, k := range slices.Sorted(maps.Keys(dk)) {
@@ -211,9 +216,24 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 			return wantService{}, nil, err
 		}
 	}
-	ignored = append(ignored, composePorts(c.Ports)...)
-	ignored = append(ignored, composeVolumes(c.Volumes)...)
-	ignored = append(ignored, composeRestart(c.Restart)...)
+	var ctr model.Container
+	ports, skipped := composePorts(c.Ports)
+	ignored = append(ignored, skipped...)
+	ctr.Volumes, skipped = composeVolumes(c.Volumes)
+	ignored = append(ignored, skipped...)
+	ctr.Restart, skipped = composeRestart(c.Restart)
+	ignored = append(ignored, skipped...)
+	if ctr.Restart == "" && c.Deploy != nil {
+		ctr.Restart, skipped = composeRestartPolicy(c.Deploy.RestartPolicy)
+		ignored = append(ignored, skipped...)
+	}
+	if err := ctr.Validate(); err != nil {
+		return wantService{}, nil, fmt.Errorf("%s: %v", path, err)
+	}
+	d.Container = pinfoldv1.NewContainerSpec(ctr)
+	if d.Ports, err = filePorts(path, ports, d.Network); err != nil {
+		return wantService{}, nil, err
+	}
 	if err := checkWant(path, d, pull); err != nil {
 		return wantService{}, nil, err
 	}
@@ -261,35 +281,148 @@ func composeHealthCheck(path string, h *composeHealth) (*pinfoldv1.HealthCheck, 
 // volumes and a restart policy each is mapped in one place. They return
 // the words listed as ignored for the service.
 
-// composePorts maps a service's ports: not supported yet.
-func composePorts(raw json.RawMessage) []string {
+// composePorts maps a service's ports to pinfold's (deploy's --port
+// syntax), each named p<container port>: "80" is a dynamic host port,
+// "8080:80" the static 8080. It skips (and lists) what pinfold has no
+// form for: a host address, UDP, port ranges.
+func composePorts(raw json.RawMessage) (ports, skipped []string) {
 	if len(raw) == 0 {
-		return nil
+		return nil, nil
 	}
-	return []string{"ports (not supported yet)"}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil {
+		return nil, []string{"ports (want a list)"}
+	}
+	used := map[string]int{}
+	for _, e := range list {
+		host, ctr, proto, ok := "", "", "tcp", false
+		var short string
+		var long struct {
+			Target    json.Number `json:"target"`
+			Published json.Number `json:"published"`
+			Protocol  string      `json:"protocol"`
+			HostIP    string      `json:"host_ip"`
+		}
+		switch {
+		case json.Unmarshal(e, &short) == nil:
+			spec := short
+			if p, q, cut := strings.Cut(spec, "/"); cut {
+				spec, proto = p, q
+			}
+			parts := strings.Split(spec, ":")
+			switch len(parts) {
+			case 1:
+				ctr, ok = parts[0], true
+			case 2:
+				host, ctr, ok = parts[0], parts[1], true
+			}
+		case json.Unmarshal(e, &long) == nil && long.HostIP == "":
+			host, ctr, ok = long.Published.String(), long.Target.String(), long.Target != ""
+			if long.Protocol != "" {
+				proto = long.Protocol
+			}
+		}
+		what := strings.Trim(string(e), `"`)
+		if n, err := strconv.Atoi(ctr); !ok || proto != "tcp" || err != nil || n < 1 || n > 65535 || host != "" && !isPort(host) {
+			skipped = append(skipped, "ports: "+what+" (pinfold publishes TCP ports: HOST:CONTAINER or CONTAINER, no host address or range)")
+			continue
+		}
+		name := "p" + ctr
+		if used[name]++; used[name] > 1 {
+			name = fmt.Sprintf("%s-%d", name, used[name])
+		}
+		if host == "" {
+			ports = append(ports, name+":"+ctr)
+		} else {
+			ports = append(ports, name+"="+host+":"+ctr)
+		}
+	}
+	return ports, skipped
 }
 
-// composeVolumes maps a service's volumes: not supported yet.
-func composeVolumes(raw json.RawMessage) []string {
-	if len(raw) == 0 {
-		return nil
-	}
-	return []string{"volumes (not supported yet)"}
+func isPort(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 1 && n <= 65535
 }
 
-// composeRestart maps a service's restart policy: not supported yet (the
-// agent restarts what exits as its own policy says).
-func composeRestart(raw json.RawMessage) []string {
+// composeVolumes maps a service's volumes: SOURCE:TARGET[:ro|rw] with an
+// absolute host path (a bind mount) or a volume's name, in the short or
+// the long syntax. It skips (and lists) paths relative to the compose
+// file and anonymous volumes, which pinfold cannot place.
+func composeVolumes(raw json.RawMessage) (volumes, skipped []string) {
 	if len(raw) == 0 {
-		return nil
+		return nil, nil
 	}
-	return []string{"restart (not supported yet)"}
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) != nil {
+		return nil, []string{"volumes (want a list)"}
+	}
+	for _, e := range list {
+		var short string
+		var long struct {
+			Type     string `json:"type"`
+			Source   string `json:"source"`
+			Target   string `json:"target"`
+			ReadOnly bool   `json:"read_only"`
+		}
+		v := ""
+		switch {
+		case json.Unmarshal(e, &short) == nil:
+			v = short
+		case json.Unmarshal(e, &long) == nil && (long.Type == "bind" || long.Type == "volume"):
+			v = long.Source + ":" + long.Target
+			if long.ReadOnly {
+				v += ":ro"
+			}
+		}
+		src, _, two := strings.Cut(v, ":")
+		if !two || src == "" || strings.HasPrefix(src, ".") || strings.HasPrefix(src, "~") {
+			skipped = append(skipped, "volumes: "+strings.Trim(string(e), `"`)+" (an absolute host path or a volume's name is needed)")
+			continue
+		}
+		volumes = append(volumes, v)
+	}
+	return volumes, skipped
 }
 
-// composeRestartPolicy maps deploy.restart_policy: not supported yet.
-func composeRestartPolicy(raw json.RawMessage) []string {
+// composeRestart maps restart: no, always, on-failure[:N], unless-stopped.
+func composeRestart(raw json.RawMessage) (string, []string) {
 	if len(raw) == 0 {
-		return nil
+		return "", nil
 	}
-	return []string{"deploy.restart_policy (not supported yet)"}
+	var r string
+	if json.Unmarshal(raw, &r) != nil {
+		return "", []string{"restart (want a string)"}
+	}
+	if r == "no" {
+		return "", nil
+	}
+	return r, nil
+}
+
+// composeRestartPolicy maps deploy.restart_policy's condition (none,
+// on-failure with max_attempts, any) to a restart policy.
+func composeRestartPolicy(raw json.RawMessage) (string, []string) {
+	if len(raw) == 0 {
+		return "", nil
+	}
+	var p struct {
+		Condition   string `json:"condition"`
+		MaxAttempts int    `json:"max_attempts"`
+	}
+	if json.Unmarshal(raw, &p) != nil {
+		return "", []string{"deploy.restart_policy (want a map)"}
+	}
+	switch p.Condition {
+	case "none":
+		return "", nil
+	case "", "any":
+		return "always", nil
+	case "on-failure":
+		if p.MaxAttempts > 0 {
+			return fmt.Sprintf("on-failure:%d", p.MaxAttempts), nil
+		}
+		return "on-failure", nil
+	}
+	return "", []string{"deploy.restart_policy.condition: " + p.Condition}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -64,6 +65,21 @@ type fileService struct {
 	HostsOrder       []string `json:"hosts_order"`
 	DomainSpread     string   `json:"domain_spread"`
 	UseBuffer        bool     `json:"use_buffer"`
+
+	// Ports as deploy's --port writes them: NAME=PORT[:CONTAINER]
+	// (static) or NAME[:CONTAINER] (dynamic).
+	Ports []string `json:"ports"`
+	// The container settings, as deploy's flags of the same names.
+	Volumes   []string          `json:"volumes"`
+	Restart   string            `json:"restart"`
+	Labels    map[string]string `json:"labels"`
+	User      string            `json:"user"`
+	Workdir   string            `json:"workdir"`
+	ReadOnly  bool              `json:"read_only"`
+	CapAdd    []string          `json:"cap_add"`
+	CapDrop   []string          `json:"cap_drop"`
+	LogDriver string            `json:"log_driver"`
+	LogOpts   map[string]string `json:"log_opts"`
 }
 
 // fileHealth is a service's health check: one of cmd, tcp or http.
@@ -318,6 +334,15 @@ func decodeFileService(name string, raw json.RawMessage) (wantService, error) {
 		return wantService{}, fmt.Errorf("%s.max_per_host: %d: want 0 (no cap) or more", path, f.MaxPerHost)
 	}
 	d.MaxPerHost = int32(f.MaxPerHost)
+	ctr := model.Container{Volumes: f.Volumes, Restart: f.Restart, Labels: f.Labels, User: f.User, Workdir: f.Workdir, ReadOnly: f.ReadOnly,
+		CapAdd: f.CapAdd, CapDrop: f.CapDrop, LogDriver: f.LogDriver, LogOpts: f.LogOpts}
+	if err := ctr.Validate(); err != nil {
+		return wantService{}, fmt.Errorf("%s: %v", path, err)
+	}
+	d.Container = pinfoldv1.NewContainerSpec(ctr)
+	if d.Ports, err = filePorts(path, f.Ports, d.Network); err != nil {
+		return wantService{}, err
+	}
 	if err := checkWant(path, d, f.Pull); err != nil {
 		return wantService{}, err
 	}
@@ -457,4 +482,20 @@ func secondDocument(data []byte) int {
 		}
 	}
 	return 0
+}
+
+// filePorts reads a service's ports, written as deploy's --port.
+func filePorts(path string, list []string, network string) ([]*pinfoldv1.Port, error) {
+	var ports []model.Port
+	for _, f := range list {
+		p, err := model.ParsePort(f)
+		if err != nil {
+			return nil, fmt.Errorf("%s.ports: %v", path, err)
+		}
+		ports = append(ports, p)
+	}
+	if err := model.ValidatePorts(ports, network); err != nil {
+		return nil, fmt.Errorf("%s.ports: %v", path, err)
+	}
+	return pinfoldv1.NewPorts(ports), nil
 }

@@ -688,7 +688,8 @@ func (s *Server) GetService(ctx context.Context, r *connect.Request[pinfoldv1.Ge
 	m := &pinfoldv1.ServiceRecord{Name: svc.Name, Image: svc.Image, Command: svc.Command, Env: env, Network: svc.Network,
 		Health: pinfoldv1.NewHealthCheck(svc.Health), Pull: svc.Pull, Cpu: alloc.FormatPieces(svc.Pieces, s.sb()), Bind: svc.Bind,
 		WholeCores: svc.WholeCores, MemoryBytes: svc.Memory, MemorySoftBytes: svc.MemorySoft, Strategy: svc.Strategy,
-		MaxPerHost: int32(min(svc.MaxPerHost, math.MaxInt32)), Count: int32(min(n, math.MaxInt32)), ShareBase: int32(s.sb())}
+		MaxPerHost: int32(min(svc.MaxPerHost, math.MaxInt32)), Count: int32(min(n, math.MaxInt32)), ShareBase: int32(s.sb()),
+		Container: pinfoldv1.NewContainerSpec(svc.Container), Ports: pinfoldv1.NewPorts(svc.Ports)}
 	if rl := svc.Rules; rl != nil {
 		m.Constraint, m.PlacementPolicy, m.HostsOrder, m.DomainSpread = rl.Constraint, rl.Policy, rl.HostsOrder, rl.DomainSpread
 		m.AffinityHard, m.AffinitySoft, m.AntiAffinityHard, m.AntiAffinitySoft = rl.Affinity.Hard, rl.Affinity.Soft, rl.AntiAffinity.Hard, rl.AntiAffinity.Soft

@@ -3260,6 +3260,8 @@ type ServiceRecord struct {
 	DomainSpread     string                 `protobuf:"bytes,22,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"`
 	Count            int32                  `protobuf:"varint,23,opt,name=count,proto3" json:"count,omitempty"`                          // its instances now (a move in flight counts once)
 	ShareBase        int32                  `protobuf:"varint,24,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"` // pieces per CPU: cpu is a whole number of them
+	Container        *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                   // volumes, restart, labels, user, …; nil: none
+	Ports            []*Port                `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                           // the named host ports each instance asks for
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -3460,6 +3462,20 @@ func (x *ServiceRecord) GetShareBase() int32 {
 		return x.ShareBase
 	}
 	return 0
+}
+
+func (x *ServiceRecord) GetContainer() *ContainerSpec {
+	if x != nil {
+		return x.Container
+	}
+	return nil
+}
+
+func (x *ServiceRecord) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
 }
 
 type RemoveRequest struct {
@@ -5073,7 +5089,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x11GetServiceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"I\n" +
 	"\x12GetServiceResponse\x123\n" +
-	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\x84\x06\n" +
+	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\xe5\x06\n" +
 	"\rServiceRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5105,7 +5121,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\rdomain_spread\x18\x16 \x01(\tR\fdomainSpread\x12\x14\n" +
 	"\x05count\x18\x17 \x01(\x05R\x05count\x12\x1d\n" +
 	"\n" +
-	"share_base\x18\x18 \x01(\x05R\tshareBase\"'\n" +
+	"share_base\x18\x18 \x01(\x05R\tshareBase\x127\n" +
+	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12&\n" +
+	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\"\"\n" +
 	"\x0eRemoveResponse\x12\x10\n" +
@@ -5397,70 +5415,72 @@ var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	15, // 42: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
 	43, // 43: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
 	13, // 44: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
-	15, // 45: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	76, // 46: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	77, // 47: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 48: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	55, // 49: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	15, // 50: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	59, // 51: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	78, // 52: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
-	79, // 53: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
-	16, // 54: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	18, // 55: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	20, // 56: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	22, // 57: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	24, // 58: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	26, // 59: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	27, // 60: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 61: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 62: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 63: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 64: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	35, // 65: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	37, // 66: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	44, // 67: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	39, // 68: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	46, // 69: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	48, // 70: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	49, // 71: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	32, // 72: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	29, // 73: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	60, // 74: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	41, // 75: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
-	52, // 76: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	54, // 77: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	57, // 78: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	17, // 79: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	19, // 80: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	21, // 81: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	23, // 82: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	25, // 83: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	34, // 84: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	28, // 85: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 86: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 87: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 88: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 89: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	36, // 90: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	38, // 91: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	45, // 92: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	40, // 93: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	47, // 94: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	51, // 95: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	50, // 96: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	33, // 97: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	31, // 98: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	61, // 99: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	42, // 100: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
-	53, // 101: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	56, // 102: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	58, // 103: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	79, // [79:104] is the sub-list for method output_type
-	54, // [54:79] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	62, // 45: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 46: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
+	15, // 47: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	76, // 48: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	77, // 49: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 50: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	55, // 51: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	15, // 52: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	59, // 53: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	78, // 54: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
+	79, // 55: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
+	16, // 56: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	18, // 57: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	20, // 58: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	22, // 59: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	24, // 60: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	26, // 61: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	27, // 62: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 63: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 64: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 65: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 66: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	35, // 67: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	37, // 68: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	44, // 69: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	39, // 70: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	46, // 71: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	48, // 72: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	49, // 73: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	32, // 74: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	29, // 75: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	60, // 76: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	41, // 77: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
+	52, // 78: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	54, // 79: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	57, // 80: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	17, // 81: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	19, // 82: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	21, // 83: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	23, // 84: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	25, // 85: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	34, // 86: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	28, // 87: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 88: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 89: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 90: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 91: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	36, // 92: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	38, // 93: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	45, // 94: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	40, // 95: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	47, // 96: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	51, // 97: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	50, // 98: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	33, // 99: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	31, // 100: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	61, // 101: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	42, // 102: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
+	53, // 103: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	56, // 104: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	58, // 105: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	81, // [81:106] is the sub-list for method output_type
+	56, // [56:81] is the sub-list for method input_type
+	56, // [56:56] is the sub-list for extension type_name
+	56, // [56:56] is the sub-list for extension extendee
+	0,  // [0:56] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
