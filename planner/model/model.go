@@ -11,9 +11,12 @@ package model
 import "github.com/pinfold/pinfold/planner/cpuset"
 
 // Protocol is the version of the planner–agent protocol. A planner refuses
-// the registration of an agent that speaks another one. 2: CPU quotas cross
-// the wire as pieces, and the watch carries the host's shared CPUs.
-const Protocol = 2
+// the registration of an agent that speaks another one, and gives a host
+// whose live agent speaks another no new work (state "protocol"). 2: CPU
+// quotas cross the wire as pieces, and the watch carries the host's shared
+// CPUs. 3: instances carry their container settings (volumes, restart,
+// labels, ...) and ports, which an older agent would drop silently.
+const Protocol = 3
 
 // HealthCheck is a probe a new container must pass before it replaces the
 // old one: exactly one of Exec, TCP, HTTP.
