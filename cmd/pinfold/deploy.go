@@ -328,6 +328,9 @@ anew; a move or heal gets them on the new host.`,
 				return err
 			}
 			cs, err := ctr.msg()
+			if err != nil {
+				return err
+			}
 			ports, err := parsePorts(portFlags, network)
 			if err != nil {
 				return err

@@ -72,6 +72,7 @@ func ValidatePorts(ports []Port, network string) error {
 		return fmt.Errorf("ports: %d given, want at most %d", len(ports), MaxPorts)
 	}
 	names := map[string]bool{}
+	envs := map[string]string{}
 	static := map[int]string{}
 	for _, p := range ports {
 		switch {
@@ -79,6 +80,8 @@ func ValidatePorts(ports []Port, network string) error {
 			return fmt.Errorf("port %q: name %q: want [a-z][a-z0-9_-]*, at most 32 characters", p.String(), p.Name)
 		case names[p.Name]:
 			return fmt.Errorf("port %q: name %q is given twice", p.String(), p.Name)
+		case envs[PortEnv(p.Name)] != "":
+			return fmt.Errorf("port %q: name %q reaches the container as %s, as port %q does", p.String(), p.Name, PortEnv(p.Name), envs[PortEnv(p.Name)])
 		case p.Host < 0 || p.Host > 65535:
 			return fmt.Errorf("port %q: port %d is outside 1-65535", p.String(), p.Host)
 		case p.Container < 0 || p.Container > 65535:
@@ -95,6 +98,7 @@ func ValidatePorts(ports []Port, network string) error {
 			static[p.Host] = p.Name
 		}
 		names[p.Name] = true
+		envs[PortEnv(p.Name)] = p.Name
 	}
 	return nil
 }

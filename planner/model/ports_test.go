@@ -75,6 +75,8 @@ func TestValidatePorts(t *testing.T) {
 		{[]Port{{Name: "-x"}}, "", `name "-x"`},
 		{[]Port{{Name: strings.Repeat("a", 33)}}, "", "at most 32 characters"},
 		{[]Port{{Name: "a", Container: 70000}}, "", "container port 70000 is outside 1-65535"},
+		// Two names, one variable in the container (found by a trial).
+		{[]Port{{Name: "a-b"}, {Name: "a_b"}}, "", `reaches the container as PINFOLD_PORT_A_B, as port "a-b" does`},
 	} {
 		err := ValidatePorts(tc.ports, tc.network)
 		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {

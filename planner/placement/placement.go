@@ -292,8 +292,12 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 			return nil, v.fail("no host may take %s: %s", r.Service, portsDetail(r))
 		}
 		if staticCap(r) >= 0 && r.Strategy != alloc.Each && r.Strategy != alloc.Fill && len(v.left) < r.Count {
-			return nil, v.fail("%d instances of %s cannot be placed: a static port (%s) allows one per host, and %d hosts have it free",
-				r.Count, r.Service, portsDetail(r)[len("no host has "):], len(v.left))
+			hosts := "hosts have"
+			if len(v.left) == 1 {
+				hosts = "host has"
+			}
+			return nil, v.fail("%d instances of %s cannot be placed: a static port allows one instance per host, and %d %s %s",
+				r.Count, r.Service, len(v.left), hosts, portsDetail(r)[len("no host has "):])
 		}
 	}
 	// Capacity, under buffer and overbooking.

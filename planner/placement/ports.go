@@ -61,7 +61,11 @@ func portsDetail(r Request) string {
 		parts = append(parts, "ports "+strings.Join(s, ", ")+" free")
 	}
 	if d := model.Dynamic(r.Ports); d > 0 {
-		parts = append(parts, fmt.Sprintf("%d free port(s) in %d-%d", d, model.DynamicPortMin, model.DynamicPortMax))
+		ports := "ports"
+		if d == 1 {
+			ports = "port"
+		}
+		parts = append(parts, fmt.Sprintf("%d free %s in %d-%d", d, ports, model.DynamicPortMin, model.DynamicPortMax))
 	}
 	return "no host has " + strings.Join(parts, " and ")
 }

@@ -171,7 +171,7 @@ func TestPortsDynamicExhausted(t *testing.T) {
 		t.Errorf("placed %+v, want free with port 20001", p)
 	}
 	_, err = Plan(params, Settings{}, []*Host{full}, r)
-	if err == nil || !strings.Contains(err.Error(), "1 free port(s) in 20000-32000") {
+	if err == nil || !strings.Contains(err.Error(), "1 free port in 20000-32000") {
 		t.Errorf("err = %v, want the dynamic range named", err)
 	}
 }

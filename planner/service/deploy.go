@@ -76,6 +76,11 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	if err := validateSpec(r.Spec); err != nil {
 		return DeployResult{}, err
 	}
+	// A replace checks the port its health check names against each
+	// instance's ports (instances.go); a deploy against its own.
+	if err := validateHealthPort(r.Spec.Health, r.Spec.Ports); err != nil {
+		return DeployResult{}, err
+	}
 	if err := validateRules(r.Rules); err != nil {
 		return DeployResult{}, err
 	}

@@ -141,10 +141,14 @@ func validateSpec(sp model.Spec) error {
 	if err := model.ValidatePorts(sp.Ports, sp.Network); err != nil {
 		return errf(Invalid, "%s", err)
 	}
-	if err := ValidateHealth(sp.Health); err != nil {
-		return err
+	for _, p := range sp.Ports {
+		for _, e := range sp.Env {
+			if k, _, _ := strings.Cut(e, "="); k == model.PortEnv(p.Name) {
+				return errf(Invalid, "env entry %q: %s is the host port of port %q, which pinfold sets", clip(e), k, p.Name)
+			}
+		}
 	}
-	return validateHealthPort(sp.Health, sp.Ports)
+	return ValidateHealth(sp.Health)
 }
 
 // validateRules checks the bounds of a deploy's placement rules (their

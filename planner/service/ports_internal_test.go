@@ -219,3 +219,34 @@ func TestPortsReplaceSeveralOnOneHost(t *testing.T) {
 	}
 	f.verify()
 }
+
+// TestReplaceHealthNamesAPort: a replace's health check may name one of
+// the instances' ports (a trial found every such replace refused, "not one
+// of the instance's ports ()").
+func TestReplaceHealthNamesAPort(t *testing.T) {
+	f := newHealFixture(t, "a", "b")
+	web := DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http", Host: 8180, Container: 80}, {Name: "metrics"}}},
+		Count: 2, Pieces: 20, Memory: gib}
+	ins, err := f.Deploy(f.ctx, web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{"web", ins[0].ID} {
+		rep, err := f.Replace(f.ctx, ReplaceRequest{Target: target, Image: "i:2", Health: &model.HealthCheck{Port: "metrics", HTTP: "/m"}})
+		if err != nil {
+			t.Fatalf("replace %s with a check on port metrics: %v", target, err)
+		}
+		if h := rep[0].Health; h == nil || h.Port != "metrics" {
+			t.Errorf("replaced %s: health %+v", rep[0].ID, h)
+		}
+	}
+	if _, err := f.Replace(f.ctx, ReplaceRequest{Target: "web", Image: "i:3", Health: &model.HealthCheck{Port: "nope"}}); CodeOf(err) != Invalid {
+		t.Errorf("replace with a check on a port the instances lack = %v, want invalid", err)
+	}
+	// An env entry naming a port's variable would be overridden unseen.
+	clash := DeployRequest{Service: "clash", Spec: model.Spec{Image: "i", Env: []string{"PINFOLD_PORT_HTTP=1"}, Ports: []model.Port{{Name: "http"}}}, Count: 1, Pieces: 20, Memory: gib}
+	if _, err := f.Deploy(f.ctx, clash); CodeOf(err) != Invalid || !strings.Contains(err.Error(), "PINFOLD_PORT_HTTP is the host port of port") {
+		t.Errorf("deploy with env PINFOLD_PORT_HTTP and port http = %v, want invalid", err)
+	}
+	f.verify()
+}
