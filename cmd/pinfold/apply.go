@@ -72,6 +72,13 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 		name := w.Deploy.Service
 		resp, err := cl.GetService(ctx, connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: name}))
 		if connect.CodeOf(err) == connect.CodeNotFound {
+			if w.Deploy.Count == 0 {
+				// Nothing runs, as the file wants: no deploy (one needs an
+				// instance), and a second apply finds the same.
+				d.Unchanged = append(d.Unchanged, name)
+				d.Notes = append(d.Notes, fmt.Sprintf("%s: count 0 and not deployed: nothing to do", name))
+				continue
+			}
 			deploys = append(deploys, step{Service: name, Action: "deploy", Detail: describeDeploy(w.Deploy), deploy: w.Deploy})
 			continue
 		}
@@ -392,7 +399,7 @@ the static host port p80=8080:80, "80" a dynamic one named p80), volumes
 deploy.restart_policy. Every other key, and a port or volume pinfold has
 no form for (a host address, UDP, a range, a relative path), is named as
 ignored, per service. Compose services are memory-first (no bind);
-variables are not interpolated.
+a compose variable (${...}) is refused: pinfold does not fill them in.
 
 Compared with the planner (GetService, ListInstances), each service is:
   deploy    new: placed with its size and rules

@@ -138,6 +138,14 @@ func TestServicesFileBadInput(t *testing.T) {
 		{"no services", "web: {}\n", `no services key`},
 		{"compose memory", "services:\n  web: {image: a, environment: [A=1]}\n", `services.web.deploy.resources.limits.memory: missing`},
 		{"compose cpus", "services:\n  web: {image: a, deploy: {resources: {limits: {cpus: x, memory: 64M}}}}\n", `services.web.deploy.resources.limits.cpus: "x" is not a number`},
+		{"service twice", "services:\n  web: {image: a, memory: 64MiB}\n  web: {image: b, memory: 64MiB}\n", `line 3: key "web" already set in map`},
+		{"key in another case", "services:\n  web: {Image: a, memory: 64MiB}\n", `services.web: unknown key "Image"`},
+		{"bad constraint", "services:\n  web: {image: a, memory: 64MiB, constraint: \"(((\"}\n", `services.web.constraint: "(((": column`},
+		{"bad network", "services:\n  web: {image: a, memory: 64MiB, network: \"container:foo\"}\n", `services.web.network:`},
+		{"bad policy", "services:\n  web: {image: a, memory: 64MiB, placement_policy: weird}\n", `services.web.placement_policy: "weird"`},
+		{"bad spread", "services:\n  web: {image: a, memory: 64MiB, domain_spread: weird}\n", `services.web.domain_spread: "weird"`},
+		{"self anti-affinity", "services:\n  web: {image: a, memory: 64MiB, anti_affinity: [web]}\n", `services.web.anti_affinity: "web"`},
+		{"compose variable", "services:\n  web: {image: \"${IMG:-nginx}\", deploy: {resources: {limits: {memory: 64M}}}}\n", `services.web.image: "${IMG:-nginx}": pinfold does not fill in compose variables`},
 		{"compose build only", "services:\n  web: {build: ., deploy: {resources: {limits: {memory: 64M}}}}\n", `services.web.image: missing`},
 	}
 	for _, tt := range tests {

@@ -18,7 +18,7 @@ import (
 // github.com/compose-spec/compose-go: that module brings 13 more modules
 // (a JSON schema validator, logrus, a yaml v4 release candidate) and reads
 // env files and paths from disk, for the handful of keys mapped here.
-// Variables (${VAR}) are not interpolated: they stay as written.
+// Variables (${VAR}) are not filled in: a value holding one is refused.
 
 // isCompose tells a docker compose file from a pinfold services file: it
 // has compose's top-level keys or compose keys in its services, and no
@@ -138,6 +138,11 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	var c composeService
 	if err := json.Unmarshal(raw, &c); err != nil {
 		return wantService{}, nil, fieldError(path, err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if v := string(keys[k]); strings.Contains(strings.ReplaceAll(v, "$${", ""), "${") {
+			return wantService{}, nil, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables (${...}): write the value", path, k, clip(v, 80))
+		}
 	}
 	var ignored, notes []string
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
@@ -425,4 +430,12 @@ func composeRestartPolicy(raw json.RawMessage) (string, []string) {
 		return "on-failure", nil
 	}
 	return "", []string{"deploy.restart_policy.condition: " + p.Condition}
+}
+
+// clip is s cut to n bytes, marked when cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -239,7 +240,9 @@ func decodeServicesFile(data []byte) (want []wantService, notes []string, err er
 	if n := secondDocument(data); n > 0 {
 		return nil, nil, badInput("line %d: a second YAML document (---): a services file is one document, and the rest would be dropped unread", n)
 	}
-	js, err := yaml.YAMLToJSON(data)
+	// Strict: a key given twice (two services of one name) is an error,
+	// not the last one silently.
+	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return nil, nil, badInput("not YAML or JSON: %v", err)
 	}
@@ -281,6 +284,15 @@ func decodeFileService(name string, raw json.RawMessage) (wantService, error) {
 	path := "services." + name
 	if err := state.ValidateServiceName(name); err != nil {
 		return wantService{}, fmt.Errorf("%s: %v", path, err)
+	}
+	// Keys as written: encoding/json would take Image for image.
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(raw, &keys) == nil {
+		for _, k := range slices.Sorted(maps.Keys(keys)) {
+			if !slices.Contains(fileKeys, k) {
+				return wantService{}, fmt.Errorf("%s: unknown key %q", path, k)
+			}
+		}
 	}
 	var f fileService
 	dec := json.NewDecoder(bytes.NewReader(raw))
@@ -378,6 +390,27 @@ func checkWant(path string, d *pinfoldv1.DeployRequest, pull string) error {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return fmt.Errorf("%s.env: %q: want K=V", path, e)
 		}
+	}
+	if err := service.ValidateNetwork(d.Network); err != nil {
+		return fmt.Errorf("%s.network: %v", path, err)
+	}
+	// The placement rules, checked as the planner checks a deploy's, so a
+	// bad one is refused before any service of the file is changed.
+	req := placement.Request{Request: alloc.Request{Service: d.Service}, Constraint: d.Constraint, Policy: placement.Policy(d.PlacementPolicy),
+		HostsOrder: d.HostsOrder, DomainSpread: placement.Spread(d.DomainSpread),
+		Affinity: placement.Affinity{Hard: d.AffinityHard, Soft: d.AffinitySoft}, AntiAffinity: placement.Affinity{Hard: d.AntiAffinityHard, Soft: d.AntiAffinitySoft}}
+	if err := req.Validate(); err != nil {
+		key, ok := map[string]string{"request.constraint": "constraint", "request.placement_policy": "placement_policy", "request.hosts_order": "hosts_order",
+			"request.domain_spread": "domain_spread", "request.affinity.hard": "affinity", "request.affinity.soft": "soft_affinity",
+			"request.anti_affinity.hard": "anti_affinity", "request.anti_affinity.soft": "soft_anti_affinity"}[err.Field]
+		if !ok {
+			key = strings.TrimPrefix(err.Field, "request.")
+		}
+		msg := err.Message // "request.FIELD = VALUE: why"
+		if _, why, ok := strings.Cut(msg, err.Value+": "); ok {
+			msg = why
+		}
+		return fmt.Errorf("%s.%s: %s: %s", path, key, err.Value, msg)
 	}
 	return nil
 }
