@@ -20,9 +20,12 @@ func TestGetService(t *testing.T) {
 	d.Count, d.Cpu, d.Bind, d.Strategy, d.MaxPerHost = 2, "1.5", true, "auto", 3
 	d.Constraint, d.AntiAffinitySoft, d.DomainSpread = "HostName != \"h9\"", []string{"batch"}, "off"
 	d.Command, d.Network, d.Health = []string{"sleep", "1"}, "host", &pinfoldv1.HealthCheck{Tcp: 80}
+	d.Container = &pinfoldv1.ContainerSpec{LogDriver: "splunk", LogOpts: map[string]string{"splunk-token": "t0ps3cret"}}
 	if _, err := f.cli.Deploy(ctx, as("admin/alice", d)); err != nil {
 		t.Fatal(err)
 	}
+	// A viewer sees log options by name, never their values (a token).
+	logOpts := map[string]string{"admin/alice": "t0ps3cret", "viewer/bob": ""}
 	for who, env := range map[string][]string{"admin/alice": d.Env, "viewer/bob": {"SECRET", "MODE"}} {
 		t.Run(who, func(t *testing.T) {
 			r, err := f.cli.GetService(ctx, as(who, &pinfoldv1.GetServiceRequest{Name: "web"}))
@@ -37,6 +40,13 @@ func TestGetService(t *testing.T) {
 			}
 			if !slices.Equal(m.Env, env) {
 				t.Errorf("env = %q, want %q", m.Env, env)
+			}
+			if got, ok := m.GetContainer().GetLogOpts()["splunk-token"]; !ok || got != logOpts[who] {
+				t.Errorf("log option splunk-token = %q (present %t), want %q", got, ok, logOpts[who])
+			}
+			ins, err := f.cli.ListInstances(ctx, as(who, &pinfoldv1.ListInstancesRequest{Service: "web"}))
+			if err != nil || len(ins.Msg.Instances) == 0 || ins.Msg.Instances[0].GetContainer().GetLogOpts()["splunk-token"] != logOpts[who] {
+				t.Errorf("ListInstances as %s: %v, %v; want splunk-token %q", who, ins, err, logOpts[who])
 			}
 		})
 	}

@@ -690,6 +690,9 @@ func (s *Server) GetService(ctx context.Context, r *connect.Request[pinfoldv1.Ge
 		WholeCores: svc.WholeCores, MemoryBytes: svc.Memory, MemorySoftBytes: svc.MemorySoft, Strategy: svc.Strategy,
 		MaxPerHost: int32(min(svc.MaxPerHost, math.MaxInt32)), Count: int32(min(n, math.MaxInt32)), ShareBase: int32(s.sb()),
 		Container: pinfoldv1.NewContainerSpec(svc.Container), Ports: pinfoldv1.NewPorts(svc.Ports)}
+	if !trusted(ctx) {
+		m.Container = viewerContainer(m.Container)
+	}
 	if rl := svc.Rules; rl != nil {
 		m.Constraint, m.PlacementPolicy, m.HostsOrder, m.DomainSpread = rl.Constraint, rl.Policy, rl.HostsOrder, rl.DomainSpread
 		m.AffinityHard, m.AffinitySoft, m.AntiAffinityHard, m.AntiAffinitySoft = rl.Affinity.Hard, rl.Affinity.Soft, rl.AntiAffinity.Hard, rl.AntiAffinity.Soft
@@ -714,6 +717,9 @@ func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1
 				env[i] = service.EnvName(e)
 			}
 			m.Env = env
+		}
+		if !trusted(ctx) {
+			m.Container = viewerContainer(m.Container)
 		}
 		out.Instances = append(out.Instances, m)
 	}
@@ -801,4 +807,18 @@ func (s *Server) ExportPlan(ctx context.Context, _ *connect.Request[pinfoldv1.Ex
 		return ctx.Err()
 	}
 	return toConnect(err)
+}
+
+// viewerContainer is c as a viewer sees it: the log driver's options by
+// name only (a value may be a credential, e.g. splunk-token), as the
+// environment. A copy: c may share the cache's maps.
+func viewerContainer(c *pinfoldv1.ContainerSpec) *pinfoldv1.ContainerSpec {
+	if c == nil || len(c.LogOpts) == 0 {
+		return c
+	}
+	v := proto.CloneOf(c)
+	for k := range v.LogOpts {
+		v.LogOpts[k] = ""
+	}
+	return v
 }
