@@ -3,6 +3,7 @@ package cpuset_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -223,6 +224,69 @@ func BenchmarkParse(b *testing.B) {
 	for b.Loop() {
 		if _, err := cpuset.ParseCPUs(s); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestStringRuns: String lists the runs of consecutive IDs, whatever the
+// density: random sets from sparse to full, with runs that cross and fill
+// 64-bit words, up to cpuset.MaxID; checked against a model built from
+// Slice.
+func TestStringRuns(t *testing.T) {
+	t.Parallel()
+	r := rand.New(rand.NewPCG(3, 4))
+	model := func(s cpuset.CPUs) string {
+		var parts []string
+		ids := s.Slice()
+		for i := 0; i < len(ids); {
+			j := i
+			for j+1 < len(ids) && ids[j+1] == ids[j]+1 {
+				j++
+			}
+			if j > i {
+				parts = append(parts, fmt.Sprintf("%d-%d", ids[i], ids[j]))
+			} else {
+				parts = append(parts, fmt.Sprint(ids[i]))
+			}
+			i = j + 1
+		}
+		return strings.Join(parts, ",")
+	}
+	for i := range 300 {
+		limit := []int{64, 65, 128, 300, cpuset.MaxID + 1}[i%5]
+		density := r.Float64()
+		var ids []cpuset.CPUID
+		for id := range limit {
+			if r.Float64() < density {
+				ids = append(ids, cpuset.CPUID(id))
+			}
+		}
+		s := cpuset.Of(ids...)
+		if got, want := s.String(), model(s); got != want {
+			t.Fatalf("#%d String() = %.200q, want %.200q", i, got, want)
+		}
+	}
+	for _, tt := range []struct {
+		lo, hi int
+		want   string
+	}{{0, 0, "0"}, {0, 63, "0-63"}, {63, 64, "63-64"}, {1, 127, "1-127"}, {64, 191, "64-191"}, {0, cpuset.MaxID, "0-8191"}} {
+		if got := cpuset.Range(cpuset.CPUID(tt.lo), cpuset.CPUID(tt.hi)).String(); got != tt.want {
+			t.Errorf("Range(%d, %d).String() = %q, want %q", tt.lo, tt.hi, got, tt.want)
+		}
+	}
+	if got := (cpuset.CPUs{}).String(); got != "" {
+		t.Errorf("empty set String() = %q, want \"\"", got)
+	}
+}
+
+// BenchmarkStringFull formats the set of every CPU (0-8191): each CPU of
+// the largest topology lists it as its L3 group, so a registration formats
+// it 8,192 times over.
+func BenchmarkStringFull(b *testing.B) {
+	s := cpuset.Range[cpuset.CPUID](0, cpuset.MaxID)
+	for b.Loop() {
+		if s.String() != "0-8191" {
+			b.Fatal(s.String())
 		}
 	}
 }
