@@ -18,9 +18,11 @@ import (
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/topology"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 	"github.com/pinfold/pinfold/test/testenv"
 )
@@ -280,4 +282,46 @@ func BenchmarkPlannerMemory33kInstances(b *testing.B) {
 		b.ReportMetric(float64(m.HeapInuse)/(1<<20), "MiB-heap")
 		b.ReportMetric(float64(m.HeapInuse)/1024/n, "KiB-heap/instance")
 	}
+}
+
+// wideTopology is the largest topology a registration may carry (8,192
+// CPUs, cpuset.MaxID+1): one NUMA node, two SMT threads a core, and one
+// L3 cache shared by every CPU, so that each CPU lists all 8,192 as its
+// L3 group (the registration that took 54–67 s, issue 26 N2).
+func wideTopology() *topology.Topology {
+	const n = cpuset.MaxID + 1
+	all := cpuset.Range[cpuset.CPUID](0, n-1)
+	t := &topology.Topology{Online: all, NUMASource: topology.SourceSysfs,
+		NUMANodes: []topology.NUMANode{{ID: 0, CPUs: all, MemoryBytes: 1 << 40, Distances: map[cpuset.NUMANodeID]int{0: topology.LocalDistance}}}}
+	for id := range cpuset.CPUID(n) {
+		core := id &^ 1
+		t.CPUs = append(t.CPUs, topology.CPU{ID: id, CoreID: int(core / 2), Siblings: cpuset.Of(core, core+1), L3: all})
+	}
+	return t
+}
+
+// BenchmarkRegisterHost8192: one agent registration of the 8,192-CPU
+// topology of wideTopology through the API (decode, validate, store in
+// etcd without fsync, so that the figure is CPU). cpu-ms/op is this
+// process's CPU per registration: the planner's, etcd's and the client's
+// together, an upper bound of the planner's.
+func BenchmarkRegisterHost8192(b *testing.B) {
+	cl, _ := benchPlanner(b, 0, true)
+	tj, err := json.Marshal(wideTopology())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetBytes(int64(len(tj)))
+	cpu0 := processCPU()
+	i := 0
+	for b.Loop() {
+		if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: fmt.Sprintf("wide-%d", i), TopologyJson: tj,
+			MemoryShare: 1, Agent: true, AgentVersion: "bench", Protocol: model.Protocol})); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+	b.ReportMetric(float64(processCPU()-cpu0)/1e6/float64(b.N), "cpu-ms/op")
 }
