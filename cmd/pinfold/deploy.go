@@ -733,6 +733,12 @@ only).`,
 						return err
 					}
 				}
+				// So is a service never deployed, unless watching for it.
+				if service != "" && !w.on {
+					if _, err := cl.GetService(cmd.Context(), connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: service})); err != nil {
+						return err
+					}
+				}
 				return w.run(cmd, func() error {
 					ins, err := allInstances(cmd.Context(), cl, host, service)
 					if err != nil {

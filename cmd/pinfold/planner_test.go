@@ -187,6 +187,7 @@ func TestPlannerCLI(t *testing.T) {
 		{[]string{"replace", "ghost", "--image", "x"}, `no instance or service named "ghost"`},
 		{[]string{"host", "drain", "nosuch"}, `host "nosuch" is not registered`},
 		{[]string{"ps", "--host", "nosuch"}, `host "nosuch" is not registered`},
+		{[]string{"ps", "--service", "nosuch"}, `service "nosuch" is not deployed`},
 		{[]string{"host", "drain", "h1", "--deadline", "-1s"}, "--deadline -1s"},
 		{[]string{"scale", "web"}, "--count N is required"},
 		{[]string{"scale", "ghost", "--count", "2"}, `service "ghost" is not deployed`},
