@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -37,6 +40,9 @@ func FreePort(t testing.TB) int {
 			continue
 		}
 		l.Close()
+		if !claimPort(p) {
+			continue // another test process drew it and may bind it any moment
+		}
 		return p
 	}
 	return anyPort(t)
@@ -70,3 +76,32 @@ func ephemeralLow() int {
 	}
 	return n
 }
+
+// claimed holds the lock files of the ports this process drew, open (and
+// so locked) until it exits.
+var claimed []*os.File
+
+// claimPort takes port p for this process among the test binaries that
+// go test runs side by side (each draws from its own offset, but the
+// windows can meet): an exclusive flock on a file named for the port,
+// held until the process exits. A port another process holds is refused.
+func claimPort(p int) bool {
+	dir := filepath.Join(os.TempDir(), "pinfold-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no lock directory: the bind probe alone, as before
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	claimedMu.Lock()
+	claimed = append(claimed, f)
+	claimedMu.Unlock()
+	return true
+}
+
+var claimedMu sync.Mutex

@@ -27,3 +27,13 @@ func TestFreePortBelowEphemeral(t *testing.T) {
 		l.Close()
 	}
 }
+
+// TestFreePortClaimed: a port FreePort gave is held (by its lock file)
+// against every other draw, as another test binary's would be: the lock is
+// per open file, so a second claim here stands for the other process's.
+func TestFreePortClaimed(t *testing.T) {
+	p := FreePort(t)
+	if claimPort(p) {
+		t.Fatalf("port %d claimed again after FreePort gave it: another test process could draw it too", p)
+	}
+}
