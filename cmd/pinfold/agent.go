@@ -185,6 +185,13 @@ func (f *agentFlags) prerequisites(ctx context.Context, log *slog.Logger) (*cgro
 	}
 	cg, err := cgroup.Open(f.cgroupRoot, "", cgroup.WithLogger(log)) // owns no subtree: writes containers' groups
 	if err != nil {
+		if mounts, rerr := os.ReadFile("/proc/self/mounts"); rerr == nil {
+			if bound := v1Bound(string(mounts), cgroup.Controllers); len(bound) > 0 {
+				// The hybrid layout: enabling them on the v2 mount cannot work.
+				return nil, nil, &exitError{code: exitUnmet, err: fmt.Errorf("agent prerequisite: %w (controllers bound to cgroup v1 hierarchies: %s, the hybrid layout: "+
+					"they cannot be enabled at %s while v1 holds them; boot with systemd.unified_cgroup_hierarchy=1 on the kernel command line)", err, strings.Join(bound, ", "), f.cgroupRoot)}
+			}
+		}
 		return nil, nil, &exitError{code: exitUnmet, err: fmt.Errorf("agent prerequisite: %w (the agent needs the %s controllers enabled at %s: "+
 			"echo '+cpu +cpuset +memory +pids' > %s/cgroup.subtree_control, or let systemd delegate them)", err, strings.Join(cgroup.Controllers, ", "), f.cgroupRoot, f.cgroupRoot)}
 	}
@@ -194,4 +201,24 @@ func (f *agentFlags) prerequisites(ctx context.Context, log *slog.Logger) (*cgro
 		return nil, nil, &exitError{code: exitUnmet, err: fmt.Errorf("agent prerequisite: %w (is dockerd running? systemctl start docker; or give --docker-host)", err)}
 	}
 	return cg, eng, nil
+}
+
+// v1Bound is each of controllers that a cgroup v1 hierarchy in mounts
+// (/proc/self/mounts) holds, with its mount point ("cpu at
+// /sys/fs/cgroup/cpu,cpuacct"), in controllers' order.
+func v1Bound(mounts string, controllers []string) []string {
+	var out []string
+	for _, c := range controllers {
+		for _, l := range strings.Split(mounts, "\n") {
+			f := strings.Fields(l)
+			if len(f) < 4 || f[2] != "cgroup" {
+				continue
+			}
+			if slices.Contains(strings.Split(f[3], ","), c) {
+				out = append(out, c+" at "+f[1])
+				break
+			}
+		}
+	}
+	return out
 }

@@ -141,7 +141,7 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	}
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		if v := string(keys[k]); strings.Contains(strings.ReplaceAll(v, "$${", ""), "${") {
-			return wantService{}, nil, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables (${...}): write the value", path, k, clip(v, 80))
+			return wantService{}, nil, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables (${...}): write the value", path, k, cutText(v, 80))
 		}
 	}
 	var ignored, notes []string
@@ -432,8 +432,8 @@ func composeRestartPolicy(raw json.RawMessage) (string, []string) {
 	return "", []string{"deploy.restart_policy.condition: " + p.Condition}
 }
 
-// clip is s cut to n bytes, marked when cut.
-func clip(s string, n int) string {
+// cutText is s cut to n bytes, marked when cut.
+func cutText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

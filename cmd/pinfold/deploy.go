@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -372,6 +373,7 @@ anew; a move or heal gets them on the new host.`,
 					hosts[in.Host] = true
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "placed %s on %s in %s\n", counted(len(resp.Msg.Instances), "instance"), counted(len(hosts), "host"), time.Since(t0).Round(time.Millisecond))
+				warnUnenforced(cmd.Context(), cl, cmd.ErrOrStderr(), slices.Sorted(maps.Keys(hosts)))
 				return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
 			})
 		},
@@ -850,4 +852,20 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 	cmd.Flags().StringArrayVar(&antiAffinity, "anti-affinity", nil, "never hosts running this service (repeatable)")
 	_ = cmd.MarkFlagRequired("memory")
 	return cmd
+}
+
+// warnUnenforced says which of hosts (sorted) no agent enforces, and why:
+// their instances stay pending. It asks for at most 20 hosts (a larger
+// deploy's warning names those), and says nothing when a host cannot be
+// read (the deploy itself succeeded).
+func warnUnenforced(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, w io.Writer, hosts []string) {
+	for _, name := range hosts[:min(len(hosts), 20)] {
+		r, err := cl.GetHost(ctx, connect.NewRequest(&pinfoldv1.GetHostRequest{Name: name}))
+		if err != nil {
+			return
+		}
+		if h := r.Msg.Host; !h.Agent || h.State == "down" {
+			fmt.Fprintf(w, "WARNING: host %s: %s: its instances stay pending\n", name, agentState(h))
+		}
+	}
 }

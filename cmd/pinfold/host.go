@@ -64,6 +64,7 @@ type hostJSON struct {
 	Draining         bool               `json:"draining,omitempty"`
 	DrainDeadline    string             `json:"drain_deadline,omitempty"`
 	Stuck            string             `json:"stuck,omitempty"`
+	NoAgent          string             `json:"no_agent,omitempty"` // why no agent enforces it, when known
 	Topology         *topology.Topology `json:"topology,omitempty"`
 }
 
@@ -101,7 +102,7 @@ func toHostJSON(h *pinfoldv1.Host) hostJSON {
 		HostType: h.HostType, Properties: h.Properties, FaultDomain: h.FaultDomain, UpgradeDomain: h.UpgradeDomain, MaintenanceUntil: h.MaintenanceUntil,
 		Capacity: resourcesJSON{cpuMapJSON(h.CapacityCpus), h.CapacityMemoryBytes},
 		Used:     resourcesJSON{cpuMapJSON(h.UsedCpus), h.UsedMemoryBytes}, NUMANodes: []numaJSON{},
-		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces, Draining: h.Draining, DrainDeadline: h.DrainDeadline, Stuck: h.Stuck}
+		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces, Draining: h.Draining, DrainDeadline: h.DrainDeadline, Stuck: h.Stuck, NoAgent: h.NoAgent}
 	if out.Instances == nil {
 		out.Instances = map[string]int32{}
 	}
@@ -969,8 +970,12 @@ func hostLocal(ins []*pinfoldv1.Instance) []string {
 // agentState says in words what enforces the host's plan.
 func agentState(h *pinfoldv1.Host) string {
 	switch {
+	case !h.Agent && h.NoAgent != "":
+		return "no agent: " + h.NoAgent
 	case !h.Agent:
 		return "no agent (registered by hand: its instances stay pending until an agent registers it)"
+	case h.State == "down" && h.NoAgent != "":
+		return "agent " + h.AgentVersion + " not heartbeating (down): " + h.NoAgent
 	case h.State == "down":
 		return "agent " + h.AgentVersion + " not heartbeating (down)"
 	}

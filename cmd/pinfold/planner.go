@@ -368,24 +368,29 @@ at them.`,
 				ag.client = clientFlags{tlsCA: agent.CA, tlsCert: agent.Cert, tlsKey: agent.Key}
 			}
 			cl, _ := c.client(connect.WithInterceptors(&callLog{}))
-			if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: host, TopologyJson: tj})); err != nil {
+			// The agent's prerequisites first: when they fail, the host is
+			// registered with the reason, which host show, deploy and the
+			// live view show until an agent registers it.
+			agentState, why, startAgent := "not started (--no-agent)", "pinfold up --no-agent: no agent runs on this host", false
+			if !noAgent {
+				if cg, _, err := ag.prerequisites(ctx, log); err != nil {
+					agentState = "not started: " + err.Error()
+					why = strings.TrimPrefix(err.Error(), "agent prerequisite: ")
+				} else {
+					cg.Close()
+					agentState, why, startAgent = "running (it enforces this host's instances)", "", true
+				}
+			}
+			if _, err := cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: host, TopologyJson: tj, NoAgent: cutText(why, service.MaxNoAgentLen-4)})); err != nil {
 				var ce *connect.Error
 				if !errors.As(err, &ce) || ce.Code() != connect.CodeAlreadyExists {
 					return apiError(err)
 				}
 				log.Info("this host was registered before; keeping its registration", "host", host)
 			}
-			agentState := "not started (--no-agent)"
-			if !noAgent {
-				if cg, eng, err := ag.prerequisites(ctx, log); err != nil {
-					agentState = "not started: " + err.Error()
-				} else {
-					cg.Close()
-					_ = eng
-					ag.client.addr = c.addr
-					startAgentInBackground(ctx, &ag, log)
-					agentState = "running (it enforces this host's instances)"
-				}
+			if startAgent {
+				ag.client.addr = c.addr
+				startAgentInBackground(ctx, &ag, log)
 			}
 			if withTLS {
 				fmt.Fprintf(cmd.OutOrStdout(), "mutual TLS: use the admin certificate with\n  export PINFOLD_PLANNER=%s PINFOLD_TLS_CA=%s PINFOLD_TLS_CERT=%s PINFOLD_TLS_KEY=%s\n"+

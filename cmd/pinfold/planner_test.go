@@ -325,7 +325,8 @@ func TestUp(t *testing.T) {
 	root.SetArgs([]string{"up", "--data-dir", t.TempDir(), "--listen", addr,
 		"--etcd-listen-client", "http://" + freeAddr(t), "--etcd-listen-peer", "http://" + freeAddr(t),
 		"--host", "fixture", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230",
-		"--docker-host", "unix:///nonexistent/docker.sock", "--state-dir", t.TempDir(), "--log-level", "error"})
+		"--docker-host", "unix:///nonexistent/docker.sock", "--state-dir", t.TempDir(), "--log-level", "error",
+		"--cgroup-root", t.TempDir()}) // no cgroup2 there: the agent cannot start, and the host says why
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(io.Discard)
@@ -337,6 +338,7 @@ func TestUp(t *testing.T) {
 	var h struct {
 		Name      string `json:"name"`
 		State     string `json:"state"`
+		NoAgent   string `json:"no_agent"`
 		NUMANodes []any  `json:"numa_nodes"`
 		Capacity  struct {
 			CPUs map[string]int `json:"cpus"`
@@ -355,6 +357,18 @@ func TestUp(t *testing.T) {
 	}
 	if h.Name != "fixture" || h.State != "up" || len(h.Capacity.CPUs) != 80 || len(h.NUMANodes) != 2 {
 		t.Errorf("host show fixture = %+v; want up with the fixture's 80 CPUs and 2 NUMA nodes", h)
+	}
+	// Why no agent runs there, wherever the host and its instances show.
+	const why = "cgroup v2 is not mounted at"
+	if !strings.Contains(h.NoAgent, why) || !strings.Contains(h.NoAgent, "systemd.unified_cgroup_hierarchy=1") {
+		t.Errorf("host show -o json no_agent = %q; want the failed prerequisite and its fix", h.NoAgent)
+	}
+	if stdout, _, _ := runCLI(t, "", "host", "show", "fixture", "--planner", addr); !strings.Contains(stdout, "no agent: "+why) {
+		t.Errorf("host show says no reason for the missing agent:\n%s", stdout)
+	}
+	if _, errOut, code := runCLI(t, "", "deploy", "web", "--cpu", "0.5", "--memory", "64MiB", "--image", "busybox", "--planner", addr); code != 0 ||
+		!strings.Contains(errOut, "WARNING: host fixture: no agent: "+why) || !strings.Contains(errOut, "its instances stay pending") {
+		t.Errorf("deploy onto the host without an agent: exit %d, stderr %q; want a warning naming the reason", code, errOut)
 	}
 	cancel()
 	select {

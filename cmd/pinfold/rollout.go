@@ -88,6 +88,8 @@ func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 	cannot := map[string]string{}
 	for _, h := range hosts {
 		switch {
+		case !h.Agent && h.NoAgent != "":
+			cannot[h.Name] = "no agent on host " + h.Name + ": " + h.NoAgent
 		case !h.Agent:
 			cannot[h.Name] = "no agent on host " + h.Name + " (registered by hand; an agent applies it when it registers)"
 		case h.State == "down":

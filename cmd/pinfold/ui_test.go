@@ -107,6 +107,14 @@ func TestUILiveCPUMap(t *testing.T) {
 	if status != "live" || !strings.Contains(rows, ins[0].ID) || !strings.Contains(rows, "1.50") {
 		t.Errorf("status %q, instances table %q: want live, the instances with 1.50 CPUs planned", status, rows)
 	}
+	// The hosts were registered by hand: the page says their instances
+	// wait for an agent, and the host row why.
+	if !strings.Contains(rows, "pending (no agent on "+ins[0].Host+")") {
+		t.Errorf("instances table %q: want the pending instances marked as waiting for an agent", rows)
+	}
+	if hostRows, err := chromedp.Run(ctx, chromedp.Text(`#hosts tbody`)); err != nil || !strings.Contains(hostRows, "no agent: registered by hand") {
+		t.Errorf("hosts table %q (%v): want the hosts without an agent marked", hostRows, err)
+	}
 	// More hosts than one page of ListHosts (500): the page walks every
 	// page and lists them all, redrawn from the event stream.
 	cl := pinfoldv1connect.NewPlannerServiceClient(http.DefaultClient, "http://"+addr)

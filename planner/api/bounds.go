@@ -31,6 +31,7 @@ var requestBounds = map[protoreflect.FullName]bound{
 	"pinfold.v1.RegisterHostRequest.topology_json": {bytes: service.MaxTopologyBytes},
 	"pinfold.v1.RegisterHostRequest.reserved_cpus": {bytes: service.MaxCPUListLen},
 	"pinfold.v1.RegisterHostRequest.agent_version": {bytes: service.MaxAgentVersionLen},
+	"pinfold.v1.RegisterHostRequest.no_agent":      {bytes: service.MaxNoAgentLen},
 
 	"pinfold.v1.GetHostRequest.name":                     {bytes: service.MaxNameLen},
 	"pinfold.v1.SetHostRequest.name":                     {bytes: service.MaxNameLen},

@@ -330,7 +330,7 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 	if !v.Host.MaintenanceUntil.IsZero() {
 		h.MaintenanceUntil = v.Host.MaintenanceUntil.Format(time.RFC3339)
 	}
-	h.Draining, h.Stuck = v.Host.Draining, v.Host.Stuck
+	h.Draining, h.Stuck, h.NoAgent = v.Host.Draining, v.Host.Stuck, v.Host.NoAgent
 	if !v.Host.DrainDeadline.IsZero() {
 		h.DrainDeadline = v.Host.DrainDeadline.Format(time.RFC3339)
 	}
@@ -391,7 +391,7 @@ func (s *Server) RegisterHost(ctx context.Context, r *connect.Request[pinfoldv1.
 		return nil, invalid("reserved_cpus = %q: %v", clip.Text(m.ReservedCpus, 200), err)
 	}
 	v, err := s.agents.RegisterHost(ctx, service.RegisterHostRequest{Name: m.Name, Topology: &t, Force: m.Force, Agent: m.Agent,
-		AgentVersion: m.AgentVersion, Protocol: int(m.Protocol), Settings: state.CapacitySettings{
+		AgentVersion: m.AgentVersion, Protocol: int(m.Protocol), NoAgent: m.NoAgent, Settings: state.CapacitySettings{
 			PiecesPerCPU: int(m.PiecesPerCpu), ReservedCPUs: reserved, ReservedMemory: m.ReservedMemoryBytes, MemoryShare: m.MemoryShare}})
 	if err != nil {
 		return nil, toConnect(err)

@@ -28,6 +28,10 @@ type RegisterHostRequest struct {
 	Agent        bool
 	AgentVersion string
 	Protocol     int
+	// NoAgent, for a registration by hand, is why no agent runs there
+	// (Host.NoAgent). A registration by hand of a host registered already
+	// with the same topology that gives it only updates the reason.
+	NoAgent string
 }
 
 // RegisterHost stores a host with its topology and capacity. Re-registering
@@ -38,6 +42,12 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 	if err := ValidateAgentVersion(r.AgentVersion); err != nil {
 		return state.HostView{}, err
 	}
+	if len(r.NoAgent) > MaxNoAgentLen || strings.ContainsRune(r.NoAgent, 0) {
+		return state.HostView{}, errf(Invalid, "no_agent = %q: want at most %d bytes of text", clip(r.NoAgent), MaxNoAgentLen)
+	}
+	if r.Agent {
+		r.NoAgent = "" // an agent registers: the reason is past
+	}
 	if r.Agent && r.Protocol != model.Protocol {
 		return state.HostView{}, errf(Precond, "host %s: its agent (version %q) speaks protocol %d and this planner speaks %d: run agent and planner of one release",
 			clip(r.Name), r.AgentVersion, r.Protocol, model.Protocol)
@@ -46,9 +56,26 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 	if err != nil {
 		return state.HostView{}, errf(Invalid, "%w", err)
 	}
-	h.Agent, h.AgentVersion, h.Protocol = r.Agent, r.AgentVersion, r.Protocol
+	h.Agent, h.AgentVersion, h.Protocol, h.NoAgent = r.Agent, r.AgentVersion, r.Protocol, r.NoAgent
 	return retry(ctx, func() (state.HostView, error) {
 		old, exists := s.st.Host(r.Name)
+		if exists && !r.Agent && !r.Force && r.NoAgent != "" && sameTopology(old.Host.Topology, r.Topology) {
+			// pinfold up again on a host whose agent cannot start: the
+			// registration stays, the reason is the new one.
+			if old.Host.NoAgent == r.NoAgent {
+				return old, nil
+			}
+			var c state.Change
+			c.GuardHost(r.Name, old.HostRev)
+			next := old.Host
+			next.NoAgent = r.NoAgent
+			c.PutHost(next)
+			if _, err := s.commit(ctx, &c); err != nil {
+				return state.HostView{}, err
+			}
+			v, _ := s.st.Host(r.Name)
+			return v, nil
+		}
 		if exists && !r.Agent && !r.Force {
 			return state.HostView{}, errf(Exists, "host %s is already registered; use --force to replace its registration", r.Name)
 		}
@@ -60,7 +87,7 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 			if sameTopology(old.Host.Topology, r.Topology) && !r.Force {
 				h = old.Host // keep capacity changes made with SetHost
 				if r.Agent {
-					h.Agent, h.AgentVersion, h.Protocol = true, r.AgentVersion, r.Protocol
+					h.Agent, h.AgentVersion, h.Protocol, h.NoAgent = true, r.AgentVersion, r.Protocol, ""
 				}
 			}
 			h.Disabled = old.Host.Disabled

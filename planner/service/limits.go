@@ -54,6 +54,9 @@ const (
 	// its host and served by every host listing (a 3 MB one was, issue 26
 	// N6). "v1.2.3-45-gdeadbeef-dirty" is 25 bytes.
 	MaxAgentVersionLen = 128
+	// MaxNoAgentLen bounds why a host has no agent (Host.NoAgent): a
+	// prerequisite's error with its fix.
+	MaxNoAgentLen = 2048
 	// MaxCPUListLen bounds a CPU list ("0-3,8"): the text cpuset.Parse
 	// looks at.
 	MaxCPUListLen = 64 << 10

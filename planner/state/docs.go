@@ -92,6 +92,11 @@ type Host struct {
 	// failing again and again). Cleared when the operation ends or a step
 	// succeeds. Written only when the reason changes.
 	Stuck string `json:"stuck,omitempty"`
+	// NoAgent is why no agent enforces this host's plan, as the one who
+	// registered it by hand said (pinfold up, when the agent's
+	// prerequisites failed: cgroup v1, no Docker, …). Cleared when an
+	// agent registers the host.
+	NoAgent string `json:"no_agent,omitempty"`
 }
 
 // Alloc is a host's usage.

@@ -125,7 +125,10 @@ type Host struct {
 	DrainDeadline string `protobuf:"bytes,25,opt,name=drain_deadline,json=drainDeadline,proto3" json:"drain_deadline,omitempty"` // RFC 3339; empty: none
 	// Why the leader's drain or heal of this host makes no progress (the
 	// last failing step's error, and whether it is parked); empty: none.
-	Stuck         string `protobuf:"bytes,26,opt,name=stuck,proto3" json:"stuck,omitempty"`
+	Stuck string `protobuf:"bytes,26,opt,name=stuck,proto3" json:"stuck,omitempty"`
+	// Why no agent enforces its plan, as the one who registered it by hand
+	// said (e.g. cgroup v1 on that host, with the fix); empty: not known.
+	NoAgent       string `protobuf:"bytes,27,opt,name=no_agent,json=noAgent,proto3" json:"no_agent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -338,6 +341,13 @@ func (x *Host) GetDrainDeadline() string {
 func (x *Host) GetStuck() string {
 	if x != nil {
 		return x.Stuck
+	}
+	return ""
+}
+
+func (x *Host) GetNoAgent() string {
+	if x != nil {
+		return x.NoAgent
 	}
 	return ""
 }
@@ -1376,8 +1386,11 @@ type RegisterHostRequest struct {
 	Agent               bool                   `protobuf:"varint,8,opt,name=agent,proto3" json:"agent,omitempty"`
 	AgentVersion        string                 `protobuf:"bytes,9,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	Protocol            int32                  `protobuf:"varint,10,opt,name=protocol,proto3" json:"protocol,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// no_agent, by hand: why no agent runs on the host (pinfold up when the
+	// agent's prerequisites failed); shown with the host until one registers.
+	NoAgent       string `protobuf:"bytes,11,opt,name=no_agent,json=noAgent,proto3" json:"no_agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterHostRequest) Reset() {
@@ -1478,6 +1491,13 @@ func (x *RegisterHostRequest) GetProtocol() int32 {
 		return x.Protocol
 	}
 	return 0
+}
+
+func (x *RegisterHostRequest) GetNoAgent() string {
+	if x != nil {
+		return x.NoAgent
+	}
+	return ""
 }
 
 type RegisterHostResponse struct {
@@ -4772,7 +4792,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\tR\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12*\n" +
-	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xc4\n" +
+	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xdf\n" +
 	"\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
@@ -4805,7 +4825,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x19memory_first_quota_pieces\x18\x17 \x01(\x05R\x16memoryFirstQuotaPieces\x12\x1a\n" +
 	"\bdraining\x18\x18 \x01(\bR\bdraining\x12%\n" +
 	"\x0edrain_deadline\x18\x19 \x01(\tR\rdrainDeadline\x12\x14\n" +
-	"\x05stuck\x18\x1a \x01(\tR\x05stuck\x1a?\n" +
+	"\x05stuck\x18\x1a \x01(\tR\x05stuck\x12\x19\n" +
+	"\bno_agent\x18\x1b \x01(\tR\anoAgent\x1a?\n" +
 	"\x11CapacityCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a;\n" +
@@ -4914,7 +4935,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\tCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01J\x04\b\t\x10\n" +
-	"J\x04\b\r\x10\x0e\"\xdd\x02\n" +
+	"J\x04\b\r\x10\x0e\"\xf8\x02\n" +
 	"\x13RegisterHostRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
 	"\rtopology_json\x18\x02 \x01(\fR\ftopologyJson\x12$\n" +
@@ -4926,7 +4947,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05agent\x18\b \x01(\bR\x05agent\x12#\n" +
 	"\ragent_version\x18\t \x01(\tR\fagentVersion\x12\x1a\n" +
 	"\bprotocol\x18\n" +
-	" \x01(\x05R\bprotocol\"<\n" +
+	" \x01(\x05R\bprotocol\x12\x19\n" +
+	"\bno_agent\x18\v \x01(\tR\anoAgent\"<\n" +
 	"\x14RegisterHostResponse\x12$\n" +
 	"\x04host\x18\x01 \x01(\v2\x10.pinfold.v1.HostR\x04host\"N\n" +
 	"\x10ListHostsRequest\x12\x1b\n" +

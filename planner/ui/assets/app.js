@@ -69,7 +69,15 @@ async function refresh() {
   render(hosts, instances, byHost);
 }
 
+// noAgent says why no agent enforces h's plan ("" when one does).
+function noAgent(h) {
+  if (h.agent) return "";
+  return " — no agent: " + (h.noAgent || "registered by hand, its instances stay pending until an agent registers it");
+}
+
 function render(hosts, instances, byHost) {
+  const hostByName = {};
+  for (const h of hosts) hostByName[h.name] = h;
   const hb = document.querySelector("#hosts tbody");
   hb.replaceChildren();
   let cpuCap = 0, cpuUsed = 0;
@@ -78,7 +86,7 @@ function render(hosts, instances, byHost) {
     cpuCap += sum(h.capacityCpus) / sb; cpuUsed += sum(h.usedCpus) / sb;
     const n = Object.values(h.instances || {}).reduce((a, b) => a + b, 0);
     hb.append(el("tr", {"data-host": h.name},
-      el("td", {}, h.name), el("td", {class: "state-" + h.state}, h.state + (h.draining ? " (draining)" : "") + (h.stuck ? " — stuck: " + h.stuck : "")),
+      el("td", {}, h.name), el("td", {class: "state-" + h.state}, h.state + (h.draining ? " (draining)" : "") + (h.stuck ? " — stuck: " + h.stuck : "") + noAgent(h)),
       el("td", {}, (sum(h.usedCpus) / sb).toFixed(2) + " / " + (sum(h.capacityCpus) / sb).toFixed(2)),
       el("td", {}, bytes(h.usedMemoryBytes) + " / " + bytes(h.capacityMemoryBytes)),
       el("td", {}, String((h.numaNodes || []).length)), el("td", {}, String(n))));
@@ -125,7 +133,8 @@ function render(hosts, instances, byHost) {
     const planned = i.bind ? sum(i.cpus) / sb : (i.cpuQuotaPieces || 0) / sb;
     ib.append(el("tr", {"data-instance": i.id},
       el("td", {}, el("span", {class: "swatch", style: "background:" + color(i.service)}), i.id), el("td", {}, i.service), el("td", {}, i.host),
-      el("td", {class: "state-" + (i.state || "pending")}, i.state || "pending"),
+      el("td", {class: "state-" + (i.state || "pending")}, (i.state || "pending") +
+        ((!i.state || i.state === "pending") && hostByName[i.host] && !hostByName[i.host].agent ? " (no agent on " + i.host + ")" : "")),
       el("td", {}, planned.toFixed(2)), el("td", {}, i.cpuGotPieces ? (i.cpuGotPieces / sb).toFixed(2) : "-"),
       el("td", {}, Object.keys(i.cpus || {}).join(",") || "pool"), el("td", {}, i.bind && i.numaNode !== -1 ? String(i.numaNode || 0) : "-"),
       el("td", {}, bytes(i.memoryBytes))));
