@@ -186,7 +186,7 @@ func (f *agentFlags) prerequisites(ctx context.Context, log *slog.Logger) (*cgro
 	cg, err := cgroup.Open(f.cgroupRoot, "", cgroup.WithLogger(log)) // owns no subtree: writes containers' groups
 	if err != nil {
 		if mounts, rerr := os.ReadFile("/proc/self/mounts"); rerr == nil {
-			if bound := v1Bound(string(mounts), cgroup.Controllers); len(bound) > 0 {
+			if bound := v1Bound(string(mounts), f.cgroupRoot, cgroup.Controllers); len(bound) > 0 {
 				// The hybrid layout: enabling them on the v2 mount cannot work.
 				return nil, nil, &exitError{code: exitUnmet, err: fmt.Errorf("agent prerequisite: %w (controllers bound to cgroup v1 hierarchies: %s, the hybrid layout: "+
 					"they cannot be enabled at %s while v1 holds them; boot with systemd.unified_cgroup_hierarchy=1 on the kernel command line)", err, strings.Join(bound, ", "), f.cgroupRoot)}
@@ -203,10 +203,17 @@ func (f *agentFlags) prerequisites(ctx context.Context, log *slog.Logger) (*cgro
 	return cg, eng, nil
 }
 
-// v1Bound is each of controllers that a cgroup v1 hierarchy in mounts
-// (/proc/self/mounts) holds, with its mount point ("cpu at
-// /sys/fs/cgroup/cpu,cpuacct"), in controllers' order.
-func v1Bound(mounts string, controllers []string) []string {
+// v1Bound is, when root is a cgroup2 mount in mounts (/proc/self/mounts),
+// each of controllers that a cgroup v1 hierarchy holds, with its mount
+// point ("cpu at /sys/fs/cgroup/cpu,cpuacct"), in controllers' order: the
+// hybrid layout, where they cannot be enabled at root.
+func v1Bound(mounts, root string, controllers []string) []string {
+	if !slices.ContainsFunc(strings.Split(mounts, "\n"), func(l string) bool {
+		f := strings.Fields(l)
+		return len(f) >= 3 && f[1] == filepath.Clean(root) && f[2] == "cgroup2"
+	}) {
+		return nil
+	}
 	var out []string
 	for _, c := range controllers {
 		for _, l := range strings.Split(mounts, "\n") {
