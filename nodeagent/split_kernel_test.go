@@ -38,9 +38,10 @@ const (
 // whole CPU (each thread's affinity set to CPU 1 after it started: the
 // state the real kernel's load balancer settles in, docs/AGENT.md). With
 // the split scheme (threaded children, swept every second by the agent's
-// own splitTick) each instance is within 5 % of its plan. The control, the
-// capped scheme (the default) in the same stacked state, must miss it:
-// it proves the measurement can fail. Both figures are logged.
+// own splitTick) each instance is within 5 % of its plan, in the guest as
+// natively. The control, the capped scheme (the previous default) in the
+// same stacked state, must miss it: it proves the measurement can fail.
+// Both figures are logged.
 func TestKernelSplit(t *testing.T) {
 	testenv.RequireKernel(t)
 	if n := cpuset.MustParseCPUs(readTrim(t, "/sys/fs/cgroup/cpuset.cpus.effective")).Len(); n < 3 {
@@ -78,20 +79,9 @@ func TestKernelSplit(t *testing.T) {
 				}
 				t.Logf("%s, %d busy threads each, b stacked on CPU 1: a %.3f, b %.3f (plan 1.7 / 1.3; %s settle, %s window)",
 					variant, threads, got["a"], got["b"], splitSettle, splitWindow)
-				if os.Getenv("PINFOLD_VM") != "" {
-					// The TCG guest loses 3-16 % of a busy vCPU to its
-					// host (docs/AGENT.md): the 5 % bound is asserted
-					// natively only. The guest asserts what separates the
-					// mechanism from the control there: stacked b gets
-					// its fragment (its pinfold-frag uses at least half
-					// of it, as a's does) under split, none of it (b at
-					// most 1.05) under capped.
-					switch {
-					case scheme == SchemeSplit && (got["b/frag"] < 0.15 || got["a/frag"] < 0.35):
-						t.Errorf("split scheme in the guest: the fragments' children used a %.3f (of 0.7), b %.3f (of 0.3): want at least half each", got["a/frag"], got["b/frag"])
-					case scheme != SchemeSplit && got["b"] > 1.05:
-						t.Errorf("control (%s, stacked) in the guest: b %.3f, more than its whole CPU: the stacking was not forced, the test proves nothing", scheme, got["b"])
-					}
+				if burst && os.Getenv("PINFOLD_VM") != "" {
+					// An experiment, not the agent's mapping: reported in
+					// the guest, asserted natively.
 					return
 				}
 				switch {

@@ -61,15 +61,18 @@ func TestSplitSweep(t *testing.T) {
 		{"sleeping threads count for nothing", 1,
 			[]SplitThread{spRun(1, spFrag), spSleep(2, spWhole), spSleep(3, spWhole)},
 			map[int]SplitPart{1: spWhole}},
-		{"sleeping threads in a child stay once split", 1,
-			[]SplitThread{spRun(1, spWhole), spRun(2, spFrag), spSleep(3, spFrag), spSleep(4, spWhole)},
+		{"sleeping threads in whole stay once split", 1,
+			[]SplitThread{spRun(1, spWhole), spRun(2, spFrag), spSleep(4, spWhole)},
 			map[int]SplitPart{}},
+		{"a sleeping thread in frag goes to whole: work it wakes to must not leave whole empty", 1,
+			[]SplitThread{spRun(1, spWhole), spRun(2, spFrag), spSleep(3, spFrag), spSleep(4, spWhole)},
+			map[int]SplitPart{3: spWhole}},
 		{"sleeping threads in the root are swept into whole", 1,
 			[]SplitThread{spRun(1, spWhole), spRun(2, spFrag), spSleep(3, spRoot), spSleep(4, spRoot)},
 			map[int]SplitPart{3: spWhole, 4: spWhole}},
 		{"runnable whole short, sleeping frag thread does not count", 2,
 			[]SplitThread{spRun(1, spWhole), spRun(2, spFrag), spRun(3, spFrag), spSleep(4, spFrag)},
-			map[int]SplitPart{2: spWhole}},
+			map[int]SplitPart{2: spWhole, 4: spWhole}},
 		{"no runnable threads: all to whole", 1,
 			[]SplitThread{spSleep(1, spFrag), spSleep(2, spRoot), spSleep(3, spWhole)},
 			map[int]SplitPart{1: spWhole, 2: spWhole}},
@@ -118,6 +121,8 @@ func TestSplitSweepInvariant(t *testing.T) {
 					}
 					if th.Runnable {
 						runnable[th.In]++
+					} else if th.In == spFrag {
+						t.Fatalf("SplitSweep(%d, %v) = %v left sleeping TID %d in frag (work it wakes to would run there)", k, ts, moves, th.TID)
 					}
 				}
 				r := runnable[spWhole] + runnable[spFrag]

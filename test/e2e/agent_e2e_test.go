@@ -451,10 +451,11 @@ func testDockerShares(t *testing.T, image string, node map[int]cpuset.CPUs) {
 		t0 := time.Now()
 		time.Sleep(10 * time.Second)
 		wall := time.Since(t0)
-		bound := 0.05
-		if os.Getenv("PINFOLD_VM") != "" {
-			bound = 0.10
-		}
+		// ±5 % in the guest as natively (issue #25): CI runs the guest on a
+		// quiet machine, where the split scheme held −0.7 to −2.8 %; under
+		// a loaded host the guest loses up to 7 % (docs/AGENT.md), so run
+		// this tier alone.
+		const bound = 0.05
 		var missed []string
 		var line []string
 		for _, svc := range []string{"sa", "sb"} {
