@@ -76,6 +76,12 @@ type Config struct {
 	// measures the instances sharing a CPU and corrects their weights.
 	// Default 1s; negative turns the loop off (the static mapping only).
 	ShareEvery time.Duration
+	// SplitEvery is how often the split scheme's sweep keeps a runnable
+	// thread in each child of a split instance (docs/AGENT.md, "Threaded
+	// split"): a thread pool's work that wakes on the wrong side costs up
+	// to this long of a fragment or whole CPU. Default 250ms; the
+	// children's files are re-asserted at most once a second.
+	SplitEvery time.Duration
 	// Shrink tunes the pressure-guided memory shrink of a resize below what
 	// a container uses.
 	Shrink ShrinkOptions
@@ -129,6 +135,9 @@ type record struct {
 	// splitChecked is the cgroup looked at for split children left behind
 	// (where the scheme does not split the instance); "": not yet.
 	splitChecked string
+	// splitEnsured is the cgroup whose split children the sweep made or
+	// re-asserted at least once.
+	splitEnsured string
 }
 
 // New returns an agent.
@@ -153,6 +162,9 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 	}
 	if cfg.ShareEvery == 0 {
 		cfg.ShareEvery = time.Second
+	}
+	if cfg.SplitEvery <= 0 {
+		cfg.SplitEvery = DefaultSplitEvery
 	}
 	if cfg.Scheme == "" {
 		cfg.Scheme = DefaultScheme
@@ -188,9 +200,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		registered <- err
 	}()
-	if a.cfg.ShareEvery > 0 || a.cfg.Scheme == SchemeSplit {
+	if a.cfg.ShareEvery > 0 && a.cfg.Scheme != SchemeSplit {
+		// Under the split scheme each fragment is capped on its own CPU
+		// and the caps sum to at most one: no weight to correct.
 		go a.shareLoop(ctx)
 	}
+	go a.splitLoop(ctx)
 	tick := time.NewTicker(a.cfg.Resync)
 	defer tick.Stop()
 	followUp := false
@@ -218,15 +233,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
+// DefaultSplitEvery is Config.SplitEvery's default.
+const DefaultSplitEvery = 250 * time.Millisecond
+
 // shareLoop runs the share enforcer every ShareEvery over the instances
-// that share a CPU and run, and the split scheme's sweep (splitTick) in the
-// same window (every second when the share loop is off).
+// that share a CPU and run.
 func (a *Agent) shareLoop(ctx context.Context) {
-	every := a.cfg.ShareEvery
-	if every <= 0 {
-		every = time.Second
-	}
-	tick := time.NewTicker(every)
+	tick := time.NewTicker(a.cfg.ShareEvery)
 	defer tick.Stop()
 	for {
 		select {
@@ -234,15 +247,31 @@ func (a *Agent) shareLoop(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		if a.cfg.ShareEvery > 0 && a.cfg.Scheme != SchemeSplit {
-			// Under the split scheme each fragment is capped on its own
-			// CPU and the caps sum to at most one: no weight to correct.
-			if err := a.shareTick(ctx, time.Now()); err != nil {
-				a.log.Warn("share loop", "err", err)
-			}
+		if err := a.shareTick(ctx, time.Now()); err != nil {
+			a.log.Warn("share loop", "err", err)
 		}
-		if err := a.splitTick(ctx); err != nil {
-			a.log.Warn("split sweep", "err", err)
+	}
+}
+
+// splitLoop runs the split scheme's sweep every SplitEvery, re-asserting
+// the children's files at most once a second; under the other schemes it
+// looks once per container for children an earlier split run left.
+func (a *Agent) splitLoop(ctx context.Context) {
+	tick := time.NewTicker(a.cfg.SplitEvery)
+	defer tick.Stop()
+	var ensured time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			ensure := now.Sub(ensured) >= time.Second
+			if ensure {
+				ensured = now
+			}
+			if err := a.splitPass(ctx, ensure); err != nil {
+				a.log.Warn("split sweep", "err", err)
+			}
 		}
 	}
 }

@@ -64,13 +64,17 @@ type SplitThread struct {
 //     runnable TID in "pinfold-whole" moves there; if "pinfold-whole" still
 //     has fewer than whole, the lowest runnable TIDs in "pinfold-frag" move
 //     there (keeping the highest);
-//  3. sleeping threads in the container's cgroup or in "pinfold-frag" go
-//     to "pinfold-whole"; sleeping threads in "pinfold-whole" stay. A thread
-//     pool hands work between its threads (a Go program's Ms park and wake
-//     LIFO), so a sleeping thread is where work may wake next: in
-//     "pinfold-frag" it could take a busy thread's work there and leave
-//     "pinfold-whole" empty until the next sweep, costing the instance its
-//     whole CPUs; in "pinfold-whole" the most it costs is the fragment.
+//  3. sleeping threads in the container's cgroup go to "pinfold-whole";
+//     sleeping threads in "pinfold-whole" stay; sleeping threads in
+//     "pinfold-frag" stay only while "pinfold-whole" holds more than whole
+//     runnable threads, else they go to "pinfold-whole". A thread pool
+//     hands work between its threads (a Go program's runtime wakes the
+//     thread it parked last), so a sleeping thread is where work may wake
+//     next. Woken in "pinfold-frag" it gives that child work back after its
+//     own thread handed off (good), but if the work came from
+//     "pinfold-whole" with no runnable thread to spare there, that child
+//     sits short until the next sweep: the instance loses whole CPUs, not
+//     a fragment.
 //
 // Ties are broken by TID, lowest first. whole < 1 (a fragment alone: the
 // container's cpuset and cpu.max already make its share exact, there are no
@@ -139,7 +143,7 @@ func SplitSweep(whole int, threads []SplitThread) map[int]SplitPart {
 	for _, t := range ts {
 		to, ok := at[t.TID]
 		if !ok { // 3.
-			if t.In == SplitWhole {
+			if t.In == SplitWhole || (t.In == SplitFrag && count[SplitWhole] > whole) {
 				continue
 			}
 			to = SplitWhole

@@ -37,8 +37,8 @@ const (
 // 0.3 of CPU 2) with busy threads, b's threads FORCED TO STACK on its
 // whole CPU (each thread's affinity set to CPU 1 after it started: the
 // state the real kernel's load balancer settles in, docs/AGENT.md). With
-// the split scheme (threaded children, swept every second by the agent's
-// own splitTick) each instance is within 5 % of its plan, in the guest as
+// the split scheme (threaded children, swept by the agent's
+// own sweep every DefaultSplitEvery) each instance is within 5 % of its plan, in the guest as
 // natively. The control, the capped scheme (the previous default) in the
 // same stacked state, must miss it: it proves the measurement can fail.
 // Both figures are logged.
@@ -96,8 +96,8 @@ func TestKernelSplit(t *testing.T) {
 }
 
 // splitRun sets a and b up under scheme in a fresh subtree, starts threads
-// busy threads in each, stacks b's on CPU 1, runs the agent's split tick
-// every second (it does nothing under other schemes) and returns each
+// busy threads in each, stacks b's on CPU 1, runs the agent's split sweep
+// every DefaultSplitEvery (it does nothing under other schemes) and returns each
 // instance's CPUs used over splitWindow after splitSettle.
 func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]float64 {
 	parent := fmt.Sprintf("pinfold-split-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
@@ -157,20 +157,22 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]f
 			t.Fatalf("sched_setaffinity(%d, CPU 1): %v", tid, err)
 		}
 	}
-	// The agent's window: the split tick every second (as shareLoop).
+	// The agent's sweep, as splitLoop runs it: every DefaultSplitEvery,
+	// the children's files re-asserted once a second.
 	tickCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for {
-			if err := a.splitTick(tickCtx); err != nil && tickCtx.Err() == nil {
-				t.Errorf("split tick: %v", err)
+		for i := 0; ; i++ {
+			ensure := i%int(time.Second/DefaultSplitEvery) == 0
+			if err := a.splitPass(tickCtx, ensure); err != nil && tickCtx.Err() == nil {
+				t.Errorf("split sweep: %v", err)
 			}
 			select {
 			case <-tickCtx.Done():
 				return
-			case <-time.After(time.Second):
+			case <-time.After(DefaultSplitEvery):
 			}
 		}
 	}()

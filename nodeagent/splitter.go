@@ -84,7 +84,12 @@ func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cg
 // swept (SplitSweep) where the scheme splits it, and children are torn
 // down where it no longer does (the instance was resized off its fragment,
 // or the agent restarted with another scheme). Errors are per instance.
-func (a *Agent) splitTick(ctx context.Context) error {
+func (a *Agent) splitTick(ctx context.Context) error { return a.splitPass(ctx, true) }
+
+// splitPass is splitTick; ensure false skips re-asserting the children's
+// files (the sweeps between two re-assertions: SplitEvery is shorter than
+// a second, the drift repair need not be).
+func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 	tw, ok := a.cg.(threadedWriter)
 	if !ok {
 		if a.cfg.Scheme == SchemeSplit {
@@ -98,11 +103,12 @@ func (a *Agent) splitTick(ctx context.Context) error {
 		in      model.Instance
 		p       cgroup.Path
 		checked bool
+		ensured bool // its children made for this cgroup at least once
 	}
 	var jobs []job
 	for _, in := range a.desired {
 		if r := a.records[in.ID]; r != nil && r.cgroup != nil {
-			jobs = append(jobs, job{in: in, p: *r.cgroup, checked: r.splitChecked == r.cgroup.String()})
+			jobs = append(jobs, job{in: in, p: *r.cgroup, checked: r.splitChecked == r.cgroup.String(), ensured: r.splitEnsured == r.cgroup.String()})
 		}
 	}
 	a.mu.Unlock()
@@ -126,9 +132,16 @@ func (a *Agent) splitTick(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		if err := a.splitEnsure(ctx, h, j.in, j.p); err != nil {
-			errs = append(errs, err)
-			continue
+		if ensure || !j.ensured {
+			if err := a.splitEnsure(ctx, h, j.in, j.p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			a.mu.Lock()
+			if r := a.records[j.in.ID]; r != nil && r.cgroup != nil && *r.cgroup == j.p {
+				r.splitEnsured = j.p.String()
+			}
+			a.mu.Unlock()
 		}
 		errs = append(errs, a.splitSweep(tw, j.in.ID, j.p, sp.Whole.Len()))
 	}

@@ -24,11 +24,11 @@ import (
 )
 
 type agentFlags struct {
-	client                                                         clientFlags
-	host, sysfsRoot, procRoot, cgroupRoot                          string
-	dockerHost, stateDir, scheme, logLevel, cgroupParent           string
-	metricsListen                                                  string
-	ttl, resync, health, healthTimeout, shareEvery, shrinkDeadline time.Duration
+	client                                                                     clientFlags
+	host, sysfsRoot, procRoot, cgroupRoot                                      string
+	dockerHost, stateDir, scheme, logLevel, cgroupParent                       string
+	metricsListen                                                              string
+	ttl, resync, health, healthTimeout, shareEvery, splitEvery, shrinkDeadline time.Duration
 }
 
 func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
@@ -50,6 +50,7 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
 	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement without a health check must keep running this long")
 	fl.DurationVar(&f.shareEvery, "share-every", time.Second, "the share loop's window: how often instances sharing a CPU are measured (cpu.stat, cpu.pressure) and their cpu.weight corrected towards the plan; 0 turns the loop off")
+	fl.DurationVar(&f.splitEvery, "split-every", nodeagent.DefaultSplitEvery, "under --fragment-scheme split: how often each split instance's threads are swept so that both its child cgroups hold a runnable thread (a thread pool's work that wakes on the wrong side costs up to this long of its fragment); 100ms to 10s")
 	fl.DurationVar(&f.shrinkDeadline, "shrink-deadline", 30*time.Second, "how long a resize below a container's memory use may take to shrink it (memory.high stepped down while memory.pressure stays low) before it is refused and rolled back")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long a replacement's HEALTHCHECK or probe may take to pass, unless the probe sets its own")
 	if withClient {
@@ -68,6 +69,9 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	}
 	if f.shareEvery < 0 || f.shareEvery > 0 && f.shareEvery < 100*time.Millisecond {
 		return badInput("--share-every %s: want 0 (off) or at least 100ms", f.shareEvery)
+	}
+	if f.splitEvery < 100*time.Millisecond || f.splitEvery > 10*time.Second {
+		return badInput("--split-every %s: want 100ms to 10s", f.splitEvery)
 	}
 	shareEvery := f.shareEvery
 	if shareEvery == 0 {
@@ -93,7 +97,7 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	a := nodeagent.New(nodeagent.Config{Host: f.host, CgroupParent: f.cgroupParent, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
-		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout, ShareEvery: shareEvery, Shrink: nodeagent.ShrinkOptions{Deadline: f.shrinkDeadline}}, cl, eng, cg, topo, log)
+		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout, ShareEvery: shareEvery, SplitEvery: f.splitEvery, Shrink: nodeagent.ShrinkOptions{Deadline: f.shrinkDeadline}}, cl, eng, cg, topo, log)
 	if f.metricsListen != "" {
 		stop, addr, err := serveAgentMetrics(a, f.metricsListen)
 		if err != nil {

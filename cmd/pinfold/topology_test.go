@@ -196,3 +196,22 @@ func TestAgentPrerequisites(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentIntervalFlags: an agent interval out of range is bad input
+// (exit 2) naming the flag and the value, before anything is touched.
+func TestAgentIntervalFlags(t *testing.T) {
+	for _, tc := range []struct{ flag, value string }{
+		{"--split-every", "50ms"},
+		{"--split-every", "11s"},
+		{"--split-every", "0s"},
+		{"--share-every", "10ms"},
+		{"--resync", "0s"},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			_, errOut, code := runCLI(t, "", "agent", tc.flag, tc.value, "--cgroup-root", t.TempDir(), "--planner", "127.0.0.1:1", "--state-dir", t.TempDir())
+			if code != 2 || !strings.Contains(errOut, tc.flag+" "+tc.value) {
+				t.Errorf("agent %s %s: exit %d, %q: want exit 2 naming the flag and value", tc.flag, tc.value, code, errOut)
+			}
+		})
+	}
+}

@@ -35,7 +35,10 @@
 //     descendants'): per CPU the fraction of time some runnable thread
 //     waited (queued behind another, or throttled), averaged over the CPUs
 //     where the group had runnable threads, as PSI aggregates;
-//   - a packed host: one more busy nice-0 thread on every CPU.
+//   - a packed host: one more busy nice-0 thread on every CPU;
+//   - thread pools: the driver parks a thread (it sleeps until woken) and
+//     unparks another (it wakes as from sleep), as a pool hands work from
+//     one of its threads to another (Park, Unpark).
 //
 // It does not model: PELT averaging (loads are instantaneous), periodic
 // load balancing between busy CPUs, wake-affine or cache effects, SMT,
@@ -297,6 +300,35 @@ func (p *Plant) SetAffinity(id ThreadID, cpus cpuset.CPUs) error {
 	if p.allowed(t)&(1<<t.cpu) == 0 {
 		t.cpu = p.spread(t, t.g)
 	}
+	p.dirty = true
+	return nil
+}
+
+// Park puts thread t to sleep until Unpark: a pool thread with no work
+// (a Go runtime thread parked on its futex, say). Parking a sleeping
+// thread keeps it asleep until Unpark.
+func (p *Plant) Park(id ThreadID) error {
+	t, err := p.thread(id)
+	if err != nil {
+		return fmt.Errorf("shareplant: park: %w", err)
+	}
+	t.sleeping, t.wake = true, math.Inf(1)
+	p.dirty = true
+	return nil
+}
+
+// Unpark wakes thread t now, as a wake-up from sleep places it; its duty
+// starts again. Unparking a runnable thread does nothing.
+func (p *Plant) Unpark(id ThreadID) error {
+	t, err := p.thread(id)
+	if err != nil {
+		return fmt.Errorf("shareplant: unpark: %w", err)
+	}
+	if !t.sleeping {
+		return nil
+	}
+	t.sleeping, t.work = false, t.run
+	t.cpu = p.wakeCPU(t)
 	p.dirty = true
 	return nil
 }
