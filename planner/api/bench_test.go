@@ -18,11 +18,9 @@ import (
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
-	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
-	"github.com/pinfold/pinfold/planner/topology"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 	"github.com/pinfold/pinfold/test/testenv"
 )
@@ -284,30 +282,14 @@ func BenchmarkPlannerMemory33kInstances(b *testing.B) {
 	}
 }
 
-// wideTopology is the largest topology a registration may carry (8,192
-// CPUs, cpuset.MaxID+1): one NUMA node, two SMT threads a core, and one
-// L3 cache shared by every CPU, so that each CPU lists all 8,192 as its
-// L3 group (the registration that took 54–67 s, issue 26 N2).
-func wideTopology() *topology.Topology {
-	const n = cpuset.MaxID + 1
-	all := cpuset.Range[cpuset.CPUID](0, n-1)
-	t := &topology.Topology{Online: all, NUMASource: topology.SourceSysfs,
-		NUMANodes: []topology.NUMANode{{ID: 0, CPUs: all, MemoryBytes: 1 << 40, Distances: map[cpuset.NUMANodeID]int{0: topology.LocalDistance}}}}
-	for id := range cpuset.CPUID(n) {
-		core := id &^ 1
-		t.CPUs = append(t.CPUs, topology.CPU{ID: id, CoreID: int(core / 2), Siblings: cpuset.Of(core, core+1), L3: all})
-	}
-	return t
-}
-
 // BenchmarkRegisterHost8192: one agent registration of the 8,192-CPU
-// topology of wideTopology through the API (decode, validate, store in
+// topology topologytest.Wide through the API (decode, validate, store in
 // etcd without fsync, so that the figure is CPU). cpu-ms/op is this
 // process's CPU per registration: the planner's, etcd's and the client's
 // together, an upper bound of the planner's.
 func BenchmarkRegisterHost8192(b *testing.B) {
 	cl, _ := benchPlanner(b, 0, true)
-	tj, err := json.Marshal(wideTopology())
+	tj, err := json.Marshal(topologytest.Wide())
 	if err != nil {
 		b.Fatal(err)
 	}

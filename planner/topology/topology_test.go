@@ -109,7 +109,7 @@ func TestValidateWide(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			tp := wide()
+			tp := topologytest.Wide()
 			tt.break_(tp)
 			err := tp.Validate()
 			switch {
