@@ -1,0 +1,121 @@
+package api
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+)
+
+// TestAgentHTTP2Settings: the API server announces the HTTP/2 settings
+// sized for agent connections (16 KiB frames, a 4 KiB window per stream, a
+// 1 KiB HPACK table; Go's defaults were 1 MiB, 1 MiB and 4 KiB) and keeps
+// the connection's window at the protocol's 64 KiB, and a 14 KiB body (a
+// registration's topology) sent within those windows still arrives whole.
+func TestAgentHTTP2Settings(t *testing.T) {
+	srv := serveWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Body-Length", strconv.Itoa(len(b)))
+	}), Timeouts{})
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fr.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sf, ok := f.(*http2.SettingsFrame)
+	if !ok {
+		t.Fatalf("first frame: %v, want SETTINGS", f)
+	}
+	for _, c := range []struct {
+		id   http2.SettingID
+		want uint32
+	}{
+		{http2.SettingMaxFrameSize, H2MaxReadFrameSize},
+		{http2.SettingInitialWindowSize, H2StreamWindow},
+		{http2.SettingHeaderTableSize, H2HeaderTable},
+	} {
+		t.Run(c.id.String(), func(t *testing.T) {
+			if v, ok := sf.Value(c.id); !ok || v != c.want {
+				t.Errorf("%s = %d (sent: %v), want %d", c.id, v, ok, c.want)
+			}
+		})
+	}
+	if err := fr.WriteSettingsAck(); err != nil {
+		t.Fatal(err)
+	}
+
+	// One request with a 14 KiB body, sent as the windows allow.
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, kv := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "planner"}, {":path", "/echo"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: kv[0], Value: kv[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("t"), 14<<10)
+	streamWin, connWin := int(H2StreamWindow), 65535
+	for len(body) > 0 {
+		if n := min(len(body), streamWin, connWin, H2MaxReadFrameSize); n > 0 {
+			if err := fr.WriteData(1, n == len(body), body[:n]); err != nil {
+				t.Fatal(err)
+			}
+			body, streamWin, connWin = body[n:], streamWin-n, connWin-n
+			continue
+		}
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("waiting for a window update with %d bytes to send: %v", len(body), err)
+		}
+		if wu, ok := f.(*http2.WindowUpdateFrame); ok {
+			if wu.StreamID == 0 {
+				connWin += int(wu.Increment)
+			} else {
+				streamWin += int(wu.Increment)
+			}
+		}
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wu, ok := f.(*http2.WindowUpdateFrame); ok && wu.StreamID == 0 && connWin+int(wu.Increment) > 65535 {
+			t.Errorf("the server raised the connection's window past 64 KiB (by %d)", wu.Increment)
+		}
+		if h, ok := f.(*http2.MetaHeadersFrame); ok {
+			if got := h.PseudoValue("status"); got != "200" {
+				t.Fatalf("status %s", got)
+			}
+			for _, hf := range h.RegularFields() {
+				if hf.Name == "body-length" && hf.Value != strconv.Itoa(14<<10) {
+					t.Errorf("the handler read %s bytes, want %d", hf.Value, 14<<10)
+				}
+			}
+			return
+		}
+	}
+}
