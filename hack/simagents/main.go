@@ -49,6 +49,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/model"
@@ -498,11 +499,11 @@ func fetch(url, file string) {
 }
 
 // newClient is one agent's client: its own HTTP/2 (h2c) connection, as an
-// agent on its own machine has.
+// agent on its own machine has, with the agent's options.
 func newClient(base string) pinfoldv1connect.PlannerServiceClient {
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC())
+	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, append(api.AgentClientOptions(), connect.WithGRPC())...)
 }
 
 // waitEtcd polls etcd's /health endpoint (this tool speaks to etcd only

@@ -60,3 +60,15 @@ func agentHTTP2() *http.HTTP2Config {
 // compressLarge is the handler option that compresses only messages of
 // CompressMinBytes and more.
 func compressLarge() connect.HandlerOption { return connect.WithCompressMinBytes(CompressMinBytes) }
+
+// AgentClientOptions are a node agent's client options: a request of
+// CompressMinBytes or more goes gzip-compressed. The registration is the
+// one such request (a 128-CPU host's topology: 13 KiB of JSON, 1.1 KiB
+// compressed); it is an agent connection's first request, sent before the
+// planner's settings reach the agent, so its frames are sized by the
+// protocol's defaults, and the planner's frame read buffer for that
+// connection stays as large as the largest (13 KiB) for as long as the
+// agent runs. Every planner accepts gzip.
+func AgentClientOptions() []connect.ClientOption {
+	return []connect.ClientOption{connect.WithSendGzip(), connect.WithCompressMinBytes(CompressMinBytes)}
+}

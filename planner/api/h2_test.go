@@ -2,15 +2,25 @@ package api
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
 // TestAgentHTTP2Settings: the API server announces the HTTP/2 settings
@@ -117,5 +127,42 @@ func TestAgentHTTP2Settings(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// TestAgentClientCompressesRegistration: with the agent's client options a
+// registration (a 128-CPU host's topology, 13 KiB of JSON) goes
+// gzip-compressed, under CompressMinBytes on the wire, and the planner's
+// handler decodes it (the call reaches the planner); a heartbeat goes as
+// it is.
+func TestAgentClientCompressesRegistration(t *testing.T) {
+	type seen struct {
+		encoding string
+		bytes    int64
+	}
+	calls := make(chan seen, 2)
+	api := Handler(unreachedPlanner{}, Options{})
+	srv := serveWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		calls <- seen{r.Header.Get("Content-Encoding"), int64(len(b))}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		api.ServeHTTP(w, r)
+	}), Timeouts{})
+	cl := pinfoldv1connect.NewPlannerServiceClient(srv.Client(), srv.URL, AgentClientOptions()...)
+	tj, err := json.Marshal(topologytest.BenchHost().Topology())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	_, err = cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: "h1", TopologyJson: tj, Agent: true, AgentVersion: "test", Protocol: model.Protocol, MemoryShare: 1}))
+	if !strings.Contains(fmt.Sprint(err), "reached the planner") {
+		t.Fatalf("registration: %v, want the call to reach the planner", err)
+	}
+	if c := <-calls; c.encoding != "gzip" || c.bytes >= CompressMinBytes {
+		t.Errorf("registration of %d bytes of topology sent as %d bytes with encoding %q, want gzip under %d", len(tj), c.bytes, c.encoding, CompressMinBytes)
+	}
+	_, _ = cl.Heartbeat(ctx, connect.NewRequest(&pinfoldv1.HeartbeatRequest{Host: "h1", AgentVersion: "test", Protocol: model.Protocol, TtlSeconds: 30}))
+	if c := <-calls; c.encoding != "" {
+		t.Errorf("a heartbeat of %d bytes went with encoding %q, want none", c.bytes, c.encoding)
 	}
 }
