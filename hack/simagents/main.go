@@ -19,9 +19,12 @@
 // Memory: the planner's resident memory (RSS) per host at the end of the
 // steady phase, and, read from its profiler (--pprof-listen, loopback,
 // after a collection): its live heap and goroutine stacks per host, the
-// goroutines per host, and the live heap each deployed instance added
-// (the heap after the steady phase's deploys less the heap before them,
-// over their number; -phases registration skips the deploys and the
+// goroutines per host, and the live heap the steady phase added per
+// deploy (the heap after its deploys less the heap before them, over
+// their number: the instance, and the host views and capacity memos its
+// placement built, and any other growth of the phase; a few hundred
+// deploys over 10,000 hosts measure the memos more than the instances,
+// whose own heap BenchmarkPlannerMemory33kInstances measures; -phases registration skips the deploys and the
 // restart, for a quick look at the memory of a registered fleet).
 package main
 
@@ -195,7 +198,7 @@ type report struct {
 	PlannerHeapPerHostKB   float64 `json:"planner_heap_per_host_kib"`
 	PlannerStackPerHostKB  float64 `json:"planner_stack_per_host_kib"`
 	PlannerGoroutines      int     `json:"planner_goroutines"`
-	PlannerHeapPerInstance float64 `json:"planner_heap_per_instance_bytes"`
+	PlannerHeapPerDeploy   float64 `json:"planner_heap_per_deploy_bytes"`
 	RestartSeconds         float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
 	RestartPlannerStart    float64 `json:"restart_planner_start_seconds"`
 	AfterRestartCPU        float64 `json:"planner_cpu_percent_after_restart"`
@@ -210,14 +213,14 @@ first deploy              %.0f ms (builds the planner's views of the registered 
 deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d never seen (the deploy's answer: p50 %.1f ms, p99 %.1f ms)
 CPU (of one core)         planner %.1f %%, etcd %.1f %%, simulator %.1f %% (steady phase)
 memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
-planner heap (live)       %.0f MiB (%.1f KiB per host); stacks %.1f KiB per host; %d goroutines; %.0f B per deployed instance
+planner heap (live)       %.0f MiB (%.1f KiB per host); stacks %.1f KiB per host; %d goroutines; steady phase: %.0f B more per deploy
 planner restart           API up after %.1f s; every agent streaming and heartbeating %.1f s after the restart; planner CPU then %.1f %%
 deploys over 200 ms       %v (sent at : took)
 `, r.Agents, r.RegisterSeconds, r.RegisterPerSecond, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
 		r.FirstDeployMs, r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed, r.DeployP50Ms, r.DeployP99Ms,
 		r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent,
 		r.PlannerRSSMiB, r.PlannerRSSPerHostKB, r.EtcdRSSMiB, r.SimRSSMiB,
-		r.PlannerHeapMiB, r.PlannerHeapPerHostKB, r.PlannerStackPerHostKB, r.PlannerGoroutines, r.PlannerHeapPerInstance,
+		r.PlannerHeapMiB, r.PlannerHeapPerHostKB, r.PlannerStackPerHostKB, r.PlannerGoroutines, r.PlannerHeapPerDeploy,
 		r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU, r.SlowDeploys)
 }
 
@@ -367,7 +370,7 @@ func run(cfg config) (report, error) {
 	el := time.Since(t0)
 	p1, e1, s1 := procUsage(planner.Process.Pid), procUsage(etcd.Process.Pid), procUsage(os.Getpid())
 	if heap1 := rep.memory(planner.Process.Pid, pprofAt); len(sent) > 0 && heap0.heap > 0 && heap1.heap > 0 {
-		rep.PlannerHeapPerInstance = float64(heap1.heap-heap0.heap) / float64(len(sent))
+		rep.PlannerHeapPerDeploy = float64(heap1.heap-heap0.heap) / float64(len(sent))
 	}
 	if cfg.profile {
 		fetch("http://"+pprofAt+"/debug/pprof/heap", filepath.Join(cfg.dir, "planner-heap.pprof"))
