@@ -194,14 +194,14 @@ type report struct {
 	PlannerRSSPerHostKB float64  `json:"planner_rss_per_host_kib"`
 	// From the planner's profiler, after a collection, at the end of the
 	// steady phase (of the registration with -phases registration).
-	PlannerHeapMiB         float64 `json:"planner_heap_mib"`
-	PlannerHeapPerHostKB   float64 `json:"planner_heap_per_host_kib"`
-	PlannerStackPerHostKB  float64 `json:"planner_stack_per_host_kib"`
-	PlannerGoroutines      int     `json:"planner_goroutines"`
-	PlannerHeapPerDeploy   float64 `json:"planner_heap_per_deploy_bytes"`
-	RestartSeconds         float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
-	RestartPlannerStart    float64 `json:"restart_planner_start_seconds"`
-	AfterRestartCPU        float64 `json:"planner_cpu_percent_after_restart"`
+	PlannerHeapMiB        float64 `json:"planner_heap_mib"`
+	PlannerHeapPerHostKB  float64 `json:"planner_heap_per_host_kib"`
+	PlannerStackPerHostKB float64 `json:"planner_stack_per_host_kib"`
+	PlannerGoroutines     int     `json:"planner_goroutines"`
+	PlannerHeapPerDeploy  float64 `json:"planner_heap_per_deploy_bytes"`
+	RestartSeconds        float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
+	RestartPlannerStart   float64 `json:"restart_planner_start_seconds"`
+	AfterRestartCPU       float64 `json:"planner_cpu_percent_after_restart"`
 }
 
 func (r report) print() {
