@@ -21,6 +21,7 @@ import (
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/nodeagent"
 	"github.com/pinfold/pinfold/numa"
+	"github.com/pinfold/pinfold/planner/api"
 )
 
 type agentFlags struct {
@@ -92,7 +93,7 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	defer cg.Close()
-	cl, err := f.client.client()
+	cl, err := f.client.client(api.AgentClientOptions()...)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,17 @@
 // has its stream back and a heartbeat accepted. It prints a table and, with
 // -json, writes the figures. It fails (exit 1) when a phase does not
 // complete within its limit.
+//
+// Memory: the planner's resident memory (RSS) per host at the end of the
+// steady phase, and, read from its profiler (--pprof-listen, loopback,
+// after a collection): its live heap and goroutine stacks per host, the
+// goroutines per host, and the live heap the steady phase added per
+// deploy (the heap after its deploys less the heap before them, over
+// their number: the instance, and the host views and capacity memos its
+// placement built, and any other growth of the phase; a few hundred
+// deploys over 10,000 hosts measure the memos more than the instances,
+// whose own heap BenchmarkPlannerMemory33kInstances measures; -phases registration skips the deploys and the
+// restart, for a quick look at the memory of a registered fleet).
 package main
 
 import (
@@ -41,6 +52,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/model"
@@ -62,10 +74,15 @@ func main() {
 	flag.IntVar(&cfg.registerConcurrency, "register-concurrency", 200, "registrations in flight at once")
 	flag.StringVar(&cfg.dir, "dir", "", "working directory (default: a new temporary one)")
 	flag.StringVar(&cfg.jsonOut, "json", "", "also write the figures as JSON to this file")
-	flag.BoolVar(&cfg.profile, "profile", false, "save the planner's heap and a 10 s CPU profile of the steady phase in -dir (planner-heap.pprof, planner-cpu.pprof)")
+	flag.StringVar(&cfg.phases, "phases", "all", "all, or registration: stop after the registration and the memory figures (no deploys, no restart)")
+	flag.BoolVar(&cfg.profile, "profile", false, "save the planner's heap (with its runtime statistics) and a 10 s CPU profile of the steady phase in -dir (planner-heap.pprof, planner-heap.txt, planner-cpu.pprof)")
 	flag.Parse()
 	if cfg.pinfold == "" || cfg.agents < 1 || cfg.deploys < 1 {
 		fmt.Fprintln(os.Stderr, "simagents: -pinfold is required; -agents and -deploys must be at least 1")
+		os.Exit(2)
+	}
+	if cfg.phases != "all" && cfg.phases != "registration" {
+		fmt.Fprintf(os.Stderr, "simagents: -phases %q: want all or registration\n", cfg.phases)
 		os.Exit(2)
 	}
 	rep, err := run(cfg)
@@ -91,6 +108,7 @@ type config struct {
 	registerConcurrency int
 	dir                 string
 	jsonOut             string
+	phases              string
 	profile             bool
 }
 
@@ -174,9 +192,16 @@ type report struct {
 	EtcdRSSMiB          float64  `json:"etcd_rss_mib"`
 	SimRSSMiB           float64  `json:"simulator_rss_mib"`
 	PlannerRSSPerHostKB float64  `json:"planner_rss_per_host_kib"`
-	RestartSeconds      float64  `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
-	RestartPlannerStart float64  `json:"restart_planner_start_seconds"`
-	AfterRestartCPU     float64  `json:"planner_cpu_percent_after_restart"`
+	// From the planner's profiler, after a collection, at the end of the
+	// steady phase (of the registration with -phases registration).
+	PlannerHeapMiB        float64 `json:"planner_heap_mib"`
+	PlannerHeapPerHostKB  float64 `json:"planner_heap_per_host_kib"`
+	PlannerStackPerHostKB float64 `json:"planner_stack_per_host_kib"`
+	PlannerGoroutines     int     `json:"planner_goroutines"`
+	PlannerHeapPerDeploy  float64 `json:"planner_heap_per_deploy_bytes"`
+	RestartSeconds        float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
+	RestartPlannerStart   float64 `json:"restart_planner_start_seconds"`
+	AfterRestartCPU       float64 `json:"planner_cpu_percent_after_restart"`
 }
 
 func (r report) print() {
@@ -188,12 +213,14 @@ first deploy              %.0f ms (builds the planner's views of the registered 
 deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d never seen (the deploy's answer: p50 %.1f ms, p99 %.1f ms)
 CPU (of one core)         planner %.1f %%, etcd %.1f %%, simulator %.1f %% (steady phase)
 memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
+planner heap (live)       %.0f MiB (%.1f KiB per host); stacks %.1f KiB per host; %d goroutines; steady phase: %.0f B more per deploy
 planner restart           API up after %.1f s; every agent streaming and heartbeating %.1f s after the restart; planner CPU then %.1f %%
 deploys over 200 ms       %v (sent at : took)
 `, r.Agents, r.RegisterSeconds, r.RegisterPerSecond, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
 		r.FirstDeployMs, r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed, r.DeployP50Ms, r.DeployP99Ms,
 		r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent,
 		r.PlannerRSSMiB, r.PlannerRSSPerHostKB, r.EtcdRSSMiB, r.SimRSSMiB,
+		r.PlannerHeapMiB, r.PlannerHeapPerHostKB, r.PlannerStackPerHostKB, r.PlannerGoroutines, r.PlannerHeapPerDeploy,
 		r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU, r.SlowDeploys)
 }
 
@@ -251,10 +278,8 @@ func run(cfg config) (report, error) {
 	api := fmt.Sprintf("127.0.0.1:%d", freePort())
 	pprofAt := fmt.Sprintf("127.0.0.1:%d", freePort())
 	startPlanner := func() (*exec.Cmd, error) {
-		args := []string{"planner", "--etcd-endpoints", ec, "--listen", api, "--log-level", "warn", "--data-dir", filepath.Join(cfg.dir, "planner")}
-		if cfg.profile {
-			args = append(args, "--pprof-listen", pprofAt)
-		}
+		args := []string{"planner", "--etcd-endpoints", ec, "--listen", api, "--log-level", "warn", "--data-dir", filepath.Join(cfg.dir, "planner"),
+			"--pprof-listen", pprofAt}
 		cmd := exec.Command(cfg.pinfold, args...)
 		logf, err := os.OpenFile(filepath.Join(cfg.dir, "planner.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -307,14 +332,25 @@ func run(cfg config) (report, error) {
 	rep.RegisterSeconds = time.Since(start).Seconds()
 	rep.RegisterPerSecond = float64(cfg.agents) / rep.RegisterSeconds
 
+	time.Sleep(cfg.heartbeat) // let the registration burst's heartbeats spread out
+	if cfg.phases == "registration" {
+		rep.memory(planner.Process.Pid, pprofAt)
+		if cfg.profile {
+			fetch("http://"+pprofAt+"/debug/pprof/heap", filepath.Join(cfg.dir, "planner-heap.pprof"))
+			fetch("http://"+pprofAt+"/debug/pprof/heap?debug=1", filepath.Join(cfg.dir, "planner-heap.txt"))
+			fetch("http://"+pprofAt+"/debug/pprof/goroutine?debug=1", filepath.Join(cfg.dir, "planner-goroutines.txt"))
+		}
+		return rep, nil
+	}
+
 	// Phase 2: steady, with deploys at a steady rate. One deploy first,
 	// timed apart: it builds the planner's views of the new hosts.
-	time.Sleep(cfg.heartbeat) // let the registration burst's heartbeats spread out
 	w0 := time.Now()
 	if _, err := admin.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: "warm", Count: 1, Cpu: "0.5", Bind: true, MemoryBytes: 64 << 20})); err != nil {
 		return rep, fmt.Errorf("first deploy: %w", err)
 	}
 	rep.FirstDeployMs = float64(time.Since(w0).Microseconds()) / 1e3
+	heap0, _ := plannerMem(pprofAt)
 	p0, e0, s0 := procUsage(planner.Process.Pid), procUsage(etcd.Process.Pid), procUsage(os.Getpid())
 	b0, be0 := s.beats.Load(), s.beatErr.Load()
 	t0 := time.Now()
@@ -333,16 +369,19 @@ func run(cfg config) (report, error) {
 	}
 	el := time.Since(t0)
 	p1, e1, s1 := procUsage(planner.Process.Pid), procUsage(etcd.Process.Pid), procUsage(os.Getpid())
+	if heap1 := rep.memory(planner.Process.Pid, pprofAt); len(sent) > 0 && heap0.heap > 0 && heap1.heap > 0 {
+		rep.PlannerHeapPerDeploy = float64(heap1.heap-heap0.heap) / float64(len(sent))
+	}
 	if cfg.profile {
 		fetch("http://"+pprofAt+"/debug/pprof/heap", filepath.Join(cfg.dir, "planner-heap.pprof"))
+		fetch("http://"+pprofAt+"/debug/pprof/heap?debug=1", filepath.Join(cfg.dir, "planner-heap.txt"))
 	}
 	rep.SteadySeconds = el.Seconds()
 	rep.HeartbeatsPerSecond = float64(s.beats.Load()-b0) / el.Seconds()
 	rep.HeartbeatErrors = s.beatErr.Load() - be0
 	pct := func(a, b usage) float64 { return 100 * (b.CPU - a.CPU).Seconds() / el.Seconds() }
 	rep.PlannerCPUPercent, rep.EtcdCPUPercent, rep.SimCPUPercent = pct(p0, p1), pct(e0, e1), pct(s0, s1)
-	rep.PlannerRSSMiB, rep.EtcdRSSMiB, rep.SimRSSMiB = float64(p1.RSS)/(1<<20), float64(e1.RSS)/(1<<20), float64(s1.RSS)/(1<<20)
-	rep.PlannerRSSPerHostKB = float64(p1.RSS) / 1024 / float64(cfg.agents)
+	rep.EtcdRSSMiB, rep.SimRSSMiB = float64(e1.RSS)/(1<<20), float64(s1.RSS)/(1<<20)
 	var lat []float64
 	for id, at := range sent {
 		if v, ok := s.seen.Load(id); ok {
@@ -383,6 +422,68 @@ func run(cfg config) (report, error) {
 	return rep, nil
 }
 
+// plannerStats are the planner's memory figures from its profiler.
+type plannerStats struct {
+	heap, stack int64 // live heap after a collection; goroutine stacks in use
+	goroutines  int
+}
+
+// plannerMem reads the planner's live heap (after a collection it asks
+// for) and stacks from the runtime statistics its heap profile ends with,
+// and its goroutines.
+func plannerMem(pprofAt string) (plannerStats, error) {
+	var st plannerStats
+	get := func(path string) (string, error) {
+		resp, err := http.Get("http://" + pprofAt + path)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	heap, err := get("/debug/pprof/heap?debug=1&gc=1")
+	if err != nil {
+		return st, fmt.Errorf("the planner's heap profile: %w", err)
+	}
+	for _, l := range strings.Split(heap, "\n") {
+		if v, ok := strings.CutPrefix(l, "# HeapAlloc = "); ok {
+			st.heap, _ = strconv.ParseInt(v, 10, 64)
+		}
+		if v, ok := strings.CutPrefix(l, "# Stack = "); ok { // "inuse / sys"
+			st.stack, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+		}
+	}
+	g, err := get("/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		return st, fmt.Errorf("the planner's goroutines: %w", err)
+	}
+	first, _, _ := strings.Cut(g, "\n")
+	if v, ok := strings.CutPrefix(first, "goroutine profile: total "); ok {
+		st.goroutines, _ = strconv.Atoi(v)
+	}
+	return st, nil
+}
+
+// memory fills the planner's memory figures: its RSS first (the
+// profiler's collection does not shrink it at once, but reading the
+// profiles allocates), then its heap, stacks and goroutines.
+func (r *report) memory(pid int, pprofAt string) plannerStats {
+	u := procUsage(pid)
+	r.PlannerRSSMiB = float64(u.RSS) / (1 << 20)
+	r.PlannerRSSPerHostKB = float64(u.RSS) / 1024 / float64(r.Agents)
+	st, err := plannerMem(pprofAt)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simagents:", err)
+		return st
+	}
+	r.PlannerHeapMiB = float64(st.heap) / (1 << 20)
+	r.PlannerHeapPerHostKB = float64(st.heap) / 1024 / float64(r.Agents)
+	r.PlannerStackPerHostKB = float64(st.stack) / 1024 / float64(r.Agents)
+	r.PlannerGoroutines = st.goroutines
+	return st
+}
+
 // fetch saves a profile from the planner's profiler.
 func fetch(url, file string) {
 	resp, err := http.Get(url)
@@ -401,11 +502,11 @@ func fetch(url, file string) {
 }
 
 // newClient is one agent's client: its own HTTP/2 (h2c) connection, as an
-// agent on its own machine has.
+// agent on its own machine has, with the agent's options.
 func newClient(base string) pinfoldv1connect.PlannerServiceClient {
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC())
+	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, append(api.AgentClientOptions(), connect.WithGRPC())...)
 }
 
 // waitEtcd polls etcd's /health endpoint (this tool speaks to etcd only

@@ -53,7 +53,7 @@ func (t Timeouts) orDefaults() Timeouts {
 // bound is Handler's: a per-request read deadline).
 func NewHTTPServer(h http.Handler, t Timeouts) *http.Server {
 	t = t.orDefaults()
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: t.Header, IdleTimeout: t.Idle, MaxHeaderBytes: MaxHeaderBytes}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: t.Header, IdleTimeout: t.Idle, MaxHeaderBytes: MaxHeaderBytes, HTTP2: agentHTTP2()}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)

@@ -137,7 +137,7 @@ func Handler(svc Planner, o Options) http.Handler {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes
 	}
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxBytes), connect.WithCodec(strictJSON{})}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxBytes), connect.WithCodec(strictJSON{}), compressLarge()}
 	// Metrics and the event log wrap the authorizer: a call it refuses is
 	// counted and recorded too, with its identity.
 	if o.Metrics != nil {

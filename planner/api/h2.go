@@ -1,0 +1,74 @@
+package api
+
+import (
+	"net/http"
+
+	"connectrpc.com/connect"
+)
+
+// HTTP/2 settings of the API server, sized for agent connections: every
+// agent holds one connection for as long as it runs (10,000 agents, 10,000
+// connections), heartbeats on it and keeps one WatchInstances stream open,
+// so what a connection pins stays pinned. With Go's defaults one agent's
+// connection held about 36 KiB of the planner's heap (issue 27): a frame
+// read buffer as large as the largest frame the connection ever carried
+// (14 KiB, the registration's topology, sent in one frame because each
+// stream could take 1 MiB), HPACK tables filled to 4 KiB by the gRPC
+// headers that change on every call (grpc-timeout), and a 1 MiB receive
+// window per connection that a slow handler lets fill.
+const (
+	// H2MaxReadFrameSize bounds the frames a client may send (the
+	// protocol's least, 16 KiB; Go's default is 1 MiB): the largest
+	// HEADERS frame, and so the frame read buffer, is this size.
+	H2MaxReadFrameSize = 16 << 10
+	// H2StreamWindow is each stream's receive window: a client sends at
+	// most this much of a request body before the handler has read it,
+	// so DATA frames, and the frame read buffer that keeps the largest,
+	// stay this size (a 14 KiB registration arrives in four frames; each
+	// window update follows the handler's reads). Go's default is 1 MiB.
+	// Large uploads over HTTP/2 take one round trip per 4 KiB past the
+	// first; the CLI and the agents speak HTTP/1.1, which this does not
+	// touch.
+	H2StreamWindow = 4 << 10
+	// H2ConnWindow is the connection's receive window (the protocol's
+	// initial 64 KiB; Go's default is 1 MiB): what one connection's
+	// streams together may have sent and the handlers not yet read.
+	H2ConnWindow = 64 << 10
+	// H2HeaderTable is the HPACK dynamic table size each way: the gRPC
+	// headers that stay the same from call to call fit (about 400
+	// bytes); those that change on every call (grpc-timeout) no longer
+	// fill it to Go's default of 4 KiB.
+	H2HeaderTable = 1 << 10
+	// CompressMinBytes: messages shorter than this are sent as they are,
+	// even to a client that accepts gzip (a heartbeat's answer, a watch
+	// message); compressing each cost a gzip writer's reset (its 512 KiB
+	// hash table cleared) for a few bytes saved, or none.
+	CompressMinBytes = 4 << 10
+)
+
+// agentHTTP2 is the API server's HTTP/2 configuration (see the constants).
+func agentHTTP2() *http.HTTP2Config {
+	return &http.HTTP2Config{
+		MaxReadFrameSize:              H2MaxReadFrameSize,
+		MaxReceiveBufferPerStream:     H2StreamWindow,
+		MaxReceiveBufferPerConnection: H2ConnWindow,
+		MaxDecoderHeaderTableSize:     H2HeaderTable,
+		MaxEncoderHeaderTableSize:     H2HeaderTable,
+	}
+}
+
+// compressLarge is the handler option that compresses only messages of
+// CompressMinBytes and more.
+func compressLarge() connect.HandlerOption { return connect.WithCompressMinBytes(CompressMinBytes) }
+
+// AgentClientOptions are a node agent's client options: a request of
+// CompressMinBytes or more goes gzip-compressed. The registration is the
+// one such request (a 128-CPU host's topology: 13 KiB of JSON, 1.1 KiB
+// compressed); it is an agent connection's first request, sent before the
+// planner's settings reach the agent, so its frames are sized by the
+// protocol's defaults, and the planner's frame read buffer for that
+// connection stays as large as the largest (13 KiB) for as long as the
+// agent runs. Every planner accepts gzip.
+func AgentClientOptions() []connect.ClientOption {
+	return []connect.ClientOption{connect.WithSendGzip(), connect.WithCompressMinBytes(CompressMinBytes)}
+}
