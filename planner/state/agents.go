@@ -52,7 +52,7 @@ func (s *Store) Heartbeat(ctx context.Context, host string, value []byte, ttl ti
 func (s *Store) isLive(host string) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.live[host]
+	return s.c.live[host]
 }
 
 // PutStatus records what a host's agent observed for one instance. It is
@@ -114,15 +114,15 @@ func (s *Store) Lead(ctx context.Context, id string, ttl time.Duration, lead fun
 // revision the cache reached.
 func (s *Store) WatchHost(ctx context.Context, host string, send func(rev int64) error) error {
 	s.mu.RLock()
-	seen := s.hostChange[host]
-	rev := s.rev
+	seen := s.c.hostChange[host]
+	rev := s.c.rev
 	s.mu.RUnlock()
 	for {
 		if err := send(rev); err != nil {
 			return err
 		}
 		s.mu.Lock()
-		for s.hostChange[host] == seen {
+		for s.c.hostChange[host] == seen {
 			if s.werr != nil {
 				err := s.werr
 				s.mu.Unlock()
@@ -137,7 +137,7 @@ func (s *Store) WatchHost(ctx context.Context, host string, send func(rev int64)
 			}
 			s.mu.Lock()
 		}
-		seen, rev = s.hostChange[host], s.rev
+		seen, rev = s.c.hostChange[host], s.c.rev
 		s.mu.Unlock()
 	}
 }

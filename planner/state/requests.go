@@ -59,7 +59,7 @@ func (c *Change) PutRequest(id string, r Request) {
 func (s *Store) Request(id string) (Request, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	d, ok := s.requests[id]
+	d, ok := s.c.requests[id]
 	return d.Value, ok
 }
 
@@ -88,8 +88,8 @@ func (s *Store) PruneRequests(ctx context.Context, before time.Time) (int, error
 		id string
 		at time.Time
 	}
-	all := make([]rec, 0, len(s.requests))
-	for id, d := range s.requests {
+	all := make([]rec, 0, len(s.c.requests))
+	for id, d := range s.c.requests {
 		all = append(all, rec{id, d.Value.Time})
 	}
 	s.mu.RUnlock()

@@ -4,15 +4,12 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +21,6 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
-	"github.com/pinfold/pinfold/planner/topology"
 )
 
 // Doc is a cached document with its etcd revision.
@@ -44,46 +40,14 @@ type Store struct {
 	failover   *failover
 	reqTimeout time.Duration
 
-	mu        sync.RWMutex
-	changed   *sync.Cond
-	rev       int64
-	hosts     map[string]Doc[Host]
-	allocs    map[string]Doc[Alloc]
-	instances map[string]map[string]Doc[model.Instance] // host → id
-	statuses  map[string]map[string]Doc[model.Status]
-	services  map[string]Doc[Service]
-	requests  map[string]Doc[Request] // request ID → its record (requests.go)
-	live      map[string]bool
-	metrics   map[string]Metrics // from the live key's value
-	placement placement.Settings
-	// schedulable is the index of hosts that may take new work: enabled,
-	// and up (a live heartbeat) when an agent manages them, speaking the
-	// current protocol. Planning reads only these, never scans the rest.
-	schedulable map[string]bool
-	// schedOrder is schedulable's names sorted, rebuilt on the first read
-	// after the index changed (nil); schedMu guards it apart from mu, so
-	// that readers holding mu's read lock can rebuild it. It is never
-	// changed in place, only replaced.
-	schedMu    sync.Mutex
-	schedOrder []string
-	// pages are the sorted indexes listings read a page at a time from
-	// (pages.go); orderMu guards them apart from mu, like schedMu.
-	orderMu  sync.Mutex
-	pages    pageIndexes
-	protocol int
-	// topologies interns decoded topologies by their JSON: hosts of one
-	// model share one copy (10,000 identical hosts cost one topology).
-	topologies map[[32]byte]*topology.Topology
-	werr       error
-	cancel     context.CancelFunc
-	done       chan struct{}
+	// mu guards c (write: apply; read: every read), werr and hostSignal.
+	mu      sync.RWMutex
+	changed *sync.Cond // broadcast when c.rev moves or werr is set
+	c       *cache
+	werr    error
+	cancel  context.CancelFunc
+	done    chan struct{}
 
-	// byService indexes instances: service → ID → host; where is ID → host.
-	byService map[string]map[string]string
-	where     map[string]string
-	// moving indexes the instances with Replaces set (moves in flight):
-	// ID → host, so the leader's tick reads them without a full scan.
-	moving map[string]string
 	// resources caches each host's allocation-engine view (with a capacity
 	// memo) for its current registration and usage; apply drops an entry
 	// when either changes. resMu guards it apart from mu, so that readers
@@ -108,12 +72,10 @@ type Store struct {
 	// indexLine carries each placedList's placement index over to the next.
 	indexLine indexLine
 
-	// hostChange is, per host, the revision of the last change to its
-	// registration or desired instances; hostSignal, per host someone
-	// waits on, a channel closed at its next change (WatchHost). One
-	// channel per host, not one condition for all: a change wakes only
-	// that host's watchers, not every agent's stream.
-	hostChange map[string]int64
+	// hostSignal is, per host someone waits on, a channel closed at its
+	// next change (WatchHost; the cache's hostChange). One channel per
+	// host, not one condition for all: a change wakes only that host's
+	// watchers, not every agent's stream.
 	hostSignal map[string]chan struct{}
 
 	leaseMu sync.Mutex
@@ -211,19 +173,13 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	s := &Store{cli: cli, log: log, cfg: cfg, protocol: protocol, done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
+	s := &Store{cli: cli, log: log, cfg: cfg, c: newCache(protocol), done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
 	s.changed = sync.NewCond(&s.mu)
 	kvs, rev, err := loadAll(ctx, cli)
 	if err != nil {
 		return nil, err
 	}
-	s.reset()
-	for _, kv := range kvs {
-		s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
-	}
-	s.deriveWholeCores()
-	s.rev = rev
-	s.reindexAll()
+	s.load(kvs, rev)
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go s.watch(wctx, rev+1)
@@ -254,31 +210,6 @@ func (s *Store) Healthy() bool {
 // Config is the planner-wide configuration.
 func (s *Store) Config() Config { return s.cfg }
 
-func (s *Store) reset() {
-	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
-	s.requests = map[string]Doc[Request]{}
-	s.instances, s.statuses = map[string]map[string]Doc[model.Instance]{}, map[string]map[string]Doc[model.Status]{}
-	s.live, s.schedulable, s.metrics = map[string]bool{}, map[string]bool{}, map[string]Metrics{}
-	s.schedMu.Lock()
-	s.schedOrder = nil
-	s.schedMu.Unlock()
-	s.orderMu.Lock()
-	s.pages = pageIndexes{}
-	s.orderMu.Unlock()
-	s.placement = placement.Settings{}
-	s.topologies = map[[32]byte]*topology.Topology{}
-	s.hostChange = map[string]int64{}
-	if s.hostSignal == nil {
-		s.hostSignal = map[string]chan struct{}{} // kept across a reload: its waiters are woken by signalAll
-	}
-	s.byService, s.where, s.moving = map[string]map[string]string{}, map[string]string{}, map[string]string{}
-	s.resMu.Lock()
-	s.resources = map[string]*alloc.Host{}
-	s.placed, s.placedList = map[string]placedHost{}, nil
-	s.placedPrev, s.placedDirty = nil, map[string]bool{}
-	s.resMu.Unlock()
-}
-
 // dropPlaced forgets host's cached placement view; the caller holds mu.
 func (s *Store) dropPlaced(host string) {
 	s.resMu.Lock()
@@ -288,10 +219,51 @@ func (s *Store) dropPlaced(host string) {
 	s.resMu.Unlock()
 }
 
-// markHost records a change to host at rev and wakes its watchers; the
+// reset empties the cache and the engine-view memo (a load follows); the
 // caller holds mu.
-func (s *Store) markHost(host string, rev int64) {
-	s.hostChange[host] = rev
+func (s *Store) reset() {
+	s.c.reset()
+	if s.hostSignal == nil {
+		s.hostSignal = map[string]chan struct{}{} // kept across a reload: its waiters are woken by signalAll
+	}
+	s.resMu.Lock()
+	s.resources = map[string]*alloc.Host{}
+	s.placed, s.placedList = map[string]placedHost{}, nil
+	s.placedPrev, s.placedDirty = nil, map[string]bool{}
+	s.resMu.Unlock()
+}
+
+// load replaces the cache with kvs, read at rev; the caller holds mu.
+func (s *Store) load(kvs []*mvccpb.KeyValue, rev int64) {
+	s.reset()
+	for _, kv := range kvs {
+		s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
+	}
+	for _, h := range s.c.deriveWholeCores() {
+		s.dropResources(h)
+	}
+	s.c.rev = rev
+	s.c.reindexAll()
+}
+
+// apply lays one key over the cache and acts on what it changed: the
+// host's engine or placement view is dropped, its watchers woken; the
+// caller holds mu.
+func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
+	e := s.c.apply(key, val, rev, deleted)
+	if e.marked {
+		s.wake(e.host)
+	}
+	switch {
+	case e.engine:
+		s.dropResources(e.host)
+	case e.placed:
+		s.dropPlaced(e.host)
+	}
+}
+
+// wake wakes host's watchers; the caller holds mu.
+func (s *Store) wake(host string) {
 	if ch, ok := s.hostSignal[host]; ok {
 		close(ch)
 		delete(s.hostSignal, host)
@@ -353,8 +325,8 @@ func (s *Store) watch(ctx context.Context, from int64) {
 			for _, ev := range wr.Events {
 				s.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision, ev.Type == clientv3.EventTypeDelete)
 			}
-			s.rev = wr.Header.Revision
-			from = s.rev + 1
+			s.c.rev = wr.Header.Revision
+			from = s.c.rev + 1
 			s.changed.Broadcast()
 			s.mu.Unlock()
 		}
@@ -377,23 +349,17 @@ func (s *Store) watch(ctx context.Context, from int64) {
 			continue
 		}
 		s.mu.Lock()
-		before := s.hostChange
-		s.reset()
-		for _, kv := range kvs {
-			s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
-		}
-		s.deriveWholeCores()
-		s.rev = rev
+		before := s.c.hostChange
+		s.load(kvs, rev)
 		// A reload may hide deletions: every host's watchers look again.
 		for h := range before {
-			s.hostChange[h] = s.rev
+			s.c.hostChange[h] = s.c.rev
 		}
-		for h := range s.hostChange {
-			s.hostChange[h] = s.rev
+		for h := range s.c.hostChange {
+			s.c.hostChange[h] = s.c.rev
 		}
 		s.signalAll()
-		s.reindexAll()
-		from = s.rev + 1
+		from = s.c.rev + 1
 		s.changed.Broadcast()
 		s.mu.Unlock()
 	}
@@ -437,185 +403,6 @@ func decode[T any](b []byte) (T, bool) {
 }
 
 // apply updates the cache for one key; the caller holds mu.
-func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
-	rest, ok := strings.CutPrefix(key, Prefix)
-	if !ok {
-		return
-	}
-	kind, name, _ := strings.Cut(rest, "/")
-	switch kind {
-	case "hosts":
-		s.markHost(name, rev)
-		s.dropResources(name)
-		_, had := s.hosts[name]
-		if deleted {
-			delete(s.hosts, name)
-		} else if h, ok := s.decodeHost(val); ok {
-			s.hosts[name] = Doc[Host]{h, rev}
-		}
-		if _, has := s.hosts[name]; has != had {
-			s.dropPages(true, false)
-		}
-		s.reindex(name)
-	case "alloc":
-		s.dropResources(name)
-		if deleted {
-			delete(s.allocs, name)
-		} else if a, ok := decode[Alloc](val); ok {
-			s.allocs[name] = Doc[Alloc]{a, rev}
-		}
-	case "instances", "status":
-		host, id, _ := strings.Cut(name, "/")
-		if kind == "instances" {
-			s.markHost(host, rev)
-			old, had := s.instances[host][id]
-			_, hadHost := s.instances[host]
-			s.unindex(host, id)
-			setNested(s.instances, host, id, val, rev, deleted)
-			d, has := s.instances[host][id]
-			if _, hasHost := s.instances[host]; hasHost != hadHost {
-				s.dropPages(false, true)
-			}
-			if had != has || old.Value.Service != d.Value.Service {
-				s.dropPages(false, false, old.Value.Service, d.Value.Service)
-			}
-			if has {
-				svc := d.Value.Service
-				if s.byService[svc] == nil {
-					s.byService[svc] = map[string]string{}
-				}
-				s.byService[svc][id] = host
-				s.where[id] = host
-				if d.Value.Replaces != "" {
-					if s.moving == nil {
-						s.moving = map[string]string{}
-					}
-					s.moving[id] = host
-				}
-			}
-		} else {
-			setNested(s.statuses, host, id, val, rev, deleted)
-		}
-	case "services":
-		if deleted {
-			delete(s.services, name)
-		} else if v, ok := decode[Service](val); ok {
-			s.services[name] = Doc[Service]{v, rev}
-		}
-	case "requests":
-		if deleted {
-			delete(s.requests, name)
-		} else if v, ok := decode[Request](val); ok {
-			s.requests[name] = Doc[Request]{v, rev}
-		}
-	case "settings":
-		if name == "placement" {
-			s.placement = placement.Settings{}
-			if !deleted {
-				if v, ok := decode[placement.Settings](val); ok {
-					s.placement = v
-				}
-			}
-		}
-	case "live":
-		s.dropPlaced(name)
-		s.live[name] = !deleted
-		delete(s.metrics, name)
-		if deleted {
-			delete(s.live, name)
-		} else if m, ok := decode[Metrics](val); ok {
-			s.metrics[name] = m
-		}
-		s.reindex(name)
-	}
-}
-
-// decodeHost decodes a host document, sharing the topology with any other
-// host whose topology JSON is identical.
-func (s *Store) decodeHost(val []byte) (Host, bool) {
-	var w struct {
-		Host
-		Topology json.RawMessage `json:"topology"`
-	}
-	if json.Unmarshal(val, &w) != nil {
-		return Host{}, false
-	}
-	h := w.Host
-	if len(w.Topology) > 0 && string(w.Topology) != "null" {
-		key := sha256.Sum256(w.Topology)
-		t, ok := s.topologies[key]
-		if !ok {
-			t = new(topology.Topology)
-			if json.Unmarshal(w.Topology, t) != nil {
-				return Host{}, false
-			}
-			s.topologies[key] = t
-		}
-		h.Topology = t
-	}
-	return h, true
-}
-
-// unindex removes the instance host/id from the indexes; the caller holds mu.
-func (s *Store) unindex(host, id string) {
-	d, ok := s.instances[host][id]
-	if !ok {
-		return
-	}
-	svc := d.Value.Service
-	delete(s.byService[svc], id)
-	if len(s.byService[svc]) == 0 {
-		delete(s.byService, svc)
-	}
-	if s.where[id] == host {
-		delete(s.where, id)
-	}
-	if s.moving[id] == host {
-		delete(s.moving, id)
-	}
-}
-
-func setNested[T any](m map[string]map[string]Doc[T], host, id string, val []byte, rev int64, deleted bool) {
-	if deleted {
-		delete(m[host], id)
-		if len(m[host]) == 0 {
-			delete(m, host)
-		}
-		return
-	}
-	v, ok := decode[T](val)
-	if !ok {
-		return
-	}
-	if m[host] == nil {
-		m[host] = map[string]Doc[T]{}
-	}
-	m[host][id] = Doc[T]{v, rev}
-}
-
-func (s *Store) reindexAll() {
-	for name := range s.hosts {
-		s.reindex(name)
-	}
-}
-
-// reindex keeps the schedulable index right for one host.
-func (s *Store) reindex(name string) {
-	h, ok := s.hosts[name]
-	was := s.schedulable[name]
-	if ok && hostState(h.Value, s.live[name], s.protocol) == "up" {
-		s.schedulable[name] = true
-	} else {
-		delete(s.schedulable, name)
-	}
-	if was != s.schedulable[name] {
-		s.schedMu.Lock()
-		s.schedOrder = nil
-		s.schedMu.Unlock()
-		s.dropPlaced(name)
-	}
-}
-
 // State is the host's state as placement sees it: HostState, and
 // "protocol" for a live agent that speaks another agent protocol than this
 // planner (it takes nothing new; it is not enforced as planned).
@@ -667,7 +454,7 @@ type HostView struct {
 func (s *Store) PlacementSettings() placement.Settings {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.placement
+	return s.c.placement
 }
 
 // Unschedulable returns the hosts that may not take new work, by reason
@@ -675,15 +462,7 @@ func (s *Store) PlacementSettings() placement.Settings {
 func (s *Store) Unschedulable() map[string][]string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := map[string][]string{}
-	for _, name := range slices.Sorted(maps.Keys(s.hosts)) {
-		if s.schedulable[name] {
-			continue
-		}
-		why := hostState(s.hosts[name].Value, s.live[name], s.protocol)
-		out[why] = append(out[why], name)
-	}
-	return out
+	return s.c.unschedulable()
 }
 
 // Schedulable returns the hosts that may take new work, sorted by name,
@@ -692,34 +471,7 @@ func (s *Store) Unschedulable() map[string][]string {
 func (s *Store) Schedulable() []HostView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	s.schedMu.Lock()
-	if s.schedOrder == nil {
-		s.schedOrder = slices.Sorted(maps.Keys(s.schedulable))
-	}
-	names := s.schedOrder
-	s.schedMu.Unlock()
-	return s.viewsLocked(names)
-}
-
-func (s *Store) viewsLocked(names []string) []HostView {
-	out := make([]HostView, 0, len(names))
-	for _, name := range names {
-		out = append(out, s.viewLocked(name))
-	}
-	return out
-}
-
-func (s *Store) viewLocked(name string) HostView {
-	h := s.hosts[name]
-	a, ok := s.allocs[name]
-	if !ok {
-		a.Value = NewAlloc()
-	}
-	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name], state: hostState(h.Value, s.live[name], s.protocol)}
-	if m, ok := s.metrics[name]; ok {
-		v.Metrics = &m
-	}
-	return v
+	return s.c.views(s.c.schedNames())
 }
 
 // Placed is the hosts that may take new work as the placement rules see
@@ -779,12 +531,7 @@ func (s *Store) SchedulablePlacement() *Placed {
 	if list != nil {
 		return list
 	}
-	s.schedMu.Lock()
-	if s.schedOrder == nil {
-		s.schedOrder = slices.Sorted(maps.Keys(s.schedulable))
-	}
-	names := s.schedOrder
-	s.schedMu.Unlock()
+	names := s.c.schedNames()
 	list = &Placed{Hosts: make([]*placement.Host, len(names)), revs: make([]Revs, len(names)), names: names}
 	var missing []int
 	s.resMu.Lock() // one lock for the cached views, not one per host
@@ -821,7 +568,7 @@ func (s *Store) SchedulablePlacement() *Placed {
 		e, ok := s.placed[name]
 		s.resMu.Unlock()
 		if !ok {
-			v := s.viewLocked(name)
+			v := s.c.view(name)
 			v.Resources = s.resourcesLocked(name, v.Host, v.Alloc)
 			e = placedHost{v.PlacementHost(), Revs{v.HostRev, v.AllocRev}}
 			s.resMu.Lock()
@@ -857,17 +604,14 @@ func (v HostView) PlacementHost() *placement.Host {
 func (s *Store) Host(name string) (HostView, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if _, ok := s.hosts[name]; !ok {
-		return HostView{}, false
-	}
-	return s.viewLocked(name), true
+	return s.c.host(name)
 }
 
 // Hosts returns every host's view, sorted by name.
 func (s *Store) Hosts() []HostView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.viewsLocked(slices.Sorted(maps.Keys(s.hosts)))
+	return s.c.allHosts()
 }
 
 // Snapshot is the cache at one revision, for an audit that compares
@@ -886,15 +630,7 @@ type Snapshot struct {
 func (s *Store) Snapshot() Snapshot {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	snap := Snapshot{Rev: s.rev, Hosts: s.viewsLocked(slices.Sorted(maps.Keys(s.hosts))), Instances: map[string][]InstanceView{}, Placement: s.placement}
-	for h, ins := range s.instances {
-		out := make([]InstanceView, 0, len(ins))
-		for _, id := range slices.Sorted(maps.Keys(ins)) {
-			out = append(out, s.instanceLocked(h, id))
-		}
-		snap.Instances[h] = out
-	}
-	return snap
+	return s.c.snapshot()
 }
 
 // InstanceView is an instance with its revision and observed status; like
@@ -909,17 +645,7 @@ type InstanceView struct {
 func (s *Store) Instances(host string) []InstanceView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var out []InstanceView
-	hosts := []string{host}
-	if host == "" {
-		hosts = slices.Sorted(maps.Keys(s.instances))
-	}
-	for _, h := range hosts {
-		for _, id := range slices.Sorted(maps.Keys(s.instances[h])) {
-			out = append(out, s.instanceLocked(h, id))
-		}
-	}
-	return out
+	return s.c.instancesOn(host)
 }
 
 // Moving returns the instances that replace another (moves in flight),
@@ -927,34 +653,14 @@ func (s *Store) Instances(host string) []InstanceView {
 func (s *Store) Moving() []InstanceView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	ids := slices.Collect(maps.Keys(s.moving))
-	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(s.moving[a], s.moving[b]), cmp.Compare(a, b)) })
-	out := make([]InstanceView, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, s.instanceLocked(s.moving[id], id))
-	}
-	return out
+	return s.c.movingInstances()
 }
 
 // Instance finds an instance by ID.
 func (s *Store) Instance(id string) (InstanceView, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	h, ok := s.where[id]
-	if !ok {
-		return InstanceView{}, false
-	}
-	return s.instanceLocked(h, id), true
-}
-
-func (s *Store) instanceLocked(h, id string) InstanceView {
-	d := s.instances[h][id]
-	v := InstanceView{Instance: d.Value, Rev: d.Rev}
-	if st, ok := s.statuses[h][id]; ok {
-		stv := st.Value
-		v.Status = &stv
-	}
-	return v
+	return s.c.instanceByID(id)
 }
 
 // ServiceInstances returns a service's instances, sorted by host then ID,
@@ -962,13 +668,7 @@ func (s *Store) instanceLocked(h, id string) InstanceView {
 func (s *Store) ServiceInstances(service string) []InstanceView {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	ids := s.byService[service]
-	out := make([]InstanceView, 0, len(ids))
-	for id, h := range ids {
-		out = append(out, s.instanceLocked(h, id))
-	}
-	sortInstances(out)
-	return out
+	return s.c.serviceInstances(service)
 }
 
 func sortInstances(out []InstanceView) {
@@ -981,7 +681,7 @@ func sortInstances(out []InstanceView) {
 func (s *Store) Service(name string) (Doc[Service], bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	d, ok := s.services[name]
+	d, ok := s.c.services[name]
 	return d, ok
 }
 
@@ -989,7 +689,7 @@ func (s *Store) Service(name string) (Doc[Service], bool) {
 func (s *Store) Rev() int64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.rev
+	return s.c.rev
 }
 
 // WaitRev blocks until the cache has seen revision rev (or ctx ends).
@@ -1002,7 +702,7 @@ func (s *Store) WaitRev(ctx context.Context, rev int64) error {
 	defer stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.rev < rev {
+	for s.c.rev < rev {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
