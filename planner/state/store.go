@@ -44,33 +44,10 @@ type Store struct {
 	mu      sync.RWMutex
 	changed *sync.Cond // broadcast when c.rev moves or werr is set
 	c       *cache
+	m       *viewMemo
 	werr    error
 	cancel  context.CancelFunc
 	done    chan struct{}
-
-	// resources caches each host's allocation-engine view (with a capacity
-	// memo) for its current registration and usage; apply drops an entry
-	// when either changes. resMu guards it apart from mu, so that readers
-	// holding mu's read lock can fill it.
-	resMu     sync.Mutex
-	resources map[string]*alloc.Host
-	// placed caches each schedulable host's placement view (registration,
-	// engine view, load), and placedList all of them sorted by name (nil
-	// after any change); also guarded by resMu.
-	placed     map[string]placedHost
-	placedList *Placed
-	// placedPrev is the last list built and placedDirty the hosts whose
-	// views were dropped since: the next list is placedPrev with those
-	// replaced, when it names the same hosts (one rebuilt host per deploy,
-	// not 10,000 looked up again).
-	placedPrev  *Placed
-	placedDirty map[string]bool
-	// buildMu lets one reader at a time build placedList: two, both under
-	// mu's read lock, would both start from placedPrev, and the second,
-	// finding placedDirty already cleared, would build a stale list.
-	buildMu sync.Mutex
-	// indexLine carries each placedList's placement index over to the next.
-	indexLine indexLine
 
 	// hostSignal is, per host someone waits on, a channel closed at its
 	// next change (WatchHost; the cache's hostChange). One channel per
@@ -173,7 +150,7 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	s := &Store{cli: cli, log: log, cfg: cfg, c: newCache(protocol), done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
+	s := &Store{cli: cli, log: log, cfg: cfg, c: newCache(protocol), m: newViewMemo(), done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
 	s.changed = sync.NewCond(&s.mu)
 	kvs, rev, err := loadAll(ctx, cli)
 	if err != nil {
@@ -210,15 +187,6 @@ func (s *Store) Healthy() bool {
 // Config is the planner-wide configuration.
 func (s *Store) Config() Config { return s.cfg }
 
-// dropPlaced forgets host's cached placement view; the caller holds mu.
-func (s *Store) dropPlaced(host string) {
-	s.resMu.Lock()
-	delete(s.placed, host)
-	s.placedList = nil
-	s.placedDirty[host] = true
-	s.resMu.Unlock()
-}
-
 // reset empties the cache and the engine-view memo (a load follows); the
 // caller holds mu.
 func (s *Store) reset() {
@@ -226,11 +194,7 @@ func (s *Store) reset() {
 	if s.hostSignal == nil {
 		s.hostSignal = map[string]chan struct{}{} // kept across a reload: its waiters are woken by signalAll
 	}
-	s.resMu.Lock()
-	s.resources = map[string]*alloc.Host{}
-	s.placed, s.placedList = map[string]placedHost{}, nil
-	s.placedPrev, s.placedDirty = nil, map[string]bool{}
-	s.resMu.Unlock()
+	s.m.reset()
 }
 
 // load replaces the cache with kvs, read at rev; the caller holds mu.
@@ -240,7 +204,7 @@ func (s *Store) load(kvs []*mvccpb.KeyValue, rev int64) {
 		s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
 	}
 	for _, h := range s.c.deriveWholeCores() {
-		s.dropResources(h)
+		s.m.drop(h)
 	}
 	s.c.rev = rev
 	s.c.reindexAll()
@@ -256,9 +220,9 @@ func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
 	}
 	switch {
 	case e.engine:
-		s.dropResources(e.host)
+		s.m.drop(e.host)
 	case e.placed:
-		s.dropPlaced(e.host)
+		s.m.dropPlaced(e.host)
 	}
 }
 
@@ -286,30 +250,6 @@ func (s *Store) hostWait(host string) <-chan struct{} {
 		s.hostSignal[host] = ch
 	}
 	return ch
-}
-
-// dropResources forgets host's cached engine view; the caller holds mu.
-func (s *Store) dropResources(host string) {
-	s.resMu.Lock()
-	delete(s.resources, host)
-	delete(s.placed, host)
-	s.placedList = nil
-	s.placedDirty[host] = true
-	s.resMu.Unlock()
-}
-
-// resourcesLocked is host's engine view for h and a, cached until either
-// changes; the caller holds mu (read or write).
-func (s *Store) resourcesLocked(name string, h Host, a Alloc) *alloc.Host {
-	s.resMu.Lock()
-	defer s.resMu.Unlock()
-	if r, ok := s.resources[name]; ok {
-		return r
-	}
-	r := AllocHost(h, a)
-	r.Memo = alloc.NewCapacityMemo()
-	s.resources[name] = r
-	return r
 }
 
 func (s *Store) watch(ctx context.Context, from int64) {
@@ -474,114 +414,13 @@ func (s *Store) Schedulable() []HostView {
 	return s.c.views(s.c.schedNames())
 }
 
-// Placed is the hosts that may take new work as the placement rules see
-// them, sorted by name, with the revisions of the documents each view was
-// built from: a change planned on Hosts[i] guards Rev(i), so a host that
-// changed since fails the commit instead of being planned stale. Shared:
-// never change it.
-type Placed struct {
-	Hosts []*placement.Host
-	revs  []Revs
-	// over holds the revisions of the hosts a Pending list replaced (its
-	// revs are the store list's, shared, not copied).
-	over  map[int]Revs
-	index *placedIndex
-	names []string // the store's sorted names the list was built from
-}
-
-// Rev is the revisions Hosts[i] was built from.
-func (p *Placed) Rev(i int) Revs {
-	if r, ok := p.over[i]; ok {
-		return r
-	}
-	return p.revs[i]
-}
-
-// Revs are the revisions of a host's registration and usage documents.
-type Revs struct{ Host, Alloc int64 }
-
-// Index finds host name.
-func (p *Placed) Index(name string) (int, bool) {
-	return slices.BinarySearchFunc(p.Hosts, name, func(h *placement.Host, name string) int { return cmp.Compare(h.Name, name) })
-}
-
-// placedHost is one host's cached placement view and its revisions.
-type placedHost struct {
-	ph   *placement.Host
-	revs Revs
-}
-
 // SchedulablePlacement returns the schedulable hosts' placement views: a
 // cached list, rebuilt after a change from cached per-host views (a deploy
 // over 10,000 hosts builds one view, not 10,000).
 func (s *Store) SchedulablePlacement() *Placed {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	s.resMu.Lock()
-	list := s.placedList
-	s.resMu.Unlock()
-	if list != nil {
-		return list
-	}
-	s.buildMu.Lock()
-	defer s.buildMu.Unlock()
-	s.resMu.Lock()
-	list = s.placedList // another reader may have built it meanwhile
-	s.resMu.Unlock()
-	if list != nil {
-		return list
-	}
-	names := s.c.schedNames()
-	list = &Placed{Hosts: make([]*placement.Host, len(names)), revs: make([]Revs, len(names)), names: names}
-	var missing []int
-	s.resMu.Lock() // one lock for the cached views, not one per host
-	if prev := s.placedPrev; prev != nil && len(prev.names) == len(names) && len(names) > 0 && &prev.names[0] == &names[0] && len(s.placedDirty) < len(names)/4 {
-		// The same hosts as the list before: copy it, replace the dropped.
-		copy(list.Hosts, prev.Hosts)
-		copy(list.revs, prev.revs)
-		for name := range s.placedDirty {
-			i, ok := slices.BinarySearch(names, name)
-			if !ok {
-				continue
-			}
-			if e, ok := s.placed[name]; ok {
-				list.Hosts[i], list.revs[i] = e.ph, e.revs
-			} else {
-				missing = append(missing, i)
-			}
-		}
-	} else {
-		for i, name := range names {
-			e, ok := s.placed[name]
-			if !ok {
-				missing = append(missing, i)
-				continue
-			}
-			list.Hosts[i], list.revs[i] = e.ph, e.revs
-		}
-	}
-	clear(s.placedDirty)
-	s.resMu.Unlock()
-	for _, i := range missing {
-		name := names[i]
-		s.resMu.Lock()
-		e, ok := s.placed[name]
-		s.resMu.Unlock()
-		if !ok {
-			v := s.c.view(name)
-			v.Resources = s.resourcesLocked(name, v.Host, v.Alloc)
-			e = placedHost{v.PlacementHost(), Revs{v.HostRev, v.AllocRev}}
-			s.resMu.Lock()
-			s.placed[name] = e
-			s.resMu.Unlock()
-		}
-		list.Hosts[i], list.revs[i] = e.ph, e.revs
-	}
-	list.index = &placedIndex{hosts: list.Hosts, line: &s.indexLine}
-	s.resMu.Lock()
-	s.placedList, s.placedPrev = list, list
-	s.resMu.Unlock()
-	return list
+	return s.m.placedList(s.c.schedNames(), s.c.view)
 }
 
 // PlacementHost is the host as the placement rules see it (Resources from
