@@ -88,16 +88,7 @@ func (c *cache) dropPages(hosts, instHosts bool, services ...string) {
 	}
 }
 
-// HostsAfter returns the views of up to limit hosts whose names sort after
-// after ("": from the first), sorted by name, and whether more follow. A
-// host added or removed since the page before changes nothing for the
-// others: each is listed once, none skipped.
-func (s *Store) HostsAfter(after string, limit int) ([]HostView, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.hostsAfter(after, limit)
-}
-
+// hostsAfter is HostsAfter on the cache.
 func (c *cache) hostsAfter(after string, limit int) ([]HostView, bool) {
 	names := c.hostOrder()
 	i, found := slices.BinarySearch(names, after)
@@ -108,15 +99,7 @@ func (c *cache) hostsAfter(after string, limit int) ([]HostView, bool) {
 	return c.views(names[i:end]), end < len(names)
 }
 
-// InstancesAfter returns up to limit instances on host ("": any) of
-// service ("": any) whose keys sort after after (the zero key: from the
-// first), sorted by host then ID, and whether more follow.
-func (s *Store) InstancesAfter(host, service string, after InstanceRef, limit int) ([]InstanceView, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.instancesAfter(host, service, after, limit)
-}
-
+// instancesAfter is InstancesAfter on the cache.
 func (c *cache) instancesAfter(host, service string, after InstanceRef, limit int) ([]InstanceView, bool) {
 	limit = max(limit, 0)
 	out := make([]InstanceView, 0, min(limit, 1024))

@@ -55,14 +55,6 @@ func (c *Change) PutRequest(id string, r Request) {
 	c.requests[id] = r
 }
 
-// Request returns request id's record, if it committed.
-func (s *Store) Request(id string) (Request, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	d, ok := s.c.requests[id]
-	return d.Value, ok
-}
-
 // Request returns request id's record, committed or pending.
 func (p *Pending) Request(id string) (Request, bool) {
 	if r, ok := p.c.requests[id]; ok {

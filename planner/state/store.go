@@ -1,7 +1,6 @@
 package state
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -17,10 +16,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/pinfold/pinfold/planner/alloc"
-	"github.com/pinfold/pinfold/planner/model"
-	"github.com/pinfold/pinfold/planner/placement"
 )
 
 // Doc is a cached document with its etcd revision.
@@ -40,20 +35,10 @@ type Store struct {
 	failover   *failover
 	reqTimeout time.Duration
 
-	// mu guards c (write: apply; read: every read), werr and hostSignal.
-	mu      sync.RWMutex
-	changed *sync.Cond // broadcast when c.rev moves or werr is set
-	c       *cache
-	m       *viewMemo
-	werr    error
-	cancel  context.CancelFunc
-	done    chan struct{}
-
-	// hostSignal is, per host someone waits on, a channel closed at its
-	// next change (WatchHost; the cache's hostChange). One channel per
-	// host, not one condition for all: a change wakes only that host's
-	// watchers, not every agent's stream.
-	hostSignal map[string]chan struct{}
+	// replica is the cache the watch feeds; its reads are the store's.
+	replica
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	leaseMu sync.Mutex
 	leases  map[string]clientv3.LeaseID // host → its heartbeat lease
@@ -150,8 +135,8 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	s := &Store{cli: cli, log: log, cfg: cfg, c: newCache(protocol), m: newViewMemo(), done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
-	s.changed = sync.NewCond(&s.mu)
+	s := &Store{cli: cli, log: log, cfg: cfg, done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
+	s.init(protocol)
 	kvs, rev, err := loadAll(ctx, cli)
 	if err != nil {
 		return nil, err
@@ -176,81 +161,8 @@ func (s *Store) Close() {
 	}
 }
 
-// Healthy reports whether the cache still follows etcd (its watch has not
-// ended).
-func (s *Store) Healthy() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.werr == nil
-}
-
 // Config is the planner-wide configuration.
 func (s *Store) Config() Config { return s.cfg }
-
-// reset empties the cache and the engine-view memo (a load follows); the
-// caller holds mu.
-func (s *Store) reset() {
-	s.c.reset()
-	if s.hostSignal == nil {
-		s.hostSignal = map[string]chan struct{}{} // kept across a reload: its waiters are woken by signalAll
-	}
-	s.m.reset()
-}
-
-// load replaces the cache with kvs, read at rev; the caller holds mu.
-func (s *Store) load(kvs []*mvccpb.KeyValue, rev int64) {
-	s.reset()
-	for _, kv := range kvs {
-		s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
-	}
-	for _, h := range s.c.deriveWholeCores() {
-		s.m.drop(h)
-	}
-	s.c.rev = rev
-	s.c.reindexAll()
-}
-
-// apply lays one key over the cache and acts on what it changed: the
-// host's engine or placement view is dropped, its watchers woken; the
-// caller holds mu.
-func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
-	e := s.c.apply(key, val, rev, deleted)
-	if e.marked {
-		s.wake(e.host)
-	}
-	switch {
-	case e.engine:
-		s.m.drop(e.host)
-	case e.placed:
-		s.m.dropPlaced(e.host)
-	}
-}
-
-// wake wakes host's watchers; the caller holds mu.
-func (s *Store) wake(host string) {
-	if ch, ok := s.hostSignal[host]; ok {
-		close(ch)
-		delete(s.hostSignal, host)
-	}
-}
-
-// signalAll wakes every host's watchers; the caller holds mu.
-func (s *Store) signalAll() {
-	for h, ch := range s.hostSignal {
-		close(ch)
-		delete(s.hostSignal, h)
-	}
-}
-
-// hostWait is the channel closed at host's next change; the caller holds mu.
-func (s *Store) hostWait(host string) <-chan struct{} {
-	ch, ok := s.hostSignal[host]
-	if !ok {
-		ch = make(chan struct{})
-		s.hostSignal[host] = ch
-	}
-	return ch
-}
 
 func (s *Store) watch(ctx context.Context, from int64) {
 	defer close(s.done)
@@ -271,11 +183,7 @@ func (s *Store) watch(ctx context.Context, from int64) {
 			s.mu.Unlock()
 		}
 		if ctx.Err() != nil {
-			s.mu.Lock()
-			s.werr = ctx.Err()
-			s.changed.Broadcast()
-			s.signalAll()
-			s.mu.Unlock()
+			s.stop(ctx.Err())
 			return
 		}
 		// Compacted or lost leader: reload everything and watch again.
@@ -340,217 +248,6 @@ func loadAll(ctx context.Context, cli *clientv3.Client) ([]*mvccpb.KeyValue, int
 func decode[T any](b []byte) (T, bool) {
 	var v T
 	return v, json.Unmarshal(b, &v) == nil
-}
-
-// apply updates the cache for one key; the caller holds mu.
-// State is the host's state as placement sees it: HostState, and
-// "protocol" for a live agent that speaks another agent protocol than this
-// planner (it takes nothing new; it is not enforced as planned).
-func (v HostView) State() string { return v.state }
-
-// hostState is HostState, with "protocol" for an agent whose protocol is
-// not want.
-func hostState(h Host, live bool, want int) string {
-	st := HostState(h, live)
-	if st == "up" && h.Agent && h.Protocol != want {
-		return "protocol"
-	}
-	return st
-}
-
-// HostState is up, down, disabled or maintenance (a host in maintenance
-// keeps its instances and takes nothing new, live or not).
-func HostState(h Host, live bool) string {
-	switch {
-	case h.Disabled:
-		return "disabled"
-	case !h.MaintenanceUntil.IsZero():
-		return "maintenance"
-	case h.Agent && !live:
-		return "down"
-	}
-	return "up"
-}
-
-// HostView is a host with its usage and the revisions a plan was made from.
-// Its maps and topology are shared with the cache: a view is immutable, and
-// a caller that derives a changed document clones what it changes first
-// (Alloc.Clone, maps.Clone), as the service does.
-type HostView struct {
-	Host     Host
-	HostRev  int64
-	Alloc    Alloc
-	AllocRev int64
-	Live     bool
-	Metrics  *Metrics // nil until the agent sent some
-	// Resources is the allocation engine's view of Host and Alloc
-	// (AllocHost), shared and never changed; set where planning reads it
-	// (SchedulablePlacement's views, Pending's pending hosts), nil elsewhere.
-	Resources *alloc.Host
-	state     string
-}
-
-// PlacementSettings returns the cluster's placement settings.
-func (s *Store) PlacementSettings() placement.Settings {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.placement
-}
-
-// Unschedulable returns the hosts that may not take new work, by reason
-// (disabled, maintenance, down, protocol), each list sorted.
-func (s *Store) Unschedulable() map[string][]string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.unschedulable()
-}
-
-// Schedulable returns the hosts that may take new work, sorted by name,
-// read from the index (disabled and down hosts are never visited).
-// Planning reads SchedulablePlacement, which caches the views.
-func (s *Store) Schedulable() []HostView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.views(s.c.schedNames())
-}
-
-// SchedulablePlacement returns the schedulable hosts' placement views: a
-// cached list, rebuilt after a change from cached per-host views (a deploy
-// over 10,000 hosts builds one view, not 10,000).
-func (s *Store) SchedulablePlacement() *Placed {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.m.placedList(s.c.schedNames(), s.c.view)
-}
-
-// PlacementHost is the host as the placement rules see it (Resources from
-// the view, or built when the view has none).
-func (v HostView) PlacementHost() *placement.Host {
-	res := v.Resources
-	if res == nil {
-		res = AllocHost(v.Host, v.Alloc)
-	}
-	h := &placement.Host{Name: v.Host.Name, Type: v.Host.Type, Properties: v.Host.Properties, FaultDomain: v.Host.FaultDomain,
-		UpgradeDomain: v.Host.UpgradeDomain, Disabled: v.Host.Disabled, Maintenance: !v.Host.MaintenanceUntil.IsZero(),
-		Resources: res}
-	if v.Metrics != nil {
-		h.LoadAvg = v.Metrics.Load1
-	}
-	return h
-}
-
-// Host returns one host's view.
-func (s *Store) Host(name string) (HostView, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.host(name)
-}
-
-// Hosts returns every host's view, sorted by name.
-func (s *Store) Hosts() []HostView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.allHosts()
-}
-
-// Snapshot is the cache at one revision, for an audit that compares
-// documents with each other (a host's usage with the sum of its
-// instances): reads made one after another may see a commit between them
-// and report a violation that never was.
-type Snapshot struct {
-	Rev       int64
-	Hosts     []HostView                // sorted by name
-	Instances map[string][]InstanceView // by host, sorted by ID
-	Placement placement.Settings
-}
-
-// Snapshot reads every host, every instance and the placement settings
-// under one lock: one revision of the cache.
-func (s *Store) Snapshot() Snapshot {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.snapshot()
-}
-
-// InstanceView is an instance with its revision and observed status; like
-// HostView it shares maps with the cache and is immutable.
-type InstanceView struct {
-	Instance model.Instance
-	Rev      int64
-	Status   *model.Status
-}
-
-// Instances returns instances, sorted by host then ID; host "" means all.
-func (s *Store) Instances(host string) []InstanceView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.instancesOn(host)
-}
-
-// Moving returns the instances that replace another (moves in flight),
-// sorted by host then ID.
-func (s *Store) Moving() []InstanceView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.movingInstances()
-}
-
-// Instance finds an instance by ID.
-func (s *Store) Instance(id string) (InstanceView, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.instanceByID(id)
-}
-
-// ServiceInstances returns a service's instances, sorted by host then ID,
-// from the service index (other services' instances are never visited).
-func (s *Store) ServiceInstances(service string) []InstanceView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.serviceInstances(service)
-}
-
-func sortInstances(out []InstanceView) {
-	slices.SortFunc(out, func(a, b InstanceView) int {
-		return cmp.Or(cmp.Compare(a.Instance.Host, b.Instance.Host), cmp.Compare(a.Instance.ID, b.Instance.ID))
-	})
-}
-
-// Service returns a service spec.
-func (s *Store) Service(name string) (Doc[Service], bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	d, ok := s.c.services[name]
-	return d, ok
-}
-
-// Rev is the revision the cache has caught up to.
-func (s *Store) Rev() int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.c.rev
-}
-
-// WaitRev blocks until the cache has seen revision rev (or ctx ends).
-func (s *Store) WaitRev(ctx context.Context, rev int64) error {
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.changed.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.c.rev < rev {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if s.werr != nil {
-			return s.werr
-		}
-		s.changed.Wait()
-	}
-	return nil
 }
 
 // ErrTooLarge means etcd refused a commit as too large (more writes than
