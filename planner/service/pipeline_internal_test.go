@@ -184,7 +184,7 @@ func TestPipelineConflictReplans(t *testing.T) {
 type changingReader struct {
 	reader
 	t       *testing.T
-	st      *state.Store
+	st      Store
 	changed bool
 	reads   int
 }

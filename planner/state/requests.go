@@ -75,6 +75,26 @@ var maxRequests = MaxRequests
 // the oldest beyond MaxRequests, at most 128 in a transaction, and reports
 // how many it deleted.
 func (s *Store) PruneRequests(ctx context.Context, before time.Time) (int, error) {
+	old := s.oldRequests(before)
+	deleted := 0
+	for len(old) > 0 {
+		n := min(len(old), 128)
+		ops := make([]clientv3.Op, n)
+		for i, id := range old[:n] {
+			ops[i] = clientv3.OpDelete(RequestKey(id))
+		}
+		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return deleted, fmt.Errorf("state: prune %d request records made before %s: %w", n, before.Format(time.RFC3339), err)
+		}
+		deleted += n
+		old = old[n:]
+	}
+	return deleted, nil
+}
+
+// oldRequests is the IDs of the records PruneRequests deletes: those made
+// before before and the oldest beyond maxRequests, oldest first.
+func (s *replica) oldRequests(before time.Time) []string {
 	s.mu.RLock()
 	type rec struct {
 		id string
@@ -97,18 +117,5 @@ func (s *Store) PruneRequests(ctx context.Context, before time.Time) (int, error
 			old = append(old, r.id)
 		}
 	}
-	deleted := 0
-	for len(old) > 0 {
-		n := min(len(old), 128)
-		ops := make([]clientv3.Op, n)
-		for i, id := range old[:n] {
-			ops[i] = clientv3.OpDelete(RequestKey(id))
-		}
-		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-			return deleted, fmt.Errorf("state: prune %d request records made before %s: %w", n, before.Format(time.RFC3339), err)
-		}
-		deleted += n
-		old = old[n:]
-	}
-	return deleted, nil
+	return old
 }

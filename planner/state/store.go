@@ -54,8 +54,7 @@ type Store struct {
 	commitMu  sync.Mutex
 	markerRev int64
 
-	// observer, when set, hears of every commit (ObserveCommits).
-	observer atomic.Pointer[func(writes int, outcome string)]
+	commitObserver
 }
 
 // Commit outcomes, as ObserveCommits reports them.
@@ -69,10 +68,15 @@ const (
 // ObserveCommits calls f after every commit with its number of writes and
 // its outcome (CommitOK, CommitConflict, CommitTooLarge, CommitError): the
 // planner's metrics. f must be quick and must not call the store.
-func (s *Store) ObserveCommits(f func(writes int, outcome string)) { s.observer.Store(&f) }
+func (o *commitObserver) ObserveCommits(f func(writes int, outcome string)) { o.observer.Store(&f) }
 
-func (s *Store) observe(writes int, err error) {
-	f := s.observer.Load()
+// commitObserver is who hears of every commit (ObserveCommits).
+type commitObserver struct {
+	observer atomic.Pointer[func(writes int, outcome string)]
+}
+
+func (o *commitObserver) observe(writes int, err error) {
+	f := o.observer.Load()
 	if f == nil {
 		return
 	}
