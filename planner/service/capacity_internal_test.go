@@ -14,7 +14,6 @@ import (
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/planfile"
 	"github.com/pinfold/pinfold/planner/state"
-	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -217,8 +216,7 @@ func TestAuditAcceptsOverbooking(t *testing.T) {
 func TestPiecesPerCPUProperty(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	for _, sb := range []int{10, 100, 1000} {
-		c := statetest.Start(t, 1)
-		st := c.Open(t, state.Config{ShareBase: sb, MaxFragmentCores: -1}, model.Protocol)
+		st := memStore(t, state.Config{ShareBase: sb, MaxFragmentCores: -1})
 		s := New(st, nil)
 		for i := range 12 {
 			ppc := 1 + rng.IntN(4*sb)
@@ -275,8 +273,7 @@ func TestFinePiecesEnforceable(t *testing.T) {
 		{10000, 10005, true, false}, {10000, 5, true, false}, {10000, 9, false, false}, {10000, 10, false, true}, {10000, 10010, true, true},
 	} {
 		t.Run(fmt.Sprintf("base %d, %d pieces", tc.sb, tc.pieces), func(t *testing.T) {
-			c := statetest.Start(t, 1)
-			st := c.Open(t, state.Config{ShareBase: tc.sb, MaxFragmentCores: -1}, model.Protocol)
+			st := memStore(t, state.Config{ShareBase: tc.sb, MaxFragmentCores: -1})
 			s := New(st, nil)
 			if _, err := s.RegisterHost(t.Context(), RegisterHostRequest{Name: "h", Topology: topologytest.Laptop().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
 				t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
-	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -27,8 +26,7 @@ type healFixture struct {
 
 func newHealFixture(t *testing.T, hosts ...string) healFixture {
 	t.Helper()
-	c := statetest.Start(t, 1)
-	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
+	st := memStore(t, state.Config{ShareBase: 100, MaxFragmentCores: -1})
 	f := healFixture{New(st, nil), t, context.Background()}
 	for _, h := range hosts {
 		if _, err := f.RegisterHost(f.ctx, RegisterHostRequest{Name: h, Topology: topologytest.Laptop().Topology(), // 8 CPUs, 16 GiB

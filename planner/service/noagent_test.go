@@ -8,7 +8,6 @@ import (
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
-	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -18,8 +17,7 @@ import (
 // before (already registered); an agent's registration clears it; a
 // reason past the bound is refused.
 func TestNoAgentReason(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	top := topologytest.Laptop().Topology()
 	req := service.RegisterHostRequest{Name: "h1", Topology: top, Settings: state.CapacitySettings{MemoryShare: 1}, NoAgent: "cgroup v2 is not mounted at /sys/fs/cgroup"}

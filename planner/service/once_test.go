@@ -7,7 +7,6 @@ import (
 
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
-	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -19,8 +18,7 @@ import (
 // deploys add instances and both deltas are added (found by a trial of
 // pinfold apply: every service doubled, cpu 0.02 + 2 × 0.03).
 func TestCreateOnlyAndExpectedSize(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	register(t, s, "h2", topologytest.Laptop().Topology())

@@ -45,7 +45,7 @@ type planFunc func(r reader) (*state.Change, error)
 // The goroutine runs only while there is work (the first request into an
 // empty queue starts it), so an idle planner holds none.
 type pipeline struct {
-	st *state.Store
+	st Store
 
 	mu      sync.Mutex
 	queue   []*job

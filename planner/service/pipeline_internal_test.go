@@ -25,12 +25,15 @@ func holdPipeline(t *testing.T) held {
 	return holdPipelineOn(t, topologytest.Laptop(), []string{"h"}) // 8 CPUs, 16 GiB
 }
 
-// holdPipelineOn is holdPipeline with the hosts names of shape, on etcd
-// configured by options.
+// holdPipelineOn is holdPipeline with the hosts names of shape: on an
+// in-memory store, or on etcd configured by options when there are any.
 func holdPipelineOn(t *testing.T, shape topologytest.Shape, names []string, options ...func(*state.EmbedConfig)) held {
 	t.Helper()
-	c := statetest.Start(t, 1, options...)
-	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
+	cfg := state.Config{ShareBase: 100, MaxFragmentCores: -1}
+	var st Store = memStore(t, cfg)
+	if len(options) > 0 {
+		st = statetest.Start(t, 1, options...).Open(t, cfg, model.Protocol)
+	}
 	s := New(st, nil)
 	for _, name := range names {
 		if _, err := s.RegisterHost(context.Background(), RegisterHostRequest{Name: name, Topology: shape.Topology(),
@@ -184,7 +187,7 @@ func TestPipelineConflictReplans(t *testing.T) {
 type changingReader struct {
 	reader
 	t       *testing.T
-	st      *state.Store
+	st      Store
 	changed bool
 	reads   int
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
-	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -24,8 +23,7 @@ func strp(s string) *string { return &s }
 // constraint and affinity on deploys, disabled and maintenance hosts in the
 // elimination report, settings stored in etcd, and health warnings.
 func TestPlacementRulesInTheService(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	for i, name := range []string{"h1", "h2", "h3", "h4"} {
 		register(t, s, name, topologytest.Laptop().Topology())
@@ -159,8 +157,7 @@ func errorsAs(err error, target **service.Error) bool {
 // TestHealthDomainPacking: a service placed before its hosts got fault
 // domains ends up packed into one; health says so.
 func TestHealthDomainPacking(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	for _, name := range []string{"h1", "h2", "h3"} {
 		register(t, s, name, topologytest.Laptop().Topology())
@@ -212,8 +209,7 @@ func TestHealthDomainPackingEveryLevel(t *testing.T) {
 			map[string]int{"h1": 1, "h2": 1}, "", nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := statetest.Start(t, 1)
-			s := newService(t, c)
+			s := newMemService(t)
 			ctx := context.Background()
 			for _, name := range slices.Sorted(maps.Keys(tc.domains)) {
 				register(t, s, name, topologytest.Laptop().Topology())
@@ -287,8 +283,7 @@ func TestHealthDomainPackingEveryLevel(t *testing.T) {
 // sizes, and the host's usage carries the quotas committed against the
 // pool, which may exceed it (CPU oversold by memory-first work).
 func TestMemoryFirstPoolExplained(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "m1", topologytest.Laptop().Topology()) // 8 CPUs
 	spec := model.Spec{Image: "busybox"}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
-	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -15,8 +14,7 @@ import (
 // instances the check the replaced ones have (before, the record kept the
 // deploy's check, and a services file's diff never settled).
 func TestReplaceKeepsHealthInRecord(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 50, Memory: GiB}); err != nil {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
-	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -17,8 +16,7 @@ import (
 // refuses), and a resize the host refuses is rolled back to the previous
 // allocation with the reason recorded.
 func TestResizeGuardsAndRollback(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 130, Bind: true, Memory: GiB})
@@ -78,8 +76,7 @@ func TestResizeGuardsAndRollback(t *testing.T) {
 // takes them, then the host refuses the shrink: the old allocation no longer
 // fits, so the planner keeps the new one and records why, overselling nothing.
 func TestRollbackWhenReleasedCPUsWereTaken(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology()) // 8 CPUs
 	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "big", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 800, Bind: true, Memory: GiB})
@@ -106,8 +103,7 @@ func TestRollbackWhenReleasedCPUsWereTaken(t *testing.T) {
 // TestHealthChecksAndBatchReplace: health checks are validated field by
 // field, and a replace limited to some hosts touches only those.
 func TestHealthChecksAndBatchReplace(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	register(t, s, "h2", topologytest.Laptop().Topology())
@@ -185,8 +181,7 @@ func TestRollbackKeepsThePoolFloor(t *testing.T) {
 			service.DeployRequest{Service: "mf", Count: 1, Pieces: 800, Memory: GiB}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := statetest.Start(t, 1)
-			s := newService(t, c)
+			s := newMemService(t)
 			ctx := context.Background()
 			register(t, s, "h1", topologytest.Laptop().Topology()) // 8 CPUs
 			tc.first.Spec, tc.second.Spec = model.Spec{Image: "busybox"}, model.Spec{Image: "busybox"}

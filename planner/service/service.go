@@ -18,7 +18,7 @@ const maxAttempts = 50
 
 // Service is the planner's behaviour over a store.
 type Service struct {
-	st     *state.Store
+	st     Store
 	params alloc.Params
 	log    *slog.Logger
 	pipe   *pipeline // deploys, resizes, replaces, removes and roll-backs commit through it
@@ -44,7 +44,7 @@ func (s *Service) IndexAnswers() int64 { return s.indexed.Load() }
 func (s *Service) CheckIndex() { s.checkIndex = true }
 
 // New returns a Service over st.
-func New(st *state.Store, log *slog.Logger) *Service {
+func New(st Store, log *slog.Logger) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -24,14 +24,41 @@ const GiB = int64(1) << 30
 // planner is a service with its store, which the tests read directly.
 type planner struct {
 	*service.Service
-	st *state.Store
+	st testStore
 }
 
-func (p planner) Store() *state.Store { return p.st }
+// testStore is the service's store with the reads the tests make beside
+// the service's own.
+type testStore interface {
+	service.Store
+	Schedulable() []state.HostView
+}
 
+func (p planner) Store() testStore { return p.st }
+
+// newService is a service over etcd (c's members, or those endpoints): for
+// tests of what etcd does (leases running out, several planners, members
+// failing, restarts).
 func newService(t *testing.T, c *statetest.Cluster, endpoints ...string) planner {
 	t.Helper()
 	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol, endpoints...)
+	return newPlanner(st)
+}
+
+// newMemService is a service over an in-memory store (state.Memory, held
+// to the etcd-backed store's contract by state's contract tests): for
+// tests of the service's own behaviour.
+func newMemService(t *testing.T) planner {
+	t.Helper()
+	st, err := state.NewMemory(state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	return newPlanner(st)
+}
+
+func newPlanner(st testStore) planner {
 	svc := service.New(st, nil)
 	svc.CheckIndex() // every deploy the room index places is planned in full too
 	return planner{svc, st}
@@ -54,8 +81,7 @@ func verify(t *testing.T, s planner) {
 }
 
 func TestDeployResizeRemove(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	register(t, s, "h2", topologytest.Laptop().Topology())
@@ -133,8 +159,7 @@ func TestDeployResizeRemove(t *testing.T) {
 // TestWatchInstances: a host's watch sends its instances and its CPUs in
 // capacity, again after a deploy and again after a capacity change.
 func TestWatchInstances(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	register(t, s, "h1", topologytest.Laptop().Topology())
@@ -177,8 +202,7 @@ func TestWatchInstances(t *testing.T) {
 }
 
 func TestHostRulesAndBadInput(t *testing.T) {
-	c := statetest.Start(t, 1)
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	// Re-registering with another topology is refused unless forced.

@@ -28,7 +28,7 @@ func mustJSON(v any) []byte {
 // every violation found. Capacity is the overbooked one where the cluster's
 // settings overbook a resource (what a replacement may use: placement's
 // adjust): what placement did is never flagged.
-func Verify(st *state.Store, shareBase int) []string {
+func Verify(st Store, shareBase int) []string {
 	var bad []string
 	snap := st.Snapshot() // one revision: usage and instances committed together are read together
 	ps := snap.Placement

@@ -8,8 +8,6 @@ import (
 
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
-	"github.com/pinfold/pinfold/planner/state"
-	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -19,8 +17,7 @@ import (
 // (reading usage and instances one after another, it did, under ordinary
 // load).
 func TestVerifyNoFalseAlarms(t *testing.T) {
-	c := statetest.Start(t, 1, func(e *state.EmbedConfig) { e.UnsafeNoFsync = true })
-	s := newService(t, c)
+	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	stop := make(chan struct{})

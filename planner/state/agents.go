@@ -49,12 +49,6 @@ func (s *Store) Heartbeat(ctx context.Context, host string, value []byte, ttl ti
 	return nil
 }
 
-func (s *Store) isLive(host string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.live[host]
-}
-
 // PutStatus records what a host's agent observed for one instance. It is
 // not guarded: only that host's agent writes it, and the last report wins.
 func (s *Store) PutStatus(ctx context.Context, host, id string, st model.Status) error {
@@ -105,41 +99,6 @@ func (s *Store) Lead(ctx context.Context, id string, ttl time.Duration, lead fun
 		return fmt.Errorf("state: lost the election session")
 	}
 	return err
-}
-
-// WatchHost calls send with the revision the cache has caught up to, then
-// again each time host's registration or one of its desired instances
-// changes, until ctx ends or send fails. It reads the store's own watch
-// (no etcd watch per caller): a burst of changes is sent once, as of the
-// revision the cache reached.
-func (s *Store) WatchHost(ctx context.Context, host string, send func(rev int64) error) error {
-	s.mu.RLock()
-	seen := s.hostChange[host]
-	rev := s.rev
-	s.mu.RUnlock()
-	for {
-		if err := send(rev); err != nil {
-			return err
-		}
-		s.mu.Lock()
-		for s.hostChange[host] == seen {
-			if s.werr != nil {
-				err := s.werr
-				s.mu.Unlock()
-				return err
-			}
-			ch := s.hostWait(host)
-			s.mu.Unlock()
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			s.mu.Lock()
-		}
-		seen, rev = s.hostChange[host], s.rev
-		s.mu.Unlock()
-	}
 }
 
 // Sync waits until the cache has seen every write committed before it was

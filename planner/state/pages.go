@@ -23,117 +23,107 @@ func (k InstanceRef) Compare(o InstanceRef) int {
 	return cmp.Or(cmp.Compare(k.Host, o.Host), cmp.Compare(k.ID, o.ID))
 }
 
-// pageIndexes are the sorted indexes pages are read from; the Store's
-// orderMu guards them apart from mu, so that readers holding mu's read
-// lock can rebuild them. An index is never changed in place, only
+// pageIndexes are the sorted indexes pages are read from; the cache's
+// orderMu guards them, so that readers holding the store's read lock can
+// rebuild them. An index is never changed in place, only
 // replaced or dropped (nil).
 type pageIndexes struct {
-	hosts     []string                 // s.hosts' names
-	instHosts []string                 // s.instances' hosts (those with instances)
+	hosts     []string                 // the cache's hosts' names
+	instHosts []string                 // the cache's hosts with instances
 	services  map[string][]InstanceRef // a service's instances
 }
 
-// hostOrderLocked is every host's name, sorted; the caller holds mu.
-func (s *Store) hostOrderLocked() []string {
-	s.orderMu.Lock()
-	defer s.orderMu.Unlock()
-	if s.pages.hosts == nil {
-		s.pages.hosts = slices.Sorted(maps.Keys(s.hosts))
+// hostOrder is every host's name, sorted.
+func (c *cache) hostOrder() []string {
+	c.orderMu.Lock()
+	defer c.orderMu.Unlock()
+	if c.pages.hosts == nil {
+		c.pages.hosts = slices.Sorted(maps.Keys(c.hosts))
 	}
-	return s.pages.hosts
+	return c.pages.hosts
 }
 
-// instHostsLocked is the hosts with instances, sorted; the caller holds mu.
-func (s *Store) instHostsLocked() []string {
-	s.orderMu.Lock()
-	defer s.orderMu.Unlock()
-	if s.pages.instHosts == nil {
-		s.pages.instHosts = slices.Sorted(maps.Keys(s.instances))
+// instHosts is the hosts with instances, sorted.
+func (c *cache) instHosts() []string {
+	c.orderMu.Lock()
+	defer c.orderMu.Unlock()
+	if c.pages.instHosts == nil {
+		c.pages.instHosts = slices.Sorted(maps.Keys(c.instances))
 	}
-	return s.pages.instHosts
+	return c.pages.instHosts
 }
 
-// serviceOrderLocked is service's instances, sorted; the caller holds mu.
-func (s *Store) serviceOrderLocked(service string) []InstanceRef {
-	s.orderMu.Lock()
-	defer s.orderMu.Unlock()
-	keys, ok := s.pages.services[service]
+// serviceOrder is service's instances, sorted.
+func (c *cache) serviceOrder(service string) []InstanceRef {
+	c.orderMu.Lock()
+	defer c.orderMu.Unlock()
+	keys, ok := c.pages.services[service]
 	if !ok {
-		ids := s.byService[service]
+		ids := c.byService[service]
 		keys = make([]InstanceRef, 0, len(ids))
 		for id, h := range ids {
 			keys = append(keys, InstanceRef{h, id})
 		}
 		slices.SortFunc(keys, InstanceRef.Compare)
-		if s.pages.services == nil {
-			s.pages.services = map[string][]InstanceRef{}
+		if c.pages.services == nil {
+			c.pages.services = map[string][]InstanceRef{}
 		}
-		s.pages.services[service] = keys
+		c.pages.services[service] = keys
 	}
 	return keys
 }
 
-// dropPages forgets the indexes a change to these sets invalidates; the
-// caller holds mu.
-func (s *Store) dropPages(hosts, instHosts bool, services ...string) {
-	s.orderMu.Lock()
-	defer s.orderMu.Unlock()
+// dropPages forgets the indexes a change to these sets invalidates.
+func (c *cache) dropPages(hosts, instHosts bool, services ...string) {
+	c.orderMu.Lock()
+	defer c.orderMu.Unlock()
 	if hosts {
-		s.pages.hosts = nil
+		c.pages.hosts = nil
 	}
 	if instHosts {
-		s.pages.instHosts = nil
+		c.pages.instHosts = nil
 	}
 	for _, svc := range services {
-		delete(s.pages.services, svc)
+		delete(c.pages.services, svc)
 	}
 }
 
-// HostsAfter returns the views of up to limit hosts whose names sort after
-// after ("": from the first), sorted by name, and whether more follow. A
-// host added or removed since the page before changes nothing for the
-// others: each is listed once, none skipped.
-func (s *Store) HostsAfter(after string, limit int) ([]HostView, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	names := s.hostOrderLocked()
+// hostsAfter is HostsAfter on the cache.
+func (c *cache) hostsAfter(after string, limit int) ([]HostView, bool) {
+	names := c.hostOrder()
 	i, found := slices.BinarySearch(names, after)
 	if found {
 		i++
 	}
 	end := min(i+max(limit, 0), len(names))
-	return s.viewsLocked(names[i:end]), end < len(names)
+	return c.views(names[i:end]), end < len(names)
 }
 
-// InstancesAfter returns up to limit instances on host ("": any) of
-// service ("": any) whose keys sort after after (the zero key: from the
-// first), sorted by host then ID, and whether more follow.
-func (s *Store) InstancesAfter(host, service string, after InstanceRef, limit int) ([]InstanceView, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+// instancesAfter is InstancesAfter on the cache.
+func (c *cache) instancesAfter(host, service string, after InstanceRef, limit int) ([]InstanceView, bool) {
 	limit = max(limit, 0)
 	out := make([]InstanceView, 0, min(limit, 1024))
 	if host == "" && service != "" {
-		keys := s.serviceOrderLocked(service)
+		keys := c.serviceOrder(service)
 		i, found := slices.BinarySearchFunc(keys, after, InstanceRef.Compare)
 		if found {
 			i++
 		}
 		end := min(i+limit, len(keys))
 		for _, k := range keys[i:end] {
-			out = append(out, s.instanceLocked(k.Host, k.ID))
+			out = append(out, c.instance(k.Host, k.ID))
 		}
 		return out, end < len(keys)
 	}
 	hosts := []string{host}
 	if host == "" {
-		hosts = s.instHostsLocked()
+		hosts = c.instHosts()
 		i, _ := slices.BinarySearch(hosts, after.Host)
 		hosts = hosts[i:]
 	}
 	var ids []string // reused across hosts: a call holds one host's IDs
 	for _, h := range hosts {
-		ins := s.instances[h]
+		ins := c.instances[h]
 		ids = ids[:0]
 		for id, d := range ins {
 			if (service == "" || d.Value.Service == service) && (InstanceRef{h, id}).Compare(after) > 0 {
@@ -145,7 +135,7 @@ func (s *Store) InstancesAfter(host, service string, after InstanceRef, limit in
 			if len(out) == limit {
 				return out, true
 			}
-			out = append(out, s.instanceLocked(h, id))
+			out = append(out, c.instance(h, id))
 		}
 	}
 	return out, false

@@ -15,15 +15,12 @@ import (
 // a Pending view are the ones the merged commit needs. Not safe for
 // concurrent use; the Store under it is.
 type Pending struct {
-	base *Store
+	base *replica
 	c    Change
 	// resources caches the engine view of each host with pending usage
 	// (built once per Add that changes the host, not once per read).
 	resources map[string]*alloc.Host
 }
-
-// Pending returns an empty overlay over the cache.
-func (s *Store) Pending() *Pending { return &Pending{base: s} }
 
 // Add lays c over the view: what c writes is what the next read sees.
 func (p *Pending) Add(c *Change) {

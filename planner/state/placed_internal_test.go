@@ -41,9 +41,9 @@ func TestPlacedListCarriesOver(t *testing.T) {
 			t.Errorf("host %s: the same view as the list before: %v, want %v", got.Hosts[i].Name, same, i != 7)
 		}
 	}
-	s.resMu.Lock()
-	s.placedList, s.placedPrev = nil, nil // build the next from scratch
-	s.resMu.Unlock()
+	s.m.mu.Lock()
+	s.m.list, s.m.prev = nil, nil // build the next from scratch
+	s.m.mu.Unlock()
 	want := s.SchedulablePlacement()
 	for i := range want.Hosts {
 		if got.Hosts[i] != want.Hosts[i] || got.Rev(i) != want.Rev(i) {

@@ -55,14 +55,6 @@ func (c *Change) PutRequest(id string, r Request) {
 	c.requests[id] = r
 }
 
-// Request returns request id's record, if it committed.
-func (s *Store) Request(id string) (Request, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	d, ok := s.requests[id]
-	return d.Value, ok
-}
-
 // Request returns request id's record, committed or pending.
 func (p *Pending) Request(id string) (Request, bool) {
 	if r, ok := p.c.requests[id]; ok {
@@ -83,13 +75,33 @@ var maxRequests = MaxRequests
 // the oldest beyond MaxRequests, at most 128 in a transaction, and reports
 // how many it deleted.
 func (s *Store) PruneRequests(ctx context.Context, before time.Time) (int, error) {
+	old := s.oldRequests(before)
+	deleted := 0
+	for len(old) > 0 {
+		n := min(len(old), 128)
+		ops := make([]clientv3.Op, n)
+		for i, id := range old[:n] {
+			ops[i] = clientv3.OpDelete(RequestKey(id))
+		}
+		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return deleted, fmt.Errorf("state: prune %d request records made before %s: %w", n, before.Format(time.RFC3339), err)
+		}
+		deleted += n
+		old = old[n:]
+	}
+	return deleted, nil
+}
+
+// oldRequests is the IDs of the records PruneRequests deletes: those made
+// before before and the oldest beyond maxRequests, oldest first.
+func (s *replica) oldRequests(before time.Time) []string {
 	s.mu.RLock()
 	type rec struct {
 		id string
 		at time.Time
 	}
-	all := make([]rec, 0, len(s.requests))
-	for id, d := range s.requests {
+	all := make([]rec, 0, len(s.c.requests))
+	for id, d := range s.c.requests {
 		all = append(all, rec{id, d.Value.Time})
 	}
 	s.mu.RUnlock()
@@ -105,18 +117,5 @@ func (s *Store) PruneRequests(ctx context.Context, before time.Time) (int, error
 			old = append(old, r.id)
 		}
 	}
-	deleted := 0
-	for len(old) > 0 {
-		n := min(len(old), 128)
-		ops := make([]clientv3.Op, n)
-		for i, id := range old[:n] {
-			ops[i] = clientv3.OpDelete(RequestKey(id))
-		}
-		if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-			return deleted, fmt.Errorf("state: prune %d request records made before %s: %w", n, before.Format(time.RFC3339), err)
-		}
-		deleted += n
-		old = old[n:]
-	}
-	return deleted, nil
+	return old
 }

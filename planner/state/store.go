@@ -1,18 +1,14 @@
 package state
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,11 +16,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/pinfold/pinfold/planner/alloc"
-	"github.com/pinfold/pinfold/planner/model"
-	"github.com/pinfold/pinfold/planner/placement"
-	"github.com/pinfold/pinfold/planner/topology"
 )
 
 // Doc is a cached document with its etcd revision.
@@ -44,77 +35,10 @@ type Store struct {
 	failover   *failover
 	reqTimeout time.Duration
 
-	mu        sync.RWMutex
-	changed   *sync.Cond
-	rev       int64
-	hosts     map[string]Doc[Host]
-	allocs    map[string]Doc[Alloc]
-	instances map[string]map[string]Doc[model.Instance] // host → id
-	statuses  map[string]map[string]Doc[model.Status]
-	services  map[string]Doc[Service]
-	requests  map[string]Doc[Request] // request ID → its record (requests.go)
-	live      map[string]bool
-	metrics   map[string]Metrics // from the live key's value
-	placement placement.Settings
-	// schedulable is the index of hosts that may take new work: enabled,
-	// and up (a live heartbeat) when an agent manages them, speaking the
-	// current protocol. Planning reads only these, never scans the rest.
-	schedulable map[string]bool
-	// schedOrder is schedulable's names sorted, rebuilt on the first read
-	// after the index changed (nil); schedMu guards it apart from mu, so
-	// that readers holding mu's read lock can rebuild it. It is never
-	// changed in place, only replaced.
-	schedMu    sync.Mutex
-	schedOrder []string
-	// pages are the sorted indexes listings read a page at a time from
-	// (pages.go); orderMu guards them apart from mu, like schedMu.
-	orderMu  sync.Mutex
-	pages    pageIndexes
-	protocol int
-	// topologies interns decoded topologies by their JSON: hosts of one
-	// model share one copy (10,000 identical hosts cost one topology).
-	topologies map[[32]byte]*topology.Topology
-	werr       error
-	cancel     context.CancelFunc
-	done       chan struct{}
-
-	// byService indexes instances: service → ID → host; where is ID → host.
-	byService map[string]map[string]string
-	where     map[string]string
-	// moving indexes the instances with Replaces set (moves in flight):
-	// ID → host, so the leader's tick reads them without a full scan.
-	moving map[string]string
-	// resources caches each host's allocation-engine view (with a capacity
-	// memo) for its current registration and usage; apply drops an entry
-	// when either changes. resMu guards it apart from mu, so that readers
-	// holding mu's read lock can fill it.
-	resMu     sync.Mutex
-	resources map[string]*alloc.Host
-	// placed caches each schedulable host's placement view (registration,
-	// engine view, load), and placedList all of them sorted by name (nil
-	// after any change); also guarded by resMu.
-	placed     map[string]placedHost
-	placedList *Placed
-	// placedPrev is the last list built and placedDirty the hosts whose
-	// views were dropped since: the next list is placedPrev with those
-	// replaced, when it names the same hosts (one rebuilt host per deploy,
-	// not 10,000 looked up again).
-	placedPrev  *Placed
-	placedDirty map[string]bool
-	// buildMu lets one reader at a time build placedList: two, both under
-	// mu's read lock, would both start from placedPrev, and the second,
-	// finding placedDirty already cleared, would build a stale list.
-	buildMu sync.Mutex
-	// indexLine carries each placedList's placement index over to the next.
-	indexLine indexLine
-
-	// hostChange is, per host, the revision of the last change to its
-	// registration or desired instances; hostSignal, per host someone
-	// waits on, a channel closed at its next change (WatchHost). One
-	// channel per host, not one condition for all: a change wakes only
-	// that host's watchers, not every agent's stream.
-	hostChange map[string]int64
-	hostSignal map[string]chan struct{}
+	// replica is the cache the watch feeds; its reads are the store's.
+	replica
+	cancel context.CancelFunc
+	done   chan struct{}
 
 	leaseMu sync.Mutex
 	leases  map[string]clientv3.LeaseID // host → its heartbeat lease
@@ -130,8 +54,7 @@ type Store struct {
 	commitMu  sync.Mutex
 	markerRev int64
 
-	// observer, when set, hears of every commit (ObserveCommits).
-	observer atomic.Pointer[func(writes int, outcome string)]
+	commitObserver
 }
 
 // Commit outcomes, as ObserveCommits reports them.
@@ -145,10 +68,15 @@ const (
 // ObserveCommits calls f after every commit with its number of writes and
 // its outcome (CommitOK, CommitConflict, CommitTooLarge, CommitError): the
 // planner's metrics. f must be quick and must not call the store.
-func (s *Store) ObserveCommits(f func(writes int, outcome string)) { s.observer.Store(&f) }
+func (o *commitObserver) ObserveCommits(f func(writes int, outcome string)) { o.observer.Store(&f) }
 
-func (s *Store) observe(writes int, err error) {
-	f := s.observer.Load()
+// commitObserver is who hears of every commit (ObserveCommits).
+type commitObserver struct {
+	observer atomic.Pointer[func(writes int, outcome string)]
+}
+
+func (o *commitObserver) observe(writes int, err error) {
+	f := o.observer.Load()
 	if f == nil {
 		return
 	}
@@ -211,19 +139,13 @@ func open(ctx context.Context, cli *clientv3.Client, cfg Config, protocol int, l
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	s := &Store{cli: cli, log: log, cfg: cfg, protocol: protocol, done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
-	s.changed = sync.NewCond(&s.mu)
+	s := &Store{cli: cli, log: log, cfg: cfg, done: make(chan struct{}), leases: map[string]clientv3.LeaseID{}, id: hex.EncodeToString(id[:])}
+	s.init(protocol)
 	kvs, rev, err := loadAll(ctx, cli)
 	if err != nil {
 		return nil, err
 	}
-	s.reset()
-	for _, kv := range kvs {
-		s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
-	}
-	s.deriveWholeCores()
-	s.rev = rev
-	s.reindexAll()
+	s.load(kvs, rev)
 	wctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	go s.watch(wctx, rev+1)
@@ -243,102 +165,8 @@ func (s *Store) Close() {
 	}
 }
 
-// Healthy reports whether the cache still follows etcd (its watch has not
-// ended).
-func (s *Store) Healthy() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.werr == nil
-}
-
 // Config is the planner-wide configuration.
 func (s *Store) Config() Config { return s.cfg }
-
-func (s *Store) reset() {
-	s.hosts, s.allocs, s.services = map[string]Doc[Host]{}, map[string]Doc[Alloc]{}, map[string]Doc[Service]{}
-	s.requests = map[string]Doc[Request]{}
-	s.instances, s.statuses = map[string]map[string]Doc[model.Instance]{}, map[string]map[string]Doc[model.Status]{}
-	s.live, s.schedulable, s.metrics = map[string]bool{}, map[string]bool{}, map[string]Metrics{}
-	s.schedMu.Lock()
-	s.schedOrder = nil
-	s.schedMu.Unlock()
-	s.orderMu.Lock()
-	s.pages = pageIndexes{}
-	s.orderMu.Unlock()
-	s.placement = placement.Settings{}
-	s.topologies = map[[32]byte]*topology.Topology{}
-	s.hostChange = map[string]int64{}
-	if s.hostSignal == nil {
-		s.hostSignal = map[string]chan struct{}{} // kept across a reload: its waiters are woken by signalAll
-	}
-	s.byService, s.where, s.moving = map[string]map[string]string{}, map[string]string{}, map[string]string{}
-	s.resMu.Lock()
-	s.resources = map[string]*alloc.Host{}
-	s.placed, s.placedList = map[string]placedHost{}, nil
-	s.placedPrev, s.placedDirty = nil, map[string]bool{}
-	s.resMu.Unlock()
-}
-
-// dropPlaced forgets host's cached placement view; the caller holds mu.
-func (s *Store) dropPlaced(host string) {
-	s.resMu.Lock()
-	delete(s.placed, host)
-	s.placedList = nil
-	s.placedDirty[host] = true
-	s.resMu.Unlock()
-}
-
-// markHost records a change to host at rev and wakes its watchers; the
-// caller holds mu.
-func (s *Store) markHost(host string, rev int64) {
-	s.hostChange[host] = rev
-	if ch, ok := s.hostSignal[host]; ok {
-		close(ch)
-		delete(s.hostSignal, host)
-	}
-}
-
-// signalAll wakes every host's watchers; the caller holds mu.
-func (s *Store) signalAll() {
-	for h, ch := range s.hostSignal {
-		close(ch)
-		delete(s.hostSignal, h)
-	}
-}
-
-// hostWait is the channel closed at host's next change; the caller holds mu.
-func (s *Store) hostWait(host string) <-chan struct{} {
-	ch, ok := s.hostSignal[host]
-	if !ok {
-		ch = make(chan struct{})
-		s.hostSignal[host] = ch
-	}
-	return ch
-}
-
-// dropResources forgets host's cached engine view; the caller holds mu.
-func (s *Store) dropResources(host string) {
-	s.resMu.Lock()
-	delete(s.resources, host)
-	delete(s.placed, host)
-	s.placedList = nil
-	s.placedDirty[host] = true
-	s.resMu.Unlock()
-}
-
-// resourcesLocked is host's engine view for h and a, cached until either
-// changes; the caller holds mu (read or write).
-func (s *Store) resourcesLocked(name string, h Host, a Alloc) *alloc.Host {
-	s.resMu.Lock()
-	defer s.resMu.Unlock()
-	if r, ok := s.resources[name]; ok {
-		return r
-	}
-	r := AllocHost(h, a)
-	r.Memo = alloc.NewCapacityMemo()
-	s.resources[name] = r
-	return r
-}
 
 func (s *Store) watch(ctx context.Context, from int64) {
 	defer close(s.done)
@@ -353,17 +181,13 @@ func (s *Store) watch(ctx context.Context, from int64) {
 			for _, ev := range wr.Events {
 				s.apply(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.ModRevision, ev.Type == clientv3.EventTypeDelete)
 			}
-			s.rev = wr.Header.Revision
-			from = s.rev + 1
+			s.c.rev = wr.Header.Revision
+			from = s.c.rev + 1
 			s.changed.Broadcast()
 			s.mu.Unlock()
 		}
 		if ctx.Err() != nil {
-			s.mu.Lock()
-			s.werr = ctx.Err()
-			s.changed.Broadcast()
-			s.signalAll()
-			s.mu.Unlock()
+			s.stop(ctx.Err())
 			return
 		}
 		// Compacted or lost leader: reload everything and watch again.
@@ -377,23 +201,17 @@ func (s *Store) watch(ctx context.Context, from int64) {
 			continue
 		}
 		s.mu.Lock()
-		before := s.hostChange
-		s.reset()
-		for _, kv := range kvs {
-			s.apply(string(kv.Key), kv.Value, kv.ModRevision, false)
-		}
-		s.deriveWholeCores()
-		s.rev = rev
+		before := s.c.hostChange
+		s.load(kvs, rev)
 		// A reload may hide deletions: every host's watchers look again.
 		for h := range before {
-			s.hostChange[h] = s.rev
+			s.c.hostChange[h] = s.c.rev
 		}
-		for h := range s.hostChange {
-			s.hostChange[h] = s.rev
+		for h := range s.c.hostChange {
+			s.c.hostChange[h] = s.c.rev
 		}
 		s.signalAll()
-		s.reindexAll()
-		from = s.rev + 1
+		from = s.c.rev + 1
 		s.changed.Broadcast()
 		s.mu.Unlock()
 	}
@@ -434,584 +252,6 @@ func loadAll(ctx context.Context, cli *clientv3.Client) ([]*mvccpb.KeyValue, int
 func decode[T any](b []byte) (T, bool) {
 	var v T
 	return v, json.Unmarshal(b, &v) == nil
-}
-
-// apply updates the cache for one key; the caller holds mu.
-func (s *Store) apply(key string, val []byte, rev int64, deleted bool) {
-	rest, ok := strings.CutPrefix(key, Prefix)
-	if !ok {
-		return
-	}
-	kind, name, _ := strings.Cut(rest, "/")
-	switch kind {
-	case "hosts":
-		s.markHost(name, rev)
-		s.dropResources(name)
-		_, had := s.hosts[name]
-		if deleted {
-			delete(s.hosts, name)
-		} else if h, ok := s.decodeHost(val); ok {
-			s.hosts[name] = Doc[Host]{h, rev}
-		}
-		if _, has := s.hosts[name]; has != had {
-			s.dropPages(true, false)
-		}
-		s.reindex(name)
-	case "alloc":
-		s.dropResources(name)
-		if deleted {
-			delete(s.allocs, name)
-		} else if a, ok := decode[Alloc](val); ok {
-			s.allocs[name] = Doc[Alloc]{a, rev}
-		}
-	case "instances", "status":
-		host, id, _ := strings.Cut(name, "/")
-		if kind == "instances" {
-			s.markHost(host, rev)
-			old, had := s.instances[host][id]
-			_, hadHost := s.instances[host]
-			s.unindex(host, id)
-			setNested(s.instances, host, id, val, rev, deleted)
-			d, has := s.instances[host][id]
-			if _, hasHost := s.instances[host]; hasHost != hadHost {
-				s.dropPages(false, true)
-			}
-			if had != has || old.Value.Service != d.Value.Service {
-				s.dropPages(false, false, old.Value.Service, d.Value.Service)
-			}
-			if has {
-				svc := d.Value.Service
-				if s.byService[svc] == nil {
-					s.byService[svc] = map[string]string{}
-				}
-				s.byService[svc][id] = host
-				s.where[id] = host
-				if d.Value.Replaces != "" {
-					if s.moving == nil {
-						s.moving = map[string]string{}
-					}
-					s.moving[id] = host
-				}
-			}
-		} else {
-			setNested(s.statuses, host, id, val, rev, deleted)
-		}
-	case "services":
-		if deleted {
-			delete(s.services, name)
-		} else if v, ok := decode[Service](val); ok {
-			s.services[name] = Doc[Service]{v, rev}
-		}
-	case "requests":
-		if deleted {
-			delete(s.requests, name)
-		} else if v, ok := decode[Request](val); ok {
-			s.requests[name] = Doc[Request]{v, rev}
-		}
-	case "settings":
-		if name == "placement" {
-			s.placement = placement.Settings{}
-			if !deleted {
-				if v, ok := decode[placement.Settings](val); ok {
-					s.placement = v
-				}
-			}
-		}
-	case "live":
-		s.dropPlaced(name)
-		s.live[name] = !deleted
-		delete(s.metrics, name)
-		if deleted {
-			delete(s.live, name)
-		} else if m, ok := decode[Metrics](val); ok {
-			s.metrics[name] = m
-		}
-		s.reindex(name)
-	}
-}
-
-// decodeHost decodes a host document, sharing the topology with any other
-// host whose topology JSON is identical.
-func (s *Store) decodeHost(val []byte) (Host, bool) {
-	var w struct {
-		Host
-		Topology json.RawMessage `json:"topology"`
-	}
-	if json.Unmarshal(val, &w) != nil {
-		return Host{}, false
-	}
-	h := w.Host
-	if len(w.Topology) > 0 && string(w.Topology) != "null" {
-		key := sha256.Sum256(w.Topology)
-		t, ok := s.topologies[key]
-		if !ok {
-			t = new(topology.Topology)
-			if json.Unmarshal(w.Topology, t) != nil {
-				return Host{}, false
-			}
-			s.topologies[key] = t
-		}
-		h.Topology = t
-	}
-	return h, true
-}
-
-// unindex removes the instance host/id from the indexes; the caller holds mu.
-func (s *Store) unindex(host, id string) {
-	d, ok := s.instances[host][id]
-	if !ok {
-		return
-	}
-	svc := d.Value.Service
-	delete(s.byService[svc], id)
-	if len(s.byService[svc]) == 0 {
-		delete(s.byService, svc)
-	}
-	if s.where[id] == host {
-		delete(s.where, id)
-	}
-	if s.moving[id] == host {
-		delete(s.moving, id)
-	}
-}
-
-func setNested[T any](m map[string]map[string]Doc[T], host, id string, val []byte, rev int64, deleted bool) {
-	if deleted {
-		delete(m[host], id)
-		if len(m[host]) == 0 {
-			delete(m, host)
-		}
-		return
-	}
-	v, ok := decode[T](val)
-	if !ok {
-		return
-	}
-	if m[host] == nil {
-		m[host] = map[string]Doc[T]{}
-	}
-	m[host][id] = Doc[T]{v, rev}
-}
-
-func (s *Store) reindexAll() {
-	for name := range s.hosts {
-		s.reindex(name)
-	}
-}
-
-// reindex keeps the schedulable index right for one host.
-func (s *Store) reindex(name string) {
-	h, ok := s.hosts[name]
-	was := s.schedulable[name]
-	if ok && hostState(h.Value, s.live[name], s.protocol) == "up" {
-		s.schedulable[name] = true
-	} else {
-		delete(s.schedulable, name)
-	}
-	if was != s.schedulable[name] {
-		s.schedMu.Lock()
-		s.schedOrder = nil
-		s.schedMu.Unlock()
-		s.dropPlaced(name)
-	}
-}
-
-// State is the host's state as placement sees it: HostState, and
-// "protocol" for a live agent that speaks another agent protocol than this
-// planner (it takes nothing new; it is not enforced as planned).
-func (v HostView) State() string { return v.state }
-
-// hostState is HostState, with "protocol" for an agent whose protocol is
-// not want.
-func hostState(h Host, live bool, want int) string {
-	st := HostState(h, live)
-	if st == "up" && h.Agent && h.Protocol != want {
-		return "protocol"
-	}
-	return st
-}
-
-// HostState is up, down, disabled or maintenance (a host in maintenance
-// keeps its instances and takes nothing new, live or not).
-func HostState(h Host, live bool) string {
-	switch {
-	case h.Disabled:
-		return "disabled"
-	case !h.MaintenanceUntil.IsZero():
-		return "maintenance"
-	case h.Agent && !live:
-		return "down"
-	}
-	return "up"
-}
-
-// HostView is a host with its usage and the revisions a plan was made from.
-// Its maps and topology are shared with the cache: a view is immutable, and
-// a caller that derives a changed document clones what it changes first
-// (Alloc.Clone, maps.Clone), as the service does.
-type HostView struct {
-	Host     Host
-	HostRev  int64
-	Alloc    Alloc
-	AllocRev int64
-	Live     bool
-	Metrics  *Metrics // nil until the agent sent some
-	// Resources is the allocation engine's view of Host and Alloc
-	// (AllocHost), shared and never changed; set where planning reads it
-	// (SchedulablePlacement's views, Pending's pending hosts), nil elsewhere.
-	Resources *alloc.Host
-	state     string
-}
-
-// PlacementSettings returns the cluster's placement settings.
-func (s *Store) PlacementSettings() placement.Settings {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.placement
-}
-
-// Unschedulable returns the hosts that may not take new work, by reason
-// (disabled, maintenance, down, protocol), each list sorted.
-func (s *Store) Unschedulable() map[string][]string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := map[string][]string{}
-	for _, name := range slices.Sorted(maps.Keys(s.hosts)) {
-		if s.schedulable[name] {
-			continue
-		}
-		why := hostState(s.hosts[name].Value, s.live[name], s.protocol)
-		out[why] = append(out[why], name)
-	}
-	return out
-}
-
-// Schedulable returns the hosts that may take new work, sorted by name,
-// read from the index (disabled and down hosts are never visited).
-// Planning reads SchedulablePlacement, which caches the views.
-func (s *Store) Schedulable() []HostView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	s.schedMu.Lock()
-	if s.schedOrder == nil {
-		s.schedOrder = slices.Sorted(maps.Keys(s.schedulable))
-	}
-	names := s.schedOrder
-	s.schedMu.Unlock()
-	return s.viewsLocked(names)
-}
-
-func (s *Store) viewsLocked(names []string) []HostView {
-	out := make([]HostView, 0, len(names))
-	for _, name := range names {
-		out = append(out, s.viewLocked(name))
-	}
-	return out
-}
-
-func (s *Store) viewLocked(name string) HostView {
-	h := s.hosts[name]
-	a, ok := s.allocs[name]
-	if !ok {
-		a.Value = NewAlloc()
-	}
-	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: s.live[name], state: hostState(h.Value, s.live[name], s.protocol)}
-	if m, ok := s.metrics[name]; ok {
-		v.Metrics = &m
-	}
-	return v
-}
-
-// Placed is the hosts that may take new work as the placement rules see
-// them, sorted by name, with the revisions of the documents each view was
-// built from: a change planned on Hosts[i] guards Rev(i), so a host that
-// changed since fails the commit instead of being planned stale. Shared:
-// never change it.
-type Placed struct {
-	Hosts []*placement.Host
-	revs  []Revs
-	// over holds the revisions of the hosts a Pending list replaced (its
-	// revs are the store list's, shared, not copied).
-	over  map[int]Revs
-	index *placedIndex
-	names []string // the store's sorted names the list was built from
-}
-
-// Rev is the revisions Hosts[i] was built from.
-func (p *Placed) Rev(i int) Revs {
-	if r, ok := p.over[i]; ok {
-		return r
-	}
-	return p.revs[i]
-}
-
-// Revs are the revisions of a host's registration and usage documents.
-type Revs struct{ Host, Alloc int64 }
-
-// Index finds host name.
-func (p *Placed) Index(name string) (int, bool) {
-	return slices.BinarySearchFunc(p.Hosts, name, func(h *placement.Host, name string) int { return cmp.Compare(h.Name, name) })
-}
-
-// placedHost is one host's cached placement view and its revisions.
-type placedHost struct {
-	ph   *placement.Host
-	revs Revs
-}
-
-// SchedulablePlacement returns the schedulable hosts' placement views: a
-// cached list, rebuilt after a change from cached per-host views (a deploy
-// over 10,000 hosts builds one view, not 10,000).
-func (s *Store) SchedulablePlacement() *Placed {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	s.resMu.Lock()
-	list := s.placedList
-	s.resMu.Unlock()
-	if list != nil {
-		return list
-	}
-	s.buildMu.Lock()
-	defer s.buildMu.Unlock()
-	s.resMu.Lock()
-	list = s.placedList // another reader may have built it meanwhile
-	s.resMu.Unlock()
-	if list != nil {
-		return list
-	}
-	s.schedMu.Lock()
-	if s.schedOrder == nil {
-		s.schedOrder = slices.Sorted(maps.Keys(s.schedulable))
-	}
-	names := s.schedOrder
-	s.schedMu.Unlock()
-	list = &Placed{Hosts: make([]*placement.Host, len(names)), revs: make([]Revs, len(names)), names: names}
-	var missing []int
-	s.resMu.Lock() // one lock for the cached views, not one per host
-	if prev := s.placedPrev; prev != nil && len(prev.names) == len(names) && len(names) > 0 && &prev.names[0] == &names[0] && len(s.placedDirty) < len(names)/4 {
-		// The same hosts as the list before: copy it, replace the dropped.
-		copy(list.Hosts, prev.Hosts)
-		copy(list.revs, prev.revs)
-		for name := range s.placedDirty {
-			i, ok := slices.BinarySearch(names, name)
-			if !ok {
-				continue
-			}
-			if e, ok := s.placed[name]; ok {
-				list.Hosts[i], list.revs[i] = e.ph, e.revs
-			} else {
-				missing = append(missing, i)
-			}
-		}
-	} else {
-		for i, name := range names {
-			e, ok := s.placed[name]
-			if !ok {
-				missing = append(missing, i)
-				continue
-			}
-			list.Hosts[i], list.revs[i] = e.ph, e.revs
-		}
-	}
-	clear(s.placedDirty)
-	s.resMu.Unlock()
-	for _, i := range missing {
-		name := names[i]
-		s.resMu.Lock()
-		e, ok := s.placed[name]
-		s.resMu.Unlock()
-		if !ok {
-			v := s.viewLocked(name)
-			v.Resources = s.resourcesLocked(name, v.Host, v.Alloc)
-			e = placedHost{v.PlacementHost(), Revs{v.HostRev, v.AllocRev}}
-			s.resMu.Lock()
-			s.placed[name] = e
-			s.resMu.Unlock()
-		}
-		list.Hosts[i], list.revs[i] = e.ph, e.revs
-	}
-	list.index = &placedIndex{hosts: list.Hosts, line: &s.indexLine}
-	s.resMu.Lock()
-	s.placedList, s.placedPrev = list, list
-	s.resMu.Unlock()
-	return list
-}
-
-// PlacementHost is the host as the placement rules see it (Resources from
-// the view, or built when the view has none).
-func (v HostView) PlacementHost() *placement.Host {
-	res := v.Resources
-	if res == nil {
-		res = AllocHost(v.Host, v.Alloc)
-	}
-	h := &placement.Host{Name: v.Host.Name, Type: v.Host.Type, Properties: v.Host.Properties, FaultDomain: v.Host.FaultDomain,
-		UpgradeDomain: v.Host.UpgradeDomain, Disabled: v.Host.Disabled, Maintenance: !v.Host.MaintenanceUntil.IsZero(),
-		Resources: res}
-	if v.Metrics != nil {
-		h.LoadAvg = v.Metrics.Load1
-	}
-	return h
-}
-
-// Host returns one host's view.
-func (s *Store) Host(name string) (HostView, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if _, ok := s.hosts[name]; !ok {
-		return HostView{}, false
-	}
-	return s.viewLocked(name), true
-}
-
-// Hosts returns every host's view, sorted by name.
-func (s *Store) Hosts() []HostView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.viewsLocked(slices.Sorted(maps.Keys(s.hosts)))
-}
-
-// Snapshot is the cache at one revision, for an audit that compares
-// documents with each other (a host's usage with the sum of its
-// instances): reads made one after another may see a commit between them
-// and report a violation that never was.
-type Snapshot struct {
-	Rev       int64
-	Hosts     []HostView                // sorted by name
-	Instances map[string][]InstanceView // by host, sorted by ID
-	Placement placement.Settings
-}
-
-// Snapshot reads every host, every instance and the placement settings
-// under one lock: one revision of the cache.
-func (s *Store) Snapshot() Snapshot {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	snap := Snapshot{Rev: s.rev, Hosts: s.viewsLocked(slices.Sorted(maps.Keys(s.hosts))), Instances: map[string][]InstanceView{}, Placement: s.placement}
-	for h, ins := range s.instances {
-		out := make([]InstanceView, 0, len(ins))
-		for _, id := range slices.Sorted(maps.Keys(ins)) {
-			out = append(out, s.instanceLocked(h, id))
-		}
-		snap.Instances[h] = out
-	}
-	return snap
-}
-
-// InstanceView is an instance with its revision and observed status; like
-// HostView it shares maps with the cache and is immutable.
-type InstanceView struct {
-	Instance model.Instance
-	Rev      int64
-	Status   *model.Status
-}
-
-// Instances returns instances, sorted by host then ID; host "" means all.
-func (s *Store) Instances(host string) []InstanceView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []InstanceView
-	hosts := []string{host}
-	if host == "" {
-		hosts = slices.Sorted(maps.Keys(s.instances))
-	}
-	for _, h := range hosts {
-		for _, id := range slices.Sorted(maps.Keys(s.instances[h])) {
-			out = append(out, s.instanceLocked(h, id))
-		}
-	}
-	return out
-}
-
-// Moving returns the instances that replace another (moves in flight),
-// sorted by host then ID.
-func (s *Store) Moving() []InstanceView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	ids := slices.Collect(maps.Keys(s.moving))
-	slices.SortFunc(ids, func(a, b string) int { return cmp.Or(cmp.Compare(s.moving[a], s.moving[b]), cmp.Compare(a, b)) })
-	out := make([]InstanceView, 0, len(ids))
-	for _, id := range ids {
-		out = append(out, s.instanceLocked(s.moving[id], id))
-	}
-	return out
-}
-
-// Instance finds an instance by ID.
-func (s *Store) Instance(id string) (InstanceView, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	h, ok := s.where[id]
-	if !ok {
-		return InstanceView{}, false
-	}
-	return s.instanceLocked(h, id), true
-}
-
-func (s *Store) instanceLocked(h, id string) InstanceView {
-	d := s.instances[h][id]
-	v := InstanceView{Instance: d.Value, Rev: d.Rev}
-	if st, ok := s.statuses[h][id]; ok {
-		stv := st.Value
-		v.Status = &stv
-	}
-	return v
-}
-
-// ServiceInstances returns a service's instances, sorted by host then ID,
-// from the service index (other services' instances are never visited).
-func (s *Store) ServiceInstances(service string) []InstanceView {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	ids := s.byService[service]
-	out := make([]InstanceView, 0, len(ids))
-	for id, h := range ids {
-		out = append(out, s.instanceLocked(h, id))
-	}
-	sortInstances(out)
-	return out
-}
-
-func sortInstances(out []InstanceView) {
-	slices.SortFunc(out, func(a, b InstanceView) int {
-		return cmp.Or(cmp.Compare(a.Instance.Host, b.Instance.Host), cmp.Compare(a.Instance.ID, b.Instance.ID))
-	})
-}
-
-// Service returns a service spec.
-func (s *Store) Service(name string) (Doc[Service], bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	d, ok := s.services[name]
-	return d, ok
-}
-
-// Rev is the revision the cache has caught up to.
-func (s *Store) Rev() int64 {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.rev
-}
-
-// WaitRev blocks until the cache has seen revision rev (or ctx ends).
-func (s *Store) WaitRev(ctx context.Context, rev int64) error {
-	stop := context.AfterFunc(ctx, func() {
-		s.mu.Lock()
-		s.changed.Broadcast()
-		s.mu.Unlock()
-	})
-	defer stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for s.rev < rev {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if s.werr != nil {
-			return s.werr
-		}
-		s.changed.Wait()
-	}
-	return nil
 }
 
 // ErrTooLarge means etcd refused a commit as too large (more writes than

@@ -38,7 +38,7 @@ func TestOldUsageGetsWholeCoresMarks(t *testing.T) {
 	}
 	defer again.Close()
 	again.mu.RLock()
-	got := again.allocs["h1"].Value.WholeCores
+	got := again.c.allocs["h1"].Value.WholeCores
 	again.mu.RUnlock()
 	if want := map[cpuset.CPUID]int{0: 1, 4: 1}; !maps.Equal(got, want) {
 		t.Errorf("loaded usage's whole-cores marks = %v, want %v", got, want)
