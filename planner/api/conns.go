@@ -446,7 +446,7 @@ func limitIdentities(next http.Handler, l *identityLimits, rec unreadRecorder) h
 			limit = "connections"
 			msg = fmt.Sprintf("identity %s has %d connections open already: at most %d per identity (--identity-max-conns); close one first",
 				key, l.lim.ConnsPerIdentity, l.lim.ConnsPerIdentity)
-			w.Header().Set("Connection", "close") // HTTP/2 too: a GOAWAY
+			closeAfter(w, r)
 		} else if l.rate != nil && !l.rate.allow(key) {
 			limit = "rate"
 			msg = fmt.Sprintf("identity %s called more than %g times a second: at most %g a second per identity after a burst of %d (--identity-rate, --identity-burst); slow down",
@@ -468,6 +468,22 @@ func limitIdentities(next http.Handler, l *identityLimits, rec unreadRecorder) h
 			http.Error(w, "pinfold: resource_exhausted: "+msg, http.StatusTooManyRequests)
 		}
 	})
+}
+
+// closeAfter has the server close r's connection once it answered r. On
+// HTTP/1.1 with a body still coming, as the server does for a large body
+// a handler left unread: a half-close, then a wait for the client to read
+// the answer (a bare "Connection: close" drops the connection at once, and
+// a client still sending its body gets a reset instead of the answer).
+// The body's first byte is read to tell the server so (at most that one).
+// On HTTP/2 "Connection: close" is a GOAWAY: the connection's other
+// streams end, no new one starts.
+func closeAfter(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		var one [1]byte
+		_, _ = http.MaxBytesReader(w, r.Body, 0).Read(one[:]) // past 0 bytes: the server's half-close
+	}
+	w.Header().Set("Connection", "close")
 }
 
 // limited counts and records an API call refused by a per-identity bound,
