@@ -9,7 +9,7 @@ fail=0
 unformatted=$(gofmt -l $(git ls-files --cached --others --exclude-standard '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then echo "lint: gofmt would change:"; echo "$unformatted"; fail=1; fi
 go vet ./... || fail=1
-go vet -tags kernel,e2e ./... || fail=1
+go vet -tags kernel,e2e,hostile ./... || fail=1
 mod=github.com/pinfold/pinfold
 # Pure packages: no I/O, no clock, no randomness, no logging, no edges.
 for pkg in planner/clip planner/cpuset planner/topology planner/model planner/alloc planner/placement planner/balance; do

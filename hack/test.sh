@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every test tier pinfold has, from a fresh clone: installs what it needs,
-# then runs lint, the unit and fake-tree tiers (go test ./...), the web view
+# then runs lint, the unit and fake-tree tiers (go test ./...), the hostile
+# tier (a planner over mutual TLS under issue 26's attacks), the web view
 # in headless Chromium, the .deb package's contents, short fuzzing of the
 # parsers, the benchmarks once, and the kernel and e2e tiers in the QEMU
 # guest (hack/vm: 2 NUMA nodes, cgroup v2, dockerd). A tier that is asked for and
@@ -26,6 +27,18 @@ echo "== unit and fake-tree tiers"
 go test -race -count=1 ./...
 echo "== simulation (the control plane's seeded simulation: seeds 1-8, about 2 minutes; docs/TESTING.md)"
 hack/sim.sh --ci
+echo "== hostile tier (issue 26's findings N1-N12 and the per-identity bounds against a planner over mutual TLS; 25-40 s)"
+log=$(mktemp)
+set +e
+go test -count=1 -v -tags hostile -run '^TestHostile$' -timeout 5m ./cmd/pinfold/ 2>&1 | grep -v '^{"level"' | tee "$log" | grep -E '^(--- |    --- |ok|FAIL|panic)|_test\.go:'
+rc=${PIPESTATUS[0]}
+set -e
+[ "$rc" = 0 ] || { echo "hostile tier failed (exit $rc)"; exit 1; }
+for st in N1_audit_log_flood N2_wide_registration N3_stalled_and_idle N4_scale_count N6_agent_version N7_env_values N8_no_role \
+  N9_streams N10_event_with_its_change N11_refused_before_read N12_error_echo conns_per_identity rate_per_identity; do
+  grep -q "^    --- PASS: TestHostile/$st " "$log" || { echo "hostile tier: TestHostile/$st did not pass: it must not skip"; exit 1; }
+done
+rm -f "$log"
 echo "== UI tier (the planner's live web view in headless Chromium)"
 apt_install chromium
 go test -count=1 -tags ui -run '^TestUI' ./cmd/pinfold/

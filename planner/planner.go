@@ -55,6 +55,11 @@ type Config struct {
 	ID string
 	// MaxRequestBytes bounds one API request (0: api.DefaultMaxRequestBytes).
 	MaxRequestBytes int
+	// Timeouts bound reading a request's headers and body and an idle
+	// connection; Limits each identity's connections and calls (0: the
+	// api package's defaults).
+	Timeouts api.Timeouts
+	Limits   api.Limits
 	// AuditEvery is how often the leader audits the store and prunes the
 	// event log (default 30s).
 	AuditEvery time.Duration
@@ -140,7 +145,7 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	metrics := api.NewMetrics(p.Service)
 	st.ObserveCommits(metrics.ObserveCommit)
 	p.srv = api.NewHTTPServer(api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Metrics: metrics,
-		Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert}), api.Timeouts{})
+		Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert, Timeouts: cfg.Timeouts, Limits: cfg.Limits}), cfg.Timeouts)
 	if p.srv.ErrorLog == nil {
 		// The server's own lines, failed TLS handshakes among them (a
 		// revoked certificate, one with no valid role, by name), go to

@@ -36,6 +36,9 @@ type plannerFlags struct {
 	tlsNoClientAuth, insecure                            bool
 	shareBase, maxFragmentCores, maxRequestBytes         int
 	eventsKeep                                           int
+	headerTimeout, bodyTimeout, idleTimeout              time.Duration
+	identityMaxConns, identityBurst                      int
+	identityRate                                         float64
 	eventsMaxAge                                         time.Duration
 	pprofListen                                          string
 	logLevel                                             string
@@ -61,6 +64,12 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.shareBase, "share-base", 100, "pieces per CPU (10..10000); fixed when the store is created")
 	cmd.Flags().IntVar(&f.maxFragmentCores, "max-fragment-cores", -1, "CPUs per host that may carry fragments (-1: no cap)")
 	cmd.Flags().IntVar(&f.maxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request accepted, in bytes (larger ones are refused unread)")
+	cmd.Flags().DurationVar(&f.headerTimeout, "header-timeout", api.DefaultHeaderTimeout, "drop a connection whose request headers take longer than this")
+	cmd.Flags().DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "drop a connection (HTTP/2: the stream) whose request body takes longer than this after its headers")
+	cmd.Flags().DurationVar(&f.idleTimeout, "idle-timeout", api.DefaultIdleTimeout, "close a keep-alive connection idle this long")
+	cmd.Flags().IntVar(&f.identityMaxConns, "identity-max-conns", api.DefaultConnsPerIdentity, "connections one client certificate's identity may hold open (0: no bound; callers without a client certificate are not bounded)")
+	cmd.Flags().Float64Var(&f.identityRate, "identity-rate", api.DefaultRatePerIdentity, "calls a second one client certificate's identity may make, after --identity-burst (0: no bound)")
+	cmd.Flags().IntVar(&f.identityBurst, "identity-burst", api.DefaultBurstPerIdentity, "calls one client certificate's identity may make at once, over --identity-rate")
 	cmd.Flags().IntVar(&f.eventsKeep, "events-keep", service.DefaultEventsKeep, "the event log keeps this many newest events ('pinfold events')")
 	cmd.Flags().DurationVar(&f.eventsMaxAge, "events-max-age", service.DefaultEventsMaxAge, "the event log keeps no event older than this")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -116,7 +125,11 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 	if f.eventsMaxAge < 0 {
 		return nil, badInput("--events-max-age %s: want 0 (the default, %s) or more", f.eventsMaxAge, service.DefaultEventsMaxAge)
 	}
-	cfg := planner.Config{Listen: f.listen, DataDir: f.dataDir, EtcdClientURL: f.etcdClient, EtcdPeerURL: f.etcdPeer,
+	lim, to, err := f.bounds()
+	if err != nil {
+		return nil, err
+	}
+	cfg := planner.Config{Timeouts: to, Limits: lim, Listen: f.listen, DataDir: f.dataDir, EtcdClientURL: f.etcdClient, EtcdPeerURL: f.etcdPeer,
 		EtcdLogLevel: f.etcdLogLevel, ShareBase: f.shareBase, MaxFragmentCores: f.maxFragmentCores, MaxRequestBytes: f.maxRequestBytes, Log: log,
 		EventsKeep: f.eventsKeep, EventsMaxAge: f.eventsMaxAge}
 	if f.etcdEndpoints != "" {
@@ -164,6 +177,40 @@ func (f *plannerFlags) start(ctx context.Context, log *slog.Logger) (*planner.Pl
 		return nil, &exitError{code: exitBadInput, err: err}
 	}
 	return p, err
+}
+
+// bounds are the connection timeouts and per-identity limits the flags
+// give (a flag's 0 is no bound, api's -1; a test that leaves them unset
+// gets no bound).
+func (f *plannerFlags) bounds() (api.Limits, api.Timeouts, error) {
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--header-timeout", f.headerTimeout}, {"--body-timeout", f.bodyTimeout}, {"--idle-timeout", f.idleTimeout}} {
+		if d.v < 0 || d.v > 24*time.Hour {
+			return api.Limits{}, api.Timeouts{}, badInput("%s %s: want 0 (the default) ..24h", d.flag, d.v)
+		}
+	}
+	if f.identityMaxConns < 0 || f.identityMaxConns > 1_000_000 {
+		return api.Limits{}, api.Timeouts{}, badInput("--identity-max-conns %d: want 0 (no bound) ..1000000", f.identityMaxConns)
+	}
+	if f.identityRate < 0 || f.identityRate > 1e6 || f.identityRate != f.identityRate {
+		return api.Limits{}, api.Timeouts{}, badInput("--identity-rate %g: want 0 (no bound) ..1000000 calls a second", f.identityRate)
+	}
+	if f.identityBurst < 0 || f.identityBurst > 10_000_000 {
+		return api.Limits{}, api.Timeouts{}, badInput("--identity-burst %d: want 0 (no bound) ..10000000", f.identityBurst)
+	}
+	if (f.identityRate == 0) != (f.identityBurst == 0) {
+		return api.Limits{}, api.Timeouts{}, badInput("--identity-rate %g with --identity-burst %d: give both, or 0 for both (no bound)", f.identityRate, f.identityBurst)
+	}
+	none := func(v float64) float64 {
+		if v == 0 {
+			return -1
+		}
+		return v
+	}
+	lim := api.Limits{ConnsPerIdentity: int(none(float64(f.identityMaxConns))), RatePerIdentity: none(f.identityRate), BurstPerIdentity: int(none(float64(f.identityBurst)))}
+	return lim, api.Timeouts{Header: f.headerTimeout, Body: f.bodyTimeout, Idle: f.idleTimeout}, nil
 }
 
 // upPKI is `up --tls`'s PKI in dir: made on first use (a CA and the

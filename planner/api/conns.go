@@ -1,15 +1,21 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pinfold/pinfold/planner/state"
 )
 
 // Connection bounds: a client that stalls holds a connection and its
@@ -50,7 +56,9 @@ func (t Timeouts) orDefaults() Timeouts {
 // NewHTTPServer is the http.Server for the API's handler h (Handler, built
 // with the same t as Options.Timeouts): HTTP/1.1, HTTP/2 and h2c, headers
 // read within t.Header, idle connections closed after t.Idle (the body's
-// bound is Handler's: a per-request read deadline).
+// bound is Handler's: a per-request read deadline). Each connection has
+// its place in Handler's per-identity bound of connections, released when
+// it closes.
 func NewHTTPServer(h http.Handler, t Timeouts) *http.Server {
 	t = t.orDefaults()
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: t.Header, IdleTimeout: t.Idle, MaxHeaderBytes: MaxHeaderBytes, HTTP2: agentHTTP2()}
@@ -58,6 +66,7 @@ func NewHTTPServer(h http.Handler, t Timeouts) *http.Server {
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC over h2c on loopback
+	trackConns(srv)
 	return srv
 }
 
@@ -177,4 +186,350 @@ func viewsPerIdentity(next http.Handler, path string, l *streamLimits) http.Hand
 		defer l.release(id)
 		next.ServeHTTP(w, r)
 	})
+}
+
+// Per-identity bounds: no one certificate can hold all of the planner's
+// connections or calls (issue 26 item 3). They bound the callers with a
+// verified client certificate, each by its identity ("viewer:bob", or
+// "carol (no role)"). Callers without one (no TLS, on loopback or with
+// --insecure; TLS with --tls-no-client-auth) share the identity "local"
+// and may do everything anyway: they are not bounded per identity (the
+// simulation's 10,000 agents and the benchmarks' 32 clients are such
+// callers), only by the connection timeouts above.
+const (
+	// DefaultConnsPerIdentity bounds the connections one identity holds
+	// open: the CLI holds one per command, an agent one or two, a
+	// browser's web view up to six.
+	DefaultConnsPerIdentity = 64
+	// DefaultRatePerIdentity and DefaultBurstPerIdentity are the token
+	// bucket of each identity's calls (every request: API calls, the web
+	// view's pages and streams, /metrics): a burst of 2,000 calls, then
+	// 200 a second (the whole planner serves about 2,500 deploys a
+	// second, docs/BENCHMARKS.md; an agent calls a few times a minute).
+	DefaultRatePerIdentity  = 200
+	DefaultBurstPerIdentity = 2000
+	// MaxTrackedIdentities bounds the rate table: past it, identities
+	// not in it share one bucket, (other), until idle entries (a full
+	// bucket is the same as none) are swept out, every minute or, while
+	// the table is full, every second.
+	MaxTrackedIdentities = 65536
+)
+
+// Limits bound what one identity may hold and call (0: the default;
+// negative: no bound).
+type Limits struct {
+	ConnsPerIdentity int     // connections open at once
+	RatePerIdentity  float64 // calls a second, sustained
+	BurstPerIdentity int     // calls at once, over the rate
+}
+
+// orDefaults is l with 0 as the default and no bound as 0.
+func (l Limits) orDefaults() Limits {
+	if l.ConnsPerIdentity == 0 {
+		l.ConnsPerIdentity = DefaultConnsPerIdentity
+	}
+	if l.RatePerIdentity == 0 {
+		l.RatePerIdentity = DefaultRatePerIdentity
+	}
+	if l.BurstPerIdentity == 0 {
+		l.BurstPerIdentity = DefaultBurstPerIdentity
+	}
+	l.ConnsPerIdentity = max(l.ConnsPerIdentity, 0)
+	l.RatePerIdentity = max(l.RatePerIdentity, 0)
+	l.BurstPerIdentity = max(l.BurstPerIdentity, 0)
+	return l
+}
+
+// identityLimits are a Handler's per-identity bounds and their refusals.
+type identityLimits struct {
+	lim   Limits
+	conns *streamLimits // nil: no bound
+	rate  *rateLimits   // nil: no bound
+
+	mu      sync.Mutex
+	limited map[limitedKey]int64 // bounded: 2 limits × 4 roles × the methods
+}
+
+// limitedKey labels a refusal: the limit, the caller's role ("none" for
+// a certificate with no valid role) and the method (an API method, "ui",
+// "metrics" or "(other)").
+type limitedKey struct{ limit, role, method string }
+
+func newIdentityLimits(l Limits, now func() time.Time) *identityLimits {
+	l = l.orDefaults()
+	il := &identityLimits{lim: l, limited: map[limitedKey]int64{}}
+	if l.ConnsPerIdentity > 0 {
+		il.conns = newStreamLimits(l.ConnsPerIdentity)
+	}
+	if l.RatePerIdentity > 0 && l.BurstPerIdentity > 0 {
+		il.rate = &rateLimits{rate: l.RatePerIdentity, burst: float64(l.BurstPerIdentity), max: MaxTrackedIdentities,
+			buckets: map[string]*bucket{}, now: now}
+	}
+	return il
+}
+
+func (l *identityLimits) count(k limitedKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.limited[k]++
+}
+
+// overflowIdentity is the bucket the identities past MaxTrackedIdentities
+// share.
+const overflowIdentity = "(other)"
+
+// rateLimits is a token bucket per identity, in a bounded table.
+type rateLimits struct {
+	mu          sync.Mutex
+	rate, burst float64
+	max         int
+	buckets     map[string]*bucket
+	swept       time.Time
+	now         func() time.Time
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// allow takes one call's token from key's bucket, and reports false when
+// there is none.
+func (l *rateLimits) allow(key string) bool {
+	now := l.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if since := now.Sub(l.swept); since >= time.Minute || len(l.buckets) >= l.max && since >= time.Second {
+		l.sweep(now)
+	}
+	b, ok := l.buckets[key]
+	if !ok && len(l.buckets) >= l.max {
+		b, ok = l.buckets[overflowIdentity]
+		key = overflowIdentity
+	}
+	if !ok {
+		b = &bucket{tokens: l.burst, at: now}
+		l.buckets[key] = b
+	}
+	b.tokens = min(l.burst, b.tokens+now.Sub(b.at).Seconds()*l.rate)
+	b.at = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// sweep drops the buckets that are full again: the same as none.
+func (l *rateLimits) sweep(now time.Time) {
+	l.swept = now
+	for k, b := range l.buckets {
+		if b.tokens+now.Sub(b.at).Seconds()*l.rate >= l.burst {
+			delete(l.buckets, k)
+		}
+	}
+}
+
+// entries is the number of identities in the table.
+func (l *rateLimits) entries() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.buckets)
+}
+
+// connSlotKey is the context key of a connection's connSlot.
+type connSlotKey struct{}
+
+// connSlot is one connection's place in its identity's bound: claimed by
+// its first request (the identity is the TLS handshake's, the same for
+// every request on it), released when the connection closes.
+type connSlot struct {
+	mu              sync.Mutex
+	key             string
+	held            *streamLimits
+	claimed, closed bool
+}
+
+// claim holds a connection of key in l for s's connection, once; false
+// when key holds l's bound already.
+func (s *connSlot) claim(key string, l *streamLimits) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claimed || s.closed {
+		return true
+	}
+	if !l.take(key) {
+		return false
+	}
+	s.key, s.held, s.claimed = key, l, true
+	return true
+}
+
+func (s *connSlot) release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if s.claimed {
+		s.held.release(s.key)
+		s.claimed = false
+	}
+}
+
+// trackConns gives every connection of srv a connSlot in its requests'
+// context, released when the connection closes.
+func trackConns(srv *http.Server) {
+	var slots sync.Map // net.Conn → *connSlot
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		s := &connSlot{}
+		slots.Store(c, s)
+		return context.WithValue(ctx, connSlotKey{}, s)
+	}
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		if st == http.StateClosed || st == http.StateHijacked {
+			if s, ok := slots.LoadAndDelete(c); ok {
+				s.(*connSlot).release()
+			}
+		}
+	}
+}
+
+// limitedIdentity is the caller's identity when it is bounded: a
+// verified client certificate's (with its role, "none" when it has no
+// valid one).
+func limitedIdentity(ctx context.Context) (key, role string, ok bool) {
+	who, _ := ctx.Value(identityKey{}).(identified)
+	switch {
+	case !who.tls:
+		return "", "", false
+	case who.err == nil && who.id.Name != "":
+		return who.id.String(), string(who.id.Role), true
+	case who.cn != "":
+		return identityOf(ctx), "none", true
+	}
+	return "", "", false
+}
+
+// methodLabel is the method a request's path calls, for the metrics: an
+// API method, "ui", "metrics" or "(other)" (a bounded set).
+func methodLabel(path string) string {
+	if m, ok := strings.CutPrefix(path, procedurePrefix); ok {
+		if _, known := methodAccess[m]; known {
+			return m
+		}
+	}
+	switch {
+	case strings.HasPrefix(path, "/ui/"):
+		return "ui"
+	case path == "/metrics":
+		return "metrics"
+	}
+	return "(other)"
+}
+
+// limitIdentities refuses, before its body is read, a request whose
+// verified identity holds its bound of connections already (on a new
+// connection, which is closed after the answer) or has called faster
+// than its rate: resource_exhausted naming the identity, the bound and
+// its flag, in the call's protocol (an API call, counted and recorded as
+// precheck's refusals are; its event always sampled) or 429 (the web
+// view, /metrics).
+func limitIdentities(next http.Handler, l *identityLimits, rec unreadRecorder) http.Handler {
+	errs := connect.NewErrorWriter()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, role, ok := limitedIdentity(r.Context())
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		var msg, limit string
+		if s, _ := r.Context().Value(connSlotKey{}).(*connSlot); s != nil && l.conns != nil && !s.claim(key, l.conns) {
+			limit = "connections"
+			msg = fmt.Sprintf("identity %s has %d connections open already: at most %d per identity (--identity-max-conns); close one first",
+				key, l.lim.ConnsPerIdentity, l.lim.ConnsPerIdentity)
+			closeAfter(w, r)
+		} else if l.rate != nil && !l.rate.allow(key) {
+			limit = "rate"
+			msg = fmt.Sprintf("identity %s called more than %g times a second: at most %g a second per identity after a burst of %d (--identity-rate, --identity-burst); slow down",
+				key, l.lim.RatePerIdentity, l.lim.RatePerIdentity, l.lim.BurstPerIdentity)
+		} else {
+			next.ServeHTTP(w, r)
+			return
+		}
+		method := methodLabel(r.URL.Path)
+		l.count(limitedKey{limit: limit, role: role, method: method})
+		err := connect.NewError(connect.CodeResourceExhausted, errors.New(msg))
+		switch {
+		case strings.HasPrefix(r.URL.Path, procedurePrefix) && method != "(other)":
+			rec.limited(r.Context(), r.URL.Path, time.Now(), err)
+			_ = errs.Write(w, r, err) // a write error is the client's gone: nothing to answer
+		case errs.IsSupported(r):
+			_ = errs.Write(w, r, err)
+		default:
+			http.Error(w, "pinfold: resource_exhausted: "+msg, http.StatusTooManyRequests)
+		}
+	})
+}
+
+// closeAfter has the server close r's connection once it answered r. On
+// HTTP/1.1 with a body still coming, as the server does for a large body
+// a handler left unread: a half-close, then a wait for the client to read
+// the answer (a bare "Connection: close" drops the connection at once, and
+// a client still sending its body gets a reset instead of the answer).
+// The body's first byte is read to tell the server so (at most that one).
+// On HTTP/2 "Connection: close" is a GOAWAY: the connection's other
+// streams end, no new one starts.
+func closeAfter(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0 {
+		var one [1]byte
+		_, _ = http.MaxBytesReader(w, r.Body, 0).Read(one[:]) // past 0 bytes: the server's half-close
+	}
+	w.Header().Set("Connection", "close")
+}
+
+// limited counts and records an API call refused by a per-identity bound,
+// as refused does, except that its event is always sampled (an admin's
+// flood is not written whole: that would be the flood the bound stops).
+func (u unreadRecorder) limited(ctx context.Context, procedure string, start time.Time, err error) {
+	method := procedure[strings.LastIndexByte(procedure, '/')+1:]
+	if u.metrics != nil {
+		u.metrics.observe(procedure, start, err)
+	}
+	if recorded(method) {
+		ev := state.Event{Identity: identityOf(ctx), Kind: method}.Clipped()
+		ev.Outcome = connect.CodeOf(err).String() + ": " + errorMessage(err)
+		u.events.svc.RecordFailed(ev, nil, method, true)
+	}
+}
+
+var (
+	descLimited    = prometheus.NewDesc("pinfold_planner_identity_limited_total", "Requests refused over a per-identity bound: limit connections (--identity-max-conns) or rate (--identity-rate, --identity-burst), by the caller's role and the method.", []string{"limit", "role", "method"}, nil)
+	descConnsOpen  = prometheus.NewDesc("pinfold_planner_identity_connections_open", "Connections held by callers with a client certificate (each counted in its identity's bound).", nil, nil)
+	descRateTables = prometheus.NewDesc("pinfold_planner_identity_rate_entries", "Identities in the rate table (at most MaxTrackedIdentities, 65,536; idle ones swept out).", nil, nil)
+)
+
+// limitCollector reads the per-identity bounds' counts at each scrape.
+type limitCollector struct{ m *Metrics }
+
+func (limitCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descLimited
+	ch <- descConnsOpen
+	ch <- descRateTables
+}
+
+func (c limitCollector) Collect(ch chan<- prometheus.Metric) {
+	l := c.m.limits.Load()
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	for k, n := range l.limited {
+		ch <- prometheus.MustNewConstMetric(descLimited, prometheus.CounterValue, float64(n), k.limit, k.role, k.method)
+	}
+	l.mu.Unlock()
+	if l.conns != nil {
+		ch <- prometheus.MustNewConstMetric(descConnsOpen, prometheus.GaugeValue, float64(l.conns.openStreams()))
+	}
+	if l.rate != nil {
+		ch <- prometheus.MustNewConstMetric(descRateTables, prometheus.GaugeValue, float64(l.rate.entries()))
+	}
 }

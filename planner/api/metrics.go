@@ -30,6 +30,9 @@ import (
 //	pinfold_planner_refused_events_suppressed_total    their events not written (over an identity's budget a minute)
 //	pinfold_planner_streams_open{kind}                 streams open: watch (agents' WatchInstances), view (/ui/events)
 //	pinfold_planner_streams_refused_total{kind}        streams refused over their bound (per host, per identity)
+//	pinfold_planner_identity_limited_total{limit,role,method} requests refused over a per-identity bound: connections, rate
+//	pinfold_planner_identity_connections_open          connections held by callers with a client certificate
+//	pinfold_planner_identity_rate_entries              identities in the rate table (bounded)
 type Metrics struct {
 	Registry *prometheus.Registry
 	requests *prometheus.CounterVec
@@ -38,6 +41,8 @@ type Metrics struct {
 	writes   prometheus.Histogram
 	// streams are the stream bounds of the Handler serving these metrics.
 	streams atomic.Pointer[streamSet]
+	// limits are the per-identity bounds of that Handler.
+	limits atomic.Pointer[identityLimits]
 }
 
 // streamSet is a Handler's stream bounds.
@@ -57,7 +62,7 @@ func NewMetrics(svc Planner) *Metrics {
 		writes: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "pinfold_planner_commit_writes",
 			Help: "Writes per etcd transaction (a commit group merges several requests).", Buckets: prometheus.ExponentialBuckets(1, 4, 8)}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.commits, m.writes, stateCollector{svc}, streamCollector{m},
+	reg.MustRegister(m.requests, m.duration, m.commits, m.writes, stateCollector{svc}, streamCollector{m}, limitCollector{m},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -170,10 +170,11 @@ func Handler(svc Planner, o Options) http.Handler {
 	}
 	mux.Handle("/ui/", guard(viewsPerIdentity(ui.Handler("/ui/", svc), "/ui/events", views)))
 	path, api := pinfoldv1connect.NewPlannerServiceHandler(newServer(svc, watches), opts...)
+	rec := unreadRecorder{metrics: o.Metrics, events: eventRecorder{svc}}
 	if o.Authorize {
 		// A call its caller may never make is refused before its body
 		// is read, counted and recorded like one the authorizer refuses.
-		api = precheck(api, unreadRecorder{metrics: o.Metrics, events: eventRecorder{svc}})
+		api = precheck(api, rec)
 	}
 	mux.Handle(path, api)
 	r := grpcreflect.NewStaticReflector(pinfoldv1connect.PlannerServiceName)
@@ -186,7 +187,14 @@ func Handler(svc Planner, o Options) http.Handler {
 	limit := int64(maxBytes) + 64<<10
 	// A body is read within o.Timeouts.Body of its headers, or its
 	// connection is dropped (NewHTTPServer bounds headers and idleness).
-	return bodyDeadline(refuseDeclaredLarge(http.MaxBytesHandler(identify(mux), limit), limit), o.Timeouts.orDefaults().Body)
+	// Each identity with a client certificate holds at most
+	// o.Limits.ConnsPerIdentity connections and calls at its rate; past
+	// them a request is refused before it is read (limitIdentities).
+	lim := newIdentityLimits(o.Limits, time.Now)
+	if o.Metrics != nil {
+		o.Metrics.limits.Store(lim)
+	}
+	return bodyDeadline(refuseDeclaredLarge(http.MaxBytesHandler(identify(limitIdentities(mux, lim, rec)), limit), limit), o.Timeouts.orDefaults().Body)
 }
 
 // refuseDeclaredLarge answers a request whose Content-Length is over limit
@@ -214,6 +222,9 @@ type Options struct {
 	// Timeouts bound reading a request (Body here; Header and Idle are
 	// NewHTTPServer's).
 	Timeouts Timeouts
+	// Limits bound each identity's connections (counted on servers made
+	// by NewHTTPServer) and calls.
+	Limits Limits
 }
 
 // DefaultMaxRequestBytes bounds one API request.
