@@ -71,6 +71,15 @@ func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cg
 	if err != nil {
 		return err
 	}
+	// Counted when done (whether or not every child was made): a look for
+	// leftovers that began before this cannot count as done after it.
+	defer func() {
+		a.mu.Lock()
+		if r := a.records[in.ID]; r != nil {
+			r.splitMade++
+		}
+		a.mu.Unlock()
+	}()
 	for _, s := range specs {
 		if err := tw.ApplyThreaded(ctx, s); err != nil {
 			return fmt.Errorf("split %s: %w", in.ID, err)
@@ -103,12 +112,15 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 		in      model.Instance
 		p       cgroup.Path
 		checked bool
-		ensured bool // its children made for this cgroup at least once
+		made    uint64 // the record's splitMade when listed
+		ensured bool   // its children made for this cgroup at least once
 	}
 	var jobs []job
 	for _, in := range a.desired {
 		if r := a.records[in.ID]; r != nil && r.cgroup != nil {
-			jobs = append(jobs, job{in: in, p: *r.cgroup, checked: r.splitChecked == r.cgroup.String(), ensured: r.splitEnsured == r.cgroup.String()})
+			p := r.cgroup.String()
+			jobs = append(jobs, job{in: in, p: *r.cgroup, made: r.splitMade,
+				checked: r.splitChecked == p && r.splitCheckedMade == r.splitMade, ensured: r.splitEnsured == p})
 		}
 	}
 	a.mu.Unlock()
@@ -117,7 +129,8 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 		sp, split := SplitOf(h, j.in, a.cfg.Scheme)
 		if !split {
 			// One look per container for children left from a split: the
-			// default schemes pay one read per container, once.
+			// default schemes pay one read per container, once; under
+			// split, once more after each time children were made.
 			if j.checked {
 				continue
 			}
@@ -125,7 +138,8 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 			if err == nil {
 				a.mu.Lock()
 				if r := a.records[j.in.ID]; r != nil && r.cgroup != nil && *r.cgroup == j.p {
-					r.splitChecked = j.p.String()
+					r.splitChecked, r.splitCheckedMade = j.p.String(), j.made
+					r.splitEnsured = "" // split again, it makes its children anew
 				}
 				a.mu.Unlock()
 			}
