@@ -58,7 +58,9 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	}
 }
 
-func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
+// validate checks the agent's flags, touching nothing: `pinfold agent` and
+// `pinfold up` (before it starts a planner) refuse bad ones the same way.
+func (f *agentFlags) validate() error {
 	if !slices.Contains(nodeagent.Schemes, nodeagent.Scheme(f.scheme)) {
 		return badInput("--fragment-scheme %q: want weight, capped, quota or split", f.scheme)
 	}
@@ -73,15 +75,22 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if f.splitEvery < 100*time.Millisecond || f.splitEvery > 10*time.Second {
 		return badInput("--split-every %s: want 100ms to 10s", f.splitEvery)
 	}
+	if len(f.cgroupParent) > 255 || strings.ContainsAny(f.cgroupParent, " \t\n\x00") || strings.Contains(f.cgroupParent, "..") {
+		return badInput("--cgroup-parent %q: want a cgroup path (/pinfold-h2) or a systemd slice (h2.slice) without blanks or '..'", f.cgroupParent)
+	}
+	return nil
+}
+
+func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
 	shareEvery := f.shareEvery
 	if shareEvery == 0 {
 		shareEvery = -1
 	}
 	if f.host == "" {
 		f.host, _ = os.Hostname()
-	}
-	if len(f.cgroupParent) > 255 || strings.ContainsAny(f.cgroupParent, " \t\n\x00") || strings.Contains(f.cgroupParent, "..") {
-		return badInput("--cgroup-parent %q: want a cgroup path (/pinfold-h2) or a systemd slice (h2.slice) without blanks or '..'", f.cgroupParent)
 	}
 	topo, err := numa.Discover(os.DirFS(f.sysfsRoot), os.DirFS(f.procRoot))
 	if err != nil {
