@@ -49,8 +49,8 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
 	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement without a health check must keep running this long")
-	fl.DurationVar(&f.shareEvery, "share-every", time.Second, "the share loop's window: how often instances sharing a CPU are measured (cpu.stat, cpu.pressure) and their cpu.weight corrected towards the plan; 0 turns the loop off")
-	fl.DurationVar(&f.splitEvery, "split-every", nodeagent.DefaultSplitEvery, "under --fragment-scheme split: how often each split instance's threads are swept so that both its child cgroups hold a runnable thread (a thread pool's work that wakes on the wrong side costs up to this long of its fragment); 100ms to 10s")
+	fl.DurationVar(&f.shareEvery, "share-every", time.Second, "the share loop's window: how often instances sharing a CPU are measured (cpu.stat, cpu.pressure) and their cpu.weight corrected towards the plan (not used under --fragment-scheme split, the default: the caps make the split); 0 turns the loop off")
+	fl.DurationVar(&f.splitEvery, "split-every", nodeagent.DefaultSplitEvery, "under --fragment-scheme split: how often each split instance's threads are swept so that both its child cgroups hold a runnable thread (a thread pool's work that wakes on the wrong side costs up to this long of its fragment or of a whole CPU; each sweep reads one /proc file per thread); 100ms to 10s")
 	fl.DurationVar(&f.shrinkDeadline, "shrink-deadline", 30*time.Second, "how long a resize below a container's memory use may take to shrink it (memory.high stepped down while memory.pressure stays low) before it is refused and rolled back")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long a replacement's HEALTHCHECK or probe may take to pass, unless the probe sets its own")
 	if withClient {
