@@ -142,8 +142,8 @@ type record struct {
 	// splitMade counts the splitEnsure calls that finished (made or
 	// re-asserted children) for this instance.
 	splitMade uint64
-	// splitEnsured is the cgroup whose split children the sweep made or
-	// re-asserted at least once.
+	// splitEnsured is the cgroup whose split children were made or
+	// re-asserted (splitEnsure, by a pass or the sweep) at least once.
 	splitEnsured string
 }
 

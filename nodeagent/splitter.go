@@ -58,7 +58,7 @@ func statRunnable(stat string) (runnable, ok bool) {
 // does nothing for an instance the scheme does not split. Called after
 // the container's own files were re-asserted (so the children's cpusets
 // lie within the container's again), and every sweep.
-func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cgroup.Path) error {
+func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cgroup.Path) (err error) {
 	sp, ok := SplitOf(h, in, a.cfg.Scheme)
 	if !ok {
 		return nil
@@ -77,6 +77,9 @@ func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cg
 		a.mu.Lock()
 		if r := a.records[in.ID]; r != nil {
 			r.splitMade++
+			if err == nil {
+				r.splitEnsured = p.String()
+			}
 		}
 		a.mu.Unlock()
 	}()
@@ -146,16 +149,17 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 			errs = append(errs, err)
 			continue
 		}
-		if ensure || !j.ensured {
+		if !ensure && !j.ensured {
+			// Children not made yet (a new container, or the kernel
+			// refused them): the pass or the next second's sweep makes
+			// them; not retried every SplitEvery.
+			continue
+		}
+		if ensure {
 			if err := a.splitEnsure(ctx, h, j.in, j.p); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			a.mu.Lock()
-			if r := a.records[j.in.ID]; r != nil && r.cgroup != nil && *r.cgroup == j.p {
-				r.splitEnsured = j.p.String()
-			}
-			a.mu.Unlock()
 		}
 		errs = append(errs, a.splitSweep(tw, j.in.ID, j.p, sp.Whole.Len()))
 	}

@@ -28,6 +28,7 @@ type fakeThreaded struct {
 	threads  map[string][]int       // group → TIDs
 	runnable map[int]bool
 	calls    []string
+	refuse   error // ApplyThreaded's answer when set (a kernel refusing threaded mode)
 }
 
 func newFakeThreaded() *fakeThreaded {
@@ -46,6 +47,9 @@ func (f *fakeThreaded) ApplyThreaded(_ context.Context, s cgroup.Spec) error {
 	f.tmu.Lock()
 	defer f.tmu.Unlock()
 	f.calls = append(f.calls, "threaded "+s.Path.String())
+	if f.refuse != nil {
+		return f.refuse
+	}
 	f.groups[s.Path.String()] = s
 	return nil
 }
@@ -409,5 +413,55 @@ func TestSplitResizeSequence(t *testing.T) {
 	}
 	if got := children(); len(got) != 0 {
 		t.Errorf("children re-made by a pass with an older desired state were left: %v", got)
+	}
+}
+
+// TestSplitRefusedNotRetriedEverySweep: children the kernel refuses (a
+// container whose cgroup holds domain children of its own, e.g. systemd
+// inside) are tried again by the pass and by the sweep once a second, not
+// every SplitEvery: before, each 250-ms sweep made and undid them again and
+// logged a warning, four times a second per such container.
+func TestSplitRefusedNotRetriedEverySweep(t *testing.T) {
+	a, _, cg := newSplitAgent(t)
+	ctx := context.Background()
+	cg.refuse = fmt.Errorf("write cgroup.type: %w", syscall.EOPNOTSUPP)
+	a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
+	for range 2 {
+		a.Reconcile(ctx)
+	}
+	tries := func() int {
+		n := 0
+		for _, c := range cg.take() {
+			if strings.HasPrefix(c, "threaded ") {
+				n++
+			}
+		}
+		return n
+	}
+	tries()
+	for range 3 { // the sweeps between two re-assertions
+		_ = a.splitPass(ctx, false)
+	}
+	if n := tries(); n != 0 {
+		t.Errorf("3 sweeps between re-assertions tried the refused children %d times, want 0", n)
+	}
+	if err := a.splitPass(ctx, true); err == nil {
+		t.Error("the once-a-second sweep did not report the refusal")
+	}
+	if n := tries(); n == 0 {
+		t.Error("the once-a-second sweep did not try the refused children again")
+	}
+	// Once the kernel takes them, the sweeps between re-assertions sweep.
+	cg.refuse = nil
+	if err := a.splitPass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	p := a.records["a"].cgroup.String()
+	cg.add(p, 11, 12)
+	if err := a.splitPass(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := cg.where(12); got != p+"/pinfold-frag" {
+		t.Errorf("thread 12 in %s after a sweep, want a's pinfold-frag", got)
 	}
 }
