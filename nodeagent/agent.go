@@ -133,10 +133,17 @@ type record struct {
 	cpuGot  int          // pieces per second between the last two passes
 	cgroup  *cgroup.Path // the running container's cgroup (nil: none)
 	// splitChecked is the cgroup looked at for split children left behind
-	// (where the scheme does not split the instance); "": not yet.
-	splitChecked string
-	// splitEnsured is the cgroup whose split children the sweep made or
-	// re-asserted at least once.
+	// (where the scheme does not split the instance); "": not yet. It
+	// counts only while splitMade is still splitCheckedMade: children made
+	// since (the instance split again, or a pass with an older desired
+	// state re-asserting them) are looked for again.
+	splitChecked     string
+	splitCheckedMade uint64
+	// splitMade counts the splitEnsure calls that finished (made or
+	// re-asserted children) for this instance.
+	splitMade uint64
+	// splitEnsured is the cgroup whose split children were made or
+	// re-asserted (splitEnsure, by a pass or the sweep) at least once.
 	splitEnsured string
 }
 

@@ -58,7 +58,7 @@ func statRunnable(stat string) (runnable, ok bool) {
 // does nothing for an instance the scheme does not split. Called after
 // the container's own files were re-asserted (so the children's cpusets
 // lie within the container's again), and every sweep.
-func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cgroup.Path) error {
+func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cgroup.Path) (err error) {
 	sp, ok := SplitOf(h, in, a.cfg.Scheme)
 	if !ok {
 		return nil
@@ -71,6 +71,18 @@ func (a *Agent) splitEnsure(ctx context.Context, h Host, in model.Instance, p cg
 	if err != nil {
 		return err
 	}
+	// Counted when done (whether or not every child was made): a look for
+	// leftovers that began before this cannot count as done after it.
+	defer func() {
+		a.mu.Lock()
+		if r := a.records[in.ID]; r != nil {
+			r.splitMade++
+			if err == nil {
+				r.splitEnsured = p.String()
+			}
+		}
+		a.mu.Unlock()
+	}()
 	for _, s := range specs {
 		if err := tw.ApplyThreaded(ctx, s); err != nil {
 			return fmt.Errorf("split %s: %w", in.ID, err)
@@ -103,12 +115,15 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 		in      model.Instance
 		p       cgroup.Path
 		checked bool
-		ensured bool // its children made for this cgroup at least once
+		made    uint64 // the record's splitMade when listed
+		ensured bool   // its children made for this cgroup at least once
 	}
 	var jobs []job
 	for _, in := range a.desired {
 		if r := a.records[in.ID]; r != nil && r.cgroup != nil {
-			jobs = append(jobs, job{in: in, p: *r.cgroup, checked: r.splitChecked == r.cgroup.String(), ensured: r.splitEnsured == r.cgroup.String()})
+			p := r.cgroup.String()
+			jobs = append(jobs, job{in: in, p: *r.cgroup, made: r.splitMade,
+				checked: r.splitChecked == p && r.splitCheckedMade == r.splitMade, ensured: r.splitEnsured == p})
 		}
 	}
 	a.mu.Unlock()
@@ -117,7 +132,8 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 		sp, split := SplitOf(h, j.in, a.cfg.Scheme)
 		if !split {
 			// One look per container for children left from a split: the
-			// default schemes pay one read per container, once.
+			// default schemes pay one read per container, once; under
+			// split, once more after each time children were made.
 			if j.checked {
 				continue
 			}
@@ -125,23 +141,25 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 			if err == nil {
 				a.mu.Lock()
 				if r := a.records[j.in.ID]; r != nil && r.cgroup != nil && *r.cgroup == j.p {
-					r.splitChecked = j.p.String()
+					r.splitChecked, r.splitCheckedMade = j.p.String(), j.made
+					r.splitEnsured = "" // split again, it makes its children anew
 				}
 				a.mu.Unlock()
 			}
 			errs = append(errs, err)
 			continue
 		}
-		if ensure || !j.ensured {
+		if !ensure && !j.ensured {
+			// Children not made yet (a new container, or the kernel
+			// refused them): the pass or the next second's sweep makes
+			// them; not retried every SplitEvery.
+			continue
+		}
+		if ensure {
 			if err := a.splitEnsure(ctx, h, j.in, j.p); err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			a.mu.Lock()
-			if r := a.records[j.in.ID]; r != nil && r.cgroup != nil && *r.cgroup == j.p {
-				r.splitEnsured = j.p.String()
-			}
-			a.mu.Unlock()
 		}
 		errs = append(errs, a.splitSweep(tw, j.in.ID, j.p, sp.Whole.Len()))
 	}

@@ -28,6 +28,7 @@ type fakeThreaded struct {
 	threads  map[string][]int       // group → TIDs
 	runnable map[int]bool
 	calls    []string
+	refuse   error // ApplyThreaded's answer when set (a kernel refusing threaded mode)
 }
 
 func newFakeThreaded() *fakeThreaded {
@@ -46,6 +47,9 @@ func (f *fakeThreaded) ApplyThreaded(_ context.Context, s cgroup.Spec) error {
 	f.tmu.Lock()
 	defer f.tmu.Unlock()
 	f.calls = append(f.calls, "threaded "+s.Path.String())
+	if f.refuse != nil {
+		return f.refuse
+	}
 	f.groups[s.Path.String()] = s
 	return nil
 }
@@ -332,5 +336,132 @@ func TestStatRunnable(t *testing.T) {
 		if r, ok := statRunnable(tt.stat); r != tt.runnable || ok != tt.ok {
 			t.Errorf("statRunnable(%q) = %v, %v, want %v, %v", tt.stat, r, ok, tt.runnable, tt.ok)
 		}
+	}
+}
+
+// TestSplitResizeSequence: an instance resized on and off its fragment
+// more than once (1.7 → 2.5 → 2.0 → 0.3 → 1.7 → 2.0) has exactly the
+// children its current size needs after each pass and sweep: the look for
+// leftovers is made again once the instance was split again (before, it
+// was made once per cgroup, so the second resize to 2.0 kept 1.7's
+// children: pinfold-whole on CPU 0 alone and pinfold-frag capped at 0.7).
+func TestSplitResizeSequence(t *testing.T) {
+	a, _, cg := newSplitAgent(t)
+	ctx := context.Background()
+	in := splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})
+	a.SetDesired([]model.Instance{in})
+	settle(t, a)
+	p := a.records["a"].cgroup.String()
+	cg.add(p, 11, 12, 13)
+	children := func() []string {
+		cg.tmu.Lock()
+		defer cg.tmu.Unlock()
+		var out []string
+		for g, s := range cg.groups {
+			q := "max"
+			if s.CPUMax != nil && s.CPUMax.Quota != cgroup.Max {
+				q = fmt.Sprint(s.CPUMax.Quota)
+			}
+			out = append(out, strings.TrimPrefix(g, p+"/")+" "+s.CPUs.String()+" "+q)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for gen, step := range []struct {
+		name string
+		cpus map[cpuset.CPUID]int
+		want []string
+	}{
+		{"1.7", map[cpuset.CPUID]int{0: 100, 2: 70}, []string{"pinfold-frag 2 70000", "pinfold-whole 0 max"}},
+		{"2.5", map[cpuset.CPUID]int{0: 100, 1: 100, 2: 50}, []string{"pinfold-frag 2 50000", "pinfold-whole 0-1 max"}},
+		{"2.0", map[cpuset.CPUID]int{0: 100, 1: 100}, nil},
+		{"0.3", map[cpuset.CPUID]int{2: 30}, nil},
+		{"1.7 again", map[cpuset.CPUID]int{0: 100, 2: 70}, []string{"pinfold-frag 2 70000", "pinfold-whole 0 max"}},
+		{"2.0 again", map[cpuset.CPUID]int{0: 100, 1: 100}, nil},
+	} {
+		in.CPUs, in.Generation = step.cpus, int64(gen+2)
+		a.SetDesired([]model.Instance{in})
+		settle(t, a)
+		for range 2 {
+			if err := a.splitTick(ctx); err != nil {
+				t.Fatalf("%s: %v", step.name, err)
+			}
+		}
+		if diff := cmp.Diff(step.want, children()); diff != "" {
+			t.Errorf("after the resize to %s, children (-want +got):\n%s", step.name, diff)
+		}
+		if step.want == nil {
+			for _, tid := range []int{11, 12, 13} {
+				if got := cg.where(tid); got != p {
+					t.Errorf("after the resize to %s thread %d in %s, want the container's cgroup", step.name, tid, got)
+				}
+			}
+		}
+	}
+	// A pass holding an older desired state (still 1.7) re-asserts the
+	// children after the sweep looked: the next sweep looks again.
+	old := in
+	old.CPUs = map[cpuset.CPUID]int{0: 100, 2: 70}
+	a.mu.Lock()
+	h := a.host
+	a.mu.Unlock()
+	if err := a.splitEnsure(ctx, h, old, cgroup.MustParsePath(p)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.splitTick(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := children(); len(got) != 0 {
+		t.Errorf("children re-made by a pass with an older desired state were left: %v", got)
+	}
+}
+
+// TestSplitRefusedNotRetriedEverySweep: children the kernel refuses (a
+// container whose cgroup holds domain children of its own, e.g. systemd
+// inside) are tried again by the pass and by the sweep once a second, not
+// every SplitEvery: before, each 250-ms sweep made and undid them again and
+// logged a warning, four times a second per such container.
+func TestSplitRefusedNotRetriedEverySweep(t *testing.T) {
+	a, _, cg := newSplitAgent(t)
+	ctx := context.Background()
+	cg.refuse = fmt.Errorf("write cgroup.type: %w", syscall.EOPNOTSUPP)
+	a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
+	for range 2 {
+		a.Reconcile(ctx)
+	}
+	tries := func() int {
+		n := 0
+		for _, c := range cg.take() {
+			if strings.HasPrefix(c, "threaded ") {
+				n++
+			}
+		}
+		return n
+	}
+	tries()
+	for range 3 { // the sweeps between two re-assertions
+		_ = a.splitPass(ctx, false)
+	}
+	if n := tries(); n != 0 {
+		t.Errorf("3 sweeps between re-assertions tried the refused children %d times, want 0", n)
+	}
+	if err := a.splitPass(ctx, true); err == nil {
+		t.Error("the once-a-second sweep did not report the refusal")
+	}
+	if n := tries(); n == 0 {
+		t.Error("the once-a-second sweep did not try the refused children again")
+	}
+	// Once the kernel takes them, the sweeps between re-assertions sweep.
+	cg.refuse = nil
+	if err := a.splitPass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	p := a.records["a"].cgroup.String()
+	cg.add(p, 11, 12)
+	if err := a.splitPass(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := cg.where(12); got != p+"/pinfold-frag" {
+		t.Errorf("thread 12 in %s after a sweep, want a's pinfold-frag", got)
 	}
 }

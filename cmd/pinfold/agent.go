@@ -50,8 +50,8 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.DurationVar(&f.ttl, "heartbeat-ttl", 10*time.Second, "heartbeat lease; the host is down this long after the agent stops")
 	fl.DurationVar(&f.resync, "resync", 2*time.Second, "level-triggered pass at least this often (drift is repaired within it)")
 	fl.DurationVar(&f.health, "health-wait", 3*time.Second, "a replacement without a health check must keep running this long")
-	fl.DurationVar(&f.shareEvery, "share-every", time.Second, "the share loop's window: how often instances sharing a CPU are measured (cpu.stat, cpu.pressure) and their cpu.weight corrected towards the plan; 0 turns the loop off")
-	fl.DurationVar(&f.splitEvery, "split-every", nodeagent.DefaultSplitEvery, "under --fragment-scheme split: how often each split instance's threads are swept so that both its child cgroups hold a runnable thread (a thread pool's work that wakes on the wrong side costs up to this long of its fragment); 100ms to 10s")
+	fl.DurationVar(&f.shareEvery, "share-every", time.Second, "the share loop's window: how often instances sharing a CPU are measured (cpu.stat, cpu.pressure) and their cpu.weight corrected towards the plan (not used under --fragment-scheme split, the default: the caps make the split); 0 turns the loop off")
+	fl.DurationVar(&f.splitEvery, "split-every", nodeagent.DefaultSplitEvery, "under --fragment-scheme split: how often each split instance's threads are swept so that both its child cgroups hold a runnable thread (a thread pool's work that wakes on the wrong side costs up to this long of its fragment or of a whole CPU; each sweep reads one /proc file per thread); 100ms to 10s")
 	fl.DurationVar(&f.shrinkDeadline, "shrink-deadline", 30*time.Second, "how long a resize below a container's memory use may take to shrink it (memory.high stepped down while memory.pressure stays low) before it is refused and rolled back")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long a replacement's HEALTHCHECK or probe may take to pass, unless the probe sets its own")
 	if withClient {
@@ -59,7 +59,9 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	}
 }
 
-func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
+// validate checks the agent's flags, touching nothing: `pinfold agent` and
+// `pinfold up` (before it starts a planner) refuse bad ones the same way.
+func (f *agentFlags) validate() error {
 	if !slices.Contains(nodeagent.Schemes, nodeagent.Scheme(f.scheme)) {
 		return badInput("--fragment-scheme %q: want weight, capped, quota or split", f.scheme)
 	}
@@ -74,15 +76,22 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if f.splitEvery < 100*time.Millisecond || f.splitEvery > 10*time.Second {
 		return badInput("--split-every %s: want 100ms to 10s", f.splitEvery)
 	}
+	if len(f.cgroupParent) > 255 || strings.ContainsAny(f.cgroupParent, " \t\n\x00") || strings.Contains(f.cgroupParent, "..") {
+		return badInput("--cgroup-parent %q: want a cgroup path (/pinfold-h2) or a systemd slice (h2.slice) without blanks or '..'", f.cgroupParent)
+	}
+	return nil
+}
+
+func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
 	shareEvery := f.shareEvery
 	if shareEvery == 0 {
 		shareEvery = -1
 	}
 	if f.host == "" {
 		f.host, _ = os.Hostname()
-	}
-	if len(f.cgroupParent) > 255 || strings.ContainsAny(f.cgroupParent, " \t\n\x00") || strings.Contains(f.cgroupParent, "..") {
-		return badInput("--cgroup-parent %q: want a cgroup path (/pinfold-h2) or a systemd slice (h2.slice) without blanks or '..'", f.cgroupParent)
 	}
 	topo, err := numa.Discover(os.DirFS(f.sysfsRoot), os.DirFS(f.procRoot))
 	if err != nil {

@@ -377,6 +377,11 @@ at them.`,
   pinfold ps`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The agent's flags before anything starts: a bad one would
+			// otherwise only fail the background agent, retried every 10 s.
+			if err := ag.validate(); err != nil {
+				return err
+			}
 			ctx, stop, log, err := daemon(cmd, f.logLevel)
 			if err != nil {
 				return err

@@ -215,3 +215,30 @@ func TestAgentIntervalFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestUpAgentFlags: `pinfold up` refuses a bad agent flag as `pinfold
+// agent` does (exit 2 naming the flag and the value) before it starts a
+// planner; before, it started the planner and only the background agent
+// failed, retried every 10 s (or never ran, without Docker).
+func TestUpAgentFlags(t *testing.T) {
+	for _, tc := range []struct{ flag, value, want string }{
+		{"--split-every", "1ms", "--split-every 1ms"},
+		{"--share-every", "10ms", "--share-every 10ms"},
+		{"--fragment-scheme", "bogus", `--fragment-scheme "bogus"`},
+		{"--cgroup-parent", "../x", `--cgroup-parent "../x"`},
+	} {
+		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
+			data := t.TempDir()
+			// A missing --sysfs-root makes an `up` that got past the flags
+			// fail at once, naming the sysfs root instead.
+			_, errOut, code := runCLI(t, "", "up", tc.flag, tc.value, "--data-dir", data, "--state-dir", t.TempDir(),
+				"--sysfs-root", filepath.Join(t.TempDir(), "none"), "--listen", "127.0.0.1:0")
+			if code != 2 || !strings.Contains(errOut, tc.want) {
+				t.Errorf("up %s %s: exit %d, %q: want exit 2 naming the flag and value", tc.flag, tc.value, code, errOut)
+			}
+			if ents, _ := os.ReadDir(data); len(ents) != 0 {
+				t.Errorf("up %s %s wrote %d entries to --data-dir: want nothing touched", tc.flag, tc.value, len(ents))
+			}
+		})
+	}
+}
