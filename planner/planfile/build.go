@@ -18,6 +18,29 @@ import (
 // Validate checks every field and builds the engine's and the placement
 // rules' input.
 func (f *File) Validate() (*Input, error) {
+	in, err := f.params()
+	if err != nil {
+		return nil, err
+	}
+	if len(f.Hosts) == 0 {
+		return nil, errNoHosts
+	}
+	hb := newHostBuilder(in)
+	for i := range f.Hosts {
+		if err := hb.add(i, &f.Hosts[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.finish(in); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+var errNoHosts = invalid("hosts", raw("[]"), "at least one host is required")
+
+// params is the first step of Validate: the engine's parameters.
+func (f *File) params() (*Input, error) {
 	in := &Input{Params: alloc.DefaultParams()}
 	if f.ShareBase != nil {
 		in.Params.ShareBase = *f.ShareBase
@@ -28,33 +51,48 @@ func (f *File) Validate() (*Input, error) {
 	if err := in.Params.Validate(); err != nil {
 		return nil, err
 	}
-	if len(f.Hosts) == 0 {
-		return nil, invalid("hosts", raw("[]"), "at least one host is required")
+	return in, nil
+}
+
+// hostBuilder adds the file's hosts to an Input one at a time, in file
+// order (the second step of Validate).
+type hostBuilder struct {
+	in   *Input
+	seen map[string]bool
+}
+
+func newHostBuilder(in *Input) *hostBuilder { return &hostBuilder{in: in, seen: map[string]bool{}} }
+
+// add builds hosts[i] and appends it; fh is not kept (the streaming
+// decoder reuses it for the next host).
+func (hb *hostBuilder) add(i int, fh *Host) error {
+	h, err := fh.placementHost(fmt.Sprintf("hosts[%d]", i), hb.in.Params.ShareBase)
+	if err != nil {
+		return err
 	}
-	seen := map[string]bool{}
-	for i := range f.Hosts {
-		h, err := f.Hosts[i].placementHost(fmt.Sprintf("hosts[%d]", i), in.Params.ShareBase)
-		if err != nil {
-			return nil, err
-		}
-		if seen[h.Name] {
-			return nil, invalid(fmt.Sprintf("hosts[%d].name", i), h.Name, "duplicate host name")
-		}
-		seen[h.Name] = true
-		in.Hosts = append(in.Hosts, h)
+	if hb.seen[h.Name] {
+		return invalid(fmt.Sprintf("hosts[%d].name", i), h.Name, "duplicate host name")
 	}
+	hb.seen[h.Name] = true
+	hb.in.Hosts = append(hb.in.Hosts, h)
+	return nil
+}
+
+// finish is the last step of Validate: the settings, and the request or
+// the resize.
+func (f *File) finish(in *Input) error {
 	if err := f.settings(in); err != nil {
-		return nil, err
+		return err
 	}
 	switch {
 	case f.Request == nil && f.Resize == nil:
-		return nil, invalid("request", raw("null"), "the file needs a request or a resize")
+		return invalid("request", raw("null"), "the file needs a request or a resize")
 	case f.Request != nil && f.Resize != nil:
-		return nil, invalid("resize", raw("{…}"), "give a request or a resize, not both")
+		return invalid("resize", raw("{…}"), "give a request or a resize, not both")
 	case f.Request != nil:
 		r, err := f.Request.build(in.Params)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		in.Request = r
 	default:
@@ -64,11 +102,11 @@ func (f *File) Validate() (*Input, error) {
 		}
 		rz, err := f.Resize.build(in.Params, engine)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		in.Resize = rz
 	}
-	return in, nil
+	return nil
 }
 
 // settings are the cluster's placement settings in the file.
