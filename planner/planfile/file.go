@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -154,17 +155,20 @@ func decodeWhole(b []byte) (*Input, error) {
 // is read into a buffer of its size in one allocation (io.ReadAll grows a
 // slice by doubling: twice the file in all, and the pages faulted in).
 func readFile(r io.Reader) ([]byte, error) {
-	size := 512
-	if st, ok := r.(interface{ Stat() (os.FileInfo, error) }); ok {
-		if fi, err := st.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
-			size = int(min(fi.Size(), MaxFileSize)) + 1 // +1: the read that sees EOF needs room
+	size := int64(512)
+	switch r := r.(type) {
+	case interface{ Stat() (os.FileInfo, error) }:
+		if fi, err := r.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			size = fi.Size() + 1 // +1: the read that sees EOF needs room
 		}
+	case interface{ Len() int }: // bytes and strings readers
+		size = int64(r.Len()) + 1
 	}
 	lr := io.LimitReader(r, MaxFileSize+1)
-	b := make([]byte, 0, size)
+	b := make([]byte, 0, min(size, MaxFileSize+1))
 	for {
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			b = slices.Grow(b, cap(b)) // doubling (append grows large slices by a quarter)
 		}
 		n, err := lr.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]

@@ -105,7 +105,7 @@ func (o Output) WriteJSON(w io.Writer) error {
 		bw.WriteByte('\n')
 	}
 	var (
-		keys   []cpuset.CPUID
+		pw     placementWriter
 		quotas = map[int]string{} // a plan's quotas are all one (FormatPieces allocates)
 	)
 	for i, p := range o.Placements {
@@ -117,7 +117,7 @@ func (o Output) WriteJSON(w io.Writer) error {
 			}
 		}
 		var ok bool
-		buf, keys, ok = appendPlacement(append(buf[:0], "    "...), keys, p, q)
+		buf, ok = pw.append(append(buf[:0], "    "...), p, q)
 		if !ok {
 			// A shape the direct encoding does not cover: encoding/json.
 			op := OutputPlacement{Placement: p}
@@ -160,17 +160,27 @@ func (o Output) WriteJSON(w io.Writer) error {
 	return bw.Flush()
 }
 
-// appendPlacement appends p as json.Marshal writes its OutputPlacement:
-// host, bind, whole_cores, cpus (keys ordered as strings, as encoding/json
-// orders a map's), numa_node, memory_bytes, memory_soft_bytes, cpu_quota.
-// Host ports, and a quota that is not a plain decimal, are left to
-// encoding/json (ok false). q is the quota as Output.Quota gives it; keys
-// is scratch space, returned for reuse.
-func appendPlacement(b []byte, keys []cpuset.CPUID, p alloc.Placement, q string) ([]byte, []cpuset.CPUID, bool) {
+// placementWriter encodes placements; what it keeps is reused from one to
+// the next.
+type placementWriter struct {
+	keys     []cpuset.CPUID
+	host     string // the last host, and its JSON string
+	hostJSON []byte
+}
+
+// append appends p as json.Marshal writes its OutputPlacement: host, bind,
+// whole_cores, cpus (keys ordered as strings, as encoding/json orders a
+// map's), numa_node, memory_bytes, memory_soft_bytes, cpu_quota. Host
+// ports, and a quota that is not a JSON number, are left to encoding/json
+// (ok false). q is the quota as Output.Quota gives it.
+func (pw *placementWriter) append(b []byte, p alloc.Placement, q string) ([]byte, bool) {
 	if len(p.HostPorts) > 0 {
-		return b, keys, false
+		return b, false
 	}
-	b = appendString(append(b, `{"host":`...), p.Host)
+	if p.Host != pw.host || pw.hostJSON == nil {
+		pw.host, pw.hostJSON = p.Host, appendString(pw.hostJSON[:0], p.Host)
+	}
+	b = append(append(b, `{"host":`...), pw.hostJSON...)
 	if p.Bind {
 		b = append(b, `,"bind":true`...)
 	}
@@ -180,13 +190,13 @@ func appendPlacement(b []byte, keys []cpuset.CPUID, p alloc.Placement, q string)
 	if p.CPUs == nil {
 		b = append(b, `,"cpus":null`...)
 	} else {
-		keys = keys[:0]
+		pw.keys = pw.keys[:0]
 		for id := range p.CPUs {
-			keys = append(keys, id)
+			pw.keys = append(pw.keys, id)
 		}
-		slices.SortFunc(keys, cmpDecimal)
+		slices.SortFunc(pw.keys, cmpDecimal)
 		b = append(b, `,"cpus":{`...)
-		for i, id := range keys {
+		for i, id := range pw.keys {
 			if i > 0 {
 				b = append(b, ',')
 			}
@@ -202,11 +212,11 @@ func appendPlacement(b []byte, keys []cpuset.CPUID, p alloc.Placement, q string)
 	}
 	if q != "" {
 		if !isNumber(q) {
-			return b, keys, false // encoding/json's error for an invalid json.Number
+			return b, false // encoding/json's error for an invalid json.Number
 		}
 		b = append(append(b, `,"cpu_quota":`...), q...)
 	}
-	return append(b, '}'), keys, true
+	return append(b, '}'), true
 }
 
 // cmpDecimal orders CPU ids as their decimal strings compare (encoding/json

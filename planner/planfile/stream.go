@@ -281,8 +281,12 @@ func (s *scanner) object(field func(key []byte) bool) bool {
 	}
 }
 
-// Fields of a host scanHost reads, as bits (a key given twice is left to
+// The fields of a host, as bits (a key given twice is left to
 // encoding/json, which merges).
+var hostFields = map[string]int{"name": hName, "capacity": hCapacity, "used": hUsed, "numa_nodes": hNUMANodes,
+	"instances": hInstances, "host_type": hHostType, "fault_domain": hFaultDomain, "upgrade_domain": hUpgradeDomain,
+	"disabled": hDisabled, "maintenance": hMaintenance, "topology": hTopology, "properties": hProperties, "load_avg": hLoadAvg}
+
 const (
 	hName = 1 << iota
 	hCapacity
@@ -294,17 +298,25 @@ const (
 	hUpgradeDomain
 	hDisabled
 	hMaintenance
+	hTopology
+	hProperties
+	hLoadAvg
 	hCapCPUs
 	hCapMemory
 	hUsedCPUs
 	hUsedMemory
 	hUsedNUMAMemory
+	hUsedMemoryFirst
 )
 
 // host reads the host at s.i (ending at end) into fh, reusing fh's slices
-// and maps; not ok for anything it leaves to encoding/json: topology,
-// properties, load_avg, memory-first quotas, null values, escapes, keys
-// spelt otherwise than exactly, keys given twice.
+// and maps. The topology, properties, load_avg and memory-first quotas are
+// decoded by encoding/json, value by value; a null leaves a field as it is
+// (as encoding/json does; an empty list or map builds the same host as
+// none). Not ok for what it leaves to encoding/json for the whole host:
+// keys spelt otherwise than exactly (encoding/json matches them without
+// regard to case), keys given twice, escapes in strings, numbers that are
+// not plain integers.
 func (s *scanner) host(fh *Host, end int) bool {
 	capCPUs, usedCPUs, numa := fh.Capacity.CPUs[:0], fh.Used.CPUs[:0], fh.NUMANodes[:0]
 	inst, numaMem := clearMap(fh.Instances), clearMap(fh.Used.NUMAMemoryBytes)
@@ -323,67 +335,102 @@ func (s *scanner) host(fh *Host, end int) bool {
 		*dst = string(v)
 		return ok
 	}
+	boolean := func(dst *bool) bool {
+		v, ok := s.bool()
+		*dst = v
+		return ok
+	}
+	integer := func(dst *int64) bool {
+		v, ok := s.int()
+		*dst = v
+		return ok
+	}
 	ok := s.object(func(key []byte) bool {
-		switch string(key) {
-		case "name":
-			return once(hName) && str(&fh.Name)
-		case "host_type":
-			return once(hHostType) && str(&fh.HostType)
-		case "fault_domain":
-			return once(hFaultDomain) && str(&fh.FaultDomain)
-		case "upgrade_domain":
-			return once(hUpgradeDomain) && str(&fh.UpgradeDomain)
-		case "disabled":
-			var ok bool
-			fh.Disabled, ok = s.bool()
-			return once(hDisabled) && ok
-		case "maintenance":
-			var ok bool
-			fh.Maintenance, ok = s.bool()
-			return once(hMaintenance) && ok
-		case "capacity":
-			return once(hCapacity) && s.object(func(key []byte) bool {
+		bit, known := hostFields[string(key)]
+		if !known || !once(bit) {
+			return false
+		}
+		if s.null() {
+			return true
+		}
+		switch bit {
+		case hName:
+			return str(&fh.Name)
+		case hHostType:
+			return str(&fh.HostType)
+		case hFaultDomain:
+			return str(&fh.FaultDomain)
+		case hUpgradeDomain:
+			return str(&fh.UpgradeDomain)
+		case hDisabled:
+			return boolean(&fh.Disabled)
+		case hMaintenance:
+			return boolean(&fh.Maintenance)
+		case hTopology:
+			return s.strict(&fh.Topology)
+		case hProperties:
+			return s.strict(&fh.Properties)
+		case hLoadAvg:
+			return s.strict(&fh.LoadAvg)
+		case hCapacity:
+			return s.object(func(key []byte) bool {
 				switch string(key) {
 				case "cpus":
+					if !once(hCapCPUs) {
+						return false
+					}
+					if s.null() {
+						return true
+					}
 					var ok bool
 					fh.Capacity.CPUs, ok = s.pieces(fh.Capacity.CPUs)
-					return once(hCapCPUs) && ok
+					return ok
 				case "memory_bytes":
-					var ok bool
-					fh.Capacity.MemoryBytes, ok = s.int()
-					return once(hCapMemory) && ok
+					return once(hCapMemory) && (s.null() || integer(&fh.Capacity.MemoryBytes))
 				}
 				return false
 			})
-		case "used":
-			return once(hUsed) && s.object(func(key []byte) bool {
+		case hUsed:
+			return s.object(func(key []byte) bool {
 				switch string(key) {
 				case "cpus":
+					if !once(hUsedCPUs) {
+						return false
+					}
+					if s.null() {
+						return true
+					}
 					var ok bool
 					fh.Used.CPUs, ok = s.pieces(fh.Used.CPUs)
-					return once(hUsedCPUs) && ok
+					return ok
 				case "memory_bytes":
-					var ok bool
-					fh.Used.MemoryBytes, ok = s.int()
-					return once(hUsedMemory) && ok
+					return once(hUsedMemory) && (s.null() || integer(&fh.Used.MemoryBytes))
 				case "numa_memory_bytes":
+					if !once(hUsedNUMAMemory) {
+						return false
+					}
+					if s.null() {
+						return true
+					}
 					if fh.Used.NUMAMemoryBytes == nil {
 						fh.Used.NUMAMemoryBytes = map[string]int64{}
 					}
-					return once(hUsedNUMAMemory) && s.intMap(func(k string, v int64) bool {
+					return s.intMap(func(k string, v int64) bool {
 						fh.Used.NUMAMemoryBytes[k] = v
 						return true
 					})
+				case "memory_first_quotas":
+					return once(hUsedMemoryFirst) && (s.null() || s.strict(&fh.Used.MemoryFirstQuotas))
 				}
 				return false
 			})
-		case "numa_nodes":
-			return once(hNUMANodes) && s.numaNodes(fh)
-		case "instances":
+		case hNUMANodes:
+			return s.numaNodes(fh)
+		case hInstances:
 			if fh.Instances == nil {
 				fh.Instances = map[string]int{}
 			}
-			return once(hInstances) && s.intMap(func(k string, v int64) bool {
+			return s.intMap(func(k string, v int64) bool {
 				if int64(int(v)) != v {
 					return false
 				}
@@ -393,9 +440,31 @@ func (s *scanner) host(fh *Host, end int) bool {
 		}
 		return false
 	})
-	// A field the file leaves out is left empty, not nil, for the next
-	// host's reuse: the host is built the same from either.
 	return ok && s.i == end
+}
+
+// null consumes a null.
+func (s *scanner) null() bool {
+	s.skipWS()
+	if bytes.HasPrefix(s.b[s.i:], []byte("null")) {
+		s.i += 4
+		if s.delimited() {
+			return true
+		}
+		s.i -= 4
+	}
+	return false
+}
+
+// strict decodes the value at s.i into v with encoding/json.
+func (s *scanner) strict(v any) bool {
+	start := s.skipWS()
+	end, ok := skipValue(s.b, start)
+	if !ok || decodeStrict(s.b[start:end], v) != nil {
+		return false
+	}
+	s.i = end
+	return true
 }
 
 // clearMap empties m for reuse.
