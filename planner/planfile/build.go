@@ -23,7 +23,7 @@ func (f *File) Validate() (*Input, error) {
 		return nil, err
 	}
 	if len(f.Hosts) == 0 {
-		return nil, errNoHosts
+		return nil, invalid("hosts", raw("[]"), "at least one host is required")
 	}
 	hb := newHostBuilder(in)
 	for i := range f.Hosts {
@@ -36,8 +36,6 @@ func (f *File) Validate() (*Input, error) {
 	}
 	return in, nil
 }
-
-var errNoHosts = invalid("hosts", raw("[]"), "at least one host is required")
 
 // params is the first step of Validate: the engine's parameters.
 func (f *File) params() (*Input, error) {
@@ -66,7 +64,7 @@ func newHostBuilder(in *Input) *hostBuilder { return &hostBuilder{in: in, seen: 
 // add builds hosts[i] and appends it; fh is not kept (the streaming
 // decoder reuses it for the next host).
 func (hb *hostBuilder) add(i int, fh *Host) error {
-	h, err := fh.placementHost(fmt.Sprintf("hosts[%d]", i), hb.in.Params.ShareBase)
+	h, err := fh.placementHost("hosts["+strconv.Itoa(i)+"]", hb.in.Params.ShareBase)
 	if err != nil {
 		return err
 	}
@@ -133,7 +131,7 @@ func (fh *Host) placementHost(at string, sb int) (*placement.Host, error) {
 	}
 	h := &placement.Host{Name: fh.Name, Type: fh.HostType, FaultDomain: fh.FaultDomain, UpgradeDomain: fh.UpgradeDomain,
 		Disabled: fh.Disabled, Maintenance: fh.Maintenance, Resources: res, Properties: map[string]placement.Value{}}
-	at = fmt.Sprintf("hosts[%q]", fh.Name)
+	at = hostField(fh.Name)
 	if err := placement.ValidateFaultDomain(fh.FaultDomain); err != nil {
 		return nil, invalid(at+".fault_domain", fh.FaultDomain, "%v", err)
 	}
@@ -166,6 +164,10 @@ func (fh *Host) placementHost(at string, sb int) (*placement.Host, error) {
 	return h, nil
 }
 
+// hostField is the field name of a host in messages: hosts["name"] (as
+// %q writes it; one per host, without fmt).
+func hostField(name string) string { return "hosts[" + strconv.Quote(name) + "]" }
+
 // parseCPUKey reads a CPU id key; field names it in an error (a function:
 // a file has a million keys, and the name is needed only when one is bad).
 func parseCPUKey(field func() string, k string) (cpuset.CPUID, error) {
@@ -180,7 +182,7 @@ func (fh *Host) build(at string, sb int) (*alloc.Host, error) {
 	if fh.Name == "" || len(fh.Name) > 253 || strings.ContainsAny(fh.Name, " \t\n/") {
 		return nil, invalid(at+".name", fh.Name, "want 1..253 characters without spaces or slashes")
 	}
-	at = fmt.Sprintf("hosts[%q]", fh.Name)
+	at = hostField(fh.Name)
 	h := &alloc.Host{Name: fh.Name, MemoryBytes: fh.Capacity.MemoryBytes, MemoryUsed: fh.Used.MemoryBytes,
 		Topology: fh.Topology, Instances: map[string]int{}}
 	if len(fh.Capacity.CPUs) == 0 {
@@ -272,22 +274,22 @@ func (fh *Host) buildNUMA(at string, h *alloc.Host) error {
 	all := cpuset.Of(hostCPUs...)
 	var covered cpuset.CPUs
 	for i, fn := range fh.NUMANodes {
-		field := fmt.Sprintf("%s.numa_nodes[%d]", at, i)
+		field := func() string { return fmt.Sprintf("%s.numa_nodes[%d]", at, i) } // built only for an error
 		if fn.ID == nil || *fn.ID < 0 || *fn.ID > cpuset.MaxID {
-			return invalid(field+".id", ptrString(fn.ID), "want a NUMA node id from 0 to %d", cpuset.MaxID)
+			return invalid(field()+".id", ptrString(fn.ID), "want a NUMA node id from 0 to %d", cpuset.MaxID)
 		}
 		cpus, err := cpuset.ParseCPUs(fn.CPUs)
 		if err != nil {
-			return invalid(field+".cpus", fn.CPUs, "%v", err)
+			return invalid(field()+".cpus", fn.CPUs, "%v", err)
 		}
 		if !cpus.IsSubsetOf(all) {
-			return invalid(field+".cpus", fn.CPUs, "CPUs %s are not in the host's capacity", cpus.Difference(all))
+			return invalid(field()+".cpus", fn.CPUs, "CPUs %s are not in the host's capacity", cpus.Difference(all))
 		}
 		if ov := cpus.Intersect(covered); !ov.IsEmpty() {
-			return invalid(field+".cpus", fn.CPUs, "CPUs %s are in another NUMA node too", ov)
+			return invalid(field()+".cpus", fn.CPUs, "CPUs %s are in another NUMA node too", ov)
 		}
 		if fn.MemoryBytes < 0 {
-			return invalid(field+".memory_bytes", fn.MemoryBytes, "want 0 or more")
+			return invalid(field()+".memory_bytes", fn.MemoryBytes, "want 0 or more")
 		}
 		covered = covered.Union(cpus)
 		h.NUMANodes = append(h.NUMANodes, alloc.NUMANode{ID: cpuset.NUMANodeID(*fn.ID), CPUs: cpus, MemoryBytes: fn.MemoryBytes})
