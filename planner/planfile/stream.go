@@ -415,10 +415,7 @@ func (s *scanner) host(fh *Host, end int) bool {
 					if fh.Used.NUMAMemoryBytes == nil {
 						fh.Used.NUMAMemoryBytes = map[string]int64{}
 					}
-					return s.intMap(func(k string, v int64) bool {
-						fh.Used.NUMAMemoryBytes[k] = v
-						return true
-					})
+					return intMap(s, fh.Used.NUMAMemoryBytes)
 				case "memory_first_quotas":
 					return once(hUsedMemoryFirst) && (s.null() || s.strict(&fh.Used.MemoryFirstQuotas))
 				}
@@ -430,13 +427,7 @@ func (s *scanner) host(fh *Host, end int) bool {
 			if fh.Instances == nil {
 				fh.Instances = map[string]int{}
 			}
-			return s.intMap(func(k string, v int64) bool {
-				if int64(int(v)) != v {
-					return false
-				}
-				fh.Instances[k] = int(v)
-				return true
-			})
+			return intMap(s, fh.Instances)
 		}
 		return false
 	})
@@ -473,18 +464,19 @@ func clearMap[M ~map[K]V, K comparable, V any](m M) M {
 	return m
 }
 
-// intMap reads an object of plain-string keys and integers; a key given
-// twice is left to encoding/json.
-func (s *scanner) intMap(put func(k string, v int64) bool) bool {
-	seen := map[string]bool{}
+// intMap reads an object of plain-string keys and integers into m (empty
+// on entry); a key given twice is left to encoding/json.
+func intMap[V int | int64](s *scanner, m map[string]V) bool {
 	return s.object(func(key []byte) bool {
-		if seen[string(key)] {
+		if _, dup := m[string(key)]; dup {
 			return false
 		}
-		k := string(key)
-		seen[k] = true
 		v, ok := s.int()
-		return ok && put(k, v)
+		if !ok || int64(V(v)) != v {
+			return false
+		}
+		m[string(key)] = V(v)
+		return true
 	})
 }
 
