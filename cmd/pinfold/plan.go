@@ -239,9 +239,9 @@ func printPlan(w io.Writer, in *planfile.Input, o planfile.Output) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\tHOST\tNUMA NODE\tCPUS (id:pieces)\tCPU QUOTA\tMEMORY")
 	for i, p := range o.Placements {
-		quota := "-"
-		if p.CPUQuota != nil {
-			quota = string(*p.CPUQuota)
+		quota := o.Quota(p)
+		if quota == "" {
+			quota = "-"
 		}
 		numa := "cross"
 		if p.NUMANode >= 0 {
@@ -289,7 +289,7 @@ func printEliminations(w io.Writer, es []placement.Elimination) error {
 // printCPUMap shows, per NUMA node, who holds how many pieces of each CPU.
 // printCPUMap prints host h's CPUs with the new instances mine (indexes
 // into pls) on them.
-func printCPUMap(w io.Writer, h *alloc.Host, pls []planfile.OutputPlacement, mine []int, sb int) {
+func printCPUMap(w io.Writer, h *alloc.Host, pls []alloc.Placement, mine []int, sb int) {
 	fmt.Fprintf(w, "\nCPU map of %s (%d pieces per CPU; used = held before this plan, #N = new instance N):\n", h.Name, sb)
 	holders := map[cpuset.CPUID][]string{}
 	for _, i := range mine {

@@ -18,6 +18,27 @@ import (
 // Validate checks every field and builds the engine's and the placement
 // rules' input.
 func (f *File) Validate() (*Input, error) {
+	in, err := f.params()
+	if err != nil {
+		return nil, err
+	}
+	if len(f.Hosts) == 0 {
+		return nil, invalid("hosts", raw("[]"), "at least one host is required")
+	}
+	hb := newHostBuilder(in)
+	for i := range f.Hosts {
+		if err := hb.add(i, &f.Hosts[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.finish(in); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// params is the first step of Validate: the engine's parameters.
+func (f *File) params() (*Input, error) {
 	in := &Input{Params: alloc.DefaultParams()}
 	if f.ShareBase != nil {
 		in.Params.ShareBase = *f.ShareBase
@@ -28,33 +49,48 @@ func (f *File) Validate() (*Input, error) {
 	if err := in.Params.Validate(); err != nil {
 		return nil, err
 	}
-	if len(f.Hosts) == 0 {
-		return nil, invalid("hosts", raw("[]"), "at least one host is required")
+	return in, nil
+}
+
+// hostBuilder adds the file's hosts to an Input one at a time, in file
+// order (the second step of Validate).
+type hostBuilder struct {
+	in   *Input
+	seen map[string]bool
+}
+
+func newHostBuilder(in *Input) *hostBuilder { return &hostBuilder{in: in, seen: map[string]bool{}} }
+
+// add builds hosts[i] and appends it; fh is not kept (the streaming
+// decoder reuses it for the next host).
+func (hb *hostBuilder) add(i int, fh *Host) error {
+	h, err := fh.placementHost("hosts["+strconv.Itoa(i)+"]", hb.in.Params.ShareBase)
+	if err != nil {
+		return err
 	}
-	seen := map[string]bool{}
-	for i := range f.Hosts {
-		h, err := f.Hosts[i].placementHost(fmt.Sprintf("hosts[%d]", i), in.Params.ShareBase)
-		if err != nil {
-			return nil, err
-		}
-		if seen[h.Name] {
-			return nil, invalid(fmt.Sprintf("hosts[%d].name", i), h.Name, "duplicate host name")
-		}
-		seen[h.Name] = true
-		in.Hosts = append(in.Hosts, h)
+	if hb.seen[h.Name] {
+		return invalid(fmt.Sprintf("hosts[%d].name", i), h.Name, "duplicate host name")
 	}
+	hb.seen[h.Name] = true
+	hb.in.Hosts = append(hb.in.Hosts, h)
+	return nil
+}
+
+// finish is the last step of Validate: the settings, and the request or
+// the resize.
+func (f *File) finish(in *Input) error {
 	if err := f.settings(in); err != nil {
-		return nil, err
+		return err
 	}
 	switch {
 	case f.Request == nil && f.Resize == nil:
-		return nil, invalid("request", raw("null"), "the file needs a request or a resize")
+		return invalid("request", raw("null"), "the file needs a request or a resize")
 	case f.Request != nil && f.Resize != nil:
-		return nil, invalid("resize", raw("{…}"), "give a request or a resize, not both")
+		return invalid("resize", raw("{…}"), "give a request or a resize, not both")
 	case f.Request != nil:
 		r, err := f.Request.build(in.Params)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		in.Request = r
 	default:
@@ -64,11 +100,11 @@ func (f *File) Validate() (*Input, error) {
 		}
 		rz, err := f.Resize.build(in.Params, engine)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		in.Resize = rz
 	}
-	return in, nil
+	return nil
 }
 
 // settings are the cluster's placement settings in the file.
@@ -95,7 +131,7 @@ func (fh *Host) placementHost(at string, sb int) (*placement.Host, error) {
 	}
 	h := &placement.Host{Name: fh.Name, Type: fh.HostType, FaultDomain: fh.FaultDomain, UpgradeDomain: fh.UpgradeDomain,
 		Disabled: fh.Disabled, Maintenance: fh.Maintenance, Resources: res, Properties: map[string]placement.Value{}}
-	at = fmt.Sprintf("hosts[%q]", fh.Name)
+	at = hostField(fh.Name)
 	if err := placement.ValidateFaultDomain(fh.FaultDomain); err != nil {
 		return nil, invalid(at+".fault_domain", fh.FaultDomain, "%v", err)
 	}
@@ -128,6 +164,10 @@ func (fh *Host) placementHost(at string, sb int) (*placement.Host, error) {
 	return h, nil
 }
 
+// hostField is the field name of a host in messages: hosts["name"] (as
+// %q writes it; one per host, without fmt).
+func hostField(name string) string { return "hosts[" + strconv.Quote(name) + "]" }
+
 // parseCPUKey reads a CPU id key; field names it in an error (a function:
 // a file has a million keys, and the name is needed only when one is bad).
 func parseCPUKey(field func() string, k string) (cpuset.CPUID, error) {
@@ -142,7 +182,7 @@ func (fh *Host) build(at string, sb int) (*alloc.Host, error) {
 	if fh.Name == "" || len(fh.Name) > 253 || strings.ContainsAny(fh.Name, " \t\n/") {
 		return nil, invalid(at+".name", fh.Name, "want 1..253 characters without spaces or slashes")
 	}
-	at = fmt.Sprintf("hosts[%q]", fh.Name)
+	at = hostField(fh.Name)
 	h := &alloc.Host{Name: fh.Name, MemoryBytes: fh.Capacity.MemoryBytes, MemoryUsed: fh.Used.MemoryBytes,
 		Topology: fh.Topology, Instances: map[string]int{}}
 	if len(fh.Capacity.CPUs) == 0 {
@@ -234,22 +274,22 @@ func (fh *Host) buildNUMA(at string, h *alloc.Host) error {
 	all := cpuset.Of(hostCPUs...)
 	var covered cpuset.CPUs
 	for i, fn := range fh.NUMANodes {
-		field := fmt.Sprintf("%s.numa_nodes[%d]", at, i)
+		field := func() string { return fmt.Sprintf("%s.numa_nodes[%d]", at, i) } // built only for an error
 		if fn.ID == nil || *fn.ID < 0 || *fn.ID > cpuset.MaxID {
-			return invalid(field+".id", ptrString(fn.ID), "want a NUMA node id from 0 to %d", cpuset.MaxID)
+			return invalid(field()+".id", ptrString(fn.ID), "want a NUMA node id from 0 to %d", cpuset.MaxID)
 		}
 		cpus, err := cpuset.ParseCPUs(fn.CPUs)
 		if err != nil {
-			return invalid(field+".cpus", fn.CPUs, "%v", err)
+			return invalid(field()+".cpus", fn.CPUs, "%v", err)
 		}
 		if !cpus.IsSubsetOf(all) {
-			return invalid(field+".cpus", fn.CPUs, "CPUs %s are not in the host's capacity", cpus.Difference(all))
+			return invalid(field()+".cpus", fn.CPUs, "CPUs %s are not in the host's capacity", cpus.Difference(all))
 		}
 		if ov := cpus.Intersect(covered); !ov.IsEmpty() {
-			return invalid(field+".cpus", fn.CPUs, "CPUs %s are in another NUMA node too", ov)
+			return invalid(field()+".cpus", fn.CPUs, "CPUs %s are in another NUMA node too", ov)
 		}
 		if fn.MemoryBytes < 0 {
-			return invalid(field+".memory_bytes", fn.MemoryBytes, "want 0 or more")
+			return invalid(field()+".memory_bytes", fn.MemoryBytes, "want 0 or more")
 		}
 		covered = covered.Union(cpus)
 		h.NUMANodes = append(h.NUMANodes, alloc.NUMANode{ID: cpuset.NUMANodeID(*fn.ID), CPUs: cpus, MemoryBytes: fn.MemoryBytes})

@@ -52,11 +52,7 @@ func ExportHost(ph *placement.Host) Host {
 	}
 	for _, n := range r.NUMANodes {
 		id := int(n.ID)
-		fh.NUMANodes = append(fh.NUMANodes, struct {
-			ID          *int   `json:"id"`
-			CPUs        string `json:"cpus"`
-			MemoryBytes int64  `json:"memory_bytes"`
-		}{&id, n.CPUs.String(), n.MemoryBytes})
+		fh.NUMANodes = append(fh.NUMANodes, NUMANode{&id, n.CPUs.String(), n.MemoryBytes})
 		if n.MemoryUsed != 0 {
 			if fh.Used.NUMAMemoryBytes == nil {
 				fh.Used.NUMAMemoryBytes = map[string]int64{}

@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -50,11 +52,7 @@ type Host struct {
 		// largest (bound placements leave it enough CPUs).
 		MemoryFirstQuotas map[string]int `json:"memory_first_quotas,omitempty"`
 	} `json:"used"`
-	NUMANodes []struct {
-		ID          *int   `json:"id"`
-		CPUs        string `json:"cpus"`
-		MemoryBytes int64  `json:"memory_bytes"`
-	} `json:"numa_nodes"`
+	NUMANodes []NUMANode `json:"numa_nodes"`
 	// Topology is optional: the output of `pinfold topology -o json`; its
 	// SMT siblings and L3 groups guide which CPUs are taken.
 	Topology      *topology.Topology `json:"topology"`
@@ -66,6 +64,14 @@ type Host struct {
 	Disabled      bool               `json:"disabled"`
 	Maintenance   bool               `json:"maintenance"`
 	LoadAvg       *float64           `json:"load_avg"`
+}
+
+// NUMANode is one NUMA node of a host: its CPUs (a CPU list, "0-63") and
+// memory.
+type NUMANode struct {
+	ID          *int   `json:"id"`
+	CPUs        string `json:"cpus"`
+	MemoryBytes int64  `json:"memory_bytes"`
 }
 
 // Request is a request for new instances with its placement rules.
@@ -116,12 +122,67 @@ type Input struct {
 // Decode reads and validates a plan file. Unknown fields, trailing data and
 // out-of-range values are *alloc.Error values with CodeInvalid naming the
 // field.
+//
+// The file is read into one buffer (sized by the file's size when r can
+// tell it) and decoded host by host into the engine's hosts (decodeStream):
+// the file's own form of a host is held for one host at a time, so a
+// 10,000-host file never exists decoded whole. Any input the streaming
+// decoder does not take as it is (an error anywhere, or a shape it leaves
+// to encoding/json) is decoded whole as before, so the errors and their
+// order are exactly those of decoding the whole file (TestStreamIsWhole,
+// FuzzStreamIsWhole).
 func Decode(r io.Reader) (*Input, error) {
+	b, err := readFile(r)
+	if err != nil {
+		return nil, err
+	}
+	if in, ok := decodeStream(b); ok {
+		return in, nil
+	}
+	return decodeWhole(b)
+}
+
+// decodeWhole decodes b into a File, then validates it.
+func decodeWhole(b []byte) (*Input, error) {
 	var f File
-	if err := decodeJSON(r, &f); err != nil {
+	if err := decodeJSON(b, &f); err != nil {
 		return nil, err
 	}
 	return f.Validate()
+}
+
+// readFile reads a plan file of at most MaxFileSize bytes. A regular file
+// is read into a buffer of its size in one allocation (io.ReadAll grows a
+// slice by doubling: twice the file in all, and the pages faulted in).
+func readFile(r io.Reader) ([]byte, error) {
+	size := int64(512)
+	switch r := r.(type) {
+	case interface{ Stat() (os.FileInfo, error) }:
+		if fi, err := r.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			size = fi.Size() + 1 // +1: the read that sees EOF needs room
+		}
+	case interface{ Len() int }: // bytes and strings readers
+		size = int64(r.Len()) + 1
+	}
+	lr := io.LimitReader(r, MaxFileSize+1)
+	b := make([]byte, 0, min(size, MaxFileSize+1))
+	for {
+		if len(b) == cap(b) {
+			b = slices.Grow(b, cap(b)) // doubling (append grows large slices by a quarter)
+		}
+		n, err := lr.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("read plan file: %v", err)}
+		}
+	}
+	if len(b) > MaxFileSize {
+		return nil, &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %s", alloc.FormatBytes(MaxFileSize))}
+	}
+	return b, nil
 }
 
 // raw is a value shown as is, not quoted ("[]", "null").
@@ -139,16 +200,9 @@ func invalid(field string, value any, reason string, args ...any) *alloc.Error {
 // MaxFileSize bounds a plan file (a 10,000-host file is about 20 MiB).
 const MaxFileSize = 256 << 20
 
-// decodeJSON reads one strict JSON object (no unknown fields, no trailing
-// data, at most 256 MiB) into v; errors are *alloc.Error with CodeInvalid.
-func decodeJSON(r io.Reader, v any) error {
-	b, err := io.ReadAll(io.LimitReader(r, MaxFileSize+1))
-	if err != nil {
-		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("read plan file: %v", err)}
-	}
-	if len(b) > MaxFileSize {
-		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file larger than %s", alloc.FormatBytes(MaxFileSize))}
-	}
+// decodeJSON decodes b, one strict JSON object (no unknown fields, no
+// trailing data), into v; errors are *alloc.Error with CodeInvalid.
+func decodeJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	dec.UseNumber() // integer properties beyond 2^53 stay exact

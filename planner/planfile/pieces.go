@@ -76,6 +76,12 @@ func cmpKey(a, b string) int {
 // with printable ASCII keys without backslashes and integer values
 // (no leading zeros) that fit an int.
 func scanPieces(b []byte) (Pieces, bool) {
+	return appendPieces(make(Pieces, 0, bytes.Count(b, []byte{':'})), b, nil)
+}
+
+// appendPieces is scanPieces appending to out, with keys shared through
+// keys (nil: a string each).
+func appendPieces(out Pieces, b []byte, keys *keyCache) (Pieces, bool) {
 	i := 0
 	ws := func() {
 		for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
@@ -87,7 +93,6 @@ func scanPieces(b []byte) (Pieces, bool) {
 		return nil, false
 	}
 	i++
-	out := make(Pieces, 0, bytes.Count(b, []byte{':'}))
 	ws()
 	if i < len(b) && b[i] == '}' {
 		i++
@@ -131,7 +136,7 @@ func scanPieces(b []byte) (Pieces, bool) {
 		if err != nil {
 			return nil, false
 		}
-		out = append(out, Piece{string(key), v})
+		out = append(out, Piece{keys.key(key), v})
 		ws()
 		if i >= len(b) {
 			return nil, false
