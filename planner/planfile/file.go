@@ -209,10 +209,21 @@ func decodeJSON(b []byte, v any) error {
 	if err := dec.Decode(v); err != nil {
 		return jsonError(b, err)
 	}
-	if dec.More() {
-		return &alloc.Error{Code: alloc.CodeInvalid, Message: "plan file: trailing data after the JSON object"}
+	// Anything but white space after the object is trailing data: Decoder.More
+	// says "no more" at a stray '}' or ']', so look at the bytes themselves.
+	if rest := bytes.TrimSpace(b[min(int(dec.InputOffset()), len(b)):]); len(rest) > 0 {
+		line := bytes.Count(b[:len(b)-len(rest)], []byte("\n")) + 1
+		return &alloc.Error{Code: alloc.CodeInvalid, Message: fmt.Sprintf("plan file: trailing data after the JSON object (line %d: %q)", line, clipBytes(rest, 20))}
 	}
 	return nil
+}
+
+// clipBytes is b cut to at most n bytes, for messages that echo input.
+func clipBytes(b []byte, n int) string {
+	if len(b) > n {
+		return string(b[:n]) + "…"
+	}
+	return string(b)
 }
 
 // jsonError turns encoding/json errors into messages with a line and field.

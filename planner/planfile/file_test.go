@@ -27,6 +27,8 @@ func TestDecodeFileBothOrNeither(t *testing.T) {
 		{`{"hosts": [{"name": "h1", "capacity": {"cpus": {"0": 100}, "memory_bytes": 1}}]}`, "needs a request or a resize"},
 		{`{"hosts": []}`, "hosts = []"},
 		{fileSeed + `{}`, "trailing data"},
+		{fileSeed + "}", `trailing data after the JSON object (line 3: "}")`},
+		{fileSeed + "\n]\n", `trailing data after the JSON object (line 4: "]")`},
 		{``, "empty"},
 		{strings.Replace(fileSeed, `"name": "h1"`, `"name": "a b"`, 1), `hosts[0].name = "a b"`},
 		{strings.Replace(fileSeed, `"1": 100`, `"0": 50`, 1), `hosts["h1"].capacity.cpus = 0: CPU 0 is given twice`},
