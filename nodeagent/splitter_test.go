@@ -3,6 +3,8 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -335,6 +337,57 @@ func TestStatRunnable(t *testing.T) {
 	for _, tt := range tests {
 		if r, ok := statRunnable(tt.stat); r != tt.runnable || ok != tt.ok {
 			t.Errorf("statRunnable(%q) = %v, %v, want %v, %v", tt.stat, r, ok, tt.runnable, tt.ok)
+		}
+	}
+}
+
+// TestProcThreadState: a thread's state is read from its own entry,
+// <tid>/task/<tid>/stat, not from <tid>/stat (for a thread that is not its
+// process's leader, the whole process's, summed over every thread by the
+// kernel: O(threads) a read). Here the two disagree, as they do for a
+// sleeping thread of a busy process.
+func TestProcThreadState(t *testing.T) {
+	root := t.TempDir()
+	write := func(path, stat string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(root, "41", "stat"), "41 (java) R 1 40 40 0")
+	write(filepath.Join(root, "41", "task", "41", "stat"), "41 (java) S 1 40 40 0")
+	write(filepath.Join(root, "42", "stat"), "42 (java) S 1 40 40 0")
+	write(filepath.Join(root, "42", "task", "42", "stat"), "42 (java) R 1 40 40 0")
+	state := procThreadState(root)
+	for _, tc := range []struct {
+		tid          int
+		runnable, ok bool
+	}{{41, false, true}, {42, true, true}, {43, false, false}} {
+		if r, ok := state(tc.tid); r != tc.runnable || ok != tc.ok {
+			t.Errorf("thread %d: runnable %v, ok %v; want %v, %v (read from %s/%d/task/%d/stat)", tc.tid, r, ok, tc.runnable, tc.ok, root, tc.tid, tc.tid)
+		}
+	}
+}
+
+// TestSplitWait: the wait after a sweep is SplitEvery, or splitCostFactor
+// times what the sweep took when that is longer: a sweep over thousands
+// of threads stays under a tenth of one CPU.
+func TestSplitWait(t *testing.T) {
+	for _, tc := range []struct{ every, took, want time.Duration }{
+		{250 * time.Millisecond, time.Millisecond, 250 * time.Millisecond},
+		{250 * time.Millisecond, 27 * time.Millisecond, 250 * time.Millisecond},
+		{250 * time.Millisecond, 28 * time.Millisecond, 252 * time.Millisecond},
+		{250 * time.Millisecond, 220 * time.Millisecond, 1980 * time.Millisecond},
+		{time.Second, 50 * time.Millisecond, time.Second},
+	} {
+		if got := splitWait(tc.every, tc.took); got != tc.want {
+			t.Errorf("splitWait(%s, %s) = %s, want %s", tc.every, tc.took, got, tc.want)
+		}
+		if got := splitWait(tc.every, tc.took); float64(tc.took)/float64(tc.took+got) > 0.1 {
+			t.Errorf("splitWait(%s, %s) = %s: the sweep would use more than a tenth of a CPU", tc.every, tc.took, got)
 		}
 	}
 }
