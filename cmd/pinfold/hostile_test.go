@@ -43,10 +43,8 @@ import (
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
-	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/pki"
-	"github.com/pinfold/pinfold/planner/topology"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 )
 
@@ -316,14 +314,7 @@ const wideCPUBound = 5 * time.Second
 // hostileN2: an agent registers a valid 8,192-CPU topology (every CPU's
 // L3 group all 8,192) within wideCPUBound of CPU.
 func hostileN2(t *testing.T, h *hostile) {
-	const n = cpuset.MaxID + 1
-	all := cpuset.Range[cpuset.CPUID](0, n-1)
-	tp := &topology.Topology{Online: all, NUMASource: topology.SourceSysfs,
-		NUMANodes: []topology.NUMANode{{ID: 0, CPUs: all, MemoryBytes: 1 << 40, Distances: map[cpuset.NUMANodeID]int{0: topology.LocalDistance}}}}
-	for id := range cpuset.CPUID(n) {
-		core := id &^ 1
-		tp.CPUs = append(tp.CPUs, topology.CPU{ID: id, CoreID: int(core / 2), Siblings: cpuset.Of(core, core+1), L3: all})
-	}
+	tp := topologytest.Wide()
 	tj, err := json.Marshal(tp)
 	if err != nil {
 		t.Fatal(err)
