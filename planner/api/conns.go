@@ -89,7 +89,7 @@ func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 		}
 		rc := http.NewResponseController(w)
 		if err := rc.SetReadDeadline(time.Now().Add(d)); err == nil {
-			b := &deadlinedBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			b := &deadlinedBody{ReadCloser: r.Body, within: d, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
 			if r.ProtoMajor == 1 {
 				b.stalled = func() { w.Header().Set("Connection", "close") }
 			}
@@ -101,10 +101,11 @@ func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 	})
 }
 
-// deadlinedBody lifts its read deadline at the body's end, and calls
-// stalled (if set) when a read fails past it.
+// deadlinedBody lifts its read deadline at the body's end; a read that
+// fails past it names the bound and its flag, and calls stalled (if set).
 type deadlinedBody struct {
 	io.ReadCloser
+	within  time.Duration
 	lift    func()
 	stalled func()
 	lifted  bool
@@ -116,9 +117,12 @@ func (b *deadlinedBody) Read(p []byte) (int, error) {
 	case errors.Is(err, io.EOF) && !b.lifted:
 		b.lifted = true
 		b.lift()
-	case errors.Is(err, os.ErrDeadlineExceeded) && b.stalled != nil:
-		b.stalled()
-		b.stalled = nil
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if b.stalled != nil {
+			b.stalled()
+			b.stalled = nil
+		}
+		err = fmt.Errorf("request body not complete within %s of its headers (--body-timeout): %w", b.within, err)
 	}
 	return n, err
 }

@@ -74,7 +74,14 @@ func TestStalledBodyDropped(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			closedWithin(t, conn, conn, 10*time.Second)
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			answer, err := io.ReadAll(conn)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("the server still holds the connection after 10s (answered %q)", answer)
+			}
+			if !strings.Contains(string(answer), "deadline_exceeded") || !strings.Contains(string(answer), "--body-timeout") {
+				t.Errorf("answer %q, want deadline_exceeded naming --body-timeout", answer)
+			}
 		})
 	}
 }
