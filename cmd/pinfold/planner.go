@@ -64,12 +64,12 @@ func (f *plannerFlags) register(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.shareBase, "share-base", 100, "pieces per CPU (10..10000); fixed when the store is created")
 	cmd.Flags().IntVar(&f.maxFragmentCores, "max-fragment-cores", -1, "CPUs per host that may carry fragments (-1: no cap)")
 	cmd.Flags().IntVar(&f.maxRequestBytes, "max-request-bytes", api.DefaultMaxRequestBytes, "largest API request accepted, in bytes (larger ones are refused unread)")
-	cmd.Flags().DurationVar(&f.headerTimeout, "header-timeout", api.DefaultHeaderTimeout, "drop a connection whose request headers take longer than this")
-	cmd.Flags().DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "drop a connection (HTTP/2: the stream) whose request body takes longer than this after its headers")
-	cmd.Flags().DurationVar(&f.idleTimeout, "idle-timeout", api.DefaultIdleTimeout, "close a keep-alive connection idle this long")
+	cmd.Flags().DurationVar(&f.headerTimeout, "header-timeout", api.DefaultHeaderTimeout, "drop a connection whose request headers take longer than this (0: the default; at least 1s)")
+	cmd.Flags().DurationVar(&f.bodyTimeout, "body-timeout", api.DefaultBodyTimeout, "drop a connection (HTTP/2: the stream) whose request body takes longer than this after its headers (0: the default; at least 1s)")
+	cmd.Flags().DurationVar(&f.idleTimeout, "idle-timeout", api.DefaultIdleTimeout, "close a keep-alive connection idle this long (0: the default; at least 1s)")
 	cmd.Flags().IntVar(&f.identityMaxConns, "identity-max-conns", api.DefaultConnsPerIdentity, "connections one client certificate's identity may hold open (0: no bound; callers without a client certificate are not bounded)")
-	cmd.Flags().Float64Var(&f.identityRate, "identity-rate", api.DefaultRatePerIdentity, "calls a second one client certificate's identity may make, after --identity-burst (0: no bound)")
-	cmd.Flags().IntVar(&f.identityBurst, "identity-burst", api.DefaultBurstPerIdentity, "calls one client certificate's identity may make at once, over --identity-rate")
+	cmd.Flags().Float64Var(&f.identityRate, "identity-rate", api.DefaultRatePerIdentity, "calls a second one client certificate's identity may make, after --identity-burst (at least 1; 0 with --identity-burst 0: no bound)")
+	cmd.Flags().IntVar(&f.identityBurst, "identity-burst", api.DefaultBurstPerIdentity, "calls one client certificate's identity may make at once, over --identity-rate (0 with --identity-rate 0: no bound)")
 	cmd.Flags().IntVar(&f.eventsKeep, "events-keep", service.DefaultEventsKeep, "the event log keeps this many newest events ('pinfold events')")
 	cmd.Flags().DurationVar(&f.eventsMaxAge, "events-max-age", service.DefaultEventsMaxAge, "the event log keeps no event older than this")
 	cmd.Flags().StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -187,15 +187,15 @@ func (f *plannerFlags) bounds() (api.Limits, api.Timeouts, error) {
 		flag string
 		v    time.Duration
 	}{{"--header-timeout", f.headerTimeout}, {"--body-timeout", f.bodyTimeout}, {"--idle-timeout", f.idleTimeout}} {
-		if d.v < 0 || d.v > 24*time.Hour {
-			return api.Limits{}, api.Timeouts{}, badInput("%s %s: want 0 (the default) ..24h", d.flag, d.v)
+		if d.v < 0 || d.v > 0 && d.v < time.Second || d.v > 24*time.Hour {
+			return api.Limits{}, api.Timeouts{}, badInput("%s %s: want 0 (the default) or 1s..24h", d.flag, d.v)
 		}
 	}
 	if f.identityMaxConns < 0 || f.identityMaxConns > 1_000_000 {
 		return api.Limits{}, api.Timeouts{}, badInput("--identity-max-conns %d: want 0 (no bound) ..1000000", f.identityMaxConns)
 	}
-	if f.identityRate < 0 || f.identityRate > 1e6 || f.identityRate != f.identityRate {
-		return api.Limits{}, api.Timeouts{}, badInput("--identity-rate %g: want 0 (no bound) ..1000000 calls a second", f.identityRate)
+	if f.identityRate < 0 || f.identityRate > 0 && f.identityRate < 1 || f.identityRate > 1e6 || f.identityRate != f.identityRate {
+		return api.Limits{}, api.Timeouts{}, badInput("--identity-rate %g: want 0 (no bound) or 1..1000000 calls a second", f.identityRate)
 	}
 	if f.identityBurst < 0 || f.identityBurst > 10_000_000 {
 		return api.Limits{}, api.Timeouts{}, badInput("--identity-burst %d: want 0 (no bound) ..10000000", f.identityBurst)

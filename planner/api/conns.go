@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,10 +72,15 @@ func NewHTTPServer(h http.Handler, t Timeouts) *http.Server {
 }
 
 // bodyDeadline gives every request with a body until d to send all of
-// it: a read past that fails and the connection is dropped. The deadline
-// is lifted once the body ends, so that a stream's response (a watch)
-// runs as long as it lasts. (http.Server's ReadTimeout would also end
-// those streams: it bounds the connection's reads, not the body's.)
+// it: a read past that fails and, on HTTP/1.1, the connection is closed
+// after the answer (HTTP/2: the stream ends). The deadline is lifted once
+// the body ends, so that a stream's response (a watch) runs as long as it
+// lasts. (http.Server's ReadTimeout would also end those streams: it
+// bounds the connection's reads, not the body's.) The body is set on a
+// copy of r: the server tells from its own request's body whether a body
+// was left unread, and a connection kept alive after a stalled body
+// waited for the idle timeout and read the body's rest as its next
+// request.
 func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
@@ -83,24 +89,40 @@ func bodyDeadline(next http.Handler, d time.Duration) http.Handler {
 		}
 		rc := http.NewResponseController(w)
 		if err := rc.SetReadDeadline(time.Now().Add(d)); err == nil {
-			r.Body = &deadlinedBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			b := &deadlinedBody{ReadCloser: r.Body, within: d, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			if r.ProtoMajor == 1 {
+				b.stalled = func() { w.Header().Set("Connection", "close") }
+			}
+			r2 := *r
+			r2.Body = b
+			r = &r2
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// deadlinedBody lifts its read deadline at the body's end.
+// deadlinedBody lifts its read deadline at the body's end; a read that
+// fails past it names the bound and its flag, and calls stalled (if set).
 type deadlinedBody struct {
 	io.ReadCloser
-	lift   func()
-	lifted bool
+	within  time.Duration
+	lift    func()
+	stalled func()
+	lifted  bool
 }
 
 func (b *deadlinedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
-	if errors.Is(err, io.EOF) && !b.lifted {
+	switch {
+	case errors.Is(err, io.EOF) && !b.lifted:
 		b.lifted = true
 		b.lift()
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		if b.stalled != nil {
+			b.stalled()
+			b.stalled = nil
+		}
+		err = fmt.Errorf("request body not complete within %s of its headers (--body-timeout): %w", b.within, err)
 	}
 	return n, err
 }

@@ -21,15 +21,17 @@ const (
 	// protocol's least, 16 KiB; Go's default is 1 MiB): the largest
 	// HEADERS frame, and so the frame read buffer, is this size.
 	H2MaxReadFrameSize = 16 << 10
-	// H2StreamWindow is each stream's receive window: a client sends at
-	// most this much of a request body before the handler has read it,
-	// so DATA frames, and the frame read buffer that keeps the largest,
-	// stay this size (a 14 KiB registration arrives in four frames; each
-	// window update follows the handler's reads). Go's default is 1 MiB.
-	// Large uploads over HTTP/2 take one round trip per 4 KiB past the
-	// first; the CLI and the agents speak HTTP/1.1, which this does not
-	// touch.
-	H2StreamWindow = 4 << 10
+	// H2StreamWindow is each stream's receive window: the protocol's
+	// initial 64 KiB - 1 (Go's default is 1 MiB). No less: a client may
+	// send that much of a body before the server's SETTINGS reach it
+	// (RFC 9113 6.9.2), and Go's HTTP/2 server resets a stream past the
+	// window it announced, so a 4 KiB window reset the first request of
+	// every new connection from Go's HTTP/2 client or curl with a body
+	// over 4 KiB (FLOW_CONTROL_ERROR). A connection's frame read buffer
+	// is still bounded by H2MaxReadFrameSize; the agents send their one
+	// large request, the registration, gzip-compressed (1.1 KiB), and the
+	// CLI and the agents speak HTTP/1.1.
+	H2StreamWindow = 64<<10 - 1
 	// H2ConnWindow is the connection's receive window (the protocol's
 	// initial 64 KiB; Go's default is 1 MiB): what one connection's
 	// streams together may have sent and the handlers not yet read.

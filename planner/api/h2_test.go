@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,7 +25,7 @@ import (
 )
 
 // TestAgentHTTP2Settings: the API server announces the HTTP/2 settings
-// sized for agent connections (16 KiB frames, a 4 KiB window per stream, a
+// sized for agent connections (16 KiB frames, the protocol's 64 KiB window per stream, a
 // 1 KiB HPACK table; Go's defaults were 1 MiB, 1 MiB and 4 KiB) and keeps
 // the connection's window at the protocol's 64 KiB, and a 14 KiB body (a
 // registration's topology) sent within those windows still arrives whole.
@@ -164,5 +165,38 @@ func TestAgentClientCompressesRegistration(t *testing.T) {
 	_, _ = cl.Heartbeat(ctx, connect.NewRequest(&pinfoldv1.HeartbeatRequest{Host: "h1", AgentVersion: "test", Protocol: model.Protocol, TtlSeconds: 30}))
 	if c := <-calls; c.encoding != "" {
 		t.Errorf("a heartbeat of %d bytes went with encoding %q, want none", c.bytes, c.encoding)
+	}
+}
+
+// TestHTTP2BodyBeforeSettings: a client may send a request's body within
+// the protocol's initial 64 KiB stream window before the server's
+// SETTINGS reach it (RFC 9113 6.9.2); Go's HTTP/2 client and curl do so
+// on a new connection. With a 4 KiB stream window announced, the server
+// reset every such stream past 4 KiB (FLOW_CONTROL_ERROR: a 5 KB request,
+// 20 of 20 from Go's client, about half from curl).
+func TestHTTP2BodyBeforeSettings(t *testing.T) {
+	srv := serveWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Body-Length", strconv.Itoa(len(b)))
+	}), Timeouts{})
+	for _, size := range []int{5 << 10, 60 << 10} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}}
+			defer tr.CloseIdleConnections()
+			resp, err := (&http.Client{Transport: tr}).Post("http://"+srv.Listener.Addr().String()+"/", "application/json", bytes.NewReader(make([]byte, size)))
+			if err != nil {
+				t.Fatalf("a %d-byte body as a new connection's first request: %v", size, err)
+			}
+			defer resp.Body.Close()
+			if got := resp.Header.Get("Body-Length"); resp.StatusCode != http.StatusOK || got != strconv.Itoa(size) {
+				t.Fatalf("a %d-byte body: %s, %s bytes read", size, resp.Status, got)
+			}
+		})
 	}
 }
