@@ -35,7 +35,7 @@ rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" = 0 ] || { echo "hostile tier failed (exit $rc)"; exit 1; }
 for st in N1_audit_log_flood N2_wide_registration N3_stalled_and_idle N4_scale_count N6_agent_version N7_env_values N8_no_role \
-  N9_streams N10_event_with_its_change N11_refused_before_read N12_error_echo conns_per_identity rate_per_identity; do
+  N9_streams N10_event_with_its_change N11_refused_before_read N12_error_echo conns_per_identity idle_conns_per_identity rate_per_identity; do
   grep -q "^    --- PASS: TestHostile/$st " "$log" || { echo "hostile tier: TestHostile/$st did not pass: it must not skip"; exit 1; }
 done
 rm -f "$log"

@@ -146,6 +146,11 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	st.ObserveCommits(metrics.ObserveCommit)
 	p.srv = api.NewHTTPServer(api.Handler(p.Service, api.Options{MaxRequestBytes: cfg.MaxRequestBytes, Metrics: metrics,
 		Authorize: cfg.TLS != nil && cfg.TLS.ClientAuth == tls.RequireAndVerifyClientCert, Timeouts: cfg.Timeouts, Limits: cfg.Limits}), cfg.Timeouts)
+	if cfg.ServerTLS != nil {
+		// A connection takes its identity's place at its handshake, so
+		// that connections that never send a request count too.
+		cfg.ServerTLS.SetAdmit(api.AdmitHandshake)
+	}
 	if p.srv.ErrorLog == nil {
 		// The server's own lines, failed TLS handshakes among them (a
 		// revoked certificate, one with no valid role, by name), go to

@@ -279,7 +279,7 @@ func TestHostile(t *testing.T) {
 		{"N4_scale_count", hostileN4}, {"N6_agent_version", hostileN6}, {"N7_env_values", hostileN7},
 		{"N8_no_role", hostileN8}, {"N9_streams", hostileN9}, {"N10_event_with_its_change", hostileN10},
 		{"N11_refused_before_read", hostileN11}, {"N12_error_echo", hostileN12},
-		{"conns_per_identity", hostileConns}, {"rate_per_identity", hostileRate},
+		{"conns_per_identity", hostileConns}, {"idle_conns_per_identity", hostileIdleConns}, {"rate_per_identity", hostileRate},
 	} {
 		if !t.Run(st.name, func(t *testing.T) { st.fn(t, h) }) {
 			return // a later finding on a planner left broken tells nothing
@@ -721,6 +721,69 @@ func hostileConns(t *testing.T, h *hostile) {
 		}
 		if time.Now().After(end) {
 			t.Fatalf("viewer:flood after closing its connections: %v", err)
+		}
+	}
+}
+
+// hostileIdleConns: connections that complete their TLS handshake and
+// HTTP/2 preface and then send nothing (each holds the planner's
+// goroutines, buffers and a file until --idle-timeout) count against
+// their identity's --identity-max-conns from the handshake: twice the
+// bound are admitted (the second half to be refused at a first request,
+// with a message), the rest fail their handshake; another viewer is
+// served meanwhile, and the identity again once its connections close.
+// Before, a connection took its place only at its first request: one
+// viewer held 5,000 idle connections (RSS 60 → 316 MB, 5,018 files).
+func hostileIdleConns(t *testing.T, h *hostile) {
+	cfg := h.tlsConfig(t, h.issue(t, pki.RoleViewer, "idle"))
+	cfg.NextProtos = []string{"h2"}
+	addr := strings.TrimPrefix(h.url, "https://")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	admitted := 0
+	for range 3 * api.DefaultConnsPerIdentity {
+		c, err := tls.Dial("tcp", addr, cfg)
+		if err != nil {
+			continue
+		}
+		conns = append(conns, c)
+		// TLS 1.3: the client's handshake ends before the server checked
+		// its certificate; a refusal comes as an alert on the first read.
+		// An admitted connection gets the server's SETTINGS frame.
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
+			continue
+		}
+		var b [9]byte
+		if _, err := io.ReadFull(c, b[:]); err == nil && b[3] == 0x4 {
+			admitted++
+		}
+	}
+	if want := 2 * api.DefaultConnsPerIdentity; admitted != want {
+		t.Errorf("viewer:idle's idle HTTP/2 connections: %d of %d admitted, want %d (twice --identity-max-conns)", admitted, 3*api.DefaultConnsPerIdentity, want)
+	}
+	health := func(f pki.Files) error {
+		_, err := pinfoldv1connect.NewPlannerServiceClient(h.httpClient(t, f, false), h.url).Health(t.Context(), connect.NewRequest(&pinfoldv1.HealthRequest{}))
+		return err
+	}
+	if err := health(h.viewer); err != nil {
+		t.Errorf("viewer:bob while viewer:idle holds its idle connections: %v", err)
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	for end := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := health(h.issue(t, pki.RoleViewer, "idle"))
+		if err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("viewer:idle after closing its connections: %v", err)
 		}
 	}
 }

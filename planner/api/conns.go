@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pinfold/pinfold/planner/clip"
+	"github.com/pinfold/pinfold/planner/pki"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -67,7 +70,11 @@ func NewHTTPServer(h http.Handler, t Timeouts) *http.Server {
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetHTTP2(true)
 	srv.Protocols.SetUnencryptedHTTP2(true) // gRPC over h2c on loopback
-	trackConns(srv)
+	var lim *identityLimits
+	if lh, ok := h.(limitedHandler); ok {
+		lim = lh.lim
+	}
+	trackConns(srv, lim)
 	return srv
 }
 
@@ -266,7 +273,11 @@ func (l Limits) orDefaults() Limits {
 type identityLimits struct {
 	lim   Limits
 	conns *streamLimits // nil: no bound
-	rate  *rateLimits   // nil: no bound
+	// extra: connections admitted at their handshake past conns' bound,
+	// as many again, so that their first request is answered why
+	// (AdmitHandshake); past both, the handshake fails.
+	extra *streamLimits
+	rate  *rateLimits // nil: no bound
 
 	mu      sync.Mutex
 	limited map[limitedKey]int64 // bounded: 2 limits × 4 roles × the methods
@@ -282,6 +293,7 @@ func newIdentityLimits(l Limits, now func() time.Time) *identityLimits {
 	il := &identityLimits{lim: l, limited: map[limitedKey]int64{}}
 	if l.ConnsPerIdentity > 0 {
 		il.conns = newStreamLimits(l.ConnsPerIdentity)
+		il.extra = newStreamLimits(l.ConnsPerIdentity)
 	}
 	if l.RatePerIdentity > 0 && l.BurstPerIdentity > 0 {
 		il.rate = &rateLimits{rate: l.RatePerIdentity, burst: float64(l.BurstPerIdentity), max: MaxTrackedIdentities,
@@ -362,14 +374,21 @@ func (l *rateLimits) entries() int {
 // connSlotKey is the context key of a connection's connSlot.
 type connSlotKey struct{}
 
-// connSlot is one connection's place in its identity's bound: claimed by
-// its first request (the identity is the TLS handshake's, the same for
-// every request on it), released when the connection closes.
+// connSlot is one connection's place in its identity's bound: claimed at
+// its TLS handshake (AdmitHandshake) or else by its first request (the
+// identity is the handshake's, the same for every request on it),
+// released when the connection closes.
 type connSlot struct {
+	lim *identityLimits // the server's; nil: none
+
 	mu              sync.Mutex
 	key             string
 	held            *streamLimits
 	claimed, closed bool
+	// extraKey, extraHeld: a place in lim.extra, held by a connection
+	// admitted past the bound until it closes.
+	extraKey  string
+	extraHeld *streamLimits
 }
 
 // claim holds a connection of key in l for s's connection, once; false
@@ -387,6 +406,20 @@ func (s *connSlot) claim(key string, l *streamLimits) bool {
 	return true
 }
 
+// claimExtra holds a place of key in l for s's connection, once.
+func (s *connSlot) claimExtra(key string, l *streamLimits) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.extraHeld != nil || s.closed {
+		return true
+	}
+	if !l.take(key) {
+		return false
+	}
+	s.extraKey, s.extraHeld = key, l
+	return true
+}
+
 func (s *connSlot) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -395,14 +428,53 @@ func (s *connSlot) release() {
 		s.held.release(s.key)
 		s.claimed = false
 	}
+	if s.extraHeld != nil {
+		s.extraHeld.release(s.extraKey)
+		s.extraHeld = nil
+	}
+}
+
+// AdmitHandshake is a pki.Admit for servers whose handler is Handler's
+// (NewHTTPServer): a connection whose client certificate verified takes
+// its identity's place in --identity-max-conns when its handshake ends,
+// not at its first request, so connections that never send one (an idle
+// HTTP/2 connection holds a planner's goroutines and buffers until
+// --idle-timeout) count too. Past the bound, as many connections again are
+// admitted and refused at their first request, with resource_exhausted
+// naming the identity, the bound and the flag; past twice the bound the
+// handshake fails (counted as method "(handshake)").
+func AdmitHandshake(ctx context.Context, leaf *x509.Certificate) error {
+	s, _ := ctx.Value(connSlotKey{}).(*connSlot)
+	if s == nil || s.lim == nil || s.lim.conns == nil {
+		return nil
+	}
+	id, err := pki.IdentityOf(leaf)
+	key, role := limitKey(id, err, leaf.Subject.CommonName)
+	if s.claim(key, s.lim.conns) || s.claimExtra(key, s.lim.extra) {
+		return nil
+	}
+	s.lim.count(limitedKey{limit: "connections", role: role, method: "(handshake)"})
+	return fmt.Errorf("identity %s has %d connections open already, and %d more waiting to be refused: at most %d per identity (--identity-max-conns)",
+		key, s.lim.lim.ConnsPerIdentity, s.lim.lim.ConnsPerIdentity, s.lim.lim.ConnsPerIdentity)
+}
+
+// limitKey is the bounded identity of a verified client certificate and
+// its role: its pinfold identity, or its CommonName marked "(no role)"
+// with role "none" (as the audit trail names it, identityOf).
+func limitKey(id pki.Identity, err error, cn string) (key, role string) {
+	if err == nil && id.Name != "" {
+		return id.String(), string(id.Role)
+	}
+	return clip.Text(cn, 200) + " (no role)", "none"
 }
 
 // trackConns gives every connection of srv a connSlot in its requests'
-// context, released when the connection closes.
-func trackConns(srv *http.Server) {
+// context (and its TLS handshake's), released when the connection closes;
+// lim (nil: none) is the handler's, for AdmitHandshake.
+func trackConns(srv *http.Server, lim *identityLimits) {
 	var slots sync.Map // net.Conn → *connSlot
 	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
-		s := &connSlot{}
+		s := &connSlot{lim: lim}
 		slots.Store(c, s)
 		return context.WithValue(ctx, connSlotKey{}, s)
 	}
@@ -423,10 +495,9 @@ func limitedIdentity(ctx context.Context) (key, role string, ok bool) {
 	switch {
 	case !who.tls:
 		return "", "", false
-	case who.err == nil && who.id.Name != "":
-		return who.id.String(), string(who.id.Role), true
-	case who.cn != "":
-		return identityOf(ctx), "none", true
+	case who.err == nil && who.id.Name != "" || who.cn != "":
+		key, role = limitKey(who.id, who.err, who.cn)
+		return key, role, true
 	}
 	return "", "", false
 }

@@ -194,7 +194,15 @@ func Handler(svc Planner, o Options) http.Handler {
 	if o.Metrics != nil {
 		o.Metrics.limits.Store(lim)
 	}
-	return bodyDeadline(refuseDeclaredLarge(http.MaxBytesHandler(identify(limitIdentities(mux, lim, rec)), limit), limit), o.Timeouts.orDefaults().Body)
+	return limitedHandler{Handler: bodyDeadline(refuseDeclaredLarge(http.MaxBytesHandler(identify(limitIdentities(mux, lim, rec)), limit), limit), o.Timeouts.orDefaults().Body), lim: lim}
+}
+
+// limitedHandler is Handler's answer: the handler and its per-identity
+// bounds, which NewHTTPServer's connections take at their TLS handshake
+// (AdmitHandshake).
+type limitedHandler struct {
+	http.Handler
+	lim *identityLimits
 }
 
 // refuseDeclaredLarge answers a request whose Content-Length is over limit

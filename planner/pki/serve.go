@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,6 +50,25 @@ type ServerTLS struct {
 
 	connMu sync.Mutex
 	conns  map[*trackedConn]string // open connections from Listener: their client's serial
+
+	admit atomic.Pointer[Admit]
+}
+
+// Admit decides, at the end of a TLS handshake whose client certificate
+// verified, whether the connection may go on: ctx is the handshake's (the
+// HTTP server's connection context), leaf the client's certificate. An
+// error fails the handshake.
+type Admit func(ctx context.Context, leaf *x509.Certificate) error
+
+// SetAdmit makes Listener's connections pass a (nil: none) after their
+// certificate verified; for bounds per identity that a connection must
+// meet before it sends a request.
+func (s *ServerTLS) SetAdmit(a Admit) {
+	if a == nil {
+		s.admit.Store(nil)
+		return
+	}
+	s.admit.Store(&a)
 }
 
 // fileSig is what a stat says of a file: a change in any part is a change.
@@ -242,6 +262,11 @@ func (s *ServerTLS) Listener(ln net.Listener) net.Listener {
 			c.VerifyConnection = func(cs tls.ConnectionState) error {
 				if err := base.VerifyConnection(cs); err != nil {
 					return err
+				}
+				if a := s.admit.Load(); a != nil {
+					if err := (*a)(h.Context(), cs.PeerCertificates[0]); err != nil {
+						return err
+					}
 				}
 				s.connMu.Lock()
 				if _, open := s.conns[tc]; open {
