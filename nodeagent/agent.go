@@ -262,14 +262,16 @@ func (a *Agent) shareLoop(ctx context.Context) {
 
 // splitLoop runs the split scheme's sweep every SplitEvery, re-asserting
 // the children's files at most once a second; under the other schemes it
-// looks once per container for children an earlier split run left.
+// looks once per container for children an earlier split run left, and
+// wakes once a second (splitEvery).
 //
 // A sweep reads one file per thread: a host whose split containers hold
 // thousands of threads could spend a CPU on it. So the wait after a sweep
 // is splitWait: at least SplitEvery, and at least splitCostFactor times
 // what the sweep took, which holds the sweep under a tenth of one CPU.
 func (a *Agent) splitLoop(ctx context.Context) {
-	timer := time.NewTimer(a.cfg.SplitEvery)
+	every := splitEvery(a.cfg.Scheme, a.cfg.SplitEvery)
+	timer := time.NewTimer(every)
 	defer timer.Stop()
 	var ensured time.Time
 	slow := false
@@ -288,13 +290,23 @@ func (a *Agent) splitLoop(ctx context.Context) {
 			a.log.Warn("split sweep", "err", err)
 		}
 		took := time.Since(start)
-		wait := splitWait(a.cfg.SplitEvery, took)
-		if wait > a.cfg.SplitEvery != slow {
+		wait := splitWait(every, took)
+		if wait > every != slow {
 			slow = !slow
-			a.log.Info("split sweep period", "took", took, "next_in", wait, "split_every", a.cfg.SplitEvery)
+			a.log.Info("split sweep period", "took", took, "next_in", wait, "split_every", every)
 		}
 		timer.Reset(wait)
 	}
+}
+
+// splitEvery is splitLoop's period: every under the split scheme; under
+// the others, which only look once per container for children a split
+// left, no more often than once a second.
+func splitEvery(scheme Scheme, every time.Duration) time.Duration {
+	if scheme == SchemeSplit {
+		return every
+	}
+	return max(every, time.Second)
 }
 
 // splitCostFactor: the wait after a sweep is at least this many times

@@ -392,6 +392,26 @@ func TestSplitWait(t *testing.T) {
 	}
 }
 
+// TestSplitEvery: the sweep runs every --split-every under the split
+// scheme; under the others, which have only leftovers to look for, once a
+// second at most (it woke four times a second under every scheme).
+func TestSplitEvery(t *testing.T) {
+	for _, tc := range []struct {
+		scheme      Scheme
+		every, want time.Duration
+	}{
+		{SchemeSplit, 250 * time.Millisecond, 250 * time.Millisecond},
+		{SchemeSplit, 5 * time.Second, 5 * time.Second},
+		{SchemeCapped, 250 * time.Millisecond, time.Second},
+		{SchemeCapped, 5 * time.Second, 5 * time.Second},
+		{SchemeWeight, 100 * time.Millisecond, time.Second},
+	} {
+		if got := splitEvery(tc.scheme, tc.every); got != tc.want {
+			t.Errorf("splitEvery(%s, %s) = %s, want %s", tc.scheme, tc.every, got, tc.want)
+		}
+	}
+}
+
 // TestSplitResizeSequence: an instance resized on and off its fragment
 // more than once (1.7 → 2.5 → 2.0 → 0.3 → 1.7 → 2.0) has exactly the
 // children its current size needs after each pass and sweep: the look for
