@@ -166,7 +166,20 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 				continue
 			}
 		}
-		errs = append(errs, a.splitSweep(tw, j.in.ID, j.p, sp.Whole.Len()))
+		err := a.splitSweep(tw, j.in.ID, j.p, sp.Whole.Len())
+		if !ensure && (errors.Is(err, cgroup.ErrNoGroup) || errors.Is(err, fs.ErrNotExist)) {
+			// The children are gone: the container's cgroup was made anew
+			// at the same path (a restart). Not a warning four times a
+			// second: the next second's sweep makes them again.
+			a.mu.Lock()
+			if r := a.records[j.in.ID]; r != nil && r.cgroup != nil && *r.cgroup == j.p && r.splitEnsured == j.p.String() {
+				r.splitEnsured = ""
+				a.log.Info("split children gone (the container's cgroup was made anew); making them again", "instance", j.in.ID, "cgroup", j.p.String())
+			}
+			a.mu.Unlock()
+			continue
+		}
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -412,6 +412,45 @@ func TestSplitEvery(t *testing.T) {
 	}
 }
 
+// TestSplitChildrenGoneAfterRestart: a container restarted at the same
+// cgroup path has lost its children; the sweeps before the next second's
+// re-assertion report nothing (they logged "split sweep … no group" four
+// times a second) and that re-assertion makes the children again and
+// sweeps the threads into them.
+func TestSplitChildrenGoneAfterRestart(t *testing.T) {
+	a, _, cg := newSplitAgent(t)
+	ctx := context.Background()
+	a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
+	settle(t, a)
+	p := a.records["a"].cgroup.String()
+	cg.add(p, 11, 12)
+	if err := a.splitPass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// The restart: the kernel's cgroup is new, its children gone, the new
+	// process's threads in the container's cgroup itself.
+	cg.tmu.Lock()
+	for _, c := range []string{p + "/pinfold-whole", p + "/pinfold-frag"} {
+		delete(cg.groups, c)
+		delete(cg.threads, c)
+	}
+	cg.tmu.Unlock()
+	cg.add(p, 21, 22)
+	for i := range 3 {
+		if err := a.splitPass(ctx, false); err != nil {
+			t.Errorf("sweep %d after the restart: %v, want nothing to report", i+1, err)
+		}
+	}
+	if err := a.splitPass(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, tid := range []int{21, 22} {
+		if got := cg.where(tid); got != p+"/pinfold-whole" && got != p+"/pinfold-frag" {
+			t.Errorf("thread %d in %q after the re-assertion, want one of a's children", tid, got)
+		}
+	}
+}
+
 // TestSplitResizeSequence: an instance resized on and off its fragment
 // more than once (1.7 → 2.5 → 2.0 → 0.3 → 1.7 → 2.0) has exactly the
 // children its current size needs after each pass and sweep: the look for
