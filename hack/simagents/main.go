@@ -76,7 +76,12 @@ func main() {
 	flag.StringVar(&cfg.jsonOut, "json", "", "also write the figures as JSON to this file")
 	flag.StringVar(&cfg.phases, "phases", "all", "all, or registration: stop after the registration and the memory figures (no deploys, no restart)")
 	flag.BoolVar(&cfg.profile, "profile", false, "save the planner's heap (with its runtime statistics) and a 10 s CPU profile of the steady phase in -dir (planner-heap.pprof, planner-heap.txt, planner-cpu.pprof)")
+	flag.StringVar(&protocol, "protocol", protocol, "h2c: each agent one HTTP/2 connection carrying gRPC; http1: the Connect protocol over HTTP/1.1, a connection per call in flight")
 	flag.Parse()
+	if protocol != "h2c" && protocol != "http1" {
+		fmt.Fprintf(os.Stderr, "simagents: -protocol %q: want h2c or http1\n", protocol)
+		os.Exit(2)
+	}
 	if cfg.pinfold == "" || cfg.agents < 1 || cfg.deploys < 1 {
 		fmt.Fprintln(os.Stderr, "simagents: -pinfold is required; -agents and -deploys must be at least 1")
 		os.Exit(2)
@@ -501,9 +506,19 @@ func fetch(url, file string) {
 	_, _ = io.Copy(f, resp.Body)
 }
 
-// newClient is one agent's client: its own HTTP/2 (h2c) connection, as an
-// agent on its own machine has, with the agent's options.
+// protocol is how the simulated agents speak to the planner (-protocol).
+var protocol = "h2c"
+
+// newClient is one agent's client, with the agent's options, on
+// connections of its own, as an agent on its own machine has: with
+// -protocol h2c one HTTP/2 (h2c) connection carrying gRPC; with http1 the
+// Connect protocol over HTTP/1.1, a connection per call in flight (the
+// watch's and the heartbeat's).
 func newClient(base string) pinfoldv1connect.PlannerServiceClient {
+	if protocol == "http1" {
+		tr := &http.Transport{MaxIdleConnsPerHost: 2}
+		return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, api.AgentClientOptions()...)
+	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
 	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, append(api.AgentClientOptions(), connect.WithGRPC())...)
