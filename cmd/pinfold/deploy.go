@@ -32,35 +32,26 @@ type instanceJSON struct {
 	CPUQuota json.Number `json:"cpu_quota,omitempty"`
 	// CPUPlanned is the CPUs the allocation amounts to; CPUGot what the
 	// container used over the agent's last window (both in CPUs).
-	CPUPlanned json.Number  `json:"cpu_planned"`
-	CPUGot     json.Number  `json:"cpu_got"`
-	NUMANode   int32        `json:"numa_node"`
-	Memory     int64        `json:"memory_bytes"`
-	MemorySoft int64        `json:"memory_soft_bytes,omitempty"`
-	Bind       bool         `json:"bind"`
-	WholeCores bool         `json:"whole_cores,omitempty"`
-	Image      string       `json:"image,omitempty"`
-	Network    string       `json:"network,omitempty"`
-	State      string       `json:"state"`
-	Generation int64        `json:"generation"`
-	Container  string       `json:"container_id,omitempty"`
-	PID        int32        `json:"pid,omitempty"`
-	Error      string       `json:"error,omitempty"`
-	Observed   int64        `json:"observed_generation"`
-	MemoryUsed int64        `json:"memory_current_bytes,omitempty"`
-	RolledBack string       `json:"rolled_back,omitempty"`
-	Applied    *appliedJSON `json:"applied,omitempty"`
-	// The container settings (model.Container's JSON names).
-	Volumes   []string          `json:"volumes,omitempty"`
-	Restart   string            `json:"restart,omitempty"`
-	Labels    map[string]string `json:"labels,omitempty"`
-	User      string            `json:"user,omitempty"`
-	Workdir   string            `json:"workdir,omitempty"`
-	ReadOnly  bool              `json:"read_only,omitempty"`
-	CapAdd    []string          `json:"cap_add,omitempty"`
-	CapDrop   []string          `json:"cap_drop,omitempty"`
-	LogDriver string            `json:"log_driver,omitempty"`
-	LogOpts   map[string]string `json:"log_opts,omitempty"`
+	CPUPlanned  json.Number  `json:"cpu_planned"`
+	CPUGot      json.Number  `json:"cpu_got"`
+	NUMANode    int32        `json:"numa_node"`
+	Memory      int64        `json:"memory_bytes"`
+	MemorySoft  int64        `json:"memory_soft_bytes,omitempty"`
+	Bind        bool         `json:"bind"`
+	WholeCores  bool         `json:"whole_cores,omitempty"`
+	Image       string       `json:"image,omitempty"`
+	Network     string       `json:"network,omitempty"`
+	State       string       `json:"state"`
+	Generation  int64        `json:"generation"`
+	ContainerID string       `json:"container_id,omitempty"`
+	PID         int32        `json:"pid,omitempty"`
+	Error       string       `json:"error,omitempty"`
+	Observed    int64        `json:"observed_generation"`
+	MemoryUsed  int64        `json:"memory_current_bytes,omitempty"`
+	RolledBack  string       `json:"rolled_back,omitempty"`
+	Applied     *appliedJSON `json:"applied,omitempty"`
+	// The container settings, flat (model.Container's JSON names).
+	model.Container
 	// Ports are the host ports the instance holds (its container gets
 	// each as PINFOLD_PORT_<NAME>).
 	Ports []portJSON `json:"ports,omitempty"`
@@ -111,12 +102,10 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	if a := in.Applied; a != nil {
 		ap = &appliedJSON{a.Cpus, a.Mems, a.CpuQuota, a.CpuWeight, a.MemoryBytes}
 	}
-	ctr := in.Container.Model()
-	return instanceJSON{Volumes: ctr.Volumes, Restart: ctr.Restart, Labels: ctr.Labels, User: ctr.User, Workdir: ctr.Workdir, ReadOnly: ctr.ReadOnly,
-		CapAdd: ctr.CapAdd, CapDrop: ctr.CapDrop, LogDriver: ctr.LogDriver, LogOpts: ctr.LogOpts, Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
+	return instanceJSON{Container: in.Container.Model(), Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
 		CPUPlanned: json.Number(cpuAmount(int64(plannedPieces(in)), in.ShareBase)), CPUGot: json.Number(cpuAmount(int64(in.CpuGotPieces), in.ShareBase)),
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, WholeCores: in.WholeCores, Image: in.Image,
-		Network: in.Network, State: in.State, Generation: in.Generation, Container: in.ContainerId, PID: in.Pid, Error: in.Error,
+		Network: in.Network, State: in.State, Generation: in.Generation, ContainerID: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack, Ports: portsJSON(in)}
 }
 
