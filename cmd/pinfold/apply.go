@@ -175,6 +175,16 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	if want.MemorySoftBytes != soft {
 		blocked = append(blocked, fmt.Sprintf("memory_soft %s → %s", alloc.FormatBytes(rec.MemorySoftBytes), alloc.FormatBytes(want.MemorySoftBytes)))
 	}
+	// An instance of another size than the record (the service deployed
+	// again at another size): a resize moves each instance by one delta,
+	// so no live change makes them one size.
+	for _, in := range ins {
+		if p := instancePieces(in); p != curPieces || in.Bind != rec.Bind || in.MemoryBytes != rec.MemoryBytes {
+			blocked = append(blocked, fmt.Sprintf("instance %s has cpu %s, memory %s; the service cpu %s, memory %s (deployed again at another size: a resize keeps them apart)",
+				in.Id, cpuMode(p, in.Bind, sb), alloc.FormatBytes(in.MemoryBytes), cpuMode(curPieces, rec.Bind, sb), alloc.FormatBytes(rec.MemoryBytes)))
+			break
+		}
+	}
 	if len(blocked) > 0 {
 		return nil, blocked
 	}
@@ -238,6 +248,27 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 		steps = append(steps, step{Service: name, Action: "scale", Detail: fmt.Sprintf("count %d → %d", rec.Count, want.Count), scale: want.Count})
 	}
 	return steps, nil
+}
+
+// instancePieces is an instance's CPU in pieces: its CPUs' pieces when
+// bound, else its quota.
+func instancePieces(in *pinfoldv1.Instance) int {
+	if !in.Bind {
+		return int(in.CpuQuotaPieces)
+	}
+	n := 0
+	for _, p := range in.Cpus {
+		n += int(p)
+	}
+	return n
+}
+
+// cpuMode is pieces as CPUs with the mode: "1.5 (bound)", "2 (memory-first)".
+func cpuMode(pieces int, bind bool, sb int) string {
+	if bind {
+		return alloc.FormatPieces(pieces, sb) + " (bound)"
+	}
+	return alloc.FormatPieces(pieces, sb) + " (memory-first)"
 }
 
 func piecesOf(cpu string, sb int) (int, error) {
