@@ -175,18 +175,36 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	if want.MemorySoftBytes != soft {
 		blocked = append(blocked, fmt.Sprintf("memory_soft %s → %s", alloc.FormatBytes(rec.MemorySoftBytes), alloc.FormatBytes(want.MemorySoftBytes)))
 	}
-	// An instance of another size than the record (the service deployed
-	// again at another size): a resize moves each instance by one delta,
-	// so no live change makes them one size.
-	for _, in := range ins {
-		if p := instancePieces(in); p != curPieces || in.Bind != rec.Bind || in.MemoryBytes != rec.MemoryBytes {
-			blocked = append(blocked, fmt.Sprintf("instance %s has cpu %s, memory %s; the service cpu %s, memory %s (deployed again at another size: a resize keeps them apart)",
-				in.Id, cpuMode(p, in.Bind, sb), alloc.FormatBytes(in.MemoryBytes), cpuMode(curPieces, rec.Bind, sb), alloc.FormatBytes(rec.MemoryBytes)))
-			break
-		}
-	}
 	if len(blocked) > 0 {
 		return nil, blocked
+	}
+	// An instance of another size than the service's record (resized on
+	// its own, or the service deployed again at another size) is resized
+	// to the record's size first: a resize of the service moves every
+	// instance by one delta, which would keep it apart.
+	for _, in := range ins {
+		p := instancePieces(in)
+		if p == curPieces && in.Bind == rec.Bind && in.MemoryBytes == rec.MemoryBytes {
+			continue
+		}
+		// The size read: two applies at once resize it once.
+		r := &pinfoldv1.ResizeRequest{Target: in.Id, ExpectCpu: alloc.FormatPieces(p, sb), ExpectMemoryBytes: in.MemoryBytes}
+		var what []string
+		if p != curPieces || in.Bind != rec.Bind {
+			what = append(what, fmt.Sprintf("cpu %s → %s", cpuMode(p, in.Bind, sb), cpuMode(curPieces, rec.Bind, sb)))
+		}
+		if p != curPieces {
+			r.CpuDelta = alloc.FormatPieces(curPieces-p, sb)
+		}
+		if in.Bind != rec.Bind {
+			b := rec.Bind
+			r.Bind = &b
+		}
+		if in.MemoryBytes != rec.MemoryBytes {
+			r.MemoryDeltaBytes = rec.MemoryBytes - in.MemoryBytes
+			what = append(what, fmt.Sprintf("memory %s → %s", alloc.FormatBytes(in.MemoryBytes), alloc.FormatBytes(rec.MemoryBytes)))
+		}
+		steps = append(steps, step{Service: name, Action: "resize", Detail: fmt.Sprintf("instance %s to the service's size: %s", in.Id, strings.Join(what, ", ")), resize: r})
 	}
 	if curPieces != wantPieces || rec.MemoryBytes != want.MemoryBytes || rec.Bind != want.Bind {
 		// The size read is the one the planner must still hold: two applies
