@@ -453,6 +453,8 @@ a compose variable (${...}) is refused: pinfold does not fill them in.
 Compared with the planner (GetService, ListInstances), each service is:
   deploy    new: placed with its size and rules
   resize    cpu, memory or bind differ: resized in place by the difference
+            (an instance of another size than its service, resized on its
+            own or deployed at another size: that instance first)
   replace   image, command, health check, pull or the container settings
             (volumes, restart, ...) differ: blue-green replace
   scale     count differs (not for each and fill, whose count is per host)
