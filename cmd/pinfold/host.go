@@ -748,13 +748,16 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 		out outputFlag
 	)
 	use, short := "disable NAME", "Stop placing new work on a host (its instances keep running)"
+	long := short + "."
 	if enable {
 		use, short = "enable NAME", "Let a disabled host take new work again"
+		long = short + ". A drain in progress on it ends, as with\n'pinfold host drain --cancel' (moves in flight settle): work placed on it\nstays there."
 	}
 	verb := strings.Fields(use)[0]
 	cmd := &cobra.Command{
 		Use:     use,
 		Short:   short,
+		Long:    long,
 		Example: "  pinfold host " + verb + " h1\n  pinfold host " + verb + " h1 -o json",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -851,7 +854,8 @@ tried again every minute, and this command exits 1 with the reason (the
 drain goes on in the background). Run again after a lost connection, drain
 picks up where it is.
 --cancel stops starting moves (those in flight settle; the host stays
-disabled; 'pinfold host enable' lets it take work again).
+disabled; 'pinfold host enable' lets it take work again, and ends a drain
+in progress too).
 
 An instance with a host-local volume (--volume: a bind mount or a named
 volume) stays: its data lives on this host. The drain moves the others,
