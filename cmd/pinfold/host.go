@@ -709,7 +709,10 @@ warns that its instances are not running. --off ends the maintenance.`,
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			if off == (grace != 0) {
+			if off && grace != 0 {
+				return badInput("--grace and --off exclude each other: give --grace DURATION to start (or extend) a maintenance, --off to end it")
+			}
+			if !off && grace == 0 {
 				return badInput("give --grace DURATION (e.g. 10m) or --off")
 			}
 			if !off && grace < time.Second {

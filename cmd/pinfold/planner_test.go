@@ -116,6 +116,13 @@ func TestPlannerCLI(t *testing.T) {
 		t.Errorf("resize on a host without an agent: progress %q, want it to count the instance nothing was applied to (0/1, as the error's 0 of 1)", errOut)
 	}
 	must("resize", ins[0].ID, "--memory", "-64MiB", "--wait", "0")
+	// A deploy onto a host without an agent warns, saying once that its
+	// instances stay pending.
+	_, errOut, code = runCLI(t, "", append([]string{"deploy", "one", "--cpu", "0.1", "--bind", "--memory", "64MiB", "--image", "busybox"}, pl...)...)
+	if code != 0 || strings.Count(errOut, "WARNING: host ") != 1 || strings.Count(errOut, "stay pending") != 1 {
+		t.Errorf("deploy onto a host without an agent: exit %d, %q; want one warning saying once that its instances stay pending", code, errOut)
+	}
+	must("remove", "one")
 	// The network mode travels with the instance, and a replace keeps it.
 	var all []struct {
 		Service string `json:"service"`
