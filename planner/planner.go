@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/pinfold/pinfold/planner/api"
@@ -187,6 +188,11 @@ func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return state.Dial{}, &StoreError{fmt.Errorf("planner: data dir %q: %w", cfg.DataDir, err)}
 	}
+	unlock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return state.Dial{}, &StoreError{err}
+	}
+	p.closers = append(p.closers, unlock) // Start closes it on error
 	pkiDir := filepath.Join(cfg.DataDir, "etcd-tls")
 	if err := os.RemoveAll(pkiDir); err != nil {
 		return state.Dial{}, &StoreError{fmt.Errorf("planner: %s: %w", pkiDir, err)}
@@ -219,6 +225,26 @@ func (p *Planner) startEmbedded(cfg Config) (state.Dial, error) {
 	p.closers = append(p.closers, e.Close)
 	log.Info("embedded etcd ready (TLS, client certificates only)", "dir", dir, "client_url", e.Endpoint(), "certificates", pkiDir)
 	return state.Dial{Endpoints: []string{e.Endpoint()}, TLS: tc}, nil
+}
+
+// lockDataDir takes an exclusive lock on DataDir/lock, held until the
+// returned function runs (the planner's Close). Another planner on the same
+// data dir would replace the running one's etcd certificates and then wait
+// for etcd's database lock forever, saying nothing: it is refused at once.
+func lockDataDir(dir string) (unlock func(), err error) {
+	path := filepath.Join(dir, "lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("planner: data dir lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("planner: data dir %q is in use by another planner (%s is locked): stop it, or give another --data-dir", dir, path)
+		}
+		return nil, fmt.Errorf("planner: lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 func loopbackURL(raw string) bool {

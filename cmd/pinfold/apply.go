@@ -178,6 +178,34 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	if len(blocked) > 0 {
 		return nil, blocked
 	}
+	// An instance of another size than the service's record (resized on
+	// its own, or the service deployed again at another size) is resized
+	// to the record's size first: a resize of the service moves every
+	// instance by one delta, which would keep it apart.
+	for _, in := range ins {
+		p := instancePieces(in)
+		if p == curPieces && in.Bind == rec.Bind && in.MemoryBytes == rec.MemoryBytes {
+			continue
+		}
+		// The size read: two applies at once resize it once.
+		r := &pinfoldv1.ResizeRequest{Target: in.Id, ExpectCpu: alloc.FormatPieces(p, sb), ExpectMemoryBytes: in.MemoryBytes}
+		var what []string
+		if p != curPieces || in.Bind != rec.Bind {
+			what = append(what, fmt.Sprintf("cpu %s → %s", cpuMode(p, in.Bind, sb), cpuMode(curPieces, rec.Bind, sb)))
+		}
+		if p != curPieces {
+			r.CpuDelta = alloc.FormatPieces(curPieces-p, sb)
+		}
+		if in.Bind != rec.Bind {
+			b := rec.Bind
+			r.Bind = &b
+		}
+		if in.MemoryBytes != rec.MemoryBytes {
+			r.MemoryDeltaBytes = rec.MemoryBytes - in.MemoryBytes
+			what = append(what, fmt.Sprintf("memory %s → %s", alloc.FormatBytes(in.MemoryBytes), alloc.FormatBytes(rec.MemoryBytes)))
+		}
+		steps = append(steps, step{Service: name, Action: "resize", Detail: fmt.Sprintf("instance %s to the service's size: %s", in.Id, strings.Join(what, ", ")), resize: r})
+	}
 	if curPieces != wantPieces || rec.MemoryBytes != want.MemoryBytes || rec.Bind != want.Bind {
 		// The size read is the one the planner must still hold: two applies
 		// at once add their delta once (the second is refused, aborted).
@@ -238,6 +266,27 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 		steps = append(steps, step{Service: name, Action: "scale", Detail: fmt.Sprintf("count %d → %d", rec.Count, want.Count), scale: want.Count})
 	}
 	return steps, nil
+}
+
+// instancePieces is an instance's CPU in pieces: its CPUs' pieces when
+// bound, else its quota.
+func instancePieces(in *pinfoldv1.Instance) int {
+	if !in.Bind {
+		return int(in.CpuQuotaPieces)
+	}
+	n := 0
+	for _, p := range in.Cpus {
+		n += int(p)
+	}
+	return n
+}
+
+// cpuMode is pieces as CPUs with the mode: "1.5 (bound)", "2 (memory-first)".
+func cpuMode(pieces int, bind bool, sb int) string {
+	if bind {
+		return alloc.FormatPieces(pieces, sb) + " (bound)"
+	}
+	return alloc.FormatPieces(pieces, sb) + " (memory-first)"
 }
 
 func piecesOf(cpu string, sb int) (int, error) {
@@ -404,6 +453,8 @@ a compose variable (${...}) is refused: pinfold does not fill them in.
 Compared with the planner (GetService, ListInstances), each service is:
   deploy    new: placed with its size and rules
   resize    cpu, memory or bind differ: resized in place by the difference
+            (an instance of another size than its service, resized on its
+            own or deployed at another size: that instance first)
   replace   image, command, health check, pull or the container settings
             (volumes, restart, ...) differ: blue-green replace
   scale     count differs (not for each and fill, whose count is per host)

@@ -854,7 +854,11 @@ func warnUnenforced(ctx context.Context, cl pinfoldv1connect.PlannerServiceClien
 			return
 		}
 		if h := r.Msg.Host; !h.Agent || h.State == "down" {
-			fmt.Fprintf(w, "WARNING: host %s: %s: its instances stay pending\n", name, agentState(h))
+			why := agentState(h)
+			if !strings.Contains(why, "stay pending") { // a hand-registered host's says so
+				why += ": its instances stay pending"
+			}
+			fmt.Fprintf(w, "WARNING: host %s: %s\n", name, why)
 		}
 	}
 }

@@ -709,7 +709,10 @@ warns that its instances are not running. --off ends the maintenance.`,
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			if off == (grace != 0) {
+			if off && grace != 0 {
+				return badInput("--grace and --off exclude each other: give --grace DURATION to start (or extend) a maintenance, --off to end it")
+			}
+			if !off && grace == 0 {
 				return badInput("give --grace DURATION (e.g. 10m) or --off")
 			}
 			if !off && grace < time.Second {
@@ -748,13 +751,16 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 		out outputFlag
 	)
 	use, short := "disable NAME", "Stop placing new work on a host (its instances keep running)"
+	long := short + "."
 	if enable {
 		use, short = "enable NAME", "Let a disabled host take new work again"
+		long = short + ". A drain in progress on it ends, as with\n'pinfold host drain --cancel' (moves in flight settle): work placed on it\nstays there."
 	}
 	verb := strings.Fields(use)[0]
 	cmd := &cobra.Command{
 		Use:     use,
 		Short:   short,
+		Long:    long,
 		Example: "  pinfold host " + verb + " h1\n  pinfold host " + verb + " h1 -o json",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -851,7 +857,8 @@ tried again every minute, and this command exits 1 with the reason (the
 drain goes on in the background). Run again after a lost connection, drain
 picks up where it is.
 --cancel stops starting moves (those in flight settle; the host stays
-disabled; 'pinfold host enable' lets it take work again).
+disabled; 'pinfold host enable' lets it take work again, and ends a drain
+in progress too).
 
 An instance with a host-local volume (--volume: a bind mount or a named
 volume) stays: its data lives on this host. The drain moves the others,

@@ -112,8 +112,17 @@ func TestPlannerCLI(t *testing.T) {
 	if _, errOut, code := runCLI(t, "", append([]string{"resize", ins[0].ID, "--cpu", "+0.3", "--memory", "+64MiB"}, pl...)...); code != 1 ||
 		!strings.Contains(errOut, "nothing was applied to") || !strings.Contains(errOut, ins[0].ID+": no agent on host "+ins[0].Host) {
 		t.Errorf("resize on a host without an agent: exit %d, %s; want exit 1 naming %s and its host", code, errOut, ins[0].ID)
+	} else if !strings.Contains(errOut, "applied on 0/1 instances") {
+		t.Errorf("resize on a host without an agent: progress %q, want it to count the instance nothing was applied to (0/1, as the error's 0 of 1)", errOut)
 	}
 	must("resize", ins[0].ID, "--memory", "-64MiB", "--wait", "0")
+	// A deploy onto a host without an agent warns, saying once that its
+	// instances stay pending.
+	_, errOut, code = runCLI(t, "", append([]string{"deploy", "one", "--cpu", "0.1", "--bind", "--memory", "64MiB", "--image", "busybox"}, pl...)...)
+	if code != 0 || strings.Count(errOut, "WARNING: host ") != 1 || strings.Count(errOut, "stay pending") != 1 {
+		t.Errorf("deploy onto a host without an agent: exit %d, %q; want one warning saying once that its instances stay pending", code, errOut)
+	}
+	must("remove", "one")
 	// The network mode travels with the instance, and a replace keeps it.
 	var all []struct {
 		Service string `json:"service"`

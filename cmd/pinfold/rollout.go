@@ -127,7 +127,8 @@ func waitApplied(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 			}
 		}
 		if progress != nil && done != lastDone {
-			fmt.Fprintf(progress, "  applied on %d/%d instances\n", done, total)
+			// Of every instance, as the error at the end counts them.
+			fmt.Fprintf(progress, "  applied on %d/%d instances\n", done, total+len(unapplied))
 			lastDone = done
 		}
 		// A batch settles before it is judged: every instance applied or

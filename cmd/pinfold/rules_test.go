@@ -67,6 +67,7 @@ func TestPlacementCLI(t *testing.T) {
 		{[]string{"settings", "--priority", "Gravity=1"}, "unknown rule"},
 		{[]string{"settings", "--priority", "Affinity=0.5"}, "want RULE=P"},
 		{[]string{"host", "maintenance", "a", "--grace", "500ms"}, "want at least 1s"},
+		{[]string{"host", "maintenance", "a", "--grace", "10m", "--off"}, "--grace and --off exclude each other"},
 		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--cpu", "1.5", "--bind", "--whole-cores"}, `whole_cores = "1.5": whole cores need a bound request`},
 	} {
 		_, errOut, code := run(tc.args...)

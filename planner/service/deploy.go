@@ -39,7 +39,22 @@ type DeployRequest struct {
 	// instead of Strategy (scale adds instances with auto to a service
 	// deployed with a per-host strategy, which stays its strategy).
 	recorded alloc.Strategy
+	// scale, when set, is what Scale read before this deploy: the plan
+	// refuses (errScaleChanged) when the service's record or its number of
+	// instances is no longer that, so that a resize, replace or other
+	// scale committed in between is neither undone nor added to twice.
+	scale *scaleRead
 }
+
+// scaleRead is the service's record and instance count a scale read.
+type scaleRead struct {
+	record state.Service
+	have   int
+}
+
+// errScaleChanged: the service changed between a scale's read and its
+// deploy's plan; Scale reads again.
+var errScaleChanged = errors.New("the service changed while it was being scaled")
 
 // DeployResult is a deploy's instances and what the placement rules said.
 type DeployResult struct {
@@ -123,6 +138,14 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	o := s.once(ctx, "Deploy", r)
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		hit("deploy")
+		var scaled state.Doc[state.Service]
+		if r.scale != nil {
+			d, ok := rd.Service(r.Service)
+			if !ok || !reflect.DeepEqual(d.Value, r.scale.record) || countInstances(rd.ServiceInstances(r.Service)) != r.scale.have {
+				return nil, errScaleChanged
+			}
+			scaled = d
+		}
 		placed := rd.SchedulablePlacement()
 		settings := rd.PlacementSettings()
 		// One instance, auto, no rules: the room index finds the host the
@@ -147,6 +170,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			}
 		}
 		c := new(state.Change)
+		if r.scale != nil {
+			c.GuardService(r.Service, scaled.Rev) // another planner's change too
+		}
 		if r.CreateOnly {
 			if d, ok := rd.Service(r.Service); ok {
 				return nil, errf(Exists, "service %q exists already (deployed with image %s): scale or resize it, or remove it first", r.Service, d.Value.Image)

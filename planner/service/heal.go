@@ -753,7 +753,10 @@ type ScaleResult struct {
 // Scale sets the number of service's instances to count: it deploys the
 // missing ones through placement with the service's spec, size and rules,
 // or removes the worst placed first (worstFirst). An instance and the one
-// replacing it (a move in flight) count once.
+// replacing it (a move in flight) count once. A resize, replace or other
+// scale committed between its read and its deploy makes it read again:
+// the added instances have the service's size then, and two scales to N
+// leave N.
 func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleResult, error) {
 	if err := state.ValidateServiceName(service); err != nil {
 		return ScaleResult{}, errf(Invalid, "service: %w", err)
@@ -761,17 +764,19 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 	if count < 0 || count > MaxDeployCount {
 		return ScaleResult{}, errf(Invalid, "count = %d: want 0..%d", count, MaxDeployCount)
 	}
-	d, ok := s.st.Service(service)
-	if !ok {
-		return ScaleResult{}, errf(NotFound, "service %q is not deployed: deploy it first (scale keeps its spec, size and rules)", service)
-	}
-	have := countInstances(s.st.ServiceInstances(service))
-	switch {
-	case count > have:
+	for attempt := 1; ; attempt++ {
+		d, ok := s.st.Service(service)
+		if !ok {
+			return ScaleResult{}, errf(NotFound, "service %q is not deployed: deploy it first (scale keeps its spec, size and rules)", service)
+		}
+		have := countInstances(s.st.ServiceInstances(service))
+		if count <= have {
+			return s.scaleDown(ctx, service, count, have)
+		}
 		svc := d.Value
 		r := DeployRequest{Service: service, Spec: svc.Spec, Count: count - have, Pieces: svc.Pieces, Bind: svc.Bind, WholeCores: svc.WholeCores, Memory: svc.Memory,
 			MemorySoft: svc.MemorySoft, Strategy: oneMore(alloc.Strategy(svc.Strategy)), MaxPerHost: svc.MaxPerHost,
-			recorded: alloc.Strategy(svc.Strategy)}
+			recorded: alloc.Strategy(svc.Strategy), scale: &scaleRead{record: svc, have: have}}
 		if svc.Rules != nil {
 			r.Rules = *svc.Rules
 		}
@@ -779,44 +784,63 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		// nothing under the caller's request ID (a deploy's record there
 		// would answer a later deploy with this one's instances).
 		res, err := s.DeployWithRules(withoutRequest(ctx), r)
+		if errors.Is(err, errScaleChanged) {
+			// A resize, replace or another scale committed after the
+			// read above (the cache holds it now): read again.
+			if attempt < scaleAttempts {
+				continue
+			}
+			return ScaleResult{}, errf(Conflicted, "service %q: %v %d times in a row (other scales, resizes or replaces); nothing was added: run scale again", service, err, attempt)
+		}
 		if err != nil {
 			return ScaleResult{}, err
 		}
 		return ScaleResult{Added: res.Instances, Count: count}, nil
-	case count < have:
-		var removed []string
-		err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
-			removed = nil
-			ins := rd.ServiceInstances(service)
-			k := countInstances(ins) - count
-			if k <= 0 {
-				return new(state.Change), nil
-			}
-			views := map[string]state.HostView{}
-			for _, v := range ins {
-				if _, ok := views[v.Instance.Host]; !ok {
-					views[v.Instance.Host], _ = rd.Host(v.Instance.Host)
-				}
-			}
-			c := new(state.Change)
-			allocs := map[string]state.Alloc{}
-			for _, v := range worstFirst(ins, views, k) {
-				release(rd, v, c, allocs)
-				removed = append(removed, v.Instance.ID)
-				if r, ok := replacementOf(rd, service, v.Instance.ID); ok {
-					release(rd, r, c, allocs) // its move in flight goes with it
-					removed = append(removed, r.Instance.ID)
-				}
-			}
-			return c, nil
-		})
-		if err != nil {
-			return ScaleResult{}, err
-		}
-		s.log.Info("scaled down", "service", service, "count", count, "removed", removed)
-		return ScaleResult{Removed: removed, Count: count}, nil
 	}
-	return ScaleResult{Count: have}, nil
+}
+
+// scaleAttempts bounds how often Scale reads the service again when it
+// changed between the read and the deploy (errScaleChanged).
+const scaleAttempts = 8
+
+// scaleDown removes instances of service, worst placed first, until it has
+// count (have when read; counted again in the plan); count == have
+// changes nothing.
+func (s *Service) scaleDown(ctx context.Context, service string, count, have int) (ScaleResult, error) {
+	if count == have {
+		return ScaleResult{Count: have}, nil
+	}
+	var removed []string
+	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
+		removed = nil
+		ins := rd.ServiceInstances(service)
+		k := countInstances(ins) - count
+		if k <= 0 {
+			return new(state.Change), nil
+		}
+		views := map[string]state.HostView{}
+		for _, v := range ins {
+			if _, ok := views[v.Instance.Host]; !ok {
+				views[v.Instance.Host], _ = rd.Host(v.Instance.Host)
+			}
+		}
+		c := new(state.Change)
+		allocs := map[string]state.Alloc{}
+		for _, v := range worstFirst(ins, views, k) {
+			release(rd, v, c, allocs)
+			removed = append(removed, v.Instance.ID)
+			if r, ok := replacementOf(rd, service, v.Instance.ID); ok {
+				release(rd, r, c, allocs) // its move in flight goes with it
+				removed = append(removed, r.Instance.ID)
+			}
+		}
+		return c, nil
+	})
+	if err != nil {
+		return ScaleResult{}, err
+	}
+	s.log.Info("scaled down", "service", service, "count", count, "removed", removed)
+	return ScaleResult{Removed: removed, Count: count}, nil
 }
 
 // countInstances counts a service's instances, an instance being replaced

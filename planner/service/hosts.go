@@ -362,9 +362,19 @@ func (r SetHostRequest) applyPlacement(h *state.Host) error {
 }
 
 // SetEnabled enables or disables a host for new work. Disabling a host whose
-// agent is down is recorded and holds when the agent returns.
+// agent is down is recorded and holds when the agent returns. Enabling a
+// draining host ends its drain, as drain --cancel does (moves in flight
+// settle): a host that takes work must not have it moved off again.
 func (s *Service) SetEnabled(ctx context.Context, name string, enabled bool) (state.HostView, error) {
-	return s.changeHost(ctx, name, func(h *state.Host) { h.Disabled = !enabled })
+	return s.changeHost(ctx, name, func(h *state.Host) {
+		h.Disabled = !enabled
+		if enabled && h.Draining {
+			h.Draining, h.DrainDeadline, h.DrainMoveLocal = false, time.Time{}, false
+			if strings.HasPrefix(h.Stuck, "drain") { // a dead host's heal keeps its reason
+				h.Stuck = ""
+			}
+		}
+	})
 }
 
 // changeHost commits change to host name's registration, reading it again

@@ -168,9 +168,10 @@ type ResizeRequest struct {
 	CPUDelta    int   // pieces
 	MemoryDelta int64 // bytes
 	Bind        *bool // nil keeps the mode
-	// ExpectPieces and ExpectMemory (each 0: none), for a service target:
-	// the size its record must have, else the resize is refused
-	// (Conflicted): a delta computed from an earlier read is added once.
+	// ExpectPieces and ExpectMemory (each 0: none): the size a service
+	// target's record, or an instance target, must have, else the resize
+	// is refused (Conflicted): a delta computed from an earlier read is
+	// added once.
 	ExpectPieces int
 	ExpectMemory int64
 }
@@ -188,13 +189,17 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			return nil, err
 		}
 		if r.ExpectPieces > 0 || r.ExpectMemory > 0 {
-			d, ok := rd.Service(r.Target)
-			if !ok {
-				return nil, errf(Precond, "resize %s: an expected size is given, but %s is no service", r.Target, r.Target)
+			what, pieces, memory := "the service", 0, int64(0)
+			if d, ok := rd.Service(r.Target); ok {
+				pieces, memory = d.Value.Pieces, d.Value.Memory
+			} else if len(targets) == 1 && targets[0].Instance.ID == r.Target {
+				what, pieces, memory = "the instance", targets[0].Instance.Pieces(), targets[0].Instance.Memory
+			} else {
+				return nil, errf(Precond, "resize %s: an expected size is given, but %s is no service or instance", r.Target, r.Target)
 			}
-			if r.ExpectPieces > 0 && d.Value.Pieces != r.ExpectPieces || r.ExpectMemory > 0 && d.Value.Memory != r.ExpectMemory {
-				return nil, errf(Conflicted, "resize %s: the service is %s CPUs and %s now, not the %s CPUs and %s expected: another change came first (read it again)",
-					r.Target, alloc.FormatPieces(d.Value.Pieces, s.params.ShareBase), alloc.FormatBytes(d.Value.Memory),
+			if r.ExpectPieces > 0 && pieces != r.ExpectPieces || r.ExpectMemory > 0 && memory != r.ExpectMemory {
+				return nil, errf(Conflicted, "resize %s: %s is %s CPUs and %s now, not the %s CPUs and %s expected: another change came first (read it again)",
+					r.Target, what, alloc.FormatPieces(pieces, s.params.ShareBase), alloc.FormatBytes(memory),
 					alloc.FormatPieces(r.ExpectPieces, s.params.ShareBase), alloc.FormatBytes(r.ExpectMemory))
 			}
 		}

@@ -2902,7 +2902,7 @@ type ResizeRequest struct {
 	CpuDelta         string                 `protobuf:"bytes,2,opt,name=cpu_delta,json=cpuDelta,proto3" json:"cpu_delta,omitempty"` // decimal CPUs, may be negative
 	MemoryDeltaBytes int64                  `protobuf:"varint,3,opt,name=memory_delta_bytes,json=memoryDeltaBytes,proto3" json:"memory_delta_bytes,omitempty"`
 	Bind             *bool                  `protobuf:"varint,4,opt,name=bind,proto3,oneof" json:"bind,omitempty"`
-	// A service's resize may name the size it expects the service to have
+	// A resize may name the size it expects the service (its record) or the instance to have
 	// (expect_cpu in decimal CPUs; both unset: none): another size is
 	// refused (aborted), so a delta computed from a read is added once.
 	ExpectCpu         string `protobuf:"bytes,70,opt,name=expect_cpu,json=expectCpu,proto3" json:"expect_cpu,omitempty"`
