@@ -73,6 +73,9 @@ func TestFirstHourControlPlane(t *testing.T) {
 	if show := must("host", "show", "a"); !strings.Contains(show, "Stuck: drain: instance") {
 		t.Errorf("host show a does not say why its drain is stuck:\n%s", show)
 	}
+	if list := must("host", "list"); !strings.Contains(list, "a     disabled, drain stuck") {
+		t.Errorf("host list does not say a's drain is stuck:\n%s", list)
+	}
 	must("host", "drain", "a", "--cancel")
 	if show := must("host", "show", "a"); strings.Contains(show, "Stuck:") {
 		t.Errorf("after the drain was cancelled host show a still says stuck:\n%s", show)

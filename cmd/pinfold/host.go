@@ -350,7 +350,8 @@ func newHostListCmd() *cobra.Command {
 		Use:     "list [--watch]",
 		Aliases: []string{"ls"},
 		Short:   "List hosts with their state, capacity and use",
-		Long: `List the registered hosts: state (up, down, disabled, maintenance), CPU and
+		Long: `List the registered hosts: state (up, down, disabled, maintenance; with
+", draining" or ", drain stuck" while a drain runs: host show says why), CPU and
 memory used of capacity, the memory-first quota against the shared pool,
 NUMA nodes, instances, fault and upgrade domains, and the agent's version.
 --watch redraws the list every --interval until Ctrl-C. The planner answers
@@ -402,12 +403,26 @@ func listHosts(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, out
 		if h.Agent {
 			agent = orDash(h.AgentVersion)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%s\t%d\t%d\t%s\t%s\t%s\n", h.Name, h.State,
+		fmt.Fprintf(tw, "%s\t%s\t%s/%s\t%s/%s\t%s\t%d\t%d\t%s\t%s\t%s\n", h.Name, listState(h),
 			cpuAmount(sumPieces(h.UsedCpus), h.ShareBase), cpuAmount(sumPieces(h.CapacityCpus), h.ShareBase),
 			formatBytes(h.UsedMemoryBytes), formatBytes(h.CapacityMemoryBytes), quotaPool(h), len(h.NumaNodes), n,
 			orDash(h.FaultDomain), orDash(h.UpgradeDomain), agent)
 	}
 	return tw.Flush()
+}
+
+// listState is host list's STATE: the host's state, and "draining" or
+// "drain stuck" while a drain runs (the drain's deadline and reason are in
+// host show).
+func listState(h *pinfoldv1.Host) string {
+	switch {
+	case !h.Draining:
+		return h.State
+	case strings.HasPrefix(h.Stuck, "drain"):
+		return h.State + ", drain stuck"
+	default:
+		return h.State + ", draining"
+	}
 }
 
 func newHostShowCmd() *cobra.Command {
