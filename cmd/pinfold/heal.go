@@ -182,8 +182,8 @@ or in maintenance, then those on the host holding most of the service, then
 those on the host using the largest share of its CPU. --count 0 keeps the
 service's record (scale it up again later). --count is the service's total,
 also for a service deployed with --strategy each or fill, whose deploy
---count was per host: scale a 4-host 'each' service of one instance per
-host to 8 for two per host.`,
+--count was per host (an 'each' service deployed with --count 1 on 4 hosts
+has 4 instances; scale --count 2 removes two of them).`,
 		Example: `  pinfold scale web --count 5
   pinfold scale web --count 0 -o json`,
 		Args: cobra.ExactArgs(1),
