@@ -45,6 +45,7 @@ var regressions = []struct {
 	{8, 300, "Capacity counted the hosts a soft or optimization constraint does not match, and Plan never used them under optimization (step 249) (fixed here: optimization rules give way too, before soft ones)"},
 	{115, 40, "a move over a single host was refused 'every host was eliminated' naming no rule (fixed: the host it leaves is eliminated under OwnHost)"},
 	{152, 40, "the same, at step 8"},
+	{859, 39, "a deploy of 3 instances with a static port onto 2 hosts with the port free was refused naming the port's one instance per host, which the check did not read as a rule (no host was eliminated): the check's gap, fixed there"},
 }
 
 // TestSimulation runs the seeds of -sim.seeds, each for -sim.steps (or

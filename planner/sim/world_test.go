@@ -375,6 +375,11 @@ func bindingRule(err error) string {
 	if strings.Contains(err.Error(), "domain spread") {
 		return "domain spread"
 	}
+	// More instances than hosts with a static port free: the port's one
+	// instance per host binds, and no host was eliminated.
+	if strings.Contains(err.Error(), "a static port allows one instance per host") {
+		return string(placement.RulePorts)
+	}
 	// "h1 takes 0 (memory)": what limits each host.
 	if m := takesRe.FindStringSubmatch(err.Error()); m != nil {
 		return m[1]
