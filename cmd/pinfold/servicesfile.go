@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -465,7 +466,13 @@ func (h *fileHealth) check(path string) (*pinfoldv1.HealthCheck, error) {
 func fieldError(path string, err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return fmt.Errorf("%s.%s: a JSON %s where %s is wanted", path, te.Field, te.Value, goTypeWord(te.Type.Kind().String()))
+		want := goTypeWord(te.Type.Kind().String())
+		hint := ""
+		if te.Type.Kind() == reflect.String && (te.Value == "bool" || te.Value == "number") {
+			// YAML reads y, yes, no, on, off and unquoted numbers as such.
+			hint = fmt.Sprintf(" (YAML read the value as a %s: quote it)", te.Value)
+		}
+		return fmt.Errorf("%s.%s: a %s where %s is wanted%s", path, te.Field, te.Value, want, hint)
 	}
 	msg := err.Error()
 	if k, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
