@@ -31,6 +31,8 @@ func TestErrorsAsTyped(t *testing.T) {
 		{[]string{"resize", "web", "--memory", "+100GiB", "--wait", "0"}, 1, []string{"to 1 CPUs (bound) and 101 GiB does not fit"}, false},
 		{[]string{"resize", "web", "--memory", "-1GiB", "--wait", "0"}, exitBadInput, []string{"= -1 GiB: the instance has 1 GiB"}, false},
 		{[]string{"host", "set", "h1", "--memory", "512MiB"}, 1, []string{"memory 512 MiB is below the 1 GiB in use"}, false},
+		{[]string{"host", "set", "h1"}, exitBadInput, []string{"host set h1: nothing to change: give at least one of --add-cpus, --remove-cpus, --memory"}, true},
+		{[]string{"host", "set", "h1", "--fault-domain", ""}, 0, nil, false}, // clearing is a change
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			_, errOut, code := run(tc.args...)

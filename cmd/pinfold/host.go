@@ -607,6 +607,9 @@ violation.`,
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
+			if !slices.ContainsFunc(hostSetChanges, cmd.Flags().Changed) {
+				return badInput("host set %s: nothing to change: give at least one of --%s", args[0], strings.Join(hostSetChanges, ", --"))
+			}
 			req := &pinfoldv1.SetHostRequest{Name: args[0], AddCpus: map[int32]int32{}, NumaMemoryBytes: map[int32]int64{}}
 			if addCPUs != "" {
 				set, err := cpuset.ParseCPUs(addCPUs)
@@ -702,6 +705,10 @@ violation.`,
 	cmd.Flags().StringVar(&hostType, "host-type", "", "the built-in HostType property")
 	return cmd
 }
+
+// hostSetChanges are host set's flags that change something (the others
+// say where and how to call).
+var hostSetChanges = []string{"add-cpus", "remove-cpus", "memory", "numa-memory", "property", "remove-property", "fault-domain", "upgrade-domain", "host-type"}
 
 func newHostMaintenanceCmd() *cobra.Command {
 	var (
