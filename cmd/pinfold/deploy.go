@@ -475,7 +475,7 @@ host's reason (exit 1).`,
 					var progress io.Writer
 					if !out.json() {
 						progress = cmd.ErrOrStderr()
-						fmt.Fprintf(progress, "resized %d instances in the plan; waiting for their hosts…\n", len(ins))
+						fmt.Fprintf(progress, "resized %s in the plan; waiting for their hosts…\n", instances(len(ins)))
 					}
 					if got, err := waitApplied(cmd.Context(), cl, generations(ins), waitResize, wait, progress); got != nil {
 						ins, werr = got, err
@@ -607,7 +607,7 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 						if hosts != nil {
 							where = strings.Join(hosts, ", ")
 						}
-						fmt.Fprintf(progress, "batch %d/%d: replacing %d instances on %s with %s…\n", i+1, len(groups), len(ins), where, image)
+						fmt.Fprintf(progress, "batch %d/%d: replacing %s on %s with %s…\n", i+1, len(groups), instances(len(ins)), where, image)
 					}
 					if wait > 0 {
 						t0 := time.Now()
@@ -679,7 +679,7 @@ number of instances, use 'pinfold scale'.`,
 				if out.json() {
 					return writeJSON(cmd.OutOrStdout(), map[string][]string{"removed": append([]string{}, resp.Msg.Ids...)})
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "removed %d instances: %s\n", len(resp.Msg.Ids), strings.Join(resp.Msg.Ids, " "))
+				fmt.Fprintf(cmd.OutOrStdout(), "removed %s: %s\n", instances(len(resp.Msg.Ids)), strings.Join(resp.Msg.Ids, " "))
 				return nil
 			})
 		},

@@ -221,7 +221,7 @@ has 4 instances; scale --count 2 removes two of them).`,
 				for _, id := range m.Removed {
 					fmt.Fprintf(cmd.OutOrStdout(), "removed %s\n", id)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: %d instances\n", args[0], m.Count)
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s\n", args[0], instances(int(m.Count)))
 				return nil
 			})
 		},

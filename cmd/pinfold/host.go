@@ -971,7 +971,7 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "host %s drained: %d instances moved; it is %s\n", name, total, h.State)
+			fmt.Fprintf(cmd.OutOrStdout(), "host %s drained: %s moved; it is %s\n", name, instances(total), h.State)
 			return nil
 		}
 		select {

@@ -78,6 +78,14 @@ func formatBytes(n int64) string {
 	return fmt.Sprintf("%.1f %s", v, units[i])
 }
 
+// instances is "1 instance" or "N instances".
+func instances(n int) string {
+	if n == 1 {
+		return "1 instance"
+	}
+	return fmt.Sprintf("%d instances", n)
+}
+
 func orDash(s string) string {
 	if s == "" {
 		return "-"

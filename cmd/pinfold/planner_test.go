@@ -122,7 +122,9 @@ func TestPlannerCLI(t *testing.T) {
 	if code != 0 || strings.Count(errOut, "WARNING: host ") != 1 || strings.Count(errOut, "stay pending") != 1 {
 		t.Errorf("deploy onto a host without an agent: exit %d, %q; want one warning saying once that its instances stay pending", code, errOut)
 	}
-	must("remove", "one")
+	if out := must("remove", "one"); !strings.HasPrefix(out, "removed 1 instance: one-") {
+		t.Errorf("remove of one instance: %q, want \"removed 1 instance: one-…\"", out)
+	}
 	// The network mode travels with the instance, and a replace keeps it.
 	var all []struct {
 		Service string `json:"service"`
