@@ -183,7 +183,7 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	// to the record's size first: a resize of the service moves every
 	// instance by one delta, which would keep it apart.
 	for _, in := range ins {
-		p := instancePieces(in)
+		p := plannedPieces(in)
 		if p == curPieces && in.Bind == rec.Bind && in.MemoryBytes == rec.MemoryBytes {
 			continue
 		}
@@ -266,19 +266,6 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 		steps = append(steps, step{Service: name, Action: "scale", Detail: fmt.Sprintf("count %d → %d", rec.Count, want.Count), scale: want.Count})
 	}
 	return steps, nil
-}
-
-// instancePieces is an instance's CPU in pieces: its CPUs' pieces when
-// bound, else its quota.
-func instancePieces(in *pinfoldv1.Instance) int {
-	if !in.Bind {
-		return int(in.CpuQuotaPieces)
-	}
-	n := 0
-	for _, p := range in.Cpus {
-		n += int(p)
-	}
-	return n
 }
 
 // cpuMode is pieces as CPUs with the mode: "1.5 (bound)", "2 (memory-first)".
