@@ -162,7 +162,7 @@ unlimited), never both. Rule priorities: -1 off,
 NodeCapacity 0, Affinity 0, FaultDomain 0, UpgradeDomain 1,
 PreferredLocation 2. NodeCapacity off only stops it ruling hosts out before
 the CPUs are assigned: no setting places an instance past a host's CPUs and
-memory (and its buffer, unless the request may use it).
+memory.
 
 A change touches only what it names: --buffer cpu=0.15 sets the CPU buffer
 and keeps the memory buffer, the overbooking, the priorities and the down
