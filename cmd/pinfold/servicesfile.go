@@ -104,10 +104,39 @@ func (f *flexString) UnmarshalJSON(b []byte) error {
 	}
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err != nil {
-		return fmt.Errorf("%s is neither a number nor a string", b)
+		return typeError(b, f)
 	}
 	*f = flexString(n.String())
 	return nil
+}
+
+// typeError is a custom decoder's refusal of the JSON value b for *into:
+// encoding/json adds the field, and fieldError says what is wanted
+// (customWant).
+func typeError(b []byte, into any) error {
+	kind := "number"
+	if t := bytes.TrimSpace(b); len(t) > 0 {
+		switch t[0] {
+		case 't', 'f':
+			kind = "bool"
+		case '[':
+			kind = "array"
+		case '{':
+			kind = "object"
+		case '"':
+			kind = "string"
+		case 'n':
+			kind = "null"
+		}
+	}
+	return &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeOf(into).Elem()}
+}
+
+// customWant is what each custom decoder takes, for fieldError.
+var customWant = map[reflect.Type]string{
+	reflect.TypeFor[flexString]():  "a number or a string",
+	reflect.TypeFor[commandList](): "a list of words or a string",
+	reflect.TypeFor[envList]():     "a list of K=V or a map of K: V",
 }
 
 // commandList is a command: a list of words, or one string split like a
@@ -122,7 +151,7 @@ func (c *commandList) UnmarshalJSON(b []byte) error {
 	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("%s: want a list of words or a string", b)
+		return typeError(b, c)
 	}
 	words, err := splitWords(s)
 	if err != nil {
@@ -143,7 +172,7 @@ func (e *envList) UnmarshalJSON(b []byte) error {
 	}
 	var m map[string]any
 	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("%s: want a list of K=V or a map of K: V", b)
+		return typeError(b, e)
 	}
 	out := make([]string, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -466,13 +495,20 @@ func (h *fileHealth) check(path string) (*pinfoldv1.HealthCheck, error) {
 func fieldError(path string, err error) error {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		want := goTypeWord(te.Type.Kind().String())
+		want, custom := customWant[te.Type]
+		if !custom {
+			want = goTypeWord(te.Type.Kind().String())
+		}
 		hint := ""
-		if te.Type.Kind() == reflect.String && (te.Value == "bool" || te.Value == "number") {
+		if !custom && te.Type.Kind() == reflect.String && (te.Value == "bool" || te.Value == "number") {
 			// YAML reads y, yes, no, on, off and unquoted numbers as such.
 			hint = fmt.Sprintf(" (YAML read the value as a %s: quote it)", te.Value)
 		}
-		return fmt.Errorf("%s.%s: a %s where %s is wanted%s", path, te.Field, te.Value, want, hint)
+		article := "a"
+		if te.Value == "array" || te.Value == "object" {
+			article = "an"
+		}
+		return fmt.Errorf("%s.%s: %s %s where %s is wanted%s", path, te.Field, article, te.Value, want, hint)
 	}
 	msg := err.Error()
 	if k, ok := strings.CutPrefix(msg, "json: unknown field "); ok {

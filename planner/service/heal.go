@@ -785,9 +785,15 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		// would answer a later deploy with this one's instances).
 		res, err := s.DeployWithRules(withoutRequest(ctx), r)
 		if errors.Is(err, errScaleChanged) {
-			// A resize, replace or another scale committed after the
-			// read above (the cache holds it now): read again.
+			// A resize, replace or another scale came after the read
+			// above: read again, once the cache holds it. The change may
+			// be one planned before this deploy in the same commit group,
+			// which is still committing: an empty request is planned
+			// after that group committed and the cache reflects it.
 			if attempt < scaleAttempts {
+				if err := s.pipe.do(ctx, func(reader) (*state.Change, error) { return new(state.Change), nil }); err != nil {
+					return ScaleResult{}, err
+				}
 				continue
 			}
 			return ScaleResult{}, errf(Conflicted, "service %q: %v %d times in a row (other scales, resizes or replaces); nothing was added: run scale again", service, err, attempt)

@@ -119,3 +119,67 @@ func TestScaleReadsWhatItChanges(t *testing.T) {
 		})
 	}
 }
+
+// TestScaleRetryReadsTheCommittedChange: a scale refused because a change
+// planned before it in the same commit group altered the service reads
+// again only once that group committed, so its second deploy succeeds.
+// Reading the cache at once found it without the change (the group was
+// still committing) and spent an attempt on the same stale read; under 30
+// concurrent scales and 10 resizes some scales gave up after 8.
+func TestScaleRetryReadsTheCommittedChange(t *testing.T) {
+	f := newHealFixture(t, "a", "b", "c")
+	small := DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
+	if _, err := f.DeployWithRules(f.ctx, small); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	deploys, commits := 0, 0
+	errs := make(chan error, 2)
+	wait := whilePlanning(t, f,
+		func() { _, err := f.Resize(f.ctx, ResizeRequest{Target: "web", CPUDelta: 10}); errs <- err },
+		func() { _, err := f.Scale(f.ctx, "web", 3); errs <- err },
+	)
+	inner := *failpoint.Load()
+	fp := func(step string) {
+		inner(step)
+		mu.Lock()
+		switch step {
+		case "deploy":
+			deploys++
+		case "commit":
+			commits++
+		}
+		n := commits
+		mu.Unlock()
+		if step == "commit" && n == 2 {
+			// The group of the resize, whose plan refused the scale's
+			// deploy: held until the scale has queued its next request.
+			end := time.Now().Add(10 * time.Second)
+			for f.pipe.queued() < 1 && time.Now().Before(end) {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	failpoint.Store(&fp)
+	other := DeployRequest{Service: "other", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
+	if _, err := f.DeployWithRules(f.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent request: %v", err)
+		}
+	}
+	if got := countInstances(f.st.ServiceInstances("web")); got != 3 {
+		t.Errorf("web has %d instances, want 3", got)
+	}
+	// other's deploy, the scale's refused one and the one that succeeds.
+	mu.Lock()
+	defer mu.Unlock()
+	if deploys != 3 {
+		t.Errorf("%d deploys planned, want 3 (the scale's second read was stale)", deploys)
+	}
+	f.verify()
+}
