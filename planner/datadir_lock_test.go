@@ -20,8 +20,7 @@ import (
 // certificates) and then waited forever for etcd's database lock, silently.
 func TestSecondPlannerOnADataDirIsRefused(t *testing.T) {
 	dir := t.TempDir()
-	cfg := planner.Config{Listen: "127.0.0.1:0", DataDir: dir, EtcdClientURL: freeURL(t), EtcdPeerURL: freeURL(t),
-		EtcdLogLevel: "fatal", ShareBase: 100, MaxFragmentCores: -1}
+	cfg := embedded(t, dir)
 	p, err := planner.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

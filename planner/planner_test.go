@@ -26,13 +26,20 @@ func freeURL(t *testing.T) string {
 	return fmt.Sprintf("http://127.0.0.1:%d", testenv.FreePort(t))
 }
 
+// embedded is the configuration of a test planner with embedded etcd on
+// data dir dir and free loopback ports.
+func embedded(t *testing.T, dir string) planner.Config {
+	t.Helper()
+	return planner.Config{Listen: "127.0.0.1:0", DataDir: dir, EtcdClientURL: freeURL(t), EtcdPeerURL: freeURL(t),
+		EtcdLogLevel: "fatal", ShareBase: 100, MaxFragmentCores: -1}
+}
+
 // TestStartClose: a planner starts with embedded etcd and serves; a second
 // start over the same store with another share base is a StoreError and
 // leaves nothing running.
 func TestStartClose(t *testing.T) {
 	dir := t.TempDir()
-	cfg := planner.Config{Listen: "127.0.0.1:0", DataDir: dir, EtcdClientURL: freeURL(t), EtcdPeerURL: freeURL(t),
-		EtcdLogLevel: "fatal", ShareBase: 100, MaxFragmentCores: -1}
+	cfg := embedded(t, dir)
 	p, err := planner.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -72,9 +79,9 @@ func TestStartClose(t *testing.T) {
 // local plaintext deleterange could remove instances behind the API).
 func TestEmbeddedEtcdLockedDown(t *testing.T) {
 	dir := t.TempDir()
-	client, peer := freeURL(t), freeURL(t)
-	p, err := planner.Start(context.Background(), planner.Config{Listen: "127.0.0.1:0", DataDir: dir, EtcdClientURL: client, EtcdPeerURL: peer,
-		EtcdLogLevel: "fatal", ShareBase: 100, MaxFragmentCores: -1})
+	cfg := embedded(t, dir)
+	client := cfg.EtcdClientURL
+	p, err := planner.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
