@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,14 +35,17 @@ const (
 )
 
 // TestKernelSplit: two instances a (CPU 0 + 0.7 of CPU 2) and b (CPU 1 +
-// 0.3 of CPU 2) with busy threads, b's threads FORCED TO STACK on its
-// whole CPU (each thread's affinity set to CPU 1 after it started: the
-// state the real kernel's load balancer settles in, docs/AGENT.md). With
-// the split scheme (threaded children, swept by the agent's
-// own sweep every DefaultSplitEvery) each instance is within 5 % of its plan, in the guest as
-// natively. The control, the capped scheme (the previous default) in the
-// same stacked state, must miss it: it proves the measurement can fail.
-// Both figures are logged.
+// 0.3 of CPU 2) with busy OS threads (splitRun), b's threads FORCED TO
+// STACK on its whole CPU (each thread's affinity set to CPU 1 after it
+// started: the state the real kernel's load balancer settles in,
+// docs/AGENT.md). With the split scheme (threaded children, swept by the
+// agent's own split loop) each instance is within 5 % of its plan, in
+// the guest as natively. The control, the capped scheme (the previous
+// default) in the same stacked state, must miss it: it proves the
+// measurement can fail. Both figures are logged, and with -v what each
+// sweep in the window saw and moved. "split+go-preempt" (the first thread
+// count only) runs the same goroutines with the Go runtime's preemption
+// on, and is reported, not asserted.
 func TestKernelSplit(t *testing.T) {
 	testenv.RequireKernel(t)
 	if n := cpuset.MustParseCPUs(readTrim(t, "/sys/fs/cgroup/cpuset.cpus.effective")).Len(); n < 3 {
@@ -59,17 +63,26 @@ func TestKernelSplit(t *testing.T) {
 			counts = append(counts, n)
 		}
 	}
-	for _, threads := range counts {
-		for _, variant := range []string{string(SchemeSplit), "split+burst", string(SchemeCapped)} {
-			scheme, burst := Scheme(variant), false
-			if variant == "split+burst" {
+	for i, threads := range counts {
+		variants := []string{string(SchemeSplit), "split+burst", string(SchemeCapped)}
+		if i == 0 {
+			variants = append(variants, "split+go-preempt")
+		}
+		for _, variant := range variants {
+			scheme, burst, preempt := Scheme(variant), false, false
+			switch variant {
+			case "split+burst":
 				// An experiment, not the agent's mapping: pinfold-frag's
 				// cpu.max.burst = its quota, so time a throttle gap or a
 				// neighbour's turn cost it can come back later.
 				scheme, burst = SchemeSplit, true
+			case "split+go-preempt":
+				// The same busy goroutines with the Go runtime's
+				// preemption on: reported, not asserted (see splitRun).
+				scheme, preempt = SchemeSplit, true
 			}
 			t.Run(fmt.Sprintf("%s/%d-threads", variant, threads), func(t *testing.T) {
-				got := splitRun(t, scheme, threads, burst)
+				got := splitRun(t, scheme, threads, burst, preempt)
 				plan := map[string]float64{"a": 1.7, "b": 1.3}
 				var missed []string
 				for _, id := range []string{"a", "b"} {
@@ -84,6 +97,9 @@ func TestKernelSplit(t *testing.T) {
 					// the guest, asserted natively.
 					return
 				}
+				if preempt {
+					return // a workload's own hand-offs, reported (docs/AGENT.md)
+				}
 				switch {
 				case scheme == SchemeSplit && len(missed) > 0:
 					t.Errorf("split scheme: not within 5 %% of plan: %v", missed)
@@ -96,10 +112,20 @@ func TestKernelSplit(t *testing.T) {
 }
 
 // splitRun sets a and b up under scheme in a fresh subtree, starts threads
-// busy threads in each, stacks b's on CPU 1, runs the agent's split sweep
-// every DefaultSplitEvery (it does nothing under other schemes) and returns each
-// instance's CPUs used over splitWindow after splitSettle.
-func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]float64 {
+// busy threads in each, stacks b's on CPU 1, runs the agent's split loop
+// (it does nothing under other schemes) and returns each instance's CPUs
+// used over splitWindow after splitSettle.
+//
+// The busy threads are goroutines each locked to its own OS thread, with
+// the runtime's asynchronous preemption off (GODEBUG=asyncpreemptoff=1):
+// busy OS threads, as a C program's, which is what the scheme is built
+// for. With preemption on (preempt), every 10 ms of running each locked
+// thread is preempted, hands its P to another thread of the runtime and
+// sleeps until that one wakes it again: in the TCG guest that costs a
+// split instance with 2 threads up to 8.6 % (its pinfold-frag thread
+// asleep, or the sweep catching it asleep and moving it out); reported,
+// not asserted (docs/AGENT.md, "A Go program's own hand-offs").
+func splitRun(t *testing.T, scheme Scheme, threads int, burst, preempt bool) map[string]float64 {
 	parent := fmt.Sprintf("pinfold-split-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
 	m, err := cgroup.OpenHost(parent)
 	if err != nil {
@@ -116,9 +142,13 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]f
 		{ID: "b", Allocation: model.Allocation{Bind: true, NUMANode: -1, Memory: 256 << 20, CPUs: map[cpuset.CPUID]int{1: 100, 2: 30}}},
 	}
 	moves := &sweepCounter{}
-	a := &Agent{cfg: Config{Scheme: scheme}, cg: m, log: slog.New(moves), host: h, desired: ins,
+	a := &Agent{cfg: Config{Scheme: scheme, SplitEvery: DefaultSplitEvery}, cg: m, log: slog.New(moves), host: h, desired: ins,
 		records: map[string]*record{}, threadState: procThreadState("/proc")}
 	procs := map[string]*os.Process{}
+	godebug := "GODEBUG=asyncpreemptoff=1"
+	if preempt {
+		godebug = "GODEBUG=asyncpreemptoff=0"
+	}
 	for _, in := range ins {
 		p := cgroup.MustParsePath(parent + "/" + in.ID)
 		// The container's own files, as the agent writes them (reassert).
@@ -140,7 +170,7 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]f
 			t.Fatal(err)
 		}
 		procs[in.ID] = testenv.StartHelperWith(t, "spin:"+strconv.Itoa(threads),
-			&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}, "GOMAXPROCS="+strconv.Itoa(threads)).Process
+			&syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}, "GOMAXPROCS="+strconv.Itoa(threads), godebug).Process
 		dir.Close()
 	}
 	// Stack b: every thread it has once its busy threads run, on CPU 1.
@@ -157,26 +187,25 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]f
 			t.Fatalf("sched_setaffinity(%d, CPU 1): %v", tid, err)
 		}
 	}
-	// The agent's sweep, as splitLoop runs it: every DefaultSplitEvery,
-	// the children's files re-asserted once a second.
+	// The agent's own split loop: a sweep every DefaultSplitEvery (the
+	// children's files re-asserted once a second), a watch of each
+	// pinfold-frag between two sweeps.
 	tickCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; ; i++ {
-			ensure := i%int(time.Second/DefaultSplitEvery) == 0
-			if err := a.splitPass(tickCtx, ensure); err != nil && tickCtx.Err() == nil {
-				t.Errorf("split sweep: %v", err)
-			}
-			select {
-			case <-tickCtx.Done():
-				return
-			case <-time.After(DefaultSplitEvery):
-			}
+		a.splitLoop(tickCtx)
+	}()
+	defer func() {
+		stop()
+		wg.Wait()
+		moves.mu.Lock()
+		defer moves.mu.Unlock()
+		for _, w := range moves.warns {
+			t.Errorf("split loop: %s", w)
 		}
 	}()
-	defer func() { stop(); wg.Wait() }()
 	if burst {
 		time.Sleep(splitSettle / 2) // the first ticks made the children
 		for _, in := range ins {
@@ -211,7 +240,7 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]f
 		}
 		return out
 	}
-	before, movesBefore := usage(), moves.n.Load()
+	before, movesBefore, linesBefore := usage(), moves.n.Load(), moves.len()
 	t0 := time.Now()
 	time.Sleep(splitWindow)
 	wall := float64(time.Since(t0).Microseconds())
@@ -226,6 +255,9 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]f
 	}
 	detail = append(detail, fmt.Sprintf("sweeps that moved threads in the window: %d", movesIn))
 	t.Logf("%s, %d threads: %s", scheme, threads, strings.Join(detail, ", "))
+	for _, l := range moves.since(linesBefore) {
+		t.Logf("sweep in the window: %s", l)
+	}
 	if scheme == SchemeSplit {
 		for _, in := range ins {
 			p := *a.records[in.ID].cgroup
@@ -251,16 +283,55 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst bool) map[string]f
 }
 
 // sweepCounter counts the agent's "split sweep" log lines: one per
-// instance and window in which the sweep moved threads.
-type sweepCounter struct{ n atomic.Int64 }
+// instance and window in which the sweep moved threads; it keeps each
+// line's threads and moves (logged with -v: what the sweep saw and did).
+type sweepCounter struct {
+	n     atomic.Int64
+	mu    sync.Mutex
+	lines []string
+	warns []string // the split loop's warnings (errors of a sweep or watch)
+}
 
 func (c *sweepCounter) Enabled(context.Context, slog.Level) bool { return true }
 func (c *sweepCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		var kv []string
+		r.Attrs(func(a slog.Attr) bool {
+			kv = append(kv, a.String())
+			return true
+		})
+		c.mu.Lock()
+		c.warns = append(c.warns, r.Message+" "+strings.Join(kv, " "))
+		c.mu.Unlock()
+		return nil
+	}
 	if r.Message == "split sweep" {
 		c.n.Add(1)
+		var kv []string
+		r.Attrs(func(a slog.Attr) bool {
+			kv = append(kv, a.String())
+			return true
+		})
+		c.mu.Lock()
+		c.lines = append(c.lines, r.Time.Format("15:04:05.000")+" "+strings.Join(kv, " "))
+		c.mu.Unlock()
 	}
 	return nil
 }
+
+// since returns the lines kept from the i-th on.
+func (c *sweepCounter) since(i int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.lines[min(i, len(c.lines)):])
+}
+
+func (c *sweepCounter) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.lines)
+}
+
 func (c *sweepCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
 func (c *sweepCounter) WithGroup(string) slog.Handler      { return c }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -220,8 +221,20 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 			errs = append(errs, fmt.Errorf("split %s: %w", id, err))
 		}
 	}
-	if len(moves) > 0 {
-		a.log.Debug("split sweep", "instance", id, "threads", len(threads), "moved", len(moves))
+	if len(moves) > 0 && a.log.Enabled(context.Background(), slog.LevelDebug) {
+		var seen, moved []string // "tid:part[R]" and "tid→part", in listing order
+		for _, t := range threads {
+			r := ""
+			if t.Runnable {
+				r = "R"
+			}
+			seen = append(seen, fmt.Sprintf("%d:%s%s", t.TID, t.In, r))
+			if to, ok := moves[t.TID]; ok {
+				moved = append(moved, fmt.Sprintf("%d→%s", t.TID, to))
+			}
+		}
+		a.log.Debug("split sweep", "instance", id, "threads", len(threads), "moved", len(moves),
+			"seen", strings.Join(seen, " "), "moves", strings.Join(moved, " "))
 	}
 	return errors.Join(errs...)
 }
