@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -364,5 +365,57 @@ func TestOrderDeploysAfterRuleTargets(t *testing.T) {
 	}
 	if want := "zz aa yy bb cc"; strings.Join(names, " ") != want {
 		t.Errorf("deploy order %v, want %s", names, want)
+	}
+}
+
+// TestApplyServiceAtCountZero: a service a services file holds at count 0
+// still takes a new size and image from the file: apply changes its
+// record (before, the planner refused the resize and the replace with
+// "service has no instances" and the file never settled), diff then says
+// no changes, and the instance a later count adds has the file's size and
+// image.
+func TestApplyServiceAtCountZero(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, pl...)...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	write := func(image, cpu string, count int) {
+		t.Helper()
+		src := "services:\n  web:\n    image: " + image + "\n    cpu: " + cpu + "\n    memory: 256MiB\n    count: " + strconv.Itoa(count) + "\n"
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("busybox:1", "1", 1)
+	must("apply", "-f", file)
+	write("busybox:1", "1", 0)
+	must("apply", "-f", file)
+	write("busybox:2", "2.5", 0)
+	must("apply", "-f", file)
+	if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+		t.Fatalf("diff after applying a new size and image at count 0:\n%s\nwant no changes", out)
+	}
+	write("busybox:2", "2.5", 1)
+	must("apply", "-f", file)
+	var ins []struct {
+		Image      string      `json:"image"`
+		CPUPlanned json.Number `json:"cpu_planned"`
+	}
+	if err := json.Unmarshal([]byte(must("ps", "--service", "web", "-o", "json")), &ins); err != nil {
+		t.Fatal(err)
+	}
+	if len(ins) != 1 || ins[0].Image != "busybox:2" || ins[0].CPUPlanned != "2.5" {
+		t.Errorf("web after count 0 → 1: %+v, want one instance of busybox:2 planned 2.5 CPUs", ins)
+	}
+	if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+		t.Errorf("diff at the end:\n%s\nwant no changes", out)
 	}
 }

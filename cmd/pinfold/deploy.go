@@ -483,12 +483,17 @@ host's reason (exit 1).`,
 						werr = err
 					}
 				}
-				if out.json() {
+				switch {
+				case out.json():
 					if err := writeJSON(cmd.OutOrStdout(), instancesJSON(ins)); err != nil {
 						return err
 					}
-				} else if err := printInstances(cmd.OutOrStdout(), ins); err != nil {
-					return err
+				case len(ins) == 0:
+					fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record has the new size, which the instances a scale adds get\n", args[0])
+				default:
+					if err := printInstances(cmd.OutOrStdout(), ins); err != nil {
+						return err
+					}
 				}
 				return werr
 			})
@@ -628,6 +633,10 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 						}
 					}
 					all = append(all, ins...)
+				}
+				if len(all) == 0 && !out.json() {
+					fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record has image %s, which the instances a scale adds get\n", args[0], image)
+					return nil
 				}
 				return showInstances(cmd, out, all)
 			})

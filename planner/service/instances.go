@@ -55,6 +55,20 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		out = nil
 		targets, err := targets(rd, r.Target)
+		if d, ok := rd.Service(r.Target); ok && CodeOf(err) == NotFound && len(r.Hosts) == 0 {
+			// Scaled to 0: the record alone changes, and the instances a
+			// scale adds get it (an apply of a changed image to a service
+			// at count 0 was stuck on "has no instances").
+			if r.Health != nil {
+				if err := validateHealthPort(r.Health, d.Value.Ports); err != nil {
+					return nil, err
+				}
+			}
+			c := new(state.Change)
+			c.GuardService(d.Value.Name, d.Rev)
+			c.PutService(replacedService(d.Value, r))
+			return c, nil
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -100,19 +114,8 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			c.PutAlloc(h, allocs[h])
 		}
 		if d, ok := rd.Service(out[0].Service); ok && r.Target == out[0].Service {
-			svc := d.Value
-			svc.Image, svc.Pull = r.Image, r.Pull
-			if r.Command != nil {
-				svc.Command = r.Command
-			}
-			if r.Health != nil { // scale gives new instances the check the others have
-				svc.Health = r.Health
-			}
-			if r.Container != nil {
-				svc.Container = *r.Container
-			}
-			c.GuardService(svc.Name, d.Rev)
-			c.PutService(svc)
+			c.GuardService(d.Value.Name, d.Rev)
+			c.PutService(replacedService(d.Value, r))
 		}
 		return c, nil
 	}, func(rec *state.Request) { rec.Instances = idsOf(out) }))
@@ -123,6 +126,23 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 		return s.instances(o.replay.Instances), nil
 	}
 	return out, nil
+}
+
+// replacedService is svc with r's image, pull policy and, where r gives
+// them, command, health check (scale gives new instances the check the
+// others have) and container settings.
+func replacedService(svc state.Service, r ReplaceRequest) state.Service {
+	svc.Image, svc.Pull = r.Image, r.Pull
+	if r.Command != nil {
+		svc.Command = r.Command
+	}
+	if r.Health != nil {
+		svc.Health = r.Health
+	}
+	if r.Container != nil {
+		svc.Container = *r.Container
+	}
+	return svc
 }
 
 // replacePorts gives next (a replacement of old on its host) new dynamic
@@ -185,6 +205,9 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		out = nil
 		targets, err := targets(rd, r.Target)
+		if _, ok := rd.Service(r.Target); ok && CodeOf(err) == NotFound {
+			targets, err = nil, nil // scaled to 0: the record alone changes (below)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -259,6 +282,15 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			// The service's size follows (scale deploys at it).
 			svc := d.Value
 			svc.Pieces, svc.Bind, svc.Memory, svc.MemorySoft = out[0].Pieces(), out[0].Bind, out[0].Memory, out[0].MemorySoft
+			c.GuardService(svc.Name, d.Rev)
+			c.PutService(svc)
+		} else if ok && len(targets) == 0 {
+			// Scaled to 0: the record's size changes, checked as an
+			// instance's would be; the instances a scale adds get it.
+			svc, err := s.resizedService(d.Value, r)
+			if err != nil {
+				return nil, err
+			}
 			c.GuardService(svc.Name, d.Rev)
 			c.PutService(svc)
 		}
@@ -339,6 +371,39 @@ func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 		return o.replay.Removed, nil
 	}
 	return ids, nil
+}
+
+// resizedService is the record of a service with no instances after r:
+// its size plus r's deltas, refused as an instance's resize would be when
+// the result is no CPU, a fraction no host can enforce, or too little
+// memory.
+func (s *Service) resizedService(svc state.Service, r ResizeRequest) (state.Service, error) {
+	pieces, memory := svc.Pieces+r.CPUDelta, svc.Memory+r.MemoryDelta
+	if pieces <= 0 {
+		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: want more than 0",
+			svc.Name, alloc.FormatPieces(svc.Pieces, s.params.ShareBase), signedPieces(r.CPUDelta, s.params.ShareBase), alloc.FormatPieces(pieces, s.params.ShareBase))
+	}
+	if err := alloc.Enforceable(s.params, "cpu of service "+svc.Name, pieces); err != nil {
+		return svc, fromAlloc(err)
+	}
+	if memory < MinInstanceMemory {
+		return svc, errf(Invalid, "memory of service %s: %s %s = %s: want at least %s (the Docker engine's smallest memory limit)",
+			svc.Name, alloc.FormatBytes(svc.Memory), signedBytes(r.MemoryDelta), alloc.FormatBytes(memory), alloc.FormatBytes(MinInstanceMemory))
+	}
+	svc.Pieces, svc.Memory = pieces, memory
+	svc.MemorySoft = min(svc.MemorySoft, memory)
+	if r.Bind != nil {
+		svc.Bind = *r.Bind
+	}
+	return svc, nil
+}
+
+// signedPieces is a CPU change for messages: "+0.5", "-1".
+func signedPieces(d, shareBase int) string {
+	if d >= 0 {
+		return "+" + alloc.FormatPieces(d, shareBase)
+	}
+	return alloc.FormatPieces(d, shareBase)
 }
 
 // signedBytes is a memory change for messages: "+64 MiB", "-1 GiB".

@@ -140,9 +140,13 @@ type report struct {
 // world is the simulated cluster: the real service and store over
 // embedded etcd, the simulated agents and clock, and the checks' memory.
 type world struct {
-	t       testing.TB
-	cfg     Config
-	rng     *rand.Rand
+	t   testing.TB
+	cfg Config
+	rng *rand.Rand
+	// empty draws whether a resize or replace targets a service scaled to
+	// 0 (a stream of its own: the main one, and so every seed's sequence
+	// of operations, is what it was before it existed).
+	empty   *rand.Rand
 	step    int
 	stepNow atomic.Int64
 	now     time.Time
@@ -172,6 +176,7 @@ func newWorld(t testing.TB, cfg Config) *world {
 		cfg.VerifyEvery = 1
 	}
 	w := &world{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		empty: rand.New(rand.NewPCG(cfg.Seed^0x5bd1e995, cfg.Seed)),
 		// SetMaintenance reads the real clock: the simulated one starts
 		// there (and runs ahead, a few seconds a step).
 		now: time.Now().UTC().Truncate(time.Second), ctx: context.Background(),
@@ -880,9 +885,20 @@ func (w *world) opDeployInvalid() (op, bool) {
 		run: func() error { _, err := w.svc.DeployWithRules(w.ctx, r); return err }}, true
 }
 
-// target is a deployed service or one instance.
+// target is a deployed service or one instance; now and then (and
+// always when there is no instance) a service scaled to 0, whose record
+// alone a resize or replace changes.
 func (w *world) target() (string, bool) {
 	ins := w.instances()
+	var empty []string
+	for _, n := range w.deployed() {
+		if !slices.ContainsFunc(ins, func(in model.Instance) bool { return in.Service == n }) {
+			empty = append(empty, n)
+		}
+	}
+	if len(empty) > 0 && (len(ins) == 0 || w.empty.IntN(4) == 0) {
+		return empty[w.empty.IntN(len(empty))], true
+	}
 	if len(ins) == 0 {
 		return "", false
 	}
