@@ -790,6 +790,11 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				// Read first, for the words only: whether this ends a drain.
+				wasDraining := false
+				if before, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: args[0]})); err == nil {
+					wasDraining = before.Msg.GetHost().GetDraining()
+				}
 				resp, err := cl.SetHostEnabled(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostEnabledRequest{Name: args[0], Enabled: enable}))
 				if err != nil {
 					return err
@@ -797,7 +802,7 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 				if out.json() {
 					return writeJSON(cmd.OutOrStdout(), toHostJSON(resp.Msg.Host))
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "host %s is %s\n", args[0], resp.Msg.Host.State)
+				fmt.Fprintln(cmd.OutOrStdout(), enabledLine(args[0], enable, wasDraining && !resp.Msg.Host.GetDraining(), resp.Msg.Host.State))
 				return nil
 			})
 		},
@@ -806,6 +811,22 @@ func newHostEnableCmd(enable bool) *cobra.Command {
 	c.register(cmd)
 	out.register(cmd)
 	return cmd
+}
+
+// enabledLine is what host enable or disable says: the host's state, and
+// that a drain ended or that the host still takes no work, and why.
+func enabledLine(name string, enable, endedDrain bool, state string) string {
+	switch {
+	case !enable:
+		return fmt.Sprintf("host %s is %s: no new work is placed on it; its instances keep running", name, state)
+	case endedDrain && state == "up":
+		return fmt.Sprintf("host %s is up; its drain ended (instances already moved stay where they are)", name)
+	case endedDrain:
+		return fmt.Sprintf("host %s is enabled and its drain ended, but it is %s: it takes no new work until that ends", name, state)
+	case state == "up":
+		return fmt.Sprintf("host %s is up", name)
+	}
+	return fmt.Sprintf("host %s is enabled, but it is %s: it takes no new work until that ends", name, state)
 }
 
 func newHostRemoveCmd() *cobra.Command {

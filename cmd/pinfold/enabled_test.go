@@ -1,0 +1,23 @@
+package main
+
+import "testing"
+
+// TestEnabledLine: host enable says when it ended a drain (it used to say
+// only "host h1 is up"), and when the host still takes no work and why
+// ("host h1 is maintenance" before).
+func TestEnabledLine(t *testing.T) {
+	for _, tc := range []struct {
+		enable, endedDrain bool
+		state, want        string
+	}{
+		{true, false, "up", "host h1 is up"},
+		{true, true, "up", "host h1 is up; its drain ended (instances already moved stay where they are)"},
+		{true, false, "maintenance", "host h1 is enabled, but it is maintenance: it takes no new work until that ends"},
+		{true, true, "down", "host h1 is enabled and its drain ended, but it is down: it takes no new work until that ends"},
+		{false, false, "disabled", "host h1 is disabled: no new work is placed on it; its instances keep running"},
+	} {
+		if got := enabledLine("h1", tc.enable, tc.endedDrain, tc.state); got != tc.want {
+			t.Errorf("enabledLine(h1, %t, %t, %s) = %q, want %q", tc.enable, tc.endedDrain, tc.state, got, tc.want)
+		}
+	}
+}
