@@ -375,16 +375,7 @@ func TestOrderDeploysAfterRuleTargets(t *testing.T) {
 // no changes, and the instance a later count adds has the file's size and
 // image.
 func TestApplyServiceAtCountZero(t *testing.T) {
-	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", append(args, pl...)...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
-		}
-		return out
-	}
+	must := mustCLI(t, startPlanner(t))
 	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	file := filepath.Join(t.TempDir(), "services.yaml")
 	write := func(image, cpu string, count int) {

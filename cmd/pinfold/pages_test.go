@@ -22,15 +22,7 @@ import (
 // order: the CLI follows next_page_token to the end.
 func TestCLIWalksPages(t *testing.T) {
 	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", append(args, pl...)...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s", args, code, errOut)
-		}
-		return out
-	}
+	must := mustCLI(t, addr)
 	tj, err := os.ReadFile(laptopTopology)
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,19 @@ func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, 
 	return o.String(), e.String(), code
 }
 
+// mustCLI runs the CLI against the planner at addr (--planner addr added)
+// and fails t when a command exits non-zero; it returns stdout.
+func mustCLI(t *testing.T, addr string) func(args ...string) string {
+	return func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, "--planner", addr)...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out
+	}
+}
+
 // topologyFile writes `pinfold topology -o json` of the sysfs fixture
 // named fixture to a file and returns its path, for host add.
 func topologyFile(t *testing.T, fixture string) string {
