@@ -145,6 +145,9 @@ type record struct {
 	// splitEnsured is the cgroup whose split children were made or
 	// re-asserted (splitEnsure, by a pass or the sweep) at least once.
 	splitEnsured string
+	// splitTicks: each thread's CPU ticks at the last split sweep
+	// (splitBusyTicks).
+	splitTicks map[int]uint64
 }
 
 // New returns an agent.

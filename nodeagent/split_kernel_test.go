@@ -267,9 +267,9 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst, preempt bool) map
 				ts, _ := m.Threads(cgroup.MustParsePath(p.String() + c))
 				var marked []string
 				for _, tid := range ts {
-					r, _ := a.threadState(tid)
+					st, _ := a.threadState(tid)
 					mark := ""
-					if r {
+					if st.Runnable {
 						mark = "R"
 					}
 					marked = append(marked, strconv.Itoa(tid)+mark)

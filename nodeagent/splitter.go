@@ -25,9 +25,17 @@ type threadedWriter interface {
 	Threads(p cgroup.Path) ([]int, error)
 }
 
-// threadRunnable reports whether thread tid is runnable (state R in
-// /proc/<tid>/stat); ok is false when the thread is gone.
-type threadRunnable func(tid int) (runnable, ok bool)
+// threadStat is what the split sweep reads of a thread: whether it is
+// runnable (state R) and the CPU time it has used, in clock ticks (utime +
+// stime).
+type threadStat struct {
+	Runnable bool
+	Ticks    uint64
+}
+
+// threadRunnable reads thread tid's threadStat; ok is false when the
+// thread is gone.
+type threadRunnable func(tid int) (st threadStat, ok bool)
 
 // procThreadState reads a thread's state from procRoot/<tid>/task/<tid>/stat:
 // the thread's own entry. procRoot/<tid>/stat of a thread that is not its
@@ -35,28 +43,38 @@ type threadRunnable func(tid int) (runnable, ok bool)
 // thread: reading it for each of n threads costs O(n²) (2,000 threads:
 // 110 µs a read against 21 µs).
 func procThreadState(procRoot string) threadRunnable {
-	return func(tid int) (bool, bool) {
+	return func(tid int) (threadStat, bool) {
 		t := strconv.Itoa(tid)
 		b, err := os.ReadFile(procRoot + "/" + t + "/task/" + t + "/stat")
 		if err != nil {
-			return false, false
+			return threadStat{}, false
 		}
-		return statRunnable(string(b))
+		return statThread(string(b))
 	}
 }
 
-// statRunnable parses /proc/<tid>/stat: "tid (comm) S …", where comm may
-// hold blanks and parentheses, so the state follows the last ")".
-func statRunnable(stat string) (runnable, ok bool) {
+// statThread parses /proc/<tid>/stat: "tid (comm) S … utime stime …",
+// where comm may hold blanks and parentheses, so the fields are counted
+// from the last ")" (the state is field 3, utime and stime 14 and 15).
+// A stat too short for the times gives the state with no ticks.
+func statThread(stat string) (threadStat, bool) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return false, false
+		return threadStat{}, false
 	}
 	f := strings.Fields(stat[i+1:])
 	if len(f) == 0 {
-		return false, false
+		return threadStat{}, false
 	}
-	return f[0] == "R", true
+	st := threadStat{Runnable: f[0] == "R"}
+	if len(f) > 12 {
+		u, err1 := strconv.ParseUint(f[11], 10, 64)
+		s, err2 := strconv.ParseUint(f[12], 10, 64)
+		if err1 == nil && err2 == nil {
+			st.Ticks = u + s
+		}
+	}
+	return st, true
 }
 
 // splitEnsure makes (or re-asserts) the threaded children of in's
@@ -196,6 +214,14 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 		}
 		paths[part] = c
 	}
+	a.mu.Lock()
+	var last map[int]uint64
+	if r := a.records[id]; r != nil {
+		last = r.splitTicks
+	}
+	a.mu.Unlock()
+	ticks := map[int]uint64{}
+	busy := map[int]bool{} // asleep now, but ran since the last sweep (the log's "r")
 	var threads []SplitThread
 	for _, part := range []SplitPart{SplitRoot, SplitWhole, SplitFrag} {
 		tids, err := tw.Threads(paths[part])
@@ -203,13 +229,23 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 			return fmt.Errorf("split %s: %w", id, err)
 		}
 		for _, tid := range tids {
-			runnable, ok := a.threadState(tid)
+			st, ok := a.threadState(tid)
 			if !ok {
 				continue // exited since the listing
+			}
+			ticks[tid] = st.Ticks
+			runnable := st.Runnable
+			if prev, seen := last[tid]; !runnable && seen && st.Ticks >= prev+splitBusyTicks {
+				runnable, busy[tid] = true, true
 			}
 			threads = append(threads, SplitThread{TID: tid, Runnable: runnable, In: part})
 		}
 	}
+	a.mu.Lock()
+	if r := a.records[id]; r != nil && r.cgroup != nil && *r.cgroup == p {
+		r.splitTicks = ticks
+	}
+	a.mu.Unlock()
 	moves := SplitSweep(whole, threads)
 	var errs []error
 	for _, t := range threads { // in listing order: deterministic
@@ -225,7 +261,10 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 		var seen, moved []string // "tid:part[R]" and "tid→part", in listing order
 		for _, t := range threads {
 			r := ""
-			if t.Runnable {
+			switch {
+			case busy[t.TID]:
+				r = "r"
+			case t.Runnable:
 				r = "R"
 			}
 			seen = append(seen, fmt.Sprintf("%d:%s%s", t.TID, t.In, r))
@@ -238,6 +277,19 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 	}
 	return errors.Join(errs...)
 }
+
+// splitBusyTicks: a thread found asleep that used at least this many
+// clock ticks of CPU (20 ms at the usual 100 a second) since the last
+// sweep counts as runnable. One look at a thread's state is an instant: a
+// busy goroutine of a Go program locked to its thread is preempted every
+// 10 ms of running, hands its P to another thread of the runtime and
+// sleeps until that one wakes it; a sweep that caught that instant moved
+// the busy thread out of "pinfold-frag" and the helper in
+// (TestKernelSplit's guest: b's busy thread moved to "pinfold-whole",
+// asleep, found running there 18 ms later, "pinfold-frag" empty). A busy
+// thread uses many ticks between two sweeps, a runtime's helper next to
+// none.
+const splitBusyTicks = 2
 
 // splitTeardown moves the threads of p's children back into p (the
 // container's cgroup), then removes the children. Nothing to do when

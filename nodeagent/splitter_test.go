@@ -29,13 +29,14 @@ type fakeThreaded struct {
 	groups   map[string]cgroup.Spec // threaded groups made, as last applied
 	threads  map[string][]int       // group → TIDs
 	runnable map[int]bool
+	ticks    map[int]uint64 // CPU ticks used so far (utime + stime)
 	calls    []string
 	refuse   error // ApplyThreaded's answer when set (a kernel refusing threaded mode)
 }
 
 func newFakeThreaded() *fakeThreaded {
 	return &fakeThreaded{fakeCgroup: &fakeCgroup{mem: map[string]int64{}}, groups: map[string]cgroup.Spec{},
-		threads: map[string][]int{}, runnable: map[int]bool{}}
+		threads: map[string][]int{}, runnable: map[int]bool{}, ticks: map[int]uint64{}}
 }
 
 func (f *fakeThreaded) Apply(ctx context.Context, s cgroup.Spec) error {
@@ -122,11 +123,11 @@ func newSplitAgent(t *testing.T) (*Agent, *fakeEngine, *fakeThreaded) {
 	eng, cg := newFakeEngine(), newFakeThreaded()
 	a := New(Config{Host: "h", Scheme: SchemeSplit, HealthWait: 50 * time.Millisecond, HealthTimeout: 600 * time.Millisecond}, &fakePlanner{}, eng, cg,
 		topologytest.Laptop().Topology(), nil)
-	a.threadState = func(tid int) (bool, bool) {
+	a.threadState = func(tid int) (threadStat, bool) {
 		cg.tmu.Lock()
 		defer cg.tmu.Unlock()
 		r, ok := cg.runnable[tid]
-		return r, ok
+		return threadStat{Runnable: r, Ticks: cg.ticks[tid]}, ok
 	}
 	return a, eng, cg
 }
@@ -323,20 +324,24 @@ func TestSplitOf(t *testing.T) {
 	}
 }
 
-func TestStatRunnable(t *testing.T) {
+func TestStatThread(t *testing.T) {
 	tests := []struct {
-		stat         string
-		runnable, ok bool
+		stat string
+		want threadStat
+		ok   bool
 	}{
-		{"1234 (spin) R 1 1234 1234 0", true, true},
-		{"1234 (a b) c) S 1 1234", false, true},
-		{"1234 (worker)) R 1", true, true},
-		{"garbage", false, false},
-		{"1 (x)", false, false},
+		{"1234 (spin) R 1 1234 1234 0", threadStat{Runnable: true}, true},
+		{"1234 (a b) c) S 1 1234", threadStat{}, true},
+		{"1234 (worker)) R 1", threadStat{Runnable: true}, true},
+		{"garbage", threadStat{}, false},
+		{"1 (x)", threadStat{}, false},
+		// A real line (Linux 6.1): utime 1713, stime 3.
+		{"987 (pinfold x) S 1 987 987 0 -1 4194368 250 0 0 0 1713 3 0 0 20 0 7 0 1234 0 0", threadStat{Ticks: 1716}, true},
+		{"987 (p) R 1 987 987 0 -1 4194368 250 0 0 0 x 3 0 0", threadStat{Runnable: true}, true},
 	}
 	for _, tt := range tests {
-		if r, ok := statRunnable(tt.stat); r != tt.runnable || ok != tt.ok {
-			t.Errorf("statRunnable(%q) = %v, %v, want %v, %v", tt.stat, r, ok, tt.runnable, tt.ok)
+		if got, ok := statThread(tt.stat); got != tt.want || ok != tt.ok {
+			t.Errorf("statThread(%q) = %+v, %v, want %+v, %v", tt.stat, got, ok, tt.want, tt.ok)
 		}
 	}
 }
@@ -366,8 +371,8 @@ func TestProcThreadState(t *testing.T) {
 		tid          int
 		runnable, ok bool
 	}{{41, false, true}, {42, true, true}, {43, false, false}} {
-		if r, ok := state(tc.tid); r != tc.runnable || ok != tc.ok {
-			t.Errorf("thread %d: runnable %v, ok %v; want %v, %v (read from %s/%d/task/%d/stat)", tc.tid, r, ok, tc.runnable, tc.ok, root, tc.tid, tc.tid)
+		if st, ok := state(tc.tid); st.Runnable != tc.runnable || ok != tc.ok {
+			t.Errorf("thread %d: runnable %v, ok %v; want %v, %v (read from %s/%d/task/%d/stat)", tc.tid, st.Runnable, ok, tc.runnable, tc.ok, root, tc.tid, tc.tid)
 		}
 	}
 }
@@ -575,5 +580,58 @@ func TestSplitRefusedNotRetriedEverySweep(t *testing.T) {
 	}
 	if got := cg.where(12); got != p+"/pinfold-frag" {
 		t.Errorf("thread 12 in %s after a sweep, want a's pinfold-frag", got)
+	}
+}
+
+// TestSplitSweepCountsBusyThreads: a thread found asleep that used CPU
+// since the last sweep (splitBusyTicks) counts as runnable: a Go
+// runtime's busy thread caught in the instant it hands its P over is not
+// moved out of pinfold-frag for the helper thread that runs meanwhile (in
+// the guest, without this, 4-19 sweeps a window moved threads so with 2
+// busy goroutines each; with it, none). A thread that used less stays
+// asleep to the sweep.
+func TestSplitSweepCountsBusyThreads(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ran   uint64 // ticks thread 12 used between the two sweeps
+		moved bool
+	}{
+		{"busy since the last sweep: stays", splitBusyTicks + 3, false},
+		{"just enough: stays", splitBusyTicks, false},
+		{"next to nothing: treated as asleep", splitBusyTicks - 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, _, cg := newSplitAgent(t)
+			ctx := context.Background()
+			a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
+			settle(t, a)
+			p := a.records["a"].cgroup.String()
+			cg.add(p, 11, 12)
+			if err := a.splitPass(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+			if got := cg.where(12); got != p+"/pinfold-frag" {
+				t.Fatalf("thread 12 in %s after the first sweep, want pinfold-frag", got)
+			}
+			// The dance: 12 asleep for an instant, a helper (13) running.
+			cg.tmu.Lock()
+			cg.runnable[12] = false
+			cg.ticks[12] += tc.ran
+			cg.tmu.Unlock()
+			cg.add(p+"/pinfold-whole", 13)
+			cg.take()
+			if err := a.splitPass(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			var moves []string
+			for _, c := range cg.take() {
+				if strings.HasPrefix(c, "move ") {
+					moves = append(moves, c)
+				}
+			}
+			if tc.moved != (len(moves) > 0) {
+				t.Errorf("thread 12 used %d ticks since the last sweep: moves %v, want moved %t", tc.ran, moves, tc.moved)
+			}
+		})
 	}
 }
