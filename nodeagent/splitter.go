@@ -288,7 +288,8 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 // (TestKernelSplit's guest: b's busy thread moved to "pinfold-whole",
 // asleep, found running there 18 ms later, "pinfold-frag" empty). A busy
 // thread uses many ticks between two sweeps, a runtime's helper next to
-// none.
+// none. The price: a thread that stopped for good right after running is
+// acted on one sweep later.
 const splitBusyTicks = 2
 
 // splitTeardown moves the threads of p's children back into p (the
