@@ -821,12 +821,24 @@ func enabledLine(name string, enable, endedDrain bool, state string) string {
 		return fmt.Sprintf("host %s is %s: no new work is placed on it; its instances keep running", name, state)
 	case endedDrain && state == "up":
 		return fmt.Sprintf("host %s is up; its drain ended (instances already moved stay where they are)", name)
-	case endedDrain:
-		return fmt.Sprintf("host %s is enabled and its drain ended, but it is %s: it takes no new work until that ends", name, state)
 	case state == "up":
 		return fmt.Sprintf("host %s is up", name)
 	}
-	return fmt.Sprintf("host %s is enabled, but it is %s: it takes no new work until that ends", name, state)
+	var why string
+	switch state {
+	case "maintenance":
+		why = fmt.Sprintf("it is in maintenance: it takes no new work until that ends ('pinfold host maintenance %s --off' ends it now)", name)
+	case "down":
+		why = "it is down: it takes no new work until its agent reports again"
+	case "protocol":
+		why = "its agent speaks another protocol than the planner (state protocol): it takes no new work until they match"
+	default:
+		why = fmt.Sprintf("it is %s: it takes no new work until that ends", state)
+	}
+	if endedDrain {
+		return fmt.Sprintf("host %s is enabled and its drain ended, but %s", name, why)
+	}
+	return fmt.Sprintf("host %s is enabled, but %s", name, why)
 }
 
 func newHostRemoveCmd() *cobra.Command {
