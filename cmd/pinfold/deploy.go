@@ -471,7 +471,7 @@ host's reason (exit 1).`,
 				}
 				ins := resp.Msg.Instances
 				var werr error
-				if wait > 0 {
+				if wait > 0 && len(ins) > 0 { // none: a service at count 0, its record alone changed
 					var progress io.Writer
 					if !out.json() {
 						progress = cmd.ErrOrStderr()
@@ -489,7 +489,16 @@ host's reason (exit 1).`,
 						return err
 					}
 				case len(ins) == 0:
-					fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record has the new size, which the instances a scale adds get\n", args[0])
+					size := "the new size"
+					if r, err := cl.GetService(cmd.Context(), connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: args[0]})); err == nil {
+						rec := r.Msg.GetService()
+						mode := "memory-first"
+						if rec.GetBind() {
+							mode = "bound"
+						}
+						size = fmt.Sprintf("%s CPUs (%s) and %s", rec.GetCpu(), mode, alloc.FormatBytes(rec.GetMemoryBytes()))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record is now %s, which the instances a scale adds get\n", args[0], size)
 				default:
 					if err := printInstances(cmd.OutOrStdout(), ins); err != nil {
 						return err
@@ -607,6 +616,9 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 						return err
 					}
 					ins := resp.Msg.Instances
+					if len(ins) == 0 { // a service at count 0: its record alone changed
+						continue
+					}
 					if progress != nil {
 						where := "their hosts"
 						if hosts != nil {

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestResizeReplaceAtCountZeroSay: resize and replace of a service scaled
+// to 0 say what its record now holds and print no progress for hosts
+// they do not wait for (they said "resized 0 instances in the plan;
+// waiting for their hosts…", "applied on 0/0 instances" and "the new
+// size" without the size). A refused resize or replace changes nothing.
+func TestResizeReplaceAtCountZeroSay(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, pl...)...)
+	}
+	must := func(args ...string) (string, string) {
+		t.Helper()
+		out, errOut, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out, errOut
+	}
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	must("deploy", "web", "--count", "1", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox:1")
+	must("scale", "web", "--count", "0")
+	tests := []struct {
+		args      []string
+		wantOut   string // on stdout
+		notStderr string // not on stderr
+	}{
+		{[]string{"resize", "web", "--cpu", "+1", "--memory", "+256MiB"},
+			"service web has no instances: its record is now 1.5 CPUs (bound) and 320 MiB, which the instances a scale adds get", "waiting for their hosts"},
+		{[]string{"replace", "web", "--image", "busybox:2"},
+			"service web has no instances: its record has image busybox:2, which the instances a scale adds get", "applied on 0/0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args[0], func(t *testing.T) {
+			out, errOut := must(tt.args...)
+			if !strings.Contains(out, tt.wantOut) {
+				t.Errorf("stdout:\n%s\nwant %q", out, tt.wantOut)
+			}
+			if strings.Contains(errOut, tt.notStderr) {
+				t.Errorf("stderr:\n%s\nwant no %q", errOut, tt.notStderr)
+			}
+		})
+	}
+	// Refusals: exit 2, the field and value named, the record unchanged.
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"resize", "web", "--cpu", "-1.5"}, "cpu of service web: 1.5 -1.5 = 0"},
+		{[]string{"resize", "web", "--memory", "-319MiB"}, "memory of service web: 320 MiB -319 MiB = 1 MiB"},
+		{[]string{"replace", "web", "--image", " "}, `image = " "`},
+		{[]string{"resize", "nosuch", "--cpu", "+1"}, `"nosuch"`},
+		{[]string{"replace", "nosuch", "--image", "x"}, `"nosuch"`},
+	} {
+		t.Run(strings.Join(bad.args, " "), func(t *testing.T) {
+			out, errOut, code := run(bad.args...)
+			if code != exitBadInput || !strings.Contains(errOut, bad.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q (stdout %q)", code, errOut, bad.want, out)
+			}
+		})
+	}
+	must("scale", "web", "--count", "1")
+	ps, _ := must("ps", "--service", "web", "-o", "json")
+	var ins []struct {
+		Image       string      `json:"image"`
+		CPUPlanned  json.Number `json:"cpu_planned"`
+		MemoryBytes int64       `json:"memory_bytes"`
+	}
+	if err := json.Unmarshal([]byte(ps), &ins); err != nil {
+		t.Fatal(err)
+	}
+	if len(ins) != 1 || ins[0].Image != "busybox:2" || ins[0].CPUPlanned != "1.5" || ins[0].MemoryBytes != 320<<20 {
+		t.Errorf("web after scale 0 → 1: %+v, want busybox:2, 1.5 CPUs, 320 MiB", ins)
+	}
+}
