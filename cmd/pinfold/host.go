@@ -935,6 +935,13 @@ of a DOWN host does place them elsewhere.`,
 			}
 			name := args[0]
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				// Read first, for the words only: whether --cancel ends a drain.
+				wasDraining := false
+				if cancel {
+					if before, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: name})); err == nil {
+						wasDraining = before.Msg.GetHost().GetDraining()
+					}
+				}
 				resp, err := cl.DrainHost(cmd.Context(), connect.NewRequest(&pinfoldv1.DrainHostRequest{Name: name,
 					DeadlineSeconds: int64(deadline / time.Second), Cancel: cancel, MoveLocalVolumes: moveLocal}))
 				if err != nil {
@@ -946,8 +953,13 @@ of a DOWN host does place them elsewhere.`,
 						return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
 					}
 					what := "draining in the background"
-					if cancel {
-						what = "drain cancelled; stays disabled"
+					switch {
+					case cancel && !wasDraining:
+						what = "no drain in progress; state " + h.GetState()
+					case cancel && h.GetState() == "disabled":
+						what = fmt.Sprintf("drain cancelled; stays disabled ('pinfold host enable %s' lets it take work again)", name)
+					case cancel:
+						what = "drain cancelled; state " + h.GetState()
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: %s\n", name, what)
 					return nil

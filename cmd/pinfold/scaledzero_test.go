@@ -82,3 +82,40 @@ func TestResizeReplaceAtCountZeroSay(t *testing.T) {
 		t.Errorf("web after scale 0 → 1: %+v, want busybox:2, 1.5 CPUs, 320 MiB", ins)
 	}
 }
+
+// TestDrainCancelSays: host drain --cancel says whether it ended a drain
+// and the host's state: on a host with no drain it said "drain cancelled;
+// stays disabled" of a host that was up and stayed up.
+func TestDrainCancelSays(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, pl...)...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	must("deploy", "web", "--count", "1", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox:1")
+	tests := []struct {
+		name  string
+		setup []string // run first, if any
+		want  string
+	}{
+		{"no drain", nil, "host a: no drain in progress; state up"},
+		{"a drain", []string{"host", "drain", "a", "--no-wait"},
+			"host a: drain cancelled; stays disabled ('pinfold host enable a' lets it take work again)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.setup != nil {
+				must(tt.setup...)
+			}
+			if out := must("host", "drain", "a", "--cancel"); strings.TrimSpace(out) != tt.want {
+				t.Errorf("host drain a --cancel: %q, want %q", out, tt.want)
+			}
+		})
+	}
+}
