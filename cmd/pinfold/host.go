@@ -731,16 +731,23 @@ warns that its instances are not running. --off ends the maintenance.`,
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			if off && grace != 0 {
+			if off && cmd.Flags().Changed("grace") {
 				return badInput("--grace and --off exclude each other: give --grace DURATION to start (or extend) a maintenance, --off to end it")
 			}
-			if !off && grace == 0 {
+			if !off && grace == 0 && !cmd.Flags().Changed("grace") {
 				return badInput("give --grace DURATION (e.g. 10m) or --off")
 			}
 			if !off && grace < time.Second {
 				return badInput("--grace %s: want at least 1s", grace)
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				// Read first, for the words only: whether --off ends a maintenance.
+				wasIn := true
+				if off {
+					if before, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: args[0]})); err == nil {
+						wasIn = before.Msg.GetHost().GetMaintenanceUntil() != ""
+					}
+				}
 				resp, err := cl.SetHostMaintenance(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostMaintenanceRequest{Name: args[0],
 					GraceSeconds: int64(grace / time.Second), Off: off}))
 				if err != nil {
@@ -750,7 +757,9 @@ warns that its instances are not running. --off ends the maintenance.`,
 				if out.json() {
 					return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
 				}
-				if off {
+				if off && !wasIn {
+					fmt.Fprintf(cmd.OutOrStdout(), "host %s: not in maintenance; state %s\n", h.Name, h.State)
+				} else if off {
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: maintenance ended, state %s\n", h.Name, h.State)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: in maintenance until %s (keeps its instances, takes nothing new)\n", h.Name, h.MaintenanceUntil)

@@ -119,3 +119,37 @@ func TestDrainCancelSays(t *testing.T) {
 		})
 	}
 }
+
+// TestMaintenanceOffSays: host maintenance --off says whether it ended a
+// maintenance (of a host in none it said "maintenance ended"), and
+// --grace 0s is refused naming the value (it said "give --grace DURATION
+// (e.g. 10m) or --off" of a --grace that was given).
+func TestMaintenanceOffSays(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, pl...)...)
+	}
+	if out, errOut, code := run("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
+		t.Fatalf("host add: exit %d: %s%s", code, out, errOut)
+	}
+	tests := []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{"host", "maintenance", "a", "--off"}, 0, "host a: not in maintenance; state up", ""},
+		{[]string{"host", "maintenance", "a", "--grace", "10m"}, 0, "host a: in maintenance until", ""},
+		{[]string{"host", "maintenance", "a", "--off"}, 0, "host a: maintenance ended, state up", ""},
+		{[]string{"host", "maintenance", "a", "--grace", "0s"}, exitBadInput, "", "--grace 0s: want at least 1s"},
+		{[]string{"host", "maintenance", "a"}, exitBadInput, "", "give --grace DURATION (e.g. 10m) or --off"},
+	}
+	for _, tt := range tests {
+		out, errOut, code := run(tt.args...)
+		if code != tt.code || !strings.Contains(out, tt.out) || !strings.Contains(errOut, tt.err) {
+			t.Errorf("pinfold %v: exit %d, stdout %q, stderr %q; want exit %d, %q on stdout, %q on stderr",
+				tt.args, code, out, errOut, tt.code, tt.out, tt.err)
+		}
+	}
+}
