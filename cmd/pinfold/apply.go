@@ -136,8 +136,10 @@ func orderDeploys(deploys []step) []step {
 }
 
 // diffService compares a deployed service with the file: the live steps
-// that bring it there (resize, replace, scale, in that order: instances a
-// scale adds get the new size and spec), or what no live step changes.
+// that bring it there (a scale down, resize, replace, a scale up, in that
+// order: the instances a scale down removes need neither room for the new
+// size nor a replace, and those a scale up adds get the new size and
+// spec), or what no live step changes.
 func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Instance) (steps []step, blocked []string) {
 	want, name := w.Deploy, w.Deploy.Service
 	differs := func(field, from, to string) {
@@ -178,6 +180,16 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	if len(blocked) > 0 {
 		return nil, blocked
 	}
+	var scale *step
+	if s := want.Strategy; s != "each" && s != "fill" && rec.Count != want.Count {
+		scale = &step{Service: name, Action: "scale", Detail: fmt.Sprintf("count %d → %d", rec.Count, want.Count), scale: want.Count}
+	}
+	down := scale != nil && want.Count < rec.Count
+	if down && want.Count == 0 {
+		// None stays: no instance of its own size to bring to the
+		// service's first.
+		ins = nil
+	}
 	// An instance of another size than the service's record (resized on
 	// its own, or the service deployed again at another size) is resized
 	// to the record's size first: a resize of the service moves every
@@ -205,6 +217,9 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 			what = append(what, fmt.Sprintf("memory %s → %s", alloc.FormatBytes(in.MemoryBytes), alloc.FormatBytes(rec.MemoryBytes)))
 		}
 		steps = append(steps, step{Service: name, Action: "resize", Detail: fmt.Sprintf("instance %s to the service's size: %s", in.Id, strings.Join(what, ", ")), resize: r})
+	}
+	if down {
+		steps = append(steps, *scale)
 	}
 	if curPieces != wantPieces || rec.MemoryBytes != want.MemoryBytes || rec.Bind != want.Bind {
 		// The size read is the one the planner must still hold: two applies
@@ -262,8 +277,8 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 		steps = append(steps, step{Service: name, Action: "replace", Detail: strings.Join(what, ", "),
 			replace: &pinfoldv1.ReplaceRequest{Target: name, Image: want.Image, Command: want.Command, Health: want.Health, Pull: orDefault(w.Pull, "missing"), Container: ctr}})
 	}
-	if s := want.Strategy; s != "each" && s != "fill" && rec.Count != want.Count {
-		steps = append(steps, step{Service: name, Action: "scale", Detail: fmt.Sprintf("count %d → %d", rec.Count, want.Count), scale: want.Count})
+	if scale != nil && !down {
+		steps = append(steps, *scale)
 	}
 	return steps, nil
 }
@@ -444,7 +459,8 @@ Compared with the planner (GetService, ListInstances), each service is:
             own or deployed at another size: that instance first)
   replace   image, command, health check, pull or the container settings
             (volumes, restart, ...) differ: blue-green replace
-  scale     count differs (not for each and fill, whose count is per host)
+  scale     count differs (not for each and fill, whose count is per host);
+            a scale down comes before the service's resize and replace
   recreate  what no live change makes: env, network, whole_cores, a soft
             memory a resize does not leave, a removed command or health
             check, ports, or a rule (strategy, max_per_host, constraint,
@@ -522,9 +538,9 @@ func newApplyCmd() *cobra.Command {
 		Use:   "apply -f FILE [--prune] [--recreate]",
 		Short: "Make the planner's services match a services file",
 		Long: `Bring the planner's services to a services file (or a docker compose file)
-with the operations the other commands use: remove (--prune), resize,
-replace, scale, then deploy, services by name (a service after the new
-ones its hard affinity names). A second apply of the same file changes
+with the operations the other commands use: remove (--prune), then per
+service a scale down, resize, replace, a scale up, then deploy, services
+by name (a service after the new ones its hard affinity names). A second apply of the same file changes
 nothing and says so. 'pinfold diff' shows the same list without changing
 anything.
 

@@ -410,3 +410,80 @@ func TestApplyServiceAtCountZero(t *testing.T) {
 		t.Errorf("diff at the end:\n%s\nwant no changes", out)
 	}
 }
+
+// TestApplyScaleDownFirst: a file that lowers a service's count and
+// changes its size or image scales it down first, then resizes and
+// replaces what is left: a size the running instances could not all take
+// is applied when the file keeps none of them (before, apply resized the 2
+// running instances to 60 CPUs each on an 80-CPU host, was refused, and
+// the service never reached the file), and instances about to go are not
+// replaced first.
+func TestApplyScaleDownFirst(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, pl...)...)
+	}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	write := func(image, cpu string, count int) {
+		t.Helper()
+		src := "services:\n  web:\n    image: " + image + "\n    cpu: " + cpu + "\n    bind: true\n    memory: 256MiB\n    count: " + strconv.Itoa(count) + "\n"
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	actions := func() []string {
+		t.Helper()
+		out, errOut, code := run("diff", "-f", file, "-o", "json")
+		if code != exitUnmet {
+			t.Fatalf("diff: exit %d, want 1 (changes): %s%s", code, out, errOut)
+		}
+		var d struct {
+			Changes []struct{ Action string } `json:"changes"`
+		}
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, c := range d.Changes {
+			got = append(got, c.Action)
+		}
+		return got
+	}
+	write("busybox:1", "1", 2)
+	must("apply", "-f", file)
+	write("busybox:2", "60", 0)
+	if got, want := actions(), []string{"scale", "resize", "replace"}; !slices.Equal(got, want) {
+		t.Errorf("diff to count 0: %v, want %v", got, want)
+	}
+	must("apply", "-f", file)
+	if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+		t.Fatalf("diff after the apply to count 0:\n%s\nwant no changes", out)
+	}
+	// A scale up stays last: the instances it adds get the new size.
+	write("busybox:3", "2", 1)
+	if got, want := actions(), []string{"resize", "replace", "scale"}; !slices.Equal(got, want) {
+		t.Errorf("diff to count 1: %v, want %v", got, want)
+	}
+	must("apply", "-f", file)
+	var ins []struct {
+		Image      string      `json:"image"`
+		CPUPlanned json.Number `json:"cpu_planned"`
+	}
+	if err := json.Unmarshal([]byte(must("ps", "--service", "web", "-o", "json")), &ins); err != nil {
+		t.Fatal(err)
+	}
+	if len(ins) != 1 || ins[0].Image != "busybox:3" || ins[0].CPUPlanned != "2" {
+		t.Errorf("web after count 0 → 1: %+v, want one instance of busybox:3 planned 2 CPUs", ins)
+	}
+}

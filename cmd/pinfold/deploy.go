@@ -421,7 +421,9 @@ without a sign (--cpu 1) is refused as ambiguous, and so is a change that
 comes to nothing: zero, or less than one piece of a CPU (0.01 CPU with the
 default share base of 100). The instance keeps its CPUs wherever possible;
 --bind/--no-bind switch between CPU-bound and memory-first. For a service
-every instance is resized, all or nothing.
+every instance is resized, all or nothing; a service scaled to 0 has its
+record resized, by the rules an instance's resize follows, and the
+instances a scale adds get that size.
 
 Lowering memory below what an instance uses now is shrunk by its agent
 guided by memory.pressure: it steps memory.high down while the container does
@@ -471,7 +473,7 @@ host's reason (exit 1).`,
 				}
 				ins := resp.Msg.Instances
 				var werr error
-				if wait > 0 {
+				if wait > 0 && len(ins) > 0 { // none: a service at count 0, its record alone changed
 					var progress io.Writer
 					if !out.json() {
 						progress = cmd.ErrOrStderr()
@@ -489,7 +491,16 @@ host's reason (exit 1).`,
 						return err
 					}
 				case len(ins) == 0:
-					fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record has the new size, which the instances a scale adds get\n", args[0])
+					size := "the new size"
+					if r, err := cl.GetService(cmd.Context(), connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: args[0]})); err == nil {
+						rec := r.Msg.GetService()
+						mode := "memory-first"
+						if rec.GetBind() {
+							mode = "bound"
+						}
+						size = fmt.Sprintf("%s CPUs (%s) and %s", rec.GetCpu(), mode, alloc.FormatBytes(rec.GetMemoryBytes()))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record is now %s, which the instances a scale adds get\n", args[0], size)
 				default:
 					if err := printInstances(cmd.OutOrStdout(), ins); err != nil {
 						return err
@@ -546,7 +557,8 @@ HEALTHCHECK reports healthy; else the container keeps running for 3s.
 
 A service is replaced host by host: --batch N hosts at a time (0: all at
 once), each batch waited for before the next starts; the first failure
-stops the rollout (exit 1) and leaves later hosts untouched.`,
+stops the rollout (exit 1) and leaves later hosts untouched. A service
+scaled to 0 has its record changed: the instances a scale adds get it.`,
 		Example: `  pinfold replace web --image nginx:1.27 --batch 1 --health-http 80/
   pinfold replace web-3f2a9c0d1e --image nginx:1.27 --health-cmd "test -f /run/ready"
   pinfold replace web --image nginx:1.27 --pull always   # restart on a re-pushed tag
@@ -607,6 +619,9 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 						return err
 					}
 					ins := resp.Msg.Instances
+					if len(ins) == 0 { // a service at count 0: its record alone changed
+						continue
+					}
 					if progress != nil {
 						where := "their hosts"
 						if hosts != nil {

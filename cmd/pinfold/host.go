@@ -731,16 +731,23 @@ warns that its instances are not running. --off ends the maintenance.`,
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			if off && grace != 0 {
+			if off && cmd.Flags().Changed("grace") {
 				return badInput("--grace and --off exclude each other: give --grace DURATION to start (or extend) a maintenance, --off to end it")
 			}
-			if !off && grace == 0 {
+			if !off && grace == 0 && !cmd.Flags().Changed("grace") {
 				return badInput("give --grace DURATION (e.g. 10m) or --off")
 			}
 			if !off && grace < time.Second {
 				return badInput("--grace %s: want at least 1s", grace)
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				// Read first, for the words only: whether --off ends a maintenance.
+				wasIn := true
+				if off {
+					if before, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: args[0]})); err == nil {
+						wasIn = before.Msg.GetHost().GetMaintenanceUntil() != ""
+					}
+				}
 				resp, err := cl.SetHostMaintenance(cmd.Context(), connect.NewRequest(&pinfoldv1.SetHostMaintenanceRequest{Name: args[0],
 					GraceSeconds: int64(grace / time.Second), Off: off}))
 				if err != nil {
@@ -750,7 +757,9 @@ warns that its instances are not running. --off ends the maintenance.`,
 				if out.json() {
 					return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
 				}
-				if off {
+				if off && !wasIn {
+					fmt.Fprintf(cmd.OutOrStdout(), "host %s: not in maintenance; state %s\n", h.Name, h.State)
+				} else if off {
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: maintenance ended, state %s\n", h.Name, h.State)
 				} else {
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: in maintenance until %s (keeps its instances, takes nothing new)\n", h.Name, h.MaintenanceUntil)
@@ -821,12 +830,24 @@ func enabledLine(name string, enable, endedDrain bool, state string) string {
 		return fmt.Sprintf("host %s is %s: no new work is placed on it; its instances keep running", name, state)
 	case endedDrain && state == "up":
 		return fmt.Sprintf("host %s is up; its drain ended (instances already moved stay where they are)", name)
-	case endedDrain:
-		return fmt.Sprintf("host %s is enabled and its drain ended, but it is %s: it takes no new work until that ends", name, state)
 	case state == "up":
 		return fmt.Sprintf("host %s is up", name)
 	}
-	return fmt.Sprintf("host %s is enabled, but it is %s: it takes no new work until that ends", name, state)
+	var why string
+	switch state {
+	case "maintenance":
+		why = fmt.Sprintf("it is in maintenance: it takes no new work until that ends ('pinfold host maintenance %s --off' ends it now)", name)
+	case "down":
+		why = "it is down: it takes no new work until its agent reports again"
+	case "protocol":
+		why = "its agent speaks another protocol than the planner (state protocol): it takes no new work until they match"
+	default:
+		why = fmt.Sprintf("it is %s: it takes no new work until that ends", state)
+	}
+	if endedDrain {
+		return fmt.Sprintf("host %s is enabled and its drain ended, but %s", name, why)
+	}
+	return fmt.Sprintf("host %s is enabled, but %s", name, why)
 }
 
 func newHostRemoveCmd() *cobra.Command {
@@ -923,6 +944,13 @@ of a DOWN host does place them elsewhere.`,
 			}
 			name := args[0]
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				// Read first, for the words only: whether --cancel ends a drain.
+				wasDraining := false
+				if cancel {
+					if before, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: name})); err == nil {
+						wasDraining = before.Msg.GetHost().GetDraining()
+					}
+				}
 				resp, err := cl.DrainHost(cmd.Context(), connect.NewRequest(&pinfoldv1.DrainHostRequest{Name: name,
 					DeadlineSeconds: int64(deadline / time.Second), Cancel: cancel, MoveLocalVolumes: moveLocal}))
 				if err != nil {
@@ -934,8 +962,13 @@ of a DOWN host does place them elsewhere.`,
 						return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
 					}
 					what := "draining in the background"
-					if cancel {
-						what = "drain cancelled; stays disabled"
+					switch {
+					case cancel && !wasDraining:
+						what = "no drain in progress; state " + h.GetState()
+					case cancel && h.GetState() == "disabled":
+						what = fmt.Sprintf("drain cancelled; stays disabled ('pinfold host enable %s' lets it take work again)", name)
+					case cancel:
+						what = "drain cancelled; state " + h.GetState()
 					}
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: %s\n", name, what)
 					return nil

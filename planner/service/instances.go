@@ -374,14 +374,28 @@ func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 }
 
 // resizedService is the record of a service with no instances after r:
-// its size plus r's deltas, refused as an instance's resize would be when
-// the result is no CPU, a fraction no host can enforce, or too little
-// memory.
+// its size plus r's deltas, refused as an instance's resize would be
+// (alloc.PlanResize) when the result is no CPU for a bound service, less
+// than none for a memory-first one, whole cores that are not bound or not
+// whole CPUs, a fraction no host can enforce, or too little memory.
 func (s *Service) resizedService(svc state.Service, r ResizeRequest) (state.Service, error) {
-	pieces, memory := svc.Pieces+r.CPUDelta, svc.Memory+r.MemoryDelta
-	if pieces <= 0 {
-		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: want more than 0",
-			svc.Name, alloc.FormatPieces(svc.Pieces, s.params.ShareBase), signedPieces(r.CPUDelta, s.params.ShareBase), alloc.FormatPieces(pieces, s.params.ShareBase))
+	pieces, memory, bind := svc.Pieces+r.CPUDelta, svc.Memory+r.MemoryDelta, svc.Bind
+	if r.Bind != nil {
+		bind = *r.Bind
+	}
+	sb := s.params.ShareBase
+	switch {
+	case bind && pieces <= 0:
+		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: a bound service needs more than 0",
+			svc.Name, alloc.FormatPieces(svc.Pieces, sb), signedPieces(r.CPUDelta, sb), alloc.FormatPieces(pieces, sb))
+	case pieces < 0:
+		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: want 0 or more",
+			svc.Name, alloc.FormatPieces(svc.Pieces, sb), signedPieces(r.CPUDelta, sb), alloc.FormatPieces(pieces, sb))
+	case svc.WholeCores && !bind:
+		return svc, errf(Invalid, "bind of service %s = false: it holds whole cores (whole_cores): it stays bound", svc.Name)
+	case svc.WholeCores && pieces%sb != 0:
+		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: it holds whole cores (whole_cores): it resizes by whole CPUs",
+			svc.Name, alloc.FormatPieces(svc.Pieces, sb), signedPieces(r.CPUDelta, sb), alloc.FormatPieces(pieces, sb))
 	}
 	if err := alloc.Enforceable(s.params, "cpu of service "+svc.Name, pieces); err != nil {
 		return svc, fromAlloc(err)
@@ -390,11 +404,8 @@ func (s *Service) resizedService(svc state.Service, r ResizeRequest) (state.Serv
 		return svc, errf(Invalid, "memory of service %s: %s %s = %s: want at least %s (the Docker engine's smallest memory limit)",
 			svc.Name, alloc.FormatBytes(svc.Memory), signedBytes(r.MemoryDelta), alloc.FormatBytes(memory), alloc.FormatBytes(MinInstanceMemory))
 	}
-	svc.Pieces, svc.Memory = pieces, memory
+	svc.Pieces, svc.Memory, svc.Bind = pieces, memory, bind
 	svc.MemorySoft = min(svc.MemorySoft, memory)
-	if r.Bind != nil {
-		svc.Bind = *r.Bind
-	}
 	return svc, nil
 }
 

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestResizeReplaceAtCountZeroSay: resize and replace of a service scaled
+// to 0 say what its record now holds and print no progress for hosts
+// they do not wait for (they said "resized 0 instances in the plan;
+// waiting for their hosts…", "applied on 0/0 instances" and "the new
+// size" without the size). A refused resize or replace changes nothing.
+func TestResizeReplaceAtCountZeroSay(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, pl...)...)
+	}
+	must := func(args ...string) (string, string) {
+		t.Helper()
+		out, errOut, code := run(args...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out, errOut
+	}
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	must("deploy", "web", "--count", "1", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox:1")
+	must("scale", "web", "--count", "0")
+	tests := []struct {
+		args      []string
+		wantOut   string // on stdout
+		notStderr string // not on stderr
+	}{
+		{[]string{"resize", "web", "--cpu", "+1", "--memory", "+256MiB"},
+			"service web has no instances: its record is now 1.5 CPUs (bound) and 320 MiB, which the instances a scale adds get", "waiting for their hosts"},
+		{[]string{"replace", "web", "--image", "busybox:2"},
+			"service web has no instances: its record has image busybox:2, which the instances a scale adds get", "applied on 0/0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.args[0], func(t *testing.T) {
+			out, errOut := must(tt.args...)
+			if !strings.Contains(out, tt.wantOut) {
+				t.Errorf("stdout:\n%s\nwant %q", out, tt.wantOut)
+			}
+			if strings.Contains(errOut, tt.notStderr) {
+				t.Errorf("stderr:\n%s\nwant no %q", errOut, tt.notStderr)
+			}
+		})
+	}
+	// Refusals: exit 2, the field and value named, the record unchanged.
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"resize", "web", "--cpu", "-1.5"}, "cpu of service web: 1.5 -1.5 = 0"},
+		{[]string{"resize", "web", "--memory", "-319MiB"}, "memory of service web: 320 MiB -319 MiB = 1 MiB"},
+		{[]string{"replace", "web", "--image", " "}, `image = " "`},
+		{[]string{"resize", "nosuch", "--cpu", "+1"}, `"nosuch"`},
+		{[]string{"replace", "nosuch", "--image", "x"}, `"nosuch"`},
+	} {
+		t.Run(strings.Join(bad.args, " "), func(t *testing.T) {
+			out, errOut, code := run(bad.args...)
+			if code != exitBadInput || !strings.Contains(errOut, bad.want) {
+				t.Errorf("exit %d, stderr %q; want 2 and %q (stdout %q)", code, errOut, bad.want, out)
+			}
+		})
+	}
+	must("scale", "web", "--count", "1")
+	ps, _ := must("ps", "--service", "web", "-o", "json")
+	var ins []struct {
+		Image       string      `json:"image"`
+		CPUPlanned  json.Number `json:"cpu_planned"`
+		MemoryBytes int64       `json:"memory_bytes"`
+	}
+	if err := json.Unmarshal([]byte(ps), &ins); err != nil {
+		t.Fatal(err)
+	}
+	if len(ins) != 1 || ins[0].Image != "busybox:2" || ins[0].CPUPlanned != "1.5" || ins[0].MemoryBytes != 320<<20 {
+		t.Errorf("web after scale 0 → 1: %+v, want busybox:2, 1.5 CPUs, 320 MiB", ins)
+	}
+}
+
+// TestDrainCancelSays: host drain --cancel says whether it ended a drain
+// and the host's state: on a host with no drain it said "drain cancelled;
+// stays disabled" of a host that was up and stayed up.
+func TestDrainCancelSays(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, pl...)...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	must("deploy", "web", "--count", "1", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox:1")
+	tests := []struct {
+		name  string
+		setup []string // run first, if any
+		want  string
+	}{
+		{"no drain", nil, "host a: no drain in progress; state up"},
+		{"a drain", []string{"host", "drain", "a", "--no-wait"},
+			"host a: drain cancelled; stays disabled ('pinfold host enable a' lets it take work again)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.setup != nil {
+				must(tt.setup...)
+			}
+			if out := must("host", "drain", "a", "--cancel"); strings.TrimSpace(out) != tt.want {
+				t.Errorf("host drain a --cancel: %q, want %q", out, tt.want)
+			}
+		})
+	}
+}
+
+// TestMaintenanceOffSays: host maintenance --off says whether it ended a
+// maintenance (of a host in none it said "maintenance ended"), and
+// --grace 0s is refused naming the value (it said "give --grace DURATION
+// (e.g. 10m) or --off" of a --grace that was given).
+func TestMaintenanceOffSays(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, pl...)...)
+	}
+	if out, errOut, code := run("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
+		t.Fatalf("host add: exit %d: %s%s", code, out, errOut)
+	}
+	tests := []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{"host", "maintenance", "a", "--off"}, 0, "host a: not in maintenance; state up", ""},
+		{[]string{"host", "maintenance", "a", "--grace", "10m"}, 0, "host a: in maintenance until", ""},
+		{[]string{"host", "maintenance", "a", "--off"}, 0, "host a: maintenance ended, state up", ""},
+		{[]string{"host", "maintenance", "a", "--grace", "0s"}, exitBadInput, "", "--grace 0s: want at least 1s"},
+		{[]string{"host", "maintenance", "a"}, exitBadInput, "", "give --grace DURATION (e.g. 10m) or --off"},
+	}
+	for _, tt := range tests {
+		out, errOut, code := run(tt.args...)
+		if code != tt.code || !strings.Contains(out, tt.out) || !strings.Contains(errOut, tt.err) {
+			t.Errorf("pinfold %v: exit %d, stdout %q, stderr %q; want exit %d, %q on stdout, %q on stderr",
+				tt.args, code, out, errOut, tt.code, tt.out, tt.err)
+		}
+	}
+}
