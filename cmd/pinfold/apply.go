@@ -345,7 +345,7 @@ func describeDeploy(d *pinfoldv1.DeployRequest) string {
 	if d.Bind {
 		mode = "bound"
 	}
-	return fmt.Sprintf("%s × %s (%s CPUs %s, %s)", counted(int(d.Count), "instance"), d.Image, d.Cpu, mode, alloc.FormatBytes(d.MemoryBytes))
+	return fmt.Sprintf("%s × %s (%s %s, %s)", counted(int(d.Count), "instance"), d.Image, cpusOf(d.Cpu), mode, alloc.FormatBytes(d.MemoryBytes))
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -48,7 +48,7 @@ func (c *clientFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&c.tlsCA, "tls-ca", os.Getenv("PINFOLD_TLS_CA"), "CA certificate to verify an https:// planner (env PINFOLD_TLS_CA)")
 	cmd.Flags().StringVar(&c.tlsCert, "tls-cert", os.Getenv("PINFOLD_TLS_CERT"), "client certificate for a planner that requires one, PEM (env PINFOLD_TLS_CERT; pinfold pki issue makes one)")
 	cmd.Flags().StringVar(&c.tlsKey, "tls-key", os.Getenv("PINFOLD_TLS_KEY"), "private key of --tls-cert, PEM (env PINFOLD_TLS_KEY)")
-	cmd.Flags().StringVar(&c.requestID, "request-id", "", "names this command's change, so that repeating the command with the same ID returns the first outcome and changes nothing (deploy, resize, replace, remove; default: a new ID per run, printed when the outcome is unknown)")
+	cmd.Flags().StringVar(&c.requestID, "request-id", "", "names this command's change, so that repeating the command with the same ID returns the first outcome and changes nothing (commands that only read ignore it; default: a new ID per run, printed when the outcome is unknown)")
 }
 
 func envOr(k, def string) string {

@@ -339,7 +339,7 @@ anew; a move or heal gets them on the new host.`,
 					if strategy == string(alloc.Each) || strategy == string(alloc.Fill) {
 						per = " per host" // the count of each and fill is per host
 					}
-					progress = startProgress(cmd.ErrOrStderr(), progressDelay, "placing %d%s × %s (%s CPUs %s, %s)…\n", count, per, args[0], cpuS, bindWord(bind), formatBytes(mem))
+					progress = startProgress(cmd.ErrOrStderr(), progressDelay, "placing %d%s × %s (%s %s, %s)…\n", count, per, args[0], cpusOf(cpuS), bindWord(bind), formatBytes(mem))
 				}
 				resp, err := cl.Deploy(cmd.Context(), connect.NewRequest(dreq))
 				progress.stop()

@@ -23,3 +23,13 @@ func TestEnabledLine(t *testing.T) {
 		}
 	}
 }
+
+// TestCPUsOf: a CPU count as typed keeps its noun's number ("1 CPUs
+// bound" in apply's and deploy's lines before).
+func TestCPUsOf(t *testing.T) {
+	for in, want := range map[string]string{"1": "1 CPU", "1.5": "1.5 CPUs", "0": "0 CPUs", "2": "2 CPUs", "0.5": "0.5 CPUs"} {
+		if got := cpusOf(in); got != want {
+			t.Errorf("cpusOf(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -142,6 +142,14 @@ func isTerminal(f *os.File) bool {
 }
 
 // counted is n and noun, plural unless n is 1: "1 instance", "3 hosts".
+// cpusOf is a CPU count as typed, with its noun: "1 CPU", "1.5 CPUs".
+func cpusOf(cpu string) string {
+	if cpu == "1" {
+		return "1 CPU"
+	}
+	return cpu + " CPUs"
+}
+
 func counted(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun

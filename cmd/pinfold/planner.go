@@ -448,8 +448,8 @@ at them.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "mutual TLS: use the admin certificate with\n  export PINFOLD_PLANNER=%s PINFOLD_TLS_CA=%s PINFOLD_TLS_CERT=%s PINFOLD_TLS_KEY=%s\n"+
 					"more certificates: pinfold pki issue agent|viewer|admin NAME --dir %s\n", c.addr, admin.CA, admin.Cert, admin.Key, filepath.Dir(admin.CA))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%d CPUs, %d NUMA nodes). Ctrl-C stops it.\nagent: %s\n",
-				p.Addr, host, len(top.CPUs), len(top.NUMANodes), agentState)
+			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%s, %s). Ctrl-C stops it.\nagent: %s\n",
+				p.Addr, host, counted(len(top.CPUs), "CPU"), counted(len(top.NUMANodes), "NUMA node"), agentState)
 			fmt.Fprintf(cmd.OutOrStdout(), "live view: http://%s/ui/   metrics: http://%s/metrics\n", p.Addr, p.Addr)
 			stopping := notifySystemd(ctx, log, p.Service.Healthy)
 			<-ctx.Done()
