@@ -374,14 +374,32 @@ func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 }
 
 // resizedService is the record of a service with no instances after r:
-// its size plus r's deltas, refused as an instance's resize would be when
-// the result is no CPU, a fraction no host can enforce, or too little
-// memory.
+// its size plus r's deltas, refused as an instance's resize would be
+// (alloc.PlanResize's checks of the request): a bound size of no CPU, a
+// negative one, whole cores unbound or at a fraction of a CPU, a fraction
+// no host can enforce, or too little memory. A memory-first record may
+// have no CPU (best effort), as its instances may. Whether a host has
+// room is the scale's question.
 func (s *Service) resizedService(svc state.Service, r ResizeRequest) (state.Service, error) {
+	sb := s.params.ShareBase
 	pieces, memory := svc.Pieces+r.CPUDelta, svc.Memory+r.MemoryDelta
-	if pieces <= 0 {
-		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: want more than 0",
-			svc.Name, alloc.FormatPieces(svc.Pieces, s.params.ShareBase), signedPieces(r.CPUDelta, s.params.ShareBase), alloc.FormatPieces(pieces, s.params.ShareBase))
+	bind := svc.Bind
+	if r.Bind != nil {
+		bind = *r.Bind
+	}
+	cpuErr := func(why string) error {
+		return errf(Invalid, "cpu of service %s: %s %s = %s: %s",
+			svc.Name, alloc.FormatPieces(svc.Pieces, sb), signedPieces(r.CPUDelta, sb), alloc.FormatPieces(pieces, sb), why)
+	}
+	switch {
+	case bind && pieces < 1:
+		return svc, cpuErr("a bound service must keep more than 0")
+	case pieces < 0:
+		return svc, cpuErr("want 0 (best effort, memory-first) or more")
+	case svc.WholeCores && !bind:
+		return svc, errf(Invalid, "bind of service %s = false: it holds whole cores (whole_cores): it stays bound", svc.Name)
+	case svc.WholeCores && pieces%sb != 0:
+		return svc, cpuErr("it holds whole cores (whole_cores): it resizes by whole CPUs")
 	}
 	if err := alloc.Enforceable(s.params, "cpu of service "+svc.Name, pieces); err != nil {
 		return svc, fromAlloc(err)
@@ -390,11 +408,8 @@ func (s *Service) resizedService(svc state.Service, r ResizeRequest) (state.Serv
 		return svc, errf(Invalid, "memory of service %s: %s %s = %s: want at least %s (the Docker engine's smallest memory limit)",
 			svc.Name, alloc.FormatBytes(svc.Memory), signedBytes(r.MemoryDelta), alloc.FormatBytes(memory), alloc.FormatBytes(MinInstanceMemory))
 	}
-	svc.Pieces, svc.Memory = pieces, memory
+	svc.Pieces, svc.Memory, svc.Bind = pieces, memory, bind
 	svc.MemorySoft = min(svc.MemorySoft, memory)
-	if r.Bind != nil {
-		svc.Bind = *r.Bind
-	}
 	return svc, nil
 }
 

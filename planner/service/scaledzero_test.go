@@ -26,7 +26,7 @@ func TestScaledToZeroResizeAndReplace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range []service.ResizeRequest{
-		{Target: "web", CPUDelta: -50},                  // no CPU left
+		{Target: "web", CPUDelta: -60},                  // less than no CPU
 		{Target: "web", MemoryDelta: -GiB + 1<<20},      // 1 MiB
 		{Target: "web", CPUDelta: 10, ExpectPieces: 70}, // the size read is stale
 	} {
