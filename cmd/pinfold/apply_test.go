@@ -419,3 +419,39 @@ func TestApplyServiceAtCountZero(t *testing.T) {
 		t.Errorf("diff at the end:\n%s\nwant no changes", out)
 	}
 }
+
+// TestResizeReplaceAtCountZeroSayOnlyWhatHappened: resize and replace of
+// a service at count 0 change its record and have nothing to wait for:
+// they say so and do not print a wait for "0 instances" on "their hosts"
+// ("resized 0 instances in the plan; waiting for their hosts…", "applied
+// on 0/0 instances", "batch 1/1: replacing 0 instances…" before).
+func TestResizeReplaceAtCountZeroSayOnlyWhatHappened(t *testing.T) {
+	addr := startPlanner(t)
+	pl := []string{"--planner", addr}
+	cli := func(args ...string) (string, string) {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", append(args, pl...)...)
+		if code != 0 {
+			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
+		}
+		return out, errOut
+	}
+	cli("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	cli("deploy", "web", "--count", "1", "--cpu", "1", "--memory", "256MiB", "--image", "busybox:1")
+	cli("scale", "web", "--count", "0")
+	for _, args := range [][]string{
+		{"resize", "web", "--cpu", "+1"},
+		{"replace", "web", "--image", "busybox:2"},
+		{"replace", "web", "--image", "busybox:3", "--batch", "1"},
+	} {
+		out, errOut := cli(args...)
+		if !strings.Contains(out, "has no instances") {
+			t.Errorf("pinfold %v: stdout %q, want it to say the service has no instances", args, out)
+		}
+		for _, noise := range []string{"waiting", "applied on", "0 instances", "batch"} {
+			if strings.Contains(errOut, noise) {
+				t.Errorf("pinfold %v: stderr %q: a wait for no instances (%q)", args, errOut, noise)
+			}
+		}
+	}
+}

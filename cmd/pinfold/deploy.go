@@ -471,7 +471,7 @@ host's reason (exit 1).`,
 				}
 				ins := resp.Msg.Instances
 				var werr error
-				if wait > 0 {
+				if wait > 0 && len(ins) > 0 { // none: a service at count 0, its record alone changed
 					var progress io.Writer
 					if !out.json() {
 						progress = cmd.ErrOrStderr()
@@ -607,6 +607,9 @@ stops the rollout (exit 1) and leaves later hosts untouched.`,
 						return err
 					}
 					ins := resp.Msg.Instances
+					if len(ins) == 0 {
+						continue // a service at count 0: its record alone changed, nothing to wait for
+					}
 					if progress != nil {
 						where := "their hosts"
 						if hosts != nil {
