@@ -279,9 +279,13 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			c.PutAlloc(h, allocs[h])
 		}
 		if d, ok := rd.Service(r.Target); ok && len(out) > 0 {
-			// The service's size follows (scale deploys at it).
+			// The service's size follows (scale deploys at it), whole
+			// cores included: the instances of a service deployed twice
+			// may differ, and a record of one's CPUs with another's
+			// whole_cores is no size a deploy takes.
 			svc := d.Value
 			svc.Pieces, svc.Bind, svc.Memory, svc.MemorySoft = out[0].Pieces(), out[0].Bind, out[0].Memory, out[0].MemorySoft
+			svc.WholeCores = out[0].WholeCores
 			c.GuardService(svc.Name, d.Rev)
 			c.PutService(svc)
 		} else if ok && len(targets) == 0 {

@@ -16,7 +16,10 @@ func TestScaledToZeroRaces(t *testing.T) {
 	small := DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
 	other := DeployRequest{Service: "other", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
 	resize := func(f healFixture, errs chan<- error) func() {
-		return func() { _, err := f.Resize(f.ctx, ResizeRequest{Target: "web", CPUDelta: 10, ExpectPieces: 10}); errs <- err }
+		return func() {
+			_, err := f.Resize(f.ctx, ResizeRequest{Target: "web", CPUDelta: 10, ExpectPieces: 10})
+			errs <- err
+		}
 	}
 	replace := func(f healFixture, errs chan<- error) func() {
 		return func() { _, err := f.Replace(f.ctx, ReplaceRequest{Target: "web", Image: "j"}); errs <- err }
