@@ -279,9 +279,13 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			c.PutAlloc(h, allocs[h])
 		}
 		if d, ok := rd.Service(r.Target); ok && len(out) > 0 {
-			// The service's size follows (scale deploys at it).
+			// The service's size follows (scale deploys at it), whole
+			// cores included: the instances of a service deployed twice
+			// may differ, and a record of one's CPUs with another's
+			// whole_cores is no size a deploy takes.
 			svc := d.Value
 			svc.Pieces, svc.Bind, svc.Memory, svc.MemorySoft = out[0].Pieces(), out[0].Bind, out[0].Memory, out[0].MemorySoft
+			svc.WholeCores = out[0].WholeCores
 			c.GuardService(svc.Name, d.Rev)
 			c.PutService(svc)
 		} else if ok && len(targets) == 0 {
@@ -375,27 +379,31 @@ func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 
 // resizedService is the record of a service with no instances after r:
 // its size plus r's deltas, refused as an instance's resize would be
-// (alloc.PlanResize) when the result is no CPU for a bound service, less
-// than none for a memory-first one, whole cores that are not bound or not
-// whole CPUs, a fraction no host can enforce, or too little memory.
+// (alloc.PlanResize's checks of the request): a bound size of no CPU, a
+// negative one, whole cores unbound or at a fraction of a CPU, a fraction
+// no host can enforce, or too little memory. A memory-first record may
+// have no CPU (best effort), as its instances may. Whether a host has
+// room is the scale's question.
 func (s *Service) resizedService(svc state.Service, r ResizeRequest) (state.Service, error) {
-	pieces, memory, bind := svc.Pieces+r.CPUDelta, svc.Memory+r.MemoryDelta, svc.Bind
+	sb := s.params.ShareBase
+	pieces, memory := svc.Pieces+r.CPUDelta, svc.Memory+r.MemoryDelta
+	bind := svc.Bind
 	if r.Bind != nil {
 		bind = *r.Bind
 	}
-	sb := s.params.ShareBase
+	cpuErr := func(why string) error {
+		return errf(Invalid, "cpu of service %s: %s %s = %s: %s",
+			svc.Name, alloc.FormatPieces(svc.Pieces, sb), signedPieces(r.CPUDelta, sb), alloc.FormatPieces(pieces, sb), why)
+	}
 	switch {
-	case bind && pieces <= 0:
-		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: a bound service needs more than 0",
-			svc.Name, alloc.FormatPieces(svc.Pieces, sb), signedPieces(r.CPUDelta, sb), alloc.FormatPieces(pieces, sb))
+	case bind && pieces < 1:
+		return svc, cpuErr("a bound service must keep more than 0")
 	case pieces < 0:
-		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: want 0 or more",
-			svc.Name, alloc.FormatPieces(svc.Pieces, sb), signedPieces(r.CPUDelta, sb), alloc.FormatPieces(pieces, sb))
+		return svc, cpuErr("want 0 (best effort, memory-first) or more")
 	case svc.WholeCores && !bind:
 		return svc, errf(Invalid, "bind of service %s = false: it holds whole cores (whole_cores): it stays bound", svc.Name)
 	case svc.WholeCores && pieces%sb != 0:
-		return svc, errf(Invalid, "cpu of service %s: %s %s = %s: it holds whole cores (whole_cores): it resizes by whole CPUs",
-			svc.Name, alloc.FormatPieces(svc.Pieces, sb), signedPieces(r.CPUDelta, sb), alloc.FormatPieces(pieces, sb))
+		return svc, cpuErr("it holds whole cores (whole_cores): it resizes by whole CPUs")
 	}
 	if err := alloc.Enforceable(s.params, "cpu of service "+svc.Name, pieces); err != nil {
 		return svc, fromAlloc(err)

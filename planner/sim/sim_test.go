@@ -46,6 +46,8 @@ var regressions = []struct {
 	{115, 40, "a move over a single host was refused 'every host was eliminated' naming no rule (fixed: the host it leaves is eliminated under OwnHost)"},
 	{152, 40, "the same, at step 8"},
 	{859, 39, "a deploy of 3 instances with a static port onto 2 hosts with the port free was refused naming the port's one instance per host, which the check did not read as a rule (no host was eliminated): the check's gap, fixed there"},
+	{7, 490, "a service deployed memory-first, then on whole cores, resized as a whole: its record took the first instance's 0.55 CPUs and kept whole_cores, and every scale was refused invalid (step 485; found once scales refused invalid are defects; fixed: the record's whole_cores follows the instance)"},
+	{8, 380, "a whole-cores service at count 0 resized by a fraction of a CPU: accepted, and every scale was refused invalid (step 375; fixed: a record at count 0 is checked as alloc.PlanResize checks an instance)"},
 }
 
 // TestSimulation runs the seeds of -sim.seeds, each for -sim.steps (or

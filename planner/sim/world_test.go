@@ -309,6 +309,9 @@ type op struct {
 	// is invalid, so it must be refused.
 	want    service.Code
 	invalid bool
+	// never: a code a refusal must not have (a scale of a deployed
+	// service is never invalid: the record it deploys from was accepted).
+	never service.Code
 }
 
 func (w *world) stats(kind string) *OpStats {
@@ -345,6 +348,8 @@ func (w *world) outcome(o op, err error, before snapshot) {
 		w.fail("%s: refused (%s) with an empty message", o.kind, code)
 	case o.want != "" && code != o.want:
 		w.fail("%s: refused with %s, want %s: %v", o.kind, code, o.want, err)
+	case o.never != "" && code == o.never:
+		w.fail("%s: refused with %s: %v", o.kind, code, err)
 	case code == service.Exhausted && bindingRule(err) == "":
 		w.fail("%s: a resource refusal that names no rule or engine error: %v", o.kind, err)
 	}
@@ -931,7 +936,8 @@ func (w *world) opScale() (op, bool) {
 		return op{}, false
 	}
 	name, n := pickOne(w, d), w.rng.IntN(6)
-	return op{kind: "scale", what: fmt.Sprintf("%s to %d", name, n), run: func() error { _, err := w.svc.Scale(w.ctx, name, n); return err }}, true
+	return op{kind: "scale", what: fmt.Sprintf("%s to %d", name, n), run: func() error { _, err := w.svc.Scale(w.ctx, name, n); return err },
+		never: service.Invalid}, true
 }
 
 func (w *world) opReplace() (op, bool) {
