@@ -420,19 +420,7 @@ func TestApplyServiceAtCountZero(t *testing.T) {
 // replaced first.
 func TestApplyScaleDownFirst(t *testing.T) {
 	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, pl...)...)
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := run(args...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
-		}
-		return out
-	}
+	run, must := runAt(t, addr), mustCLI(t, addr)
 	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	file := filepath.Join(t.TempDir(), "services.yaml")
 	write := func(image, cpu string, count int) {

@@ -12,12 +12,7 @@ import (
 // waiting for their hosts…", "applied on 0/0 instances" and "the new
 // size" without the size). A refused resize or replace changes nothing.
 func TestResizeReplaceAtCountZeroSay(t *testing.T) {
-	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, pl...)...)
-	}
+	run := runAt(t, startPlanner(t))
 	must := func(args ...string) (string, string) {
 		t.Helper()
 		out, errOut, code := run(args...)

@@ -21,6 +21,14 @@ func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, 
 	return o.String(), e.String(), code
 }
 
+// runAt runs the CLI against the planner at addr (--planner addr added).
+func runAt(t *testing.T, addr string) func(args ...string) (stdout, stderr string, code int) {
+	return func(args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, "--planner", addr)...)
+	}
+}
+
 // mustCLI runs the CLI against the planner at addr (--planner addr added)
 // and fails t when a command exits non-zero; it returns stdout.
 func mustCLI(t *testing.T, addr string) func(args ...string) string {
