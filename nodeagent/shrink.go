@@ -119,18 +119,30 @@ func ShrinkMemory(ctx context.Context, cg cgroupWriter, p cgroup.Path, target in
 		high = 1<<63 - 1
 	}
 	over, progressFrom := 0, int64(0)
+	// holding: the use was at or below the target at the last look, and
+	// memory.high has been held at the target since. Done only after a
+	// whole period there without stalling: a use that dipped for a moment
+	// (a program that frees memory and faults it in again) is throttled
+	// at memory.high as soon as it grows again, and memory.max set at the
+	// dip would kill it later (the kernel tier once caught the hot
+	// container between two allocations: 38 MiB, then 16, "done").
+	holding := false
 	for {
 		cur, err := readInt("memory.current")
 		if err != nil {
 			return giveUp(0, "memory.current unreadable: "+err.Error())
 		}
-		if cur <= target {
+		if cur <= target && holding {
 			return nil
 		}
 		if time.Now().After(deadline) {
 			return giveUp(cur, fmt.Sprintf("the deadline %s passed (the memory could not be reclaimed)", o.Deadline))
 		}
-		high = nextHigh(cur, high, target)
+		if cur <= target {
+			holding, high = true, target
+		} else {
+			holding, high = false, nextHigh(cur, high, target)
+		}
 		if err := cg.Apply(ctx, cgroup.Spec{Path: p, MemoryHigh: &high}); err != nil {
 			return giveUp(cur, "memory.high "+strconv.FormatInt(high, 10)+": "+err.Error())
 		}
@@ -150,6 +162,7 @@ func ShrinkMemory(ctx context.Context, cg cgroupWriter, p cgroup.Path, target in
 			over = 0
 			continue
 		}
+		holding = false // stalled at the target: the memory is in use
 		if over == 0 {
 			progressFrom = cur
 		}

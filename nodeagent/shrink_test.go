@@ -22,6 +22,7 @@ type memGroup struct {
 	pinned      int64 // never reclaimed (tmpfs without swap)
 	stalls      bool  // over high, the group's tasks stall (they allocate)
 	slow        bool  // reclaim frees only 2 MiB per memory.high write
+	dip         int64 // memory.current reads this once (a use caught between two allocations), then the real use
 	stallUsec   uint64
 	last        time.Time
 	highs       []int64
@@ -61,6 +62,10 @@ func (g *memGroup) Read(_ cgroup.Path, name string) (string, error) {
 		}
 		return fmt.Sprintln(g.high), nil
 	case "memory.current":
+		if d := g.dip; d > 0 {
+			g.dip = 0
+			return fmt.Sprintln(d), nil
+		}
 		return fmt.Sprintln(g.current()), nil
 	case "memory.pressure":
 		return fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", g.stallUsec), nil
@@ -83,6 +88,11 @@ func TestShrinkMemory(t *testing.T) {
 		// Reclaim stalls the container, but its use drops: go on.
 		{"page cache, stalling", &memGroup{high: cgroup.Max, reclaimable: 90 * MiB, pinned: 10 * MiB, stalls: true, slow: true}, 32 * MiB, ""},
 		{"cannot be reclaimed: deadline", &memGroup{high: 200 * MiB, pinned: 90 * MiB}, 32 * MiB, "deadline"},
+		// Hot memory caught below the target for a moment (a program that
+		// frees and faults in again): held at the target, it stalls. The
+		// shrink said done at the dip (the kernel tier's hot container,
+		// 38 → 16 MiB "done"), and memory.max set there would kill it.
+		{"hot memory that dipped: pressure", &memGroup{high: cgroup.Max, pinned: 64 * MiB, stalls: true, dip: 8 * MiB}, 16 * MiB, "memory.pressure"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
