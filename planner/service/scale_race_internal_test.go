@@ -50,6 +50,23 @@ func whilePlanning(t *testing.T, f healFixture, reqs ...func()) (wait func()) {
 	return wg.Wait
 }
 
+// planAndWait deploys other, whose planning starts the requests
+// whilePlanning holds, waits for them (wait) and fails t for every error
+// they sent on errs.
+func planAndWait(t *testing.T, f healFixture, other DeployRequest, wait func(), errs chan error) {
+	t.Helper()
+	if _, err := f.DeployWithRules(f.ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("concurrent request: %v", err)
+		}
+	}
+}
+
 // TestScaleReadsWhatItChanges: a scale counts the service's instances and
 // reads its size before its deploy is planned; requests committed in
 // between must not be undone. Two scales to 5 from 1 leave 5 instances,
@@ -92,17 +109,7 @@ func TestScaleReadsWhatItChanges(t *testing.T) {
 			}
 			errs := make(chan error, 4)
 			reqs := tc.concurrent(f, errs)
-			wait := whilePlanning(t, f, reqs...)
-			if _, err := f.DeployWithRules(f.ctx, other); err != nil {
-				t.Fatal(err)
-			}
-			wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Errorf("concurrent request: %v", err)
-				}
-			}
+			planAndWait(t, f, other, whilePlanning(t, f, reqs...), errs)
 			ins := f.st.ServiceInstances("web")
 			if got := countInstances(ins); got != tc.want {
 				t.Errorf("web has %d instances, want %d", got, tc.want)
@@ -162,16 +169,7 @@ func TestScaleRetryReadsTheCommittedChange(t *testing.T) {
 	}
 	failpoint.Store(&fp)
 	other := DeployRequest{Service: "other", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
-	if _, err := f.DeployWithRules(f.ctx, other); err != nil {
-		t.Fatal(err)
-	}
-	wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Errorf("concurrent request: %v", err)
-		}
-	}
+	planAndWait(t, f, other, wait, errs)
 	if got := countInstances(f.st.ServiceInstances("web")); got != 3 {
 		t.Errorf("web has %d instances, want 3", got)
 	}

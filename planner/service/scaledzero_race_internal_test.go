@@ -48,17 +48,7 @@ func TestScaledToZeroRaces(t *testing.T) {
 				t.Fatal(err)
 			}
 			errs := make(chan error, 4)
-			wait := whilePlanning(t, f, tc.order(f, errs)...)
-			if _, err := f.DeployWithRules(f.ctx, other); err != nil {
-				t.Fatal(err)
-			}
-			wait()
-			close(errs)
-			for err := range errs {
-				if err != nil {
-					t.Errorf("concurrent request: %v", err)
-				}
-			}
+			planAndWait(t, f, other, whilePlanning(t, f, tc.order(f, errs)...), errs)
 			d, _ := f.st.Service("web")
 			if d.Value.Pieces != tc.pieces || d.Value.Image != tc.image {
 				t.Errorf("record: %d pieces, image %s; want %d, %s", d.Value.Pieces, d.Value.Image, tc.pieces, tc.image)
