@@ -132,6 +132,22 @@ func newSplitAgent(t *testing.T) (*Agent, *fakeEngine, *fakeThreaded) {
 	return a, eng, cg
 }
 
+// splitTwoThreads is a split agent with one instance a (CPU 0 + 0.7 of
+// CPU 2) whose two runnable threads 11 and 12 a first sweep has placed
+// (11 in pinfold-whole, 12 in pinfold-frag); p is a's cgroup.
+func splitTwoThreads(t *testing.T) (a *Agent, cg *fakeThreaded, p string) {
+	t.Helper()
+	a, _, cg = newSplitAgent(t)
+	a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
+	settle(t, a)
+	p = a.records["a"].cgroup.String()
+	cg.add(p, 11, 12)
+	if err := a.splitPass(context.Background(), true); err != nil {
+		t.Fatal(err)
+	}
+	return a, cg, p
+}
+
 func splitInst(id string, cpus map[cpuset.CPUID]int) model.Instance {
 	in := memInst(1, 64<<20)
 	in.ID, in.CPUs = id, cpus
@@ -423,15 +439,8 @@ func TestSplitEvery(t *testing.T) {
 // times a second) and that re-assertion makes the children again and
 // sweeps the threads into them.
 func TestSplitChildrenGoneAfterRestart(t *testing.T) {
-	a, _, cg := newSplitAgent(t)
+	a, cg, p := splitTwoThreads(t)
 	ctx := context.Background()
-	a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
-	settle(t, a)
-	p := a.records["a"].cgroup.String()
-	cg.add(p, 11, 12)
-	if err := a.splitPass(ctx, true); err != nil {
-		t.Fatal(err)
-	}
 	// The restart: the kernel's cgroup is new, its children gone, the new
 	// process's threads in the container's cgroup itself.
 	cg.tmu.Lock()
@@ -601,15 +610,8 @@ func TestSplitSweepCountsBusyThreads(t *testing.T) {
 		{"next to nothing: treated as asleep", splitBusyTicks - 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, _, cg := newSplitAgent(t)
+			a, cg, p := splitTwoThreads(t)
 			ctx := context.Background()
-			a.SetDesired([]model.Instance{splitInst("a", map[cpuset.CPUID]int{0: 100, 2: 70})})
-			settle(t, a)
-			p := a.records["a"].cgroup.String()
-			cg.add(p, 11, 12)
-			if err := a.splitPass(ctx, true); err != nil {
-				t.Fatal(err)
-			}
 			if got := cg.where(12); got != p+"/pinfold-frag" {
 				t.Fatalf("thread 12 in %s after the first sweep, want pinfold-frag", got)
 			}
