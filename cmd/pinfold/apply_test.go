@@ -377,14 +377,7 @@ func TestOrderDeploysAfterRuleTargets(t *testing.T) {
 func TestApplyServiceAtCountZero(t *testing.T) {
 	must := mustCLI(t, startPlanner(t))
 	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	write := func(image, cpu string, count int) {
-		t.Helper()
-		src := "services:\n  web:\n    image: " + image + "\n    cpu: " + cpu + "\n    memory: 256MiB\n    count: " + strconv.Itoa(count) + "\n"
-		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	file, write := webFile(t, "")
 	write("busybox:1", "1", 1)
 	must("apply", "-f", file)
 	write("busybox:1", "1", 0)
@@ -396,13 +389,7 @@ func TestApplyServiceAtCountZero(t *testing.T) {
 	}
 	write("busybox:2", "2.5", 1)
 	must("apply", "-f", file)
-	var ins []struct {
-		Image      string      `json:"image"`
-		CPUPlanned json.Number `json:"cpu_planned"`
-	}
-	if err := json.Unmarshal([]byte(must("ps", "--service", "web", "-o", "json")), &ins); err != nil {
-		t.Fatal(err)
-	}
+	ins := webInstances(t, must)
 	if len(ins) != 1 || ins[0].Image != "busybox:2" || ins[0].CPUPlanned != "2.5" {
 		t.Errorf("web after count 0 → 1: %+v, want one instance of busybox:2 planned 2.5 CPUs", ins)
 	}
@@ -422,14 +409,7 @@ func TestApplyScaleDownFirst(t *testing.T) {
 	addr := startPlanner(t)
 	run, must := runAt(t, addr), mustCLI(t, addr)
 	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	write := func(image, cpu string, count int) {
-		t.Helper()
-		src := "services:\n  web:\n    image: " + image + "\n    cpu: " + cpu + "\n    bind: true\n    memory: 256MiB\n    count: " + strconv.Itoa(count) + "\n"
-		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	file, write := webFile(t, "bind: true")
 	actions := func() []string {
 		t.Helper()
 		out, errOut, code := run("diff", "-f", file, "-o", "json")
@@ -464,14 +444,40 @@ func TestApplyScaleDownFirst(t *testing.T) {
 		t.Errorf("diff to count 1: %v, want %v", got, want)
 	}
 	must("apply", "-f", file)
-	var ins []struct {
-		Image      string      `json:"image"`
-		CPUPlanned json.Number `json:"cpu_planned"`
-	}
-	if err := json.Unmarshal([]byte(must("ps", "--service", "web", "-o", "json")), &ins); err != nil {
-		t.Fatal(err)
-	}
+	ins := webInstances(t, must)
 	if len(ins) != 1 || ins[0].Image != "busybox:3" || ins[0].CPUPlanned != "2" {
 		t.Errorf("web after count 0 → 1: %+v, want one instance of busybox:3 planned 2 CPUs", ins)
 	}
+}
+
+// webFile is a services file of one service, web, with 256 MiB and extra
+// (a YAML line of web's, or ""), and its writer: image, cpu and count.
+func webFile(t *testing.T, extra string) (string, func(image, cpu string, count int)) {
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	if extra != "" {
+		extra = "    " + extra + "\n"
+	}
+	return file, func(image, cpu string, count int) {
+		t.Helper()
+		src := "services:\n  web:\n    image: " + image + "\n    cpu: " + cpu + "\n" + extra + "    memory: 256MiB\n    count: " + strconv.Itoa(count) + "\n"
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// webInstance is what the apply tests read of web's instances in ps -o json.
+type webInstance struct {
+	Image      string      `json:"image"`
+	CPUPlanned json.Number `json:"cpu_planned"`
+}
+
+// webInstances are web's instances as ps -o json shows them.
+func webInstances(t *testing.T, must func(args ...string) string) []webInstance {
+	t.Helper()
+	var ins []webInstance
+	if err := json.Unmarshal([]byte(must("ps", "--service", "web", "-o", "json")), &ins); err != nil {
+		t.Fatal(err)
+	}
+	return ins
 }
