@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"google.golang.org/protobuf/proto"
 	"io"
@@ -55,6 +56,21 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 	inFile := map[string]bool{}
 	for _, w := range want {
 		inFile[w.Deploy.Service] = true
+	}
+	// Every CPU amount is a whole number of pieces, checked before any
+	// step runs: a deploy the planner refused halfway through the file
+	// would leave the steps before it done.
+	if sb, err := shareBaseOf(ctx, cl, ins); err != nil {
+		return d, err
+	} else if sb > 0 {
+		for _, w := range want {
+			if _, err := piecesOf(w.Deploy.Cpu, sb); err != nil {
+				if ae := (*alloc.Error)(nil); errors.As(err, &ae) {
+					err = errors.New(ae.Reason())
+				}
+				return d, badInput("services.%s.cpu: %q: %v", w.Deploy.Service, w.Deploy.Cpu, err)
+			}
+		}
 	}
 	// Removes first: they free what the others may need.
 	for _, name := range sortedKeys(byService) {
@@ -289,6 +305,25 @@ func cpuMode(pieces int, bind bool, sb int) string {
 		return alloc.FormatPieces(pieces, sb) + " (bound)"
 	}
 	return alloc.FormatPieces(pieces, sb) + " (memory-first)"
+}
+
+// shareBaseOf is the planner's share base as its instances or, with none,
+// its first host show it (0: no host is registered, the planner checks
+// the amounts itself).
+func shareBaseOf(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, ins []*pinfoldv1.Instance) (int, error) {
+	for _, in := range ins {
+		if in.ShareBase > 0 {
+			return int(in.ShareBase), nil
+		}
+	}
+	resp, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{PageSize: 1}))
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Msg.Hosts) == 0 {
+		return 0, nil
+	}
+	return int(resp.Msg.Hosts[0].ShareBase), nil
 }
 
 func piecesOf(cpu string, sb int) (int, error) {

@@ -348,6 +348,28 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 	if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {
 		t.Errorf("a refused file changed something:\n%s", out)
 	}
+	// A CPU amount off the grid of pieces, on a service that is deployed
+	// (its resize would have been rounded) or on a new one placed after a
+	// change the file also makes: refused before any step, nothing changes.
+	for _, tc := range []struct{ name, file, want string }{
+		{"deployed service", "services:\n  web: {image: busybox, memory: 64MiB, count: 2, strategy: drained, env: [A=1], cpu: 0.505}\n",
+			`services.web.cpu: "0.505": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 0.5 and 0.51`},
+		{"new service after a resize", "services:\n  web: {image: busybox, memory: 128MiB, count: 2, strategy: drained, env: [A=1]}\n  batch: {image: busybox, memory: 64MiB, cpu: 0.001}\n",
+			`services.batch.cpu: "0.001": less than one piece of a CPU`},
+	} {
+		bad := filepath.Join(dir, "grid.yaml")
+		if err := os.WriteFile(bad, []byte(tc.file), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		for _, verb := range []string{"apply", "diff"} {
+			if out, code := run(verb, "-f", bad); code != exitBadInput || !strings.Contains(out, tc.want) {
+				t.Errorf("%s, %s: exit %d:\n%s\nwant exit 2 with %q", tc.name, verb, code, out, tc.want)
+			}
+		}
+		if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {
+			t.Errorf("%s: a refused file changed something:\n%s", tc.name, out)
+		}
+	}
 }
 
 // TestOrderDeploysAfterRuleTargets: a new service is deployed after the

@@ -378,7 +378,8 @@ func parseCPUAndMemory(cpu, memory string) (string, int64, error) {
 }
 
 // parseCPU checks a decimal CPU amount ("1.7"; signed: "+0.5", "-0.3")
-// before it is sent; the planner rounds it to pieces. A signed amount
+// before it is sent; the planner converts it to pieces (an amount off
+// their grid, 0.505 at 1/100, it refuses with the nearest). A signed amount
 // keeps its sign, so that the planner's errors show it as it was written.
 func parseCPU(flag, s string, signed bool) (string, error) {
 	t := strings.TrimSpace(s)

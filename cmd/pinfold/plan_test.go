@@ -90,7 +90,8 @@ func TestPlanBadInput(t *testing.T) {
 		{"unknown field", `"max_per_host": 0`, `"max_per_hots": 0`, `unknown field "max_per_hots"`},
 		{"malformed json", `"count": 2,`, `"count": 2,,`, "not valid JSON (line 7)"},
 		{"wrong type", `"count": 2`, `"count": "two"`, "request.count: got a JSON string, want int"},
-		{"zero pieces", `"cpu": 1.7`, `"cpu": 0.001`, "rounds to 0 pieces"},
+		{"zero pieces", `"cpu": 1.7`, `"cpu": 0.001`, "request.cpu = 0.001: less than one piece of a CPU"},
+		{"off the grid of pieces", `"cpu": 1.7`, `"cpu": 1.705`, "request.cpu = 1.705: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 1.7 and 1.71"},
 		{"cpu key junk", `"0": 100, "1": 100`, `"x": 100, "1": 100`, `hosts["h1"].capacity.cpus["x"] = "x": a CPU id must be a decimal number`},
 	}
 	for _, tt := range tests {

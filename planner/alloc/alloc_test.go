@@ -295,15 +295,35 @@ func TestMaxPerHost(t *testing.T) {
 	}
 }
 
-// TestRounding: 0.29 CPU at base 100 is 29 pieces (Eru truncated to 28).
+// TestRounding: 0.29 CPU at base 100 is 29 pieces (Eru truncated to 28);
+// an amount off the grid of pieces is refused with the nearest amounts on
+// it, not rounded to a size nobody asked for.
 func TestRounding(t *testing.T) {
 	t.Parallel()
 	for _, tt := range []struct {
-		cpu  float64
-		base int
-		want int
-	}{{0.29, 100, 29}, {0.57, 100, 57}, {1.15, 100, 115}, {2.3, 100, 230}, {0.001, 1000, 1}, {1.7, 10, 17}, {0.0004, 1000, 0}} {
+		cpu     float64
+		base    int
+		want    int
+		wantErr string
+	}{
+		{0.29, 100, 29, ""}, {0.57, 100, 57, ""}, {1.15, 100, 115, ""}, {2.3, 100, 230, ""}, {0.001, 1000, 1, ""}, {1.7, 10, 17, ""},
+		{999999.99, 100, 99999999, ""}, {1e6, 10000, 1e10, ""},
+		// FormatPieces's 4 decimals at a base that is not a power of ten
+		{0.0003, 3000, 1, ""}, {1.6667, 3, 5, ""}, {0.3333, 3000, 1000, ""},
+		{0.0004, 1000, 0, "cpu = 0.0004: less than one piece of a CPU (1 piece = 0.001 CPU at share base 1000): the smallest amount above 0 is 0.001"},
+		{0.505, 100, 0, "cpu = 0.505: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 0.5 and 0.51"},
+		{1.25, 10, 0, "the nearest amounts are 1.2 and 1.3"},
+		{0.0005, 3000, 0, "the nearest amounts are 0.0003 and 0.0007"},
+		{1.5, 3, 0, "at share base 3"},
+	} {
 		got, err := alloc.PiecesOf("cpu", tt.cpu, tt.base)
+		if tt.wantErr != "" {
+			var ae *alloc.Error
+			if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("PiecesOf(%v, %d) = %d, %v; want an invalid-input error with %q", tt.cpu, tt.base, got, err, tt.wantErr)
+			}
+			continue
+		}
 		if err != nil || got != tt.want {
 			t.Errorf("PiecesOf(%v, %d) = %d, %v; want %d", tt.cpu, tt.base, got, err, tt.want)
 		}

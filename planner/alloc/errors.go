@@ -33,7 +33,14 @@ type Error struct {
 	Value string `json:"value,omitempty"`
 	// Hosts are the hosts the message speaks about, sorted.
 	Hosts []string `json:"hosts,omitempty"`
+	// reason is Message less "field = value: ", for a caller that names
+	// the value as its user wrote it (Reason).
+	reason string
 }
+
+// Reason is why the input is invalid, without the field and value that
+// Message starts with ("" for errors that are not CodeInvalid).
+func (e *Error) Reason() string { return e.reason }
 
 func (e *Error) Error() string { return "alloc: " + e.Message }
 
@@ -53,6 +60,6 @@ func invalid(field string, value any, reason string, args ...any) *Error {
 	if s, ok := value.(string); ok {
 		v = fmt.Sprintf("%q", s)
 	}
-	return &Error{Code: CodeInvalid, Field: field, Value: v,
-		Message: fmt.Sprintf("%s = %s: %s", field, v, fmt.Sprintf(reason, args...))}
+	r := fmt.Sprintf(reason, args...)
+	return &Error{Code: CodeInvalid, Field: field, Value: v, Message: fmt.Sprintf("%s = %s: %s", field, v, r), reason: r}
 }

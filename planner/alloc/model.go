@@ -175,14 +175,33 @@ type Placement struct {
 // MaxCPUs is the largest CPU amount a request may give (PiecesOf).
 const MaxCPUs = 1e6
 
-// PiecesOf converts a decimal CPU amount to pieces, rounding to the nearest
-// piece (0.29 at base 100 is 29, not 28). It rejects NaN, infinities,
-// negatives and amounts beyond 1,000,000 CPUs.
+// PiecesOf converts a decimal CPU amount to pieces (0.29 at base 100 is
+// 29: the float's 28.999… is taken to the nearest piece). It rejects NaN,
+// infinities, negatives, amounts beyond 1,000,000 CPUs, and an amount
+// that is not a whole number of pieces (0.505 at base 100): rounded, it
+// would be a size the user did not ask for. At a share base that is not
+// a power of ten an amount as FormatPieces writes it (4 decimals: 0.0003
+// for 1 piece of 3000) is taken as that piece.
 func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
 	if math.IsNaN(cpu) || math.IsInf(cpu, 0) || cpu < 0 || cpu > MaxCPUs {
 		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
 	}
-	return int(math.Round(cpu * float64(shareBase))), nil
+	x := cpu * float64(shareBase)
+	p := math.Round(x)
+	if math.Abs(x-p) <= 1e-6+1e-12*x {
+		return int(p), nil
+	}
+	if sb := uint64(max(shareBase, 1)); pow10(len(strconv.Itoa(shareBase))-1) != sb &&
+		math.Abs(cpu-p/float64(shareBase)) <= 0.5e-4+1e-12*cpu {
+		return int(p), nil // as FormatPieces rounds it
+	}
+	lo := int(math.Floor(x))
+	if lo == 0 {
+		return 0, invalid(field, cpu, "less than one piece of a CPU (1 piece = %s CPU at share base %d): the smallest amount above 0 is %s",
+			FormatPieces(1, shareBase), shareBase, FormatPieces(1, shareBase))
+	}
+	return 0, invalid(field, cpu, "not a whole number of pieces of a CPU (1 piece = %s CPU at share base %d): the nearest amounts are %s and %s",
+		FormatPieces(1, shareBase), shareBase, FormatPieces(lo, shareBase), FormatPieces(lo+1, shareBase))
 }
 
 // FormatPieces renders pieces as a decimal CPU amount ("1.7", "-0.5" for a

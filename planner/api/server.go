@@ -314,26 +314,24 @@ func pieces(field, s string, shareBase int, allowNegative bool) (int, error) {
 		sign, f = -1, -f
 	}
 	p, err := alloc.PiecesOf(field, f, shareBase)
-	if err != nil {
-		// As the user wrote it, once: PiecesOf's own message repeats the
-		// field with the parsed value (1e+09).
-		return 0, invalid("%s = %q: want a number of CPUs from 0 to %d", field, s, int(alloc.MaxCPUs))
+	if ae := (*alloc.Error)(nil); errors.As(err, &ae) {
+		// As the user wrote it, once: PiecesOf's own message names the
+		// parsed value (1e+09, 0.505).
+		return 0, invalid("%s = %q: %s", field, s, ae.Reason())
+	} else if err != nil {
+		return 0, err
 	}
 	return sign * p, nil
 }
 
 // requestPieces is a deploy's or capacity's CPU amount in pieces: a bound
-// instance needs at least one, and the refusal names the amount as it was
-// written (cpu = "0.0001"), not as it rounded (0).
+// instance needs at least one (an amount below one piece, pieces refuses
+// as it was written: cpu = "0.0001").
 func requestPieces(s string, shareBase int, bind bool) (int, error) {
 	p, err := pieces("cpu", s, shareBase, false)
 	if err == nil && bind && p == 0 {
-		why := "rounds to 0 pieces"
-		if f, _ := strconv.ParseFloat(strings.TrimSpace(s), 64); f == 0 {
-			why = "is 0"
-		}
-		return 0, invalid("cpu = %q: %s; a CPU-bound instance needs at least 1 piece (%s CPU, %d pieces per CPU)",
-			s, why, alloc.FormatPieces(1, shareBase), shareBase)
+		return 0, invalid("cpu = %q: is 0; a CPU-bound instance needs at least 1 piece (%s CPU, %d pieces per CPU)",
+			s, alloc.FormatPieces(1, shareBase), shareBase)
 	}
 	return p, err
 }
@@ -633,17 +631,18 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 
 func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error) {
 	m := r.Msg
-	d, err := pieces("cpu_delta", m.CpuDelta, s.sb(), true)
-	if err != nil {
-		return nil, err
-	}
 	if strings.TrimSpace(m.CpuDelta) != "" {
 		// A change of less than one piece is refused, not rounded to none
-		// or up to a piece ("0" itself says no CPU change).
+		// or up to a piece ("0" itself says no CPU change); one that is
+		// not a whole number of pieces, pieces refuses.
 		if f, _ := strconv.ParseFloat(strings.TrimSpace(m.CpuDelta), 64); f != 0 && math.Abs(f)*float64(s.sb()) < 1-1e-9 {
 			return nil, invalid("cpu_delta = %q: less than one piece of a CPU, it changes nothing: the smallest step is %s CPU (1 piece; share base %d)",
 				m.CpuDelta, alloc.FormatPieces(1, s.sb()), s.sb())
 		}
+	}
+	d, err := pieces("cpu_delta", m.CpuDelta, s.sb(), true)
+	if err != nil {
+		return nil, err
 	}
 	if d == 0 && m.MemoryDeltaBytes == 0 && m.Bind == nil {
 		return nil, invalid("nothing to change: give cpu_delta, memory_delta_bytes or bind")

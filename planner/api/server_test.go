@@ -49,8 +49,10 @@ func TestRequestPieces(t *testing.T) {
 		want    int
 		wantErr string
 	}{
-		{"1.7", true, 170, ""}, {"0", false, 0, ""}, {"0.0001", false, 0, ""},
-		{"0.0001", true, 0, `cpu = "0.0001": rounds to 0 pieces; a CPU-bound instance needs at least 1 piece (0.01 CPU, 100 pieces per CPU)`},
+		{"1.7", true, 170, ""}, {"0", false, 0, ""}, {"0.29", true, 29, ""},
+		{"0.0001", false, 0, `cpu = "0.0001": less than one piece of a CPU (1 piece = 0.01 CPU at share base 100): the smallest amount above 0 is 0.01`},
+		{"0.0001", true, 0, `cpu = "0.0001": less than one piece of a CPU (1 piece = 0.01 CPU`},
+		{"0.505", true, 0, `cpu = "0.505": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 0.5 and 0.51`},
 		{"0", true, 0, `cpu = "0": is 0; a CPU-bound instance needs at least 1 piece`},
 		{"1e9", true, 0, `cpu = "1e9": want a number of CPUs from 0 to 1000000`},
 	} {
@@ -117,7 +119,9 @@ func TestResizeRefusesNoChange(t *testing.T) {
 		{"nothing", &pinfoldv1.ResizeRequest{Target: "web"}, "nothing to change", service.ResizeRequest{}},
 		{"zero cpu only", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0"}, "nothing to change", service.ResizeRequest{}},
 		{"half a piece is refused, not rounded up", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.005"}, `cpu_delta = "0.005": less than one piece of a CPU`, service.ResizeRequest{}},
-		{"a piece and a half rounds", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.015"}, "", service.ResizeRequest{Target: "web", CPUDelta: 2}},
+		{"a piece and a half is refused, not rounded", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.015"}, `cpu_delta = "0.015": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 0.01 and 0.02`, service.ResizeRequest{}},
+		{"off the grid, negative", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-1.495"}, `cpu_delta = "-1.495": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 1.49 and 1.5`, service.ResizeRequest{}},
+		{"two pieces", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.02"}, "", service.ResizeRequest{Target: "web", CPUDelta: -2}},
 		{"zero cpu with memory", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0", MemoryDeltaBytes: -1 << 20}, "", service.ResizeRequest{Target: "web", MemoryDelta: -1 << 20}},
 		{"bind only", &pinfoldv1.ResizeRequest{Target: "web", Bind: &yes}, "", service.ResizeRequest{Target: "web", Bind: &yes}},
 	} {

@@ -336,7 +336,7 @@ func (fr *Request) build(p alloc.Params) (*placement.Request, error) {
 	}
 	bind := fr.Bind == nil || *fr.Bind
 	if bind && pieces == 0 {
-		return nil, invalid("request.cpu", float64(*fr.CPU), "rounds to 0 pieces at share_base %d; a CPU-bound request needs at least 1", p.ShareBase)
+		return nil, invalid("request.cpu", float64(*fr.CPU), "is 0; a CPU-bound request needs at least 1 piece (%s CPU at share_base %d)", alloc.FormatPieces(1, p.ShareBase), p.ShareBase)
 	}
 	st, err := alloc.ParseStrategy("request.strategy", fr.Strategy)
 	if err != nil {
