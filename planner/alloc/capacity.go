@@ -253,11 +253,17 @@ type Capacity struct {
 	MemoryFirst bool
 	Quota, Pool int
 	sb          int
+	// cores: a whole-cores request of x CPUs that no core size of the
+	// host divides (its cores have threads CPUs each): it never fits there.
+	cores struct{ x, threads int }
 }
 
 // Why says, for people, what bounds the count: Limit, and for a
 // memory-first request whose quota does not fit the shared pool, both.
 func (c Capacity) Why() string {
+	if c.cores.threads > 0 {
+		return fmt.Sprintf("whole cores: %d CPUs is not a multiple of its %d threads per core", c.cores.x, c.cores.threads)
+	}
 	if c.MemoryFirst && c.CPUCount == 0 && c.sb > 0 {
 		return fmt.Sprintf("quota %s CPUs > shared pool %s CPUs", FormatPieces(c.Quota, c.sb), FormatPieces(c.Pool, c.sb))
 	}
@@ -300,6 +306,9 @@ func (s *hostState) capacity(sh shape, bind bool) Capacity {
 	if sh.cores {
 		c.Count, _ = s.runCores(sh, unlimited, sh.mem, false)
 		c.CPUCount, _ = s.runCores(sh, unlimited, 0, false)
+		if c.CPUCount == 0 {
+			c.cores.x, c.cores.threads = sh.x, s.coreSizeNotDividing(sh.x)
+		}
 		return c
 	}
 	c.Count, s.how = s.bindCapacity(sh, sh.mem)

@@ -74,6 +74,23 @@ func (s *hostState) threadsOf(p int32) int {
 	return max(c.Siblings.Len(), 1)
 }
 
+// coreSizeNotDividing is the smallest core size (threads per core) of the
+// host when none of its core sizes divides x, so that no whole-cores
+// instance of x CPUs can ever be made there; 0 when one does.
+func (s *hostState) coreSizeNotDividing(x int) int {
+	smallest := 0
+	for _, p := range s.all {
+		t := s.threadsOf(p)
+		if x%t == 0 {
+			return 0
+		}
+		if smallest == 0 || t < smallest {
+			smallest = t
+		}
+	}
+	return smallest
+}
+
 // sizesFor are the core sizes an instance of x CPUs can be made of, largest first.
 func sizesFor(cores map[int][]freeCore, x int) []int {
 	var out []int

@@ -199,6 +199,37 @@ func TestWholeCores(t *testing.T) {
 	if _, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{topoHost(laptop)}, alloc.Request{Service: "s", Count: 1, Pieces: 150, Bind: true, WholeCores: true, MemoryBytes: GiB}); err == nil || !strings.Contains(err.Error(), `request.whole_cores = "1.5"`) {
 		t.Errorf("1.5 CPUs of whole cores = %v, want refused naming request.whole_cores", err)
 	}
+	// The refusal says why a count of CPUs never fits a host's cores (it
+	// said only "cpu", as if the host were full); a host whose cores do
+	// divide it, or one that is full, says what it said before.
+	full := topoHost(laptop)
+	for i := range full.CPUs {
+		full.CPUs[i].Used = 100
+	}
+	for _, tc := range []struct {
+		name   string
+		hosts  []*alloc.Host
+		pieces int
+		want   string
+	}{
+		{"3 CPUs on SMT-2", []*alloc.Host{topoHost(laptop)}, 300, "takes 0 (whole cores: 3 CPUs is not a multiple of its 2 threads per core)"},
+		{"5 CPUs on SMT-2 and on a full host with SMT off", []*alloc.Host{topoHost(laptop), func() *alloc.Host {
+			h := topoHost(sparse)
+			h.Name = "sparse"
+			for i := range h.CPUs {
+				h.CPUs[i].Used = 100
+			}
+			return h
+		}()}, 500, "takes 0 (whole cores: 5 CPUs is not a multiple of its 2 threads per core), sparse takes 0 (cpu)"},
+		{"4 CPUs on a full SMT-2 host", []*alloc.Host{full}, 400, "takes 0 (cpu)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := alloc.Plan(alloc.DefaultParams(), tc.hosts, alloc.Request{Service: "s", Count: 1, Pieces: tc.pieces, Bind: true, WholeCores: true, MemoryBytes: GiB})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Plan = %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
 }
 
 // checkWholeCores: every placement holds whole cores the host had wholly
