@@ -31,9 +31,11 @@ type instanceJSON struct {
 	// as decimals of pieces (1.7, never 1.7000000000000002).
 	CPUQuota json.Number `json:"cpu_quota,omitempty"`
 	// CPUPlanned is the CPUs the allocation amounts to; CPUGot what the
-	// container used over the agent's last window (both in CPUs).
+	// container used over the agent's last window (both in CPUs), null
+	// while it is not running (the table's "-": a pending instance did not
+	// get 0, it has not run).
 	CPUPlanned  json.Number  `json:"cpu_planned"`
-	CPUGot      json.Number  `json:"cpu_got"`
+	CPUGot      *json.Number `json:"cpu_got"`
 	NUMANode    int32        `json:"numa_node"`
 	Memory      int64        `json:"memory_bytes"`
 	MemorySoft  int64        `json:"memory_soft_bytes,omitempty"`
@@ -102,8 +104,13 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 	if a := in.Applied; a != nil {
 		ap = &appliedJSON{a.Cpus, a.Mems, a.CpuQuota, a.CpuWeight, a.MemoryBytes}
 	}
+	var got *json.Number
+	if in.State == "running" {
+		n := json.Number(cpuAmount(int64(in.CpuGotPieces), in.ShareBase))
+		got = &n
+	}
 	return instanceJSON{Container: in.Container.Model(), Applied: ap, ID: in.Id, Service: in.Service, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
-		CPUPlanned: json.Number(cpuAmount(int64(plannedPieces(in)), in.ShareBase)), CPUGot: json.Number(cpuAmount(int64(in.CpuGotPieces), in.ShareBase)),
+		CPUPlanned: json.Number(cpuAmount(int64(plannedPieces(in)), in.ShareBase)), CPUGot: got,
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, WholeCores: in.WholeCores, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, ContainerID: in.ContainerId, PID: in.Pid, Error: in.Error,
 		Observed: in.ObservedGeneration, MemoryUsed: in.MemoryCurrentBytes, RolledBack: in.RolledBack, Ports: portsJSON(in)}

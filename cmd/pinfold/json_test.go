@@ -88,8 +88,10 @@ func TestCLIJSONNumbers(t *testing.T) {
 		if in.Service == "mf" {
 			want, quota = "0.31", "0.31"
 		}
-		if string(in.Planned) != want || string(in.Got) != "0" || (quota != "" && string(in.Quota) != quota) {
-			t.Errorf("%s: cpu_planned %s cpu_got %s cpu_quota %s, want %s, 0 and %q", in.Service, in.Planned, in.Got, in.Quota, want, quota)
+		// No agent: the instances are pending, they got nothing measured
+		// (null, as the table's "-"), not 0 CPUs.
+		if string(in.Planned) != want || string(in.Got) != "null" || (quota != "" && string(in.Quota) != quota) {
+			t.Errorf("%s: cpu_planned %s cpu_got %s cpu_quota %s, want %s, null and %q", in.Service, in.Planned, in.Got, in.Quota, want, quota)
 		}
 	}
 
