@@ -474,6 +474,9 @@ what pinfold deploy takes:
 
 An unknown key or a bad value is an error naming its path
 (services.web.cpu), and nothing is changed when any service is invalid.
+The file is read as YAML 1.1: a plain y, yes, on, n, no or off is a bool,
+so such a key (a service named no) is refused: quote it ("no"). cpu is a
+whole number of pieces of a CPU (0.51, not 0.505, at 1/100).
 
 A docker compose file is read too (a services map whose entries have
 compose keys such as environment or deploy): image, command, entrypoint,

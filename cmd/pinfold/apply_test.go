@@ -122,6 +122,16 @@ func TestServicesFileContainerAndPorts(t *testing.T) {
 
 // TestServicesFileBadInput: bad files are refused naming the service and
 // the field path, and no service is returned when any is invalid.
+// TestServicesFileQuotedBoolWords: a key YAML 1.1 would read as a bool is
+// taken as written once quoted (a service named y), and a plain true is
+// the name true, as written.
+func TestServicesFileQuotedBoolWords(t *testing.T) {
+	want, _, err := decodeServicesFile([]byte("services:\n  \"y\": {image: a, memory: 64MiB, labels: {'on': x}}\n  true: {image: a, memory: 64MiB}\n"))
+	if err != nil || len(want) != 2 || want[0].Deploy.Service != "true" || want[1].Deploy.Service != "y" || want[1].Deploy.Container.GetLabels()["on"] != "x" {
+		t.Fatalf("decode = %+v, %v; want services true and y, y with label on=x", want, err)
+	}
+}
+
 func TestServicesFileBadInput(t *testing.T) {
 	tests := []struct{ name, file, want string }{
 		{"unknown key", "services:\n  web: {image: a, memory: 64MiB, imag: b}\n", `services.web: unknown key "imag"`},
@@ -154,6 +164,10 @@ func TestServicesFileBadInput(t *testing.T) {
 		{"bad spread", "services:\n  web: {image: a, memory: 64MiB, domain_spread: weird}\n", `services.web.domain_spread: "weird"`},
 		{"self anti-affinity", "services:\n  web: {image: a, memory: 64MiB, anti_affinity: [web]}\n", `services.web.anti_affinity: "web"`},
 		{"compose variable", "services:\n  web: {image: \"${IMG:-nginx}\", deploy: {resources: {limits: {memory: 64M}}}}\n", `services.web.image: "${IMG:-nginx}": pinfold does not fill in compose variables`},
+		{"service name read as a bool", "services:\n  web: {image: a, memory: 64MiB}\n  y: {image: a, memory: 64MiB}\n",
+			`line 3: services.y: the key y is read as the bool true by YAML 1.1, as services files are read (a service would be named "true"): quote it, "y"`},
+		{"label key read as a bool", "services:\n  web: {image: a, memory: 64MiB, labels: {Off: x}}\n", `line 2: services.web.labels.Off: the key Off is read as the bool false`},
+		{"compose service read as a bool", "services:\n  no: {image: a, deploy: {resources: {limits: {memory: 64M}}}}\n", `services.no: the key no is read as the bool false`},
 		{"compose build only", "services:\n  web: {build: ., deploy: {resources: {limits: {memory: 64M}}}}\n", `services.web.image: missing`},
 	}
 	for _, tt := range tests {
