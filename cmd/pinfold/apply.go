@@ -468,7 +468,7 @@ what pinfold deploy takes:
       network: bridge
       health: {http: 80/, timeout: 30s}     # or cmd: "...", or tcp: 80
       pull: missing              # or always
-      cpu: 1.5                   # default 1
+      cpu: 1.5                   # default 1; whole pieces of a CPU
       bind: true
       whole_cores: false
       memory: 512MiB             # required
