@@ -68,7 +68,15 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 				if ae := (*alloc.Error)(nil); errors.As(err, &ae) {
 					err = errors.New(ae.Reason())
 				}
-				return d, badInput("services.%s.cpu: %q: %v", w.Deploy.Service, w.Deploy.Cpu, err)
+				// As readServicesFile names the file's other bad values.
+				key := w.CPUKey
+				if key == "" {
+					key = "services." + w.Deploy.Service + ".cpu"
+				}
+				if w.File != "" {
+					key = w.File + ": " + key
+				}
+				return d, badInput("%s: %q: %v (nothing was changed)", key, w.Deploy.Cpu, err)
 			}
 		}
 	}
@@ -421,6 +429,9 @@ func readServicesFile(cmd *cobra.Command, path string) ([]wantService, error) {
 	for _, n := range notes {
 		fmt.Fprintln(cmd.ErrOrStderr(), n)
 	}
+	for i := range want {
+		want[i].File = path
+	}
 	return want, nil
 }
 
@@ -457,7 +468,7 @@ what pinfold deploy takes:
       network: bridge
       health: {http: 80/, timeout: 30s}     # or cmd: "...", or tcp: 80
       pull: missing              # or always
-      cpu: 1.5                   # default 1
+      cpu: 1.5                   # default 1; whole pieces of a CPU
       bind: true
       whole_cores: false
       memory: 512MiB             # required

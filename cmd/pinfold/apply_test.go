@@ -156,6 +156,9 @@ func TestServicesFileBadInput(t *testing.T) {
 		{"no services", "web: {}\n", `no services key`},
 		{"compose memory", "services:\n  web: {image: a, environment: [A=1]}\n", `services.web.deploy.resources.limits.memory: missing`},
 		{"compose cpus", "services:\n  web: {image: a, deploy: {resources: {limits: {cpus: x, memory: 64M}}}}\n", `services.web.deploy.resources.limits.cpus: "x" is not a number`},
+		{"compose top-level cpus", "services:\n  web: {image: a, cpus: x, mem_limit: 64m}\n", `services.web.cpus: "x" is not a number`},
+		{"compose mem_limit", "services:\n  web: {image: a, cpus: 1, mem_limit: 1x}\n", `services.web.mem_limit: "1x"`},
+		{"compose mem_reservation", "services:\n  web: {image: a, mem_limit: 64m, mem_reservation: 1x}\n", `services.web.mem_reservation: "1x"`},
 		{"service twice", "services:\n  web: {image: a, memory: 64MiB}\n  web: {image: b, memory: 64MiB}\n", `line 3: key "web" already set in map`},
 		{"key in another case", "services:\n  web: {Image: a, memory: 64MiB}\n", `services.web: unknown key "Image"`},
 		{"bad constraint", "services:\n  web: {image: a, memory: 64MiB, constraint: \"(((\"}\n", `services.web.constraint: "(((": column`},
@@ -365,19 +368,24 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 	// A CPU amount off the grid of pieces, on a service that is deployed
 	// (its resize would have been rounded) or on a new one placed after a
 	// change the file also makes: refused before any step, nothing changes.
+	// The refusal reads as the file's other bad values do: the file, the
+	// key as the file spells it (a compose file's own), "nothing was
+	// changed".
 	for _, tc := range []struct{ name, file, want string }{
 		{"deployed service", "services:\n  web: {image: busybox, memory: 64MiB, count: 2, strategy: drained, env: [A=1], cpu: 0.505}\n",
-			`services.web.cpu: "0.505": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 0.5 and 0.51`},
+			`grid.yaml: services.web.cpu: "0.505": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 0.5 and 0.51 (nothing was changed)`},
 		{"new service after a resize", "services:\n  web: {image: busybox, memory: 128MiB, count: 2, strategy: drained, env: [A=1]}\n  batch: {image: busybox, memory: 64MiB, cpu: 0.001}\n",
-			`services.batch.cpu: "0.001": less than one piece of a CPU`},
+			`grid.yaml: services.batch.cpu: "0.001": less than one piece of a CPU`},
+		{"compose file", "services:\n  batch:\n    image: busybox\n    deploy: {resources: {limits: {cpus: \"0.505\", memory: 64M}}}\n",
+			`grid.yaml: services.batch.deploy.resources.limits.cpus: "0.505": not a whole number of pieces`},
 	} {
 		bad := filepath.Join(dir, "grid.yaml")
 		if err := os.WriteFile(bad, []byte(tc.file), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		for _, verb := range []string{"apply", "diff"} {
-			if out, code := run(verb, "-f", bad); code != exitBadInput || !strings.Contains(out, tc.want) {
-				t.Errorf("%s, %s: exit %d:\n%s\nwant exit 2 with %q", tc.name, verb, code, out, tc.want)
+			if out, code := run(verb, "-f", bad); code != exitBadInput || !strings.Contains(out, filepath.Join(dir, tc.want)) {
+				t.Errorf("%s, %s: exit %d:\n%s\nwant exit 2 with %q", tc.name, verb, code, out, filepath.Join(dir, tc.want))
 			}
 		}
 		if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {

@@ -173,6 +173,9 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 		ignored = append(ignored, "pull_policy: "+c.PullPolicy)
 	}
 	cpu, mem, soft := c.CPUs, c.MemLimit, c.MemReservation
+	// Each value is named by the key that gave it: cpus or the deploy
+	// limit that overrides it.
+	cpuKey, memKey, softKey := path+".cpus", path+".mem_limit", path+".mem_reservation"
 	if dp := c.Deploy; dp != nil {
 		if dp.Replicas != nil {
 			if *dp.Replicas < 0 || *dp.Replicas > 1<<20 {
@@ -181,13 +184,13 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 			d.Count = int32(*dp.Replicas)
 		}
 		if l := dp.Resources.Limits; l.CPUs != nil {
-			cpu = l.CPUs
+			cpu, cpuKey = l.CPUs, path+".deploy.resources.limits.cpus"
 		}
 		if l := dp.Resources.Limits; l.Memory != nil {
-			mem = l.Memory
+			mem, memKey = l.Memory, path+".deploy.resources.limits.memory"
 		}
 		if r := dp.Resources.Reservations; r.Memory != nil {
-			soft = r.Memory
+			soft, softKey = r.Memory, path+".deploy.resources.reservations.memory"
 		}
 		var dk map[string]json.RawMessage
 		_ = json.Unmarshal(keys["deploy"], &dk)
@@ -199,7 +202,7 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	}
 	var err error
 	if cpu != nil {
-		if d.Cpu, err = checkCPU(path+".deploy.resources.limits.cpus", string(*cpu)); err != nil {
+		if d.Cpu, err = checkCPU(cpuKey, string(*cpu)); err != nil {
 			return wantService{}, nil, err
 		}
 	} else {
@@ -208,11 +211,11 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	if mem == nil {
 		return wantService{}, nil, fmt.Errorf("%s.deploy.resources.limits.memory: missing: pinfold plans memory per instance, e.g. deploy: {resources: {limits: {memory: 256M}}}", path)
 	}
-	if d.MemoryBytes, err = checkComposeSize(path+".deploy.resources.limits.memory", string(*mem)); err != nil {
+	if d.MemoryBytes, err = checkComposeSize(memKey, string(*mem)); err != nil {
 		return wantService{}, nil, err
 	}
 	if soft != nil {
-		if d.MemorySoftBytes, err = checkComposeSize(path+".deploy.resources.reservations.memory", string(*soft)); err != nil {
+		if d.MemorySoftBytes, err = checkComposeSize(softKey, string(*soft)); err != nil {
 			return wantService{}, nil, err
 		}
 	}
@@ -245,7 +248,7 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	if len(ignored) > 0 {
 		notes = append(notes, fmt.Sprintf("compose: %s: ignored keys: %s", name, strings.Join(ignored, ", ")))
 	}
-	return wantService{Deploy: d, Pull: pull}, notes, nil
+	return wantService{Deploy: d, Pull: pull, CPUKey: cpuKey}, notes, nil
 }
 
 // checkComposeSize reads a compose byte size: compose's units (b, k, m,

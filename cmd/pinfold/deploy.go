@@ -378,7 +378,7 @@ anew; a move or heal gets them on the new host.`,
 	out.register(cmd)
 	f := cmd.Flags()
 	f.Int32Var(&count, "count", 1, "instances to place (per host for each and fill)")
-	f.StringVar(&cpu, "cpu", "1", "CPUs per instance, a decimal (1.7); with --bind at least one piece; without it 0 means best effort: no CPU quota, the shared pool at the lowest cpu.weight")
+	f.StringVar(&cpu, "cpu", "1", "CPUs per instance, a decimal (1.7) of whole pieces (0.01 CPU at the default share base: 0.505 is refused with the nearest amounts); with --bind at least one piece; without it 0 means best effort: no CPU quota, the shared pool at the lowest cpu.weight")
 	f.BoolVar(&bind, "bind", false, "bind CPUs (cpuset) instead of a memory-first CPU quota")
 	f.BoolVar(&wholeCores, "whole-cores", false, "whole physical cores only: no SMT sibling shared with another instance (needs --bind, whole CPUs)")
 	f.StringVar(&memory, "memory", "", "memory per instance (hard limit), e.g. 512MiB, 1.5GiB, 1G")
@@ -426,8 +426,10 @@ func newResizeCmd() *cobra.Command {
 take a sign, +0.5 to add half a CPU, -64MiB to take 64 MiB away. An amount
 without a sign (--cpu 1) is refused as ambiguous, and so is a change that
 comes to nothing: zero, or less than one piece of a CPU (0.01 CPU with the
-default share base of 100). The instance keeps its CPUs wherever possible;
---bind/--no-bind switch between CPU-bound and memory-first. For a service
+default share base of 100). A change that is not a whole number of pieces
+(+0.015) is refused with the nearest ones, never rounded. The instance
+keeps its CPUs wherever possible; --bind/--no-bind switch between
+CPU-bound and memory-first. For a service
 every instance is resized, all or nothing; a service scaled to 0 has its
 record resized, by the rules an instance's resize follows, and the
 instances a scale adds get that size.
@@ -520,7 +522,7 @@ host's reason (exit 1).`,
 	cmd.ValidArgsFunction = completeNames(&c, false, true, true)
 	c.register(cmd)
 	out.register(cmd)
-	cmd.Flags().StringVar(&cpu, "cpu", "", "CPU change, signed: +0.7 or -0.5 (at least one piece of a CPU)")
+	cmd.Flags().StringVar(&cpu, "cpu", "", "CPU change, signed: +0.7 or -0.5 (whole pieces of a CPU, at least one)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory change, signed: +64MiB or -1GiB")
 	cmd.Flags().BoolVar(&bind, "bind", false, "switch to CPU-bound")
 	cmd.Flags().BoolVar(&noBind, "no-bind", false, "switch to memory-first")
@@ -733,7 +735,9 @@ func newPsCmd() *cobra.Command {
 		Short: "List instances with their CPUs, NUMA node, memory and state",
 		Long: `List the instances the planner placed: host, CPUs (CPU:pieces) or the
 memory-first quota, NUMA node, memory, the state their host reports, and the
-CPU each one used over its host's last window next to what it was given.
+CPU each one used over its host's last window next to what it was given
+(CPU PLANNED/GOT; GOT is '-', and cpu_got null in -o json, while the
+instance is not running).
 --watch redraws the list every --interval until Ctrl-C. The planner answers
 a page of instances at a time (500 by default); ps walks every page, so it
 lists every instance (a CLI older than the planner would show the first page
@@ -860,7 +864,7 @@ not, unless a fault/upgrade domain spread limits where they may go.`,
 	}
 	c.register(cmd)
 	out.register(cmd)
-	cmd.Flags().StringVar(&cpu, "cpu", "1", "CPUs per instance")
+	cmd.Flags().StringVar(&cpu, "cpu", "1", "CPUs per instance, a decimal of whole pieces (0.01 CPU at the default share base)")
 	cmd.Flags().StringVar(&memory, "memory", "", "memory per instance")
 	cmd.Flags().BoolVar(&bind, "bind", false, "CPU-bound instances")
 	cmd.Flags().BoolVar(&wholeCores, "whole-cores", false, "count whole physical cores only, as deploy --whole-cores")

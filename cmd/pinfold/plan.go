@@ -41,7 +41,9 @@ Nothing is changed anywhere; use it for capacity planning.
 
 The file (JSON) holds "hosts" and either a "request" or a "resize"; see
 docs/PLAN.md for every field. CPUs are worth share_base pieces (default 100):
-a request of 1.7 CPUs bound gets 1 whole CPU plus 70 pieces of one more.
+a request of 1.7 CPUs bound gets 1 whole CPU plus 70 pieces of one more, and
+an amount that is not a whole number of pieces (1.705) is refused (exit 2)
+with the nearest ones.
 
 Strategies: auto (level the service's counts), each (N on every host that can
 take N), fill (top every host up to N, all or nothing), global (least used

@@ -39,6 +39,11 @@ import (
 type wantService struct {
 	Deploy *pinfoldv1.DeployRequest
 	Pull   string // "" (missing) or "always"
+	// File and CPUKey name the amount for a refusal made once the
+	// planner's share base is known: the file (- for standard input) and
+	// the key as the file spells it (services.web.cpu, a compose file's
+	// services.web.cpus or ….deploy.resources.limits.cpus).
+	File, CPUKey string
 }
 
 // fileService is one entry of a pinfold services file; every key is
@@ -393,7 +398,7 @@ func decodeFileService(name string, raw json.RawMessage) (wantService, error) {
 	if err := checkWant(path, d, f.Pull); err != nil {
 		return wantService{}, err
 	}
-	return wantService{Deploy: d, Pull: f.Pull}, nil
+	return wantService{Deploy: d, Pull: f.Pull, CPUKey: path + ".cpu"}, nil
 }
 
 // checkWant checks what both file kinds share, as deploy checks its flags.
