@@ -224,8 +224,8 @@ func printPlan(w io.Writer, in *planfile.Input, o planfile.Output) error {
 			return err
 		}
 	} else {
-		fmt.Fprintf(w, "Resize on host %s: %+s CPUs, %+d bytes, %s after\n", in.Resize.Host,
-			alloc.FormatPieces(in.Resize.CPUDelta, sb), in.Resize.MemoryDelta, bindWord(in.Resize.Bind))
+		fmt.Fprintf(w, "Resize on host %s: %s CPUs, %+d bytes, %s after\n", in.Resize.Host,
+			signed(alloc.FormatPieces(in.Resize.CPUDelta, sb)), in.Resize.MemoryDelta, bindWord(in.Resize.Bind))
 	}
 	if o.Error != nil {
 		fmt.Fprintf(w, "\nNOT PLACED (%s): %s\n", o.Error.Code, o.Error.Message)
@@ -261,9 +261,13 @@ func printPlan(w io.Writer, in *planfile.Input, o planfile.Output) error {
 	for i, p := range o.Placements {
 		byHost[p.Host] = append(byHost[p.Host], i)
 	}
+	var resized map[cpuset.CPUID]int // a resize's instance, before: in used, and #1 after
+	if in.Resize != nil {
+		resized = in.Resize.Current.CPUs
+	}
 	for _, h := range in.Hosts {
 		if len(byHost[h.Name]) > 0 {
-			printCPUMap(w, h.Resources, o.Placements, byHost[h.Name], sb)
+			printCPUMap(w, h.Resources, o.Placements, byHost[h.Name], sb, resized)
 		}
 	}
 	return nil
@@ -288,11 +292,16 @@ func printEliminations(w io.Writer, es []placement.Elimination) error {
 	return tw.Flush()
 }
 
-// printCPUMap shows, per NUMA node, who holds how many pieces of each CPU.
-// printCPUMap prints host h's CPUs with the new instances mine (indexes
-// into pls) on them.
-func printCPUMap(w io.Writer, h *alloc.Host, pls []alloc.Placement, mine []int, sb int) {
-	fmt.Fprintf(w, "\nCPU map of %s (%d pieces per CPU; used = held before this plan, #N = new instance N):\n", h.Name, sb)
+// printCPUMap prints, per NUMA node, who holds how many pieces of each of
+// host h's CPUs: what was held before the plan, and the new instances mine
+// (indexes into pls). For a resize, resized is the instance's CPUs before
+// it, which the host's use counts: they are shown as #1, at its new size.
+func printCPUMap(w io.Writer, h *alloc.Host, pls []alloc.Placement, mine []int, sb int, resized map[cpuset.CPUID]int) {
+	legend := "used = held before this plan, #N = new instance N"
+	if resized != nil {
+		legend = "used = held by the others, #1 = the resized instance after the resize"
+	}
+	fmt.Fprintf(w, "\nCPU map of %s (%d pieces per CPU; %s):\n", h.Name, sb, legend)
 	holders := map[cpuset.CPUID][]string{}
 	for _, i := range mine {
 		p := pls[i]
@@ -320,11 +329,12 @@ func printCPUMap(w io.Writer, h *alloc.Host, pls []alloc.Placement, mine []int, 
 				continue
 			}
 			parts := []string{}
-			if c.Used > 0 {
-				parts = append(parts, fmt.Sprintf("used %d", c.Used))
+			used := max(c.Used-resized[c.ID], 0)
+			if used > 0 {
+				parts = append(parts, fmt.Sprintf("used %d", used))
 			}
 			parts = append(parts, holders[c.ID]...)
-			free := c.Capacity - c.Used
+			free := c.Capacity - used
 			for _, hld := range holders[c.ID] {
 				var n, v int
 				fmt.Sscanf(hld, "#%d %d", &n, &v)

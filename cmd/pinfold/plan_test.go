@@ -72,6 +72,30 @@ func TestPlanResizeFile(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &o); err != nil || len(o.Placements) != 1 || o.Placements[0].CPUs["0"] != 100 || o.Placements[0].CPUs["1"] != 100 {
 		t.Errorf("resize 1.3 + 0.7 should keep CPUs 0 and 1 whole (%v):\n%s", err, out)
 	}
+	// The table's CPU map shows the resized instance once, at its new size
+	// (the host's use counts it before: CPU 1 showed "used 30, #1 100"
+	// and -30 free), and the header the change with its sign.
+	table, errOut, code := runCLI(t, in, "plan", "-f", "-")
+	if code != 0 {
+		t.Fatalf("table: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"Resize on host h1: +0.7 CPUs", "#1 = the resized instance after the resize", "-          0    #1 100   0\n", "-          1    #1 100   0\n"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("resize table lacks %q:\n%s", want, table)
+		}
+	}
+	// A change off the grid of pieces is named as the file gives it, sign
+	// included, with the nearest changes (it was named 0.305, unsigned).
+	for delta, want := range map[string]string{
+		"-0.305": "resize.cpu_delta = -0.305: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -0.3 and -0.31",
+		"0.015":  "resize.cpu_delta = 0.015: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are +0.01 and +0.02",
+		"-0.004": "resize.cpu_delta = -0.004: less than one piece of a CPU (1 piece = 0.01 CPU at share base 100): the smallest change is -0.01",
+	} {
+		bad := strings.Replace(in, `"cpu_delta": 0.7`, `"cpu_delta": `+delta, 1)
+		if out, errOut, code := runCLI(t, bad, "plan", "-f", "-", "-o", "json"); code != 2 || out != "" || !strings.Contains(errOut, want) {
+			t.Errorf("cpu_delta %s: exit %d, stdout %q, stderr %q; want exit 2 and %q", delta, code, out, errOut, want)
+		}
+	}
 }
 
 func TestPlanBadInput(t *testing.T) {

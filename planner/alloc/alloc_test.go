@@ -328,6 +328,27 @@ func TestRounding(t *testing.T) {
 			t.Errorf("PiecesOf(%v, %d) = %d, %v; want %d", tt.cpu, tt.base, got, err, tt.want)
 		}
 	}
+	// A change keeps its sign, in pieces and in the nearest amounts.
+	for _, tt := range []struct {
+		delta   float64
+		want    int
+		wantErr string
+	}{
+		{-0.29, -29, ""}, {0.7, 70, ""}, {-1.5, -150, ""}, {0, 0, ""},
+		{-1.495, 0, "cpu_delta = -1.495: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -1.49 and -1.5"},
+		{0.015, 0, "the nearest amounts are +0.01 and +0.02"},
+		{-0.004, 0, "cpu_delta = -0.004: less than one piece of a CPU (1 piece = 0.01 CPU at share base 100): the smallest change is -0.01"},
+		{-2e6, 0, "cpu_delta = -2e+06: want a change of -1000000 to +1000000 CPUs"},
+	} {
+		got, err := alloc.DeltaPiecesOf("cpu_delta", tt.delta, 100)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("DeltaPiecesOf(%v) = %d, %v; want an error with %q", tt.delta, got, err, tt.wantErr)
+			}
+		} else if err != nil || got != tt.want {
+			t.Errorf("DeltaPiecesOf(%v) = %d, %v; want %d", tt.delta, got, err, tt.want)
+		}
+	}
 	h := host("h", 1, 100, nil, GiB)
 	res, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{h}, alloc.Request{Service: "s", Count: 1, Pieces: 29, Bind: true, MemoryBytes: MiB})
 	if err != nil || res.Placements[0].CPUs[0] != 29 {

@@ -186,6 +186,26 @@ func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
 	if math.IsNaN(cpu) || math.IsInf(cpu, 0) || cpu < 0 || cpu > MaxCPUs {
 		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
 	}
+	return gridPieces(field, cpu, cpu, shareBase, "")
+}
+
+// DeltaPiecesOf converts a signed CPU change (a resize's) to pieces as
+// PiecesOf converts a size; a refusal's nearest amounts keep the change's
+// sign (-1.49 and -1.5 for -1.495; +0.01 and +0.02 for 0.015).
+func DeltaPiecesOf(field string, delta float64, shareBase int) (int, error) {
+	if math.IsNaN(delta) || math.IsInf(delta, 0) || math.Abs(delta) > MaxCPUs {
+		return 0, invalid(field, delta, "want a change of -1000000 to +1000000 CPUs")
+	}
+	if delta < 0 {
+		p, err := gridPieces(field, delta, -delta, shareBase, "-")
+		return -p, err
+	}
+	return gridPieces(field, delta, delta, shareBase, "+")
+}
+
+// gridPieces is cpu (≥ 0) in pieces when it is a whole number of them;
+// value is what the refusal names, sign what its amounts start with.
+func gridPieces(field string, value, cpu float64, shareBase int, sign string) (int, error) {
 	x := cpu * float64(shareBase)
 	p := math.Round(x)
 	if math.Abs(x-p) <= 1e-6+1e-12*x {
@@ -197,11 +217,15 @@ func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
 	}
 	lo := int(math.Floor(x))
 	if lo == 0 {
-		return 0, invalid(field, cpu, "less than one piece of a CPU (1 piece = %s CPU at share base %d): the smallest amount above 0 is %s",
-			FormatPieces(1, shareBase), shareBase, FormatPieces(1, shareBase))
+		smallest := "the smallest amount above 0 is"
+		if sign != "" {
+			smallest = "the smallest change is"
+		}
+		return 0, invalid(field, value, "less than one piece of a CPU (1 piece = %s CPU at share base %d): %s %s%s",
+			FormatPieces(1, shareBase), shareBase, smallest, sign, FormatPieces(1, shareBase))
 	}
-	return 0, invalid(field, cpu, "not a whole number of pieces of a CPU (1 piece = %s CPU at share base %d): the nearest amounts are %s and %s",
-		FormatPieces(1, shareBase), shareBase, FormatPieces(lo, shareBase), FormatPieces(lo+1, shareBase))
+	return 0, invalid(field, value, "not a whole number of pieces of a CPU (1 piece = %s CPU at share base %d): the nearest amounts are %s%s and %s%s",
+		FormatPieces(1, shareBase), shareBase, sign, FormatPieces(lo, shareBase), sign, FormatPieces(lo+1, shareBase))
 }
 
 // FormatPieces renders pieces as a decimal CPU amount ("1.7", "-0.5" for a

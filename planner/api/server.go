@@ -297,8 +297,9 @@ func invalid(format string, args ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
 }
 
-// pieces parses a decimal CPU amount ("1.7", "-0.3") into pieces.
-func pieces(field, s string, shareBase int, allowNegative bool) (int, error) {
+// pieces parses a decimal CPU amount ("1.7") or, with delta, a signed
+// change ("-0.3", "+0.5") into pieces.
+func pieces(field, s string, shareBase int, delta bool) (int, error) {
 	if strings.TrimSpace(s) == "" {
 		return 0, nil
 	}
@@ -306,22 +307,21 @@ func pieces(field, s string, shareBase int, allowNegative bool) (int, error) {
 	if err != nil {
 		return 0, invalid("%s = %q: not a decimal number of CPUs", field, s)
 	}
-	sign := 1
-	if f < 0 {
-		if !allowNegative {
-			return 0, invalid("%s = %q: must not be negative", field, s)
-		}
-		sign, f = -1, -f
+	var p int
+	switch {
+	case delta:
+		p, err = alloc.DeltaPiecesOf(field, f, shareBase)
+	case f < 0:
+		return 0, invalid("%s = %q: must not be negative", field, s)
+	default:
+		p, err = alloc.PiecesOf(field, f, shareBase)
 	}
-	p, err := alloc.PiecesOf(field, f, shareBase)
 	if ae := (*alloc.Error)(nil); errors.As(err, &ae) {
-		// As the user wrote it, once: PiecesOf's own message names the
+		// As the user wrote it, once: the engine's message names the
 		// parsed value (1e+09, 0.505).
 		return 0, invalid("%s = %q: %s", field, s, ae.Reason())
-	} else if err != nil {
-		return 0, err
 	}
-	return sign * p, nil
+	return p, err
 }
 
 // requestPieces is a deploy's or capacity's CPU amount in pieces: a bound
