@@ -111,7 +111,7 @@ func TestPlacementCLI(t *testing.T) {
 	if _, errOut, code := run("deploy", "wc", "--image", "i", "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB"); code != 1 {
 		t.Errorf("whole-cores deploy beyond capacity: exit %d %s; want 1", code, errOut)
 	}
-	if _, errOut, code := run("resize", list[0].ID, "--cpu", "+1", "--wait", "0"); code != 1 || !strings.Contains(errOut, "3 CPUs are no whole number of this host's cores") {
+	if _, errOut, code := run("resize", list[0].ID, "--cpu", "+1", "--wait", "0"); code != 1 || !strings.Contains(errOut, "whole cores: 3 CPUs is not a multiple of its 2 threads per core") {
 		t.Errorf("whole-cores resize to 3 CPUs on 2-thread cores: exit %d %s; want 1 with the reason", code, errOut)
 	}
 	must("remove", "wc")

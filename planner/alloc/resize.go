@@ -301,16 +301,8 @@ func (s *hostState) resizeCores(cur model.Allocation, x int, mem int64, noFit fu
 			own[s.coreKey[i]], ownL3[s.l3Key[i]] = true, true
 		}
 	}
-	sizes := map[int]bool{}
-	for i := range s.ids {
-		sizes[s.threadsOf(int32(i))] = true
-	}
-	fits := false
-	for t := range sizes {
-		fits = fits || x%t == 0
-	}
-	if !fits {
-		return Placement{}, noFit("%d CPUs are no whole number of this host's cores (threads per core: %v)", x, slices.Sorted(maps.Keys(sizes)))
+	if t := s.coreSizeNotDividing(x); t > 0 {
+		return Placement{}, noFit("whole cores: %d CPUs is not a multiple of its %d threads per core", x, t)
 	}
 	for _, try := range resizeOrder(s, cur.NUMANode, true) {
 		set, numa, free := s.all, cpuset.NUMANodeID(-1), s.memFree

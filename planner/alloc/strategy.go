@@ -183,7 +183,11 @@ func enough(r Request, cands []*candidate) *Error {
 	if total >= r.Count {
 		return nil
 	}
-	return shortage(CodeInsufficient, fmt.Sprintf("need %d instances of %s, the hosts can take %d", r.Count, r.Service, total), cands, r.Count)
+	instances := "instances"
+	if r.Count == 1 {
+		instances = "instance"
+	}
+	return shortage(CodeInsufficient, fmt.Sprintf("need %d %s of %s, the hosts can take %d", r.Count, instances, r.Service, total), cands, r.Count)
 }
 
 // shortage builds an error naming, per host, how many it can take and what
