@@ -177,23 +177,33 @@ const MaxCPUs = 1e6
 
 // PiecesOf converts a decimal CPU amount to pieces (0.29 at base 100 is
 // 29: the float's 28.999… is taken to the nearest piece). It rejects NaN,
-// infinities, negatives, amounts beyond 1,000,000 CPUs, and an amount
-// that is not a whole number of pieces (0.505 at base 100): rounded, it
-// would be a size the user did not ask for. At a share base that is not
-// a power of ten an amount as FormatPieces writes it (4 decimals: 0.0003
-// for 1 piece of 3000) is taken as that piece.
+// infinities, negatives, amounts beyond 1,000,000 CPUs, a share base
+// below 1, and an amount that is not a whole number of pieces (0.505 at
+// base 100): rounded, it would be a size the user did not ask for. The
+// only slack is the float's own noise, a few units in the last place of
+// cpu × base (999999.999999 at 10000 is 1/100 piece off, refused). At a
+// share base that is not a power of ten an amount of at most 4 decimals
+// that is a piece rounded to 4 decimals, as FormatPieces writes it
+// (0.0003 for 1 piece of 3000), is taken as that piece; 0.00034 is not.
 func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
 	if math.IsNaN(cpu) || math.IsInf(cpu, 0) || cpu < 0 || cpu > MaxCPUs {
 		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
 	}
-	x := cpu * float64(shareBase)
+	if shareBase < 1 {
+		return 0, invalid(field, cpu, "no pieces at share base %d (want %d..%d)", shareBase, MinShareBase, MaxShareBase)
+	}
+	sb := float64(shareBase)
+	x := cpu * sb
 	p := math.Round(x)
-	if math.Abs(x-p) <= 1e-6+1e-12*x {
+	if nearInt(x, p) {
 		return int(p), nil
 	}
-	if sb := uint64(max(shareBase, 1)); pow10(len(strconv.Itoa(shareBase))-1) != sb &&
-		math.Abs(cpu-p/float64(shareBase)) <= 0.5e-4+1e-12*cpu {
-		return int(p), nil // as FormatPieces rounds it
+	if pow10(len(strconv.Itoa(shareBase))-1) != uint64(shareBase) {
+		// q/10000 CPU is within half of 1/10000 of p pieces: all in whole
+		// numbers below 2^53, so the comparison is exact.
+		if d := cpu * 1e4; nearInt(d, math.Round(d)) && 2*math.Abs(math.Round(d)*sb-p*1e4) <= sb {
+			return int(p), nil // as FormatPieces rounds it
+		}
 	}
 	lo := int(math.Floor(x))
 	if lo == 0 {
@@ -203,6 +213,13 @@ func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
 	return 0, invalid(field, cpu, "not a whole number of pieces of a CPU (1 piece = %s CPU at share base %d): the nearest amounts are %s and %s",
 		FormatPieces(1, shareBase), shareBase, FormatPieces(lo, shareBase), FormatPieces(lo+1, shareBase))
 }
+
+// nearInt says whether x, a product of a parsed decimal and a whole
+// number (at most 1e10 here), is the whole number n but for the float's
+// noise: the decimal's nearest float is off by half a unit in its last
+// place and the product by as much again, about 2.2e-16 of x in all;
+// 1e-15 of x leaves room, and 1e-9 covers x near 0.
+func nearInt(x, n float64) bool { return math.Abs(x-n) <= 1e-9+1e-15*x }
 
 // FormatPieces renders pieces as a decimal CPU amount ("1.7", "-0.5" for a
 // negative delta). With a share base that is a power of ten the amount is
