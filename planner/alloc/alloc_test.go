@@ -509,6 +509,38 @@ func TestFormatPiecesRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDeltaPiecesOf: a change of CPU keeps its sign, in its pieces and in
+// a refusal's amounts.
+func TestDeltaPiecesOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cpu     float64
+		base    int
+		want    int
+		wantErr string
+	}{
+		{-1.5, 100, -150, ""}, {0.25, 100, 25, ""}, {math.Copysign(0, -1), 100, 0, ""}, {-0.0156, 64, -1, ""}, {-1e6, 10000, -1e10, ""},
+		{-1.495, 100, 0, "cpu_delta = -1.495: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -1.49 and -1.5"},
+		{-0.001, 100, 0, "cpu_delta = -0.001: less than one piece of a CPU (1 piece = 0.01 CPU at share base 100): the smallest amount below 0 is -0.01"},
+		{1.495, 100, 0, "the nearest amounts are 1.49 and 1.5"},
+		{-1e7, 100, 0, "cpu_delta = -1e+07: want a change of -1000000 to 1000000 CPUs"},
+		{math.NaN(), 100, 0, "cpu_delta = NaN: want a number of CPUs"},
+		{math.Inf(-1), 100, 0, "cpu_delta = -Inf: want a change"},
+	} {
+		got, err := alloc.DeltaPiecesOf("cpu_delta", tt.cpu, tt.base)
+		if tt.wantErr != "" {
+			var ae *alloc.Error
+			if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("DeltaPiecesOf(%v, %d) = %d, %v; want an invalid-input error with %q", tt.cpu, tt.base, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("DeltaPiecesOf(%v, %d) = %d, %v; want %d", tt.cpu, tt.base, got, err, tt.want)
+		}
+	}
+}
+
 // TestPiecesOfRoundTripAll: every amount from 0 to 2 CPUs, and the top
 // 2 CPUs below MaxCPUs, that FormatPieces writes reads back through
 // PiecesOf as its pieces, at bases that are powers of ten and bases that

@@ -186,32 +186,60 @@ const MaxCPUs = 1e6
 // that is a piece rounded to 4 decimals, as FormatPieces writes it
 // (0.0003 for 1 piece of 3000), is taken as that piece; 0.00034 is not.
 func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
-	if math.IsNaN(cpu) || math.IsInf(cpu, 0) || cpu < 0 || cpu > MaxCPUs {
+	if cpu < 0 || math.IsInf(cpu, 0) || cpu > MaxCPUs {
 		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
 	}
+	return piecesOf(field, cpu, shareBase, 1)
+}
+
+// DeltaPiecesOf is PiecesOf for a change of CPU (a resize's delta), which
+// may be negative: -1.5 at base 100 is -150 pieces, and a refusal names
+// the amount and the nearest ones with their sign (-1.495: the nearest
+// amounts are -1.49 and -1.5).
+func DeltaPiecesOf(field string, cpu float64, shareBase int) (int, error) {
+	if math.IsInf(cpu, 0) || math.Abs(cpu) > MaxCPUs {
+		return 0, invalid(field, cpu, "want a change of -1000000 to 1000000 CPUs")
+	}
+	if cpu < 0 {
+		return piecesOf(field, -cpu, shareBase, -1)
+	}
+	return piecesOf(field, cpu, shareBase, 1)
+}
+
+// piecesOf converts the size cpu (0..MaxCPUs, or NaN) of an amount of
+// sign ±1 to pieces, and names it with its sign when it refuses it.
+func piecesOf(field string, cpu float64, shareBase, sign int) (int, error) {
+	if math.IsNaN(cpu) {
+		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
+	}
+	value := float64(sign) * cpu
 	if shareBase < 1 {
-		return 0, invalid(field, cpu, "no pieces at share base %d (want %d..%d)", shareBase, MinShareBase, MaxShareBase)
+		return 0, invalid(field, value, "no pieces at share base %d (want %d..%d)", shareBase, MinShareBase, MaxShareBase)
 	}
 	sb := float64(shareBase)
 	x := cpu * sb
 	p := math.Round(x)
 	if nearInt(x, p) {
-		return int(p), nil
+		return sign * int(p), nil
 	}
 	if pow10(len(strconv.Itoa(shareBase))-1) != uint64(shareBase) {
 		// q/10000 CPU is within half of 1/10000 of p pieces: all in whole
 		// numbers below 2^53, so the comparison is exact.
 		if d := cpu * 1e4; nearInt(d, math.Round(d)) && 2*math.Abs(math.Round(d)*sb-p*1e4) <= sb {
-			return int(p), nil // as FormatPieces rounds it
+			return sign * int(p), nil // as FormatPieces rounds it
 		}
 	}
 	lo := int(math.Floor(x))
 	if lo == 0 {
-		return 0, invalid(field, cpu, "less than one piece of a CPU (1 piece = %s CPU at share base %d): the smallest amount above 0 is %s",
-			FormatPieces(1, shareBase), shareBase, FormatPieces(1, shareBase))
+		side := "above"
+		if sign < 0 {
+			side = "below"
+		}
+		return 0, invalid(field, value, "less than one piece of a CPU (1 piece = %s CPU at share base %d): the smallest amount %s 0 is %s",
+			FormatPieces(1, shareBase), shareBase, side, FormatPieces(sign, shareBase))
 	}
-	return 0, invalid(field, cpu, "not a whole number of pieces of a CPU (1 piece = %s CPU at share base %d): the nearest amounts are %s and %s",
-		FormatPieces(1, shareBase), shareBase, FormatPieces(lo, shareBase), FormatPieces(lo+1, shareBase))
+	return 0, invalid(field, value, "not a whole number of pieces of a CPU (1 piece = %s CPU at share base %d): the nearest amounts are %s and %s",
+		FormatPieces(1, shareBase), shareBase, FormatPieces(sign*lo, shareBase), FormatPieces(sign*(lo+1), shareBase))
 }
 
 // nearInt says whether x, a product of a parsed decimal and a whole

@@ -365,16 +365,11 @@ func (fz *Resize) build(p alloc.Params, hosts []*alloc.Host) (*alloc.Resize, err
 	if fz.Bind != nil {
 		rz.Bind = *fz.Bind
 	}
-	delta := float64(fz.CPUDelta)
-	sign := 1
-	if delta < 0 {
-		sign, delta = -1, -delta
-	}
-	d, err := alloc.PiecesOf("resize.cpu_delta", delta, p.ShareBase)
+	d, err := alloc.DeltaPiecesOf("resize.cpu_delta", float64(fz.CPUDelta), p.ShareBase)
 	if err != nil {
 		return nil, err
 	}
-	rz.CPUDelta = sign * d
+	rz.CPUDelta = d
 	numa := -1
 	if fz.Current.NUMANode != nil {
 		numa = *fz.Current.NUMANode
