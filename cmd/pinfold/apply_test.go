@@ -356,6 +356,8 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 			`services.web.cpu: "0.505": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are 0.5 and 0.51`},
 		{"new service after a resize", "services:\n  web: {image: busybox, memory: 128MiB, count: 2, strategy: drained, env: [A=1]}\n  batch: {image: busybox, memory: 64MiB, cpu: 0.001}\n",
 			`services.batch.cpu: "0.001": less than one piece of a CPU`},
+		// Go float syntax that is no decimal (ParseFloat reads it as 0.5).
+		{"hex float", "services:\n  batch: {image: busybox, memory: 64MiB, cpu: \"0x1p-1\"}\n", `services.batch.cpu: "0x1p-1" is not a number`},
 	} {
 		bad := filepath.Join(dir, "grid.yaml")
 		if err := os.WriteFile(bad, []byte(tc.file), 0o644); err != nil {

@@ -541,9 +541,24 @@ func TestDeltaPiecesOf(t *testing.T) {
 	}
 }
 
+// TestIsDecimal: the decimal forms a CPU amount takes, and Go's other
+// float syntax, which ParseFloat takes and a CPU amount does not.
+func TestIsDecimal(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		"1.7": true, "0": true, "-0": true, "+0.5": true, ".5": true, "5.": true, "1.10": true, "1.7e0": true, "17E-1": true, "1e+2": true,
+		"": false, "+": false, ".": false, "1_0": false, "0x1p-1": false, "0X1P0": false, "inf": false, "Infinity": false, "NaN": false,
+		"1e": false, "1e+": false, "1.5.3": false, " 1": false, "1 ": false, "--1": false, "e5": false,
+	} {
+		if got := alloc.IsDecimal(s); got != want {
+			t.Errorf("IsDecimal(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
 // TestPiecesOfRoundTripAll: every amount from 0 to 2 CPUs, and the top
-// 2 CPUs below MaxCPUs, that FormatPieces writes reads back through
-// PiecesOf as its pieces, at bases that are powers of ten and bases that
+// 2 CPUs below MaxCPUs, that FormatPieces writes (or the float p/base,
+// as ps -o json writes it) reads back through PiecesOf as its pieces, at bases that are powers of ten and bases that
 // are not (4 decimals), and the amount half a piece above is refused.
 func TestPiecesOfRoundTripAll(t *testing.T) {
 	t.Parallel()
@@ -560,6 +575,11 @@ func TestPiecesOfRoundTripAll(t *testing.T) {
 					}
 					if got, err := alloc.PiecesOf("cpu", f, sb); err != nil || got != p {
 						t.Fatalf("FormatPieces(%d, %d) = %q reads back as %d pieces (%v)", p, sb, s, got, err)
+					}
+					// ps -o json's cpu_planned, the float's shortest decimal
+					// (0.0003333333333333333), which plan files read.
+					if got, err := alloc.PiecesOf("cpu", float64(p)/float64(sb), sb); err != nil || got != p {
+						t.Fatalf("%d/%d reads back as %d pieces (%v)", p, sb, got, err)
 					}
 					if p == top {
 						continue

@@ -242,6 +242,42 @@ func piecesOf(field string, cpu float64, shareBase, sign int) (int, error) {
 		FormatPieces(1, shareBase), shareBase, FormatPieces(sign*lo, shareBase), FormatPieces(sign*(lo+1), shareBase))
 }
 
+// IsDecimal says whether s is a decimal number: an optional sign, digits
+// with an optional fraction, an optional exponent ("1.7", "-.5", "17e-1").
+// strconv.ParseFloat also takes Go's other float syntax, which is no CPU
+// amount a user writes: "1_0" (10), "0x1p-1" (0.5), "inf", "nan".
+func IsDecimal(s string) bool {
+	i, n := 0, len(s)
+	if i < n && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits := func() int {
+		j := i
+		for i < n && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	m := digits()
+	if i < n && s[i] == '.' {
+		i++
+		m += digits()
+	}
+	if m == 0 {
+		return false
+	}
+	if i < n && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < n && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == n
+}
+
 // nearInt says whether x, a product of a parsed decimal and a whole
 // number (at most 1e10 here), is the whole number n but for the float's
 // noise: the decimal's nearest float is off by half a unit in its last

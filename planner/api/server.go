@@ -303,7 +303,7 @@ func pieces(field, s string, shareBase int, allowNegative bool) (int, error) {
 		return 0, nil
 	}
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
+	if err != nil || !alloc.IsDecimal(strings.TrimSpace(s)) {
 		return 0, invalid("%s = %q: not a decimal number of CPUs", field, s)
 	}
 	toPieces := alloc.PiecesOf

@@ -25,7 +25,11 @@ func TestPieces(t *testing.T) {
 	}{
 		{"1.7", false, 170, ""}, {"0.29", false, 29, ""}, {"", false, 0, ""}, {" 2 ", false, 200, ""},
 		{"-0.5", true, -50, ""}, {"-0.5", false, 0, "must not be negative"},
-		{"1.5.3", false, 0, "not a decimal"}, {"NaN", false, 0, "want a number of CPUs"}, {"1e9", false, 0, "want a number of CPUs"},
+		// Go's other float syntax is no CPU amount: "1_0" was 10 CPUs,
+		// "0x1p-1" half of one.
+		{"1_0", false, 0, `cpu = "1_0": not a decimal number of CPUs`}, {"0x1p-1", true, 0, `cpu = "0x1p-1": not a decimal number of CPUs`},
+		{"1.7e0", false, 170, ""}, {"+.5", true, 50, ""},
+		{"1.5.3", false, 0, "not a decimal"}, {"NaN", false, 0, "not a decimal number of CPUs"}, {"1e9", false, 0, "want a number of CPUs"},
 	} {
 		got, err := pieces("cpu", tt.in, 100, tt.neg)
 		if tt.wantErr != "" {
