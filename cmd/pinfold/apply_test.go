@@ -378,6 +378,8 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 			`grid.yaml: services.batch.cpu: "0.001": less than one piece of a CPU`},
 		{"compose file", "services:\n  batch:\n    image: busybox\n    deploy: {resources: {limits: {cpus: \"0.505\", memory: 64M}}}\n",
 			`grid.yaml: services.batch.deploy.resources.limits.cpus: "0.505": not a whole number of pieces`},
+		// Go float syntax that is no decimal (ParseFloat reads it as 0.5).
+		{"hex float", "services:\n  batch: {image: busybox, memory: 64MiB, cpu: \"0x1p-1\"}\n", `grid.yaml: services.batch.cpu: "0x1p-1" is not a number`},
 	} {
 		bad := filepath.Join(dir, "grid.yaml")
 		if err := os.WriteFile(bad, []byte(tc.file), 0o644); err != nil {

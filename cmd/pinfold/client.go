@@ -384,7 +384,7 @@ func parseCPUAndMemory(cpu, memory string) (string, int64, error) {
 func parseCPU(flag, s string, signed bool) (string, error) {
 	t := strings.TrimSpace(s)
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || (!signed && f < 0) || (!signed && strings.HasPrefix(t, "+")) {
+	if err != nil || !alloc.IsDecimal(t) || (!signed && f < 0) || (!signed && strings.HasPrefix(t, "+")) {
 		what := "a number of CPUs such as 1.7"
 		if signed {
 			what = "a signed number of CPUs such as +0.7 or -0.5"

@@ -27,6 +27,8 @@ func TestErrorsAsTyped(t *testing.T) {
 		{[]string{"deploy", "bad", "--cpu", "1", "--memory", "1MiB", "--image", "i"}, exitBadInput, []string{`--memory "1MiB": want at least 6 MiB`}, true},
 		{[]string{"deploy", "bad", "--cpu", "1", "--memory", "1GiB", "--memory-soft", "2GiB", "--image", "i"}, exitBadInput, []string{`--memory-soft 2 GiB: want at most --memory (1 GiB)`}, true},
 		{[]string{"deploy", "tiny", "--cpu", "0.0001", "--bind", "--memory", "1GiB", "--image", "i"}, exitBadInput, []string{`cpu = "0.0001": less than one piece of a CPU`, "(1 piece = 0.01 CPU"}, false},
+		{[]string{"deploy", "bad", "--cpu", "1_0", "--memory", "1GiB", "--image", "i"}, exitBadInput, []string{`--cpu "1_0": want a number of CPUs such as 1.7`}, true},
+		{[]string{"resize", "web", "--cpu", "+0x1p-1", "--wait", "0"}, exitBadInput, []string{`--cpu "+0x1p-1": want a signed number of CPUs`}, true},
 		{[]string{"deploy", "odd", "--cpu", "0.505", "--memory", "1GiB", "--image", "i"}, exitBadInput, []string{`cpu = "0.505": not a whole number of pieces of a CPU`, "the nearest amounts are 0.5 and 0.51"}, false},
 		{[]string{"capacity", "--cpu", "0.0001", "--bind", "--memory", "1GiB"}, exitBadInput, []string{`cpu = "0.0001": less than one piece of a CPU`}, false},
 		{[]string{"resize", "web", "--memory", "+100GiB", "--wait", "0"}, 1, []string{"to 1 CPUs (bound) and 101 GiB does not fit"}, false},

@@ -458,7 +458,7 @@ func checkWant(path string, d *pinfoldv1.DeployRequest, pull string) error {
 func checkCPU(path, s string) (string, error) {
 	t := strings.TrimSpace(s)
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+	if err != nil || !alloc.IsDecimal(t) {
 		return "", fmt.Errorf("%s: %q is not a number (CPUs, e.g. 1.5)", path, s)
 	}
 	if f < 0 || f > alloc.MaxCPUs {

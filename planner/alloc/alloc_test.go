@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -315,6 +316,23 @@ func TestRounding(t *testing.T) {
 		{1.25, 10, 0, "the nearest amounts are 1.2 and 1.3"},
 		{0.0005, 3000, 0, "the nearest amounts are 0.0003 and 0.0007"},
 		{1.5, 3, 0, "at share base 3"},
+		// Float noise is a few units in the last place of cpu × base, not
+		// a millionth of a piece: an amount 1/100 piece off the grid near
+		// the top was taken as the piece beside it.
+		{999999.999999, 10000, 0, "the nearest amounts are 999999.9999 and 1000000"},
+		{1e-7, 10, 0, "cpu = 1e-07: less than one piece of a CPU"},
+		{0.1 + 0.2, 100, 30, ""}, {math.Copysign(0, -1), 100, 0, ""}, {1e6, 9999, 9999e6, ""},
+		// At a base that is not a power of ten, only amounts of at most 4
+		// decimals are taken as the piece they round (either way at a tie):
+		// 0.00015 at 9999 is neither 1 piece (0.00010001) nor its 0.0001.
+		{0.00015, 9999, 0, "the nearest amounts are 0.0001 and 0.0002"},
+		{0.00062, 3000, 0, "the nearest amounts are 0.0003 and 0.0007"},
+		{0.00004, 64, 0, "less than one piece of a CPU (1 piece = 0.0156 CPU at share base 64)"},
+		{0.01566, 64, 0, "the nearest amounts are 0.0156 and 0.0312"},
+		{0.0156, 64, 1, ""}, {0.015625, 64, 1, ""}, {0.0312, 32, 1, ""}, {0.0313, 32, 1, ""}, {0.0001, 9999, 1, ""},
+		{999999.9999, 9999, 9998999999, ""},
+		// A share base below 1 (invalid) converts nothing.
+		{1, 0, 0, "share base 0"}, {1, -100, 0, "share base -100"},
 	} {
 		got, err := alloc.PiecesOf("cpu", tt.cpu, tt.base)
 		if tt.wantErr != "" {
@@ -338,7 +356,7 @@ func TestRounding(t *testing.T) {
 		{-1.495, 0, "cpu_delta = -1.495: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -1.49 and -1.5"},
 		{0.015, 0, "the nearest amounts are +0.01 and +0.02"},
 		{-0.004, 0, "cpu_delta = -0.004: less than one piece of a CPU (1 piece = 0.01 CPU at share base 100): the smallest change is -0.01"},
-		{-2e6, 0, "cpu_delta = -2e+06: want a change of -1000000 to +1000000 CPUs"},
+		{-2e6, 0, "cpu_delta = -2e+06: want a change of -1000000 to 1000000 CPUs"},
 	} {
 		got, err := alloc.DeltaPiecesOf("cpu_delta", tt.delta, 100)
 		if tt.wantErr != "" {
@@ -509,6 +527,91 @@ func TestFormatPiecesRoundTrip(t *testing.T) {
 				t.Fatalf("FormatPieces(%d, %d) = %q reads back as %d pieces (%v)", -p, sb, s, got, err)
 			}
 		}
+	}
+}
+
+// TestDeltaPiecesOf: a change of CPU keeps its sign, in its pieces and in
+// a refusal's amounts.
+func TestDeltaPiecesOf(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		cpu     float64
+		base    int
+		want    int
+		wantErr string
+	}{
+		{-1.5, 100, -150, ""}, {0.25, 100, 25, ""}, {math.Copysign(0, -1), 100, 0, ""}, {-0.0156, 64, -1, ""}, {-1e6, 10000, -1e10, ""},
+		{-1.495, 100, 0, "cpu_delta = -1.495: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -1.49 and -1.5"},
+		{-0.001, 100, 0, "cpu_delta = -0.001: less than one piece of a CPU (1 piece = 0.01 CPU at share base 100): the smallest change is -0.01"},
+		{1.495, 100, 0, "the nearest amounts are +1.49 and +1.5"},
+		{-1e7, 100, 0, "cpu_delta = -1e+07: want a change of -1000000 to 1000000 CPUs"},
+		{math.NaN(), 100, 0, "cpu_delta = NaN: want a number of CPUs"},
+		{math.Inf(-1), 100, 0, "cpu_delta = -Inf: want a change"},
+	} {
+		got, err := alloc.DeltaPiecesOf("cpu_delta", tt.cpu, tt.base)
+		if tt.wantErr != "" {
+			var ae *alloc.Error
+			if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("DeltaPiecesOf(%v, %d) = %d, %v; want an invalid-input error with %q", tt.cpu, tt.base, got, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("DeltaPiecesOf(%v, %d) = %d, %v; want %d", tt.cpu, tt.base, got, err, tt.want)
+		}
+	}
+}
+
+// TestIsDecimal: the decimal forms a CPU amount takes, and Go's other
+// float syntax, which ParseFloat takes and a CPU amount does not.
+func TestIsDecimal(t *testing.T) {
+	t.Parallel()
+	for s, want := range map[string]bool{
+		"1.7": true, "0": true, "-0": true, "+0.5": true, ".5": true, "5.": true, "1.10": true, "1.7e0": true, "17E-1": true, "1e+2": true,
+		"": false, "+": false, ".": false, "1_0": false, "0x1p-1": false, "0X1P0": false, "inf": false, "Infinity": false, "NaN": false,
+		"1e": false, "1e+": false, "1.5.3": false, " 1": false, "1 ": false, "--1": false, "e5": false,
+	} {
+		if got := alloc.IsDecimal(s); got != want {
+			t.Errorf("IsDecimal(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// TestPiecesOfRoundTripAll: every amount from 0 to 2 CPUs, and the top
+// 2 CPUs below MaxCPUs, that FormatPieces writes (or the float p/base,
+// as ps -o json writes it) reads back through PiecesOf as its pieces, at bases that are powers of ten and bases that
+// are not (4 decimals), and the amount half a piece above is refused.
+func TestPiecesOfRoundTripAll(t *testing.T) {
+	t.Parallel()
+	for _, sb := range []int{10, 16, 30, 32, 64, 100, 128, 250, 1000, 1024, 3000, 4096, 7777, 9999, 10000} {
+		t.Run(strconv.Itoa(sb), func(t *testing.T) {
+			t.Parallel()
+			top := int(alloc.MaxCPUs) * sb
+			for _, r := range [][2]int{{0, 2 * sb}, {top - 2*sb, top}} {
+				for p := r[0]; p <= r[1]; p++ {
+					s := alloc.FormatPieces(p, sb)
+					f, err := strconv.ParseFloat(s, 64)
+					if err != nil {
+						t.Fatalf("FormatPieces(%d, %d) = %q: %v", p, sb, s, err)
+					}
+					if got, err := alloc.PiecesOf("cpu", f, sb); err != nil || got != p {
+						t.Fatalf("FormatPieces(%d, %d) = %q reads back as %d pieces (%v)", p, sb, s, got, err)
+					}
+					// ps -o json's cpu_planned, the float's shortest decimal
+					// (0.0003333333333333333), which plan files read.
+					if got, err := alloc.PiecesOf("cpu", float64(p)/float64(sb), sb); err != nil || got != p {
+						t.Fatalf("%d/%d reads back as %d pieces (%v)", p, sb, got, err)
+					}
+					if p == top {
+						continue
+					}
+					half := (float64(p) + 0.5) / float64(sb)
+					if got, err := alloc.PiecesOf("cpu", half, sb); err == nil {
+						t.Fatalf("PiecesOf(%v, %d) = %d: half a piece off the grid was taken", half, sb, got)
+					}
+				}
+			}
+		})
 	}
 }
 

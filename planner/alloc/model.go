@@ -177,56 +177,121 @@ const MaxCPUs = 1e6
 
 // PiecesOf converts a decimal CPU amount to pieces (0.29 at base 100 is
 // 29: the float's 28.999… is taken to the nearest piece). It rejects NaN,
-// infinities, negatives, amounts beyond 1,000,000 CPUs, and an amount
-// that is not a whole number of pieces (0.505 at base 100): rounded, it
-// would be a size the user did not ask for. At a share base that is not
-// a power of ten an amount as FormatPieces writes it (4 decimals: 0.0003
-// for 1 piece of 3000) is taken as that piece.
+// infinities, negatives, amounts beyond 1,000,000 CPUs, a share base
+// below 1, and an amount that is not a whole number of pieces (0.505 at
+// base 100): rounded, it would be a size the user did not ask for. The
+// only slack is the float's own noise, a few units in the last place of
+// cpu × base (999999.999999 at 10000 is 1/100 piece off, refused). At a
+// share base that is not a power of ten an amount of at most 4 decimals
+// that is a piece rounded to 4 decimals, as FormatPieces writes it
+// (0.0003 for 1 piece of 3000), is taken as that piece; 0.00034 is not.
 func PiecesOf(field string, cpu float64, shareBase int) (int, error) {
-	if math.IsNaN(cpu) || math.IsInf(cpu, 0) || cpu < 0 || cpu > MaxCPUs {
+	if cpu < 0 || math.IsInf(cpu, 0) || cpu > MaxCPUs {
 		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
 	}
-	return gridPieces(field, cpu, cpu, shareBase, "")
+	return piecesOf(field, cpu, shareBase, 1, false)
 }
 
-// DeltaPiecesOf converts a signed CPU change (a resize's) to pieces as
-// PiecesOf converts a size; a refusal's nearest amounts keep the change's
-// sign (-1.49 and -1.5 for -1.495; +0.01 and +0.02 for 0.015).
-func DeltaPiecesOf(field string, delta float64, shareBase int) (int, error) {
-	if math.IsNaN(delta) || math.IsInf(delta, 0) || math.Abs(delta) > MaxCPUs {
-		return 0, invalid(field, delta, "want a change of -1000000 to +1000000 CPUs")
+// DeltaPiecesOf is PiecesOf for a change of CPU (a resize's delta), which
+// may be negative: -1.5 at base 100 is -150 pieces, and a refusal names
+// the amount and the nearest ones with their sign, as a resize takes them
+// (-1.495: the nearest amounts are -1.49 and -1.5; 0.015: +0.01 and
+// +0.02).
+func DeltaPiecesOf(field string, cpu float64, shareBase int) (int, error) {
+	if math.IsInf(cpu, 0) || math.Abs(cpu) > MaxCPUs {
+		return 0, invalid(field, cpu, "want a change of -1000000 to 1000000 CPUs")
 	}
-	if delta < 0 {
-		p, err := gridPieces(field, delta, -delta, shareBase, "-")
-		return -p, err
+	if cpu < 0 {
+		return piecesOf(field, -cpu, shareBase, -1, true)
 	}
-	return gridPieces(field, delta, delta, shareBase, "+")
+	return piecesOf(field, cpu, shareBase, 1, true)
 }
 
-// gridPieces is cpu (≥ 0) in pieces when it is a whole number of them;
-// value is what the refusal names, sign what its amounts start with.
-func gridPieces(field string, value, cpu float64, shareBase int, sign string) (int, error) {
-	x := cpu * float64(shareBase)
+// piecesOf converts the size cpu (0..MaxCPUs, or NaN) of an amount of
+// sign ±1 to pieces, and names it with its sign when it refuses it (a
+// delta's amounts with a + too).
+func piecesOf(field string, cpu float64, shareBase, sign int, delta bool) (int, error) {
+	if math.IsNaN(cpu) {
+		return 0, invalid(field, cpu, "want a number of CPUs from 0 to 1000000")
+	}
+	value := float64(sign) * cpu
+	if shareBase < 1 {
+		return 0, invalid(field, value, "no pieces at share base %d (want %d..%d)", shareBase, MinShareBase, MaxShareBase)
+	}
+	sb := float64(shareBase)
+	x := cpu * sb
 	p := math.Round(x)
-	if math.Abs(x-p) <= 1e-6+1e-12*x {
-		return int(p), nil
+	if nearInt(x, p) {
+		return sign * int(p), nil
 	}
-	if sb := uint64(max(shareBase, 1)); pow10(len(strconv.Itoa(shareBase))-1) != sb &&
-		math.Abs(cpu-p/float64(shareBase)) <= 0.5e-4+1e-12*cpu {
-		return int(p), nil // as FormatPieces rounds it
+	if pow10(len(strconv.Itoa(shareBase))-1) != uint64(shareBase) {
+		// q/10000 CPU is within half of 1/10000 of p pieces: all in whole
+		// numbers below 2^53, so the comparison is exact.
+		if d := cpu * 1e4; nearInt(d, math.Round(d)) && 2*math.Abs(math.Round(d)*sb-p*1e4) <= sb {
+			return sign * int(p), nil // as FormatPieces rounds it
+		}
+	}
+	amount := func(n int) string {
+		if delta && n > 0 {
+			return "+" + FormatPieces(n, shareBase)
+		}
+		return FormatPieces(n, shareBase)
 	}
 	lo := int(math.Floor(x))
 	if lo == 0 {
 		smallest := "the smallest amount above 0 is"
-		if sign != "" {
+		if delta {
 			smallest = "the smallest change is"
 		}
-		return 0, invalid(field, value, "less than one piece of a CPU (1 piece = %s CPU at share base %d): %s %s%s",
-			FormatPieces(1, shareBase), shareBase, smallest, sign, FormatPieces(1, shareBase))
+		return 0, invalid(field, value, "less than one piece of a CPU (1 piece = %s CPU at share base %d): %s %s",
+			FormatPieces(1, shareBase), shareBase, smallest, amount(sign))
 	}
-	return 0, invalid(field, value, "not a whole number of pieces of a CPU (1 piece = %s CPU at share base %d): the nearest amounts are %s%s and %s%s",
-		FormatPieces(1, shareBase), shareBase, sign, FormatPieces(lo, shareBase), sign, FormatPieces(lo+1, shareBase))
+	return 0, invalid(field, value, "not a whole number of pieces of a CPU (1 piece = %s CPU at share base %d): the nearest amounts are %s and %s",
+		FormatPieces(1, shareBase), shareBase, amount(sign*lo), amount(sign*(lo+1)))
 }
+
+// IsDecimal says whether s is a decimal number: an optional sign, digits
+// with an optional fraction, an optional exponent ("1.7", "-.5", "17e-1").
+// strconv.ParseFloat also takes Go's other float syntax, which is no CPU
+// amount a user writes: "1_0" (10), "0x1p-1" (0.5), "inf", "nan".
+func IsDecimal(s string) bool {
+	i, n := 0, len(s)
+	if i < n && (s[i] == '+' || s[i] == '-') {
+		i++
+	}
+	digits := func() int {
+		j := i
+		for i < n && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		return i - j
+	}
+	m := digits()
+	if i < n && s[i] == '.' {
+		i++
+		m += digits()
+	}
+	if m == 0 {
+		return false
+	}
+	if i < n && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < n && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return false
+		}
+	}
+	return i == n
+}
+
+// nearInt says whether x, a product of a parsed decimal and a whole
+// number (at most 1e10 here), is the whole number n but for the float's
+// noise: the decimal's nearest float is off by half a unit in its last
+// place and the product by as much again, about 2.2e-16 of x in all;
+// 1e-15 of x leaves room, and 1e-9 covers x near 0.
+func nearInt(x, n float64) bool { return math.Abs(x-n) <= 1e-9+1e-15*x }
 
 // FormatPieces renders pieces as a decimal CPU amount ("1.7", "-0.5" for a
 // negative delta). With a share base that is a power of ten the amount is

@@ -297,31 +297,30 @@ func invalid(format string, args ...any) error {
 	return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf(format, args...))
 }
 
-// pieces parses a decimal CPU amount ("1.7") or, with delta, a signed
-// change ("-0.3", "+0.5") into pieces.
-func pieces(field, s string, shareBase int, delta bool) (int, error) {
+// pieces parses a decimal CPU amount ("1.7", "-0.3") into pieces.
+func pieces(field, s string, shareBase int, allowNegative bool) (int, error) {
 	if strings.TrimSpace(s) == "" {
 		return 0, nil
 	}
 	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-	if err != nil {
+	if err != nil || !alloc.IsDecimal(strings.TrimSpace(s)) {
 		return 0, invalid("%s = %q: not a decimal number of CPUs", field, s)
 	}
-	var p int
-	switch {
-	case delta:
-		p, err = alloc.DeltaPiecesOf(field, f, shareBase)
-	case f < 0:
+	toPieces := alloc.PiecesOf
+	if allowNegative {
+		toPieces = alloc.DeltaPiecesOf
+	} else if f < 0 {
 		return 0, invalid("%s = %q: must not be negative", field, s)
-	default:
-		p, err = alloc.PiecesOf(field, f, shareBase)
 	}
+	p, err := toPieces(field, f, shareBase)
 	if ae := (*alloc.Error)(nil); errors.As(err, &ae) {
-		// As the user wrote it, once: the engine's message names the
+		// As the user wrote it, once: PiecesOf's own message names the
 		// parsed value (1e+09, 0.505).
 		return 0, invalid("%s = %q: %s", field, s, ae.Reason())
+	} else if err != nil {
+		return 0, err
 	}
-	return p, err
+	return p, nil
 }
 
 // requestPieces is a deploy's or capacity's CPU amount in pieces: a bound
@@ -631,17 +630,17 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 
 func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error) {
 	m := r.Msg
-	if strings.TrimSpace(m.CpuDelta) != "" {
+	d, err := pieces("cpu_delta", m.CpuDelta, s.sb(), true)
+	if err != nil {
 		// A change of less than one piece is refused, not rounded to none
-		// or up to a piece ("0" itself says no CPU change); one that is
-		// not a whole number of pieces, pieces refuses.
-		if f, _ := strconv.ParseFloat(strings.TrimSpace(m.CpuDelta), 64); f != 0 && math.Abs(f)*float64(s.sb()) < 1-1e-9 {
+		// or up to a piece ("0" itself says no CPU change). Only an amount
+		// pieces refuses: 1 piece at a share base that is not a power of
+		// ten is written with 4 decimals, a little less than 1 piece
+		// (0.0156 of 64 is 0.9984).
+		if f, _ := strconv.ParseFloat(strings.TrimSpace(m.CpuDelta), 64); f != 0 && math.Abs(f)*float64(s.sb()) < 1 {
 			return nil, invalid("cpu_delta = %q: less than one piece of a CPU, it changes nothing: the smallest step is %s CPU (1 piece; share base %d)",
 				m.CpuDelta, alloc.FormatPieces(1, s.sb()), s.sb())
 		}
-	}
-	d, err := pieces("cpu_delta", m.CpuDelta, s.sb(), true)
-	if err != nil {
 		return nil, err
 	}
 	if d == 0 && m.MemoryDeltaBytes == 0 && m.Bind == nil {

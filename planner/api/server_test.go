@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"strings"
@@ -24,7 +25,11 @@ func TestPieces(t *testing.T) {
 	}{
 		{"1.7", false, 170, ""}, {"0.29", false, 29, ""}, {"", false, 0, ""}, {" 2 ", false, 200, ""},
 		{"-0.5", true, -50, ""}, {"-0.5", false, 0, "must not be negative"},
-		{"1.5.3", false, 0, "not a decimal"}, {"NaN", false, 0, "want a number of CPUs"}, {"1e9", false, 0, "want a number of CPUs"},
+		// Go's other float syntax is no CPU amount: "1_0" was 10 CPUs,
+		// "0x1p-1" half of one.
+		{"1_0", false, 0, `cpu = "1_0": not a decimal number of CPUs`}, {"0x1p-1", true, 0, `cpu = "0x1p-1": not a decimal number of CPUs`},
+		{"1.7e0", false, 170, ""}, {"+.5", true, 50, ""},
+		{"1.5.3", false, 0, "not a decimal"}, {"NaN", false, 0, "not a decimal number of CPUs"}, {"1e9", false, 0, "want a number of CPUs"},
 	} {
 		got, err := pieces("cpu", tt.in, 100, tt.neg)
 		if tt.wantErr != "" {
@@ -90,11 +95,12 @@ func TestToConnect(t *testing.T) {
 // methods these tests do not call are left to the embedded nil interface.
 type resizePlanner struct {
 	Planner
+	sb  int // share base; 0 = 100
 	got []service.ResizeRequest
 }
 
 func (p *resizePlanner) Params() alloc.Params {
-	return alloc.Params{ShareBase: 100, MaxFragmentCores: -1}
+	return alloc.Params{ShareBase: cmp.Or(p.sb, 100), MaxFragmentCores: -1}
 }
 
 func (p *resizePlanner) Resize(_ context.Context, r service.ResizeRequest) ([]model.Instance, error) {
@@ -110,24 +116,32 @@ func TestResizeRefusesNoChange(t *testing.T) {
 	yes := true
 	for _, tt := range []struct {
 		name    string
+		sb      int // 0 = 100
 		req     *pinfoldv1.ResizeRequest
 		wantErr string // "" = accepted
 		want    service.ResizeRequest
 	}{
-		{"below a piece", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "+0.001"}, `cpu_delta = "+0.001": less than one piece of a CPU, it changes nothing: the smallest step is 0.01 CPU`, service.ResizeRequest{}},
-		{"below a piece, negative, with memory", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.004", MemoryDeltaBytes: 1}, `cpu_delta = "-0.004"`, service.ResizeRequest{}},
-		{"nothing", &pinfoldv1.ResizeRequest{Target: "web"}, "nothing to change", service.ResizeRequest{}},
-		{"zero cpu only", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0"}, "nothing to change", service.ResizeRequest{}},
-		{"half a piece is refused, not rounded up", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.005"}, `cpu_delta = "0.005": less than one piece of a CPU`, service.ResizeRequest{}},
-		{"a piece and a half is refused, not rounded", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.015"}, `cpu_delta = "0.015": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are +0.01 and +0.02`, service.ResizeRequest{}},
-		{"off the grid, negative", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-1.495"}, `cpu_delta = "-1.495": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -1.49 and -1.5`, service.ResizeRequest{}},
-		{"two pieces", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.02"}, "", service.ResizeRequest{Target: "web", CPUDelta: -2}},
-		{"zero cpu with memory", &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0", MemoryDeltaBytes: -1 << 20}, "", service.ResizeRequest{Target: "web", MemoryDelta: -1 << 20}},
-		{"bind only", &pinfoldv1.ResizeRequest{Target: "web", Bind: &yes}, "", service.ResizeRequest{Target: "web", Bind: &yes}},
+		{"below a piece", 0, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "+0.001"}, `cpu_delta = "+0.001": less than one piece of a CPU, it changes nothing: the smallest step is 0.01 CPU`, service.ResizeRequest{}},
+		{"below a piece, negative, with memory", 0, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.004", MemoryDeltaBytes: 1}, `cpu_delta = "-0.004"`, service.ResizeRequest{}},
+		{"nothing", 0, &pinfoldv1.ResizeRequest{Target: "web"}, "nothing to change", service.ResizeRequest{}},
+		{"zero cpu only", 0, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0"}, "nothing to change", service.ResizeRequest{}},
+		{"half a piece is refused, not rounded up", 0, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.005"}, `cpu_delta = "0.005": less than one piece of a CPU`, service.ResizeRequest{}},
+		{"a piece and a half is refused, not rounded", 0, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.015"}, `cpu_delta = "0.015": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are +0.01 and +0.02`, service.ResizeRequest{}},
+		{"off the grid, negative", 0, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-1.495"}, `cpu_delta = "-1.495": not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -1.49 and -1.5`, service.ResizeRequest{}},
+		{"two pieces", 0, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.02"}, "", service.ResizeRequest{Target: "web", CPUDelta: -2}},
+		{"zero cpu with memory", 0, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0", MemoryDeltaBytes: -1 << 20}, "", service.ResizeRequest{Target: "web", MemoryDelta: -1 << 20}},
+		{"bind only", 0, &pinfoldv1.ResizeRequest{Target: "web", Bind: &yes}, "", service.ResizeRequest{Target: "web", Bind: &yes}},
+		// At a share base that is not a power of ten one piece is what
+		// FormatPieces writes, 0.0156 of 64 (0.9984 pieces as a float), as
+		// apply sends it: it was refused as less than one piece.
+		{"one piece at 64", 64, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.0156"}, "", service.ResizeRequest{Target: "web", CPUDelta: 1}},
+		{"minus one piece at 3000", 3000, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.0003"}, "", service.ResizeRequest{Target: "web", CPUDelta: -1}},
+		{"below a piece at 64", 64, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.015"}, `cpu_delta = "0.015": less than one piece of a CPU, it changes nothing: the smallest step is 0.0156 CPU (1 piece; share base 64)`, service.ResizeRequest{}},
+		{"off the grid at 3000", 3000, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.0005"}, `cpu_delta = "-0.0005": not a whole number of pieces of a CPU (1 piece = 0.0003 CPU at share base 3000): the nearest amounts are -0.0003 and -0.0007`, service.ResizeRequest{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := &resizePlanner{}
+			p := &resizePlanner{sb: tt.sb}
 			_, err := newServer(p, nil).Resize(context.Background(), connect.NewRequest(tt.req))
 			if tt.wantErr != "" {
 				if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), tt.wantErr) || len(p.got) != 0 {

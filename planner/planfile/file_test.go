@@ -134,6 +134,10 @@ func TestDecodeCPUAmount(t *testing.T) {
 		{name: "NaN", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": "NaN"`, 1), wantErr: `request.cpu: got a JSON string "NaN"`},
 		{name: "hex", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": "0x1p1"`, 1), wantErr: `request.cpu: got a JSON string "0x1p1"`},
 		{name: "bool", in: strings.Replace(fileSeed, `"cpu": 1.5`, `"cpu": true`, 1), wantErr: `request.cpu: got a JSON bool, want float64`},
+		// A refused delta is named with its sign, as the file has it.
+		{name: "delta off the grid", in: strings.NewReplacer("QUOTA", `0.5`, "DELTA", `-0.255`).Replace(resize),
+			wantErr: `resize.cpu_delta = -0.255: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -0.25 and -0.26`},
+		{name: "delta below a piece", in: strings.NewReplacer("QUOTA", `0.5`, "DELTA", `-0.001`).Replace(resize), wantErr: `resize.cpu_delta = -0.001: less than one piece`},
 		{name: "delta word", in: strings.NewReplacer("QUOTA", `0.5`, "DELTA", `"more"`).Replace(resize), wantErr: `resize.cpu_delta: got a JSON string "more"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
