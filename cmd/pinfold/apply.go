@@ -214,56 +214,44 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 		// service's first.
 		ins = nil
 	}
-	// An instance of another size than the service's record (resized on
-	// its own, or the service deployed again at another size) is resized
-	// to the record's size first: a resize of the service moves every
-	// instance by one delta, which would keep it apart.
-	for _, in := range ins {
-		p := plannedPieces(in)
-		if p == curPieces && in.Bind == rec.Bind && in.MemoryBytes == rec.MemoryBytes {
-			continue
-		}
-		// The size read: two applies at once resize it once.
-		r := &pinfoldv1.ResizeRequest{Target: in.Id, ExpectCpu: alloc.FormatPieces(p, sb), ExpectMemoryBytes: in.MemoryBytes}
-		var what []string
-		if p != curPieces || in.Bind != rec.Bind {
-			what = append(what, fmt.Sprintf("cpu %s → %s", cpuMode(p, in.Bind, sb), cpuMode(curPieces, rec.Bind, sb)))
-		}
-		if p != curPieces {
-			r.CpuDelta = alloc.FormatPieces(curPieces-p, sb)
-		}
-		if in.Bind != rec.Bind {
-			b := rec.Bind
-			r.Bind = &b
-		}
-		if in.MemoryBytes != rec.MemoryBytes {
-			r.MemoryDeltaBytes = rec.MemoryBytes - in.MemoryBytes
-			what = append(what, fmt.Sprintf("memory %s → %s", alloc.FormatBytes(in.MemoryBytes), alloc.FormatBytes(rec.MemoryBytes)))
-		}
-		steps = append(steps, step{Service: name, Action: "resize", Detail: fmt.Sprintf("instance %s to the service's size: %s", in.Id, strings.Join(what, ", ")), resize: r})
-	}
 	if down {
 		steps = append(steps, *scale)
 	}
-	if curPieces != wantPieces || rec.MemoryBytes != want.MemoryBytes || rec.Bind != want.Bind {
+	// The size: one resize brings the record and every instance to the
+	// file's size, each instance by its own delta (to_cpu and
+	// to_memory_bytes), all or nothing. An instance of another size (resized
+	// on its own, or the service deployed again at another size) is not
+	// first brought back to the record's size: one already at the file's
+	// size was shrunk and grown again, and a shrink of memory it uses could
+	// be refused, so that the file never settled.
+	var off []string
+	for _, in := range ins {
+		if p := plannedPieces(in); p != wantPieces || in.Bind != want.Bind || in.MemoryBytes != want.MemoryBytes {
+			off = append(off, fmt.Sprintf("%s (%s, %s)", in.Id, cpuMode(p, in.Bind, sb), alloc.FormatBytes(in.MemoryBytes)))
+		}
+	}
+	if curPieces != wantPieces || rec.MemoryBytes != want.MemoryBytes || rec.Bind != want.Bind || len(off) > 0 {
 		// The size read is the one the planner must still hold: two applies
-		// at once add their delta once (the second is refused, aborted).
-		r := &pinfoldv1.ResizeRequest{Target: name, ExpectCpu: rec.Cpu, ExpectMemoryBytes: rec.MemoryBytes}
+		// at once resize once (the second is refused, aborted).
+		b := want.Bind
+		r := &pinfoldv1.ResizeRequest{Target: name, ExpectCpu: rec.Cpu, ExpectMemoryBytes: rec.MemoryBytes,
+			ToCpu: alloc.FormatPieces(wantPieces, sb), ToMemoryBytes: want.MemoryBytes, Bind: &b}
 		var what []string
 		if curPieces != wantPieces {
-			r.CpuDelta = alloc.FormatPieces(wantPieces-curPieces, sb)
-			what = append(what, fmt.Sprintf("cpu %s → %s (%s)", rec.Cpu, alloc.FormatPieces(wantPieces, sb), signed(r.CpuDelta)))
+			what = append(what, fmt.Sprintf("cpu %s → %s (%s)", rec.Cpu, alloc.FormatPieces(wantPieces, sb), signed(alloc.FormatPieces(wantPieces-curPieces, sb))))
 		}
 		if rec.MemoryBytes != want.MemoryBytes {
-			r.MemoryDeltaBytes = want.MemoryBytes - rec.MemoryBytes
 			what = append(what, fmt.Sprintf("memory %s → %s", alloc.FormatBytes(rec.MemoryBytes), alloc.FormatBytes(want.MemoryBytes)))
 		}
 		if rec.Bind != want.Bind {
-			b := want.Bind
-			r.Bind = &b
 			what = append(what, fmt.Sprintf("bind %t → %t", rec.Bind, want.Bind))
 		}
-		steps = append(steps, step{Service: name, Action: "resize", Detail: strings.Join(what, ", "), resize: r})
+		detail := strings.Join(what, ", ")
+		if len(off) > 0 {
+			detail = strings.TrimPrefix(detail+"; ", "; ") + fmt.Sprintf("%s of another size to %s, %s: %s", counted(len(off), "instance"),
+				cpuMode(wantPieces, want.Bind, sb), alloc.FormatBytes(want.MemoryBytes), strings.Join(off, ", "))
+		}
+		steps = append(steps, step{Service: name, Action: "resize", Detail: detail, resize: r})
 	}
 	// The spec a replace changes: image, command, health check, pull.
 	var what []string

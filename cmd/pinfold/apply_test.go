@@ -496,6 +496,48 @@ func TestApplyScaleDownFirst(t *testing.T) {
 	}
 }
 
+// TestApplyLeavesAnInstanceAtTheFileSize: an instance resized on its own
+// to the size the file then gives its service is left alone by apply (its
+// generation stays: its host applies nothing), and the others are brought
+// to that size in one resize. Before, apply first resized it back to the
+// record's size and then the whole service by the file's delta: a shrink
+// and a regrow, and a memory shrink its host could refuse.
+func TestApplyLeavesAnInstanceAtTheFileSize(t *testing.T) {
+	addr := startPlanner(t)
+	run, must := runAt(t, addr), mustCLI(t, addr)
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	file, write := webFile(t, "bind: true")
+	write("busybox:1", "1", 2)
+	must("apply", "-f", file)
+	ins := webInstances(t, must)
+	if len(ins) != 2 {
+		t.Fatalf("web: %+v, want 2 instances", ins)
+	}
+	ahead, other := ins[0], ins[1]
+	must("resize", ahead.ID, "--cpu", "+1", "--wait", "0")
+	gen := map[string]int64{}
+	for _, in := range webInstances(t, must) {
+		gen[in.ID] = in.Generation
+	}
+	write("busybox:1", "2", 2)
+	out, _, code := run("diff", "-f", file)
+	if code != exitUnmet || strings.Count(out, "resize") != 1 || !strings.Contains(out, "cpu 1 → 2 (+1); 1 instance of another size to 2 (bound), 256 MiB: "+other.ID+" (1 (bound), 256 MiB)") {
+		t.Errorf("diff: exit %d:\n%s\nwant one resize of web naming %s alone as of another size", code, out, other.ID)
+	}
+	must("apply", "-f", file)
+	for _, in := range webInstances(t, must) {
+		if in.CPUPlanned != "2" {
+			t.Errorf("instance %s planned %s CPUs after apply, want 2", in.ID, in.CPUPlanned)
+		}
+		if moved := in.Generation != gen[in.ID]; moved == (in.ID == ahead.ID) {
+			t.Errorf("instance %s: generation %d → %d; want a change for %s alone (%s was at the file's size)", in.ID, gen[in.ID], in.Generation, other.ID, ahead.ID)
+		}
+	}
+	if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+		t.Errorf("diff after apply:\n%s\nwant no changes", out)
+	}
+}
+
 // webFile is a services file of one service, web, with 256 MiB and extra
 // (a YAML line of web's, or ""), and its writer: image, cpu and count.
 func webFile(t *testing.T, extra string) (string, func(image, cpu string, count int)) {
@@ -514,8 +556,10 @@ func webFile(t *testing.T, extra string) (string, func(image, cpu string, count 
 
 // webInstance is what the apply tests read of web's instances in ps -o json.
 type webInstance struct {
+	ID         string      `json:"id"`
 	Image      string      `json:"image"`
 	CPUPlanned json.Number `json:"cpu_planned"`
+	Generation int64       `json:"generation"`
 }
 
 // webInstances are web's instances as ps -o json shows them.

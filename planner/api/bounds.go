@@ -75,6 +75,7 @@ var requestBounds = map[protoreflect.FullName]bound{
 	"pinfold.v1.ResizeRequest.target":            {bytes: service.MaxNameLen},
 	"pinfold.v1.ResizeRequest.cpu_delta":         {bytes: service.MaxWordLen},
 	"pinfold.v1.ResizeRequest.expect_cpu":        {bytes: service.MaxWordLen},
+	"pinfold.v1.ResizeRequest.to_cpu":            {bytes: service.MaxWordLen},
 	"pinfold.v1.ReplaceRequest.target":           {bytes: service.MaxNameLen},
 	"pinfold.v1.ReplaceRequest.image":            {bytes: service.MaxImageLen},
 	"pinfold.v1.ReplaceRequest.command":          {bytes: service.MaxCommandEnvBytes, count: service.MaxCommandEnvEntries},

@@ -630,6 +630,21 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 
 func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.ResizeRequest]) (*connect.Response[pinfoldv1.ResizeResponse], error) {
 	m := r.Msg
+	var to *service.ResizeTo
+	if strings.TrimSpace(m.ToCpu) != "" || m.ToMemoryBytes != 0 {
+		switch {
+		case strings.TrimSpace(m.CpuDelta) != "" || m.MemoryDeltaBytes != 0:
+			return nil, invalid("to_cpu = %q, to_memory_bytes = %d: a size is given with cpu_delta = %q, memory_delta_bytes = %d: give a size or deltas, not both",
+				m.ToCpu, m.ToMemoryBytes, m.CpuDelta, m.MemoryDeltaBytes)
+		case strings.TrimSpace(m.ToCpu) == "" || m.ToMemoryBytes <= 0:
+			return nil, invalid("to_cpu = %q, to_memory_bytes = %d: a size needs both (decimal CPUs, and bytes above 0)", m.ToCpu, m.ToMemoryBytes)
+		}
+		p, err := pieces("to_cpu", m.ToCpu, s.sb(), false)
+		if err != nil {
+			return nil, err
+		}
+		to = &service.ResizeTo{Pieces: p, Memory: m.ToMemoryBytes}
+	}
 	d, err := pieces("cpu_delta", m.CpuDelta, s.sb(), true)
 	if err != nil {
 		// A change of less than one piece is refused, not rounded to none
@@ -643,8 +658,8 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 		}
 		return nil, err
 	}
-	if d == 0 && m.MemoryDeltaBytes == 0 && m.Bind == nil {
-		return nil, invalid("nothing to change: give cpu_delta, memory_delta_bytes or bind")
+	if d == 0 && m.MemoryDeltaBytes == 0 && m.Bind == nil && to == nil {
+		return nil, invalid("nothing to change: give cpu_delta, memory_delta_bytes, bind, or to_cpu with to_memory_bytes")
 	}
 	expect := 0
 	if strings.TrimSpace(m.ExpectCpu) != "" {
@@ -656,7 +671,7 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 		return nil, invalid("expect_memory_bytes = %d: want a size in bytes, or 0 for none", m.ExpectMemoryBytes)
 	}
 	ins, err := s.changes.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind,
-		ExpectPieces: expect, ExpectMemory: m.ExpectMemoryBytes})
+		ExpectPieces: expect, ExpectMemory: m.ExpectMemoryBytes, To: to})
 	if err != nil {
 		return nil, toConnect(err)
 	}

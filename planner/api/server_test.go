@@ -138,6 +138,15 @@ func TestResizeRefusesNoChange(t *testing.T) {
 		{"minus one piece at 3000", 3000, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.0003"}, "", service.ResizeRequest{Target: "web", CPUDelta: -1}},
 		{"below a piece at 64", 64, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "0.015"}, `cpu_delta = "0.015": less than one piece of a CPU, it changes nothing: the smallest step is 0.0156 CPU (1 piece; share base 64)`, service.ResizeRequest{}},
 		{"off the grid at 3000", 3000, &pinfoldv1.ResizeRequest{Target: "web", CpuDelta: "-0.0005"}, `cpu_delta = "-0.0005": not a whole number of pieces of a CPU (1 piece = 0.0003 CPU at share base 3000): the nearest amounts are -0.0003 and -0.0007`, service.ResizeRequest{}},
+		// A size instead of deltas: both halves, no delta beside it.
+		{"to a size", 0, &pinfoldv1.ResizeRequest{Target: "web", ToCpu: "1.5", ToMemoryBytes: 1 << 30}, "", service.ResizeRequest{Target: "web", To: &service.ResizeTo{Pieces: 150, Memory: 1 << 30}}},
+		{"to a size of 0 CPUs", 0, &pinfoldv1.ResizeRequest{Target: "web", ToCpu: "0", ToMemoryBytes: 1 << 30}, "", service.ResizeRequest{Target: "web", To: &service.ResizeTo{Pieces: 0, Memory: 1 << 30}}},
+		{"to a size and a delta", 0, &pinfoldv1.ResizeRequest{Target: "web", ToCpu: "1.5", ToMemoryBytes: 1 << 30, CpuDelta: "+1"},
+			`to_cpu = "1.5", to_memory_bytes = 1073741824: a size is given with cpu_delta = "+1", memory_delta_bytes = 0: give a size or deltas, not both`, service.ResizeRequest{}},
+		{"to a cpu alone", 0, &pinfoldv1.ResizeRequest{Target: "web", ToCpu: "1.5"}, `to_cpu = "1.5", to_memory_bytes = 0: a size needs both`, service.ResizeRequest{}},
+		{"to a memory alone", 0, &pinfoldv1.ResizeRequest{Target: "web", ToMemoryBytes: 1 << 30}, `to_cpu = "", to_memory_bytes = 1073741824: a size needs both`, service.ResizeRequest{}},
+		{"to a size off the grid", 0, &pinfoldv1.ResizeRequest{Target: "web", ToCpu: "1.505", ToMemoryBytes: 1 << 30}, `to_cpu = "1.505": not a whole number of pieces`, service.ResizeRequest{}},
+		{"to a negative size", 0, &pinfoldv1.ResizeRequest{Target: "web", ToCpu: "-1", ToMemoryBytes: 1 << 30}, `to_cpu = "-1": must not be negative`, service.ResizeRequest{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
@@ -150,7 +159,8 @@ func TestResizeRefusesNoChange(t *testing.T) {
 				return
 			}
 			if err != nil || len(p.got) != 1 || p.got[0].Target != tt.want.Target || p.got[0].CPUDelta != tt.want.CPUDelta ||
-				p.got[0].MemoryDelta != tt.want.MemoryDelta || p.got[0].Bind != tt.want.Bind {
+				p.got[0].MemoryDelta != tt.want.MemoryDelta || p.got[0].Bind != tt.want.Bind ||
+				(p.got[0].To == nil) != (tt.want.To == nil) || p.got[0].To != nil && *p.got[0].To != *tt.want.To {
 				t.Errorf("Resize(%v) = %v, planner got %+v; want %+v", tt.req, err, p.got, tt.want)
 			}
 		})

@@ -194,6 +194,16 @@ type ResizeRequest struct {
 	// added once.
 	ExpectPieces int
 	ExpectMemory int64
+	// To, when set, replaces the deltas: each instance is brought to this
+	// size by its own delta, one already at it (and at Bind) is left alone,
+	// and a service's record takes it.
+	To *ResizeTo
+}
+
+// ResizeTo is a size a resize brings its targets to.
+type ResizeTo struct {
+	Pieces int
+	Memory int64
 }
 
 // Resize resizes in place, all or nothing: if any instance does not fit,
@@ -246,8 +256,15 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			if r.Bind != nil {
 				bind = *r.Bind
 			}
+			cpuDelta, memDelta := r.CPUDelta, r.MemoryDelta
+			if r.To != nil {
+				cpuDelta, memDelta = r.To.Pieces-in.Pieces(), r.To.Memory-in.Memory
+				if cpuDelta == 0 && memDelta == 0 && bind == in.Bind {
+					continue // at the size already: no change for its host
+				}
+			}
 			pl, err := alloc.PlanResize(s.params, state.AllocHost(v.Host, a), alloc.Resize{Host: in.Host, Current: in.Allocation,
-				CPUDelta: r.CPUDelta, MemoryDelta: r.MemoryDelta, Bind: bind})
+				CPUDelta: cpuDelta, MemoryDelta: memDelta, Bind: bind})
 			if err != nil {
 				return nil, fromAlloc(err)
 			}
@@ -256,7 +273,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			}
 			if pl.Memory < MinInstanceMemory {
 				return nil, errf(Invalid, "memory of %s: %s %s = %s: want at least %s (the Docker engine's smallest memory limit)",
-					in.ID, alloc.FormatBytes(in.Memory), signedBytes(r.MemoryDelta), alloc.FormatBytes(pl.Memory), alloc.FormatBytes(MinInstanceMemory))
+					in.ID, alloc.FormatBytes(in.Memory), signedBytes(memDelta), alloc.FormatBytes(pl.Memory), alloc.FormatBytes(MinInstanceMemory))
 			}
 			// Memory below what the instance uses is not refused here: the
 			// agent shrinks it guided by memory.pressure, and a shrink it
@@ -278,7 +295,24 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
 		}
-		if d, ok := rd.Service(r.Target); ok && len(out) > 0 {
+		if d, ok := rd.Service(r.Target); ok && r.To != nil && len(targets) > 0 {
+			// Brought to one size, the instances left alone included: the
+			// record takes it.
+			svc, old := d.Value, d.Value
+			bind := svc.Bind
+			if r.Bind != nil {
+				bind = *r.Bind
+			}
+			svc.Pieces, svc.Bind, svc.Memory = r.To.Pieces, bind, r.To.Memory
+			svc.MemorySoft = min(svc.MemorySoft, svc.Memory)
+			if len(out) > 0 {
+				svc.WholeCores = out[0].WholeCores
+			}
+			if svc.Pieces != old.Pieces || svc.Bind != old.Bind || svc.Memory != old.Memory || svc.MemorySoft != old.MemorySoft || svc.WholeCores != old.WholeCores {
+				c.GuardService(svc.Name, d.Rev)
+				c.PutService(svc)
+			}
+		} else if d, ok := rd.Service(r.Target); ok && len(out) > 0 {
 			// The service's size follows (scale deploys at it), whole
 			// cores included: the instances of a service deployed twice
 			// may differ, and a record of one's CPUs with another's
@@ -386,6 +420,9 @@ func (s *Service) Remove(ctx context.Context, target string) ([]string, error) {
 // room is the scale's question.
 func (s *Service) resizedService(svc state.Service, r ResizeRequest) (state.Service, error) {
 	sb := s.params.ShareBase
+	if r.To != nil {
+		r.CPUDelta, r.MemoryDelta = r.To.Pieces-svc.Pieces, r.To.Memory-svc.Memory
+	}
 	pieces, memory := svc.Pieces+r.CPUDelta, svc.Memory+r.MemoryDelta
 	bind := svc.Bind
 	if r.Bind != nil {

@@ -65,3 +65,67 @@ func TestResizeKeepsWholeCoresInTheRecord(t *testing.T) {
 		t.Errorf("record %d pieces whole cores %v, added %+v; want 4 CPUs on whole cores", svc.Pieces, svc.WholeCores, res.Added)
 	}
 }
+
+// TestResizeToASize: a resize to a size (To) moves each instance of a
+// service by its own delta and leaves one already at the size alone (its
+// generation stays: the host has nothing to apply), all or nothing; the
+// record takes the size, also at count 0; a second resize to the same size
+// changes nothing.
+func TestResizeToASize(t *testing.T) {
+	s := newMemService(t)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 3, Pieces: 100, Bind: true, Memory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ahead := ins[1].ID
+	if _, err := s.Resize(ctx, service.ResizeRequest{Target: ahead, CPUDelta: 100, MemoryDelta: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	gen := map[string]int64{}
+	for _, v := range s.Instances("", "web") {
+		gen[v.Instance.ID] = v.Instance.Generation
+	}
+	if len(gen) != 3 {
+		t.Fatalf("%d instances of web, want 3", len(gen))
+	}
+	yes := true
+	to := &service.ResizeTo{Pieces: 200, Memory: 2 * GiB}
+	out, err := s.Resize(ctx, service.ResizeRequest{Target: "web", To: to, Bind: &yes, ExpectPieces: 100, ExpectMemory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 2 {
+		t.Errorf("resized %d instances, want the 2 not at the size", len(out))
+	}
+	if n := len(s.Instances("", "web")); n != 3 {
+		t.Errorf("%d instances of web after the resize, want 3", n)
+	}
+	for _, v := range s.Instances("", "web") {
+		in := v.Instance
+		if in.Pieces() != 200 || in.Memory != 2*GiB {
+			t.Errorf("instance %s: %d pieces, %d bytes; want 200 and 2 GiB", in.ID, in.Pieces(), in.Memory)
+		}
+		if moved := in.Generation != gen[in.ID]; moved == (in.ID == ahead) {
+			t.Errorf("instance %s: generation %d → %d; want it unchanged only for %s, which was at the size", in.ID, gen[in.ID], in.Generation, ahead)
+		}
+	}
+	if svc, _, _ := s.ServiceRecord("web"); svc.Pieces != 200 || svc.Memory != 2*GiB || !svc.Bind {
+		t.Errorf("record %d pieces, %d bytes, bind %v; want 200, 2 GiB, bound", svc.Pieces, svc.Memory, svc.Bind)
+	}
+	if out, err := s.Resize(ctx, service.ResizeRequest{Target: "web", To: to, Bind: &yes}); err != nil || len(out) != 0 {
+		t.Errorf("second resize to the same size: %d instances, %v; want none changed", len(out), err)
+	}
+	// At count 0 the record alone takes the size.
+	if _, err := s.Scale(ctx, "web", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Resize(ctx, service.ResizeRequest{Target: "web", To: &service.ResizeTo{Pieces: 50, Memory: GiB}, Bind: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	if svc, _, _ := s.ServiceRecord("web"); svc.Pieces != 50 || svc.Memory != GiB {
+		t.Errorf("record at count 0: %d pieces, %d bytes; want 50 and 1 GiB", svc.Pieces, svc.Memory)
+	}
+	verify(t, s)
+}

@@ -146,7 +146,11 @@ type world struct {
 	// empty draws whether a resize or replace targets a service scaled to
 	// 0 (a stream of its own: the main one, and so every seed's sequence
 	// of operations, is what it was before it existed).
-	empty   *rand.Rand
+	empty *rand.Rand
+	// sized draws whether a resize brings its targets to a size (apply's
+	// resize) instead of deltas, and the size: its own stream, so that
+	// the other draws of a seed, and the seeds kept as regressions, stay.
+	sized   *rand.Rand
 	step    int
 	stepNow atomic.Int64
 	now     time.Time
@@ -177,6 +181,7 @@ func newWorld(t testing.TB, cfg Config) *world {
 	}
 	w := &world{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		empty: rand.New(rand.NewPCG(cfg.Seed^0x5bd1e995, cfg.Seed)),
+		sized: rand.New(rand.NewPCG(cfg.Seed^0x27d4eb2f, cfg.Seed)),
 		// SetMaintenance reads the real clock: the simulated one starts
 		// there (and runs ahead, a few seconds a step).
 		now: time.Now().UTC().Truncate(time.Second), ctx: context.Background(),
@@ -924,6 +929,11 @@ func (w *world) opResize() (op, bool) {
 		r.Bind = &b
 	}
 	what := fmt.Sprintf("%s cpu %+d memory %+dMiB", t, r.CPUDelta, r.MemoryDelta/MiB)
+	if w.sized.IntN(4) == 0 {
+		r.CPUDelta, r.MemoryDelta = 0, 0
+		r.To = &service.ResizeTo{Pieces: []int{0, 25, 50, 100, 150, 200}[w.sized.IntN(6)], Memory: []int64{256 * MiB, 512 * MiB, GiB}[w.sized.IntN(3)]}
+		what = fmt.Sprintf("%s to %d pieces, %dMiB", t, r.To.Pieces, r.To.Memory/MiB)
+	}
 	if r.Bind != nil {
 		what += fmt.Sprintf(" bind %t", *r.Bind)
 	}

@@ -2907,8 +2907,15 @@ type ResizeRequest struct {
 	// refused (aborted), so a delta computed from a read is added once.
 	ExpectCpu         string `protobuf:"bytes,70,opt,name=expect_cpu,json=expectCpu,proto3" json:"expect_cpu,omitempty"`
 	ExpectMemoryBytes int64  `protobuf:"varint,71,opt,name=expect_memory_bytes,json=expectMemoryBytes,proto3" json:"expect_memory_bytes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A size instead of deltas (both set, and no delta): every instance of
+	// the target is brought to to_cpu (decimal CPUs) and to_memory_bytes,
+	// each by its own delta, and one already at it is left alone; a service's
+	// record takes the size. What apply sends: one resize, all or nothing,
+	// for a service whose instances differ in size.
+	ToCpu         string `protobuf:"bytes,72,opt,name=to_cpu,json=toCpu,proto3" json:"to_cpu,omitempty"`
+	ToMemoryBytes int64  `protobuf:"varint,73,opt,name=to_memory_bytes,json=toMemoryBytes,proto3" json:"to_memory_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResizeRequest) Reset() {
@@ -2979,6 +2986,20 @@ func (x *ResizeRequest) GetExpectCpu() string {
 func (x *ResizeRequest) GetExpectMemoryBytes() int64 {
 	if x != nil {
 		return x.ExpectMemoryBytes
+	}
+	return 0
+}
+
+func (x *ResizeRequest) GetToCpu() string {
+	if x != nil {
+		return x.ToCpu
+	}
+	return ""
+}
+
+func (x *ResizeRequest) GetToMemoryBytes() int64 {
+	if x != nil {
+		return x.ToMemoryBytes
 	}
 	return 0
 }
@@ -5086,7 +5107,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
 	"\n" +
 	"violations\x18\x03 \x03(\v2\x15.pinfold.v1.ViolationR\n" +
-	"violations\"\xf0\x01\n" +
+	"violations\"\xaf\x02\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
@@ -5094,7 +5115,9 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01\x12\x1d\n" +
 	"\n" +
 	"expect_cpu\x18F \x01(\tR\texpectCpu\x12.\n" +
-	"\x13expect_memory_bytes\x18G \x01(\x03R\x11expectMemoryBytesB\a\n" +
+	"\x13expect_memory_bytes\x18G \x01(\x03R\x11expectMemoryBytes\x12\x15\n" +
+	"\x06to_cpu\x18H \x01(\tR\x05toCpu\x12&\n" +
+	"\x0fto_memory_bytes\x18I \x01(\x03R\rtoMemoryBytesB\a\n" +
 	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"D\n" +
 	"\x0eResizeResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xec\x01\n" +
