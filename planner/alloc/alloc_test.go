@@ -335,37 +335,7 @@ func TestRounding(t *testing.T) {
 		{1, 0, 0, "share base 0"}, {1, -100, 0, "share base -100"},
 	} {
 		got, err := alloc.PiecesOf("cpu", tt.cpu, tt.base)
-		if tt.wantErr != "" {
-			var ae *alloc.Error
-			if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("PiecesOf(%v, %d) = %d, %v; want an invalid-input error with %q", tt.cpu, tt.base, got, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("PiecesOf(%v, %d) = %d, %v; want %d", tt.cpu, tt.base, got, err, tt.want)
-		}
-	}
-	// A change keeps its sign, in pieces and in the nearest amounts.
-	for _, tt := range []struct {
-		delta   float64
-		want    int
-		wantErr string
-	}{
-		{-0.29, -29, ""}, {0.7, 70, ""}, {-1.5, -150, ""}, {0, 0, ""},
-		{-1.495, 0, "cpu_delta = -1.495: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -1.49 and -1.5"},
-		{0.015, 0, "the nearest amounts are +0.01 and +0.02"},
-		{-0.004, 0, "cpu_delta = -0.004: less than one piece of a CPU (1 piece = 0.01 CPU at share base 100): the smallest change is -0.01"},
-		{-2e6, 0, "cpu_delta = -2e+06: want a change of -1000000 to 1000000 CPUs"},
-	} {
-		got, err := alloc.DeltaPiecesOf("cpu_delta", tt.delta, 100)
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("DeltaPiecesOf(%v) = %d, %v; want an error with %q", tt.delta, got, err, tt.wantErr)
-			}
-		} else if err != nil || got != tt.want {
-			t.Errorf("DeltaPiecesOf(%v) = %d, %v; want %d", tt.delta, got, err, tt.want)
-		}
+		checkPieces(t, fmt.Sprintf("PiecesOf(%v, %d)", tt.cpu, tt.base), got, err, tt.want, tt.wantErr)
 	}
 	h := host("h", 1, 100, nil, GiB)
 	res, err := alloc.Plan(alloc.DefaultParams(), []*alloc.Host{h}, alloc.Request{Service: "s", Count: 1, Pieces: 29, Bind: true, MemoryBytes: MiB})
@@ -541,6 +511,8 @@ func TestDeltaPiecesOf(t *testing.T) {
 		wantErr string
 	}{
 		{-1.5, 100, -150, ""}, {0.25, 100, 25, ""}, {math.Copysign(0, -1), 100, 0, ""}, {-0.0156, 64, -1, ""}, {-1e6, 10000, -1e10, ""},
+		{-0.29, 100, -29, ""}, {0.7, 100, 70, ""}, {0, 100, 0, ""},
+		{0.015, 100, 0, "the nearest amounts are +0.01 and +0.02"},
 		{-1.495, 100, 0, "cpu_delta = -1.495: not a whole number of pieces of a CPU (1 piece = 0.01 CPU at share base 100): the nearest amounts are -1.49 and -1.5"},
 		{-0.001, 100, 0, "cpu_delta = -0.001: less than one piece of a CPU (1 piece = 0.01 CPU at share base 100): the smallest change is -0.01"},
 		{1.495, 100, 0, "the nearest amounts are +1.49 and +1.5"},
@@ -549,16 +521,23 @@ func TestDeltaPiecesOf(t *testing.T) {
 		{math.Inf(-1), 100, 0, "cpu_delta = -Inf: want a change"},
 	} {
 		got, err := alloc.DeltaPiecesOf("cpu_delta", tt.cpu, tt.base)
-		if tt.wantErr != "" {
-			var ae *alloc.Error
-			if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("DeltaPiecesOf(%v, %d) = %d, %v; want an invalid-input error with %q", tt.cpu, tt.base, got, err, tt.wantErr)
-			}
-			continue
+		checkPieces(t, fmt.Sprintf("DeltaPiecesOf(%v, %d)", tt.cpu, tt.base), got, err, tt.want, tt.wantErr)
+	}
+}
+
+// checkPieces checks one conversion of a CPU amount: an invalid-input
+// error containing wantErr, or want pieces when wantErr is "".
+func checkPieces(t *testing.T, call string, got int, err error, want int, wantErr string) {
+	t.Helper()
+	if wantErr != "" {
+		var ae *alloc.Error
+		if !errors.As(err, &ae) || ae.Code != alloc.CodeInvalid || !strings.Contains(err.Error(), wantErr) {
+			t.Errorf("%s = %d, %v; want an invalid-input error with %q", call, got, err, wantErr)
 		}
-		if err != nil || got != tt.want {
-			t.Errorf("DeltaPiecesOf(%v, %d) = %d, %v; want %d", tt.cpu, tt.base, got, err, tt.want)
-		}
+		return
+	}
+	if err != nil || got != want {
+		t.Errorf("%s = %d, %v; want %d", call, got, err, want)
 	}
 }
 
