@@ -239,6 +239,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		views := map[string]state.HostView{}
 		allocs := map[string]state.Alloc{}
 		c := new(state.Change)
+		var sized []model.Instance // each target after the resize, one left alone included
 		for _, t := range targets {
 			in := t.Instance
 			v, ok := views[in.Host]
@@ -260,6 +261,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			if r.To != nil {
 				cpuDelta, memDelta = r.To.Pieces-in.Pieces(), r.To.Memory-in.Memory
 				if cpuDelta == 0 && memDelta == 0 && bind == in.Bind {
+					sized = append(sized, in)
 					continue // at the size already: no change for its host
 				}
 			}
@@ -291,6 +293,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			c.GuardInstance(in.Host, in.ID, t.Rev)
 			c.PutInstance(next)
 			out = append(out, next)
+			sized = append(sized, next)
 		}
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
@@ -305,9 +308,11 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			}
 			svc.Pieces, svc.Bind, svc.Memory = r.To.Pieces, bind, r.To.Memory
 			svc.MemorySoft = min(svc.MemorySoft, svc.Memory)
-			if len(out) > 0 {
-				svc.WholeCores = out[0].WholeCores
-			}
+			// Whole cores as an instance at the size has them, one left
+			// alone included: a record that kept whole_cores of an earlier
+			// deploy at a size no whole-cores instance has (unbound, a
+			// fraction of a CPU) is no size a scale takes.
+			svc.WholeCores = sized[0].WholeCores
 			if svc.Pieces != old.Pieces || svc.Bind != old.Bind || svc.Memory != old.Memory || svc.MemorySoft != old.MemorySoft || svc.WholeCores != old.WholeCores {
 				c.GuardService(svc.Name, d.Rev)
 				c.PutService(svc)

@@ -129,3 +129,38 @@ func TestResizeToASize(t *testing.T) {
 	}
 	verify(t, s)
 }
+
+// TestResizeToASizeOfTheInstancesLeftAlone: a resize to a size every
+// instance already has (each left alone) still brings the record to it,
+// whole cores included: a service deployed memory-first at 0.5 CPUs and
+// again on whole cores, its whole-cores instance removed, kept whole_cores
+// in its record at 0.5 CPUs memory-first, so every later scale was refused
+// "whole cores need a bound request of a whole number of CPUs".
+func TestResizeToASizeOfTheInstancesLeftAlone(t *testing.T) {
+	s := newMemService(t)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Memory: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 200, Bind: true, WholeCores: true, Memory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(ctx, whole[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	no := false
+	out, err := s.Resize(ctx, service.ResizeRequest{Target: "web", To: &service.ResizeTo{Pieces: 50, Memory: GiB}, Bind: &no})
+	if err != nil || len(out) != 0 {
+		t.Fatalf("resize to the size of the one instance: %d instances, %v; want none changed", len(out), err)
+	}
+	svc, _, _ := s.ServiceRecord("web")
+	if svc.Pieces != 50 || svc.Bind || svc.WholeCores {
+		t.Errorf("record %d pieces, bind %v, whole cores %v; want 0.5 CPUs memory-first, no whole cores", svc.Pieces, svc.Bind, svc.WholeCores)
+	}
+	if _, err := s.Scale(ctx, "web", 2); err != nil {
+		t.Errorf("scale after the resize: %v", err)
+	}
+	verify(t, s)
+}
