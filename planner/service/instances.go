@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -268,7 +270,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			pl, err := alloc.PlanResize(s.params, state.AllocHost(v.Host, a), alloc.Resize{Host: in.Host, Current: in.Allocation,
 				CPUDelta: cpuDelta, MemoryDelta: memDelta, Bind: bind})
 			if err != nil {
-				return nil, fromAlloc(err)
+				return nil, s.toSizeErr(fromAlloc(err), r, in, bind)
 			}
 			if err := alloc.Enforceable(s.params, "cpu of "+in.ID, pl.Allocation.Pieces()); err != nil {
 				return nil, fromAlloc(err)
@@ -346,6 +348,30 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		return s.instances(o.replay.Instances), nil
 	}
 	return out, nil
+}
+
+// toSizeErr puts the size a resize to a size asked for, and the
+// instance's own, before a refusal of the instance's delta: the request
+// named no delta (resize.cpu_delta = "-0.5" alone names a value nobody
+// sent). Other errors, and a resize by deltas, pass unchanged.
+func (s *Service) toSizeErr(err error, r ResizeRequest, in model.Instance, bind bool) error {
+	var e *Error
+	if r.To == nil || !errors.As(err, &e) || e.Code != Invalid {
+		return err
+	}
+	sb := s.params.ShareBase
+	e.Message = fmt.Sprintf("to_cpu = %q, to_memory_bytes = %d, bind = %t: instance %s (%s CPUs %s, %s) by its own delta: %s",
+		alloc.FormatPieces(r.To.Pieces, sb), r.To.Memory, bind, in.ID, alloc.FormatPieces(in.Pieces(), sb), bindWord(in.Bind),
+		alloc.FormatBytes(in.Memory), e.Message)
+	return e
+}
+
+// bindWord is a CPU mode for messages.
+func bindWord(bind bool) string {
+	if bind {
+		return "bound"
+	}
+	return "memory-first"
 }
 
 // targets resolves an instance ID or a service name.

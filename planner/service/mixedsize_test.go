@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"testing/cryptotest"
 
@@ -161,6 +162,46 @@ func TestResizeToASizeOfTheInstancesLeftAlone(t *testing.T) {
 	}
 	if _, err := s.Scale(ctx, "web", 2); err != nil {
 		t.Errorf("scale after the resize: %v", err)
+	}
+	verify(t, s)
+}
+
+// TestResizeToASizeRefusedNamesTheSize: a resize to a size an instance
+// cannot take is refused naming the size asked for and the instance, not
+// only the delta computed for it (a whole-cores service to 1.5 CPUs was
+// refused `resize.cpu_delta = "-0.5"`, a value nobody sent), and nothing
+// changes.
+func TestResizeToASizeRefusedNamesTheSize(t *testing.T) {
+	s := newMemService(t)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 200, Bind: true, WholeCores: true, Memory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := min(ins[0].ID, ins[1].ID) // the instances are tried by ID
+	yes, no := true, false
+	for _, tt := range []struct {
+		name string
+		to   service.ResizeTo
+		bind *bool
+		want string
+	}{
+		{"a fraction of a CPU", service.ResizeTo{Pieces: 150, Memory: GiB}, &yes, `to_cpu = "1.5", to_memory_bytes = 1073741824, bind = true: instance ` + first + ` (2 CPUs bound, 1 GiB) by its own delta: `},
+		{"memory-first", service.ResizeTo{Pieces: 200, Memory: 2 * GiB}, &no, `to_cpu = "2", to_memory_bytes = 2147483648, bind = false: instance ` + first + ` (2 CPUs bound, 1 GiB) by its own delta: `},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			to := tt.to
+			_, err := s.Resize(ctx, service.ResizeRequest{Target: "db", To: &to, Bind: tt.bind})
+			if service.CodeOf(err) != service.Invalid || err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("resize to %+v: %v; want invalid, starting %q", tt.to, err, tt.want)
+			}
+			for _, v := range s.Instances("", "db") {
+				if in := v.Instance; in.Pieces() != 200 || in.Memory != GiB || in.Generation != 1 {
+					t.Errorf("instance %s after the refusal: %d pieces, %d bytes, generation %d; want it unchanged", in.ID, in.Pieces(), in.Memory, in.Generation)
+				}
+			}
+		})
 	}
 	verify(t, s)
 }
