@@ -302,19 +302,16 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		}
 		if d, ok := rd.Service(r.Target); ok && r.To != nil && len(targets) > 0 {
 			// Brought to one size, the instances left alone included: the
-			// record takes it.
+			// record takes it, and the mode and whole cores of an instance
+			// at it (one left alone included; with no bind given each
+			// instance kept its own): a record that kept the mode or
+			// whole_cores of an earlier deploy beside a size no instance of
+			// it has (whole cores unbound, or at a fraction of a CPU) is no
+			// size a scale takes.
 			svc, old := d.Value, d.Value
-			bind := svc.Bind
-			if r.Bind != nil {
-				bind = *r.Bind
-			}
-			svc.Pieces, svc.Bind, svc.Memory = r.To.Pieces, bind, r.To.Memory
+			svc.Pieces, svc.Memory = r.To.Pieces, r.To.Memory
+			svc.Bind, svc.WholeCores = sized[0].Bind, sized[0].WholeCores
 			svc.MemorySoft = min(svc.MemorySoft, svc.Memory)
-			// Whole cores as an instance at the size has them, one left
-			// alone included: a record that kept whole_cores of an earlier
-			// deploy at a size no whole-cores instance has (unbound, a
-			// fraction of a CPU) is no size a scale takes.
-			svc.WholeCores = sized[0].WholeCores
 			if svc.Pieces != old.Pieces || svc.Bind != old.Bind || svc.Memory != old.Memory || svc.MemorySoft != old.MemorySoft || svc.WholeCores != old.WholeCores {
 				c.GuardService(svc.Name, d.Rev)
 				c.PutService(svc)

@@ -205,3 +205,36 @@ func TestResizeToASizeRefusedNamesTheSize(t *testing.T) {
 	}
 	verify(t, s)
 }
+
+// TestResizeToASizeWithNoBindTakesTheInstancesMode: a resize to a size
+// with no bind keeps each instance's mode, and the record takes the mode
+// of its instances: a service deployed on whole cores and again
+// memory-first, its memory-first instance removed, resized to 4 CPUs got
+// a record memory-first on whole cores (its own mode, the instance's whole
+// cores), so every later scale was refused.
+func TestResizeToASizeWithNoBindTakesTheInstancesMode(t *testing.T) {
+	s := newMemService(t)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Memory: GiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Remove(ctx, first[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Resize(ctx, service.ResizeRequest{Target: "web", To: &service.ResizeTo{Pieces: 400, Memory: GiB}}); err != nil {
+		t.Fatal(err)
+	}
+	svc, _, _ := s.ServiceRecord("web")
+	if svc.Pieces != 400 || !svc.Bind || !svc.WholeCores {
+		t.Errorf("record %d pieces, bind %v, whole cores %v; want 4 CPUs bound on whole cores, as its instance", svc.Pieces, svc.Bind, svc.WholeCores)
+	}
+	if _, err := s.Scale(ctx, "web", 2); err != nil {
+		t.Errorf("scale after the resize: %v", err)
+	}
+	verify(t, s)
+}
