@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -239,6 +241,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		views := map[string]state.HostView{}
 		allocs := map[string]state.Alloc{}
 		c := new(state.Change)
+		var sized []model.Instance // each target after the resize, one left alone included
 		for _, t := range targets {
 			in := t.Instance
 			v, ok := views[in.Host]
@@ -260,13 +263,14 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			if r.To != nil {
 				cpuDelta, memDelta = r.To.Pieces-in.Pieces(), r.To.Memory-in.Memory
 				if cpuDelta == 0 && memDelta == 0 && bind == in.Bind {
+					sized = append(sized, in)
 					continue // at the size already: no change for its host
 				}
 			}
 			pl, err := alloc.PlanResize(s.params, state.AllocHost(v.Host, a), alloc.Resize{Host: in.Host, Current: in.Allocation,
 				CPUDelta: cpuDelta, MemoryDelta: memDelta, Bind: bind})
 			if err != nil {
-				return nil, fromAlloc(err)
+				return nil, s.toSizeErr(fromAlloc(err), r, in, bind)
 			}
 			if err := alloc.Enforceable(s.params, "cpu of "+in.ID, pl.Allocation.Pieces()); err != nil {
 				return nil, fromAlloc(err)
@@ -291,23 +295,23 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			c.GuardInstance(in.Host, in.ID, t.Rev)
 			c.PutInstance(next)
 			out = append(out, next)
+			sized = append(sized, next)
 		}
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
 		}
 		if d, ok := rd.Service(r.Target); ok && r.To != nil && len(targets) > 0 {
 			// Brought to one size, the instances left alone included: the
-			// record takes it.
+			// record takes it, and the mode and whole cores of an instance
+			// at it (one left alone included; with no bind given each
+			// instance kept its own): a record that kept the mode or
+			// whole_cores of an earlier deploy beside a size no instance of
+			// it has (whole cores unbound, or at a fraction of a CPU) is no
+			// size a scale takes.
 			svc, old := d.Value, d.Value
-			bind := svc.Bind
-			if r.Bind != nil {
-				bind = *r.Bind
-			}
-			svc.Pieces, svc.Bind, svc.Memory = r.To.Pieces, bind, r.To.Memory
+			svc.Pieces, svc.Memory = r.To.Pieces, r.To.Memory
+			svc.Bind, svc.WholeCores = sized[0].Bind, sized[0].WholeCores
 			svc.MemorySoft = min(svc.MemorySoft, svc.Memory)
-			if len(out) > 0 {
-				svc.WholeCores = out[0].WholeCores
-			}
 			if svc.Pieces != old.Pieces || svc.Bind != old.Bind || svc.Memory != old.Memory || svc.MemorySoft != old.MemorySoft || svc.WholeCores != old.WholeCores {
 				c.GuardService(svc.Name, d.Rev)
 				c.PutService(svc)
@@ -341,6 +345,30 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		return s.instances(o.replay.Instances), nil
 	}
 	return out, nil
+}
+
+// toSizeErr puts the size a resize to a size asked for, and the
+// instance's own, before a refusal of the instance's delta: the request
+// named no delta (resize.cpu_delta = "-0.5" alone names a value nobody
+// sent). Other errors, and a resize by deltas, pass unchanged.
+func (s *Service) toSizeErr(err error, r ResizeRequest, in model.Instance, bind bool) error {
+	var e *Error
+	if r.To == nil || !errors.As(err, &e) || e.Code != Invalid {
+		return err
+	}
+	sb := s.params.ShareBase
+	e.Message = fmt.Sprintf("to_cpu = %q, to_memory_bytes = %d, bind = %t: instance %s (%s CPUs %s, %s) by its own delta: %s",
+		alloc.FormatPieces(r.To.Pieces, sb), r.To.Memory, bind, in.ID, alloc.FormatPieces(in.Pieces(), sb), bindWord(in.Bind),
+		alloc.FormatBytes(in.Memory), e.Message)
+	return e
+}
+
+// bindWord is a CPU mode for messages.
+func bindWord(bind bool) string {
+	if bind {
+		return "bound"
+	}
+	return "memory-first"
 }
 
 // targets resolves an instance ID or a service name.
