@@ -15,6 +15,7 @@ import (
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/nodeagent/checkpoint"
+	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
@@ -27,6 +28,16 @@ type plannerClient interface {
 	Heartbeat(context.Context, *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error)
 	ReportStatus(context.Context, *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error)
 	WatchInstances(context.Context, *connect.Request[pinfoldv1.WatchInstancesRequest]) (*connect.ServerStreamForClient[pinfoldv1.WatchInstancesResponse], error)
+}
+
+// PlannerLink is the agent's link to the planner (agentlink.Link): its
+// heartbeats one way, its host's desired state the other, on one
+// connection.
+type PlannerLink interface {
+	Heartbeat(context.Context, *pinfoldv1.HeartbeatRequest) (*pinfoldv1.HeartbeatResponse, error)
+	// Receive returns the next desired state; an error ends the link.
+	Receive() (*pinfoldv1.WatchInstancesResponse, error)
+	Close() error
 }
 
 // engine is what the agent needs from Docker (docker.Adapter). Every method
@@ -85,6 +96,11 @@ type Config struct {
 	// Shrink tunes the pressure-guided memory shrink of a resize below what
 	// a container uses.
 	Shrink ShrinkOptions
+	// OpenLink opens the host's link to the planner
+	// (agentlink.Client.Open). Nil, or one that answers
+	// agentlink.ErrUnsupported (an older planner), makes the agent
+	// heartbeat and watch with the API's calls.
+	OpenLink func(ctx context.Context, host string) (PlannerLink, error)
 }
 
 // Agent is the node agent of one host.
@@ -204,8 +220,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	registered := make(chan error, 1)
 	go func() {
 		err := a.register(ctx)
-		if err == nil {
-			go a.heartbeats(ctx)
+		if err == nil && a.cfg.OpenLink != nil {
+			go a.linked(ctx)
+		} else if err == nil {
+			go a.heartbeats(ctx, a.callBeat)
 			go a.watch(ctx)
 		}
 		registered <- err
@@ -414,7 +432,7 @@ func (a *Agent) register(ctx context.Context) error {
 // heartbeats keeps the lease alive and sends the host's metrics when they
 // changed enough to matter (or every metricsEvery), so a large fleet does
 // not write to etcd on every beat.
-func (a *Agent) heartbeats(ctx context.Context) {
+func (a *Agent) heartbeats(ctx context.Context, beat func(context.Context, *pinfoldv1.HeartbeatRequest) error) {
 	every := a.cfg.HeartbeatTTL / 3
 	var sent *pinfoldv1.HostMetrics
 	var sentAt time.Time
@@ -427,8 +445,11 @@ func (a *Agent) heartbeats(ctx context.Context) {
 		} else if MetricsChanged(sent, m) || time.Since(sentAt) > metricsEvery {
 			req.Metrics = m
 		}
-		_, err = a.planner.Heartbeat(ctx, connect.NewRequest(req))
+		err = beat(ctx, req)
 		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
 			a.log.Warn("heartbeat failed", "err", err)
 			i++
 			backoff(ctx, i)
@@ -442,6 +463,56 @@ func (a *Agent) heartbeats(ctx context.Context) {
 		case <-time.After(every):
 		case <-ctx.Done():
 		}
+	}
+}
+
+// callBeat sends a heartbeat with the API's call.
+func (a *Agent) callBeat(ctx context.Context, req *pinfoldv1.HeartbeatRequest) error {
+	_, err := a.planner.Heartbeat(ctx, connect.NewRequest(req))
+	return err
+}
+
+// linked heartbeats and keeps the desired set current over the agent's
+// link, opened again with backoff after each interruption; with a planner
+// that has no link, over the API's calls (heartbeats and watch).
+func (a *Agent) linked(ctx context.Context) {
+	for i := 0; ctx.Err() == nil; i++ {
+		l, err := a.cfg.OpenLink(ctx, a.cfg.Host)
+		if errors.Is(err, agentlink.ErrUnsupported) {
+			a.log.Info("planner without agent links: heartbeating and watching with calls", "err", err)
+			go a.heartbeats(ctx, a.callBeat)
+			a.watch(ctx)
+			return
+		}
+		if err != nil {
+			a.log.Warn("agent link failed; keeping the last desired state", "err", err)
+			backoff(ctx, i)
+			continue
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		go a.heartbeats(lctx, func(c context.Context, req *pinfoldv1.HeartbeatRequest) error {
+			c, done := context.WithTimeout(c, a.cfg.HeartbeatTTL)
+			defer done()
+			_, err := l.Heartbeat(c, req)
+			return err
+		})
+		go func() {
+			<-lctx.Done()
+			_ = l.Close()
+		}()
+		for {
+			m, err := l.Receive()
+			if err != nil {
+				if ctx.Err() == nil {
+					a.log.Warn("agent link interrupted; keeping the last desired state", "err", err)
+				}
+				break
+			}
+			i = 0
+			a.received(m)
+		}
+		cancel()
+		backoff(ctx, i)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/nodeagent"
 	"github.com/pinfold/pinfold/numa"
+	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/api"
 )
 
@@ -30,6 +31,7 @@ type agentFlags struct {
 	dockerHost, stateDir, scheme, logLevel, cgroupParent                       string
 	metricsListen                                                              string
 	ttl, resync, health, healthTimeout, shareEvery, splitEvery, shrinkDeadline time.Duration
+	noLink                                                                     bool
 }
 
 func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
@@ -53,6 +55,7 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.DurationVar(&f.shareEvery, "share-every", time.Second, "the share loop's window: how often instances sharing a CPU are measured (cpu.stat, cpu.pressure) and their cpu.weight corrected towards the plan (not used under --fragment-scheme split, the default: the caps make the split); 0 turns the loop off")
 	fl.DurationVar(&f.splitEvery, "split-every", nodeagent.DefaultSplitEvery, "under --fragment-scheme split: how often each split instance's threads are swept so that both its child cgroups hold a runnable thread (a thread pool's work that wakes on the wrong side costs up to this long of its fragment or of a whole CPU; each sweep reads one /proc file per thread); 100ms to 10s")
 	fl.DurationVar(&f.shrinkDeadline, "shrink-deadline", 30*time.Second, "how long a resize below a container's memory use may take to shrink it (memory.high stepped down while memory.pressure stays low) before it is refused and rolled back")
+	fl.BoolVar(&f.noLink, "no-link", false, "heartbeat and watch with two API calls (two connections to the planner) instead of the agent link (one upgraded HTTP/1.1 connection; for a proxy between agent and planner that does not pass upgrades); an older planner without the link is found and used that way anyway")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long a replacement's HEALTHCHECK or probe may take to pass, unless the probe sets its own")
 	if withClient {
 		fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -106,7 +109,22 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	a := nodeagent.New(nodeagent.Config{Host: f.host, CgroupParent: f.cgroupParent, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
+	var openLink func(context.Context, string) (nodeagent.PlannerLink, error)
+	if !f.noLink {
+		hc, err := f.client.httpClient()
+		if err != nil {
+			return err
+		}
+		lc := agentlink.NewClient(hc, f.client.baseURL())
+		openLink = func(ctx context.Context, host string) (nodeagent.PlannerLink, error) {
+			l, err := lc.Open(ctx, host)
+			if err != nil {
+				return nil, err // not a nil *Link in an interface
+			}
+			return l, nil
+		}
+	}
+	a := nodeagent.New(nodeagent.Config{OpenLink: openLink, Host: f.host, CgroupParent: f.cgroupParent, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
 		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout, ShareEvery: shareEvery, SplitEvery: f.splitEvery, Shrink: nodeagent.ShrinkOptions{Deadline: f.shrinkDeadline}}, cl, eng, cg, topo, log)
 	if f.metricsListen != "" {
 		stop, addr, err := serveAgentMetrics(a, f.metricsListen)

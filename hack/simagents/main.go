@@ -1,8 +1,9 @@
 // Command simagents measures one planner against thousands of simulated
 // node agents speaking the real API: each registers its host (a 128-CPU,
-// two-NUMA-node topology), heartbeats every 10 s and holds one
-// WatchInstances stream, over its own HTTP/2 connection, as agents on
-// separate machines do. It runs etcd and the planner as child processes so
+// two-NUMA-node topology), heartbeats every 10 s and holds its host's
+// desired state, over its agent link (one upgraded HTTP/1.1 connection of
+// its own, package agentlink), as agents on separate machines do
+// (-protocol h2c or http1: the Heartbeat and WatchInstances calls). It runs etcd and the planner as child processes so
 // that their CPU time and memory are measured apart:
 //
 //	go build -o /tmp/pinfold ./cmd/pinfold
@@ -52,6 +53,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
@@ -76,10 +78,10 @@ func main() {
 	flag.StringVar(&cfg.jsonOut, "json", "", "also write the figures as JSON to this file")
 	flag.StringVar(&cfg.phases, "phases", "all", "all, or registration: stop after the registration and the memory figures (no deploys, no restart)")
 	flag.BoolVar(&cfg.profile, "profile", false, "save the planner's heap (with its runtime statistics) and a 10 s CPU profile of the steady phase in -dir (planner-heap.pprof, planner-heap.txt, planner-cpu.pprof)")
-	flag.StringVar(&protocol, "protocol", protocol, "h2c: each agent one HTTP/2 connection carrying gRPC; http1: the Connect protocol over HTTP/1.1, a connection per call in flight")
+	flag.StringVar(&protocol, "protocol", protocol, "link: each agent its agent link (one upgraded HTTP/1.1 connection: heartbeats and desired state), as the agent speaks by default; h2c: one HTTP/2 connection carrying gRPC calls; http1: the Connect protocol over HTTP/1.1, a connection per call in flight (the agent's --no-link)")
 	flag.Parse()
-	if protocol != "h2c" && protocol != "http1" {
-		fmt.Fprintf(os.Stderr, "simagents: -protocol %q: want h2c or http1\n", protocol)
+	if protocol != "link" && protocol != "h2c" && protocol != "http1" {
+		fmt.Fprintf(os.Stderr, "simagents: -protocol %q: want link, h2c or http1\n", protocol)
 		os.Exit(2)
 	}
 	if cfg.pinfold == "" || cfg.agents < 1 || cfg.deploys < 1 {
@@ -233,6 +235,9 @@ deploys over 200 ms       %v (sent at : took)
 type agent struct {
 	name string
 	cl   pinfoldv1connect.PlannerServiceClient
+	link *agentlink.Client // -protocol link
+	// closeIdle closes the idle connections of cl (-protocol link).
+	closeIdle func()
 	// streamAt and beatAt are the last time (UnixNano) its stream
 	// delivered its first message and a heartbeat was accepted.
 	streamAt, beatAt atomic.Int64
@@ -298,7 +303,7 @@ func run(cfg config) (report, error) {
 		return rep, fmt.Errorf("start the planner: %w", err)
 	}
 	defer func() { _ = planner.Process.Kill(); _ = planner.Wait() }()
-	admin := newClient("http://" + api)
+	admin, _ := newClient("http://" + api)
 	if err := waitAPI(ctx, admin, 30*time.Second); err != nil {
 		return rep, fmt.Errorf("planner did not come up (log: %s): %w", filepath.Join(cfg.dir, "planner.log"), err)
 	}
@@ -306,7 +311,12 @@ func run(cfg config) (report, error) {
 	s := &sim{cfg: cfg}
 	s.topo, _ = json.Marshal(topologytest.BenchHost().Topology())
 	for i := range cfg.agents {
-		s.agents = append(s.agents, &agent{name: fmt.Sprintf("sim-%05d", i), cl: newClient("http://" + api)})
+		a := &agent{name: fmt.Sprintf("sim-%05d", i)}
+		a.cl, a.closeIdle = newClient("http://" + api)
+		if protocol == "link" {
+			a.link = agentlink.NewClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}, "http://"+api)
+		}
+		s.agents = append(s.agents, a)
 	}
 
 	// Phase 1: registration, stream and first heartbeat of every agent.
@@ -321,6 +331,15 @@ func run(cfg config) (report, error) {
 			<-sem
 			if err != nil {
 				regErr.Store(err)
+				return
+			}
+			if a.link != nil {
+				// The registration's connection: a real agent's is
+				// closed by the planner after --idle-timeout (60 s);
+				// closed now, the figures are those of the fleet after
+				// that minute.
+				a.closeIdle()
+				go s.linked(ctx, a)
 				return
 			}
 			go s.heartbeats(ctx, a)
@@ -507,21 +526,22 @@ func fetch(url, file string) {
 }
 
 // protocol is how the simulated agents speak to the planner (-protocol).
-var protocol = "h2c"
+var protocol = "link"
 
 // newClient is one agent's client, with the agent's options, on
 // connections of its own, as an agent on its own machine has: with
 // -protocol h2c one HTTP/2 (h2c) connection carrying gRPC; with http1 the
 // Connect protocol over HTTP/1.1, a connection per call in flight (the
-// watch's and the heartbeat's).
-func newClient(base string) pinfoldv1connect.PlannerServiceClient {
-	if protocol == "http1" {
+// watch's and the heartbeat's); with link, as http1, for the
+// registration (the planner closes its connection after --idle-timeout).
+func newClient(base string) (pinfoldv1connect.PlannerServiceClient, func()) {
+	if protocol == "http1" || protocol == "link" { // link: the registration's call
 		tr := &http.Transport{MaxIdleConnsPerHost: 2}
-		return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, api.AgentClientOptions()...)
+		return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, api.AgentClientOptions()...), tr.CloseIdleConnections
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, append(api.AgentClientOptions(), connect.WithGRPC())...)
+	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, append(api.AgentClientOptions(), connect.WithGRPC())...), tr.CloseIdleConnections
 }
 
 // waitEtcd polls etcd's /health endpoint (this tool speaks to etcd only
@@ -582,12 +602,61 @@ func (s *sim) register(ctx context.Context, a *agent) error {
 	}
 }
 
+// linked is the agent's link, as the agent holds it (nodeagent's
+// linked): heartbeats beside the desired states, opened again with
+// backoff after an interruption.
+func (s *sim) linked(ctx context.Context, a *agent) {
+	for i := 0; ctx.Err() == nil; i++ {
+		l, err := a.link.Open(ctx, a.name)
+		if err != nil {
+			backoff(ctx, i)
+			continue
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		go s.beat(lctx, a, func(c context.Context, req *pinfoldv1.HeartbeatRequest) error {
+			_, err := l.Heartbeat(c, req)
+			return err
+		})
+		go func() {
+			<-lctx.Done()
+			_ = l.Close()
+		}()
+		first := true
+		for {
+			m, err := l.Receive()
+			if err != nil {
+				break
+			}
+			now := time.Now().UnixNano()
+			if first {
+				a.streamAt.Store(now)
+				first, i = false, 0
+			}
+			for _, in := range m.Instances {
+				s.seen.LoadOrStore(in.Id, now)
+			}
+		}
+		cancel()
+		backoff(ctx, i)
+	}
+}
+
 func (s *sim) heartbeats(ctx context.Context, a *agent) {
+	s.beat(ctx, a, func(c context.Context, req *pinfoldv1.HeartbeatRequest) error {
+		_, err := a.cl.Heartbeat(c, connect.NewRequest(req))
+		return err
+	})
+}
+
+func (s *sim) beat(ctx context.Context, a *agent, send func(context.Context, *pinfoldv1.HeartbeatRequest) error) {
 	ttl := int32(3 * s.cfg.heartbeat / time.Second)
 	for i := 0; ctx.Err() == nil; {
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := a.cl.Heartbeat(c, connect.NewRequest(&pinfoldv1.HeartbeatRequest{Host: a.name, AgentVersion: "sim", Protocol: model.Protocol, TtlSeconds: ttl}))
+		err := send(c, &pinfoldv1.HeartbeatRequest{Host: a.name, AgentVersion: "sim", Protocol: model.Protocol, TtlSeconds: ttl})
 		cancel()
+		if ctx.Err() != nil {
+			return
+		}
 		if err != nil {
 			s.beatErr.Add(1)
 			i++

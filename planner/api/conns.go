@@ -75,6 +75,9 @@ func NewHTTPServer(h http.Handler, t Timeouts) *http.Server {
 		lim = lh.lim
 	}
 	trackConns(srv, lim)
+	if lh, ok := h.(limitedHandler); ok && lh.links != nil {
+		srv.RegisterOnShutdown(lh.links.closeAll)
+	}
 	return srv
 }
 
@@ -389,6 +392,29 @@ type connSlot struct {
 	// admitted past the bound until it closes.
 	extraKey  string
 	extraHeld *streamLimits
+	// handedOver: the connection is taken from net/http (an agent link):
+	// its taker releases the slot when it closes the connection.
+	handedOver bool
+}
+
+// handOver marks the slot as its connection's taker's to release (before
+// the connection is hijacked); takeBack undoes it when the hijack failed.
+func (s *connSlot) handOver() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handedOver = true
+}
+
+func (s *connSlot) takeBack() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.handedOver = false
+}
+
+func (s *connSlot) isHandedOver() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.handedOver
 }
 
 // claim holds a connection of key in l for s's connection, once; false
@@ -480,7 +506,7 @@ func trackConns(srv *http.Server, lim *identityLimits) {
 	}
 	srv.ConnState = func(c net.Conn, st http.ConnState) {
 		if st == http.StateClosed || st == http.StateHijacked {
-			if s, ok := slots.LoadAndDelete(c); ok {
+			if s, ok := slots.LoadAndDelete(c); ok && !(st == http.StateHijacked && s.(*connSlot).isHandedOver()) {
 				s.(*connSlot).release()
 			}
 		}

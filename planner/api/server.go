@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
@@ -169,7 +170,12 @@ func Handler(svc Planner, o Options) http.Handler {
 		o.Metrics.streams.Store(&streamSet{watch: watches, view: views})
 	}
 	mux.Handle("/ui/", guard(viewsPerIdentity(ui.Handler("/ui/", svc), "/ui/events", views)))
-	path, api := pinfoldv1connect.NewPlannerServiceHandler(newServer(svc, watches), opts...)
+	srv := newServer(svc, watches)
+	path, api := pinfoldv1connect.NewPlannerServiceHandler(srv, opts...)
+	// The agents' links (package agentlink): heartbeats and the watch on
+	// one connection, served without net/http's goroutines and buffers.
+	links := newLinks(srv, o.Authorize, svc.Panicked)
+	mux.Handle(agentlink.Path, links)
 	rec := unreadRecorder{metrics: o.Metrics, events: eventRecorder{svc}}
 	if o.Authorize {
 		// A call its caller may never make is refused before its body
@@ -194,7 +200,7 @@ func Handler(svc Planner, o Options) http.Handler {
 	if o.Metrics != nil {
 		o.Metrics.limits.Store(lim)
 	}
-	return limitedHandler{Handler: bodyDeadline(refuseDeclaredLarge(http.MaxBytesHandler(identify(limitIdentities(mux, lim, rec)), limit), limit), o.Timeouts.orDefaults().Body), lim: lim}
+	return limitedHandler{Handler: bodyDeadline(refuseDeclaredLarge(http.MaxBytesHandler(identify(limitIdentities(mux, lim, rec)), limit), limit), o.Timeouts.orDefaults().Body), lim: lim, links: links}
 }
 
 // limitedHandler is Handler's answer: the handler and its per-identity
@@ -202,7 +208,8 @@ func Handler(svc Planner, o Options) http.Handler {
 // (AdmitHandshake).
 type limitedHandler struct {
 	http.Handler
-	lim *identityLimits
+	lim   *identityLimits
+	links *links
 }
 
 // refuseDeclaredLarge answers a request whose Content-Length is over limit
@@ -781,15 +788,24 @@ func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.Capaci
 }
 
 func (s *Server) Heartbeat(ctx context.Context, r *connect.Request[pinfoldv1.HeartbeatRequest]) (*connect.Response[pinfoldv1.HeartbeatResponse], error) {
-	ttl := time.Duration(r.Msg.TtlSeconds) * time.Second
-	var met *state.Metrics
-	if m := r.Msg.Metrics; m != nil {
-		met = &state.Metrics{Load1: m.Load1, Load5: m.Load5, Load15: m.Load15, MemTotal: m.MemTotalBytes, MemAvailable: m.MemAvailableBytes}
+	resp, err := s.heartbeat(ctx, r.Msg)
+	if err != nil {
+		return nil, err
 	}
-	if err := s.agents.Heartbeat(ctx, r.Msg.Host, r.Msg.AgentVersion, int(r.Msg.Protocol), ttl, met); err != nil {
+	return connect.NewResponse(resp), nil
+}
+
+// heartbeat serves a heartbeat, of a call or of an agent link.
+func (s *Server) heartbeat(ctx context.Context, m *pinfoldv1.HeartbeatRequest) (*pinfoldv1.HeartbeatResponse, error) {
+	ttl := time.Duration(m.TtlSeconds) * time.Second
+	var met *state.Metrics
+	if hm := m.Metrics; hm != nil {
+		met = &state.Metrics{Load1: hm.Load1, Load5: hm.Load5, Load15: hm.Load15, MemTotal: hm.MemTotalBytes, MemAvailable: hm.MemAvailableBytes}
+	}
+	if err := s.agents.Heartbeat(ctx, m.Host, m.AgentVersion, int(m.Protocol), ttl, met); err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pinfoldv1.HeartbeatResponse{PlannerProtocol: model.Protocol}), nil
+	return &pinfoldv1.HeartbeatResponse{PlannerProtocol: model.Protocol}, nil
 }
 
 func (s *Server) ReportStatus(ctx context.Context, r *connect.Request[pinfoldv1.ReportStatusRequest]) (*connect.Response[pinfoldv1.ReportStatusResponse], error) {
@@ -811,12 +827,7 @@ func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv
 		defer s.watches.release(r.Msg.Host)
 	}
 	err := s.agents.WatchInstances(ctx, r.Msg.Host, func(rev int64, h state.HostView, ins []state.InstanceView) error {
-		msg := &pinfoldv1.WatchInstancesResponse{Revision: rev, Cpus: cpuset.Of(slices.Collect(maps.Keys(h.Host.CPUs))...).String(),
-			SharedPool: state.SharedPool(h.Host, h.Alloc).String()}
-		for _, iv := range ins {
-			msg.Instances = append(msg.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
-		}
-		return stream.Send(msg)
+		return stream.Send(s.desiredMsg(rev, h, ins))
 	})
 	switch {
 	case err == nil || ctx.Err() != nil:
@@ -825,6 +836,16 @@ func (s *Server) WatchInstances(ctx context.Context, r *connect.Request[pinfoldv
 		return toConnect(err)
 	}
 	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+// desiredMsg is a host's desired set at rev, as a watch or a link sends it.
+func (s *Server) desiredMsg(rev int64, h state.HostView, ins []state.InstanceView) *pinfoldv1.WatchInstancesResponse {
+	msg := &pinfoldv1.WatchInstancesResponse{Revision: rev, Cpus: cpuset.Of(slices.Collect(maps.Keys(h.Host.CPUs))...).String(),
+		SharedPool: state.SharedPool(h.Host, h.Alloc).String()}
+	for _, iv := range ins {
+		msg.Instances = append(msg.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
+	}
+	return msg
 }
 
 // ExportPlan streams the plan file in pieces (service.ExportPlan).

@@ -1,0 +1,366 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/pinfold/pinfold/planner/agentlink"
+	"github.com/pinfold/pinfold/planner/api"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/state/statetest"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// linkPlanner is the real service over embedded etcd with hosts
+// registered, served through NewHTTPServer.
+func linkPlanner(t *testing.T, hosts ...string) (*service.Service, *httptest.Server) {
+	t.Helper()
+	c := statetest.Start(t, 1, func(e *state.EmbedConfig) { e.UnsafeNoFsync = true })
+	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
+	svc := service.New(st, nil)
+	for _, h := range hosts {
+		if _, err := svc.RegisterHost(context.Background(), service.RegisterHostRequest{Name: h, Topology: topologytest.Laptop().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := api.Handler(svc, api.Options{})
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config = api.NewHTTPServer(h, api.Timeouts{})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return svc, srv
+}
+
+func openLink(t *testing.T, srv *httptest.Server, host string) *agentlink.Link {
+	t.Helper()
+	l, err := agentlink.NewClient(&http.Client{Transport: &http.Transport{}}, srv.URL).Open(t.Context(), host)
+	if err != nil {
+		t.Fatalf("open the link of %s: %v", host, err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// receive is the link's next desired state, within 10 s.
+func receive(t *testing.T, l *agentlink.Link) *pinfoldv1.WatchInstancesResponse {
+	t.Helper()
+	type got struct {
+		m   *pinfoldv1.WatchInstancesResponse
+		err error
+	}
+	ch := make(chan got, 1)
+	go func() {
+		m, err := l.Receive()
+		ch <- got{m, err}
+	}()
+	select {
+	case g := <-ch:
+		if g.err != nil {
+			t.Fatalf("receive: %v", g.err)
+		}
+		return g.m
+	case <-time.After(10 * time.Second):
+		t.Fatal("no desired state within 10 s")
+	}
+	return nil
+}
+
+// TestLinkCarriesHeartbeatsAndDesiredState: over one link an agent gets
+// its host's desired set at once and after a deploy to it, and its
+// heartbeats are the planner's (the host is up with the agent's version);
+// a heartbeat the planner refuses is that heartbeat's error and the link
+// goes on.
+func TestLinkCarriesHeartbeatsAndDesiredState(t *testing.T) {
+	svc, srv := linkPlanner(t, "h1")
+	ctx := t.Context()
+	l := openLink(t, srv, "h1")
+	// Receive runs beside Heartbeat, as in the agent: it delivers the
+	// heartbeats' answers.
+	desired := make(chan *pinfoldv1.WatchInstancesResponse, 8)
+	go func() {
+		for {
+			m, err := l.Receive()
+			if err != nil {
+				close(desired)
+				return
+			}
+			desired <- m
+		}
+	}()
+	next := func() *pinfoldv1.WatchInstancesResponse {
+		t.Helper()
+		select {
+		case m, ok := <-desired:
+			if !ok {
+				t.Fatal("the link ended")
+			}
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("no desired state within 10 s")
+		}
+		return nil
+	}
+	first := next()
+	if first.Revision == 0 || len(first.Instances) != 0 || first.Cpus == "" {
+		t.Fatalf("first desired state = %v, want the empty set of h1 at a revision, with its CPUs", first)
+	}
+	h, _ := svc.Host("h1")
+	if h.Live {
+		t.Fatal("h1 is live before its first heartbeat")
+	}
+	resp, err := l.Heartbeat(ctx, &pinfoldv1.HeartbeatRequest{Host: "h1", AgentVersion: "v-link", Protocol: model.Protocol, TtlSeconds: 30,
+		Metrics: &pinfoldv1.HostMetrics{Load1: 0.5, MemTotalBytes: 1 << 30, MemAvailableBytes: 1 << 29}})
+	if err != nil || resp.PlannerProtocol != model.Protocol {
+		t.Fatalf("heartbeat = %v, %v", resp, err)
+	}
+	if err := svc.WaitRev(ctx, svc.Rev()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for h, _ = svc.Host("h1"); (!h.Live || h.Metrics == nil) && time.Now().Before(deadline); h, _ = svc.Host("h1") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !h.Live || h.Metrics == nil || h.Metrics.Load1 != 0.5 || h.Metrics.AgentVersion != "v-link" {
+		t.Fatalf("after the link's heartbeat h1 = live %v, metrics %+v; want live with load 0.5 of agent v-link", h.Live, h.Metrics)
+	}
+	if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 50, Memory: 64 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	got := next()
+	for len(got.Instances) == 0 { // the heartbeat's own change may come first
+		got = next()
+	}
+	if len(got.Instances) != 1 || got.Instances[0].Service != "web" || got.Revision <= first.Revision {
+		t.Fatalf("after the deploy: %v, want web's one instance at a later revision", got)
+	}
+	// A refused heartbeat (TTL 0) is its own error; the link goes on.
+	_, err = l.Heartbeat(ctx, &pinfoldv1.HeartbeatRequest{Host: "h1", AgentVersion: "v-link", Protocol: model.Protocol, TtlSeconds: 0})
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("heartbeat with TTL 0 = %v, want invalid_argument", err)
+	}
+	if _, err := l.Heartbeat(ctx, &pinfoldv1.HeartbeatRequest{Host: "h1", AgentVersion: "v-link", Protocol: model.Protocol, TtlSeconds: 30}); err != nil {
+		t.Fatalf("the heartbeat after a refused one: %v", err)
+	}
+}
+
+// rawLink upgrades a connection to host's link by hand and returns it
+// with its reader, so that a test can send what no agent sends.
+func rawLink(t *testing.T, srv *httptest.Server, host string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	u, _ := url.Parse(srv.URL)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET %s?host=%s HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: %s\r\n\r\n", agentlink.Path, host, agentlink.Protocol)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	return conn, br
+}
+
+// endsWith reads frames until the link's end and returns its error frame.
+func endsWith(t *testing.T, conn net.Conn, br *bufio.Reader) error {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	var last error
+	for {
+		k, b, err := agentlink.ReadFrame(br, agentlink.MaxPlannerFrame)
+		if err != nil {
+			if last == nil {
+				t.Fatalf("the link ended (%v) without an error frame", err)
+			}
+			return last
+		}
+		if k == agentlink.KindError {
+			last = agentlink.ParseError(b)
+		}
+	}
+}
+
+// TestLinkRefusesWhatNoAgentSends: a frame over MaxAgentFrame (refused
+// before it is read), a frame of a kind only the planner sends, a
+// heartbeat of another host and bytes that are no heartbeat each end the
+// link with an error frame naming the reason, and give its place back: the
+// host takes MaxWatchesPerHost links again afterwards.
+func TestLinkRefusesWhatNoAgentSends(t *testing.T) {
+	_, srv := linkPlanner(t, "h1", "h2")
+	other, _ := proto.Marshal(&pinfoldv1.HeartbeatRequest{Host: "h2", Protocol: model.Protocol, TtlSeconds: 30})
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		code  connect.Code
+		text  string
+	}{
+		{"over the bound", binary.BigEndian.AppendUint32(nil, agentlink.MaxAgentFrame+1), connect.CodeResourceExhausted, "at most 16384"},
+		{"a planner's kind", []byte{0, 0, 0, 1, byte(agentlink.KindDesired)}, connect.CodeInvalidArgument, "an agent sends only heartbeats"},
+		{"another host's heartbeat", append([]byte{0, 0, 0, byte(1 + len(other)), byte(agentlink.KindHeartbeat)}, other...), connect.CodePermissionDenied, `a heartbeat of host "h2"`},
+		{"not protobuf", []byte{0, 0, 0, 3, byte(agentlink.KindHeartbeat), 0xff, 0xff}, connect.CodeInvalidArgument, "heartbeat"},
+		{"length 0", []byte{0, 0, 0, 0}, connect.CodeInvalidArgument, "length 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, br := rawLink(t, srv, "h1")
+			if _, err := conn.Write(tc.frame); err != nil {
+				t.Fatal(err)
+			}
+			err := endsWith(t, conn, br)
+			if connect.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.text) {
+				t.Errorf("the link ended with %v (%s), want %s naming %q", err, connect.CodeOf(err), tc.code, tc.text)
+			}
+		})
+	}
+	for range api.MaxWatchesPerHost {
+		openLink(t, srv, "h1")
+	}
+	_, err := agentlink.NewClient(&http.Client{}, srv.URL).Open(t.Context(), "h1")
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "MaxWatchesPerHost") {
+		t.Errorf("link %d of h1 = %v, want resource_exhausted naming the bound", api.MaxWatchesPerHost+1, err)
+	}
+}
+
+// TestLinkRequestRefusals: a request that is no link upgrade is refused
+// with its reason before anything is taken; a planner without links is
+// ErrUnsupported to the agent, which then uses the calls.
+func TestLinkRequestRefusals(t *testing.T) {
+	_, srv := linkPlanner(t, "h1")
+	for _, tc := range []struct {
+		name, path string
+		header     map[string]string
+		status     int
+		text       string
+	}{
+		{"no upgrade", agentlink.Path + "?host=h1", nil, http.StatusBadRequest, "Upgrade: pinfold-link.v1"},
+		{"another protocol", agentlink.Path + "?host=h1", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest, `Upgrade = "websocket"`},
+		{"no host", agentlink.Path, map[string]string{"Connection": "Upgrade", "Upgrade": agentlink.Protocol}, http.StatusBadRequest, "query parameter host is missing"},
+		{"host too long", agentlink.Path + "?host=" + strings.Repeat("a", service.MaxNameLen+1), map[string]string{"Connection": "Upgrade", "Upgrade": agentlink.Protocol}, http.StatusBadRequest, "longer than 253 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, srv.URL+tc.path, nil)
+			for k, v := range tc.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b := make([]byte, 4096)
+			n, _ := resp.Body.Read(b)
+			if resp.StatusCode != tc.status || !strings.Contains(string(b[:n]), tc.text) {
+				t.Errorf("%s: HTTP %d %q, want %d naming %q", tc.name, resp.StatusCode, b[:n], tc.status, tc.text)
+			}
+		})
+	}
+	// An unregistered host's link ends with not_found, as its watch did.
+	conn, br := rawLink(t, srv, "nosuch")
+	if err := endsWith(t, conn, br); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("link of an unregistered host ended with %v, want not_found", err)
+	}
+	old := httptest.NewServer(func() http.Handler {
+		mux := http.NewServeMux()
+		mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(pinfoldv1connect.UnimplementedPlannerServiceHandler{}))
+		return mux
+	}())
+	t.Cleanup(old.Close)
+	if _, err := agentlink.NewClient(&http.Client{}, old.URL).Open(t.Context(), "h1"); !errors.Is(err, agentlink.ErrUnsupported) {
+		t.Errorf("a planner without links: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestLinkShutdown: the server's Shutdown ends the links, which net/http
+// no longer knows of.
+func TestLinkShutdown(t *testing.T) {
+	_, srv := linkPlanner(t, "h1")
+	l := openLink(t, srv, "h1")
+	receive(t, l)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := srv.Config.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Receive()
+	if connect.CodeOf(err) != connect.CodeUnavailable {
+		t.Errorf("after Shutdown Receive = %v, want unavailable", err)
+	}
+}
+
+// serverGoroutines counts the goroutines of this process serving
+// connections: net/http's per connection and the links'.
+func serverGoroutines() int {
+	buf := make([]byte, 64<<20)
+	stacks := string(buf[:runtime.Stack(buf, true)])
+	n := 0
+	for _, g := range strings.Split(stacks, "\n\n") {
+		if strings.Contains(g, "net/http.(*conn).serve") || strings.Contains(g, "net/http.(*connReader).backgroundRead") || strings.Contains(g, "api.(*link)") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestLinkGoroutinesPerAgent: an agent on its link costs the planner two
+// goroutines of its own and none of net/http's; heartbeating and watching
+// with the calls over HTTP/1.1 costs three (the control: the measure
+// tells the two apart).
+func TestLinkGoroutinesPerAgent(t *testing.T) {
+	const agents = 20
+	names := make([]string, agents)
+	for i := range names {
+		names[i] = fmt.Sprintf("h%d", i)
+	}
+	_, srv := linkPlanner(t, names...)
+	settle := func() int {
+		time.Sleep(300 * time.Millisecond)
+		return serverGoroutines()
+	}
+	base := settle()
+	for _, h := range names {
+		l := openLink(t, srv, h)
+		receive(t, l)
+	}
+	linked := settle() - base
+	if linked > 2*agents {
+		t.Errorf("%d agents on links: %d serving goroutines, want at most %d", agents, linked, 2*agents)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	base = settle()
+	for _, h := range names {
+		cl := pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2}}, srv.URL)
+		st, err := cl.WatchInstances(ctx, connect.NewRequest(&pinfoldv1.WatchInstancesRequest{Host: h}))
+		if err != nil || !st.Receive() {
+			t.Fatalf("watch of %s: %v", h, err)
+		}
+		// The agent's heartbeat, on its second connection while the
+		// watch holds the first.
+		if _, err := cl.Heartbeat(ctx, connect.NewRequest(&pinfoldv1.HeartbeatRequest{Host: h, Protocol: model.Protocol, TtlSeconds: 30})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	called := settle() - base
+	t.Logf("goroutines serving %d agents: %d on links, %d with the calls", agents, linked, called)
+	if called < 3*agents {
+		t.Errorf("control: %d agents with the calls hold %d serving goroutines, want at least %d (else this measure cannot tell)", agents, called, 3*agents)
+	}
+}
