@@ -141,7 +141,7 @@ func TestAgentOverLink(t *testing.T) {
 func TestAgentWithoutLinkUsesCalls(t *testing.T) {
 	eng, cg, pl := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}, &fakePlanner{}
 	cfg := Config{Host: "h", StateDir: t.TempDir(), HeartbeatTTL: 300 * time.Millisecond, ShareEvery: -1,
-		Metrics: func(context.Context) (*pinfoldv1.HostMetrics, error) { return &pinfoldv1.HostMetrics{}, nil },
+		Metrics:  func(context.Context) (*pinfoldv1.HostMetrics, error) { return &pinfoldv1.HostMetrics{}, nil },
 		OpenLink: func(context.Context, string) (PlannerLink, error) { return nil, agentlink.ErrUnsupported }}
 	a := New(cfg, pl, eng, cg, topologytest.Laptop().Topology(), nil)
 	ctx, cancel := context.WithCancel(context.Background())
