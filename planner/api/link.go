@@ -45,14 +45,16 @@ type links struct {
 	srv       *Server
 	authorize bool
 	panicked  func(where string, v any) error
+	// metrics counts a link's heartbeats as Heartbeat calls (nil: none).
+	metrics *Metrics
 
 	mu     sync.Mutex
 	open   map[*link]struct{}
 	closed bool
 }
 
-func newLinks(srv *Server, authorize bool, panicked func(string, any) error) *links {
-	return &links{srv: srv, authorize: authorize, panicked: panicked, open: map[*link]struct{}{}}
+func newLinks(srv *Server, authorize bool, panicked func(string, any) error, metrics *Metrics) *links {
+	return &links{srv: srv, authorize: authorize, panicked: panicked, metrics: metrics, open: map[*link]struct{}{}}
 }
 
 // closeAll ends every link (the server's shutdown: hijacked connections
@@ -245,7 +247,11 @@ func (l *link) read() {
 			return
 		}
 		err = l.deep("agent link heartbeat", func() error {
+			start := time.Now()
 			resp, err := l.ls.srv.heartbeat(l.ctx, req)
+			if l.ls.metrics != nil {
+				l.ls.metrics.observe(procedurePrefix+"Heartbeat", start, err)
+			}
 			if err != nil {
 				return l.write(agentlink.KindHeartbeatError, agentlink.ErrorText(err))
 			}

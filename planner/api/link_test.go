@@ -32,6 +32,12 @@ import (
 // linkPlanner is the real service over embedded etcd with hosts
 // registered, served through NewHTTPServer.
 func linkPlanner(t *testing.T, hosts ...string) (*service.Service, *httptest.Server) {
+	svc, srv, _ := linkPlannerMetrics(t, hosts...)
+	return svc, srv
+}
+
+// linkPlannerMetrics is linkPlanner with its metrics.
+func linkPlannerMetrics(t *testing.T, hosts ...string) (*service.Service, *httptest.Server, *api.Metrics) {
 	t.Helper()
 	c := statetest.Start(t, 1, func(e *state.EmbedConfig) { e.UnsafeNoFsync = true })
 	st := c.Open(t, state.Config{ShareBase: 100, MaxFragmentCores: -1}, model.Protocol)
@@ -41,12 +47,38 @@ func linkPlanner(t *testing.T, hosts ...string) (*service.Service, *httptest.Ser
 			t.Fatal(err)
 		}
 	}
-	h := api.Handler(svc, api.Options{})
+	m := api.NewMetrics(svc)
+	h := api.Handler(svc, api.Options{Metrics: m})
 	srv := httptest.NewUnstartedServer(h)
 	srv.Config = api.NewHTTPServer(h, api.Timeouts{})
 	srv.Start()
 	t.Cleanup(srv.Close)
-	return svc, srv
+	return svc, srv, m
+}
+
+// heartbeatsCounted is pinfold_planner_requests_total of Heartbeat with
+// code.
+func heartbeatsCounted(t *testing.T, m *api.Metrics, code string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "pinfold_planner_requests_total" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range s.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["method"] == "Heartbeat" && labels["code"] == code {
+				return s.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
 
 func openLink(t *testing.T, srv *httptest.Server, host string) *agentlink.Link {
@@ -89,7 +121,7 @@ func receive(t *testing.T, l *agentlink.Link) *pinfoldv1.WatchInstancesResponse 
 // a heartbeat the planner refuses is that heartbeat's error and the link
 // goes on.
 func TestLinkCarriesHeartbeatsAndDesiredState(t *testing.T) {
-	svc, srv := linkPlanner(t, "h1")
+	svc, srv, metrics := linkPlannerMetrics(t, "h1")
 	ctx := t.Context()
 	l := openLink(t, srv, "h1")
 	// Receive runs beside Heartbeat, as in the agent: it delivers the
@@ -158,6 +190,10 @@ func TestLinkCarriesHeartbeatsAndDesiredState(t *testing.T) {
 	}
 	if _, err := l.Heartbeat(ctx, &pinfoldv1.HeartbeatRequest{Host: "h1", AgentVersion: "v-link", Protocol: model.Protocol, TtlSeconds: 30}); err != nil {
 		t.Fatalf("the heartbeat after a refused one: %v", err)
+	}
+	// The link's heartbeats are counted as the calls were.
+	if ok, bad := heartbeatsCounted(t, metrics, "ok"), heartbeatsCounted(t, metrics, "invalid_argument"); ok != 2 || bad != 1 {
+		t.Errorf("Heartbeat requests counted: %v ok, %v invalid_argument; want 2 and 1", ok, bad)
 	}
 }
 

@@ -174,7 +174,7 @@ func Handler(svc Planner, o Options) http.Handler {
 	path, api := pinfoldv1connect.NewPlannerServiceHandler(srv, opts...)
 	// The agents' links (package agentlink): heartbeats and the watch on
 	// one connection, served without net/http's goroutines and buffers.
-	links := newLinks(srv, o.Authorize, svc.Panicked)
+	links := newLinks(srv, o.Authorize, svc.Panicked, o.Metrics)
 	mux.Handle(agentlink.Path, links)
 	rec := unreadRecorder{metrics: o.Metrics, events: eventRecorder{svc}}
 	if o.Authorize {
