@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/pki"
 )
@@ -115,6 +116,32 @@ func TestPlannerTLS(t *testing.T) {
 	}
 	if connect.CodeOf(err) != connect.CodePermissionDenied {
 		t.Errorf("agent h2: watch h1's instances = %v, want permission denied", err)
+	}
+	// Its link, as `pinfold agent` opens it: over mutual TLS, the
+	// connection taken from net/http is a TLS connection. Its own host's
+	// link carries a heartbeat and the desired state; h1's is refused.
+	hc, err := c.httpClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := agentlink.NewClient(hc, c.baseURL())
+	if _, err := lc.Open(ctx, "h1"); connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), `identity agent:h2 may not open the agent link of host "h1"`) {
+		t.Errorf("agent h2: link of h1 = %v, want permission denied naming identity and host", err)
+	}
+	if l, err := lc.Open(ctx, "h2"); err != nil {
+		t.Errorf("agent h2: link of h2: %v", err)
+	} else {
+		go func() {
+			for {
+				if _, err := l.Receive(); err != nil {
+					return
+				}
+			}
+		}()
+		if _, err := l.Heartbeat(ctx, &pinfoldv1.HeartbeatRequest{Host: "h2", AgentVersion: "t", Protocol: 2, TtlSeconds: 10}); err != nil {
+			t.Errorf("agent h2: heartbeat on its link over TLS: %v", err)
+		}
+		_ = l.Close()
 	}
 	// The event log names who did what: admin:alice's deploy (and the
 	// viewer's refused disable) with their identities.
