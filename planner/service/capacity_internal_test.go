@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -371,6 +372,32 @@ func TestSharedPoolFloorOnHostSet(t *testing.T) {
 	}
 	if _, err := f.SetHost(f.ctx, SetHostRequest{Name: "a", RemoveCPUs: cpuset.MustParseCPUs("0-4")}); err != nil {
 		t.Errorf("removing 5 of 8 CPUs under a 3-CPU quota: %v", err)
+	}
+	if bad := Verify(f.st, 100); len(bad) > 0 {
+		t.Errorf("audit: %v", bad)
+	}
+}
+
+// TestSetHostLeavesTwinHosts: hosts of one capacity share one CPU map in
+// the store's cache (state.cache.cpuMaps); changing one host's CPUs,
+// added or removed, leaves its twin's capacity as it was.
+func TestSetHostLeavesTwinHosts(t *testing.T) {
+	f := newHealFixture(t, "a", "b")
+	before, _ := f.Host("b")
+	want := maps.Clone(before.Host.CPUs)
+	if _, err := f.SetHost(f.ctx, SetHostRequest{Name: "a", RemoveCPUs: cpuset.MustParseCPUs("0-1")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.SetHost(f.ctx, SetHostRequest{Name: "a", AddCPUs: map[cpuset.CPUID]int{0: 50}}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := f.Host("a")
+	b, _ := f.Host("b")
+	if !maps.Equal(b.Host.CPUs, want) {
+		t.Errorf("b's CPUs after a's changes = %v, want %v", b.Host.CPUs, want)
+	}
+	if a.Host.CPUs[0] != 50 || a.Host.CPUs[1] != 0 || len(a.Host.CPUs) != len(want)-1 {
+		t.Errorf("a's CPUs = %v, want CPU 0 at 50 pieces and CPU 1 gone", a.Host.CPUs)
 	}
 	if bad := Verify(f.st, 100); len(bad) > 0 {
 		t.Errorf("audit: %v", bad)

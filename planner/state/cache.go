@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
@@ -61,6 +62,14 @@ type cache struct {
 	// topologies interns decoded topologies by their JSON: hosts of one
 	// model share one copy (10,000 identical hosts cost one topology).
 	topologies map[[32]byte]*topology.Topology
+	// cpuMaps interns decoded hosts' capacity maps (Host.CPUs) by their
+	// JSON: hosts of one model and reservation share one map, as they
+	// share a topology (a 128-CPU map is 5 KiB; 10,000 hosts held 50 MiB
+	// of them, issue 27). A cached host's maps are never written (a change
+	// clones them first, service.SetHostRequest.apply), so sharing is
+	// safe. Emptied past maxCPUMaps(hosts) entries, so that hosts whose
+	// capacity was changed one by one cannot grow it without bound.
+	cpuMaps map[[32]byte]map[cpuset.CPUID]int
 
 	// byService indexes instances: service → ID → host; where is ID → host.
 	byService map[string]map[string]string
@@ -111,6 +120,7 @@ func (c *cache) reset() {
 	c.orderMu.Unlock()
 	c.placement = placement.Settings{}
 	c.topologies = map[[32]byte]*topology.Topology{}
+	c.cpuMaps = map[[32]byte]map[cpuset.CPUID]int{}
 	c.hostChange = map[string]int64{}
 	c.byService, c.where, c.moving = map[string]map[string]string{}, map[string]string{}, map[string]string{}
 }
@@ -216,11 +226,26 @@ func (c *cache) decodeHost(val []byte) (Host, bool) {
 	var w struct {
 		Host
 		Topology json.RawMessage `json:"topology"`
+		CPUs     json.RawMessage `json:"cpus"`
 	}
 	if json.Unmarshal(val, &w) != nil {
 		return Host{}, false
 	}
 	h := w.Host
+	if len(w.CPUs) > 0 && string(w.CPUs) != "null" {
+		key := sha256.Sum256(w.CPUs)
+		m, ok := c.cpuMaps[key]
+		if !ok {
+			if json.Unmarshal(w.CPUs, &m) != nil {
+				return Host{}, false
+			}
+			if len(c.cpuMaps) >= maxCPUMaps(len(c.hosts)) {
+				clear(c.cpuMaps)
+			}
+			c.cpuMaps[key] = m
+		}
+		h.CPUs = m
+	}
 	if len(w.Topology) > 0 && string(w.Topology) != "null" {
 		key := sha256.Sum256(w.Topology)
 		t, ok := c.topologies[key]
@@ -235,6 +260,9 @@ func (c *cache) decodeHost(val []byte) (Host, bool) {
 	}
 	return h, true
 }
+
+// maxCPUMaps bounds cache.cpuMaps for a cache of hosts hosts.
+func maxCPUMaps(hosts int) int { return 2*hosts + 64 }
 
 // unindex removes the instance host/id from the indexes.
 func (c *cache) unindex(host, id string) {

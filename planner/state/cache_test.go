@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/json"
 	"maps"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -332,5 +333,37 @@ func TestCache_DeriveWholeCores(t *testing.T) {
 				t.Errorf("usage's whole-cores marks = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestCache_HostCPUMapsInterned: hosts of one capacity share one decoded
+// CPU map (10,000 identical hosts held 10,000 copies, 50 MiB), a host of
+// another capacity has its own, and the table stays bounded while hosts'
+// capacities change one by one.
+func TestCache_HostCPUMapsInterned(t *testing.T) {
+	c := newCache(model.Protocol)
+	other := testHost("h3")
+	other.CPUs = map[cpuset.CPUID]int{0: 100}
+	feed(t, c, kv{HostKey("h1"), testHost("h1")}, kv{HostKey("h2"), testHost("h2")}, kv{HostKey("h3"), other})
+	same := func(a, b string) bool {
+		x, y := c.hosts[a].Value.CPUs, c.hosts[b].Value.CPUs
+		return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer()
+	}
+	if !same("h1", "h2") {
+		t.Error("two hosts of one capacity hold two maps, want one")
+	}
+	if same("h1", "h3") || len(c.hosts["h3"].Value.CPUs) != 1 || c.hosts["h1"].Value.CPUs[1] != 100 {
+		t.Errorf("h3 (one CPU) = %v beside h1 = %v", c.hosts["h3"].Value.CPUs, c.hosts["h1"].Value.CPUs)
+	}
+	for i := range 1000 {
+		h := testHost("h1")
+		h.CPUs = map[cpuset.CPUID]int{0: 100 + i%900, 1: i}
+		feed(t, c, kv{HostKey("h1"), h})
+		if n := len(c.cpuMaps); n > maxCPUMaps(len(c.hosts)) {
+			t.Fatalf("after %d capacity changes the table holds %d maps, want at most %d", i+1, n, maxCPUMaps(len(c.hosts)))
+		}
+	}
+	if got := c.hosts["h1"].Value.CPUs; got[0] != 100+999%900 || got[1] != 999 {
+		t.Errorf("h1 after its last change = %v", got)
 	}
 }
