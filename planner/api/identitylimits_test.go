@@ -27,15 +27,21 @@ func (healthPlanner) Health(time.Time) []service.Warning { return nil }
 // verified client certificate; none: no TLS, "local").
 func certServer(t *testing.T, o Options) *httptest.Server {
 	t.Helper()
-	h := Handler(healthPlanner{}, o)
-	named := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return certServerOf(t, healthPlanner{}, o)
+}
+
+// certServerOf is certServer serving svc.
+func certServerOf(t *testing.T, svc Planner, o Options) *httptest.Server {
+	t.Helper()
+	h := Handler(svc, o).(limitedHandler)
+	named := limitedHandler{lim: h.lim, links: h.links, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c := r.Header.Get("X-Test-Cert"); c != "" {
 			ou, cn, _ := strings.Cut(c, "/")
 			cert := &x509.Certificate{Subject: pkix.Name{CommonName: cn, OrganizationalUnit: []string{"pinfold:" + ou}}}
 			r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}
 		}
 		h.ServeHTTP(w, r)
-	})
+	})}
 	srv := httptest.NewUnstartedServer(named)
 	srv.Config = NewHTTPServer(named, Timeouts{})
 	srv.Start()

@@ -1,9 +1,6 @@
 package api
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,26 +11,6 @@ import (
 
 	"github.com/pinfold/pinfold/planner/agentlink"
 )
-
-// linkCertServer serves Handler(streamPlanner, o) through NewHTTPServer,
-// each request's caller named by its X-Test-Cert header (certServer).
-func linkCertServer(t *testing.T, o Options) *httptest.Server {
-	t.Helper()
-	h := Handler(streamPlanner{}, o)
-	named := limitedHandler{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c := r.Header.Get("X-Test-Cert"); c != "" {
-			ou, cn, _ := strings.Cut(c, "/")
-			cert := &x509.Certificate{Subject: pkix.Name{CommonName: cn, OrganizationalUnit: []string{"pinfold:" + ou}}}
-			r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{cert}}}
-		}
-		h.ServeHTTP(w, r)
-	}), lim: h.(limitedHandler).lim, links: h.(limitedHandler).links}
-	srv := httptest.NewUnstartedServer(named)
-	srv.Config = NewHTTPServer(named, Timeouts{})
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return srv
-}
 
 func openAs(t *testing.T, srv *httptest.Server, who, host string) (*agentlink.Link, error) {
 	t.Helper()
@@ -49,7 +26,7 @@ func openAs(t *testing.T, srv *httptest.Server, who, host string) (*agentlink.Li
 // caller without a verified certificate are refused before the upgrade,
 // with the reason.
 func TestLinkAuthorization(t *testing.T) {
-	srv := linkCertServer(t, Options{Authorize: true})
+	srv := certServerOf(t, streamPlanner{}, Options{Authorize: true})
 	for _, tc := range []struct {
 		who  string
 		code connect.Code
@@ -84,7 +61,7 @@ func TestLinkAuthorization(t *testing.T) {
 // forgets a taken connection: without the hand-over the agent's place was
 // free at once), and gives it back when the link ends.
 func TestLinkHoldsItsConnectionSlot(t *testing.T) {
-	srv := linkCertServer(t, Options{Authorize: true, Limits: Limits{ConnsPerIdentity: 1}})
+	srv := certServerOf(t, streamPlanner{}, Options{Authorize: true, Limits: Limits{ConnsPerIdentity: 1}})
 	l, err := openAs(t, srv, "agent/h1", "h1")
 	if err != nil {
 		t.Fatal(err)
