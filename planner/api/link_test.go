@@ -60,22 +60,35 @@ func linkPlannerMetrics(t *testing.T, hosts ...string) (*service.Service, *httpt
 // code.
 func heartbeatsCounted(t *testing.T, m *api.Metrics, code string) float64 {
 	t.Helper()
+	return metricValue(t, m, "pinfold_planner_requests_total", map[string]string{"method": "Heartbeat", "code": code})
+}
+
+// metricValue is the value of the series name with labels (0: none).
+func metricValue(t *testing.T, m *api.Metrics, name string, want map[string]string) float64 {
+	t.Helper()
 	mfs, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() != "pinfold_planner_requests_total" {
+		if mf.GetName() != name {
 			continue
 		}
+	series:
 		for _, s := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range s.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["method"] == "Heartbeat" && labels["code"] == code {
+			for k, v := range want {
+				if labels[k] != v {
+					continue series
+				}
+			}
+			if s.GetCounter() != nil {
 				return s.GetCounter().GetValue()
 			}
+			return s.GetGauge().GetValue()
 		}
 	}
 	return 0
@@ -190,6 +203,9 @@ func TestLinkCarriesHeartbeatsAndDesiredState(t *testing.T) {
 	}
 	if _, err := l.Heartbeat(ctx, &pinfoldv1.HeartbeatRequest{Host: "h1", AgentVersion: "v-link", Protocol: model.Protocol, TtlSeconds: 30}); err != nil {
 		t.Fatalf("the heartbeat after a refused one: %v", err)
+	}
+	if n := metricValue(t, metrics, "pinfold_planner_streams_open", map[string]string{"kind": "link"}); n != 1 {
+		t.Errorf("pinfold_planner_streams_open{kind=link} = %v, want 1", n)
 	}
 	// The link's heartbeats are counted as the calls were.
 	if ok, bad := heartbeatsCounted(t, metrics, "ok"), heartbeatsCounted(t, metrics, "invalid_argument"); ok != 2 || bad != 1 {

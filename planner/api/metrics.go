@@ -28,7 +28,7 @@ import (
 //	pinfold_planner_panics_recovered_total             panics recovered (each an internal error of one request or step)
 //	pinfold_planner_refused_calls_total{identity,method} calls that ended in an error and changed nothing
 //	pinfold_planner_refused_events_suppressed_total    their events not written (over an identity's budget a minute)
-//	pinfold_planner_streams_open{kind}                 streams open: watch (agents' WatchInstances), view (/ui/events)
+//	pinfold_planner_streams_open{kind}                 streams open: watch (agents' links and WatchInstances), link (the links among them), view (/ui/events)
 //	pinfold_planner_streams_refused_total{kind}        streams refused over their bound (per host, per identity)
 //	pinfold_planner_identity_limited_total{limit,role,method} requests refused over a per-identity bound: connections, rate
 //	pinfold_planner_identity_connections_open          connections held by callers with a client certificate
@@ -46,7 +46,10 @@ type Metrics struct {
 }
 
 // streamSet is a Handler's stream bounds.
-type streamSet struct{ watch, view *streamLimits }
+type streamSet struct {
+	watch, view *streamLimits
+	links       *links // the agent links among the watches (nil: none)
+}
 
 // NewMetrics registers the planner's series over svc (read at each scrape)
 // and the Go runtime's and the process's.
@@ -183,7 +186,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var (
-	descStreamsOpen    = prometheus.NewDesc("pinfold_planner_streams_open", "Streams open: watch (WatchInstances), view (the web view's /ui/events).", []string{"kind"}, nil)
+	descStreamsOpen    = prometheus.NewDesc("pinfold_planner_streams_open", "Streams open: watch (agents' links and WatchInstances streams), link (the agent links among them), view (the web view's /ui/events).", []string{"kind"}, nil)
 	descStreamsRefused = prometheus.NewDesc("pinfold_planner_streams_refused_total", "Streams refused over their bound: watch (MaxWatchesPerHost per host), view (MaxViewsPerIdentity per identity).", []string{"kind"}, nil)
 )
 
@@ -203,5 +206,8 @@ func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
 	for kind, l := range map[string]*streamLimits{"watch": set.watch, "view": set.view} {
 		ch <- prometheus.MustNewConstMetric(descStreamsOpen, prometheus.GaugeValue, float64(l.openStreams()), kind)
 		ch <- prometheus.MustNewConstMetric(descStreamsRefused, prometheus.CounterValue, float64(l.refused.Load()), kind)
+	}
+	if set.links != nil {
+		ch <- prometheus.MustNewConstMetric(descStreamsOpen, prometheus.GaugeValue, float64(set.links.count()), "link")
 	}
 }

@@ -166,9 +166,6 @@ func Handler(svc Planner, o Options) http.Handler {
 		mux.Handle("/metrics", guard(promhttp.HandlerFor(o.Metrics.Registry, promhttp.HandlerOpts{})))
 	}
 	watches, views := newStreamLimits(MaxWatchesPerHost), newStreamLimits(MaxViewsPerIdentity)
-	if o.Metrics != nil {
-		o.Metrics.streams.Store(&streamSet{watch: watches, view: views})
-	}
 	mux.Handle("/ui/", guard(viewsPerIdentity(ui.Handler("/ui/", svc), "/ui/events", views)))
 	srv := newServer(svc, watches)
 	path, api := pinfoldv1connect.NewPlannerServiceHandler(srv, opts...)
@@ -176,6 +173,9 @@ func Handler(svc Planner, o Options) http.Handler {
 	// one connection, served without net/http's goroutines and buffers.
 	links := newLinks(srv, o.Authorize, svc.Panicked, o.Metrics)
 	mux.Handle(agentlink.Path, links)
+	if o.Metrics != nil {
+		o.Metrics.streams.Store(&streamSet{watch: watches, view: views, links: links})
+	}
 	rec := unreadRecorder{metrics: o.Metrics, events: eventRecorder{svc}}
 	if o.Authorize {
 		// A call its caller may never make is refused before its body

@@ -5,6 +5,7 @@ package e2e_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -386,6 +387,22 @@ func TestE2EAgent(t *testing.T) {
 	} else {
 		t.Logf("host metrics from the agent: load1 %.2f, memory %d of %d bytes available", h.Metrics.Load1, h.Metrics.MemAvail, h.Metrics.MemTotal)
 	}
+	// The agent holds its agent link (heartbeats and desired state on one
+	// connection), not the calls it falls back to with an older planner.
+	eventually(t, 30*time.Second, "the agent's link open", func() (bool, string) {
+		r, err := http.Get("http://" + plannerAddr + "/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, `pinfold_planner_streams_open{kind="link"} `); ok {
+				return v != "0", line
+			}
+		}
+		return false, "no pinfold_planner_streams_open{kind=\"link\"} in /metrics"
+	})
 	testCPUGot(t, image)
 	testDockerShares(t, image, node)
 	testPoolAndCheckpoint(t, image, planner, agent, agentArgs)
