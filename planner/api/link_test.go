@@ -324,6 +324,52 @@ func TestLinkRequestRefusals(t *testing.T) {
 	}
 }
 
+// TestLinksCountedAsWatchStreams: an open link counts in
+// pinfold_planner_streams_open{kind="watch"}, one over the host's bound in
+// _streams_refused_total, and both series' help says that links are
+// counted there (it named only WatchInstances, which agents no longer hold).
+func TestLinksCountedAsWatchStreams(t *testing.T) {
+	_, srv, m := linkPlannerMetrics(t, "h1")
+	for range api.MaxWatchesPerHost {
+		openLink(t, srv, "h1")
+	}
+	if _, err := agentlink.NewClient(&http.Client{}, srv.URL).Open(t.Context(), "h1"); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("link %d of h1 = %v, want resource_exhausted", api.MaxWatchesPerHost+1, err)
+	}
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		want float64
+	}{
+		{"pinfold_planner_streams_open", api.MaxWatchesPerHost},
+		{"pinfold_planner_streams_refused_total", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, mf := range mfs {
+				if mf.GetName() != tc.name {
+					continue
+				}
+				if !strings.Contains(mf.GetHelp(), "links") {
+					t.Errorf("help of %s = %q, want it to name the agents' links", tc.name, mf.GetHelp())
+				}
+				for _, s := range mf.GetMetric() {
+					if s.GetLabel()[0].GetValue() != "watch" {
+						continue
+					}
+					if got := s.GetGauge().GetValue() + s.GetCounter().GetValue(); got != tc.want {
+						t.Errorf("%s{kind=\"watch\"} = %v, want %v", tc.name, got, tc.want)
+					}
+					return
+				}
+			}
+			t.Errorf("no %s{kind=\"watch\"} series", tc.name)
+		})
+	}
+}
+
 // TestLinkShutdown: the server's Shutdown ends the links, which net/http
 // no longer knows of.
 func TestLinkShutdown(t *testing.T) {

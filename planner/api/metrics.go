@@ -28,7 +28,7 @@ import (
 //	pinfold_planner_panics_recovered_total             panics recovered (each an internal error of one request or step)
 //	pinfold_planner_refused_calls_total{identity,method} calls that ended in an error and changed nothing
 //	pinfold_planner_refused_events_suppressed_total    their events not written (over an identity's budget a minute)
-//	pinfold_planner_streams_open{kind}                 streams open: watch (agents' WatchInstances), view (/ui/events)
+//	pinfold_planner_streams_open{kind}                 streams open: watch (agents' links and WatchInstances), view (/ui/events)
 //	pinfold_planner_streams_refused_total{kind}        streams refused over their bound (per host, per identity)
 //	pinfold_planner_identity_limited_total{limit,role,method} requests refused over a per-identity bound: connections, rate
 //	pinfold_planner_identity_connections_open          connections held by callers with a client certificate
@@ -183,8 +183,8 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 var (
-	descStreamsOpen    = prometheus.NewDesc("pinfold_planner_streams_open", "Streams open: watch (WatchInstances), view (the web view's /ui/events).", []string{"kind"}, nil)
-	descStreamsRefused = prometheus.NewDesc("pinfold_planner_streams_refused_total", "Streams refused over their bound: watch (MaxWatchesPerHost per host), view (MaxViewsPerIdentity per identity).", []string{"kind"}, nil)
+	descStreamsOpen    = prometheus.NewDesc("pinfold_planner_streams_open", "Streams open: watch (agents' links and WatchInstances streams), view (the web view's /ui/events).", []string{"kind"}, nil)
+	descStreamsRefused = prometheus.NewDesc("pinfold_planner_streams_refused_total", "Streams refused over their bound: watch (agents' links and WatchInstances streams, MaxWatchesPerHost per host), view (MaxViewsPerIdentity per identity).", []string{"kind"}, nil)
 )
 
 // streamCollector reads the stream bounds' counts at each scrape.
