@@ -287,6 +287,9 @@ func TestLinkRequestRefusals(t *testing.T) {
 		text       string
 	}{
 		{"no upgrade", agentlink.Path + "?host=h1", nil, http.StatusBadRequest, "Upgrade: pinfold-link.v1"},
+		// A proxy that drops the upgrade: the refusal tells the agent's
+		// operator the way around it.
+		{"upgrade dropped", agentlink.Path + "?host=h1", nil, http.StatusBadRequest, "run the agent with --no-link"},
 		{"another protocol", agentlink.Path + "?host=h1", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest, `Upgrade = "websocket"`},
 		{"no host", agentlink.Path, map[string]string{"Connection": "Upgrade", "Upgrade": agentlink.Protocol}, http.StatusBadRequest, "query parameter host is missing"},
 		{"host too long", agentlink.Path + "?host=" + strings.Repeat("a", service.MaxNameLen+1), map[string]string{"Connection": "Upgrade", "Upgrade": agentlink.Protocol}, http.StatusBadRequest, "longer than 253 bytes"},
@@ -307,6 +310,17 @@ func TestLinkRequestRefusals(t *testing.T) {
 				t.Errorf("%s: HTTP %d %q, want %d naming %q", tc.name, resp.StatusCode, b[:n], tc.status, tc.text)
 			}
 		})
+	}
+	// Over HTTP/2 (a proxy that speaks it to the planner): refused, naming
+	// --no-link.
+	req := httptest.NewRequest(http.MethodGet, agentlink.Path+"?host=h1", nil)
+	req.ProtoMajor, req.ProtoMinor, req.Proto = 2, 0, "HTTP/2.0"
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", agentlink.Protocol)
+	rec := httptest.NewRecorder()
+	srv.Config.Handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "HTTP/2") || !strings.Contains(rec.Body.String(), "--no-link") {
+		t.Errorf("a link over HTTP/2: HTTP %d %q, want 400 naming HTTP/2 and --no-link", rec.Code, rec.Body.String())
 	}
 	// An unregistered host's link ends with not_found, as its watch did.
 	conn, br := rawLink(t, srv, "nosuch")
