@@ -93,7 +93,7 @@ func main() {
 		os.Exit(2)
 	}
 	rep, err := run(cfg)
-	rep.print()
+	rep.print(os.Stdout)
 	if cfg.jsonOut != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if werr := os.WriteFile(cfg.jsonOut, b, 0o644); werr != nil {
@@ -175,6 +175,9 @@ func freePort() int {
 
 // report is what the run measured.
 type report struct {
+	// Phases is -phases: "registration" measured only the registration
+	// and the memory after it.
+	Phases              string  `json:"phases"`
 	Agents              int     `json:"agents"`
 	RegisterSeconds     float64 `json:"register_seconds"`
 	RegisterPerSecond   float64 `json:"registrations_per_second"`
@@ -211,24 +214,35 @@ type report struct {
 	AfterRestartCPU       float64 `json:"planner_cpu_percent_after_restart"`
 }
 
-func (r report) print() {
-	fmt.Printf(`
+// print writes the table; after -phases registration only the rows that
+// phase measured (the others were zeros that read as measured: a planner
+// restart "after 0.0 s", etcd "0 MiB").
+func (r report) print(w io.Writer) {
+	fmt.Fprintf(w, `
 simulated agents          %d
 registration              %.1f s (%.0f/s, each with its stream and first heartbeat)
-steady phase              %.0f s: %.0f heartbeats/s, %d heartbeat errors
+`, r.Agents, r.RegisterSeconds, r.RegisterPerSecond)
+	if r.Phases != "registration" {
+		fmt.Fprintf(w, `steady phase              %.0f s: %.0f heartbeats/s, %d heartbeat errors
 first deploy              %.0f ms (builds the planner's views of the registered hosts)
 deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d never seen (the deploy's answer: p50 %.1f ms, p99 %.1f ms)
 CPU (of one core)         planner %.1f %%, etcd %.1f %%, simulator %.1f %% (steady phase)
-memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
-planner heap (live)       %.0f MiB (%.1f KiB per host); stacks %.1f KiB per host; %d goroutines; steady phase: %.0f B more per deploy
+`, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
+			r.FirstDeployMs, r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed, r.DeployP50Ms, r.DeployP99Ms,
+			r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent)
+	}
+	fmt.Fprintf(w, `memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
+planner heap (live)       %.0f MiB (%.1f KiB per host); stacks %.1f KiB per host; %d goroutines`,
+		r.PlannerRSSMiB, r.PlannerRSSPerHostKB, r.EtcdRSSMiB, r.SimRSSMiB,
+		r.PlannerHeapMiB, r.PlannerHeapPerHostKB, r.PlannerStackPerHostKB, r.PlannerGoroutines)
+	if r.Phases == "registration" {
+		fmt.Fprintln(w, "\n(-phases registration: no steady phase, deploys or restart)")
+		return
+	}
+	fmt.Fprintf(w, `; steady phase: %.0f B more per deploy
 planner restart           API up after %.1f s; every agent streaming and heartbeating %.1f s after the restart; planner CPU then %.1f %%
 deploys over 200 ms       %v (sent at : took)
-`, r.Agents, r.RegisterSeconds, r.RegisterPerSecond, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
-		r.FirstDeployMs, r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed, r.DeployP50Ms, r.DeployP99Ms,
-		r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent,
-		r.PlannerRSSMiB, r.PlannerRSSPerHostKB, r.EtcdRSSMiB, r.SimRSSMiB,
-		r.PlannerHeapMiB, r.PlannerHeapPerHostKB, r.PlannerStackPerHostKB, r.PlannerGoroutines, r.PlannerHeapPerDeploy,
-		r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU, r.SlowDeploys)
+`, r.PlannerHeapPerDeploy, r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU, r.SlowDeploys)
 }
 
 // agent is one simulated node agent.
@@ -256,7 +270,7 @@ type sim struct {
 }
 
 func run(cfg config) (report, error) {
-	rep := report{Agents: cfg.agents}
+	rep := report{Agents: cfg.agents, Phases: cfg.phases}
 	if cfg.dir == "" {
 		d, err := os.MkdirTemp("", "simagents-")
 		if err != nil {
@@ -359,6 +373,8 @@ func run(cfg config) (report, error) {
 	time.Sleep(cfg.heartbeat) // let the registration burst's heartbeats spread out
 	if cfg.phases == "registration" {
 		rep.memory(planner.Process.Pid, pprofAt)
+		e, sim := procUsage(etcd.Process.Pid), procUsage(os.Getpid())
+		rep.EtcdRSSMiB, rep.SimRSSMiB = float64(e.RSS)/(1<<20), float64(sim.RSS)/(1<<20)
 		if cfg.profile {
 			fetch("http://"+pprofAt+"/debug/pprof/heap", filepath.Join(cfg.dir, "planner-heap.pprof"))
 			fetch("http://"+pprofAt+"/debug/pprof/heap?debug=1", filepath.Join(cfg.dir, "planner-heap.txt"))

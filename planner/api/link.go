@@ -79,6 +79,11 @@ func (ls *links) count() int {
 	return len(ls.open)
 }
 
+// noLinkHint ends the refusals of a request that reached the planner
+// without its upgrade: the agent sends one, so something between them
+// (a proxy) changed it, and the agent retries the link forever.
+const noLinkHint = "a proxy between agent and planner that does not pass HTTP/1.1 upgrades: run the agent with --no-link"
+
 // refuse answers a link request before its upgrade: a status and text.
 func refuseLink(w http.ResponseWriter, status int, format string, args ...any) {
 	http.Error(w, "pinfold: "+fmt.Sprintf(format, args...), status)
@@ -88,13 +93,13 @@ func (ls *links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	host := r.URL.Query().Get(agentlink.HostParam)
 	switch {
 	case r.ProtoMajor != 1:
-		refuseLink(w, http.StatusBadRequest, "the agent link is an HTTP/1.1 upgrade; this request came over HTTP/%d", r.ProtoMajor)
+		refuseLink(w, http.StatusBadRequest, "the agent link is an HTTP/1.1 upgrade; this request came over HTTP/%d (%s)", r.ProtoMajor, noLinkHint)
 		return
 	case r.Method != http.MethodGet:
 		refuseLink(w, http.StatusMethodNotAllowed, "the agent link is a GET request; this one is %s", r.Method)
 		return
 	case !headerHas(r.Header, "Connection", "upgrade") || !strings.EqualFold(r.Header.Get("Upgrade"), agentlink.Protocol):
-		refuseLink(w, http.StatusBadRequest, "the agent link needs the headers Connection: Upgrade and Upgrade: %s (Upgrade = %q)", agentlink.Protocol, r.Header.Get("Upgrade"))
+		refuseLink(w, http.StatusBadRequest, "the agent link needs the headers Connection: Upgrade and Upgrade: %s (Upgrade = %q; %s)", agentlink.Protocol, r.Header.Get("Upgrade"), noLinkHint)
 		return
 	case host == "":
 		refuseLink(w, http.StatusBadRequest, "query parameter %s is missing: the agent link is of one host", agentlink.HostParam)

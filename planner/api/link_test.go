@@ -303,6 +303,9 @@ func TestLinkRequestRefusals(t *testing.T) {
 		text       string
 	}{
 		{"no upgrade", agentlink.Path + "?host=h1", nil, http.StatusBadRequest, "Upgrade: pinfold-link.v1"},
+		// A proxy that drops the upgrade: the refusal tells the agent's
+		// operator the way around it.
+		{"upgrade dropped", agentlink.Path + "?host=h1", nil, http.StatusBadRequest, "run the agent with --no-link"},
 		{"another protocol", agentlink.Path + "?host=h1", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest, `Upgrade = "websocket"`},
 		{"no host", agentlink.Path, map[string]string{"Connection": "Upgrade", "Upgrade": agentlink.Protocol}, http.StatusBadRequest, "query parameter host is missing"},
 		{"host too long", agentlink.Path + "?host=" + strings.Repeat("a", service.MaxNameLen+1), map[string]string{"Connection": "Upgrade", "Upgrade": agentlink.Protocol}, http.StatusBadRequest, "longer than 253 bytes"},
@@ -324,6 +327,17 @@ func TestLinkRequestRefusals(t *testing.T) {
 			}
 		})
 	}
+	// Over HTTP/2 (a proxy that speaks it to the planner): refused, naming
+	// --no-link.
+	req := httptest.NewRequest(http.MethodGet, agentlink.Path+"?host=h1", nil)
+	req.ProtoMajor, req.ProtoMinor, req.Proto = 2, 0, "HTTP/2.0"
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", agentlink.Protocol)
+	rec := httptest.NewRecorder()
+	srv.Config.Handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "HTTP/2") || !strings.Contains(rec.Body.String(), "--no-link") {
+		t.Errorf("a link over HTTP/2: HTTP %d %q, want 400 naming HTTP/2 and --no-link", rec.Code, rec.Body.String())
+	}
 	// An unregistered host's link ends with not_found, as its watch did.
 	conn, br := rawLink(t, srv, "nosuch")
 	if err := endsWith(t, conn, br); connect.CodeOf(err) != connect.CodeNotFound {
@@ -337,6 +351,52 @@ func TestLinkRequestRefusals(t *testing.T) {
 	t.Cleanup(old.Close)
 	if _, err := agentlink.NewClient(&http.Client{}, old.URL).Open(t.Context(), "h1"); !errors.Is(err, agentlink.ErrUnsupported) {
 		t.Errorf("a planner without links: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestLinksCountedAsWatchStreams: an open link counts in
+// pinfold_planner_streams_open{kind="watch"}, one over the host's bound in
+// _streams_refused_total, and both series' help says that links are
+// counted there (it named only WatchInstances, which agents no longer hold).
+func TestLinksCountedAsWatchStreams(t *testing.T) {
+	_, srv, m := linkPlannerMetrics(t, "h1")
+	for range api.MaxWatchesPerHost {
+		openLink(t, srv, "h1")
+	}
+	if _, err := agentlink.NewClient(&http.Client{}, srv.URL).Open(t.Context(), "h1"); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("link %d of h1 = %v, want resource_exhausted", api.MaxWatchesPerHost+1, err)
+	}
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		want float64
+	}{
+		{"pinfold_planner_streams_open", api.MaxWatchesPerHost},
+		{"pinfold_planner_streams_refused_total", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, mf := range mfs {
+				if mf.GetName() != tc.name {
+					continue
+				}
+				if !strings.Contains(mf.GetHelp(), "links") {
+					t.Errorf("help of %s = %q, want it to name the agents' links", tc.name, mf.GetHelp())
+				}
+				for _, s := range mf.GetMetric() {
+					if s.GetLabel()[0].GetValue() != "watch" {
+						continue
+					}
+					if got := s.GetGauge().GetValue() + s.GetCounter().GetValue(); got != tc.want {
+						t.Errorf("%s{kind=\"watch\"} = %v, want %v", tc.name, got, tc.want)
+					}
+					return
+				}
+			}
+			t.Errorf("no %s{kind=\"watch\"} series", tc.name)
+		})
 	}
 }
 

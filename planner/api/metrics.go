@@ -187,7 +187,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 var (
 	descStreamsOpen    = prometheus.NewDesc("pinfold_planner_streams_open", "Streams open: watch (agents' links and WatchInstances streams), link (the agent links among them), view (the web view's /ui/events).", []string{"kind"}, nil)
-	descStreamsRefused = prometheus.NewDesc("pinfold_planner_streams_refused_total", "Streams refused over their bound: watch (MaxWatchesPerHost per host), view (MaxViewsPerIdentity per identity).", []string{"kind"}, nil)
+	descStreamsRefused = prometheus.NewDesc("pinfold_planner_streams_refused_total", "Streams refused over their bound: watch (agents' links and WatchInstances streams, MaxWatchesPerHost per host), view (MaxViewsPerIdentity per identity).", []string{"kind"}, nil)
 )
 
 // streamCollector reads the stream bounds' counts at each scrape.
