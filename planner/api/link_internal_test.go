@@ -106,3 +106,30 @@ func TestLinkHoldsItsConnectionSlot(t *testing.T) {
 		}
 	}
 }
+
+// TestLinkWithoutHeartbeatEndsNamingIt: a link whose agent sends no
+// heartbeat ends with deadline_exceeded naming the bound. (A read past
+// its deadline was matched with errors.Is against a target whose own Is
+// method errors.Is never calls: the link ended as invalid_argument, "i/o
+// timeout", as if the agent had sent a bad frame.)
+func TestLinkWithoutHeartbeatEndsNamingIt(t *testing.T) {
+	defer func(d time.Duration) { linkFirstBeat = d }(linkFirstBeat)
+	linkFirstBeat = time.Second
+	srv := httptest.NewUnstartedServer(Handler(streamPlanner{}, Options{}))
+	srv.Config = NewHTTPServer(srv.Config.Handler, Timeouts{})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	l, err := agentlink.NewClient(&http.Client{}, srv.URL).Open(t.Context(), "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for {
+		if _, err = l.Receive(); err != nil {
+			break
+		}
+	}
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), `agent link of host "h1": no heartbeat within 1s`) {
+		t.Errorf("a link without a heartbeat ended with %v, want deadline_exceeded naming the bound", err)
+	}
+}
