@@ -250,6 +250,7 @@ func (l *link) read() {
 			l.fail(connect.NewError(connect.CodePermissionDenied, fmt.Errorf("agent link of host %q: a heartbeat of host %q: a link carries only its own host's", l.host, req.Host)))
 			return
 		}
+		accepted := false
 		err = l.deep("agent link heartbeat", func() error {
 			start := time.Now()
 			resp, err := l.ls.srv.heartbeat(l.ctx, req)
@@ -259,6 +260,7 @@ func (l *link) read() {
 			if err != nil {
 				return l.write(agentlink.KindHeartbeatError, agentlink.ErrorText(err))
 			}
+			accepted = true
 			b, _ := proto.Marshal(resp)
 			return l.write(agentlink.KindHeartbeatAnswer, b)
 		})
@@ -266,7 +268,12 @@ func (l *link) read() {
 			l.end(err)
 			return
 		}
-		idle = max(time.Duration(req.TtlSeconds)*time.Second, linkFirstBeat)
+		// Only a heartbeat the planner took renews the link, for its TTL:
+		// a refused one's TTL (over 10 minutes, or 68 years) held the
+		// link open that long without another frame.
+		if accepted {
+			idle = max(time.Duration(req.TtlSeconds)*time.Second, linkFirstBeat)
+		}
 	}
 }
 
