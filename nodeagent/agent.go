@@ -477,7 +477,13 @@ func (a *Agent) callBeat(ctx context.Context, req *pinfoldv1.HeartbeatRequest) e
 // that has no link, over the API's calls (heartbeats and watch).
 func (a *Agent) linked(ctx context.Context) {
 	for i := 0; ctx.Err() == nil; i++ {
-		l, err := a.cfg.OpenLink(ctx, a.cfg.Host)
+		// The request is bounded by the TTL (the link, once open, is
+		// not): a planner that takes the connection and never answers
+		// (stopped, overloaded, a proxy holding the upgrade) held the
+		// agent here for good, sending no heartbeat.
+		octx, ocancel := context.WithTimeout(ctx, a.cfg.HeartbeatTTL)
+		l, err := a.cfg.OpenLink(octx, a.cfg.Host)
+		ocancel()
 		if errors.Is(err, agentlink.ErrUnsupported) {
 			a.log.Info("planner without agent links: heartbeating and watching with calls", "err", err)
 			go a.heartbeats(ctx, a.callBeat)

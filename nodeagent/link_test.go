@@ -153,3 +153,30 @@ func TestAgentWithoutLinkUsesCalls(t *testing.T) {
 		return len(pl.beats) >= 2
 	})
 }
+
+// TestAgentLinkOpenBounded: a link request the planner never answers is
+// given up after the heartbeat's TTL and tried again (the agent waited
+// for it for good, sending no heartbeat).
+func TestAgentLinkOpenBounded(t *testing.T) {
+	eng, cg, pl := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}, &fakePlanner{}
+	var mu sync.Mutex
+	opens := 0
+	cfg := Config{Host: "h", StateDir: t.TempDir(), HeartbeatTTL: 300 * time.Millisecond, ShareEvery: -1,
+		Metrics: func(context.Context) (*pinfoldv1.HostMetrics, error) { return &pinfoldv1.HostMetrics{}, nil },
+		OpenLink: func(ctx context.Context, host string) (PlannerLink, error) {
+			mu.Lock()
+			opens++
+			mu.Unlock()
+			<-ctx.Done() // a planner that never answers
+			return nil, connect.NewError(connect.CodeUnavailable, ctx.Err())
+		}}
+	a := New(cfg, pl, eng, cg, topologytest.Laptop().Topology(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = a.Run(ctx) }()
+	waitFor(t, "the unanswered link request given up and made again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return opens >= 2
+	})
+}

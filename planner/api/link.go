@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,9 @@ const (
 	// one link costs at most one heartbeat a second.
 	LinkMinBeat = time.Second
 )
+
+// linkFirstBeat is LinkFirstBeat (a variable for the tests).
+var linkFirstBeat = LinkFirstBeat
 
 // links serves the agent links (agentlink): each an HTTP/1.1 request
 // upgraded and taken from net/http, then served by two goroutines of its
@@ -213,7 +217,7 @@ type link struct {
 // LinkMinBeat, until the link ends.
 func (l *link) read() {
 	defer l.recover("agent link heartbeat")
-	idle, last := LinkFirstBeat, time.Time{}
+	idle, last := linkFirstBeat, time.Time{}
 	for {
 		_ = l.conn.SetReadDeadline(time.Now().Add(idle))
 		k, b, err := agentlink.ReadFrame(l.in, agentlink.MaxAgentFrame)
@@ -224,7 +228,7 @@ func (l *link) read() {
 		case errors.Is(err, net.ErrClosed) || errors.Is(err, io.EOF):
 			l.end(err)
 			return
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, netTimeout):
+		case errors.Is(err, os.ErrDeadlineExceeded):
 			l.fail(connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("agent link of host %q: no heartbeat within %s", l.host, idle)))
 			return
 		case err != nil:
@@ -251,6 +255,7 @@ func (l *link) read() {
 			l.fail(connect.NewError(connect.CodePermissionDenied, fmt.Errorf("agent link of host %q: a heartbeat of host %q: a link carries only its own host's", l.host, req.Host)))
 			return
 		}
+		accepted := false
 		err = l.deep("agent link heartbeat", func() error {
 			start := time.Now()
 			resp, err := l.ls.srv.heartbeat(l.ctx, req)
@@ -260,6 +265,7 @@ func (l *link) read() {
 			if err != nil {
 				return l.write(agentlink.KindHeartbeatError, agentlink.ErrorText(err))
 			}
+			accepted = true
 			b, _ := proto.Marshal(resp)
 			return l.write(agentlink.KindHeartbeatAnswer, b)
 		})
@@ -267,19 +273,13 @@ func (l *link) read() {
 			l.end(err)
 			return
 		}
-		idle = max(time.Duration(req.TtlSeconds)*time.Second, LinkFirstBeat)
+		// Only a heartbeat the planner took renews the link, for its TTL:
+		// a refused one's TTL (over 10 minutes, or 68 years) held the
+		// link open that long without another frame.
+		if accepted {
+			idle = max(time.Duration(req.TtlSeconds)*time.Second, linkFirstBeat)
+		}
 	}
-}
-
-// netTimeout matches a read past its deadline.
-var netTimeout = timeoutError{}
-
-type timeoutError struct{}
-
-func (timeoutError) Error() string { return "timeout" }
-func (timeoutError) Is(err error) bool {
-	var ne net.Error
-	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // watch sends the host's desired set, then again after each change.

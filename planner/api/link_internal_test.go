@@ -1,6 +1,8 @@
 package api
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -10,6 +12,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/agentlink"
+	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/state"
 )
 
 func openAs(t *testing.T, srv *httptest.Server, who, host string) (*agentlink.Link, error) {
@@ -81,5 +85,96 @@ func TestLinkHoldsItsConnectionSlot(t *testing.T) {
 		if time.Now().After(end) {
 			t.Fatalf("agent:h1 after its link closed: %v", err)
 		}
+	}
+}
+
+// ttlPlanner takes heartbeats with a TTL of 1 s to 10 min and refuses
+// others, as the service does.
+type ttlPlanner struct{ streamPlanner }
+
+func (ttlPlanner) Heartbeat(_ context.Context, _, _ string, _ int, ttl time.Duration, _ *state.Metrics) error {
+	if ttl < time.Second || ttl > 10*time.Minute {
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("heartbeat ttl = %s: want 1s..10m", ttl))
+	}
+	return nil
+}
+
+// TestLinkRefusedHeartbeatKeepsItsDeadline: only a heartbeat the planner
+// took renews the link for its TTL. A refused heartbeat of a TTL of 68
+// years held the link (its host's place among MaxWatchesPerHost, its
+// identity's connection) open without another frame.
+func TestLinkRefusedHeartbeatKeepsItsDeadline(t *testing.T) {
+	defer func(d time.Duration) { linkFirstBeat = d }(linkFirstBeat)
+	linkFirstBeat = time.Second
+	srv := httptest.NewUnstartedServer(Handler(ttlPlanner{}, Options{}))
+	srv.Config = NewHTTPServer(srv.Config.Handler, Timeouts{})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		name string
+		ttl  int32
+		open bool // still open after 3 s
+	}{
+		{"refused, 68 years", 1<<31 - 1, false},
+		{"refused, 11 minutes", 11 * 60, false},
+		{"taken, 30 s", 30, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := agentlink.NewClient(&http.Client{}, srv.URL).Open(t.Context(), "h1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			ended := make(chan error, 1)
+			go func() {
+				for {
+					if _, err := l.Receive(); err != nil {
+						ended <- err
+						return
+					}
+				}
+			}()
+			_, err = l.Heartbeat(t.Context(), &pinfoldv1.HeartbeatRequest{Host: "h1", Protocol: 1, TtlSeconds: tc.ttl})
+			if tc.open != (err == nil) {
+				t.Fatalf("heartbeat of TTL %d s = %v", tc.ttl, err)
+			}
+			select {
+			case err := <-ended:
+				if tc.open || connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), "no heartbeat within 1s") {
+					t.Errorf("the link ended with %v, want it %s", err, map[bool]string{true: "open", false: "ended with deadline_exceeded naming 1s"}[tc.open])
+				}
+			case <-time.After(3 * time.Second):
+				if !tc.open {
+					t.Errorf("the link is open 3 s after a refused heartbeat of TTL %d s, with no heartbeat due within 1 s", tc.ttl)
+				}
+			}
+		})
+	}
+}
+
+// TestLinkWithoutHeartbeatEndsNamingIt: a link whose agent sends no
+// heartbeat ends with deadline_exceeded naming the bound. (A read past
+// its deadline was matched with errors.Is against a target whose own Is
+// method errors.Is never calls: the link ended as invalid_argument, "i/o
+// timeout", as if the agent had sent a bad frame.)
+func TestLinkWithoutHeartbeatEndsNamingIt(t *testing.T) {
+	defer func(d time.Duration) { linkFirstBeat = d }(linkFirstBeat)
+	linkFirstBeat = time.Second
+	srv := httptest.NewUnstartedServer(Handler(streamPlanner{}, Options{}))
+	srv.Config = NewHTTPServer(srv.Config.Handler, Timeouts{})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	l, err := agentlink.NewClient(&http.Client{}, srv.URL).Open(t.Context(), "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for {
+		if _, err = l.Receive(); err != nil {
+			break
+		}
+	}
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded || !strings.Contains(err.Error(), `agent link of host "h1": no heartbeat within 1s`) {
+		t.Errorf("a link without a heartbeat ended with %v, want deadline_exceeded naming the bound", err)
 	}
 }

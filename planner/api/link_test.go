@@ -476,3 +476,29 @@ func TestLinkGoroutinesPerAgent(t *testing.T) {
 		t.Errorf("control: %d agents with the calls hold %d serving goroutines, want at least %d (else this measure cannot tell)", agents, called, 3*agents)
 	}
 }
+
+// TestLinkOutlivesItsOpenContext: Open's context bounds the request only
+// (the agent bounds it by its TTL): the link stays open after it ends.
+func TestLinkOutlivesItsOpenContext(t *testing.T) {
+	_, srv := linkPlanner(t, "h1")
+	ctx, cancel := context.WithCancel(t.Context())
+	l, err := agentlink.NewClient(&http.Client{Transport: &http.Transport{}}, srv.URL).Open(ctx, "h1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	cancel()
+	go func() {
+		for {
+			if _, err := l.Receive(); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	hctx, done := context.WithTimeout(t.Context(), 5*time.Second)
+	defer done()
+	if _, err := l.Heartbeat(hctx, &pinfoldv1.HeartbeatRequest{Host: "h1", Protocol: model.Protocol, TtlSeconds: 30}); err != nil {
+		t.Errorf("heartbeat after Open's context ended: %v, want the link open", err)
+	}
+}
