@@ -476,6 +476,23 @@ func (a *Agent) callBeat(ctx context.Context, req *pinfoldv1.HeartbeatRequest) e
 // link, opened again with backoff after each interruption; with a planner
 // that has no link, over the API's calls (heartbeats and watch).
 func (a *Agent) linked(ctx context.Context) {
+	// While no link is open the agent heartbeats with calls: a link that
+	// cannot be opened (its host's slots held by links of a crashed run,
+	// the planner overloaded) must not let the host's lease lapse and its
+	// instances be moved away.
+	var stopCalls context.CancelFunc
+	callBeats := func(on bool) {
+		switch {
+		case on && stopCalls == nil:
+			var c context.Context
+			c, stopCalls = context.WithCancel(ctx)
+			go a.heartbeats(c, a.callBeat)
+		case !on && stopCalls != nil:
+			stopCalls()
+			stopCalls = nil
+		}
+	}
+	defer callBeats(false)
 	for i := 0; ctx.Err() == nil; i++ {
 		// The request is bounded by the TTL (the link, once open, is
 		// not): a planner that takes the connection and never answers
@@ -485,16 +502,19 @@ func (a *Agent) linked(ctx context.Context) {
 		l, err := a.cfg.OpenLink(octx, a.cfg.Host)
 		ocancel()
 		if errors.Is(err, agentlink.ErrUnsupported) {
-			a.log.Info("planner without agent links: heartbeating and watching with calls", "err", err)
+			callBeats(false)
+			a.log.Warn("no agent link: heartbeating and watching with calls until the agent restarts", "err", err)
 			go a.heartbeats(ctx, a.callBeat)
 			a.watch(ctx)
 			return
 		}
 		if err != nil {
-			a.log.Warn("agent link failed; keeping the last desired state", "err", err)
+			a.log.Warn("agent link failed; keeping the last desired state, heartbeating with calls meanwhile", "err", err)
+			callBeats(true)
 			backoff(ctx, i)
 			continue
 		}
+		callBeats(false)
 		lctx, cancel := context.WithCancel(ctx)
 		go a.heartbeats(lctx, func(c context.Context, req *pinfoldv1.HeartbeatRequest) error {
 			c, done := context.WithTimeout(c, a.cfg.HeartbeatTTL)
@@ -518,6 +538,7 @@ func (a *Agent) linked(ctx context.Context) {
 			a.received(m)
 		}
 		cancel()
+		callBeats(true)
 		backoff(ctx, i)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,11 +123,17 @@ func TestAgentOverLink(t *testing.T) {
 		cs, _ := eng.List(ctx)
 		return len(cs) == 0
 	})
-	pl.mu.Lock()
-	calls := len(pl.beats)
-	pl.mu.Unlock()
-	if calls != 0 {
-		t.Errorf("%d heartbeats by call beside the link, want none", calls)
+	// While a link is open, no heartbeat goes by call (the calls only
+	// bridge the time without one, TestAgentHeartbeatsByCallWhileLinkDown).
+	calls := func() int {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		return len(pl.beats)
+	}
+	before := calls()
+	time.Sleep(500 * time.Millisecond) // five heartbeat periods
+	if n := calls() - before; n > 1 {
+		t.Errorf("%d heartbeats by call beside the open link, want none (at most the one in flight)", n)
 	}
 	l2.mu.Lock()
 	b := l2.beats[0]
@@ -179,4 +186,39 @@ func TestAgentLinkOpenBounded(t *testing.T) {
 		defer mu.Unlock()
 		return opens >= 2
 	})
+}
+
+// TestAgentHeartbeatsByCallWhileLinkDown: while its link cannot be opened
+// (here its host's slots are held: resource_exhausted) the agent
+// heartbeats with calls, so the host's lease holds; once the link opens,
+// the calls stop and the link carries the heartbeats.
+func TestAgentHeartbeatsByCallWhileLinkDown(t *testing.T) {
+	eng, cg, pl := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}, &fakePlanner{}
+	var open atomic.Bool
+	l := newFakeLink()
+	cfg := Config{Host: "h", StateDir: t.TempDir(), HeartbeatTTL: 300 * time.Millisecond, ShareEvery: -1,
+		Metrics: func(context.Context) (*pinfoldv1.HostMetrics, error) { return &pinfoldv1.HostMetrics{}, nil },
+		OpenLink: func(context.Context, string) (PlannerLink, error) {
+			if !open.Load() {
+				return nil, connect.NewError(connect.CodeResourceExhausted, errors.New(`host "h" has 4 watch streams open already`))
+			}
+			return l, nil
+		}}
+	a := New(cfg, pl, eng, cg, topologytest.Laptop().Topology(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = a.Run(ctx) }()
+	calls := func() int {
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		return len(pl.beats)
+	}
+	waitFor(t, "three heartbeats by call while the link is refused", func() bool { return calls() >= 3 })
+	open.Store(true)
+	waitFor(t, "two heartbeats over the link once it opens", func() bool { return l.beatCount() >= 2 })
+	before := calls()
+	time.Sleep(500 * time.Millisecond) // five heartbeat periods
+	if after := calls(); after > before+1 {
+		t.Errorf("%d heartbeats by call after the link opened, want them stopped (at most the one in flight)", after-before)
+	}
 }

@@ -16,10 +16,11 @@ import (
 	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 )
 
-// ErrUnsupported is Open's error when the planner has no agent link (a
-// planner older than the link answers 404): the agent uses the Heartbeat
-// and WatchInstances calls instead.
-var ErrUnsupported = errors.New("the planner has no agent link (an older planner): using the Heartbeat and WatchInstances calls")
+// ErrUnsupported is Open's error when no agent link can be had this way:
+// a planner older than the link answers 404, one behind a proxy that
+// drops the upgrade or speaks HTTP/2 to it answers 400. The agent uses
+// the Heartbeat and WatchInstances calls instead.
+var ErrUnsupported = errors.New("no agent link: the planner is older than the link (404) or a proxy between them does not pass HTTP/1.1 upgrades (400); the Heartbeat and WatchInstances calls serve instead")
 
 // Client opens links to one planner.
 type Client struct {
@@ -52,8 +53,12 @@ func (c *Client) Open(ctx context.Context, host string) (*Link, error) {
 	if resp.StatusCode != http.StatusSwitchingProtocols {
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		if resp.StatusCode == http.StatusNotFound {
-			return nil, ErrUnsupported
+		switch resp.StatusCode {
+		case http.StatusNotFound, http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusNotImplemented:
+			// No planner with links answers the agent's request so: an
+			// older planner (404), or a proxy between them that drops
+			// the upgrade or speaks HTTP/2 to the planner (400).
+			return nil, fmt.Errorf("%w: HTTP %d: %s", ErrUnsupported, resp.StatusCode, strings.TrimSpace(string(b)))
 		}
 		return nil, connect.NewError(codeOfStatus(resp.StatusCode), fmt.Errorf("agent link of host %q: HTTP %d: %s", host, resp.StatusCode, strings.TrimSpace(string(b))))
 	}

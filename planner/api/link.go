@@ -38,9 +38,6 @@ const (
 	LinkMinBeat = time.Second
 )
 
-// linkFirstBeat is LinkFirstBeat (a variable for the tests).
-var linkFirstBeat = LinkFirstBeat
-
 // links serves the agent links (agentlink): each an HTTP/1.1 request
 // upgraded and taken from net/http, then served by two goroutines of its
 // own, a reader of heartbeats and the host's watch, with no buffer held
@@ -51,6 +48,8 @@ type links struct {
 	panicked  func(where string, v any) error
 	// metrics counts a link's heartbeats as Heartbeat calls (nil: none).
 	metrics *Metrics
+	// firstBeat is LinkFirstBeat (shorter in tests).
+	firstBeat time.Duration
 
 	mu     sync.Mutex
 	open   map[*link]struct{}
@@ -58,7 +57,7 @@ type links struct {
 }
 
 func newLinks(srv *Server, authorize bool, panicked func(string, any) error, metrics *Metrics) *links {
-	return &links{srv: srv, authorize: authorize, panicked: panicked, metrics: metrics, open: map[*link]struct{}{}}
+	return &links{srv: srv, authorize: authorize, panicked: panicked, metrics: metrics, firstBeat: LinkFirstBeat, open: map[*link]struct{}{}}
 }
 
 // closeAll ends every link (the server's shutdown: hijacked connections
@@ -71,9 +70,18 @@ func (ls *links) closeAll() {
 		open = append(open, l)
 	}
 	ls.mu.Unlock()
+	// Each agent is told why (an error frame, within a second: one that
+	// does not read does not hold the others' up).
+	err := connect.NewError(connect.CodeUnavailable, errors.New("the planner is shutting down"))
+	var wg sync.WaitGroup
 	for _, l := range open {
-		l.end(connect.NewError(connect.CodeUnavailable, errors.New("the planner is shutting down")))
+		wg.Go(func() {
+			// A write blocked on an agent that does not read ends too.
+			_ = l.conn.SetWriteDeadline(time.Now().Add(time.Second))
+			l.failWithin(err, time.Second)
+		})
 	}
+	wg.Wait()
 }
 
 // count is the number of open links.
@@ -173,7 +181,17 @@ func (ls *links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slot.release()
 		}
 	}}
+	// Registered under the lock closeAll takes: a link taken while the
+	// server shuts down is refused here, not left open past closeAll.
 	ls.mu.Lock()
+	if ls.closed {
+		ls.mu.Unlock()
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = io.WriteString(conn, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 37\r\n\r\npinfold: the planner is shutting down")
+		_ = conn.Close()
+		l.release()
+		return
+	}
 	ls.open[l] = struct{}{}
 	ls.mu.Unlock()
 	_ = conn.SetDeadline(time.Time{})
@@ -217,7 +235,7 @@ type link struct {
 // LinkMinBeat, until the link ends.
 func (l *link) read() {
 	defer l.recover("agent link heartbeat")
-	idle, last := linkFirstBeat, time.Time{}
+	idle, last := l.ls.firstBeat, time.Time{}
 	for {
 		_ = l.conn.SetReadDeadline(time.Now().Add(idle))
 		k, b, err := agentlink.ReadFrame(l.in, agentlink.MaxAgentFrame)
@@ -277,7 +295,7 @@ func (l *link) read() {
 		// a refused one's TTL (over 10 minutes, or 68 years) held the
 		// link open that long without another frame.
 		if accepted {
-			idle = max(time.Duration(req.TtlSeconds)*time.Second, linkFirstBeat)
+			idle = max(time.Duration(req.TtlSeconds)*time.Second, l.ls.firstBeat)
 		}
 	}
 }
@@ -332,18 +350,24 @@ func (l *link) recover(where string) {
 
 // write sends one frame within LinkWriteTimeout.
 func (l *link) write(k agentlink.Kind, b []byte) error {
+	return l.writeWithin(k, b, LinkWriteTimeout)
+}
+
+func (l *link) writeWithin(k agentlink.Kind, b []byte, d time.Duration) error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if err := l.ctx.Err(); err != nil {
 		return err
 	}
-	_ = l.conn.SetWriteDeadline(time.Now().Add(LinkWriteTimeout))
+	_ = l.conn.SetWriteDeadline(time.Now().Add(d))
 	return agentlink.WriteFrame(l.conn, k, b)
 }
 
 // fail tells the agent why its link ends (if it still reads), then ends it.
-func (l *link) fail(err error) {
-	_ = l.write(agentlink.KindError, agentlink.ErrorText(err))
+func (l *link) fail(err error) { l.failWithin(err, LinkWriteTimeout) }
+
+func (l *link) failWithin(err error, d time.Duration) {
+	_ = l.writeWithin(agentlink.KindError, agentlink.ErrorText(err), d)
 	l.end(err)
 }
 

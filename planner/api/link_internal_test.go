@@ -99,14 +99,19 @@ func (ttlPlanner) Heartbeat(_ context.Context, _, _ string, _ int, ttl time.Dura
 	return nil
 }
 
+// firstBeatWithin is h (Handler's) with its links' first heartbeat due
+// within d.
+func firstBeatWithin(h http.Handler, d time.Duration) http.Handler {
+	h.(limitedHandler).links.firstBeat = d
+	return h
+}
+
 // TestLinkRefusedHeartbeatKeepsItsDeadline: only a heartbeat the planner
 // took renews the link for its TTL. A refused heartbeat of a TTL of 68
 // years held the link (its host's place among MaxWatchesPerHost, its
 // identity's connection) open without another frame.
 func TestLinkRefusedHeartbeatKeepsItsDeadline(t *testing.T) {
-	defer func(d time.Duration) { linkFirstBeat = d }(linkFirstBeat)
-	linkFirstBeat = time.Second
-	srv := httptest.NewUnstartedServer(Handler(ttlPlanner{}, Options{}))
+	srv := httptest.NewUnstartedServer(firstBeatWithin(Handler(ttlPlanner{}, Options{}), time.Second))
 	srv.Config = NewHTTPServer(srv.Config.Handler, Timeouts{})
 	srv.Start()
 	t.Cleanup(srv.Close)
@@ -158,9 +163,7 @@ func TestLinkRefusedHeartbeatKeepsItsDeadline(t *testing.T) {
 // method errors.Is never calls: the link ended as invalid_argument, "i/o
 // timeout", as if the agent had sent a bad frame.)
 func TestLinkWithoutHeartbeatEndsNamingIt(t *testing.T) {
-	defer func(d time.Duration) { linkFirstBeat = d }(linkFirstBeat)
-	linkFirstBeat = time.Second
-	srv := httptest.NewUnstartedServer(Handler(streamPlanner{}, Options{}))
+	srv := httptest.NewUnstartedServer(firstBeatWithin(Handler(streamPlanner{}, Options{}), time.Second))
 	srv.Config = NewHTTPServer(srv.Config.Handler, Timeouts{})
 	srv.Start()
 	t.Cleanup(srv.Close)

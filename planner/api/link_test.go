@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -352,6 +353,24 @@ func TestLinkRequestRefusals(t *testing.T) {
 	if _, err := agentlink.NewClient(&http.Client{}, old.URL).Open(t.Context(), "h1"); !errors.Is(err, agentlink.ErrUnsupported) {
 		t.Errorf("a planner without links: %v, want ErrUnsupported", err)
 	}
+	// A proxy that forwards the request without its upgrade: the
+	// planner's 400 reaches the agent, which takes the calls instead.
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		out, _ := http.NewRequestWithContext(r.Context(), r.Method, srv.URL+r.URL.RequestURI(), nil)
+		resp, err := http.DefaultClient.Do(out)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(proxy.Close)
+	_, err := agentlink.NewClient(&http.Client{}, proxy.URL).Open(t.Context(), "h1")
+	if !errors.Is(err, agentlink.ErrUnsupported) || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), "--no-link") {
+		t.Errorf("through a proxy that drops the upgrade: %v, want ErrUnsupported with the planner's 400 naming --no-link", err)
+	}
 }
 
 // TestLinksCountedAsWatchStreams: an open link counts in
@@ -412,8 +431,8 @@ func TestLinkShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := l.Receive()
-	if connect.CodeOf(err) != connect.CodeUnavailable {
-		t.Errorf("after Shutdown Receive = %v, want unavailable", err)
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "the planner is shutting down") {
+		t.Errorf("after Shutdown Receive = %v, want unavailable saying the planner is shutting down", err)
 	}
 }
 
