@@ -93,8 +93,9 @@ func (ls *links) count() int {
 
 // noLinkHint ends the refusals of a request that reached the planner
 // without its upgrade: the agent sends one, so something between them
-// (a proxy) changed it, and the agent retries the link forever.
-const noLinkHint = "a proxy between agent and planner that does not pass HTTP/1.1 upgrades: run the agent with --no-link"
+// (a proxy) changed it. The agent turns to the calls on this 400 and logs
+// it; --no-link spares it the try.
+const noLinkHint = "a proxy between agent and planner that does not pass HTTP/1.1 upgrades: the agent uses the calls instead, or run it with --no-link"
 
 // refuse answers a link request before its upgrade: a status and text.
 func refuseLink(w http.ResponseWriter, status int, format string, args ...any) {

@@ -306,7 +306,7 @@ func TestLinkRequestRefusals(t *testing.T) {
 		{"no upgrade", agentlink.Path + "?host=h1", nil, http.StatusBadRequest, "Upgrade: pinfold-link.v1"},
 		// A proxy that drops the upgrade: the refusal tells the agent's
 		// operator the way around it.
-		{"upgrade dropped", agentlink.Path + "?host=h1", nil, http.StatusBadRequest, "run the agent with --no-link"},
+		{"upgrade dropped", agentlink.Path + "?host=h1", nil, http.StatusBadRequest, "or run it with --no-link"},
 		{"another protocol", agentlink.Path + "?host=h1", map[string]string{"Connection": "Upgrade", "Upgrade": "websocket"}, http.StatusBadRequest, `Upgrade = "websocket"`},
 		{"no host", agentlink.Path, map[string]string{"Connection": "Upgrade", "Upgrade": agentlink.Protocol}, http.StatusBadRequest, "query parameter host is missing"},
 		{"host too long", agentlink.Path + "?host=" + strings.Repeat("a", service.MaxNameLen+1), map[string]string{"Connection": "Upgrade", "Upgrade": agentlink.Protocol}, http.StatusBadRequest, "longer than 253 bytes"},
