@@ -74,7 +74,7 @@ func hostileN1(t *testing.T, h *hostile) {
 	const flood, every = 1000, 84 // 12 admin calls: at 0, 84, …, 924
 	big := strings.Repeat("x", 4_000_000)
 	var adminCalls []bool // the enabled flag of each admin call, in order
-	overConns := 0
+	overConns, resets := 0, 0
 	for i := range flood {
 		if i%every == 0 {
 			enabled := len(adminCalls)%2 == 1
@@ -88,10 +88,17 @@ func hostileN1(t *testing.T, h *hostile) {
 		// the viewer holds its bound of connections, for that (each
 		// refused 4 MB body's connection takes about 0.5 s to close).
 		_, err := view.Deploy(ctx, connect.NewRequest(req))
-		switch connect.CodeOf(err) {
-		case connect.CodePermissionDenied:
-		case connect.CodeResourceExhausted:
+		switch {
+		case connect.CodeOf(err) == connect.CodePermissionDenied:
+		case connect.CodeOf(err) == connect.CodeResourceExhausted:
 			overConns++
+		case err != nil && strings.Contains(err.Error(), "connection reset by peer"):
+			// The planner answered without reading the 4 MB body and
+			// closed the connection (net/http, after its 0.5 s
+			// lingering): the client, still writing, got the reset,
+			// which drops the answer it had not read yet. A refusal all
+			// the same; most calls get theirs (checked below).
+			resets++
 		default:
 			t.Fatalf("viewer deploy %d = %.300v, want permission denied (or resource exhausted: its connections)", i, err)
 		}
@@ -102,8 +109,11 @@ func hostileN1(t *testing.T, h *hostile) {
 		}
 	}
 	wall := time.Since(start)
-	t.Logf("%d refused viewer deploys of 4 MB (%d of them over the viewer's connections) with %d admin calls: %s; heap in use after GC %.1f → %.1f MB; etcd database %.1f → %.1f MB",
-		flood, overConns, len(adminCalls), wall.Round(time.Millisecond), mb(heapBefore), mb(heapInUse()), mb(dbBefore), mb(etcdDBSize(t, data)))
+	t.Logf("%d refused viewer deploys of 4 MB (%d of them over the viewer's connections, %d reset before their answer was read) with %d admin calls: %s; heap in use after GC %.1f → %.1f MB; etcd database %.1f → %.1f MB",
+		flood, overConns, resets, len(adminCalls), wall.Round(time.Millisecond), mb(heapBefore), mb(heapInUse()), mb(dbBefore), mb(etcdDBSize(t, data)))
+	if resets > flood/10 {
+		t.Errorf("%d of %d refused deploys lost their answer to a reset, want at most a tenth", resets, flood)
+	}
 
 	// Every admin call has its event, in order, read by the admin.
 	var got []string
