@@ -376,10 +376,13 @@ func (l *link) failWithin(err error, d time.Duration) {
 func (l *link) end(error) {
 	l.once.Do(func() {
 		l.cancel()
-		_ = l.conn.Close()
+		// Its places are given back before the agent can see the end
+		// (EOF): an agent that opens its link again at once is not
+		// refused for the places of the link it just lost.
 		l.release()
 		l.ls.mu.Lock()
 		delete(l.ls.open, l)
 		l.ls.mu.Unlock()
+		_ = l.conn.Close()
 	})
 }
