@@ -145,14 +145,6 @@ func (ls *links) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ls.srv.watches.release(host)
 		}
 	}
-	ls.mu.Lock()
-	closed := ls.closed
-	ls.mu.Unlock()
-	if closed {
-		release()
-		refuseLink(w, http.StatusServiceUnavailable, "the planner is shutting down")
-		return
-	}
 	// The connection keeps its place in its identity's bound until the
 	// link ends (trackConns lets a handed-over slot go with the link).
 	slot, _ := r.Context().Value(connSlotKey{}).(*connSlot)
