@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pinfold/pinfold/test/workload"
 )
 
 // HelperMain turns the test binary into a helper process when
@@ -18,7 +20,12 @@ import (
 // "write:N:PATH" writes N MiB of page cache to PATH and sleeps, "churn:N"
 // allocates N MiB, returns it to the system and again, for ever (hot
 // anonymous memory),
-// "alloc:N" touches N MiB, prints "allocated N" and sleeps. Call it first
+// "alloc:N" touches N MiB, prints "allocated N" and sleeps, "load:SPEC"
+// runs a workload of the matrix (package workload; what it sees goes to
+// the file PINFOLD_REPORT names), "burn:MS" uses MS ms of CPU and exits
+// (a forks workload's process), "probe" sleeps 1.5 s (time for the agent
+// to place it) and prints what a process started in the instance sees
+// (as `docker exec` would start it). Call it first
 // in TestMain; without PINFOLD_HELPER it returns at once.
 func HelperMain() {
 	switch h := os.Getenv("PINFOLD_HELPER"); {
@@ -31,6 +38,22 @@ func HelperMain() {
 			go spin()
 		}
 		spin()
+	case strings.HasPrefix(h, "load:"):
+		l, err := workload.Parse(strings.TrimPrefix(h, "load:"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(2)
+		}
+		workload.Run(l, os.Getenv("PINFOLD_REPORT"), os.Args[0], "PINFOLD_HELPER")
+	case strings.HasPrefix(h, "burn:"):
+		var ms int
+		fmt.Sscanf(h, "burn:%d", &ms)
+		workload.Burn(ms)
+		os.Exit(0)
+	case h == "probe":
+		time.Sleep(1500 * time.Millisecond)
+		fmt.Printf("gomaxprocs=%d aff=%d\n", runtime.GOMAXPROCS(0), workload.Affinity(0))
+		os.Exit(0)
 	case strings.HasPrefix(h, "write:"):
 		writeFile(strings.TrimPrefix(h, "write:"))
 	case strings.HasPrefix(h, "churn:"):
