@@ -6,13 +6,21 @@
 # says so.
 usage() {
   cat <<'USAGE'
-usage: hack/native-kernel.sh [--build DIR | --check | --help]
+usage: hack/native-kernel.sh [--matrix] [--build DIR | --check | --help]
 
   (no argument)   check this host, build static kernel-tier test binaries
                   into bin/kernel and run them here
+  --matrix        instead of the kernel tier, run the workload matrix
+                  (nodeagent TestKernelWorkloadMatrix: every workload of
+                  test/workload under every candidate fragment mechanism,
+                  up to 4 pairs at once on 16 CPUs) and print its tables;
+                  PINFOLD_MATRIX_CANDIDATES, _CASES, _REPS (default 2),
+                  _SETTLE, _WINDOW, _BUDGET narrow it (docs/AGENT.md,
+                  "The workload matrix")
   --build DIR     only build them into DIR, with DIR/run.sh, for a root host
                   without Go: copy DIR there and run DIR/run.sh (which runs
-                  the checks below first)
+                  the checks below first; DIR/run.sh --matrix runs the
+                  matrix)
   --check         only run the checks below and say what was found
   -h, --help      print this and exit
 
@@ -69,6 +77,11 @@ if [ "$nodes" -lt 2 ]; then
   echo "native kernel tier: $nodes NUMA node(s): the tests that need 2 (names with NUMA) are left out here; the guest runs them"
 fi
 echo "native kernel tier on $(uname -sr), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ)"
+if [ "${1:-}" = --matrix ]; then
+  echo "== the workload matrix"
+  PINFOLD_MATRIX=1 PINFOLD_MATRIX_REPS=${PINFOLD_MATRIX_REPS:-2} "$here/nodeagent.test" -test.run '^TestKernelWorkloadMatrix$' -test.v -test.timeout 60m
+  exit
+fi
 rc=0
 for t in "$here"/*.test; do
   echo "== $(basename "$t" .test)"
@@ -81,6 +94,8 @@ RUN
   chmod +x "$1/run.sh"
 }
 
+matrix=
+if [ "${1:-}" = --matrix ]; then matrix=--matrix; shift; fi
 case $# in
 0) ;;
 *)
@@ -103,4 +118,4 @@ sh -c "$checks"
 . hack/lib.sh; ensure_go
 out=bin/kernel
 build "$out"
-exec "$out/run.sh"
+exec "$out/run.sh" $matrix

@@ -203,10 +203,9 @@ func TestE2EAgent(t *testing.T) {
 			t.Errorf("%s on CPUs %s, NUMA node %d: not NUMA-local", e.ID, cpus, e.NUMANode)
 		}
 		want := map[string]string{"cpuset.cpus": cpus, "cpuset.mems": fmt.Sprint(e.NUMANode), "memory.max": fmt.Sprint(128 << 20),
-			"cpu.max": "130000 100000", "cpu.weight": "30", "memory.swap.max": "0", // the default (split) fragment scheme: the container's files
-			// and its threaded children: the whole CPU, and the shared one capped at the fragment
-			"cgroup.type": "domain threaded", "pinfold-frag/cgroup.type": "threaded", "pinfold-frag/cpu.max": "30000 100000",
-			"pinfold-whole/cgroup.type": "threaded"}
+			"cpu.max": "130000 100000", "cpu.weight": "30", "memory.swap.max": "0", // the default (capped) fragment scheme: the container's
+			// own files, a plain domain with no children (what runc, docker top and the workload expect)
+			"cgroup.type": "domain", "cgroup.subtree_control": ""}
 		for f, v := range want {
 			if got := cg(t, e.Container, f); got != v {
 				t.Errorf("%s %s = %q, want %q", e.ID, f, got, v)
