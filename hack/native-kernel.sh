@@ -77,9 +77,14 @@ if [ "$nodes" -lt 2 ]; then
   echo "native kernel tier: $nodes NUMA node(s): the tests that need 2 (names with NUMA) are left out here; the guest runs them"
 fi
 echo "native kernel tier on $(uname -sr), $(nproc) CPUs, $(date -u +%Y-%m-%dT%H:%MZ)"
+case ${1:-} in
+'') ;;
+--matrix) ;;
+*) echo "run.sh: unknown argument $1 (want none, or --matrix)" >&2; exit 2;;
+esac
 if [ "${1:-}" = --matrix ]; then
   echo "== the workload matrix"
-  PINFOLD_MATRIX=1 PINFOLD_MATRIX_REPS=${PINFOLD_MATRIX_REPS:-2} "$here/nodeagent.test" -test.run '^TestKernelWorkloadMatrix$' -test.v -test.timeout 60m
+  PINFOLD_MATRIX=1 PINFOLD_MATRIX_REPS=${PINFOLD_MATRIX_REPS:-2} "$here/nodeagent.test" -test.run '^TestKernelWorkloadMatrix$' -test.v -test.timeout 90m
   exit
 fi
 rc=0
@@ -95,7 +100,11 @@ RUN
 }
 
 matrix=
-if [ "${1:-}" = --matrix ]; then matrix=--matrix; shift; fi
+args=()
+for a in "$@"; do
+  if [ "$a" = --matrix ]; then matrix=--matrix; else args+=("$a"); fi
+done
+set -- "${args[@]+"${args[@]}"}"
 case $# in
 0) ;;
 *)
@@ -109,7 +118,7 @@ case $# in
     fi
     . hack/lib.sh; ensure_go
     build "$2"
-    echo "built $(ls "$2") in $2: copy it to a root cgroup v2 host and run $2/run.sh"
+    echo "built $(ls "$2" | tr '\n' ' ')in $2: copy it to a root cgroup v2 host and run $2/run.sh $matrix"
     exit 0;;
   *) echo "hack/native-kernel.sh: unknown argument: $1" >&2; usage >&2; exit 2;;
   esac;;

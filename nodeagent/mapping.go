@@ -41,7 +41,8 @@ const (
 // matrix (package workload) on a real 16-CPU kernel (Linux 6.18, 2026-11-28,
 // docs/AGENT.md "The workload matrix"): capped, with the share loop
 // correcting its weights, gave every instance at least 90.2 % of
-// min(plan, demand) in every row; split gave a Go program with default
+// min(plan, demand) in every row (threads started in the final cpuset;
+// threads forced onto a whole CPU stay there: docs/AGENT.md); split gave a Go program with default
 // GOMAXPROCS, a thread pool and short-lived processes 58.7 % (its threaded
 // children narrow every thread's affinity to one CPU, so Go's runtime drops
 // GOMAXPROCS to 1), and breaks `docker top` and containers that make their

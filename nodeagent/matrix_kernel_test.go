@@ -116,9 +116,19 @@ func TestKernelWorkloadMatrix(t *testing.T) {
 		t.Skip("PINFOLD_MATRIX unset: the whole matrix runs from hack/native-kernel.sh --matrix")
 	}
 	testenv.RequireKernel(t)
-	cands := slices.Clone(matrixCandidates)
+	// The controls run only when named.
+	cands := slices.DeleteFunc(slices.Clone(matrixCandidates), func(c matrixCandidate) bool { return c.nocap })
 	if want := envList("PINFOLD_MATRIX_CANDIDATES"); want != nil {
-		cands = slices.DeleteFunc(cands, func(c matrixCandidate) bool { return !slices.Contains(want, c.name) })
+		var names []string
+		for _, c := range matrixCandidates {
+			names = append(names, c.name)
+		}
+		for _, w := range want {
+			if !slices.Contains(names, w) {
+				t.Fatalf("PINFOLD_MATRIX_CANDIDATES: %q is no candidate (want some of %s)", w, strings.Join(names, ","))
+			}
+		}
+		cands = slices.DeleteFunc(slices.Clone(matrixCandidates), func(c matrixCandidate) bool { return !slices.Contains(want, c.name) })
 	}
 	cases := slices.Clone(workload.Matrix)
 	if want := envList("PINFOLD_MATRIX_CASES"); want != nil {
@@ -128,11 +138,17 @@ func TestKernelWorkloadMatrix(t *testing.T) {
 	}
 	reps := 1
 	if v := os.Getenv("PINFOLD_MATRIX_REPS"); v != "" {
-		reps, _ = strconv.Atoi(v)
+		var err error
+		if reps, err = strconv.Atoi(v); err != nil || reps < 1 || reps > 100 {
+			t.Fatalf("PINFOLD_MATRIX_REPS = %q: want a whole number 1..100", v)
+		}
 	}
 	settle := envDur(t, "PINFOLD_MATRIX_SETTLE", 2500*time.Millisecond)
 	window := envDur(t, "PINFOLD_MATRIX_WINDOW", 4*time.Second)
 	budget := envDur(t, "PINFOLD_MATRIX_BUDGET", time.Hour)
+	if len(cases) == 0 {
+		t.Fatalf("PINFOLD_MATRIX_CASES = %q matches no case of the matrix", os.Getenv("PINFOLD_MATRIX_CASES"))
+	}
 	cells := runMatrix(t, cases, cands, reps, settle, window, budget)
 	fmt.Print(matrixTable(cells, cases, cands))
 }

@@ -40,8 +40,8 @@ const (
 // started: the state the real kernel's load balancer settles in,
 // docs/AGENT.md). With the split scheme (threaded children, swept by the
 // agent's own split loop) each instance is within 5 % of its plan, in
-// the guest as natively. The control, the capped scheme (the previous
-// default) in the same stacked state, must miss it: it proves the
+// the guest as natively. The control, the capped scheme (the default
+// again) in the same stacked state, must miss it: it proves the
 // measurement can fail. Both figures are logged, and with -v what each
 // sweep in the window saw and moved. "split+go-preempt" (the first thread
 // count only) runs the same goroutines with the Go runtime's preemption

@@ -7,7 +7,8 @@
 // Each Load is named by a spec string, "kind:arg:arg", so that a test can
 // pass it to a helper process through the environment:
 //
-//	spin:N           N busy OS threads, GOMAXPROCS=N (a C program's threads)
+//	spin:N           N busy OS threads (a C program's threads; run it with
+//	                 GOMAXPROCS=N+1, a P left for the reporter)
 //	go:N             a Go program with N busy goroutines, GOMAXPROCS left
 //	                 to the runtime (it re-reads affinity and cpu.max)
 //	bursty:N:ON:OFF  N OS threads, each ON ms of CPU work then OFF ms asleep
