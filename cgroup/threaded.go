@@ -171,6 +171,11 @@ func (m *Manager) Type(p Path) (string, error) { return m.read(p, "cgroup.type")
 // RemoveThreaded removes threaded group p, which must hold no threads
 // (move them out with MoveThread first: the kernel refuses, EBUSY, and
 // RemoveThreaded says which remain). A missing group is not an error.
+// When p was its parent's last child, the ThreadedControllers are turned
+// off in the parent's cgroup.subtree_control again: a group with processes
+// and a threaded controller on for its children stays a thread root
+// ("domain threaded") without any child, and a group its own processes
+// make then is "domain invalid" (a container's systemd, Docker in Docker).
 func (m *Manager) RemoveThreaded(ctx context.Context, p Path) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -188,6 +193,47 @@ func (m *Manager) RemoveThreaded(ctx context.Context, p Path) error {
 	}
 	if err := m.rmdirGroup(p); err != nil {
 		return &ThreadedError{Path: p.String(), File: "", Value: "rmdir", Err: err}
+	}
+	return m.unthread(p.Dir())
+}
+
+// unthread turns ThreadedControllers off in parent's cgroup.subtree_control
+// when parent has no child group left.
+func (m *Manager) unthread(parent Path) error {
+	if parent.IsRoot() {
+		return nil
+	}
+	d, err := m.root.Open(parent.String())
+	if err != nil {
+		return err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			return nil // another child: its controllers stay
+		}
+	}
+	on, err := m.read(parent, "cgroup.subtree_control")
+	if err != nil {
+		return err
+	}
+	have := strings.Fields(strings.ReplaceAll(on, "+", ""))
+	var off []string
+	for _, c := range ThreadedControllers {
+		if slices.Contains(have, c) {
+			off = append(off, "-"+c)
+		}
+	}
+	if len(off) == 0 {
+		return nil
+	}
+	v := strings.Join(off, " ")
+	if err := m.write(parent, "cgroup.subtree_control", v); err != nil {
+		return &ThreadedError{Path: parent.String(), File: "cgroup.subtree_control", Value: v, Err: errnoOf(err)}
 	}
 	return nil
 }

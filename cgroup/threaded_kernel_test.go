@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -124,6 +125,19 @@ func TestKernelThreaded(t *testing.T) {
 	}
 	if m.Exists(child) {
 		t.Errorf("%s still exists", child)
+	}
+	// Its only threaded child gone, the group is a plain domain again: a
+	// group its own processes make works (a container's systemd).
+	if typ, _ := m.Type(p); typ != "domain" {
+		t.Errorf("%s after its last threaded child went: cgroup.type %q, want domain", p, typ)
+	}
+	own := filepath.Join(cgroup.HostMount, p.String(), "own")
+	if err := os.Mkdir(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(own)
+	if b, _ := os.ReadFile(filepath.Join(own, "cgroup.type")); strings.TrimSpace(string(b)) != "domain" {
+		t.Errorf("a group made under %s after the split: cgroup.type %q, want domain", p, strings.TrimSpace(string(b)))
 	}
 	if err := m.MoveThread(p, 0x7ffffff0); err == nil {
 		t.Errorf("MoveThread of a thread that does not exist succeeded")

@@ -171,6 +171,11 @@ func TestRemoveThreaded(t *testing.T) {
 	if m.Exists(fragGroup) {
 		t.Errorf("%s still exists", fragGroup)
 	}
+	// Its last child gone, the container's cgroup turns the threaded
+	// controllers off again (else it stays a thread root).
+	if b, _ := os.ReadFile(filepath.Join(dir, container.String(), "cgroup.subtree_control")); strings.Contains(string(b), "+cpu") || !strings.Contains(string(b), "-cpu -cpuset") {
+		t.Errorf("the container's cgroup.subtree_control after its last threaded child went = %q, want -cpu -cpuset written", b)
+	}
 	if err := m.RemoveThreaded(ctx, fragGroup); err != nil {
 		t.Errorf("RemoveThreaded of a missing group = %v, want nil", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,7 +29,15 @@ import (
 // (as `docker exec` would start it). Call it first
 // in TestMain; without PINFOLD_HELPER it returns at once.
 func HelperMain() {
-	switch h := os.Getenv("PINFOLD_HELPER"); {
+	h := os.Getenv("PINFOLD_HELPER")
+	if h != "" && !slices.Contains(os.Args[1:], "-test.run=^$") {
+		// Helpers are started with -test.run=^$ (StartHelper, the matrix,
+		// the e2e containers); a PINFOLD_HELPER left in a shell's
+		// environment must not turn a test run into a helper that exits 0.
+		fmt.Fprintf(os.Stderr, "testenv: PINFOLD_HELPER=%q ignored: this is a test run, not a helper (helpers run with -test.run=^$)\n", h)
+		return
+	}
+	switch {
 	case h == "spin":
 		spin()
 	case strings.HasPrefix(h, "spin:"):

@@ -79,6 +79,9 @@ func Parse(spec string) (Load, error) {
 		}
 		nums[i] = v
 	}
+	if f[0] == Forks && nums[0] > 64 {
+		return Load{}, fmt.Errorf("workload %q: forks takes at most 64 loops (each a process at a time), got %d", spec, nums[0])
+	}
 	return Load{Kind: f[0], N: nums[0], On: nums[1], Off: nums[2]}, nil
 }
 
