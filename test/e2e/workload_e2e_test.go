@@ -140,7 +140,7 @@ func runCase(t *testing.T, image, w string, c workload.Case) []string {
 		return 0
 	}
 	time.Sleep(5 * time.Second) // settle
-	for _, e := range ps(t) { // the containers as they run now
+	for _, e := range ps(t) {   // the containers as they run now
 		if plan[e.Service] > 0 && e.State == "running" {
 			got[e.Service] = e
 		}
