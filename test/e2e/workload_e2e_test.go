@@ -58,9 +58,10 @@ func TestE2EWorkloadSees(t *testing.T) {
 	}
 }
 
-// e2eShareBound is the guest's bound on CPU got against the plan: the TCG
-// guest loses part of a busy vCPU to its host (docs/AGENT.md).
-const e2eShareBound = 0.10
+// e2eShareBound is the guest's bound under min(plan, demand), as
+// e2eSharesLow's (the TCG guest loses part of a busy vCPU to its host);
+// over the plan the bound is 5 %.
+const e2eShareBound = 0.25
 
 // workloadSees runs the loads under an agent started with args and returns
 // what broke the promise.
@@ -148,11 +149,14 @@ func runCase(t *testing.T, image, w string, c workload.Case) []string {
 	b0 := map[string]time.Duration{"wa": usage(got["wa"].Container), "wb": usage(got["wb"].Container)}
 	t0 := time.Now()
 	time.Sleep(10 * time.Second)
+	// Both read at the window's end, before the probes: a docker exec
+	// takes seconds in the TCG guest.
+	b1 := map[string]time.Duration{"wa": usage(got["wa"].Container), "wb": usage(got["wb"].Container)}
 	wall := time.Since(t0)
 	var problems, line []string
 	for _, svc := range []string{"wa", "wb"} {
 		ctr := got[svc].Container
-		cpu := float64(usage(ctr)-b0[svc]) / float64(wall)
+		cpu := float64(b1[svc]-b0[svc]) / float64(wall)
 		want := min(plan[svc], load[svc].Demand())
 		seen, err := os.ReadFile(filepath.Join(w, report[svc]))
 		s, perr := workload.ParseSeen(string(seen))
@@ -174,9 +178,9 @@ func runCase(t *testing.T, image, w string, c workload.Case) []string {
 		if terr != nil {
 			problems = append(problems, fmt.Sprintf("%s %s: docker top: %v: %s", c.Name, svc, terr, strings.TrimSpace(string(top))))
 		}
-		if cpu < (1-e2eShareBound)*want || cpu > (1+e2eShareBound)*plan[svc] {
-			problems = append(problems, fmt.Sprintf("%s %s: got %.3f CPUs, want %.3f..%.3f (min(plan, demand) %.2f, ±%.0f %%)", c.Name, svc, cpu,
-				(1-e2eShareBound)*want, (1+e2eShareBound)*plan[svc], want, 100*e2eShareBound))
+		if cpu < (1-e2eShareBound)*want || cpu > 1.05*plan[svc] {
+			problems = append(problems, fmt.Sprintf("%s %s: got %.3f CPUs, want %.3f..%.3f (min(plan, demand) %.2f)", c.Name, svc, cpu,
+				(1-e2eShareBound)*want, 1.05*plan[svc], want))
 		}
 	}
 	t.Logf("%s, fragment CPU %s shared: %s", c.Name, shared, strings.Join(line, "; "))
