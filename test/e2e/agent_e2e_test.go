@@ -441,17 +441,7 @@ func TestE2EDockerShares(t *testing.T) {
 		{"control-weight", []string{"--fragment-scheme", "weight"}, []sharesRound{{4, 0}}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			startPlanner(t, dir+"/planner", "warn")
-			daemon(t, "agent", append([]string{"agent", "--planner", plannerAddr, "--host", "vm", "--state-dir", dir + "/agent", "--resync", "1s"}, tc.args...)...)
-			eventually(t, 60*time.Second, "host vm up", func() (bool, string) {
-				out, _, _ := pinfold(t, "", "host", "list", "-o", "json", "--planner", plannerAddr)
-				return strings.Contains(out, `"state": "up"`) && strings.Contains(out, `"agent": true`), out
-			})
-			b, _ := os.ReadFile("/sys/devices/system/node/node1/cpulist")
-			if _, errOut, code := pinfold(t, "", "host", "set", "vm", "--remove-cpus", strings.TrimSpace(string(b)), "--planner", plannerAddr); code != 0 {
-				t.Fatalf("host set --remove-cpus: %s", errOut)
-			}
+			startOnNode0(t, tc.args)
 			n := 1
 			if !tc.control {
 				n = runs
@@ -488,16 +478,7 @@ type sharesRound struct{ a, b int }
 var e2eSharesLow = map[int]float64{2: 0.25, 4: 0.20, 8: 0.25}
 
 func dockerSharesRound(t *testing.T, image string, r sharesRound, run int) []string {
-	usage := func(container string) time.Duration {
-		for _, l := range strings.Split(cg(t, container, "cpu.stat"), "\n") {
-			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return time.Duration(n) * time.Microsecond
-			}
-		}
-		t.Fatalf("no usage_usec in %s's cpu.stat", container)
-		return 0
-	}
+	usage := func(container string) time.Duration { return cpuUsage(t, container) }
 	plan := map[string]float64{"sa": 1.7, "sb": 1.3}
 	procs := map[string]int{"sa": r.a, "sb": r.b}
 	for _, svc := range []string{"sa", "sb"} {
@@ -511,20 +492,8 @@ func dockerSharesRound(t *testing.T, image string, r sharesRound, run int) []str
 			t.Fatalf("deploy %s: %s", svc, errOut)
 		}
 	}
-	got := map[string]psEntry{}
-	eventually(t, 120*time.Second, "sa and sb running", func() (bool, string) {
-		for _, e := range ps(t) {
-			if plan[e.Service] > 0 && e.State == "running" {
-				got[e.Service] = e
-			}
-		}
-		return len(got) == 2, fmt.Sprint(got)
-	})
+	got, shared := runningPair(t, plan)
 	sa, sb := got["sa"], got["sb"]
-	shared := cpuset.MustParseCPUs(cpuList(sa.CPUs)).Intersect(cpuset.MustParseCPUs(cpuList(sb.CPUs)))
-	if shared.Len() != 1 {
-		t.Fatalf("sa on CPUs %v and sb on %v share %s, want their one fragment CPU", sa.CPUs, sb.CPUs, shared)
-	}
 	time.Sleep(5 * time.Second) // settle: the share loop's windows are 1 s
 	b0 := map[string]time.Duration{"sa": usage(sa.Container), "sb": usage(sb.Container)}
 	t0 := time.Now()

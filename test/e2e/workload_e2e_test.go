@@ -67,19 +67,7 @@ const e2eShareBound = 0.25
 // what broke the promise.
 func workloadSees(t *testing.T, agentArgs []string) []string {
 	image := testenv.Image(t)
-	dir := t.TempDir()
-	startPlanner(t, dir+"/planner", "warn")
-	daemon(t, "agent", append([]string{"agent", "--planner", plannerAddr, "--host", "vm", "--state-dir", dir + "/agent", "--resync", "1s"}, agentArgs...)...)
-	eventually(t, 60*time.Second, "host vm up", func() (bool, string) {
-		out, _, _ := pinfold(t, "", "host", "list", "-o", "json", "--planner", plannerAddr)
-		return strings.Contains(out, `"state": "up"`) && strings.Contains(out, `"agent": true`), out
-	})
-	// NUMA node 1's CPUs out of capacity: both instances pack into node
-	// 0's three CPUs and share one.
-	b, _ := os.ReadFile("/sys/devices/system/node/node1/cpulist")
-	if _, errOut, code := pinfold(t, "", "host", "set", "vm", "--remove-cpus", strings.TrimSpace(string(b)), "--planner", plannerAddr); code != 0 {
-		t.Fatalf("host set --remove-cpus: %s", errOut)
-	}
+	dir := startOnNode0(t, agentArgs)
 	// The load is this static test binary, mounted into busybox
 	// containers with a folder for its reports.
 	w := filepath.Join(dir, "w")
@@ -117,29 +105,8 @@ func runCase(t *testing.T, image, w string, c workload.Case) []string {
 			t.Fatalf("deploy %s (%s): %s", svc, c.Name, errOut)
 		}
 	}
-	got := map[string]psEntry{}
-	eventually(t, 120*time.Second, "wa and wb running", func() (bool, string) {
-		for _, e := range ps(t) {
-			if plan[e.Service] > 0 && e.State == "running" {
-				got[e.Service] = e
-			}
-		}
-		return len(got) == 2, fmt.Sprint(got)
-	})
-	shared := cpuset.MustParseCPUs(cpuList(got["wa"].CPUs)).Intersect(cpuset.MustParseCPUs(cpuList(got["wb"].CPUs)))
-	if shared.Len() != 1 {
-		t.Fatalf("wa on CPUs %v and wb on %v share %s, want their one fragment CPU", got["wa"].CPUs, got["wb"].CPUs, shared)
-	}
-	usage := func(container string) time.Duration {
-		for _, l := range strings.Split(cg(t, container, "cpu.stat"), "\n") {
-			if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return time.Duration(n) * time.Microsecond
-			}
-		}
-		t.Fatalf("%s: no usage_usec in its cpu.stat (%s)", c.Name, cg(t, container, "cpu.stat"))
-		return 0
-	}
+	got, shared := runningPair(t, plan)
+	usage := func(container string) time.Duration { return cpuUsage(t, container) }
 	time.Sleep(5 * time.Second) // settle
 	for _, e := range ps(t) {   // the containers as they run now
 		if plan[e.Service] > 0 && e.State == "running" {
@@ -185,6 +152,65 @@ func runCase(t *testing.T, image, w string, c workload.Case) []string {
 	}
 	t.Logf("%s, fragment CPU %s shared: %s", c.Name, shared, strings.Join(line, "; "))
 	return problems
+}
+
+// startOnNode0 starts a planner and an agent (with agentArgs) for the
+// guest as host vm, waits until the host is up, and takes NUMA node 1's
+// CPUs out of capacity: a 1.7 and a 1.3 instance then pack into node 0's
+// three CPUs and share one. It returns the test's folder.
+func startOnNode0(t *testing.T, agentArgs []string) string {
+	t.Helper()
+	dir := t.TempDir()
+	startPlanner(t, dir+"/planner", "warn")
+	daemon(t, "agent", append([]string{"agent", "--planner", plannerAddr, "--host", "vm", "--state-dir", dir + "/agent", "--resync", "1s"}, agentArgs...)...)
+	eventually(t, 60*time.Second, "host vm up", func() (bool, string) {
+		out, _, _ := pinfold(t, "", "host", "list", "-o", "json", "--planner", plannerAddr)
+		return strings.Contains(out, `"state": "up"`) && strings.Contains(out, `"agent": true`), out
+	})
+	b, _ := os.ReadFile("/sys/devices/system/node/node1/cpulist")
+	if _, errOut, code := pinfold(t, "", "host", "set", "vm", "--remove-cpus", strings.TrimSpace(string(b)), "--planner", plannerAddr); code != 0 {
+		t.Fatalf("host set --remove-cpus: %s", errOut)
+	}
+	return dir
+}
+
+// runningPair waits until both services of plan (1.7 and 1.3 bound) run,
+// and checks that they share one fragment CPU; it returns their entries
+// and that CPU.
+func runningPair(t *testing.T, plan map[string]float64) (map[string]psEntry, cpuset.CPUs) {
+	t.Helper()
+	got := map[string]psEntry{}
+	eventually(t, 120*time.Second, "both services running", func() (bool, string) {
+		for _, e := range ps(t) {
+			if plan[e.Service] > 0 && e.State == "running" {
+				got[e.Service] = e
+			}
+		}
+		return len(got) == len(plan), fmt.Sprint(got)
+	})
+	var sets []cpuset.CPUs
+	for _, e := range got {
+		sets = append(sets, cpuset.MustParseCPUs(cpuList(e.CPUs)))
+	}
+	shared := sets[0].Intersect(sets[1])
+	if shared.Len() != 1 {
+		t.Fatalf("%v share %s, want their one fragment CPU", got, shared)
+	}
+	return got, shared
+}
+
+// cpuUsage is a container's cpu.stat usage_usec.
+func cpuUsage(t *testing.T, container string) time.Duration {
+	t.Helper()
+	st := cg(t, container, "cpu.stat")
+	for _, l := range strings.Split(st, "\n") {
+		if v, ok := strings.CutPrefix(l, "usage_usec "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return time.Duration(n) * time.Microsecond
+		}
+	}
+	t.Fatalf("no usage_usec in %s's cpu.stat (%s)", container, st)
+	return 0
 }
 
 func copyFile(t *testing.T, from, to string) {
