@@ -684,13 +684,15 @@ func matrixProblems(c matrixCell, low, high float64) []string {
 // with its caps lifted (an instance beside an idle neighbour takes 2 CPUs:
 // the one row where only the caps hold the split). Each control must fail
 // on what its missing part is for, not on anything else. The bound is 5 %
-// natively; in the TCG guest, whose vCPUs lose time to the loaded host,
-// 10 % below (above stays 5 %: the guest does not give time it lacks).
+// natively; in the TCG guest, whose vCPUs lose time to the loaded host
+// and whose per-vCPU clocks drift (usage reads up to 7.6 % over a cap that
+// holds: sweepOver), 10 % either way: the uncapped control's 2.0 CPUs
+// beside an idle neighbour stay far over 1.1 × 1.7.
 func TestKernelMatrixBound(t *testing.T) {
 	testenv.RequireKernel(t)
-	low := 0.05
+	low, high := 0.05, 0.05
 	if os.Getenv("PINFOLD_VM") != "" {
-		low = 0.10
+		low, high = 0.10, 0.10
 	}
 	byName := map[string]workload.Case{}
 	for _, c := range workload.Matrix {
@@ -718,7 +720,7 @@ func TestKernelMatrixBound(t *testing.T) {
 		}
 		t.Run(tc.cand.name, func(t *testing.T) {
 			for _, cell := range runMatrix(t, cases, []matrixCandidate{tc.cand}, 1, 3*time.Second, 4*time.Second, time.Hour) {
-				p := matrixProblems(cell, low, 0.05)
+				p := matrixProblems(cell, low, high)
 				t.Logf("%s", cellLine(cell))
 				all := strings.Join(p, "; ")
 				hit := len(tc.must) > 0

@@ -231,6 +231,20 @@ func sweepTolerance() float64 {
 	return shareTolerance
 }
 
+// sweepOver is how far over its plan an instance may read: 0.05 CPU on a
+// real kernel; 0.15 in the TCG guest, whose vCPUs' clocks drift apart
+// (tsc=reliable keeps the kernel from switching clocksource, not the
+// drift), so cpu.stat usage over a window reads above a cap that holds:
+// up to a 1.614 of 1.5 (+7.6 %) and a 1.789 of 1.7 in the CI form of the
+// kernel tier on 2026-11-28, after a rerun each. No control of the sweep
+// rests on this bound (its control must miss the lower one).
+func sweepOver() float64 {
+	if os.Getenv("PINFOLD_VM") != "" {
+		return 0.15
+	}
+	return 0.05
+}
+
 // sweepResult is one run's table row, its worst relative shortfall (or
 // excess over plan + 0.05, relative to the plan) and whether it held.
 type sweepResult struct {
@@ -407,7 +421,7 @@ func measure(t *testing.T, m *cgroup.Manager, ins []model.Instance, paths map[st
 }
 
 // judge holds got against the bounds: a busy instance at least (1 − tol)
-// of min(plan, threads), none above plan + 0.05.
+// of min(plan, threads), none above plan + sweepOver().
 func judge(c sweepCase, ins []model.Instance, n int, got map[string]float64, weights map[string]uint64, tol float64) sweepResult {
 	res := sweepResult{ok: true}
 	var cells []string
@@ -428,7 +442,7 @@ func judge(c sweepCase, ins []model.Instance, n int, got map[string]float64, wei
 				res.ok = false
 			}
 		}
-		if over := got[in.ID] - plan - 0.05; over > 0 {
+		if over := got[in.ID] - plan - sweepOver(); over > 0 {
 			res.ok = false
 			res.worst = max(res.worst, over/plan)
 		}

@@ -473,9 +473,13 @@ type sharesRound struct{ a, b int }
 // on the quiet 2-core machine (2026-11-28, docs/AGENT.md): 2 processes sa
 // −3.2 to −10.8 %, sb −4.6 to −19.4 %; 8 processes sa −1.6 to −11.5 %,
 // sb −1.8 to −13.0 %. The guest's vCPUs lose time to their host, so it
-// cannot hold a share to 5 %; the native matrix does, and the upper bound
-// (+5 %, which the guest never gives) is what the control must break.
+// cannot hold a share to 5 %; the native matrix does. Over the plan the
+// guest reads up to 7.6 % (its vCPUs' clocks drift: sweepOver in the
+// kernel tier), so the upper bound is 10 %: what the control, 2 CPUs
+// beside an idle neighbour (+18 %), must break.
 var e2eSharesLow = map[int]float64{2: 0.25, 4: 0.20, 8: 0.25}
+
+const e2eSharesHigh = 0.10
 
 func dockerSharesRound(t *testing.T, image string, r sharesRound, run int) []string {
 	usage := func(container string) time.Duration { return cpuUsage(t, container) }
@@ -511,8 +515,8 @@ func dockerSharesRound(t *testing.T, image string, r sharesRound, run int) []str
 		if low := e2eSharesLow[procs[svc]]; procs[svc] > 0 && d < -low {
 			missed = append(missed, fmt.Sprintf("%s got %.3f, under %.3f (-%.0f %%)", svc, cpu, (1-low)*want, 100*low))
 		}
-		if cpu > 1.05*plan[svc] {
-			missed = append(missed, fmt.Sprintf("%s got %.3f, over %.3f (+5 %%)", svc, cpu, 1.05*plan[svc]))
+		if cpu > (1+e2eSharesHigh)*plan[svc] {
+			missed = append(missed, fmt.Sprintf("%s got %.3f, over %.3f (+%.0f %%)", svc, cpu, (1+e2eSharesHigh)*plan[svc], 100*e2eSharesHigh))
 		}
 	}
 	t.Logf("run %d: docker shares, %d / %d busy processes, fragment CPU %s shared: %s (5 s settle, %s window)", run+1, r.a, r.b, shared,
