@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -242,7 +243,7 @@ func unameR() string {
 func cellLine(c matrixCell) string {
 	f := func(m matrixInstance) string {
 		var ch []string
-		for _, k := range sortedKeys(m.Children) {
+		for _, k := range slices.Sorted(maps.Keys(m.Children)) {
 			ch = append(ch, fmt.Sprintf("%s=%.3f", k, m.Children[k]))
 		}
 		return fmt.Sprintf("got=%.3f thr=%.2f %s seen[%s%s] probe[%s] top=%s", m.Got, m.Throttled, strings.Join(ch, " "),
@@ -250,15 +251,6 @@ func cellLine(c matrixCell) string {
 	}
 	return fmt.Sprintf("cell case=%q cand=%s slot=%d rep=%d | a %s | b %s | warns=%d %s", c.Case.Name, c.Candidate, c.Slot, c.Rep,
 		f(c.A), f(c.B), len(c.Warns), strings.Join(c.Warns, "; "))
-}
-
-func sortedKeys(m map[string]float64) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // matrixRun runs one cell on slot and returns its figures.

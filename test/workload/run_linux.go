@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -163,7 +164,7 @@ func burnThread(d time.Duration) {
 // process's CPU time is not the goroutine's, so it counts loop iterations
 // calibrated once.
 func burnGo(d time.Duration) {
-	n := int(float64(itersPerMs.Load()) * float64(d) / float64(time.Millisecond))
+	n := int(float64(itersPerMs()) * float64(d) / float64(time.Millisecond))
 	x := 0
 	for i := 0; i < n; i++ {
 		x += i
@@ -171,10 +172,14 @@ func burnGo(d time.Duration) {
 	sink.Store(int64(x))
 }
 
-var itersPerMs, sink atomic.Int64
+var sink atomic.Int64
 
-func init() {
+// itersPerMs is calibrated once, on first use (the pool load alone needs
+// it): not at start-up of every binary that imports the package, which
+// would add CPU to each short-lived process of a forks load and each probe.
+var itersPerMs = sync.OnceValue(func() int64 {
 	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	start := threadCPU()
 	x := 0
 	const n = 5_000_000
@@ -183,12 +188,10 @@ func init() {
 	}
 	sink.Store(int64(x))
 	if el := threadCPU() - start; el > 0 {
-		itersPerMs.Store(int64(float64(n) * float64(time.Millisecond) / float64(el)))
-	} else {
-		itersPerMs.Store(1_000_000)
+		return int64(float64(n) * float64(time.Millisecond) / float64(el))
 	}
-	runtime.UnlockOSThread()
-}
+	return 1_000_000
+})
 
 // burstThread: ON ms of CPU work, then OFF ms asleep, for ever, on one OS
 // thread; the first sleep is staggered by i so threads do not start in step.
