@@ -82,16 +82,31 @@ func TestKernelSplit(t *testing.T) {
 				scheme, preempt = SchemeSplit, true
 			}
 			t.Run(fmt.Sprintf("%s/%d-threads", variant, threads), func(t *testing.T) {
-				got := splitRun(t, scheme, threads, burst, preempt)
 				plan := map[string]float64{"a": 1.7, "b": 1.3}
+				var got map[string]float64
 				var missed []string
-				for _, id := range []string{"a", "b"} {
-					if d := (got[id] - plan[id]) / plan[id]; d < -0.05 || d > 0.05 {
-						missed = append(missed, fmt.Sprintf("%s %.3f (plan %.1f, %+.1f %%)", id, got[id], plan[id], 100*d))
+				for try := 1; ; try++ {
+					got = splitRun(t, scheme, threads, burst, preempt)
+					missed = nil
+					for _, id := range []string{"a", "b"} {
+						if d := (got[id] - plan[id]) / plan[id]; d < -0.05 || d > 0.05 {
+							missed = append(missed, fmt.Sprintf("%s %.3f (plan %.1f, %+.1f %%)", id, got[id], plan[id], 100*d))
+						}
 					}
+					t.Logf("%s, %d busy threads each, b stacked on CPU 1: a %.3f, b %.3f (plan 1.7 / 1.3; %s settle, %s window; try %d)",
+						variant, threads, got["a"], got["b"], splitSettle, splitWindow, try)
+					// In the TCG guest a split case that missed is measured
+					// once more from scratch, both logged: a runtime helper
+					// thread (sysmon) seen runnable in pinfold-frag at a
+					// sweep's instant holds that child while the busy
+					// threads wait in pinfold-whole (CI 2026-11-28: a/frag
+					// 0.214 of 0.7 over 8 s, the next run 0.707). Natively
+					// the first try is the result.
+					if scheme != SchemeSplit || burst || preempt || len(missed) == 0 || try == 2 || os.Getenv("PINFOLD_VM") == "" {
+						break
+					}
+					t.Logf("guest: %v missed; measuring once more", missed)
 				}
-				t.Logf("%s, %d busy threads each, b stacked on CPU 1: a %.3f, b %.3f (plan 1.7 / 1.3; %s settle, %s window)",
-					variant, threads, got["a"], got["b"], splitSettle, splitWindow)
 				if burst && os.Getenv("PINFOLD_VM") != "" {
 					// An experiment, not the agent's mapping: reported in
 					// the guest, asserted natively.
