@@ -96,6 +96,16 @@ type Config struct {
 	// Shrink tunes the pressure-guided memory shrink of a resize below what
 	// a container uses.
 	Shrink ShrinkOptions
+	// ResourcesDir holds each instance's size file (<dir>/<instance
+	// ID>/resources.json, Size), mounted read-only at /run/pinfold in its
+	// containers, which are also created with PINFOLD_CPUS,
+	// PINFOLD_CPUS_CEIL, PINFOLD_MEMORY_BYTES and PINFOLD_RESOURCES. "":
+	// neither.
+	ResourcesDir string
+	// ShrinkNotice is how long a resize that lowers an instance's CPU or
+	// memory waits after its size file announced it (Size.Next); 0 applies
+	// it at once. Needs ResourcesDir.
+	ShrinkNotice time.Duration
 	// OpenLink opens the host's link to the planner
 	// (agentlink.Client.Open). Nil, or one that answers
 	// agentlink.ErrUnsupported (an older planner), makes the agent
@@ -129,6 +139,9 @@ type Agent struct {
 	looped atomic.Int64
 	// threadState says whether a thread is runnable (the split sweep).
 	threadState threadRunnable
+	// sizes keeps the size files (nil without Config.ResourcesDir); only
+	// Reconcile's goroutine uses it.
+	sizes *sizeFiles
 }
 
 // Alive reports whether the agent's loop turned recently (within 3
@@ -205,7 +218,11 @@ func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *t
 		}
 	}
 	prom := newPromMetrics()
-	return &Agent{cfg: cfg, planner: planner, eng: timedEngine{eng, prom.docker}, cg: cg, topo: topo, log: log, prom: prom,
+	var sizes *sizeFiles
+	if cfg.ResourcesDir != "" {
+		sizes = newSizeFiles(cfg.ResourcesDir)
+	}
+	return &Agent{sizes: sizes, cfg: cfg, planner: planner, eng: timedEngine{eng, prom.docker}, cg: cg, topo: topo, log: log, prom: prom,
 		host:    Host{CPUs: topo.Online, Isolated: topo.Isolated, Mems: cpuset.Of(mems...), ShareBase: 100},
 		records: map[string]*record{}, kick: make(chan struct{}, 1), shares: NewShareEnforcer(cg, log),
 		threadState: procThreadState("/proc")}

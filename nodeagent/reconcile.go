@@ -71,7 +71,13 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 	a.mu.Unlock()
 	a.report(ctx, h, desired, obs, pool(h, desired))
 	acted := false
-	failedOn := map[string]bool{} // containers an action failed on in this pass
+	failedOn := map[string]bool{}   // containers an action failed on (or waits) in this pass
+	notApplied := map[string]bool{} // instances whose size the containers do not have yet
+	for _, in := range desired {
+		if refused[in.ID] == in.Generation {
+			notApplied[in.ID] = true
+		}
+	}
 	for _, act := range actions {
 		if act.Kind == Reassert && failedOn[act.Container] {
 			// The plan was not applied (say, a shrink the host refused):
@@ -79,10 +85,29 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 			// the refusal. The next pass re-asserts what Docker holds.
 			continue
 		}
+		if act.Kind == Update && a.sizes != nil && a.cfg.ShrinkNotice > 0 {
+			left, announced, err := a.sizes.hold(*act.Instance, h.ShareBase, a.cfg.ShrinkNotice, time.Now())
+			switch {
+			case err != nil:
+				a.log.Warn("shrink notice not written: the shrink goes ahead", "instance", act.Instance.ID, "err", err)
+			case left > 0:
+				// Announced in the size file; applied once the notice
+				// has passed (a pass is kicked then).
+				failedOn[act.Container], notApplied[act.Instance.ID] = true, true
+				if announced {
+					a.log.Info("shrink announced", "instance", act.Instance.ID, "generation", act.Instance.Generation, "in", left)
+					time.AfterFunc(left, a.wake)
+				}
+				continue
+			}
+		}
 		t0 := time.Now()
 		err := a.apply(ctx, act)
 		if err != nil && act.Container != "" {
 			failedOn[act.Container] = true
+		}
+		if err != nil && act.Instance != nil {
+			notApplied[act.Instance.ID] = true
 		}
 		a.prom.action(act.Kind, err)
 		if act.Kind != Reassert || act.Reason != "" {
@@ -95,6 +120,15 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 		}
 		if act.Instance != nil {
 			a.remember(act, err)
+		}
+	}
+	if a.sizes != nil {
+		seen := map[string]bool{}
+		for _, o := range obs {
+			seen[o.Instance] = true
+		}
+		if err := a.sizes.refresh(desired, seen, notApplied, h.ShareBase); err != nil {
+			a.log.Warn("resources files", "err", err)
 		}
 	}
 	return acted
@@ -202,13 +236,23 @@ func (a *Agent) spec(in *model.Instance, gen int64, r docker.Resources) docker.C
 	if restart == model.RestartNo {
 		restart = ""
 	}
-	env := in.Env
+	env := slices.Clone(in.Env)
+	binds := in.Volumes
+	if a.sizes != nil {
+		// What the instance is told about its size: PINFOLD_CPUS and the
+		// rest at create, the file (kept current) in a read-only mount
+		// (unless the service mounts a volume there itself).
+		env = append(env, SizeOf(*in, a.shareBase()).Env()...)
+		if !slices.ContainsFunc(in.Volumes, func(v string) bool { return volumeTarget(v) == SizeMount }) {
+			binds = append(slices.Clone(in.Volumes), a.sizes.bind(in.ID))
+		}
+	}
 	var ports []docker.PortMapping
 	if len(in.HostPorts) > 0 {
 		// Each port reaches the container as PINFOLD_PORT_<NAME>=<host
 		// port>, and is published (under network host the container
 		// listens on the host port itself).
-		env = append(slices.Clone(in.Env), model.PortsEnv(in.HostPorts)...)
+		env = append(env, model.PortsEnv(in.HostPorts)...)
 		for _, p := range in.HostPorts {
 			ports = append(ports, docker.PortMapping{Host: p.Host, Container: p.Container})
 		}
@@ -216,7 +260,7 @@ func (a *Agent) spec(in *model.Instance, gen int64, r docker.Resources) docker.C
 	return docker.CreateSpec{Name: fmt.Sprintf("pinfold-%s-g%d", in.ID, gen), Image: in.Image, Cmd: in.Command, Env: env, Network: in.Network, Ports: ports,
 		Service: in.Service, Instance: in.ID, Labels: labels, Resources: r,
 		Host: a.cfg.Host, CgroupParent: a.cfg.CgroupParent,
-		Binds: in.Volumes, Restart: restart, RestartRetries: retries, User: in.User, Workdir: in.Workdir, ReadOnly: in.ReadOnly,
+		Binds: binds, Restart: restart, RestartRetries: retries, User: in.User, Workdir: in.Workdir, ReadOnly: in.ReadOnly,
 		CapAdd: in.CapAdd, CapDrop: in.CapDrop, LogDriver: in.LogDriver, LogOpts: in.LogOpts}
 }
 
@@ -231,6 +275,13 @@ func own(cs []docker.Container, host string) []docker.Container {
 func (a *Agent) create(ctx context.Context, in *model.Instance, r docker.Resources) (string, error) {
 	if in.Pull == model.PullAlways {
 		if err := a.eng.Pull(ctx, in.Image); err != nil {
+			return "", err
+		}
+	}
+	if a.sizes != nil {
+		// The file is there before the container starts; one written
+		// already (the size applied, or a shrink's notice) stays.
+		if err := a.sizes.ensure(in.ID, SizeOf(*in, a.shareBase()).JSON()); err != nil {
 			return "", err
 		}
 	}

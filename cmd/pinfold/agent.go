@@ -29,8 +29,10 @@ type agentFlags struct {
 	client                                                                     clientFlags
 	host, sysfsRoot, procRoot, cgroupRoot                                      string
 	dockerHost, stateDir, scheme, logLevel, cgroupParent                       string
-	metricsListen                                                              string
+	metricsListen, resourcesDir                                                string
 	ttl, resync, health, healthTimeout, shareEvery, splitEvery, shrinkDeadline time.Duration
+	shrinkNotice                                                               time.Duration
+	resourcesDirSet                                                            func() bool
 	noLink                                                                     bool
 }
 
@@ -55,6 +57,9 @@ func (f *agentFlags) register(cmd *cobra.Command, withClient bool) {
 	fl.DurationVar(&f.shareEvery, "share-every", time.Second, "the share loop's window: how often instances sharing a CPU are measured (cpu.stat, cpu.pressure) and their cpu.weight corrected towards the plan (not used under --fragment-scheme split: its caps make the split); 0 turns the loop off")
 	fl.DurationVar(&f.splitEvery, "split-every", nodeagent.DefaultSplitEvery, "under --fragment-scheme split: how often each split instance's threads are swept so that both its child cgroups hold a runnable thread (a thread pool's work that wakes on the wrong side costs up to this long of its fragment or of a whole CPU; each sweep reads one /proc file per thread); 100ms to 10s")
 	fl.DurationVar(&f.shrinkDeadline, "shrink-deadline", 30*time.Second, "how long a resize below a container's memory use may take to shrink it (memory.high stepped down while memory.pressure stays low) before it is refused and rolled back")
+	fl.StringVar(&f.resourcesDir, "resources-dir", "", "where each instance's size file is kept (DIR/<instance>/resources.json: cpus, whole_cpus, fragment, cpus_ceil, cpuset, memory_bytes, and a shrink announced in next), mounted read-only at /run/pinfold in its containers, which also get PINFOLD_CPUS, PINFOLD_CPUS_CEIL, PINFOLD_MEMORY_BYTES and PINFOLD_RESOURCES at create; the directory must be on the Docker engine's host (default: /run/pinfold/instances as root, else instances under --state-dir; \"\" turns it off)")
+	fl.DurationVar(&f.shrinkNotice, "shrink-notice", 0, "how long a resize that lowers an instance's CPU or memory waits after announcing it in the instance's resources.json (its next field), so the workload can shed threads or memory first; 0 applies it at once; at most 10m; needs --resources-dir")
+	f.resourcesDirSet = func() bool { return fl.Changed("resources-dir") }
 	fl.BoolVar(&f.noLink, "no-link", false, "heartbeat and watch with two API calls (two connections to the planner) instead of the agent link (one upgraded HTTP/1.1 connection; for a proxy between agent and planner that does not pass upgrades); an older planner without the link is found and used that way anyway")
 	fl.DurationVar(&f.healthTimeout, "health-timeout", 30*time.Second, "how long a replacement's HEALTHCHECK or probe may take to pass, unless the probe sets its own")
 	if withClient {
@@ -79,6 +84,15 @@ func (f *agentFlags) validate() error {
 	if f.splitEvery < 100*time.Millisecond || f.splitEvery > 10*time.Second {
 		return badInput("--split-every %s: want 100ms to 10s", f.splitEvery)
 	}
+	if f.shrinkNotice < 0 || f.shrinkNotice > 10*time.Minute {
+		return badInput("--shrink-notice %s: want 0 (off) to 10m", f.shrinkNotice)
+	}
+	if f.resourcesDir != "" && !filepath.IsAbs(f.resourcesDir) {
+		return badInput("--resources-dir %q: want an absolute path (the Docker engine mounts it)", f.resourcesDir)
+	}
+	if f.shrinkNotice > 0 && f.resourcesDir == "" && f.resourcesDirSet != nil && f.resourcesDirSet() {
+		return badInput("--shrink-notice %s: needs --resources-dir (the notice is written there); it was turned off", f.shrinkNotice)
+	}
 	if len(f.cgroupParent) > 255 || strings.ContainsAny(f.cgroupParent, " \t\n\x00") || strings.Contains(f.cgroupParent, "..") {
 		return badInput("--cgroup-parent %q: want a cgroup path (/pinfold-h2) or a systemd slice (h2.slice) without blanks or '..'", f.cgroupParent)
 	}
@@ -88,6 +102,13 @@ func (f *agentFlags) validate() error {
 func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if err := f.validate(); err != nil {
 		return err
+	}
+	resourcesDir := f.resourcesDir
+	if resourcesDir == "" && (f.resourcesDirSet == nil || !f.resourcesDirSet()) {
+		resourcesDir, _ = filepath.Abs(filepath.Join(f.stateDir, "instances"))
+		if os.Geteuid() == 0 {
+			resourcesDir = "/run/pinfold/instances"
+		}
 	}
 	shareEvery := f.shareEvery
 	if shareEvery == 0 {
@@ -125,7 +146,8 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 		}
 	}
 	a := nodeagent.New(nodeagent.Config{OpenLink: openLink, Host: f.host, CgroupParent: f.cgroupParent, Version: version, StateDir: f.stateDir, Scheme: nodeagent.Scheme(f.scheme),
-		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout, ShareEvery: shareEvery, SplitEvery: f.splitEvery, Shrink: nodeagent.ShrinkOptions{Deadline: f.shrinkDeadline}}, cl, eng, cg, topo, log)
+		HeartbeatTTL: f.ttl, Resync: f.resync, HealthWait: f.health, HealthTimeout: f.healthTimeout, ShareEvery: shareEvery, SplitEvery: f.splitEvery, Shrink: nodeagent.ShrinkOptions{Deadline: f.shrinkDeadline},
+		ResourcesDir: resourcesDir, ShrinkNotice: f.shrinkNotice}, cl, eng, cg, topo, log)
 	if f.metricsListen != "" {
 		stop, addr, err := serveAgentMetrics(a, f.metricsListen)
 		if err != nil {

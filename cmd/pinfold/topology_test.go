@@ -227,6 +227,8 @@ func TestAgentIntervalFlags(t *testing.T) {
 		{"--split-every", "0s"},
 		{"--share-every", "10ms"},
 		{"--resync", "0s"},
+		{"--shrink-notice", "-1s"},
+		{"--shrink-notice", "11m0s"},
 	} {
 		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
 			_, errOut, code := runCLI(t, "", "agent", tc.flag, tc.value, "--cgroup-root", t.TempDir(), "--planner", "127.0.0.1:1", "--state-dir", t.TempDir())
@@ -247,6 +249,7 @@ func TestUpAgentFlags(t *testing.T) {
 		{"--share-every", "10ms", "--share-every 10ms"},
 		{"--fragment-scheme", "bogus", `--fragment-scheme "bogus"`},
 		{"--cgroup-parent", "../x", `--cgroup-parent "../x"`},
+		{"--resources-dir", "rel/dir", `--resources-dir "rel/dir"`},
 	} {
 		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
 			data := t.TempDir()

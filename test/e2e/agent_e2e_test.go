@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pinfold/pinfold/nodeagent"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/test/testenv"
 )
@@ -141,6 +142,20 @@ func cpuList(m map[string]int) string {
 	return cpuset.Of(ids...).String()
 }
 
+// sizeSeen is the size file as the container reads it.
+func sizeSeen(t *testing.T, container string) nodeagent.Size {
+	t.Helper()
+	out, err := exec.Command("docker", "exec", container, "cat", "/run/pinfold/resources.json").CombinedOutput()
+	var s nodeagent.Size
+	if err == nil {
+		err = json.Unmarshal(out, &s)
+	}
+	if err != nil {
+		t.Errorf("%s: cat /run/pinfold/resources.json: %v: %s", container, err, out)
+	}
+	return s
+}
+
 func byID(list []psEntry, id string) psEntry {
 	for _, e := range list {
 		if e.ID == id {
@@ -169,7 +184,7 @@ func TestE2EAgent(t *testing.T) {
 	image := testenv.Image(t)
 	dir := t.TempDir()
 	planner := startPlanner(t, dir+"/planner", "warn")
-	agentArgs := []string{"agent", "--planner", plannerAddr, "--host", "vm", "--state-dir", dir + "/agent", "--resync", "1s", "--health-wait", "2s", "--shrink-deadline", "8s"}
+	agentArgs := []string{"agent", "--planner", plannerAddr, "--host", "vm", "--state-dir", dir + "/agent", "--resync", "1s", "--health-wait", "2s", "--shrink-deadline", "8s", "--shrink-notice", "2s"}
 	agent := daemon(t, "agent", agentArgs...)
 	eventually(t, 60*time.Second, "host vm up", func() (bool, string) {
 		out, _, _ := pinfold(t, "", "host", "list", "-o", "json", "--planner", plannerAddr)
@@ -215,6 +230,14 @@ func TestE2EAgent(t *testing.T) {
 			t.Errorf("%s: applied as reported by the agent = %+v", e.ID, e.Applied)
 		}
 	}
+	// What the workload is told: the size file mounted read-only at
+	// /run/pinfold, and the variables it was created with.
+	if s := sizeSeen(t, b.Container); s.CPUs != 1.3 || s.CPUsCeil != 2 || s.WholeCPUs != 1 || s.Fragment != 0.3 || s.MemoryBytes != 128<<20 {
+		t.Errorf("%s: /run/pinfold/resources.json = %+v, want 1.3 CPUs (1 whole + 0.3), ceil 2, 128 MiB", b.ID, s)
+	}
+	if out, err := exec.Command("docker", "exec", b.Container, "sh", "-c", "echo $PINFOLD_CPUS $PINFOLD_CPUS_CEIL $PINFOLD_MEMORY_BYTES; touch /run/pinfold/x").CombinedOutput(); !strings.HasPrefix(string(out), fmt.Sprintf("1.3 2 %d\n", 128<<20)) || err == nil {
+		t.Errorf("%s: the environment and a write to /run/pinfold: %q (%v); want 1.3 2 %d and the write refused", b.ID, out, err, 128<<20)
+	}
 	// a is the instance alone on NUMA node 1 (only it can grow to 2 whole
 	// CPUs); b and c share NUMA node 0's fragment CPU.
 	sort.Slice(list, func(i, j int) bool {
@@ -252,7 +275,29 @@ func TestE2EAgent(t *testing.T) {
 	if got := cg(t, a.Container, "cpu.max"); got != "max 100000" || cg(t, a.Container, "cpuset.cpus") != cpuList(e.CPUs) {
 		t.Errorf("after +0.7 (2.0 CPUs, no fragment) cpu.max = %q, cpuset %q (want %s)", got, cg(t, a.Container, "cpuset.cpus"), cpuList(e.CPUs))
 	}
+	if s := sizeSeen(t, a.Container); s.CPUs != 2 || s.WholeCPUs != 2 || s.MemoryBytes != 192<<20 || s.Generation < 2 {
+		t.Errorf("after +0.7: /run/pinfold/resources.json = %+v, want 2 whole CPUs, 192 MiB (rewritten live)", s)
+	}
+	// A shrink is announced (--shrink-notice 2s): the agent's file for a
+	// names the next size before the cgroup files change.
+	noticed := make(chan string, 1)
+	go func() {
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			b, _ := os.ReadFile("/run/pinfold/instances/" + a.ID + "/resources.json")
+			if strings.Contains(string(b), `"next"`) {
+				noticed <- string(b)
+				return
+			}
+		}
+		noticed <- ""
+	}()
 	e = resize(a.ID, []string{"--cpu", "-0.5"}, "cpu.weight", "50")
+	if n := <-noticed; !strings.Contains(n, `"cpus": 1.5`) {
+		t.Errorf("the shrink to 1.5 CPUs was not announced in the size file first: %q", n)
+	}
+	if s := sizeSeen(t, a.Container); s.CPUs != 1.5 || s.Next != nil {
+		t.Errorf("after -0.5: /run/pinfold/resources.json = %+v, want 1.5 CPUs and no notice left", s)
+	}
 	if cg(t, a.Container, "cpuset.cpus") != cpuList(e.CPUs) {
 		t.Errorf("after -0.5 cpuset %q, want %s", cg(t, a.Container, "cpuset.cpus"), cpuList(e.CPUs))
 	}

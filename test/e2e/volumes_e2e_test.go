@@ -85,7 +85,7 @@ func TestE2EVolumes(t *testing.T) {
 	}
 	got := ins[0]
 	if got.Config.Labels["team"] != "e2e" || got.Config.Labels["io.pinfold.instance"] != id || got.Config.WorkingDir != "/vol" ||
-		strings.Join(got.HostConfig.Binds, " ") != bindDir+":/data "+volume+":/vol" || !got.HostConfig.ReadonlyRootfs ||
+		strings.Join(got.HostConfig.Binds, " ") != bindDir+":/data "+volume+":/vol /run/pinfold/instances/"+id+":/run/pinfold:ro" || !got.HostConfig.ReadonlyRootfs ||
 		strings.Join(got.HostConfig.CapDrop, ",") != "NET_RAW" && strings.Join(got.HostConfig.CapDrop, ",") != "CAP_NET_RAW" ||
 		got.HostConfig.RestartPolicy.Name != "on-failure" || got.HostConfig.RestartPolicy.MaximumRetryCount != 2 {
 		t.Errorf("container %s = %+v; want every setting of the deploy", short(c), got)

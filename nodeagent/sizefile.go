@@ -1,0 +1,186 @@
+package nodeagent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/model"
+)
+
+// sizeFiles keeps each instance's size file under Config.ResourcesDir:
+// <dir>/<instance ID>/resources.json, the directory bind-mounted read-only
+// at SizeMount in the instance's containers (a directory, not the file: a
+// rename inside it is seen through the mount; a file's bind mount keeps
+// the old inode). Written only when the content changes.
+type sizeFiles struct {
+	dir     string
+	written map[string][]byte // by instance ID: the content last written (nil: a directory found at start)
+	notice  map[string]notice // by instance ID: a shrink announced
+}
+
+// notice is a shrink announced to an instance: its generation, and when
+// the resize may be applied.
+type notice struct {
+	gen int64
+	due time.Time
+}
+
+func newSizeFiles(dir string) *sizeFiles {
+	return &sizeFiles{dir: dir, notice: map[string]notice{}}
+}
+
+// bind is the mount of in's directory, Docker's SOURCE:TARGET:ro.
+func (s *sizeFiles) bind(id string) string {
+	return filepath.Join(s.dir, id) + ":" + SizeMount + ":ro"
+}
+
+// write makes id's file hold content: written to a temporary file in the
+// same directory, then renamed over it. Nothing is written when the
+// content is what was written last.
+func (s *sizeFiles) write(id string, content []byte) error {
+	if err := sizeDirName(id); err != nil {
+		return err
+	}
+	if s.written == nil {
+		s.load()
+	}
+	if old, ok := s.written[id]; ok && bytes.Equal(old, content) {
+		return nil
+	}
+	// Readable by every user a container runs as, whatever the agent's
+	// umask (the packaged unit's is 0077).
+	d := filepath.Join(s.dir, id)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return fmt.Errorf("resources file of %s: %w", id, err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		return fmt.Errorf("resources file of %s: %w", id, err)
+	}
+	tmp := filepath.Join(d, "."+SizeFile+".tmp")
+	if err := os.WriteFile(tmp, content, 0o644); err != nil {
+		return fmt.Errorf("resources file of %s: %w", id, err)
+	}
+	if err := os.Chmod(tmp, 0o644); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("resources file of %s: %w", id, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(d, SizeFile)); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("resources file of %s: %w", id, err)
+	}
+	s.written[id] = bytes.Clone(content)
+	return nil
+}
+
+// ensure writes id's file unless this run wrote it already.
+func (s *sizeFiles) ensure(id string, content []byte) error {
+	if s.written == nil {
+		s.load()
+	}
+	if s.written[id] != nil {
+		return nil
+	}
+	return s.write(id, content)
+}
+
+// load lists the directories a previous run left, so that those of
+// instances gone meanwhile are removed (prune).
+func (s *sizeFiles) load() {
+	s.written = map[string][]byte{}
+	es, _ := os.ReadDir(s.dir)
+	for _, e := range es {
+		if e.IsDir() && sizeDirName(e.Name()) == nil {
+			s.written[e.Name()] = nil
+		}
+	}
+}
+
+// prune removes the directories of instances neither desired nor holding
+// a container (keep).
+func (s *sizeFiles) prune(keep map[string]bool) error {
+	if s.written == nil {
+		s.load()
+	}
+	var errs []error
+	for id := range s.written {
+		if keep[id] {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(s.dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("resources file of %s: %w", id, err))
+			continue
+		}
+		delete(s.written, id)
+		delete(s.notice, id)
+	}
+	return errors.Join(errs...)
+}
+
+// hold decides whether in's resize waits for its notice: when notice > 0
+// and the resize shrinks in, the first call announces it (writes the
+// notice) and every call until the notice has passed says to wait, with
+// how long is left.
+// announced says the notice was written by this call.
+func (s *sizeFiles) hold(in model.Instance, shareBase int, every time.Duration, now time.Time) (left time.Duration, announced bool, err error) {
+	if every <= 0 || !Shrinks(in) {
+		return 0, false, nil
+	}
+	n, ok := s.notice[in.ID]
+	if !ok || n.gen != in.Generation {
+		if err := s.write(in.ID, SizeNotice(in, shareBase).JSON()); err != nil {
+			return 0, false, err
+		}
+		n = notice{gen: in.Generation, due: now.Add(every)}
+		s.notice[in.ID] = n
+		announced = true
+	}
+	return max(0, n.due.Sub(now)), announced, nil
+}
+
+// refresh makes the file of every desired instance hold its size, except
+// those in skip (an action on it failed or waits: the file keeps what the
+// container has, or the notice), and removes the directories of
+// instances neither desired nor in a container (seen).
+func (s *sizeFiles) refresh(desired []model.Instance, seen map[string]bool, skip map[string]bool, shareBase int) error {
+	var errs []error
+	keep := map[string]bool{}
+	for id := range seen {
+		keep[id] = true
+	}
+	for _, in := range desired {
+		keep[in.ID] = true
+		if skip[in.ID] {
+			continue
+		}
+		if err := s.write(in.ID, SizeOf(in, shareBase).JSON()); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := s.prune(keep); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// shareBase is the host's pieces to a CPU, as the planner last sent it.
+func (a *Agent) shareBase() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.host.ShareBase
+}
+
+// volumeTarget is a volume's TARGET (Docker's SOURCE:TARGET[:ro|rw]),
+// without a trailing slash.
+func volumeTarget(v string) string {
+	parts := strings.Split(v, ":")
+	if len(parts) < 2 {
+		return ""
+	}
+	return strings.TrimSuffix(parts[1], "/")
+}
