@@ -230,14 +230,6 @@ func TestE2EAgent(t *testing.T) {
 			t.Errorf("%s: applied as reported by the agent = %+v", e.ID, e.Applied)
 		}
 	}
-	// What the workload is told: the size file mounted read-only at
-	// /run/pinfold, and the variables it was created with.
-	if s := sizeSeen(t, b.Container); s.CPUs != 1.3 || s.CPUsCeil != 2 || s.WholeCPUs != 1 || s.Fragment != 0.3 || s.MemoryBytes != 128<<20 {
-		t.Errorf("%s: /run/pinfold/resources.json = %+v, want 1.3 CPUs (1 whole + 0.3), ceil 2, 128 MiB", b.ID, s)
-	}
-	if out, err := exec.Command("docker", "exec", b.Container, "sh", "-c", "echo $PINFOLD_CPUS $PINFOLD_CPUS_CEIL $PINFOLD_MEMORY_BYTES; touch /run/pinfold/x").CombinedOutput(); !strings.HasPrefix(string(out), fmt.Sprintf("1.3 2 %d\n", 128<<20)) || err == nil {
-		t.Errorf("%s: the environment and a write to /run/pinfold: %q (%v); want 1.3 2 %d and the write refused", b.ID, out, err, 128<<20)
-	}
 	// a is the instance alone on NUMA node 1 (only it can grow to 2 whole
 	// CPUs); b and c share NUMA node 0's fragment CPU.
 	sort.Slice(list, func(i, j int) bool {
@@ -246,6 +238,14 @@ func TestE2EAgent(t *testing.T) {
 	a, b, c := list[0], list[1], list[2]
 	if a.NUMANode != 1 || b.NUMANode != 0 || c.NUMANode != 0 {
 		t.Fatalf("placement: %+v", list)
+	}
+	// What the workload is told: the size file mounted read-only at
+	// /run/pinfold, and the variables it was created with.
+	if s := sizeSeen(t, b.Container); s.CPUs != 1.3 || s.CPUsCeil != 2 || s.WholeCPUs != 1 || s.Fragment != 0.3 || s.MemoryBytes != 128<<20 {
+		t.Errorf("%s: /run/pinfold/resources.json = %+v, want 1.3 CPUs (1 whole + 0.3), ceil 2, 128 MiB", b.ID, s)
+	}
+	if out, err := exec.Command("docker", "exec", b.Container, "sh", "-c", "echo $PINFOLD_CPUS $PINFOLD_CPUS_CEIL $PINFOLD_MEMORY_BYTES; touch /run/pinfold/x").CombinedOutput(); !strings.HasPrefix(string(out), fmt.Sprintf("1.3 2 %d\n", 128<<20)) || err == nil {
+		t.Errorf("%s: the environment and a write to /run/pinfold: %q (%v); want 1.3 2 %d and the write refused", b.ID, out, err, 128<<20)
 	}
 
 	// 2. Resize in place: +0.7 CPU +64 MiB, then -0.5, then unbind.
