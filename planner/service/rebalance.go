@@ -69,7 +69,13 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 	hosts, items, kept := balanceModel(pend, r.MoveLocalVolumes)
 	fragBefore := fragmented(pend)
 	var moves []RebalanceMove
+	// The caller's context stops the planning: every try fails at once
+	// once it is done, and the call returns its error (a client that left
+	// does not keep a planner core busy).
 	try := func(it balance.Item, to string) bool {
+		if ctx.Err() != nil {
+			return false
+		}
 		v, ok := pend.Instance(it.ID)
 		if !ok {
 			return false
@@ -83,11 +89,17 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 		return true
 	}
 	planned, after := balance.Plan(hosts, items, r.Options, try)
+	if err := ctx.Err(); err != nil {
+		return RebalanceResult{}, fmt.Errorf("rebalance stopped: %w", err)
+	}
 	for _, m := range planned {
 		moves = append(moves, RebalanceMove{Instance: m.Item.ID, Service: m.Item.Service, From: m.Item.Host, To: m.To, Why: m.Why + leftBehind(s.st, m.Item.ID)})
 	}
 	if r.Defragment {
-		moves = append(moves, s.defragment(pend, r.Options, len(moves), r.MoveLocalVolumes)...)
+		moves = append(moves, s.defragment(ctx, pend, r.Options, len(moves), r.MoveLocalVolumes)...)
+		if err := ctx.Err(); err != nil {
+			return RebalanceResult{}, fmt.Errorf("rebalance stopped: %w", err)
+		}
 		after, _, _ = balanceModel(pend, r.MoveLocalVolumes)
 	}
 	out := RebalanceResult{Moves: moves, Before: ratios(hosts), After: ratios(after), FragmentedBefore: fragBefore, FragmentedAfter: fragmented(pend), Kept: kept}
@@ -115,7 +127,7 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 
 // defragment proposes moves of instances that hold only a fragment of one
 // CPU, each accepted when it lowers the number of CPUs shared in pieces.
-func (s *Service) defragment(pend *state.Pending, o balance.Options, done int, moveLocal bool) []RebalanceMove {
+func (s *Service) defragment(ctx context.Context, pend *state.Pending, o balance.Options, done int, moveLocal bool) []RebalanceMove {
 	limit := o.MaxMoves
 	if limit == 0 {
 		limit = balance.DefaultMaxMoves
@@ -123,7 +135,7 @@ func (s *Service) defragment(pend *state.Pending, o balance.Options, done int, m
 	var out []RebalanceMove
 	for _, h := range pend.SchedulablePlacement().Hosts {
 		for _, v := range pend.Instances(h.Name) {
-			if done+len(out) >= limit {
+			if done+len(out) >= limit || ctx.Err() != nil {
 				return out
 			}
 			in := v.Instance
@@ -187,13 +199,21 @@ func balanceModel(rd *state.Pending, moveLocal bool) ([]balance.Host, []balance.
 		}
 		hosts = append(hosts, h)
 	}
+	// The instances being replaced (a move in flight), found once: asking
+	// replacementOf per instance sorted the service's instances each time,
+	// O(n²) (issue 36 R1: 197.6 s of a core at 20,777 instances).
+	moving := map[string]bool{}
+	for _, h := range hosts {
+		for _, v := range rd.Instances(h.Name) {
+			if r := v.Instance.Replaces; r != "" {
+				moving[r] = true
+			}
+		}
+	}
 	for _, h := range hosts {
 		for _, v := range rd.Instances(h.Name) {
 			in := v.Instance
-			if in.Replaces != "" {
-				continue
-			}
-			if _, moving := replacementOf(rd, in.Service, in.ID); moving {
+			if in.Replaces != "" || moving[in.ID] {
 				continue
 			}
 			if why := StaysForVolume(in); why != "" && !moveLocal {
