@@ -281,9 +281,12 @@ type identityLimits struct {
 	// (AdmitHandshake); past both, the handshake fails.
 	extra *streamLimits
 	rate  *rateLimits // nil: no bound
+	// heavy counts each identity's fleet-wide calls in flight
+	// (heavyMethods), at most MaxHeavyPerIdentity.
+	heavy *streamLimits
 
 	mu      sync.Mutex
-	limited map[limitedKey]int64 // bounded: 2 limits × 4 roles × the methods
+	limited map[limitedKey]int64 // bounded: 3 limits × 4 roles × the methods
 }
 
 // limitedKey labels a refusal: the limit, the caller's role ("none" for
@@ -293,7 +296,7 @@ type limitedKey struct{ limit, role, method string }
 
 func newIdentityLimits(l Limits, now func() time.Time) *identityLimits {
 	l = l.orDefaults()
-	il := &identityLimits{lim: l, limited: map[limitedKey]int64{}}
+	il := &identityLimits{lim: l, limited: map[limitedKey]int64{}, heavy: newStreamLimits(MaxHeavyPerIdentity)}
 	if l.ConnsPerIdentity > 0 {
 		il.conns = newStreamLimits(l.ConnsPerIdentity)
 		il.extra = newStreamLimits(l.ConnsPerIdentity)
@@ -545,6 +548,19 @@ func methodLabel(path string) string {
 	return "(other)"
 }
 
+// MaxHeavyPerIdentity bounds the calls one identity may have in flight
+// among heavyMethods: those whose work grows with the whole fleet (a
+// rebalance plan, capacity on every host, the plan's export, the health
+// checks, the audit's reads), so that no caller spends more than that many
+// planner cores on them however many connections it opens (issue 36 R1).
+const MaxHeavyPerIdentity = 2
+
+// heavyMethods are the fleet-wide methods MaxHeavyPerIdentity bounds.
+var heavyMethods = map[string]bool{"Rebalance": true, "Capacity": true, "ExportPlan": true, "Health": true, "ListEvents": true}
+
+// heavyList names heavyMethods in the refusal.
+const heavyList = "Rebalance, Capacity, ExportPlan, Health, ListEvents"
+
 // limitIdentities refuses, before its body is read, a request whose
 // verified identity holds its bound of connections already (on a new
 // connection, which is closed after the answer) or has called faster
@@ -570,7 +586,14 @@ func limitIdentities(next http.Handler, l *identityLimits, rec unreadRecorder) h
 			limit = "rate"
 			msg = fmt.Sprintf("identity %s called more than %g times a second: at most %g a second per identity after a burst of %d (--identity-rate, --identity-burst); slow down",
 				key, l.lim.RatePerIdentity, l.lim.RatePerIdentity, l.lim.BurstPerIdentity)
+		} else if method := methodLabel(r.URL.Path); heavyMethods[method] && !l.heavy.take(key) {
+			limit = "heavy"
+			msg = fmt.Sprintf("identity %s has %d fleet-wide calls (%s) running already: at most %d at once per identity (MaxHeavyPerIdentity); wait for one to finish",
+				key, MaxHeavyPerIdentity, heavyList, MaxHeavyPerIdentity)
 		} else {
+			if heavyMethods[method] {
+				defer l.heavy.release(key)
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -621,7 +644,7 @@ func (u unreadRecorder) limited(ctx context.Context, procedure string, start tim
 }
 
 var (
-	descLimited    = prometheus.NewDesc("pinfold_planner_identity_limited_total", "Requests refused over a per-identity bound: limit connections (--identity-max-conns) or rate (--identity-rate, --identity-burst), by the caller's role and the method.", []string{"limit", "role", "method"}, nil)
+	descLimited    = prometheus.NewDesc("pinfold_planner_identity_limited_total", "Requests refused over a per-identity bound: limit connections (--identity-max-conns), rate (--identity-rate, --identity-burst) or heavy (MaxHeavyPerIdentity fleet-wide calls in flight), by the caller's role and the method.", []string{"limit", "role", "method"}, nil)
 	descConnsOpen  = prometheus.NewDesc("pinfold_planner_identity_connections_open", "Connections held by callers with a client certificate (each counted in its identity's bound).", nil, nil)
 	descRateTables = prometheus.NewDesc("pinfold_planner_identity_rate_entries", "Identities in the rate table (at most MaxTrackedIdentities, 65,536; idle ones swept out).", nil, nil)
 )

@@ -198,3 +198,61 @@ func TestRateTableBounded(t *testing.T) {
 		t.Fatalf("%d entries after a minute, want 1 (f): the idle ones swept", n)
 	}
 }
+
+// blockingHealthPlanner's Health waits until release is closed, saying
+// on entered that a call is in.
+type blockingHealthPlanner struct {
+	unreachedPlanner
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (p blockingHealthPlanner) Health(time.Time) []service.Warning {
+	p.entered <- struct{}{}
+	<-p.release
+	return nil
+}
+
+// TestHeavyPerIdentity: one identity has at most MaxHeavyPerIdentity
+// fleet-wide calls in flight; one more is refused with resource_exhausted
+// naming the identity and the bound, counted; another identity is served
+// meanwhile, and the first again once its calls ended. Control: the same
+// number of calls one at a time are all served.
+func TestHeavyPerIdentity(t *testing.T) {
+	p := blockingHealthPlanner{entered: make(chan struct{}, 8), release: make(chan struct{})}
+	m := NewMetrics(p)
+	srv := certServerOf(t, p, Options{Metrics: m, Limits: Limits{RatePerIdentity: 1000, BurstPerIdentity: 1000}})
+	bob := newCertTransport("viewer/bob")
+	defer bob.tr.CloseIdleConnections()
+	done := make(chan error, 8)
+	for range MaxHeavyPerIdentity {
+		go func() { done <- bob.health(t, srv.URL) }()
+		<-p.entered
+	}
+	err := bob.health(t, srv.URL)
+	if connect.CodeOf(err) != connect.CodeResourceExhausted ||
+		!strings.Contains(err.Error(), "identity viewer:bob has 2 fleet-wide calls (Rebalance, Capacity, ExportPlan, Health, ListEvents) running already: at most 2 at once per identity") {
+		t.Fatalf("viewer:bob's third Health in flight = %v, want resource_exhausted naming the identity and the bound", err)
+	}
+	carol := newCertTransport("viewer/carol")
+	defer carol.tr.CloseIdleConnections()
+	go func() { done <- carol.health(t, srv.URL) }()
+	<-p.entered // carol's is served while bob holds his bound
+	close(p.release)
+	for range MaxHeavyPerIdentity + 1 {
+		if err := <-done; err != nil {
+			t.Errorf("a call in flight: %v", err)
+		}
+	}
+	// Control: one at a time, more calls than the bound are all served.
+	for i := range MaxHeavyPerIdentity + 2 {
+		go func() { <-p.entered }()
+		if err := bob.health(t, srv.URL); err != nil {
+			t.Fatalf("viewer:bob's Health %d after the others ended: %v", i+1, err)
+		}
+	}
+	got := collect(limitCollector{m})
+	if got["pinfold_planner_identity_limited_total{heavy}{Health}{viewer}"] != 1 {
+		t.Errorf("limit metrics = %v, want 1 Health refused as heavy", got)
+	}
+}

@@ -30,7 +30,7 @@ import (
 //	pinfold_planner_refused_events_suppressed_total    their events not written (over an identity's budget a minute)
 //	pinfold_planner_streams_open{kind}                 streams open: watch (agents' links and WatchInstances), link (the links among them), view (/ui/events)
 //	pinfold_planner_streams_refused_total{kind}        streams refused over their bound (per host, per identity)
-//	pinfold_planner_identity_limited_total{limit,role,method} requests refused over a per-identity bound: connections, rate
+//	pinfold_planner_identity_limited_total{limit,role,method} requests refused over a per-identity bound: connections, rate, heavy
 //	pinfold_planner_identity_connections_open          connections held by callers with a client certificate
 //	pinfold_planner_identity_rate_entries              identities in the rate table (bounded)
 type Metrics struct {
