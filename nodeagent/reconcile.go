@@ -281,7 +281,7 @@ func (a *Agent) create(ctx context.Context, in *model.Instance, r docker.Resourc
 	if a.sizes != nil {
 		// The file is there before the container starts; one written
 		// already (the size applied, or a shrink's notice) stays.
-		if err := a.sizes.ensure(in.ID, SizeOf(*in, a.shareBase()).JSON()); err != nil {
+		if err := a.sizes.ensure(in.ID, SizeOf(*in, a.shareBase())); err != nil {
 			return "", err
 		}
 	}

@@ -77,24 +77,18 @@ func sizeOf(in model.Instance, al model.Allocation, gen int64, shareBase int) Si
 	return s
 }
 
-// Shrinks reports whether in's last resize lowered its CPU or memory: the
-// resize the agent gives notice of.
-func Shrinks(in model.Instance) bool {
-	p := in.Previous
-	if p == nil || p.Generation != in.Generation {
-		return false
-	}
-	return in.Pieces() < p.Pieces() || in.Memory < p.Memory
+// Shrinks reports whether going from size was to size next lowers CPU or
+// memory: the resize the agent gives notice of.
+func Shrinks(was, next Size) bool {
+	return next.CPUs < was.CPUs || next.MemoryBytes < was.MemoryBytes
 }
 
-// SizeNotice is the file's content while in's shrink is announced: the
-// size before the resize, with the new one in Next. It is pure; in must
-// shrink (Shrinks).
-func SizeNotice(in model.Instance, shareBase int) Size {
-	now := sizeOf(in, in.Previous.Allocation, in.Generation, shareBase)
-	next := SizeOf(in, shareBase)
-	now.Next = &next
-	return now
+// Notice is the file's content while a shrink from was to next is
+// announced: was, with next in Next. It is pure.
+func Notice(was, next Size) Size {
+	was.Next = &next
+	next.Next = nil
+	return was
 }
 
 // JSON is the file's bytes: indented, one trailing newline.

@@ -44,34 +44,30 @@ func TestSizeOf(t *testing.T) {
 }
 
 func TestShrinksAndNotice(t *testing.T) {
-	was := model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}, Memory: 1 << 30}
+	size := func(cpus map[cpuset.CPUID]int, mem int64) Size {
+		return SizeOf(model.Instance{ID: "web-1", Allocation: model.Allocation{Bind: true, CPUs: cpus, Memory: mem}}, 100)
+	}
+	was := size(map[cpuset.CPUID]int{0: 100, 2: 70}, 1<<30)
 	for _, tc := range []struct {
-		name   string
-		now    model.Allocation
-		prevAt int64
-		want   bool
+		name string
+		next Size
+		want bool
 	}{
-		{"CPU lowered", model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 2: 20}, Memory: 1 << 30}, 5, true},
-		{"memory lowered", model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 2: 70}, Memory: 1 << 29}, 5, true},
-		{"grown", model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100, 1: 100}, Memory: 2 << 30}, 5, false},
-		{"an older resize", model.Allocation{Bind: true, CPUs: map[cpuset.CPUID]int{0: 100}, Memory: 1 << 30}, 4, false},
+		{"CPU lowered", size(map[cpuset.CPUID]int{0: 100, 2: 20}, 1<<30), true},
+		{"memory lowered", size(map[cpuset.CPUID]int{0: 100, 2: 70}, 1<<29), true},
+		{"CPU lowered, memory raised", size(map[cpuset.CPUID]int{0: 100}, 2<<30), true},
+		{"grown", size(map[cpuset.CPUID]int{0: 100, 1: 100}, 2<<30), false},
+		{"moved to other CPUs", size(map[cpuset.CPUID]int{4: 100, 6: 70}, 1<<30), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := model.Instance{ID: "web-1", Generation: 5, Allocation: tc.now, Previous: &model.Previous{Generation: tc.prevAt, Allocation: was}}
-			if got := Shrinks(in); got != tc.want {
+			if got := Shrinks(was, tc.next); got != tc.want {
 				t.Fatalf("Shrinks = %v, want %v", got, tc.want)
 			}
-			if !tc.want {
-				return
-			}
-			n := SizeNotice(in, 100)
-			if n.CPUs != 1.7 || n.MemoryBytes != 1<<30 || n.Next == nil || *n.Next != SizeOf(in, 100) {
-				t.Errorf("SizeNotice = %+v (next %+v): want the size before the resize, the new one in next", n, n.Next)
+			n := Notice(was, tc.next)
+			if n.CPUs != was.CPUs || n.Next == nil || *n.Next != tc.next {
+				t.Errorf("Notice = %+v (next %+v): want the size before, the new one in next", n, n.Next)
 			}
 		})
-	}
-	if Shrinks(model.Instance{Generation: 1}) {
-		t.Error("Shrinks of an instance never resized = true")
 	}
 }
 
@@ -188,9 +184,10 @@ func TestSizeFileFollowsResizes(t *testing.T) {
 // no notice the shrink lands in the first pass.
 func TestShrinkNotice(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		notice time.Duration
-	}{{"notice", 300 * time.Millisecond}, {"control: no notice", 0}} {
+		name    string
+		notice  time.Duration
+		restart bool // the shrink reaches a new agent on the same directory
+	}{{"notice", 300 * time.Millisecond, false}, {"notice after a restart", 300 * time.Millisecond, true}, {"control: no notice", 0, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				a, eng, dir := newSizedAgent(t, tc.notice)
@@ -198,8 +195,11 @@ func TestShrinkNotice(t *testing.T) {
 				in := memInst(1, 256<<20)
 				a.SetDesired([]model.Instance{in})
 				settle(t, a)
+				if tc.restart {
+					a = New(Config{Host: "h", HealthWait: 50 * time.Millisecond, ResourcesDir: dir, ShrinkNotice: tc.notice},
+						&fakePlanner{}, eng, &fakeCgroup{mem: map[string]int64{}}, topologytest.Laptop().Topology(), nil)
+				}
 				shrunk := memInst(2, 128<<20)
-				shrunk.Previous = &model.Previous{Generation: 2, Allocation: in.Allocation}
 				a.SetDesired([]model.Instance{shrunk})
 				a.Reconcile(ctx)
 				eng.mu.Lock()

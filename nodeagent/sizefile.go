@@ -2,6 +2,7 @@ package nodeagent
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -21,6 +22,11 @@ import (
 type sizeFiles struct {
 	dir     string
 	written map[string][]byte // by instance ID: the content last written (nil: a directory found at start)
+	// applied is, by instance ID, the size last written as the one its
+	// containers have (not a notice), or read back at start: what a
+	// shrink is measured against (the planner's wire form carries no
+	// previous size).
+	applied map[string]Size
 	notice  map[string]notice // by instance ID: a shrink announced
 }
 
@@ -32,7 +38,7 @@ type notice struct {
 }
 
 func newSizeFiles(dir string) *sizeFiles {
-	return &sizeFiles{dir: dir, notice: map[string]notice{}}
+	return &sizeFiles{dir: dir, notice: map[string]notice{}, applied: map[string]Size{}}
 }
 
 // bind is the mount of in's directory, Docker's SOURCE:TARGET:ro.
@@ -78,25 +84,45 @@ func (s *sizeFiles) write(id string, content []byte) error {
 	return nil
 }
 
-// ensure writes id's file unless this run wrote it already.
-func (s *sizeFiles) ensure(id string, content []byte) error {
+// ensure writes sz as id's size unless this run wrote its file already.
+func (s *sizeFiles) ensure(id string, sz Size) error {
 	if s.written == nil {
 		s.load()
 	}
 	if s.written[id] != nil {
 		return nil
 	}
-	return s.write(id, content)
+	return s.writeSize(id, sz)
+}
+
+// writeSize writes sz as the size id's containers have.
+func (s *sizeFiles) writeSize(id string, sz Size) error {
+	if err := s.write(id, sz.JSON()); err != nil {
+		return err
+	}
+	s.applied[id] = sz
+	return nil
 }
 
 // load lists the directories a previous run left, so that those of
-// instances gone meanwhile are removed (prune).
+// instances gone meanwhile are removed (prune), and reads back the size
+// each file says its containers have (a notice's current size).
 func (s *sizeFiles) load() {
 	s.written = map[string][]byte{}
 	es, _ := os.ReadDir(s.dir)
 	for _, e := range es {
-		if e.IsDir() && sizeDirName(e.Name()) == nil {
-			s.written[e.Name()] = nil
+		if !e.IsDir() || sizeDirName(e.Name()) != nil {
+			continue
+		}
+		s.written[e.Name()] = nil
+		if _, ok := s.applied[e.Name()]; ok {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, e.Name(), SizeFile))
+		var sz Size
+		if err == nil && len(b) <= 1<<16 && json.Unmarshal(b, &sz) == nil && sz.Instance == e.Name() {
+			sz.Next = nil
+			s.applied[e.Name()] = sz
 		}
 	}
 }
@@ -118,22 +144,31 @@ func (s *sizeFiles) prune(keep map[string]bool) error {
 		}
 		delete(s.written, id)
 		delete(s.notice, id)
+		delete(s.applied, id)
 	}
 	return errors.Join(errs...)
 }
 
-// hold decides whether in's resize waits for its notice: when notice > 0
-// and the resize shrinks in, the first call announces it (writes the
-// notice) and every call until the notice has passed says to wait, with
-// how long is left.
-// announced says the notice was written by this call.
+// hold decides whether in's resize waits for its notice: when every > 0
+// and the resize shrinks in from the size last applied, the first call
+// announces it (writes the notice) and every call until the notice has
+// passed says to wait, with how long is left; announced says the notice
+// was written by this call.
 func (s *sizeFiles) hold(in model.Instance, shareBase int, every time.Duration, now time.Time) (left time.Duration, announced bool, err error) {
-	if every <= 0 || !Shrinks(in) {
+	if every <= 0 {
+		return 0, false, nil
+	}
+	if s.written == nil {
+		s.load()
+	}
+	was, ok := s.applied[in.ID]
+	next := SizeOf(in, shareBase)
+	if !ok || !Shrinks(was, next) {
 		return 0, false, nil
 	}
 	n, ok := s.notice[in.ID]
 	if !ok || n.gen != in.Generation {
-		if err := s.write(in.ID, SizeNotice(in, shareBase).JSON()); err != nil {
+		if err := s.write(in.ID, Notice(was, next).JSON()); err != nil {
 			return 0, false, err
 		}
 		n = notice{gen: in.Generation, due: now.Add(every)}
@@ -158,7 +193,7 @@ func (s *sizeFiles) refresh(desired []model.Instance, seen map[string]bool, skip
 		if skip[in.ID] {
 			continue
 		}
-		if err := s.write(in.ID, SizeOf(in, shareBase).JSON()); err != nil {
+		if err := s.writeSize(in.ID, SizeOf(in, shareBase)); err != nil {
 			errs = append(errs, err)
 		}
 	}
