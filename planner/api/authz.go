@@ -92,6 +92,12 @@ func authorize(id pki.Identity, method string, msg any) error {
 	// ownHost, for an agent
 	host, ok := hostOf(msg)
 	if ok && host == id.Name {
+		if m, reg := msg.(*pinfoldv1.RegisterHostRequest); reg {
+			if field, value := capacityField(m); field != "" {
+				return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not set %s = %s in %s: an agent registers what it observes (topology, memory, version); the host's capacity settings and force are the admin's (pinfold host register, host set)",
+					id, field, value, method))
+			}
+		}
 		return nil
 	}
 	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not call %s for host %q: an agent acts only for its own host", id, method, host))
@@ -228,4 +234,34 @@ func readers(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// capacityField is the first capacity setting m sets ("" when none):
+// what only an admin may choose for a host (issue 36 AG1: an agent's own
+// registration with pieces_per_cpu 10000 and force let one CPU hold 96
+// CPUs' worth of pieces).
+func capacityField(m *pinfoldv1.RegisterHostRequest) (field, value string) {
+	switch {
+	case m.PiecesPerCpu != 0:
+		return "pieces_per_cpu", fmt.Sprint(m.PiecesPerCpu)
+	case m.ReservedCpus != "":
+		return "reserved_cpus", fmt.Sprintf("%q", clipValue(m.ReservedCpus))
+	case m.ReservedMemoryBytes != 0:
+		return "reserved_memory_bytes", fmt.Sprint(m.ReservedMemoryBytes)
+	case m.MemoryShare != 0:
+		return "memory_share", fmt.Sprint(m.MemoryShare)
+	case m.Force:
+		return "force", "true"
+	case m.NoAgent != "":
+		return "no_agent", fmt.Sprintf("%q", clipValue(m.NoAgent))
+	}
+	return "", ""
+}
+
+// clipValue keeps an echoed value short.
+func clipValue(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }

@@ -61,6 +61,34 @@ func TestAuthorize(t *testing.T) {
 	if want := `identity agent:h2 may not call ReportStatus for host "h1"`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("denial = %v, want it to name identity, method and host", err)
 	}
+	// An agent registers what it observes, never a capacity setting
+	// (issue 36 AG1); an admin may set each.
+	full := &pinfoldv1.RegisterHostRequest{Name: "h1", Agent: true, AgentVersion: "1.0", Protocol: 1, TopologyJson: []byte("{}")}
+	if err := authorize(h1, "RegisterHost", full); err != nil {
+		t.Errorf("h1 registering what it observes: %v", err)
+	}
+	for _, tc := range []struct {
+		set  func(*pinfoldv1.RegisterHostRequest)
+		want string
+	}{
+		{func(m *pinfoldv1.RegisterHostRequest) { m.PiecesPerCpu = 10000 }, "pieces_per_cpu = 10000"},
+		{func(m *pinfoldv1.RegisterHostRequest) { m.ReservedCpus = "0-3" }, `reserved_cpus = "0-3"`},
+		{func(m *pinfoldv1.RegisterHostRequest) { m.ReservedMemoryBytes = 1 << 30 }, "reserved_memory_bytes = 1073741824"},
+		{func(m *pinfoldv1.RegisterHostRequest) { m.MemoryShare = 1 }, "memory_share = 1"},
+		{func(m *pinfoldv1.RegisterHostRequest) { m.Force = true }, "force = true"},
+		{func(m *pinfoldv1.RegisterHostRequest) { m.NoAgent = "x" }, `no_agent = "x"`},
+	} {
+		m := &pinfoldv1.RegisterHostRequest{Name: "h1", Agent: true}
+		tc.set(m)
+		err := authorize(h1, "RegisterHost", m)
+		if connect.CodeOf(err) != connect.CodePermissionDenied || !strings.Contains(err.Error(), "identity agent:h1 may not set "+tc.want+" in RegisterHost") {
+			t.Errorf("h1 registering with %s = %v, want permission denied naming the field and value", tc.want, err)
+		}
+		m.Agent = false
+		if err := authorize(admin, "RegisterHost", m); err != nil {
+			t.Errorf("admin registering with %s: %v, want allowed", tc.want, err)
+		}
+	}
 	// The methods that change the cluster are admin only.
 	for _, m := range []string{"Deploy", "Resize", "Remove", "Replace", "Scale", "DrainHost", "SetHost", "SetHostEnabled", "SetHostMaintenance", "SetPlacementSettings", "RemoveHost"} {
 		if methodAccess[m] != adminOnly {
