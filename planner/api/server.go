@@ -146,7 +146,8 @@ func Handler(svc Planner, o Options) http.Handler {
 	}
 	opts = append(opts, connect.WithInterceptors(requestIDs{}, eventRecorder{svc}))
 	if o.Authorize {
-		opts = append(opts, connect.WithInterceptors(authorizer{}))
+		// A viewer's answers, on every method, without secrets (redact.go).
+		opts = append(opts, connect.WithInterceptors(authorizer{}, redactor{}))
 	}
 	// Past the authorizer, every field is checked against its bound
 	// (requestBounds) before a handler sees the request.
