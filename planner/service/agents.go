@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -27,7 +28,7 @@ func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol 
 	if ttl < time.Second || ttl > 10*time.Minute {
 		return errf(Invalid, "heartbeat ttl = %s: want 1s..10m", ttl)
 	}
-	if !v.Host.Agent || v.Host.AgentVersion != version || v.Host.Protocol != protocol {
+	if (!v.Host.Agent || v.Host.AgentVersion != version || v.Host.Protocol != protocol) && s.versions.take(host, s.clock(), AgentRecordEvery) {
 		h := v.Host
 		h.Agent, h.AgentVersion, h.Protocol = true, version, protocol
 		var c state.Change
@@ -46,6 +47,50 @@ func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol 
 		live, _ = json.Marshal(m)
 	}
 	return s.st.Heartbeat(ctx, host, live, ttl)
+}
+
+// AgentRecordEvery is how often at most a heartbeat rewrites its host's
+// record for a new agent version or protocol. The record holds the
+// topology (1.1 MB for 8,192 CPUs): an agent that changed its version on
+// every heartbeat rewrote it each time, took the planner from 212 MB to
+// 5.4 GB and made admin deploys to the host fail on conflicts (issue 36
+// A1). A change sooner waits for a later heartbeat; the live record
+// (the heartbeat's metrics) carries the version at once.
+const AgentRecordEvery = time.Minute
+
+// hostTimes is, per host, when it last did something bounded in rate: a
+// table of at most maxHostTimes hosts (entries older than the bound are
+// dropped when it fills; past that, every host waits).
+type hostTimes struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+const maxHostTimes = 1 << 16
+
+// take reports whether host may act now (its last time is every or more
+// ago, or it has none), and if so records now.
+func (t *hostTimes) take(host string, now time.Time, every time.Duration) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.at == nil {
+		t.at = map[string]time.Time{}
+	}
+	if last, ok := t.at[host]; ok && now.Sub(last) < every && now.Sub(last) >= 0 {
+		return false
+	}
+	if _, ok := t.at[host]; !ok && len(t.at) >= maxHostTimes {
+		for h, last := range t.at {
+			if now.Sub(last) >= every {
+				delete(t.at, h)
+			}
+		}
+		if len(t.at) >= maxHostTimes {
+			return false
+		}
+	}
+	t.at[host] = now
+	return true
 }
 
 // ReportStatus records what an agent observed for one of its instances; a

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync/atomic"
+	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
@@ -33,6 +34,18 @@ type Service struct {
 	checkIndex bool
 	// indexed counts the deploys the room index placed.
 	indexed atomic.Int64
+	// versions: when each host's record was last rewritten for an agent's
+	// new version or protocol (AgentRecordEvery).
+	versions hostTimes
+	// now is the clock (nil: time.Now); tests set it.
+	now func() time.Time
+}
+
+func (s *Service) clock() time.Time {
+	if s.now != nil {
+		return s.now()
+	}
+	return time.Now()
 }
 
 // IndexAnswers is how many deploys the room index placed since New.

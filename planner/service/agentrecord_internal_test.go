@@ -1,0 +1,55 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// TestHeartbeatVersionChurn: an agent whose version changes on every
+// heartbeat rewrites its host's record at most once per
+// AgentRecordEvery (issue 36 A1: 3,000 such heartbeats took the planner
+// to 5.4 GB); the live record has the version at once. Control: with the
+// clock a minute on between heartbeats, every change is written.
+func TestHeartbeatVersionChurn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		step  time.Duration // the clock between two heartbeats
+		wants func(n int) int
+	}{
+		{"churn", time.Millisecond, func(int) int { return 1 }},
+		{"control: a minute apart", AgentRecordEvery, func(n int) int { return n }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := memStore(t, state.Config{ShareBase: 100, MaxFragmentCores: -1})
+			s := New(st, nil)
+			now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+			s.now = func() time.Time { return now }
+			ctx := context.Background()
+			if _, err := s.RegisterHost(ctx, RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Agent: true,
+				AgentVersion: "v0", Protocol: model.Protocol, Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
+				t.Fatal(err)
+			}
+			v0, _ := st.Host("h1")
+			const n = 50
+			rewrites, last := 0, v0.HostRev
+			for i := range n {
+				now = now.Add(tc.step)
+				if err := s.Heartbeat(ctx, "h1", fmt.Sprintf("v%d", i+1), model.Protocol, 10*time.Second, &state.Metrics{}); err != nil {
+					t.Fatal(err)
+				}
+				if v, _ := st.Host("h1"); v.HostRev != last {
+					rewrites, last = rewrites+1, v.HostRev
+				}
+			}
+			if want := tc.wants(n); rewrites != want {
+				t.Errorf("%d heartbeats with a new version each rewrote the host record %d times, want %d", n, rewrites, want)
+			}
+		})
+	}
+}
