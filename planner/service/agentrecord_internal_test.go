@@ -14,7 +14,8 @@ import (
 // TestHeartbeatVersionChurn: an agent whose version changes on every
 // heartbeat rewrites its host's record at most once per
 // AgentRecordEvery (issue 36 A1: 3,000 such heartbeats took the planner
-// to 5.4 GB); the live record has the version at once. Control: with the
+// to 5.4 GB), except for its agent leaving the planner's protocol, which
+// is written at once (its host must get no new work). Control: with the
 // clock a minute on between heartbeats, every change is written.
 func TestHeartbeatVersionChurn(t *testing.T) {
 	for _, tc := range []struct {
@@ -22,7 +23,10 @@ func TestHeartbeatVersionChurn(t *testing.T) {
 		step  time.Duration // the clock between two heartbeats
 		wants func(n int) int
 	}{
-		{"churn", time.Millisecond, func(int) int { return 1 }},
+		// The first new version, then the protocol leaving (at once); the
+		// way back to it waits as every other change (the host gets no new
+		// work meanwhile: the safe side).
+		{"churn", time.Millisecond, func(int) int { return 2 }},
 		{"control: a minute apart", AgentRecordEvery, func(n int) int { return n }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,7 +44,13 @@ func TestHeartbeatVersionChurn(t *testing.T) {
 			rewrites, last := 0, v0.HostRev
 			for i := range n {
 				now = now.Add(tc.step)
-				if err := s.Heartbeat(ctx, "h1", fmt.Sprintf("v%d", i+1), model.Protocol, 10*time.Second, &state.Metrics{}); err != nil {
+				// A new version each time, and every tenth another
+				// protocol back and forth.
+				proto := model.Protocol
+				if i%20 == 10 {
+					proto++
+				}
+				if err := s.Heartbeat(ctx, "h1", fmt.Sprintf("v%d", i+1), proto, 10*time.Second, &state.Metrics{}); err != nil {
 					t.Fatal(err)
 				}
 				if v, _ := st.Host("h1"); v.HostRev != last {

@@ -28,7 +28,14 @@ func (s *Service) Heartbeat(ctx context.Context, host, version string, protocol 
 	if ttl < time.Second || ttl > 10*time.Minute {
 		return errf(Invalid, "heartbeat ttl = %s: want 1s..10m", ttl)
 	}
-	if (!v.Host.Agent || v.Host.AgentVersion != version || v.Host.Protocol != protocol) && s.versions.take(host, s.clock(), AgentRecordEvery) {
+	// At once: a host becoming agent-managed, or its agent leaving the
+	// planner's protocol (it must get no new work); every other change at
+	// most once per AgentRecordEvery.
+	now := !v.Host.Agent || v.Host.Protocol == model.Protocol && protocol != model.Protocol
+	if now {
+		s.versions.stamp(host, s.clock())
+	}
+	if now || (v.Host.AgentVersion != version || v.Host.Protocol != protocol) && s.versions.take(host, s.clock(), AgentRecordEvery) {
 		h := v.Host
 		h.Agent, h.AgentVersion, h.Protocol = true, version, protocol
 		var c state.Change
@@ -67,6 +74,18 @@ type hostTimes struct {
 }
 
 const maxHostTimes = 1 << 16
+
+// stamp records now as host's last time.
+func (t *hostTimes) stamp(host string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.at == nil {
+		t.at = map[string]time.Time{}
+	}
+	if _, ok := t.at[host]; ok || len(t.at) < maxHostTimes {
+		t.at[host] = now
+	}
+}
 
 // take reports whether host may act now (its last time is every or more
 // ago, or it has none), and if so records now.
