@@ -100,7 +100,7 @@ func authorize(id pki.Identity, method string, msg any) error {
 		}
 		return nil
 	}
-	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not call %s for host %q: an agent acts only for its own host", id, method, host))
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("identity %s may not call %s for host %q: an agent acts only for its own host", id, method, clipValue(host)))
 }
 
 type identityKey struct{}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,6 +61,11 @@ func TestAuthorize(t *testing.T) {
 	err := authorize(h2, "ReportStatus", &pinfoldv1.ReportStatusRequest{Host: "h1"})
 	if want := `identity agent:h2 may not call ReportStatus for host "h1"`; err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("denial = %v, want it to name identity, method and host", err)
+	}
+	// A refusal echoes at most a clip of the host named (issue 36 N12: a
+	// 3 MB name came back whole in a 403).
+	if err := authorize(h2, "RegisterHost", reg(strings.Repeat("x", 3<<20), true)); err == nil || len(err.Error()) > 4096 {
+		t.Errorf("a refused registration of a 3 MB host name: %d bytes of error, want at most 4 KiB", len(fmt.Sprint(err)))
 	}
 	// An agent registers what it observes, never a capacity setting
 	// (issue 36 AG1); an admin may set each.
