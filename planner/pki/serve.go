@@ -20,8 +20,10 @@ type ServerConfig struct {
 	// CAFile is the CA client certificates must chain to ("": no client
 	// certificates asked for, and no revocation list read).
 	CAFile string
-	// CRLFile is the revocation list ("": none). A missing file revokes
-	// nothing; one that appears later is read then.
+	// CRLFile is the revocation list ("": none). A file missing at start
+	// revokes nothing; one that appears later is read then. One removed
+	// while the server runs keeps the list read before in force (reported
+	// to OnError): a deleted list never lets a revoked certificate back.
 	CRLFile string
 	// OnError hears of a changed file that could not be used (the last
 	// good certificate or list stays in force); nil: ignored.
@@ -228,7 +230,15 @@ func (s *ServerTLS) loadCRL() error {
 	if sig.same(s.crlSig) {
 		return nil
 	}
+	gone := s.crlSig.exists && !sig.exists
 	s.crlSig = sig
+	if gone {
+		// Fail closed (issue 36): a list deleted while the planner runs
+		// lifted every revocation. The last list read stays in force
+		// until a file is there again.
+		return fmt.Errorf("pki: revocation list %s was removed: its %d revoked certificates stay revoked until a list is there again (pinfold pki revoke writes one)",
+			s.cfg.CRLFile, len(s.crl))
+	}
 	crl, err := ReadCRL(s.cfg.CRLFile, s.cas)
 	if err != nil {
 		return err

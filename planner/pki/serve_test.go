@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"math/big"
@@ -126,6 +127,48 @@ func TestRevokeWithoutRestart(t *testing.T) {
 	}
 	if _, err := s.call(alice); err == nil {
 		t.Errorf("a certificate revoked by serial still works")
+	}
+}
+
+// TestRevokeFailsClosed: a revocation list deleted while the server runs
+// keeps its revocations in force, reported (issue 36: deleting it served a
+// revoked viewer again); a list written again is read. Control: a list
+// missing at start revokes nothing.
+func TestRevokeFailsClosed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if _, err := pki.Init(dir, nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	bob, _ := pki.Issue(dir, pki.RoleViewer, "bob", time.Now())
+	carol, _ := pki.Issue(dir, pki.RoleViewer, "carol", time.Now())
+	s, _ := serve(t, dir)
+	if _, err := s.call(bob); err != nil {
+		t.Fatalf("control: bob with no list: %v", err)
+	}
+	if _, err := pki.Revoke(dir, "bob", nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.call(bob); err == nil {
+		t.Fatal("a revoked certificate works")
+	}
+	if err := os.Remove(filepath.Join(dir, pki.CRLFile)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.call(bob); err == nil {
+		t.Error("bob's certificate works again after the list was deleted")
+	}
+	s.mu.Lock()
+	errs := fmt.Sprint(s.errs)
+	s.mu.Unlock()
+	if !strings.Contains(errs, "was removed: its 1 revoked certificates stay revoked") {
+		t.Errorf("reported: %s; want the removal named", errs)
+	}
+	if _, err := pki.Revoke(dir, "carol", nil, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.call(carol); err == nil {
+		t.Error("a list written again after the removal is not read")
 	}
 }
 
