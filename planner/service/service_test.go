@@ -290,6 +290,12 @@ func TestHostRulesAndBadInput(t *testing.T) {
 			t.Errorf("Deploy(%+v) = %v, want invalid_argument", r, err)
 		}
 	}
+	// A service named like another's instance (issue 36: resize and
+	// remove of it acted on that instance).
+	if _, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "sec7-dec61c68bd", Count: 1, Pieces: 100, Bind: true, Memory: GiB}); service.CodeOf(err) != service.Invalid ||
+		!strings.Contains(err.Error(), `service name "sec7-dec61c68bd": ends like an instance ID`) {
+		t.Errorf("Deploy of a service named like an instance = %v, want invalid_argument naming it", err)
+	}
 	// No image: refused by the planner too (an API client that skips the CLI).
 	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "x", Count: 1, Pieces: 100, Bind: true, Memory: GiB}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), `image = "": required`) {
 		t.Errorf("Deploy without an image = %v, want invalid_argument naming the image", err)

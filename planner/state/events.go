@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/pinfold/pinfold/planner/model"
 )
 
 // EventsPrefix holds the event log: outside Prefix, so the store's cache
@@ -190,7 +191,11 @@ func EventMatches(service, host string) func(Event) bool {
 		return nil
 	}
 	return func(ev Event) bool {
-		return (service == "" || ev.Service == service || strings.HasPrefix(ev.Subject, service+"-")) &&
+		// The service's own events, and those of its instances (an
+		// instance named as a call's target is its Service and Subject);
+		// never another service whose name only begins the same (issue
+		// 36: --service sec7 listed sec7-x's).
+		return (service == "" || ev.Service == service || model.IsInstanceOf(ev.Service, service) || model.IsInstanceOf(ev.Subject, service)) &&
 			(host == "" || ev.Host == host)
 	}
 }
