@@ -296,3 +296,42 @@ func TestNoRoleRecordedByName(t *testing.T) {
 		t.Fatalf("events = %+v, want one of identity %q", evs, "mallory (no role)")
 	}
 }
+
+// TestReadsCannotEraseTheAudit: a viewer's successful dry-run rebalances
+// change nothing and are sampled (at most RefusedEventsPerMinute a minute
+// written, the rest summarized), so they cannot push the admin's events
+// out of retention (issue 36 E1: 12,000 of them left none of 64 admin
+// events). Control: the admin's own dry runs are all written.
+func TestReadsCannotEraseTheAudit(t *testing.T) {
+	f := newAuditFixture(t)
+	stop := f.runEvents(t)
+	ctx := t.Context()
+	if _, err := f.cli.Deploy(ctx, as("admin/alice", deployReq("web"))); err != nil {
+		t.Fatal(err)
+	}
+	const n = 30
+	for _, who := range []string{"viewer/bob", "admin/alice"} {
+		for i := range n {
+			if _, err := f.cli.Rebalance(ctx, as(who, &pinfoldv1.RebalanceRequest{})); err != nil {
+				t.Fatalf("%s's dry run %d: %v", who, i+1, err)
+			}
+		}
+	}
+	stop()
+	count := map[string]int{}
+	for _, ev := range f.events(t) {
+		count[ev.Identity+" "+ev.Kind]++
+	}
+	if got := count["viewer:bob Rebalance"]; got > service.RefusedEventsPerMinute+1 {
+		t.Errorf("%d of viewer:bob's %d dry runs written, want at most %d (and a summary)", got, n, service.RefusedEventsPerMinute)
+	}
+	if count["viewer:bob Suppressed"] != 1 {
+		t.Errorf("summaries of viewer:bob's suppressed calls: %d, want 1 (%v)", count["viewer:bob Suppressed"], count)
+	}
+	if got := count["admin:alice Rebalance"]; got != n {
+		t.Errorf("control: %d of admin:alice's %d dry runs written, want all", got, n)
+	}
+	if count["admin:alice Deploy"] != 1 {
+		t.Errorf("the admin's deploy has %d events, want 1", count["admin:alice Deploy"])
+	}
+}

@@ -59,7 +59,10 @@ func (e eventRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			if call := service.RequestFrom(ctx); call != nil && call.Repeated {
 				ev.Outcome = "ok: a repeat of request " + call.ID + ", answered with its first outcome; nothing changed"
 			}
-			e.svc.Record(ev)
+			// A viewer's or agent's sampled, as refusals are: a dry run
+			// repeated 12,000 times once pushed every admin event out
+			// of retention (issue 36 E1).
+			e.svc.RecordUnchanged(ev, method, !trusted(ctx))
 		case a.Committed():
 			// A change committed, then the call failed (a heal placing
 			// some instances only): its event says so too.

@@ -89,6 +89,9 @@ type Changes interface {
 type Recorder interface {
 	Record(ev state.Event)
 	RecordFailed(ev state.Event, request func() string, method string, sample bool)
+	// RecordUnchanged records a call that succeeded and changed nothing,
+	// sampled per identity with sample.
+	RecordUnchanged(ev state.Event, method string, sample bool)
 	RefusedCalls() (map[service.RefusalKey]int64, int64)
 	Panicked(where string, v any) error
 	Panics() int64

@@ -31,10 +31,15 @@ type events struct {
 	keep    int
 	maxAge  time.Duration
 	failed  refusals
+	// unchanged samples the successful calls of viewers and agents that
+	// changed nothing (a dry-run rebalance, a re-registration): issue 36
+	// E1, 12,000 of them pushed every admin event out of retention.
+	unchanged refusals
 }
 
 func newEvents() *events {
-	return &events{ch: make(chan state.Event, eventQueue), keep: DefaultEventsKeep, maxAge: DefaultEventsMaxAge}
+	return &events{ch: make(chan state.Event, eventQueue), keep: DefaultEventsKeep, maxAge: DefaultEventsMaxAge,
+		unchanged: refusals{what: "calls that changed nothing"}}
 }
 
 // Audit is one API call's event, written in the etcd transaction of the
@@ -172,7 +177,7 @@ func (s *Service) RunEvents(ctx context.Context) {
 		case now := <-tick.C:
 			// The summaries of the refused calls suppressed in a minute
 			// that has ended.
-			for _, ev := range s.ev.failed.flush(now, false) {
+			for _, ev := range append(s.ev.failed.flush(now, false), s.ev.unchanged.flush(now, false)...) {
 				s.Record(ev)
 			}
 		case ev := <-s.ev.ch:
@@ -192,7 +197,7 @@ func (s *Service) RunEvents(ctx context.Context) {
 			flush(wctx)
 			cancel()
 		case <-ctx.Done():
-			for _, ev := range s.ev.failed.flush(time.Now(), true) {
+			for _, ev := range append(s.ev.failed.flush(time.Now(), true), s.ev.unchanged.flush(time.Now(), true)...) {
 				s.Record(ev)
 			}
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
@@ -257,6 +262,7 @@ const (
 
 // refusals counts refused calls and samples their events.
 type refusals struct {
+	what   string // the calls, in the summary ("": refused calls)
 	mu     sync.Mutex
 	minute time.Time                 // the sampling window's start
 	window map[string]*refusedMinute // identity → its calls this minute
@@ -336,9 +342,13 @@ func (r *refusals) roll(now time.Time, all bool) []state.Event {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		out = append(out, state.Event{Identity: id, Kind: "Suppressed", Subject: id,
-			Outcome: fmt.Sprintf("%d more refused calls suppressed in the minute from %s (the first %d were recorded; all are counted in pinfold_planner_refused_calls_total)",
-				r.window[id].suppressed, r.minute.Format("15:04:05Z"), RefusedEventsPerMinute)})
+		o := fmt.Sprintf("%d more refused calls suppressed in the minute from %s (the first %d were recorded; all are counted in pinfold_planner_refused_calls_total)",
+			r.window[id].suppressed, r.minute.Format("15:04:05Z"), RefusedEventsPerMinute)
+		if r.what != "" {
+			o = fmt.Sprintf("%d more %s suppressed in the minute from %s (the first %d were recorded)",
+				r.window[id].suppressed, r.what, r.minute.Format("15:04:05Z"), RefusedEventsPerMinute)
+		}
+		out = append(out, state.Event{Identity: id, Kind: "Suppressed", Subject: id, Outcome: o})
 	}
 	r.minute, r.window = minute, nil
 	return out
@@ -362,6 +372,22 @@ func (s *Service) RecordFailed(ev state.Event, request func() string, method str
 		ev.Request = request()
 	}
 	s.Record(ev)
+}
+
+// RecordUnchanged records the event of a call to method that succeeded
+// and committed nothing: with sample (a viewer's or agent's) at most
+// RefusedEventsPerMinute per identity in a minute are written, the rest
+// summarized in one Suppressed event, as refusals are, so that no reader
+// can push others' events out of the log (issue 36 E1).
+func (s *Service) RecordUnchanged(ev state.Event, method string, sample bool) {
+	ev = ev.Clipped()
+	write, summaries := s.ev.unchanged.take(ev.Identity, state.Event{Kind: method}.Clipped().Kind, time.Now(), sample)
+	for _, sum := range summaries {
+		s.Record(sum)
+	}
+	if write {
+		s.Record(ev)
+	}
 }
 
 // RefusedCalls are the refused calls counted so far, by identity and
