@@ -29,7 +29,7 @@ type unreachedPlanner struct{ Planner }
 func (unreachedPlanner) Params() alloc.Params                                  { return alloc.DefaultParams() }
 func (unreachedPlanner) Record(state.Event)                                    {}
 func (unreachedPlanner) RecordFailed(state.Event, func() string, string, bool) {}
-func (unreachedPlanner) RecordUnchanged(state.Event, string, bool) {}
+func (unreachedPlanner) RecordUnchanged(state.Event, string, bool)             {}
 func (unreachedPlanner) Panicked(where string, v any) error {
 	return fmt.Errorf("%s reached the planner: %v", where, v)
 }

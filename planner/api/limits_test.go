@@ -40,7 +40,7 @@ func (c *countingPlanner) Params() alloc.Params                                 
 func (c *countingPlanner) Hosts() []state.HostView                               { return nil }
 func (c *countingPlanner) Record(state.Event)                                    {}
 func (c *countingPlanner) RecordFailed(state.Event, func() string, string, bool) {}
-func (c *countingPlanner) RecordUnchanged(state.Event, string, bool) {}
+func (c *countingPlanner) RecordUnchanged(state.Event, string, bool)             {}
 func (c *countingPlanner) DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error) {
 	c.deploys++
 	return service.DeployResult{}, nil
