@@ -145,6 +145,23 @@ var recorded = map[string]bool{
 // 15 s in all.
 var retryWaits = []time.Duration{500 * time.Millisecond, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
 
+// rateWaits are the pauses before sending again a call refused for its
+// identity's rate: about a minute in all, the longest 2 s.
+var rateWaits = func() []time.Duration {
+	var out []time.Duration
+	for d, total := 100*time.Millisecond, time.Duration(0); total < time.Minute; total += d {
+		out = append(out, d)
+		d = min(2*d, 2*time.Second)
+	}
+	return out
+}()
+
+// rateLimited reports whether err is the planner's refusal of a call over
+// its identity's rate (--identity-rate): refused before it was read.
+func rateLimited(err error) bool {
+	return connect.CodeOf(err) == connect.CodeResourceExhausted && strings.Contains(err.Error(), "--identity-rate")
+}
+
 // readOnly are the calls that change nothing in the planner.
 var readOnly = map[string]bool{
 	pinfoldv1connect.PlannerServiceListHostsProcedure: true, pinfoldv1connect.PlannerServiceGetHostProcedure: true,
@@ -233,6 +250,14 @@ func (l *callLog) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			l.sleep(retryWaits[i])
 			res, err = next(ctx, req)
 			reached = reached || err != nil && !neverConnected(err)
+		}
+		// A call refused for its identity's rate was refused before it
+		// was read: it changed nothing, whatever it is, and is sent again
+		// once the rate allows (issue 36: apply -f of 2,300 services
+		// failed on its own calls).
+		for i := 0; err != nil && rateLimited(err) && i < len(rateWaits) && ctx.Err() == nil; i++ {
+			l.sleep(rateWaits[i])
+			res, err = next(ctx, req)
 		}
 		if err != nil {
 			return res, &callError{err: err, changes: ch, afterChange: l.accepted, reached: reached, requestID: id, procedure: req.Spec().Procedure}
