@@ -177,6 +177,9 @@ type record struct {
 	// splitTicks: each thread's CPU ticks at the last split sweep
 	// (splitBusyTicks).
 	splitTicks map[int]uint64
+	// splitUse: the children's CPU use at the last split sweep
+	// (splitQuiet).
+	splitUse splitUse
 }
 
 // New returns an agent.

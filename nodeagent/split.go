@@ -154,3 +154,27 @@ func SplitSweep(whole int, threads []SplitThread) map[int]SplitPart {
 	}
 	return moves
 }
+
+// SplitBusy is how much of its share a child of a split instance must
+// have used since the last sweep to count as busy, and SplitIdle the CPU
+// below which a whole instance counts as idle.
+const (
+	SplitBusy = 0.8
+	SplitIdle = 0.02
+)
+
+// SplitQuiet says whether a sweep of a split instance holding whole whole
+// CPUs and frag of a shared one (0 < frag < 1) may skip reading its
+// threads, from what its children used over the interval (CPUs: µs of CPU
+// per µs): both children busy (each ≥ SplitBusy of its share: each holds
+// a runnable thread, the sweep's whole aim), or the instance idle (under
+// SplitIdle CPU: no thread to place; one that wakes is seen by the next
+// sweep, once it used CPU). Anything else needs the threads read. It is
+// pure: the sweep's cost at 50 instances × 40 threads fell from 2,000
+// reads of /proc a round to 100 of cpu.stat (issue 35 item 6).
+func SplitQuiet(whole int, frag, usedWhole, usedFrag float64) bool {
+	if usedWhole+usedFrag < SplitIdle {
+		return true
+	}
+	return usedWhole >= SplitBusy*float64(whole) && usedFrag >= SplitBusy*frag
+}

@@ -162,3 +162,26 @@ func TestSplitSweepInvariant(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitQuiet(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		whole             int
+		frag, usedW, usedF float64
+		want              bool
+	}{
+		{"both busy", 1, 0.7, 1.0, 0.7, true},
+		{"both busy enough", 2, 0.3, 1.6, 0.24, true},
+		{"idle", 1, 0.7, 0.01, 0.005, true},
+		{"fragment's child idle", 1, 0.7, 1.0, 0.0, false},
+		{"whole child short", 2, 0.5, 1.0, 0.5, false},
+		{"one thread in the fragment's child", 1, 0.7, 0.0, 0.7, false},
+		{"just over idle", 1, 0.7, 0.02, 0.0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SplitQuiet(tc.whole, tc.frag, tc.usedW, tc.usedF); got != tc.want {
+				t.Errorf("SplitQuiet(%d, %v, %v, %v) = %v, want %v", tc.whole, tc.frag, tc.usedW, tc.usedF, got, tc.want)
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/planner/model"
@@ -185,7 +186,7 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 				continue
 			}
 		}
-		err := a.splitSweep(tw, j.in.ID, j.p, sp.Whole.Len())
+		err := a.splitSweep(tw, j.in.ID, j.p, sp.Whole.Len(), float64(sp.Frag)/float64(h.ShareBase))
 		if !ensure && (errors.Is(err, cgroup.ErrNoGroup) || errors.Is(err, fs.ErrNotExist)) {
 			// The children are gone: the container's cgroup was made anew
 			// at the same path (a restart). Not a warning four times a
@@ -204,8 +205,10 @@ func (a *Agent) splitPass(ctx context.Context, ensure bool) error {
 }
 
 // splitSweep lists the threads of container cgroup p and its children,
-// and moves those SplitSweep says to move.
-func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole int) error {
+// and moves those SplitSweep says to move; frag is the instance's
+// fragment of a CPU. First it reads what each child used since the last
+// sweep (cpu.stat): when SplitQuiet says so, the threads are not read.
+func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole int, frag float64) error {
 	paths := map[SplitPart]cgroup.Path{SplitRoot: p}
 	for part, name := range map[SplitPart]string{SplitWhole: SplitWholeName, SplitFrag: SplitFragName} {
 		c, err := p.Child(name)
@@ -213,6 +216,9 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 			return err
 		}
 		paths[part] = c
+	}
+	if a.splitQuiet(tw, id, paths, whole, frag) {
+		return nil
 	}
 	a.mu.Lock()
 	var last map[int]uint64
@@ -276,6 +282,50 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 			"seen", strings.Join(seen, " "), "moves", strings.Join(moved, " "))
 	}
 	return errors.Join(errs...)
+}
+
+// splitUse is what a split instance's children had used at a sweep
+// (cpu.stat usage_usec), and when.
+type splitUse struct {
+	at          time.Time
+	whole, frag uint64
+}
+
+// splitQuiet reads the children's cpu.stat and reports whether this sweep
+// may skip the threads (SplitQuiet over the interval since the last
+// read). Threads in the container's own cgroup (new ones, a docker exec)
+// always need a sweep: its cgroup.threads is read first. An unreadable
+// file, a first read, a counter gone back or an interval past 4 sweeps
+// never skips. A skip forgets the threads' ticks, so the next full sweep
+// judges them by their state alone (not by ticks counted since an older
+// sweep).
+func (a *Agent) splitQuiet(tw threadedWriter, id string, paths map[SplitPart]cgroup.Path, wholeCPUs int, fragCPU float64) bool {
+	if own, err := tw.Threads(paths[SplitRoot]); err != nil || len(own) > 0 {
+		return false
+	}
+	sw, errW := a.cg.Read(paths[SplitWhole], "cpu.stat")
+	sf, errF := a.cg.Read(paths[SplitFrag], "cpu.stat")
+	if errW != nil || errF != nil {
+		return false
+	}
+	cur := splitUse{at: time.Now(), whole: usageOf(sw), frag: usageOf(sf)}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.records[id]
+	if r == nil {
+		return false
+	}
+	prev := r.splitUse
+	r.splitUse = cur
+	dt := float64(cur.at.Sub(prev.at).Microseconds())
+	if prev.at.IsZero() || dt <= 0 || cur.at.Sub(prev.at) > 4*a.cfg.SplitEvery || cur.whole < prev.whole || cur.frag < prev.frag {
+		return false
+	}
+	if !SplitQuiet(wholeCPUs, fragCPU, float64(cur.whole-prev.whole)/dt, float64(cur.frag-prev.frag)/dt) {
+		return false
+	}
+	r.splitTicks = nil
+	return true
 }
 
 // splitBusyTicks: a thread found asleep that used at least this many

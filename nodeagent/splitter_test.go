@@ -79,6 +79,24 @@ func (f *fakeThreaded) MoveThread(p cgroup.Path, tid int) error {
 	return nil
 }
 
+// Read is fakeCgroup's, but a group's cpu.stat counts its threads' CPU
+// ticks (10 ms each) besides what the test set, as the kernel's does.
+func (f *fakeThreaded) Read(p cgroup.Path, name string) (string, error) {
+	if name != "cpu.stat" {
+		return f.fakeCgroup.Read(p, name)
+	}
+	f.tmu.Lock()
+	var ticks uint64
+	for _, tid := range f.threads[p.String()] {
+		ticks += f.ticks[tid]
+	}
+	f.tmu.Unlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	return fmt.Sprintf("usage_usec %d\nuser_usec 0\nsystem_usec 0\nnr_periods 10\nnr_throttled %d\n", f.usage[p.String()]+10000*ticks, f.throttled[p.String()]), nil
+}
+
 func (f *fakeThreaded) Threads(p cgroup.Path) ([]int, error) {
 	f.tmu.Lock()
 	defer f.tmu.Unlock()
@@ -633,6 +651,56 @@ func TestSplitSweepCountsBusyThreads(t *testing.T) {
 			}
 			if tc.moved != (len(moves) > 0) {
 				t.Errorf("thread 12 used %d ticks since the last sweep: moves %v, want moved %t", tc.ran, moves, tc.moved)
+			}
+		})
+	}
+}
+
+// TestSplitSweepSkipsBusyInstances: a sweep whose instance's children
+// both used their share since the last one (and whose container's own
+// cgroup holds no thread) reads no thread's state (issue 35 item 6: the
+// sweep read 2,000 /proc files a round at 50 × 40 threads). Controls: the
+// fragment's child idle, or a thread in the container's own cgroup, and
+// the threads are read.
+func TestSplitSweepSkipsBusyInstances(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		wholeTick uint64 // ticks threads 11 (whole) and 12 (frag) use between sweeps
+		fragTick  uint64
+		newThread bool // a thread appears in the container's own cgroup
+		wantReads bool
+	}{
+		{"both busy", 25, 18, false, false},
+		{"control: the fragment's child idle", 25, 0, false, true},
+		{"control: a new thread in the container", 25, 18, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, cg, p := splitTwoThreads(t)
+			reads := 0
+			state := a.threadState
+			a.threadState = func(tid int) (threadStat, bool) { reads++; return state(tid) }
+			for range 3 {
+				cg.tmu.Lock()
+				cg.ticks[11] += tc.wholeTick
+				cg.ticks[12] += tc.fragTick
+				cg.tmu.Unlock()
+				if err := a.splitPass(context.Background(), false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reads = 0
+			if tc.newThread {
+				cg.add(p, 13)
+			}
+			cg.tmu.Lock()
+			cg.ticks[11] += tc.wholeTick
+			cg.ticks[12] += tc.fragTick
+			cg.tmu.Unlock()
+			if err := a.splitPass(context.Background(), false); err != nil {
+				t.Fatal(err)
+			}
+			if (reads > 0) != tc.wantReads {
+				t.Errorf("%d thread states read in a sweep, want reads %v", reads, tc.wantReads)
 			}
 		})
 	}
