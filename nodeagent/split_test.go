@@ -165,10 +165,10 @@ func TestSplitSweepInvariant(t *testing.T) {
 
 func TestSplitQuiet(t *testing.T) {
 	for _, tc := range []struct {
-		name              string
-		whole             int
+		name               string
+		whole              int
 		frag, usedW, usedF float64
-		want              bool
+		want               bool
 	}{
 		{"both busy", 1, 0.7, 1.0, 0.7, true},
 		{"both busy enough", 2, 0.3, 1.6, 0.24, true},
