@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -12,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
@@ -187,6 +189,8 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			c.GuardService(r.Service, 0) // and nobody creates it before this commits
 		}
 		allocs := map[string]state.Alloc{}
+		desired := map[string]int64{} // each host's desired set with the new instances (DesiredSize)
+		docSize := int64(0)           // one new instance's document, measured once: they differ in IDs and CPUs only
 		var ins []model.Instance
 		for _, p := range res.Placements {
 			a, ok := allocs[p.Host]
@@ -200,9 +204,18 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 				}
 				a = v.Alloc.Clone()
 				c.GuardView(v)
+				desired[p.Host] = v.DesiredBytes
 			}
 			in := model.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Spec: r.Spec, Generation: 1, Allocation: p.Allocation}
 			in.MemorySoft = r.MemorySoft
+			if docSize == 0 {
+				b, _ := json.Marshal(in)
+				docSize = int64(len(b)) + desiredSlack
+			}
+			if desired[p.Host] += docSize; desired[p.Host] > maxDesiredBytes {
+				return nil, errf(Exhausted, "host %s: its desired set would be %s with %s's instances of %s each, over the %s its agent reads (agentlink.MaxPlannerFrame): deploy fewer there (--max-per-host) or with a smaller spec (environment, labels)",
+					p.Host, alloc.FormatBytes(desired[p.Host]), r.Service, alloc.FormatBytes(docSize), alloc.FormatBytes(maxDesiredBytes))
+			}
 			a.Add(in, +1)
 			allocs[p.Host] = a
 			c.PutInstance(in)
@@ -225,6 +238,21 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	s.log.Info("deployed", "service", r.Service, "instances", len(out.Instances), "hosts", hosts, "domain_spread", out.DomainSpread, "violations", len(out.Violations))
 	return out, nil
 }
+
+// MaxDesiredBytes bounds a host's desired set, as the planner stores its
+// instances: the agent reads at most agentlink.MaxPlannerFrame of it in one
+// frame (the wire form is smaller than the stored JSON, so the bound errs
+// on the safe side). A deploy past it is refused, naming the host and the
+// size (issue 36 A2: 1,200 instances of 60 KiB of environment each made a
+// 73.8 MB set the agent refused every second, for ever).
+const MaxDesiredBytes = agentlink.MaxPlannerFrame
+
+// maxDesiredBytes is MaxDesiredBytes; tests lower it.
+var maxDesiredBytes int64 = MaxDesiredBytes
+
+// desiredSlack is added to each new instance's measured document: their
+// IDs and CPU maps differ a little from the one measured.
+const desiredSlack = 64
 
 // placementsOf is r's placements, nil for no result.
 func placementsOf(r *placement.Result) []alloc.Placement {

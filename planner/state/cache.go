@@ -81,6 +81,12 @@ type cache struct {
 	// hostChange is, per host, the revision of the last change to its
 	// registration or desired instances (WatchHost).
 	hostChange map[string]int64
+
+	// instSize is each instance document's size (its stored JSON), and
+	// hostSize their sum per host: HostView.DesiredBytes, what an agent
+	// receives is at most about (issue 36 A2).
+	instSize map[string]int32
+	hostSize map[string]int64
 }
 
 // effect is what applying one key changed beyond the cache itself.
@@ -123,6 +129,7 @@ func (c *cache) reset() {
 	c.cpuMaps = map[[32]byte]map[cpuset.CPUID]int{}
 	c.hostChange = map[string]int64{}
 	c.byService, c.where, c.moving = map[string]map[string]string{}, map[string]string{}, map[string]string{}
+	c.instSize, c.hostSize = map[string]int32{}, map[string]int64{}
 }
 
 // apply lays one key's new value (deleted: its deletion) at rev over the
@@ -164,6 +171,16 @@ func (c *cache) apply(key string, val []byte, rev int64, deleted bool) effect {
 		c.unindex(host, id)
 		setNested(c.instances, host, id, val, rev, deleted)
 		d, has := c.instances[host][id]
+		if sz, ok := c.instSize[id]; ok {
+			if c.hostSize[host] -= int64(sz); c.hostSize[host] <= 0 {
+				delete(c.hostSize, host)
+			}
+			delete(c.instSize, id)
+		}
+		if has {
+			c.instSize[id] = int32(min(len(val), 1<<30))
+			c.hostSize[host] += int64(c.instSize[id])
+		}
 		if _, hasHost := c.instances[host]; hasHost != hadHost {
 			c.dropPages(false, true)
 		}
@@ -362,7 +379,8 @@ func (c *cache) view(name string) HostView {
 	if !ok {
 		a.Value = NewAlloc()
 	}
-	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: c.live[name], state: hostState(h.Value, c.live[name], c.protocol)}
+	v := HostView{Host: h.Value, HostRev: h.Rev, Alloc: a.Value, AllocRev: a.Rev, Live: c.live[name], state: hostState(h.Value, c.live[name], c.protocol),
+		DesiredBytes: c.hostSize[name]}
 	if m, ok := c.metrics[name]; ok {
 		v.Metrics = &m
 	}

@@ -173,7 +173,11 @@ type HostView struct {
 	// (AllocHost), shared and never changed; set where planning reads it
 	// (SchedulablePlacement's views, Pending's pending hosts), nil elsewhere.
 	Resources *alloc.Host
-	state     string
+	// DesiredBytes is the size of the host's instance documents as
+	// stored: what its agent receives as its desired set is at most about
+	// this (the wire form is smaller than the JSON).
+	DesiredBytes int64
+	state        string
 }
 
 // PlacementSettings returns the cluster's placement settings.
