@@ -172,6 +172,12 @@ func TestServicesFileBadInput(t *testing.T) {
 		{"label key read as a bool", "services:\n  web: {image: a, memory: 64MiB, labels: {Off: x}}\n", `line 2: services.web.labels.Off: the key Off is read as the bool false`},
 		{"compose service read as a bool", "services:\n  no: {image: a, deploy: {resources: {limits: {memory: 64M}}}}\n", `services.no: the key no is read as the bool false`},
 		{"compose build only", "services:\n  web: {build: ., deploy: {resources: {limits: {memory: 64M}}}}\n", `services.web.image: missing`},
+		// Refused before anything is applied (issue 36: apply deployed
+		// the file's other services first).
+		{"service named like an instance", "services:\n  aaa-ok: {image: a, memory: 64MiB}\n  web-0123456789: {image: a, memory: 64MiB}\n",
+			`services.web-0123456789: service name "web-0123456789": ends like an instance ID`},
+		{"compose service named like an instance", "services:\n  web-0123456789: {image: a, deploy: {resources: {limits: {memory: 64M}}}}\n",
+			`ends like an instance ID`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -128,7 +128,7 @@ func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawM
 
 func decodeComposeService(name string, raw json.RawMessage) (wantService, []string, error) {
 	path := "services." + name
-	if err := state.ValidateServiceName(name); err != nil {
+	if err := state.ValidateNewServiceName(name); err != nil {
 		return wantService{}, nil, fmt.Errorf("%s: %v (pinfold's service names: lower-case letters, digits and -)", path, err)
 	}
 	var keys map[string]json.RawMessage

@@ -322,7 +322,7 @@ func decodeServicesFile(data []byte) (want []wantService, notes []string, err er
 // decodeFileService decodes and checks one service of a pinfold file.
 func decodeFileService(name string, raw json.RawMessage) (wantService, error) {
 	path := "services." + name
-	if err := state.ValidateServiceName(name); err != nil {
+	if err := state.ValidateNewServiceName(name); err != nil {
 		return wantService{}, fmt.Errorf("%s: %v", path, err)
 	}
 	// Keys as written: encoding/json would take Image for image.

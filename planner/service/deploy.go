@@ -78,15 +78,8 @@ func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]model.Instance
 // nothing; a request the rules cannot place fails with a *PlacementError
 // carrying the elimination report.
 func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployResult, error) {
-	if err := state.ValidateServiceName(r.Service); err != nil {
+	if err := state.ValidateNewServiceName(r.Service); err != nil {
 		return DeployResult{}, errf(Invalid, "service: %w", err)
-	}
-	if model.EndsLikeInstanceID(r.Service) {
-		// resize, remove and events take a service or an instance: a
-		// service named like another's instance (sec7-dec61c68bd) made
-		// them act on that instance (issue 36).
-		return DeployResult{}, errf(Invalid, "service name %q: ends like an instance ID ('-' and %d hex digits), so commands that take a service or an instance could not tell it from one; pick another name",
-			r.Service, model.InstanceIDHex)
 	}
 	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
 		return DeployResult{}, errf(Invalid, "memory soft limit = %s: want 0..memory (%s)", alloc.FormatBytes(r.MemorySoft), alloc.FormatBytes(r.Memory))

@@ -348,6 +348,22 @@ func ValidateServiceName(name string) error {
 	return nil
 }
 
+// ValidateNewServiceName is ValidateServiceName for a service to be made:
+// besides, the name may not end as an instance ID does ('-' and 10 hex
+// digits), or commands that take a service or an instance (resize,
+// remove, events) could not tell it from another service's instance
+// (issue 36).
+func ValidateNewServiceName(name string) error {
+	if err := ValidateServiceName(name); err != nil {
+		return err
+	}
+	if model.EndsLikeInstanceID(name) {
+		return fmt.Errorf("service name %q: ends like an instance ID ('-' and %d hex digits), so commands that take a service or an instance could not tell it from one; pick another name",
+			name, model.InstanceIDHex)
+	}
+	return nil
+}
+
 // AllocHost builds the allocation engine's view of a host.
 func AllocHost(h Host, a Alloc) *alloc.Host {
 	out := &alloc.Host{Name: h.Name, MemoryBytes: h.MemoryBytes, MemoryUsed: a.MemoryUsed,
