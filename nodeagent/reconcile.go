@@ -243,7 +243,7 @@ func (a *Agent) spec(in *model.Instance, gen int64, r docker.Resources) docker.C
 		// rest at create, the file (kept current) in a read-only mount
 		// (unless the service mounts a volume there itself).
 		env = append(env, SizeOf(*in, a.shareBase()).Env()...)
-		if !slices.ContainsFunc(in.Volumes, func(v string) bool { return volumeTarget(v) == SizeMount }) {
+		if !slices.ContainsFunc(in.Volumes, mountsSizeDir) {
 			binds = append(slices.Clone(in.Volumes), a.sizes.bind(in.ID))
 		}
 	}

@@ -48,6 +48,9 @@ type Size struct {
 	// Next is a shrink the agent announced and applies once the notice
 	// (--shrink-notice) has passed; nil when none is pending.
 	Next *Size `json:"next,omitempty"`
+	// NextAt is when Next is applied at the earliest (RFC 3339, the
+	// host's clock; within one --resync after it).
+	NextAt string `json:"next_at,omitempty"`
 }
 
 // SizeOf is in's size with shareBase pieces to a CPU. It is pure.

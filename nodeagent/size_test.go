@@ -158,14 +158,26 @@ func TestSizeFileFollowsResizes(t *testing.T) {
 		t.Errorf("the directory of a removed instance: %v, want it gone", err)
 	}
 
-	t.Run("the service mounts /run/pinfold itself", func(t *testing.T) {
-		a, eng, _ := newSizedAgent(t, 0)
+	for _, v := range []string{"state:/run/pinfold/", "/srv/x:/run//pinfold/.", "state:/run/pinfold/x:ro"} {
+		t.Run("the service mounts "+v, func(t *testing.T) {
+			a, eng, _ := newSizedAgent(t, 0)
+			in := memInst(1, 128<<20)
+			in.Volumes = []string{v}
+			a.SetDesired([]model.Instance{in})
+			settle(t, a)
+			if spec := eng.specs["c1"]; !slices.Equal(spec.Binds, in.Volumes) {
+				t.Errorf("binds %q: want the service's own volume alone (Docker refuses two mounts on one target, and one inside the read-only size mount)", spec.Binds)
+			}
+		})
+	}
+	t.Run("the service mounts /run", func(t *testing.T) {
+		a, eng, dir := newSizedAgent(t, 0)
 		in := memInst(1, 128<<20)
-		in.Volumes = []string{"state:/run/pinfold/"}
+		in.Volumes = []string{"state:/run"}
 		a.SetDesired([]model.Instance{in})
 		settle(t, a)
-		if spec := eng.specs["c1"]; !slices.Equal(spec.Binds, in.Volumes) {
-			t.Errorf("binds %q: want the service's own volume alone (Docker refuses two mounts on one target)", spec.Binds)
+		if spec := eng.specs["c1"]; !slices.Contains(spec.Binds, filepath.Join(dir, "db-1")+":/run/pinfold:ro") {
+			t.Errorf("binds %q: want the size mount too (Docker mounts /run first)", spec.Binds)
 		}
 	})
 	t.Run("control: off", func(t *testing.T) {
@@ -215,7 +227,7 @@ func TestShrinkNotice(t *testing.T) {
 				if applied != 256<<20 {
 					t.Fatalf("memory %d in the notice's first pass: want 256 MiB kept", applied)
 				}
-				if s.MemoryBytes != 256<<20 || s.Next == nil || s.Next.MemoryBytes != 128<<20 {
+				if s.MemoryBytes != 256<<20 || s.Next == nil || s.Next.MemoryBytes != 128<<20 || s.NextAt == "" {
 					t.Fatalf("file during the notice = %+v (next %+v): want 256 MiB now, 128 MiB next", s, s.Next)
 				}
 				time.Sleep(tc.notice + 50*time.Millisecond)

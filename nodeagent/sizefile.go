@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
@@ -168,10 +169,12 @@ func (s *sizeFiles) hold(in model.Instance, shareBase int, every time.Duration, 
 	}
 	n, ok := s.notice[in.ID]
 	if !ok || n.gen != in.Generation {
-		if err := s.write(in.ID, Notice(was, next).JSON()); err != nil {
+		n = notice{gen: in.Generation, due: now.Add(every)}
+		ann := Notice(was, next)
+		ann.NextAt = n.due.UTC().Format(time.RFC3339)
+		if err := s.write(in.ID, ann.JSON()); err != nil {
 			return 0, false, err
 		}
-		n = notice{gen: in.Generation, due: now.Add(every)}
 		s.notice[in.ID] = n
 		announced = true
 	}
@@ -211,11 +214,19 @@ func (a *Agent) shareBase() int {
 }
 
 // volumeTarget is a volume's TARGET (Docker's SOURCE:TARGET[:ro|rw]),
-// without a trailing slash.
+// cleaned ("/run//pinfold/." is /run/pinfold).
 func volumeTarget(v string) string {
 	parts := strings.Split(v, ":")
-	if len(parts) < 2 {
+	if len(parts) < 2 || parts[1] == "" {
 		return ""
 	}
-	return strings.TrimSuffix(parts[1], "/")
+	return path.Clean(parts[1])
+}
+
+// mountsSizeDir reports whether a volume's target is the size mount or
+// lies in it: Docker refuses two mounts on one target, and one inside the
+// read-only size mount cannot make its mount point.
+func mountsSizeDir(v string) bool {
+	t := volumeTarget(v)
+	return t == SizeMount || strings.HasPrefix(t, SizeMount+"/")
 }

@@ -87,8 +87,8 @@ func (f *agentFlags) validate() error {
 	if f.shrinkNotice < 0 || f.shrinkNotice > 10*time.Minute {
 		return badInput("--shrink-notice %s: want 0 (off) to 10m", f.shrinkNotice)
 	}
-	if f.resourcesDir != "" && !filepath.IsAbs(f.resourcesDir) {
-		return badInput("--resources-dir %q: want an absolute path (the Docker engine mounts it)", f.resourcesDir)
+	if f.resourcesDir != "" && (!filepath.IsAbs(f.resourcesDir) || strings.ContainsAny(f.resourcesDir, ":,\n\x00") || filepath.Clean(f.resourcesDir) == "/") {
+		return badInput("--resources-dir %q: want an absolute path other than / without ':' or ',' (the Docker engine mounts each instance's directory in it, SOURCE:TARGET:ro)", f.resourcesDir)
 	}
 	if f.shrinkNotice > 0 && f.resourcesDir == "" && f.resourcesDirSet != nil && f.resourcesDirSet() {
 		return badInput("--shrink-notice %s: needs --resources-dir (the notice is written there); it was turned off", f.shrinkNotice)
@@ -103,7 +103,10 @@ func (f *agentFlags) run(ctx context.Context, log *slog.Logger) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	resourcesDir := f.resourcesDir
+	resourcesDir := filepath.Clean(f.resourcesDir)
+	if f.resourcesDir == "" {
+		resourcesDir = ""
+	}
 	if resourcesDir == "" && (f.resourcesDirSet == nil || !f.resourcesDirSet()) {
 		resourcesDir, _ = filepath.Abs(filepath.Join(f.stateDir, "instances"))
 		if os.Geteuid() == 0 {

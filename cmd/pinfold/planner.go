@@ -450,7 +450,11 @@ at them.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "pinfold is up: planner on %s, host %s registered (%s, %s). Ctrl-C stops it.\nagent: %s\n",
 				p.Addr, host, counted(len(top.CPUs), "CPU"), counted(len(top.NUMANodes), "NUMA node"), agentState)
-			fmt.Fprintf(cmd.OutOrStdout(), "live view: http://%s/ui/   metrics: http://%s/metrics\n", p.Addr, p.Addr)
+			scheme := "http"
+			if withTLS {
+				scheme = "https" // with a client certificate (the admin's above)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "live view: %s://%s/ui/   metrics: %s://%s/metrics\n", scheme, p.Addr, scheme, p.Addr)
 			stopping := notifySystemd(ctx, log, p.Service.Healthy)
 			<-ctx.Done()
 			stopping()

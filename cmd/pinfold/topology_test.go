@@ -250,6 +250,8 @@ func TestUpAgentFlags(t *testing.T) {
 		{"--fragment-scheme", "bogus", `--fragment-scheme "bogus"`},
 		{"--cgroup-parent", "../x", `--cgroup-parent "../x"`},
 		{"--resources-dir", "rel/dir", `--resources-dir "rel/dir"`},
+		{"--resources-dir", "/tmp/has:colon", `--resources-dir "/tmp/has:colon"`},
+		{"--resources-dir", "/", `--resources-dir "/"`},
 	} {
 		t.Run(tc.flag+"="+tc.value, func(t *testing.T) {
 			data := t.TempDir()

@@ -32,11 +32,15 @@ const HiddenCommand = "(hidden from viewers)"
 const HiddenRequest = `{"hidden":"the request text is cut; viewers see it only whole"}`
 
 // secretWords mark a label's key as holding a secret value.
-var secretWords = []string{"secret", "token", "password", "passwd", "credential", "apikey", "api_key", "api-key", "private"}
+var secretWords = []string{"secret", "token", "password", "passwd", "passphrase", "pwd", "credential", "apikey", "api_key", "api-key", "api.key",
+	"private", "auth", "jwt", "ssh", "cookie", "session", "dsn"}
 
 // SecretLabel reports whether a label with key is secret: its key holds
-// one of secret, token, password, passwd, credential, apikey, api_key,
-// api-key or private, in any case (e.g. vault.token, DB_PASSWORD).
+// one of secretWords (secret, token, password, passwd, passphrase, pwd,
+// credential, apikey, api_key, api-key, api.key, private, auth, jwt, ssh,
+// cookie, session, dsn), in any case (e.g. vault.token, DB_PASSWORD).
+// A secret in a label under another key is shown: put secrets in the
+// environment, whose values viewers never see.
 func SecretLabel(key string) bool {
 	k := strings.ToLower(key)
 	for _, w := range secretWords {
