@@ -65,10 +65,10 @@ func (p *Probe) check(ctx context.Context, eng engine, c docker.Container) error
 	case len(p.Exec) > 0:
 		code, err := eng.Exec(ctx, c.ID, p.Exec)
 		if err != nil {
-			return fmt.Errorf("exec %q: %w", p.Exec, err)
+			return fmt.Errorf("exec probe (%s, arguments not shown: they may hold a secret): %w", probeName(p.Exec), err)
 		}
 		if code != 0 {
-			return fmt.Errorf("exec %q exited %d", p.Exec, code)
+			return fmt.Errorf("exec probe (%s, arguments not shown: they may hold a secret) exited %d", probeName(p.Exec), code)
 		}
 		return nil
 	case p.TCP != 0:
@@ -96,4 +96,14 @@ func (p *Probe) check(ctx context.Context, eng engine, c docker.Container) error
 		return nil
 	}
 	return errors.New("empty probe")
+}
+
+// probeName is an exec probe's program, without its arguments: an error
+// is reported to the planner, whose event log and instance errors viewers
+// read (issue 36: a probe's header with a key reached a viewer).
+func probeName(argv []string) string {
+	if len(argv) == 0 {
+		return "none"
+	}
+	return argv[0]
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -241,4 +242,73 @@ func TestShrinkNotice(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestSizeFilesHostile: what a hostile local user (or a container that
+// remounted its size directory) can plant in --resources-dir is never
+// followed, never blocks the agent, and a directory of other data is
+// never deleted (issue 36 attack review). Each case fails without its
+// guard: a link followed overwrites the victim, a FIFO read blocks the
+// pass, RemoveAll deletes the data.
+func TestSizeFilesHostile(t *testing.T) {
+	t.Run("a link as the temporary file", func(t *testing.T) {
+		dir := t.TempDir()
+		victim := filepath.Join(t.TempDir(), "victim")
+		os.WriteFile(victim, []byte("keep"), 0o600)
+		os.MkdirAll(filepath.Join(dir, "db-1"), 0o755)
+		os.Symlink(victim, filepath.Join(dir, "db-1", "."+SizeFile+".tmp"))
+		s := newSizeFiles(dir)
+		if err := s.write("db-1", []byte("{}\n")); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(victim); string(b) != "keep" {
+			t.Errorf("the victim behind the link now holds %q", b)
+		}
+		if fi, _ := os.Lstat(victim); fi.Mode().Perm() != 0o600 {
+			t.Errorf("the victim's mode is now %v", fi.Mode().Perm())
+		}
+	})
+	t.Run("a link as the instance's directory", func(t *testing.T) {
+		dir, elsewhere := t.TempDir(), t.TempDir()
+		os.Symlink(elsewhere, filepath.Join(dir, "db-1"))
+		if err := newSizeFiles(dir).write("db-1", []byte("{}\n")); err == nil {
+			t.Error("written through a linked directory")
+		}
+		if es, _ := os.ReadDir(elsewhere); len(es) != 0 {
+			t.Errorf("the link's target got %d entries", len(es))
+		}
+	})
+	t.Run("a FIFO as resources.json", func(t *testing.T) {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "db-1"), 0o755)
+		if err := syscall.Mkfifo(filepath.Join(dir, "db-1", SizeFile), 0o644); err != nil {
+			t.Skip(err)
+		}
+		done := make(chan struct{})
+		go func() { newSizeFiles(dir).load(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("loading the size files blocked on a FIFO")
+		}
+	})
+	t.Run("a directory of other data", func(t *testing.T) {
+		dir := t.TempDir()
+		data := filepath.Join(dir, "postgres-data", "PG_VERSION")
+		os.MkdirAll(filepath.Dir(data), 0o755)
+		os.WriteFile(data, []byte("16"), 0o644)
+		s := newSizeFiles(dir)
+		if err := s.prune(map[string]bool{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(data); err != nil {
+			t.Errorf("pruning removed another directory's data: %v", err)
+		}
+		// Control: an instance's own directory goes.
+		s.write("db-1", []byte("{}\n"))
+		s.prune(map[string]bool{})
+		if _, err := os.Stat(filepath.Join(dir, "db-1")); !os.IsNotExist(err) {
+			t.Errorf("the agent's own directory of a gone instance: %v, want removed", err)
+		}
+	})
 }

@@ -2,14 +2,17 @@ package nodeagent
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/pinfold/pinfold/planner/model"
@@ -61,21 +64,37 @@ func (s *sizeFiles) write(id string, content []byte) error {
 		return nil
 	}
 	// Readable by every user a container runs as, whatever the agent's
-	// umask (the packaged unit's is 0077).
-	d := filepath.Join(s.dir, id)
-	if err := os.MkdirAll(d, 0o755); err != nil {
+	// umask (the packaged unit's is 0077). Never through a link someone
+	// planted: the directory must be one (not a link to one), the
+	// temporary file is made anew (O_EXCL, O_NOFOLLOW), and the rename
+	// replaces whatever resources.json was without following it.
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("resources file of %s: %w", id, err)
+	}
+	d := filepath.Join(s.dir, id)
+	if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("resources file of %s: %w", id, err)
+	}
+	if fi, err := os.Lstat(d); err != nil || !fi.IsDir() {
+		return fmt.Errorf("resources file of %s: %s is not a directory (a link or a file is never written through)", id, d)
 	}
 	if err := os.Chmod(d, 0o755); err != nil {
 		return fmt.Errorf("resources file of %s: %w", id, err)
 	}
 	tmp := filepath.Join(d, "."+SizeFile+".tmp")
-	if err := os.WriteFile(tmp, content, 0o644); err != nil {
+	os.Remove(tmp) // a link or a file a crash left: removed, not followed
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
 		return fmt.Errorf("resources file of %s: %w", id, err)
 	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
+	_, werr := f.Write(content)
+	cherr := f.Chmod(0o644)
+	if cerr := f.Close(); werr == nil {
+		werr = cmp.Or(cherr, cerr)
+	}
+	if werr != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("resources file of %s: %w", id, err)
+		return fmt.Errorf("resources file of %s: %w", id, werr)
 	}
 	if err := os.Rename(tmp, filepath.Join(d, SizeFile)); err != nil {
 		os.Remove(tmp)
@@ -119,17 +138,38 @@ func (s *sizeFiles) load() {
 		if _, ok := s.applied[e.Name()]; ok {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(s.dir, e.Name(), SizeFile))
+		b, err := readSmall(filepath.Join(s.dir, e.Name(), SizeFile), 1<<16)
 		var sz Size
-		if err == nil && len(b) <= 1<<16 && json.Unmarshal(b, &sz) == nil && sz.Instance == e.Name() {
+		if err == nil && json.Unmarshal(b, &sz) == nil && sz.Instance == e.Name() {
 			sz.Next = nil
 			s.applied[e.Name()] = sz
 		}
 	}
 }
 
+// readSmall reads a regular file of at most max bytes, never following a
+// link nor blocking on a FIFO or a device someone put in its place.
+func readSmall(name string, max int64) ([]byte, error) {
+	f, err := os.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() || fi.Size() > max {
+		return nil, fmt.Errorf("%s: not a regular file of at most %d bytes", name, max)
+	}
+	return io.ReadAll(io.LimitReader(f, max))
+}
+
 // prune removes the directories of instances neither desired nor holding
-// a container (keep).
+// a container (keep): only what the agent writes there (resources.json
+// and its temporary file), then the directory if that left it empty. A
+// directory holding anything else (--resources-dir pointed at a
+// directory of other data) is left as it is.
 func (s *sizeFiles) prune(keep map[string]bool) error {
 	if s.written == nil {
 		s.load()
@@ -139,9 +179,14 @@ func (s *sizeFiles) prune(keep map[string]bool) error {
 		if keep[id] {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(s.dir, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("resources file of %s: %w", id, err))
-			continue
+		d := filepath.Join(s.dir, id)
+		if fi, err := os.Lstat(d); err == nil && fi.IsDir() {
+			os.Remove(filepath.Join(d, SizeFile))
+			os.Remove(filepath.Join(d, "."+SizeFile+".tmp"))
+			if err := os.Remove(d); err != nil && !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+				errs = append(errs, fmt.Errorf("resources file of %s: %w", id, err))
+				continue
+			}
 		}
 		delete(s.written, id)
 		delete(s.notice, id)

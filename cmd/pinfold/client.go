@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -159,8 +160,16 @@ var rateWaits = func() []time.Duration {
 // rateLimited reports whether err is the planner's refusal of a call over
 // its identity's rate (--identity-rate): refused before it was read.
 func rateLimited(err error) bool {
-	return connect.CodeOf(err) == connect.CodeResourceExhausted && strings.Contains(err.Error(), "--identity-rate")
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeResourceExhausted {
+		return false
+	}
+	// The whole refusal's shape (api.limitIdentities), not a word in it:
+	// another refusal may quote a name holding any text.
+	return rateRefusal.MatchString(ce.Message())
 }
+
+var rateRefusal = regexp.MustCompile(`^identity .+ called more than [0-9.e+]+ times a second: at most [0-9.e+]+ a second per identity after a burst of [0-9]+ \(--identity-rate, --identity-burst\); slow down$`)
 
 // readOnly are the calls that change nothing in the planner.
 var readOnly = map[string]bool{

@@ -18,7 +18,7 @@ import (
 // refusal (a full host) is not retried.
 func TestRateRefusalRetried(t *testing.T) {
 	rate := connect.NewError(connect.CodeResourceExhausted, errors.New("identity admin:alice called more than 200 times a second: at most 200 a second per identity after a burst of 400 (--identity-rate, --identity-burst); slow down"))
-	full := connect.NewError(connect.CodeResourceExhausted, errors.New("no host has room for 1 instance"))
+	full := connect.NewError(connect.CodeResourceExhausted, errors.New("need 1 instance of web--identity-rate, the hosts can take 0"))
 	for _, tc := range []struct {
 		name           string
 		fail           error

@@ -185,8 +185,13 @@ func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, b bound, 
 	case protoreflect.StringKind:
 		if s := v.String(); len(s) > b.bytes {
 			shown := s
-			if fd.Name() == "env" {
+			switch {
+			case fd.Name() == "env":
 				shown = service.EnvName(s) // never a value in an error
+			case strings.Contains(name, "log_opts[") || strings.Contains(name, "labels[") || strings.Contains(name, "exec"):
+				// May be a secret (redact.go): an error is recorded in the
+				// event log, which viewers read.
+				return fmt.Errorf("%s: %d bytes, want at most %d bytes", name, len(s), b.bytes)
 			}
 			return fmt.Errorf("%s = %q: %d bytes, want at most %d bytes", name, clip.Text(shown, 100), len(s), b.bytes)
 		}

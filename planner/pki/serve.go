@@ -230,7 +230,8 @@ func (s *ServerTLS) loadCRL() error {
 	if sig.same(s.crlSig) {
 		return nil
 	}
-	gone := s.crlSig.exists && !sig.exists
+	had := s.crlSig.exists
+	gone := had && !sig.exists
 	s.crlSig = sig
 	if gone {
 		// Fail closed (issue 36): a list deleted while the planner runs
@@ -242,6 +243,12 @@ func (s *ServerTLS) loadCRL() error {
 	crl, err := ReadCRL(s.cfg.CRLFile, s.cas)
 	if err != nil {
 		return err
+	}
+	if crl == nil && had {
+		// Removed between the stat and the read: fail closed as above.
+		s.crlSig = fileSig{}
+		return fmt.Errorf("pki: revocation list %s was removed: its %d revoked certificates stay revoked until a list is there again (pinfold pki revoke writes one)",
+			s.cfg.CRLFile, len(s.crl))
 	}
 	m := map[string]struct{}{}
 	if crl != nil {

@@ -63,3 +63,84 @@ func TestHeartbeatVersionChurn(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentReRegisterChurn: an agent re-registering its host with the
+// same topology rewrites the record only when something changed, and a
+// new version at most once per AgentRecordEvery (issue 36: 50 such calls
+// rewrote it 50 times, each with an unsampled event). Control: a minute
+// apart, every new version is written.
+func TestAgentReRegisterChurn(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		step    time.Duration
+		version func(i int) string
+		want    int
+	}{
+		{"same version", time.Millisecond, func(int) string { return "v0" }, 0},
+		{"new version each time", time.Millisecond, func(i int) string { return fmt.Sprintf("v%d", i+1) }, 1},
+		{"control: a minute apart", AgentRecordEvery, func(i int) string { return fmt.Sprintf("v%d", i+1) }, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := memStore(t, state.Config{ShareBase: 100, MaxFragmentCores: -1})
+			s := New(st, nil)
+			now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+			s.now = func() time.Time { return now }
+			ctx := context.Background()
+			reg := func(v string) {
+				if _, err := s.RegisterHost(ctx, RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Agent: true,
+					AgentVersion: v, Protocol: model.Protocol}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			reg("v0")
+			v0, _ := st.Host("h1")
+			rewrites, last := 0, v0.HostRev
+			for i := range 20 {
+				now = now.Add(tc.step)
+				reg(tc.version(i))
+				if v, _ := st.Host("h1"); v.HostRev != last {
+					rewrites, last = rewrites+1, v.HostRev
+				}
+			}
+			if rewrites != tc.want {
+				t.Errorf("20 re-registrations rewrote the host record %d times, want %d", rewrites, tc.want)
+			}
+		})
+	}
+}
+
+// TestRefusedReportsSampled: an agent repeating a report that its host
+// refused an instance's generation writes at most RefusedEventsPerMinute
+// Refused events a minute (issue 36: one a call, unsampled). Control: the
+// first report is written.
+func TestRefusedReportsSampled(t *testing.T) {
+	st := memStore(t, state.Config{ShareBase: 100, MaxFragmentCores: -1})
+	s := New(st, nil)
+	ctx := context.Background()
+	if _, err := s.RegisterHost(ctx, RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(),
+		Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	dep, err := s.Deploy(ctx, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(s.ev.ch) > 0 {
+		<-s.ev.ch
+	}
+	in := dep[0]
+	for range 30 {
+		if err := s.ReportStatus(ctx, "h1", in.ID, model.Status{State: "running", Generation: in.Generation, Refused: in.Generation, Error: "no"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := 0
+	for len(s.ev.ch) > 0 {
+		if ev := <-s.ev.ch; ev.Kind == "Refused" {
+			refused++
+		}
+	}
+	if refused < 1 || refused > RefusedEventsPerMinute {
+		t.Errorf("30 refused reports wrote %d Refused events, want 1..%d", refused, RefusedEventsPerMinute)
+	}
+}

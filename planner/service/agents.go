@@ -129,8 +129,10 @@ func (s *Service) ReportStatus(ctx context.Context, host, id string, st model.St
 		return err
 	}
 	if in := v.Instance; st.Refused != 0 && st.Refused == in.Generation {
-		s.Record(state.Event{Identity: host, Kind: "Refused", Subject: id, Host: host, Service: in.Service,
-			Outcome: fmt.Sprintf("generation %d refused: %s", st.Refused, st.Error)})
+		// Sampled per agent as refused calls are: an agent repeating its
+		// report wrote one event a call (issue 36).
+		s.RecordFailed(state.Event{Identity: host, Kind: "Refused", Subject: id, Host: host, Service: in.Service,
+			Outcome: fmt.Sprintf("generation %d refused: %s", st.Refused, st.Error)}, nil, "Refused", true)
 	}
 	if in := v.Instance; st.Refused != 0 && st.Refused == in.Generation && in.Previous != nil && in.Previous.Generation == in.Generation {
 		return s.rollBack(ctx, id, st.Error)

@@ -87,6 +87,20 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 			if sameTopology(old.Host.Topology, r.Topology) && !r.Force {
 				h = old.Host // keep capacity changes made with SetHost
 				if r.Agent {
+					o := old.Host
+					if o.Agent && o.AgentVersion == r.AgentVersion && o.Protocol == r.Protocol && o.NoAgent == "" {
+						// Nothing changed: no write (and no event with
+						// it; the call is sampled as one that changed
+						// nothing). An agent re-registering in a loop
+						// rewrote its host's record every time (issue 36).
+						return old, nil
+					}
+					leaving := o.Protocol == model.Protocol && r.Protocol != model.Protocol
+					if o.Agent && o.NoAgent == "" && !leaving && !s.versions.take(r.Name, s.clock(), AgentRecordEvery) {
+						// Only the version or protocol changed, sooner than
+						// AgentRecordEvery after the last such rewrite.
+						return old, nil
+					}
 					h.Agent, h.AgentVersion, h.Protocol, h.NoAgent = true, r.AgentVersion, r.Protocol, ""
 				}
 			}

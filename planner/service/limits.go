@@ -147,7 +147,7 @@ func validateSpec(sp model.Spec) error {
 	for _, p := range sp.Ports {
 		for _, e := range sp.Env {
 			if k, _, _ := strings.Cut(e, "="); k == model.PortEnv(p.Name) {
-				return errf(Invalid, "env entry %q: %s is the host port of port %q, which pinfold sets", clip(e), k, p.Name)
+				return errf(Invalid, "env entry %q: %s is the host port of port %q, which pinfold sets", clip(EnvName(e)), k, p.Name)
 			}
 		}
 	}

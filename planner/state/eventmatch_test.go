@@ -12,6 +12,7 @@ func TestEventMatches(t *testing.T) {
 		{Kind: "Heal", Subject: "sec7-0123456789", Service: "sec7", Host: "h1"},
 		{Kind: "Deploy", Subject: "sec7-x", Service: "sec7-x"},
 		{Kind: "Resize", Subject: "sec7-x-dec61c68bd", Service: "sec7-x-dec61c68bd"},
+		{Kind: "DrainHost", Subject: "sec7-0a1b2c3d4e", Host: "sec7-0a1b2c3d4e"}, // a host named like an instance
 	}
 	for _, tc := range []struct {
 		service, host string
@@ -20,7 +21,7 @@ func TestEventMatches(t *testing.T) {
 		{"sec7", "", []int{0, 1, 2}},
 		{"sec7-x", "", []int{3, 4}},
 		{"sec7", "h1", []int{2}},
-		{"", "", []int{0, 1, 2, 3, 4}},
+		{"", "", []int{0, 1, 2, 3, 4, 5}},
 	} {
 		match := EventMatches(tc.service, tc.host)
 		var got []int

@@ -192,10 +192,11 @@ func EventMatches(service, host string) func(Event) bool {
 	}
 	return func(ev Event) bool {
 		// The service's own events, and those of its instances (an
-		// instance named as a call's target is its Service and Subject);
+		// instance named as a call's target is its Service; a host's
+		// events have none, whatever the host's name);
 		// never another service whose name only begins the same (issue
 		// 36: --service sec7 listed sec7-x's).
-		return (service == "" || ev.Service == service || model.IsInstanceOf(ev.Service, service) || model.IsInstanceOf(ev.Subject, service)) &&
+		return (service == "" || ev.Service == service || model.IsInstanceOf(ev.Service, service)) &&
 			(host == "" || ev.Host == host)
 	}
 }
