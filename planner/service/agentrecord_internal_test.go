@@ -30,10 +30,7 @@ func TestHeartbeatVersionChurn(t *testing.T) {
 		{"control: a minute apart", AgentRecordEvery, func(n int) int { return n }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := memStore(t, state.Config{ShareBase: 100, MaxFragmentCores: -1})
-			s := New(st, nil)
-			now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
-			s.now = func() time.Time { return now }
+			s, st, now := clockedService(t)
 			ctx := context.Background()
 			if _, err := s.RegisterHost(ctx, RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Agent: true,
 				AgentVersion: "v0", Protocol: model.Protocol, Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
@@ -43,7 +40,7 @@ func TestHeartbeatVersionChurn(t *testing.T) {
 			const n = 50
 			rewrites, last := 0, v0.HostRev
 			for i := range n {
-				now = now.Add(tc.step)
+				*now = now.Add(tc.step)
 				// A new version each time, and every tenth another
 				// protocol back and forth.
 				proto := model.Protocol
@@ -81,10 +78,7 @@ func TestAgentReRegisterChurn(t *testing.T) {
 		{"control: a minute apart", AgentRecordEvery, func(i int) string { return fmt.Sprintf("v%d", i+1) }, 20},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := memStore(t, state.Config{ShareBase: 100, MaxFragmentCores: -1})
-			s := New(st, nil)
-			now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
-			s.now = func() time.Time { return now }
+			s, st, now := clockedService(t)
 			ctx := context.Background()
 			reg := func(v string) {
 				if _, err := s.RegisterHost(ctx, RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Agent: true,
@@ -96,7 +90,7 @@ func TestAgentReRegisterChurn(t *testing.T) {
 			v0, _ := st.Host("h1")
 			rewrites, last := 0, v0.HostRev
 			for i := range 20 {
-				now = now.Add(tc.step)
+				*now = now.Add(tc.step)
 				reg(tc.version(i))
 				if v, _ := st.Host("h1"); v.HostRev != last {
 					rewrites, last = rewrites+1, v.HostRev
@@ -143,4 +137,15 @@ func TestRefusedReportsSampled(t *testing.T) {
 	if refused < 1 || refused > RefusedEventsPerMinute {
 		t.Errorf("30 refused reports wrote %d Refused events, want 1..%d", refused, RefusedEventsPerMinute)
 	}
+}
+
+// clockedService is a service over an in-memory store whose clock is
+// *now (2026-11-28 00:00 UTC until the test moves it).
+func clockedService(t *testing.T) (*Service, *state.Memory, *time.Time) {
+	t.Helper()
+	st := memStore(t, state.Config{ShareBase: 100, MaxFragmentCores: -1})
+	s := New(st, nil)
+	now := time.Date(2026, 11, 28, 0, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return now }
+	return s, st, &now
 }
