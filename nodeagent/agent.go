@@ -327,7 +327,7 @@ func (a *Agent) splitLoop(ctx context.Context) {
 		if ensure {
 			ensured = start
 		}
-		if err := a.splitPass(ctx, ensure); err != nil {
+		if err := a.splitPass(ctx, ensure); err != nil && ctx.Err() == nil { // not the stop cutting an apply short
 			a.log.Warn("split sweep", "err", err)
 		}
 		took := time.Since(start)
