@@ -149,9 +149,12 @@ func Handler(svc Planner, o Options) http.Handler {
 	}
 	opts = append(opts, connect.WithInterceptors(requestIDs{}, eventRecorder{svc}))
 	if o.Authorize {
-		// A viewer's answers, on every method, without secrets (redact.go).
-		opts = append(opts, connect.WithInterceptors(authorizer{}, redactor{}))
+		opts = append(opts, connect.WithInterceptors(authorizer{}))
 	}
+	// Answers to anyone who may not read secrets (a viewer; a TLS caller
+	// without a valid role), on every method, without them (redact.go):
+	// the one place they are hidden.
+	opts = append(opts, connect.WithInterceptors(redactor{}))
 	// Past the authorizer, every field is checked against its bound
 	// (requestBounds) before a handler sees the request.
 	opts = append(opts, connect.WithInterceptors(bounds{}))
@@ -721,21 +724,11 @@ func (s *Server) GetService(ctx context.Context, r *connect.Request[pinfoldv1.Ge
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("service %q is not deployed", r.Msg.Name))
 	}
-	env := svc.Env
-	if !trusted(ctx) && len(env) > 0 {
-		env = make([]string, len(svc.Env))
-		for i, e := range svc.Env {
-			env[i] = service.EnvName(e)
-		}
-	}
-	m := &pinfoldv1.ServiceRecord{Name: svc.Name, Image: svc.Image, Command: svc.Command, Env: env, Network: svc.Network,
+	m := &pinfoldv1.ServiceRecord{Name: svc.Name, Image: svc.Image, Command: svc.Command, Env: svc.Env, Network: svc.Network,
 		Health: pinfoldv1.NewHealthCheck(svc.Health), Pull: svc.Pull, Cpu: alloc.FormatPieces(svc.Pieces, s.sb()), Bind: svc.Bind,
 		WholeCores: svc.WholeCores, MemoryBytes: svc.Memory, MemorySoftBytes: svc.MemorySoft, Strategy: svc.Strategy,
 		MaxPerHost: int32(min(svc.MaxPerHost, math.MaxInt32)), Count: int32(min(n, math.MaxInt32)), ShareBase: int32(s.sb()),
 		Container: pinfoldv1.NewContainerSpec(svc.Container), Ports: pinfoldv1.NewPorts(svc.Ports)}
-	if !trusted(ctx) {
-		m.Container = viewerContainer(m.Container)
-	}
 	if rl := svc.Rules; rl != nil {
 		m.Constraint, m.PlacementPolicy, m.HostsOrder, m.DomainSpread = rl.Constraint, rl.Policy, rl.HostsOrder, rl.DomainSpread
 		m.AffinityHard, m.AffinitySoft, m.AntiAffinityHard, m.AntiAffinitySoft = rl.Affinity.Hard, rl.Affinity.Soft, rl.AntiAffinity.Hard, rl.AntiAffinity.Soft
@@ -751,20 +744,7 @@ func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1
 	}
 	out := &pinfoldv1.ListInstancesResponse{Instances: make([]*pinfoldv1.Instance, 0, len(ins)), NextPageToken: next}
 	for _, iv := range ins {
-		m := instanceMsg(iv.Instance, iv.Status, s.sb())
-		if !trusted(ctx) && len(m.Env) > 0 {
-			// A viewer sees the environment's names, never its values (a
-			// new slice: m's shares the cache's).
-			env := make([]string, len(m.Env))
-			for i, e := range m.Env {
-				env[i] = service.EnvName(e)
-			}
-			m.Env = env
-		}
-		if !trusted(ctx) {
-			m.Container = viewerContainer(m.Container)
-		}
-		out.Instances = append(out.Instances, m)
+		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 	}
 	return connect.NewResponse(out), nil
 }
@@ -864,18 +844,4 @@ func (s *Server) ExportPlan(ctx context.Context, _ *connect.Request[pinfoldv1.Ex
 		return ctx.Err()
 	}
 	return toConnect(err)
-}
-
-// viewerContainer is c as a viewer sees it: the log driver's options by
-// name only (a value may be a credential, e.g. splunk-token), as the
-// environment. A copy: c may share the cache's maps.
-func viewerContainer(c *pinfoldv1.ContainerSpec) *pinfoldv1.ContainerSpec {
-	if c == nil || len(c.LogOpts) == 0 {
-		return c
-	}
-	v := proto.CloneOf(c)
-	for k := range v.LogOpts {
-		v.LogOpts[k] = ""
-	}
-	return v
 }
