@@ -156,25 +156,39 @@ func SplitSweep(whole int, threads []SplitThread) map[int]SplitPart {
 }
 
 // SplitBusy is how much of its share a child of a split instance must
-// have used since the last sweep to count as busy, and SplitIdle the CPU
-// below which a whole instance counts as idle.
+// have used since the last sweep to count as busy, SplitIdle the CPU
+// below which a whole instance counts as idle, and SplitWaiting the part
+// of the interval below which the threads of "pinfold-whole" count as
+// never waiting for a CPU.
 const (
-	SplitBusy = 0.8
-	SplitIdle = 0.02
+	SplitBusy    = 0.8
+	SplitIdle    = 0.02
+	SplitWaiting = 0.1
 )
 
 // SplitQuiet says whether a sweep of a split instance holding whole whole
 // CPUs and frag of a shared one (0 < frag < 1) may skip reading its
-// threads, from what its children used over the interval (CPUs: µs of CPU
+// threads, from what its children did over the interval (CPUs: µs of CPU
 // per µs): both children busy (each ≥ SplitBusy of its share: each holds
-// a runnable thread, the sweep's whole aim), or the instance idle (under
+// a runnable thread, the sweep's whole aim); the instance idle (under
 // SplitIdle CPU: no thread to place; one that wakes is seen by the next
-// sweep, once it used CPU). Anything else needs the threads read. It is
-// pure: the sweep's cost at 50 instances × 40 threads fell from 2,000
-// reads of /proc a round to 100 of cpu.stat (issue 35 item 6).
-func SplitQuiet(whole int, frag, usedWhole, usedFrag float64) bool {
+// sweep, once it used CPU); or "pinfold-whole" busy, "pinfold-frag" idle
+// and no thread of "pinfold-whole" waiting for a CPU (waitedWhole, the
+// part of the interval some thread there was runnable and not running:
+// the kernel's cpu.pressure "some"; negative when the kernel does not
+// say) — the instance's demand fits its whole CPUs, a thread moved to
+// the fragment would leave one idle (one busy thread of a 1.7 plan).
+// Anything else needs the threads read. It is pure: the sweep's cost at
+// 50 instances × 40 threads fell from 2,000 reads of /proc a round to 100
+// of cpu.stat, and 50 of cpu.pressure where the fragment idles (issue 35
+// item 6).
+func SplitQuiet(whole int, frag, usedWhole, usedFrag, waitedWhole float64) bool {
 	if usedWhole+usedFrag < SplitIdle {
 		return true
 	}
-	return usedWhole >= SplitBusy*float64(whole) && usedFrag >= SplitBusy*frag
+	wholeBusy := usedWhole >= SplitBusy*float64(whole)
+	if wholeBusy && usedFrag < SplitIdle && waitedWhole >= 0 && waitedWhole < SplitWaiting {
+		return true
+	}
+	return wholeBusy && usedFrag >= SplitBusy*frag
 }

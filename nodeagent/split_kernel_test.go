@@ -281,6 +281,17 @@ func splitRun(t *testing.T, scheme Scheme, threads int, burst, preempt bool) map
 	}
 	detail = append(detail, fmt.Sprintf("sweeps that moved threads in the window: %d", movesIn))
 	t.Logf("%s, %d threads: %s", scheme, threads, strings.Join(detail, ", "))
+	if _, err := os.Stat("/proc/pressure/cpu"); err == nil && scheme == SchemeSplit {
+		// The sweep skips a one-thread instance's threads on the whole
+		// child's pressure: a threaded child must have the file.
+		for _, in := range ins {
+			if pr, err := m.Read(groups[in.ID+"/whole"], "cpu.pressure"); err != nil {
+				t.Errorf("%s: %v (the kernel has /proc/pressure/cpu)", in.ID, err)
+			} else if _, ok := pressureSome(pr); !ok {
+				t.Errorf("%s: cpu.pressure %q has no some total", in.ID, pr)
+			}
+		}
+	}
 	for _, l := range moves.since(linesBefore) {
 		t.Logf("sweep in the window: %s", l)
 	}

@@ -164,23 +164,51 @@ func TestSplitSweepInvariant(t *testing.T) {
 }
 
 func TestSplitQuiet(t *testing.T) {
+	const unknown = -1.0 // the kernel has no pressure files
 	for _, tc := range []struct {
 		name               string
 		whole              int
 		frag, usedW, usedF float64
+		waitedW            float64
 		want               bool
 	}{
-		{"both busy", 1, 0.7, 1.0, 0.7, true},
-		{"both busy enough", 2, 0.3, 1.6, 0.24, true},
-		{"idle", 1, 0.7, 0.01, 0.005, true},
-		{"fragment's child idle", 1, 0.7, 1.0, 0.0, false},
-		{"whole child short", 2, 0.5, 1.0, 0.5, false},
-		{"one thread in the fragment's child", 1, 0.7, 0.0, 0.7, false},
-		{"just over idle", 1, 0.7, 0.02, 0.0, false},
+		{"both busy", 1, 0.7, 1.0, 0.7, unknown, true},
+		{"both busy enough", 2, 0.3, 1.6, 0.24, 0.5, true},
+		{"idle", 1, 0.7, 0.01, 0.005, unknown, true},
+		{"fragment's child idle, nothing waits", 1, 0.7, 1.0, 0.0, 0.0, true},
+		{"fragment's child idle, little waits", 2, 0.7, 1.9, 0.01, 0.09, true},
+		{"fragment's child idle, a thread waits", 1, 0.7, 1.0, 0.0, 0.1, false},
+		{"fragment's child idle, pressure unknown", 1, 0.7, 1.0, 0.0, unknown, false},
+		{"fragment's child almost idle", 1, 0.7, 1.0, 0.02, 0.0, false},
+		{"whole child short", 2, 0.5, 1.0, 0.5, 0.0, false},
+		{"whole child short, fragment idle", 2, 0.5, 1.0, 0.0, 0.0, false},
+		{"one thread in the fragment's child", 1, 0.7, 0.0, 0.7, 0.0, false},
+		{"just over idle", 1, 0.7, 0.02, 0.0, unknown, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := SplitQuiet(tc.whole, tc.frag, tc.usedW, tc.usedF); got != tc.want {
-				t.Errorf("SplitQuiet(%d, %v, %v, %v) = %v, want %v", tc.whole, tc.frag, tc.usedW, tc.usedF, got, tc.want)
+			if got := SplitQuiet(tc.whole, tc.frag, tc.usedW, tc.usedF, tc.waitedW); got != tc.want {
+				t.Errorf("SplitQuiet(%d, %v, %v, %v, %v) = %v, want %v", tc.whole, tc.frag, tc.usedW, tc.usedF, tc.waitedW, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPressureSome(t *testing.T) {
+	for _, tc := range []struct {
+		in     string
+		want   uint64
+		wantOK bool
+	}{
+		{"some avg10=0.00 avg60=0.00 avg300=0.00 total=1234\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=99", 1234, true},
+		{"full avg10=0.00 avg60=0.00 avg300=0.00 total=99\nsome avg10=1.50 avg60=0.20 avg300=0.00 total=7", 7, true},
+		{"some avg10=0.00 avg60=0.00 avg300=0.00", 0, false},
+		{"some total=x", 0, false},
+		{"", 0, false},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, ok := pressureSome(tc.in)
+			if got != tc.want || ok != tc.wantOK {
+				t.Errorf("pressureSome(%q) = %d, %v; want %d, %v", tc.in, got, ok, tc.want, tc.wantOK)
 			}
 		})
 	}

@@ -21,19 +21,29 @@ import (
 // in memory, so a real round adds 100 cpu.stat reads (and, where the
 // threads are read, 150 cgroup.threads reads). Each instance's children
 // use CPU as the case says, at the rate of real time: busy (each child
-// its share: the steady state), idle, or unbalanced (the fragment's child
-// idle: the threads must be read every round). It reports ns per round
-// and the share of one CPU at 4 rounds a second.
+// its share: the steady state), idle, one-thread (the fragment's child
+// idle, no thread of the whole child waiting: one busy thread),
+// waiting (as one-thread, but a thread of the whole child waits for a CPU
+// half the time: the threads are read every round, the worst case; a
+// real sweep's move ends it) and no-psi (as one-thread on a kernel
+// without pressure files: read every round). It reports ns per round and
+// the share of one CPU at 4 rounds a second.
 func BenchmarkSplitSweep(b *testing.B) {
 	const instances, threads = 50, 40
 	tids := parkedThreads(b, instances*threads)
 	for _, tc := range []struct {
 		name        string
 		whole, frag float64 // CPUs each child uses
-	}{{"busy", 1, 0.7}, {"idle", 0, 0}, {"unbalanced", 1, 0}} {
+		waited      float64 // part of the time a thread of the whole child waits
+		noPSI       bool
+	}{{"busy", 1, 0.7, 0, false}, {"idle", 0, 0, 0, false}, {"one-thread", 1, 0, 0, false},
+		{"waiting", 1, 0, 0.5, false}, {"no-psi", 1, 0, 0, true}} {
 		b.Run(tc.name, func(b *testing.B) {
 			f := newFakeThreaded()
 			f.usage = map[string]uint64{}
+			if !tc.noPSI {
+				f.waited = map[string]uint64{}
+			}
 			a := &Agent{cfg: Config{Scheme: SchemeSplit, SplitEvery: DefaultSplitEvery}, cg: f, records: map[string]*record{},
 				threadState: procThreadState("/proc"), log: slog.New(slog.DiscardHandler)}
 			paths := make([]cgroup.Path, instances)
@@ -60,6 +70,9 @@ func BenchmarkSplitSweep(b *testing.B) {
 					f.mu.Lock()
 					f.usage[p.String()+"/"+SplitWholeName] += uint64(tc.whole * us)
 					f.usage[p.String()+"/"+SplitFragName] += uint64(tc.frag * us)
+					if f.waited != nil {
+						f.waited[p.String()+"/"+SplitWholeName] += uint64(tc.waited * us)
+					}
 					f.mu.Unlock()
 					if err := a.splitSweep(f, fmt.Sprintf("i%d", i), p, 1, 0.7); err != nil {
 						b.Fatal(err)

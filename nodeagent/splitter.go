@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,44 +37,71 @@ type threadStat struct {
 // thread is gone.
 type threadRunnable func(tid int) (st threadStat, ok bool)
 
-// procThreadState reads a thread's state from procRoot/<tid>/task/<tid>/stat:
-// the thread's own entry. procRoot/<tid>/stat of a thread that is not its
-// process's leader is the whole process's, which the kernel sums over every
-// thread: reading it for each of n threads costs O(n²) (2,000 threads:
-// 110 µs a read against 21 µs).
-func procThreadState(procRoot string) threadRunnable {
-	return func(tid int) (threadStat, bool) {
-		t := strconv.Itoa(tid)
-		b, err := os.ReadFile(procRoot + "/" + t + "/task/" + t + "/stat")
-		if err != nil {
-			return threadStat{}, false
-		}
-		return statThread(string(b))
-	}
-}
-
 // statThread parses /proc/<tid>/stat: "tid (comm) S … utime stime …",
 // where comm may hold blanks and parentheses, so the fields are counted
 // from the last ")" (the state is field 3, utime and stime 14 and 15).
-// A stat too short for the times gives the state with no ticks.
-func statThread(stat string) (threadStat, bool) {
-	i := strings.LastIndexByte(stat, ')')
+// A stat too short for the times, or with times that are not numbers,
+// gives the state with no ticks. It reads the bytes as they are (the
+// sweep reads thousands a second: no copy, no allocation).
+func statThread[S ~string | ~[]byte](stat S) (threadStat, bool) {
+	i := len(stat) - 1
+	for i >= 0 && stat[i] != ')' {
+		i--
+	}
 	if i < 0 {
 		return threadStat{}, false
 	}
-	f := strings.Fields(stat[i+1:])
-	if len(f) == 0 {
+	var st threadStat
+	var times [2]uint64
+	timesOK := 0
+	field := 0
+	for j := i + 1; j < len(stat); {
+		if stat[j] == ' ' || stat[j] == '\t' || stat[j] == '\n' {
+			j++
+			continue
+		}
+		k := j
+		for k < len(stat) && stat[k] != ' ' && stat[k] != '\t' && stat[k] != '\n' {
+			k++
+		}
+		switch field {
+		case 0:
+			st.Runnable = k-j == 1 && stat[j] == 'R'
+		case 11, 12:
+			if v, ok := parseDecimal(stat[j:k]); ok {
+				times[field-11] = v
+				timesOK++
+			}
+		}
+		field++
+		if field > 12 {
+			break
+		}
+		j = k
+	}
+	if field == 0 {
 		return threadStat{}, false
 	}
-	st := threadStat{Runnable: f[0] == "R"}
-	if len(f) > 12 {
-		u, err1 := strconv.ParseUint(f[11], 10, 64)
-		s, err2 := strconv.ParseUint(f[12], 10, 64)
-		if err1 == nil && err2 == nil {
-			st.Ticks = u + s
-		}
+	if timesOK == 2 {
+		st.Ticks = times[0] + times[1]
 	}
 	return st, true
+}
+
+// parseDecimal reads an unsigned decimal number of at most 19 digits.
+func parseDecimal[S ~string | ~[]byte](d S) (uint64, bool) {
+	if len(d) == 0 || len(d) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for i := 0; i < len(d); i++ {
+		c := d[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
 }
 
 // splitEnsure makes (or re-asserts) the threaded children of in's
@@ -285,20 +311,25 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 }
 
 // splitUse is what a split instance's children had used at a sweep
-// (cpu.stat usage_usec), and when.
+// (cpu.stat usage_usec), how long some thread of "pinfold-whole" had
+// waited for a CPU (cpu.pressure "some" total, µs; waitKnown false where
+// the kernel has no pressure files: psi=0), and when.
 type splitUse struct {
 	at          time.Time
 	whole, frag uint64
+	waited      uint64
+	waitKnown   bool
 }
 
-// splitQuiet reads the children's cpu.stat and reports whether this sweep
-// may skip the threads (SplitQuiet over the interval since the last
-// read). Threads in the container's own cgroup (new ones, a docker exec)
-// always need a sweep: its cgroup.threads is read first. An unreadable
-// file, a first read, a counter gone back or an interval past 4 sweeps
-// never skips. A skip forgets the threads' ticks, so the next full sweep
-// judges them by their state alone (not by ticks counted since an older
-// sweep).
+// splitQuiet reads the children's cpu.stat (and "pinfold-whole"'s
+// cpu.pressure) and reports whether this sweep may skip the threads
+// (SplitQuiet over the interval since the last read). Threads in the
+// container's own cgroup (new ones, a docker exec) always need a sweep:
+// its cgroup.threads is read first. An unreadable cpu.stat, a first read,
+// a counter gone back or an interval past 4 sweeps never skips; an
+// unreadable cpu.pressure only loses the skip that needs it. A skip
+// forgets the threads' ticks, so the next full sweep judges them by their
+// state alone (not by ticks counted since an older sweep).
 func (a *Agent) splitQuiet(tw threadedWriter, id string, paths map[SplitPart]cgroup.Path, wholeCPUs int, fragCPU float64) bool {
 	if own, err := tw.Threads(paths[SplitRoot]); err != nil || len(own) > 0 {
 		return false
@@ -309,6 +340,9 @@ func (a *Agent) splitQuiet(tw threadedWriter, id string, paths map[SplitPart]cgr
 		return false
 	}
 	cur := splitUse{at: time.Now(), whole: usageOf(sw), frag: usageOf(sf)}
+	if pw, err := a.cg.Read(paths[SplitWhole], "cpu.pressure"); err == nil {
+		cur.waited, cur.waitKnown = pressureSome(pw)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := a.records[id]
@@ -321,11 +355,33 @@ func (a *Agent) splitQuiet(tw threadedWriter, id string, paths map[SplitPart]cgr
 	if prev.at.IsZero() || dt <= 0 || cur.at.Sub(prev.at) > 4*a.cfg.SplitEvery || cur.whole < prev.whole || cur.frag < prev.frag {
 		return false
 	}
-	if !SplitQuiet(wholeCPUs, fragCPU, float64(cur.whole-prev.whole)/dt, float64(cur.frag-prev.frag)/dt) {
+	waited := -1.0
+	if cur.waitKnown && prev.waitKnown && cur.waited >= prev.waited {
+		waited = float64(cur.waited-prev.waited) / dt
+	}
+	if !SplitQuiet(wholeCPUs, fragCPU, float64(cur.whole-prev.whole)/dt, float64(cur.frag-prev.frag)/dt, waited) {
 		return false
 	}
 	r.splitTicks = nil
 	return true
+}
+
+// pressureSome reads the "some" line's total (µs) of a cgroup's
+// cpu.pressure: "some avg10=0.00 avg60=0.00 avg300=0.00 total=1234".
+func pressureSome(pressure string) (uint64, bool) {
+	for line := range strings.Lines(pressure) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "some ")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(rest) {
+			if v, ok := strings.CutPrefix(f, "total="); ok {
+				n, err := strconv.ParseUint(v, 10, 64)
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
 }
 
 // splitBusyTicks: a thread found asleep that used at least this many

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -32,6 +33,9 @@ type fakeThreaded struct {
 	ticks    map[int]uint64 // CPU ticks used so far (utime + stime)
 	calls    []string
 	refuse   error // ApplyThreaded's answer when set (a kernel refusing threaded mode)
+	// waited: µs some thread of a group waited for a CPU (cpu.pressure's
+	// "some" total); nil: no pressure files (a kernel booted psi=0).
+	waited map[string]uint64
 }
 
 func newFakeThreaded() *fakeThreaded {
@@ -82,6 +86,14 @@ func (f *fakeThreaded) MoveThread(p cgroup.Path, tid int) error {
 // Read is fakeCgroup's, but a group's cpu.stat counts its threads' CPU
 // ticks (10 ms each) besides what the test set, as the kernel's does.
 func (f *fakeThreaded) Read(p cgroup.Path, name string) (string, error) {
+	if name == "cpu.pressure" {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.waited == nil {
+			return "", fmt.Errorf("cgroup: read %s/cpu.pressure: %w", p, fs.ErrNotExist)
+		}
+		return fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0", f.waited[p.String()]), nil
+	}
 	if name != "cpu.stat" {
 		return f.fakeCgroup.Read(p, name)
 	}
@@ -372,10 +384,16 @@ func TestStatThread(t *testing.T) {
 		// A real line (Linux 6.1): utime 1713, stime 3.
 		{"987 (pinfold x) S 1 987 987 0 -1 4194368 250 0 0 0 1713 3 0 0 20 0 7 0 1234 0 0", threadStat{Ticks: 1716}, true},
 		{"987 (p) R 1 987 987 0 -1 4194368 250 0 0 0 x 3 0 0", threadStat{Runnable: true}, true},
+		{"987 (p) R 1 987 987 0 -1 4194368 250 0 0 0 99999999999999999999 3 0", threadStat{Runnable: true}, true},
+		{"987 (p) RS 1 987 987 0 -1 4194368 250 0 0 0 5 3 0\n", threadStat{Ticks: 8}, true},
+		{"987 (p)\tR\t1 987 987 0 -1 4194368 250 0 0 0 5 3\n", threadStat{Runnable: true, Ticks: 8}, true},
 	}
 	for _, tt := range tests {
 		if got, ok := statThread(tt.stat); got != tt.want || ok != tt.ok {
 			t.Errorf("statThread(%q) = %+v, %v, want %+v, %v", tt.stat, got, ok, tt.want, tt.ok)
+		}
+		if got, ok := statThread([]byte(tt.stat)); got != tt.want || ok != tt.ok {
+			t.Errorf("statThread([]byte(%q)) = %+v, %v, want %+v, %v", tt.stat, got, ok, tt.want, tt.ok)
 		}
 	}
 }
@@ -659,23 +677,34 @@ func TestSplitSweepCountsBusyThreads(t *testing.T) {
 // TestSplitSweepSkipsBusyInstances: a sweep whose instance's children
 // both used their share since the last one (and whose container's own
 // cgroup holds no thread) reads no thread's state (issue 35 item 6: the
-// sweep read 2,000 /proc files a round at 50 × 40 threads). Controls: the
-// fragment's child idle, or a thread in the container's own cgroup, and
-// the threads are read.
+// sweep read 2,000 /proc files a round at 50 × 40 threads); nor does one
+// whose fragment's child idles while no thread of the whole child waited
+// for a CPU (one busy thread of a 1.7 plan). Controls: the fragment's
+// child idle with a thread waiting, or with no pressure file to say, or
+// a thread in the container's own cgroup, and the threads are read.
 func TestSplitSweepSkipsBusyInstances(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		wholeTick uint64 // ticks threads 11 (whole) and 12 (frag) use between sweeps
 		fragTick  uint64
-		newThread bool // a thread appears in the container's own cgroup
+		waitUsec  uint64 // µs a thread of the whole child waits between sweeps
+		noPSI     bool   // the kernel has no cpu.pressure files
+		newThread bool   // a thread appears in the container's own cgroup
 		wantReads bool
 	}{
-		{"both busy", 25, 18, false, false},
-		{"control: the fragment's child idle", 25, 0, false, true},
-		{"control: a new thread in the container", 25, 18, true, true},
+		{"both busy", 25, 18, 0, false, false, false},
+		{"the fragment's child idle, nothing waits", 25, 0, 0, false, false, false},
+		{"control: the fragment's child idle, a thread waits", 25, 0, 200_000, false, false, true},
+		{"control: the fragment's child idle, no pressure files", 25, 0, 0, true, false, true},
+		{"control: a new thread in the container", 25, 18, 0, false, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, cg, p := splitTwoThreads(t)
+			if !tc.noPSI {
+				cg.mu.Lock()
+				cg.waited = map[string]uint64{}
+				cg.mu.Unlock()
+			}
 			reads := 0
 			state := a.threadState
 			a.threadState = func(tid int) (threadStat, bool) { reads++; return state(tid) }
@@ -686,6 +715,11 @@ func TestSplitSweepSkipsBusyInstances(t *testing.T) {
 				cg.ticks[11] += tc.wholeTick
 				cg.ticks[12] += tc.fragTick
 				cg.tmu.Unlock()
+				if !tc.noPSI {
+					cg.mu.Lock()
+					cg.waited[p+"/"+SplitWholeName] += tc.waitUsec
+					cg.mu.Unlock()
+				}
 				if err := a.splitPass(context.Background(), false); err != nil {
 					t.Fatal(err)
 				}
