@@ -139,6 +139,9 @@ type Agent struct {
 	looped atomic.Int64
 	// threadState says whether a thread is runnable (the split sweep).
 	threadState threadRunnable
+	// now is the split sweep's clock (nil: time.Now): a kernel model's
+	// in the tests that drive the sweep against one.
+	now func() time.Time
 	// sizes keeps the size files (nil without Config.ResourcesDir); only
 	// Reconcile's goroutine uses it.
 	sizes *sizeFiles

@@ -17,14 +17,19 @@ func TestProcStatsKeepsFilesOpen(t *testing.T) {
 	runtime.LockOSThread() // else the other goroutine may take this thread
 	defer runtime.UnlockOSThread()
 	self := unix.Gettid()
+	// other: a thread that ends when its goroutine does (locked, never
+	// unlocked), not the process's main thread, which the runtime keeps.
 	exited := make(chan int)
 	stop := make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		exited <- unix.Gettid()
-		<-stop
-	}()
-	other := <-exited
+	other := unix.Getpid()
+	for other == unix.Getpid() {
+		go func() {
+			runtime.LockOSThread()
+			exited <- unix.Gettid()
+			<-stop
+		}()
+		other = <-exited
+	}
 	for _, tid := range []int{self, other} {
 		if _, ok := c.state(tid); !ok {
 			t.Fatalf("thread %d: not read", tid)

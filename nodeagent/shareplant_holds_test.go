@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -138,6 +139,57 @@ func (e *splitEnforcer) pass(p *shareplant.Plant) error {
 	return nil
 }
 
+// agentSplitEnforcer is the split scheme as the agent runs it: the
+// children as splitEnforcer makes them, swept by the agent's own
+// splitSweep (its cpu.stat and cpu.pressure gates, its clock-tick rule
+// for threads found asleep) through a plantWriter, on the model's clock.
+type agentSplitEnforcer struct {
+	a     *Agent
+	w     *plantWriter
+	paths map[string]cgroup.Path
+}
+
+func (e *agentSplitEnforcer) setup(p *shareplant.Plant) ([]shareplant.GroupID, error) {
+	var se splitEnforcer
+	out, err := se.setup(p)
+	if err != nil {
+		return nil, err
+	}
+	e.w = &plantWriter{p: p, groups: map[string]shareplant.GroupID{}}
+	e.paths = map[string]cgroup.Path{}
+	e.a = &Agent{cfg: Config{Scheme: SchemeSplit, SplitEvery: DefaultSplitEvery}, cg: e.w, records: map[string]*record{},
+		log: slog.New(slog.DiscardHandler), now: func() time.Time { return time.Unix(0, 0).Add(p.Now()) },
+		threadState: func(tid int) (threadStat, bool) {
+			t, err := p.Thread(shareplant.ThreadID(tid))
+			if err != nil {
+				return threadStat{}, false
+			}
+			return threadStat{Runnable: t.Runnable, Ticks: uint64(t.CPU / (10 * time.Millisecond))}, true
+		}}
+	for i, in := range plantInstances {
+		path := cgroup.MustParsePath("pinfold/" + in.id)
+		e.paths[in.id] = path
+		e.a.records[in.id] = &record{cgroup: &path}
+		for part, g := range se.parts[i] {
+			name := path.String()
+			if part != int(SplitRoot) {
+				name += "/" + SplitPart(part).String()
+			}
+			e.w.groups[name] = g
+		}
+	}
+	return out, nil
+}
+
+func (e *agentSplitEnforcer) pass(*shareplant.Plant) error {
+	for _, in := range plantInstances {
+		if err := e.a.splitSweep(e.w, in.id, e.paths[in.id], 1, float64(in.frag)/100); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // cappedGroup makes an instance's container cgroup as the capped scheme
 // maps it: cpuset = its whole CPU and the shared one, cpu.weight ∝ its
 // fragment, cpu.max = its plan.
@@ -207,6 +259,37 @@ func (w *plantWriter) Apply(_ context.Context, s cgroup.Spec) error {
 		return w.p.SetWeight(g, s.CPUWeight)
 	}
 	return nil
+}
+
+// Threads is a group's cgroup.threads.
+func (w *plantWriter) Threads(path cgroup.Path) ([]int, error) {
+	g, ok := w.groups[path.String()]
+	if !ok {
+		return nil, fmt.Errorf("plant: %s: %w", path, cgroup.ErrNoGroup)
+	}
+	ts, err := w.p.Threads(g)
+	var out []int
+	for _, t := range ts {
+		out = append(out, int(t.ID))
+	}
+	return out, err
+}
+
+// MoveThread writes tid into a group's cgroup.threads.
+func (w *plantWriter) MoveThread(path cgroup.Path, tid int) error {
+	g, ok := w.groups[path.String()]
+	if !ok {
+		return fmt.Errorf("plant: %s: %w", path, cgroup.ErrNoGroup)
+	}
+	return w.p.Move(shareplant.ThreadID(tid), g)
+}
+
+func (w *plantWriter) ApplyThreaded(_ context.Context, s cgroup.Spec) error {
+	return fmt.Errorf("plant: %s: threaded groups are made by the harness", s.Path)
+}
+
+func (w *plantWriter) RemoveThreaded(_ context.Context, p cgroup.Path) error {
+	return fmt.Errorf("plant: %s: threaded groups are removed by the harness", p)
 }
 
 func (w *plantWriter) Read(path cgroup.Path, name string) (string, error) {
@@ -443,14 +526,16 @@ var (
 	plantStarts  = []plantStart{startInside, startMoved, startApart}
 )
 
-// TestSharePlantHolds drives the split scheme's real sweep (SplitSweep)
-// against the kernel model: for every thread count, start and seed, both
-// instances within bounds from window 10 on.
+// TestSharePlantHolds drives the split scheme's real sweep against the
+// kernel model — the agent's splitSweep with its cpu.stat and
+// cpu.pressure gates and its clock-tick rule (agentSplitEnforcer) — for
+// every thread count, start and seed: both instances within bounds from
+// window 10 on.
 func TestSharePlantHolds(t *testing.T) {
 	for _, n := range plantThreads {
 		for _, start := range plantStarts {
 			t.Run(fmt.Sprintf("%d threads %s", n, start), func(t *testing.T) {
-				failed, first, mean := plantSummary(t, func() plantEnforcer { return &splitEnforcer{} }, n, start, holdsSeeds)
+				failed, first, mean := plantSummary(t, func() plantEnforcer { return &agentSplitEnforcer{} }, n, start, holdsSeeds)
 				t.Logf("split: a %.3f b %.3f (mean of windows %d-%d, %d seeds)", mean[0], mean[1], holdsFrom, plantWindows, holdsSeeds)
 				if failed > 0 {
 					t.Errorf("%d of %d seeds out of bounds; first: %s", failed, holdsSeeds, first)

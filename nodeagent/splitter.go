@@ -339,7 +339,11 @@ func (a *Agent) splitQuiet(tw threadedWriter, id string, paths map[SplitPart]cgr
 	if errW != nil || errF != nil {
 		return false
 	}
-	cur := splitUse{at: time.Now(), whole: usageOf(sw), frag: usageOf(sf)}
+	now := time.Now
+	if a.now != nil {
+		now = a.now
+	}
+	cur := splitUse{at: now(), whole: usageOf(sw), frag: usageOf(sf)}
 	if pw, err := a.cg.Read(paths[SplitWhole], "cpu.pressure"); err == nil {
 		cur.waited, cur.waitKnown = pressureSome(pw)
 	}

@@ -83,7 +83,8 @@ var Busy = Duty{}
 // ThreadInfo is a thread as cgroup.threads and /proc show it.
 type ThreadInfo struct {
 	ID       ThreadID
-	Runnable bool // wants CPU (state R), throttled or not
+	Runnable bool          // wants CPU (state R), throttled or not
+	CPU      time.Duration // CPU used so far (/proc's utime + stime)
 }
 
 const (
@@ -117,6 +118,7 @@ type thread struct {
 	work     float64 // µs left in this run phase
 	sleeping bool
 	wake     float64 // µs
+	used     float64 // µs of CPU used so far
 	rate     float64 // scratch: CPU per µs now
 }
 
@@ -360,10 +362,19 @@ func (p *Plant) Threads(g GroupID) ([]ThreadInfo, error) {
 	var out []ThreadInfo
 	for i, t := range p.threads {
 		if t.g == g {
-			out = append(out, ThreadInfo{ID: ThreadID(i), Runnable: !t.sleeping})
+			out = append(out, ThreadInfo{ID: ThreadID(i), Runnable: !t.sleeping, CPU: time.Duration(t.used * 1000)})
 		}
 	}
 	return out, nil
+}
+
+// Thread is thread id as /proc shows it.
+func (p *Plant) Thread(id ThreadID) (ThreadInfo, error) {
+	t, err := p.thread(id)
+	if err != nil {
+		return ThreadInfo{}, fmt.Errorf("shareplant: /proc: %w", err)
+	}
+	return ThreadInfo{ID: id, Runnable: !t.sleeping, CPU: time.Duration(t.used * 1000)}, nil
 }
 
 // Placement counts g's threads (its own, not its descendants') per CPU.
@@ -763,6 +774,9 @@ func (p *Plant) accumulate(dt float64, grate []float64) {
 		}
 	}
 	for _, t := range p.threads {
+		if !t.sleeping {
+			t.used += t.rate * dt
+		}
 		if t.run > 0 && !t.sleeping {
 			t.work -= t.rate * dt
 		}

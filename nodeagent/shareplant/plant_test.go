@@ -360,3 +360,37 @@ func TestPlantTimeNeverGoesBack(t *testing.T) {
 		t.Errorf("after Advance(-1s): %.3f CPUs, want 0.200", got)
 	}
 }
+
+// TestPlantThreadCPU: each thread's CPU (what /proc's utime + stime
+// count) sums to its group's usage, a busy thread's grows at its rate and
+// a sleeping one's does not.
+func TestPlantThreadCPU(t *testing.T) {
+	p := plant(t, 4)
+	g, err := p.NewGroup(Root, "g")
+	check(t, err)
+	check(t, p.SetCPUs(g, cpuset.MustParseCPUs("0-1")))
+	for range 3 {
+		_, err := p.Spawn(g, Busy)
+		check(t, err)
+	}
+	lazy, err := p.Spawn(g, Duty{Run: 10 * time.Millisecond, Sleep: 30 * time.Millisecond})
+	check(t, err)
+	p.Advance(2 * time.Second)
+	ts, err := p.Threads(g)
+	check(t, err)
+	var sum time.Duration
+	for _, th := range ts {
+		sum += th.CPU
+		if th.ID == lazy && (th.CPU < 400*time.Millisecond || th.CPU > 520*time.Millisecond) {
+			t.Errorf("thread %d (10 ms on, 30 ms asleep) used %s of 2 s, want about 500ms", th.ID, th.CPU)
+		}
+	}
+	u, err := p.Usage(g)
+	check(t, err)
+	if d := sum - u; d < -time.Microsecond || d > time.Microsecond {
+		t.Errorf("threads used %s, the group %s", sum, u)
+	}
+	if !near(u.Seconds(), 4) {
+		t.Errorf("group used %s of 2 CPUs over 2 s, want 4s", u)
+	}
+}
