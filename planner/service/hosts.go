@@ -108,8 +108,12 @@ func (s *Service) RegisterHost(ctx context.Context, r RegisterHostRequest) (stat
 			h.Type, h.Properties, h.FaultDomain, h.UpgradeDomain, h.MaintenanceUntil = old.Host.Type, old.Host.Properties,
 				old.Host.FaultDomain, old.Host.UpgradeDomain, old.Host.MaintenanceUntil
 			if used := cpusInUse(old.Alloc, h); len(used) > 0 {
-				return state.HostView{}, errf(Precond, "host %s: CPUs %s are used by %s and missing from the new registration",
-					r.Name, cpuset.Of(used...), s.holders(r.Name, used))
+				why := ""
+				if held := cpuset.Of(used...).Intersect(h.ReservedCPUs); !held.IsEmpty() {
+					why = fmt.Sprintf(" (reserved CPUs %s)", held)
+				}
+				return state.HostView{}, errf(Precond, "host %s: CPUs %s are used by %s and missing from the new registration%s",
+					r.Name, cpuset.Of(used...), s.holders(r.Name, used), why)
 			}
 			if err := usageFits(old.Alloc, h); err != nil {
 				return state.HostView{}, err

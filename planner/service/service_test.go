@@ -235,13 +235,17 @@ func TestHostRulesAndBadInput(t *testing.T) {
 		t.Errorf("MinInstanceMemory %d != docker.MinMemory %d", service.MinInstanceMemory, docker.MinMemory)
 	}
 	// A forced registration may not take away what instances use: pieces
-	// of a held CPU, or memory.
+	// of a held CPU, memory, or a held CPU or memory reserved for the
+	// system (issue 36 AG1: a change that would oversell is refused for
+	// anyone, force or not).
 	for _, tc := range []struct {
 		settings state.CapacitySettings
 		want     string
 	}{
-		{state.CapacitySettings{MemoryShare: 1, PiecesPerCPU: 50}, "would have 50 pieces; its instances use 100"},
+		{state.CapacitySettings{MemoryShare: 1, PiecesPerCPU: 50}, "h1: CPU " + held.String() + " would have 50 pieces; its instances use 100"},
 		{state.CapacitySettings{MemoryShare: 0.05}, "memory would be"},
+		{state.CapacitySettings{MemoryShare: 1, ReservedCPUs: held}, "CPUs " + held.String() + " are used by instances [" + ins[0].ID + "] and missing from the new registration (reserved CPUs " + held.String() + ")"},
+		{state.CapacitySettings{MemoryShare: 1, ReservedMemory: topologytest.Laptop().Topology().MemoryBytes() - GiB/2}, "memory would be 512 MiB; its instances use 1 GiB"},
 	} {
 		_, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Force: true, Settings: tc.settings})
 		if service.CodeOf(err) != service.Precond || !strings.Contains(err.Error(), tc.want) {
