@@ -25,7 +25,8 @@ func mustJSON(v any) []byte {
 // ShareBase pieces of one CPU, the shared pool holds the largest
 // memory-first quota, a whole-cores instance shares no core, and no two
 // instances on a host hold one host port. It returns
-// every violation found. Capacity is the overbooked one where the cluster's
+// every violation found, in one order every time: hosts by name, CPUs and
+// NUMA nodes by ID (health lists them). Capacity is the overbooked one where the cluster's
 // settings overbook a resource (what a replacement may use: placement's
 // adjust): what placement did is never flagged.
 func Verify(st Store, shareBase int) []string {
@@ -106,8 +107,8 @@ func Verify(st Store, shareBase int) []string {
 		if sum.MemoryUsed > limit("memory", v.Host.MemoryBytes) {
 			bad = append(bad, fmt.Sprintf("host %s: memory oversold: %d of %d", name, sum.MemoryUsed, v.Host.MemoryBytes))
 		}
-		for n, m := range sum.NUMAUsed {
-			if m > limit("memory", v.Host.NUMAMemory[n]) {
+		for _, n := range slices.Sorted(maps.Keys(sum.NUMAUsed)) { // by ID: health lists these, the same every time
+			if m := sum.NUMAUsed[n]; m > limit("memory", v.Host.NUMAMemory[n]) {
 				bad = append(bad, fmt.Sprintf("host %s: NUMA node %d memory oversold: %d of %d", name, n, m, v.Host.NUMAMemory[n]))
 			}
 		}
