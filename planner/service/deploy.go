@@ -235,8 +235,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 // MaxDesiredBytes bounds a host's desired set, as the planner stores its
 // instances: the agent reads at most agentlink.MaxPlannerFrame of it in one
 // frame (the wire form is smaller than the stored JSON, so the bound errs
-// on the safe side). A deploy past it is refused, naming the host and the
-// size (issue 36 A2: 1,200 instances of 60 KiB of environment each made a
+// on the safe side). A deploy, replace or resize past it is refused,
+// naming the host and the sizes (desiredGrowth for the last two; moves
+// are not checked) (issue 36 A2: 1,200 instances of 60 KiB of environment each made a
 // 73.8 MB set the agent refused every second, for ever).
 const MaxDesiredBytes = agentlink.MaxPlannerFrame
 
@@ -246,6 +247,42 @@ var maxDesiredBytes int64 = MaxDesiredBytes
 // desiredSlack is added to each new instance's measured document: their
 // IDs and CPU maps differ a little from the one measured.
 const desiredSlack = 64
+
+// desiredGrowth is, per host, how many bytes a change that rewrites
+// instances in place (replace, resize) adds to the host's desired set:
+// each new document's size less the one it replaces. A deploy measures
+// its own (it writes new documents only).
+type desiredGrowth map[string]int64
+
+// add counts next, written over old on its host.
+func (g desiredGrowth) add(old, next model.Instance) {
+	g[next.Host] += instanceBytes(next) - instanceBytes(old)
+}
+
+// instanceBytes is in's document as the planner stores it.
+func instanceBytes(in model.Instance) int64 {
+	b, _ := json.Marshal(in)
+	return int64(len(b))
+}
+
+// check refuses the change (what, e.g. "the replace of web") when it
+// grows a host's desired set past maxDesiredBytes, naming the host and
+// the sizes; hosts by name. A change that does not grow a host's set is
+// never refused for it, so a host above the bound (an older planner's
+// deploy) may still be shrunk.
+func (g desiredGrowth) check(rd reader, what string) error {
+	for _, h := range slices.Sorted(maps.Keys(g)) {
+		v, ok := rd.Host(h)
+		if !ok || g[h] <= 0 {
+			continue
+		}
+		if after := v.DesiredBytes + g[h]; after > maxDesiredBytes {
+			return errf(Exhausted, "host %s: its desired set would be %s (%s now, %s more) with %s, over the %s its agent reads (agentlink.MaxPlannerFrame): use a smaller spec (command, environment, labels), or fewer instances there",
+				h, alloc.FormatBytes(after), alloc.FormatBytes(v.DesiredBytes), alloc.FormatBytes(g[h]), what, alloc.FormatBytes(maxDesiredBytes))
+		}
+	}
+	return nil
+}
 
 // placementsOf is r's placements, nil for no result.
 func placementsOf(r *placement.Result) []alloc.Placement {

@@ -83,6 +83,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 		c := new(state.Change)
 		allocs := map[string]state.Alloc{}
 		oldPorts := map[string]map[int]bool{} // per host: ports the replaced containers hold until they go
+		grown := desiredGrowth{}
 		for _, t := range targets {
 			next := t.Instance
 			next.Image = r.Image
@@ -111,6 +112,10 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			c.GuardInstance(next.Host, next.ID, t.Rev)
 			c.PutInstance(next)
 			out = append(out, next)
+			grown.add(t.Instance, next)
+		}
+		if err := grown.check(rd, "the replace of "+r.Target); err != nil {
+			return nil, err
 		}
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
@@ -242,6 +247,7 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 		allocs := map[string]state.Alloc{}
 		c := new(state.Change)
 		var sized []model.Instance // each target after the resize, one left alone included
+		grown := desiredGrowth{}   // a resize records the previous allocation: documents grow
 		for _, t := range targets {
 			in := t.Instance
 			v, ok := views[in.Host]
@@ -296,6 +302,10 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			c.PutInstance(next)
 			out = append(out, next)
 			sized = append(sized, next)
+			grown.add(in, next)
+		}
+		if err := grown.check(rd, "the resize of "+r.Target); err != nil {
+			return nil, err
 		}
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
