@@ -41,7 +41,7 @@ func (e eventRecorder) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		ev := state.Event{Identity: identityOf(ctx), Kind: method}
 		m, _ := req.Any().(proto.Message)
 		if m != nil {
-			ev.Subject, ev.Host, ev.Service = subjectOf(method, m)
+			ev.Subject, ev.Host, ev.Service, ev.ServiceExact = subjectOf(method, m)
 			ev = ev.Clipped() // the names only, not a 4 MB one, held while the call runs
 		}
 		a := &service.Audit{Event: ev}
@@ -196,8 +196,10 @@ func trusted(ctx context.Context) bool {
 }
 
 // subjectOf reads what a request acts on from its fields: a service or
-// target, a host (name on the host methods, or host).
-func subjectOf(method string, m proto.Message) (subject, host, service string) {
+// target, a host (name on the host methods, or host). exact: the service
+// is a service field's, a service's name and never an instance ID
+// (state.Event.ServiceExact); a target may be either.
+func subjectOf(method string, m proto.Message) (subject, host, service string, exact bool) {
 	r := m.ProtoReflect()
 	str := func(name string) string {
 		f := r.Descriptor().Fields().ByName(protoreflect.Name(name))
@@ -207,8 +209,9 @@ func subjectOf(method string, m proto.Message) (subject, host, service string) {
 		return r.Get(f).String()
 	}
 	service = str("service")
+	exact = service != ""
 	if t := str("target"); t != "" {
-		subject, service = t, t
+		subject, service, exact = t, t, false
 	}
 	if h := str("host"); h != "" {
 		host = h
@@ -222,5 +225,5 @@ func subjectOf(method string, m proto.Message) (subject, host, service string) {
 	if subject == "" {
 		subject = host
 	}
-	return subject, host, service
+	return subject, host, service, exact
 }

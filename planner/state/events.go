@@ -27,8 +27,15 @@ type Event struct {
 	Subject  string    `json:"subject"`  // the service, instance or host acted on
 	Host     string    `json:"host,omitempty"`
 	Service  string    `json:"service,omitempty"`
-	Request  string    `json:"request,omitempty"` // the request as JSON, cut at MaxEventText
-	Outcome  string    `json:"outcome"`           // "ok", or the error, cut at MaxEventText
+	// ServiceExact: Service is the name a request gave for a service (a
+	// deploy's or a scale's): that service only, never an instance of
+	// another although shaped like one (a refused deploy of
+	// web-0123456789 is no event of web's). Unset, Service is a service's
+	// name or a request's target, an instance ID or a service name (events
+	// written before the field have it unset).
+	ServiceExact bool   `json:"service_exact,omitempty"`
+	Request      string `json:"request,omitempty"` // the request as JSON, cut at MaxEventText
+	Outcome      string `json:"outcome"`           // "ok", or the error, cut at MaxEventText
 }
 
 // Bounds on one event, whoever writes it: every field is cut (Clipped),
@@ -195,8 +202,10 @@ func EventMatches(service, host string) func(Event) bool {
 		// instance named as a call's target is its Service; a host's
 		// events have none, whatever the host's name);
 		// never another service whose name only begins the same (issue
-		// 36: --service sec7 listed sec7-x's).
-		return (service == "" || ev.Service == service || model.IsInstanceOf(ev.Service, service)) &&
+		// 36: --service sec7 listed sec7-x's), nor a name a request gave
+		// as a service's, shaped like an instance of this one (issue 36:
+		// --service web listed the refused deploy of web-0123456789).
+		return (service == "" || ev.Service == service || !ev.ServiceExact && model.IsInstanceOf(ev.Service, service)) &&
 			(host == "" || ev.Host == host)
 	}
 }
