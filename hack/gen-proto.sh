@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the committed API code from planner/api/proto (protoc from
+# Regenerate the committed API code from planner/wire/proto (protoc from
 # Debian's protobuf-compiler, plugins from the Go module proxy).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,8 +9,8 @@ apt_install protobuf-compiler
 bin=$(mktemp -d); trap 'rm -rf "$bin"' EXIT
 GOBIN=$bin go install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 GOBIN=$bin go install connectrpc.com/connect/cmd/protoc-gen-connect-go@v1.21.1
-PATH=$bin:$PATH protoc -I planner/api/proto \
+PATH=$bin:$PATH protoc -I planner/wire/proto \
   --go_out=. --go_opt=module=github.com/pinfold/pinfold \
   --connect-go_out=. --connect-go_opt=module=github.com/pinfold/pinfold \
-  planner/api/proto/pinfold/v1/planner.proto
-echo "generated planner/api/pinfoldv1"
+  planner/wire/proto/pinfold/v1/planner.proto
+echo "generated planner/wire/pinfoldv1"

@@ -23,6 +23,10 @@ done
 # Nothing under planner/ reaches out to the host-side packages.
 bad=$(go list -deps ./planner/... | grep -E "^$mod/(numa|cgroup|docker|nodeagent)" || true)
 if [ -n "$bad" ]; then echo "lint: planner/ depends on host-side packages: $bad"; fail=1; fi
+# The agent side never reaches into the planner's server: the wire types
+# and the link's framing are leaves (planner/wire, planner/agentlink).
+bad=$(go list -deps ./nodeagent/... ./planner/agentlink | grep -E "^$mod/planner/api(/|$)" || true)
+if [ -n "$bad" ]; then echo "lint: nodeagent or planner/agentlink depends on the planner's API server: $bad"; fail=1; fi
 # Only planner/state speaks to etcd (the embed wiring included).
 bad=$(go list -f '{{.ImportPath}} {{join .Imports " "}} {{join .TestImports " "}}' ./... | grep 'go\.etcd\.io/' | awk '{print $1}' | grep -vx "$mod/planner/state" || true)
 if [ -n "$bad" ]; then echo "lint: only planner/state may import go.etcd.io/...; also: $bad"; fail=1; fi

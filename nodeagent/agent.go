@@ -16,10 +16,10 @@ import (
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/nodeagent/checkpoint"
 	"github.com/pinfold/pinfold/planner/agentlink"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/topology"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // plannerClient is the agent's side of the planner API.

@@ -27,10 +27,10 @@ import (
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/docker"
 	"github.com/pinfold/pinfold/nodeagent/checkpoint"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // fakeEngine keeps containers in memory. updateErr, when set, is what

@@ -11,9 +11,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/agentlink"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // fakeLink is a planner's link: it sends the desired states queued in

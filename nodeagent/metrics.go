@@ -13,7 +13,7 @@ import (
 
 	"github.com/pinfold/pinfold/cgroup"
 	"github.com/pinfold/pinfold/docker"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // metricsEvery is how often metrics are sent even when nothing moved.

@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pinfold/pinfold/planner/alloc"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
 
 // step is one change apply makes to bring a service to the file.

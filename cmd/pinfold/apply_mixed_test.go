@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // TestDiffResizesInstancesOfAnotherSize: a service whose instances do not

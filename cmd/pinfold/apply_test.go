@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 
 	"encoding/json"
 	"os"

@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pinfold/pinfold/planner/alloc"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
 
 // instanceJSON is the -o json form of an instance.

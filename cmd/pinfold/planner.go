@@ -24,9 +24,9 @@ import (
 	"github.com/pinfold/pinfold/numa"
 	"github.com/pinfold/pinfold/planner"
 	"github.com/pinfold/pinfold/planner/api"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/pki"
 	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 type plannerFlags struct {

@@ -16,8 +16,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/cpuset"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 	"github.com/pinfold/pinfold/test/testenv"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // TestRateRefusalRetried: a call the planner refused for its identity's

@@ -12,8 +12,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/agentlink"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/pki"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // TestPlannerTLS: the PKI commands make a CA, the planner's certificate and

@@ -15,8 +15,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/chromedp/chromedp"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
 
 // TestUILiveCPUMap: the planner's /ui/ in headless Chromium (Debian's

@@ -7,8 +7,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/pki"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // TestAuthorize: identity × method × host → allowed or denied.

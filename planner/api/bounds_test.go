@@ -18,8 +18,8 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/pinfold/pinfold/planner/alloc"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // unreachedPlanner is a Planner none of whose calls may be reached: any

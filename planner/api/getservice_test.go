@@ -6,7 +6,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // TestGetService: GetService answers the record a deploy wrote (spec, size,

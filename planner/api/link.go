@@ -17,10 +17,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/pinfold/pinfold/planner/agentlink"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/pki"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // Bounds of an agent link (package agentlink).

@@ -12,8 +12,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/agentlink"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 func openAs(t *testing.T, srv *httptest.Server, who, host string) (*agentlink.Link, error) {

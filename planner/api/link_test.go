@@ -21,13 +21,13 @@ import (
 
 	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/api"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
 
 // linkPlanner is the real service over embedded etcd with hosts

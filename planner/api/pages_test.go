@@ -14,8 +14,6 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/api"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/planfile"
@@ -23,6 +21,8 @@ import (
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/state/statetest"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
 
 // pagePlanner is a planner over embedded etcd (fsync off) served on an

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/pki"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // testSecrets are set by TestViewerReadsNoSecret's deploy, one per kind

@@ -20,8 +20,6 @@ import (
 
 	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/alloc"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/balance"
 	"github.com/pinfold/pinfold/planner/clip"
 	"github.com/pinfold/pinfold/planner/cpuset"
@@ -31,6 +29,8 @@ import (
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/topology"
 	"github.com/pinfold/pinfold/planner/ui"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 

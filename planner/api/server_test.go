@@ -10,9 +10,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/pinfold/pinfold/planner/alloc"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 func TestPieces(t *testing.T) {

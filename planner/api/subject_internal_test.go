@@ -5,8 +5,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // TestSubjectOfServiceExact: a request's service field names a service

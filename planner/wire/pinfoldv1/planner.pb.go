@@ -5317,7 +5317,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"GetService\x12\x1d.pinfold.v1.GetServiceRequest\x1a\x1e.pinfold.v1.GetServiceResponse\x12H\n" +
 	"\tHeartbeat\x12\x1c.pinfold.v1.HeartbeatRequest\x1a\x1d.pinfold.v1.HeartbeatResponse\x12Q\n" +
 	"\fReportStatus\x12\x1f.pinfold.v1.ReportStatusRequest\x1a .pinfold.v1.ReportStatusResponse\x12Y\n" +
-	"\x0eWatchInstances\x12!.pinfold.v1.WatchInstancesRequest\x1a\".pinfold.v1.WatchInstancesResponse0\x01B<Z:github.com/pinfold/pinfold/planner/api/pinfoldv1;pinfoldv1b\x06proto3"
+	"\x0eWatchInstances\x12!.pinfold.v1.WatchInstancesRequest\x1a\".pinfold.v1.WatchInstancesResponse0\x01B=Z;github.com/pinfold/pinfold/planner/wire/pinfoldv1;pinfoldv1b\x06proto3"
 
 var (
 	file_pinfold_v1_planner_proto_rawDescOnce sync.Once

@@ -11,7 +11,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	pinfoldv1 "github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	pinfoldv1 "github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 	http "net/http"
 	strings "strings"
 )
