@@ -615,23 +615,33 @@ func (s *Server) Rebalance(ctx context.Context, r *connect.Request[pinfoldv1.Reb
 	return connect.NewResponse(out), nil
 }
 
-func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {
-	m := r.Msg
-	p, err := requestPieces(m.Cpu, s.sb(), m.Bind)
+// DeployRequestOf is the service's deploy request for m at the share
+// base shareBase; its error is a Connect error (invalid_argument). A
+// client checks a request with it and service.CheckDeploy as Deploy does.
+func DeployRequestOf(m *pinfoldv1.DeployRequest, shareBase int) (service.DeployRequest, error) {
+	p, err := requestPieces(m.Cpu, shareBase, m.Bind)
 	if err != nil {
-		return nil, err
+		return service.DeployRequest{}, err
 	}
 	st, err := alloc.ParseStrategy("strategy", m.Strategy)
 	if err != nil {
-		return nil, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
+		return service.DeployRequest{}, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
 	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Container: m.Container.Model(), Ports: pinfoldv1.PortsModel(m.Ports)}
-	res, err := s.changes.DeployWithRules(ctx, service.DeployRequest{Service: m.Service, Spec: spec,
+	return service.DeployRequest{Service: m.Service, Spec: spec,
 		Count: int(m.Count), Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
 		UseBuffer: m.UseBuffer, CreateOnly: m.CreateOnly, Rules: state.Rules{Constraint: m.Constraint,
 			Affinity:     placement.Affinity{Hard: m.AffinityHard, Soft: m.AffinitySoft},
 			AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard, Soft: m.AntiAffinitySoft},
-			Policy:       m.PlacementPolicy, HostsOrder: m.HostsOrder, DomainSpread: m.DomainSpread}})
+			Policy:       m.PlacementPolicy, HostsOrder: m.HostsOrder, DomainSpread: m.DomainSpread}}, nil
+}
+
+func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {
+	req, err := DeployRequestOf(r.Msg, s.sb())
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.changes.DeployWithRules(ctx, req)
 	if err != nil {
 		return nil, toConnect(err)
 	}

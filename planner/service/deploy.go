@@ -74,57 +74,77 @@ func (s *Service) Deploy(ctx context.Context, r DeployRequest) ([]model.Instance
 	return res.Instances, nil
 }
 
-// DeployWithRules plans through the placement rules and commits, all or
-// nothing; a request the rules cannot place fails with a *PlacementError
-// carrying the elimination report.
-func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployResult, error) {
+// CheckDeploy makes every check a deploy makes of its own values before
+// it reads the cluster: the name, sizes, spec (image, command, env,
+// health, ports, container settings), count, strategy and placement
+// rules, and the CPU amount against p's share base. A caller that sends
+// several requests (apply -f) checks them all with it before it sends
+// the first, so that one bad value changes nothing.
+func CheckDeploy(p alloc.Params, r DeployRequest) error {
 	if err := state.ValidateNewServiceName(r.Service); err != nil {
-		return DeployResult{}, errf(Invalid, "service: %w", err)
+		return errf(Invalid, "service: %w", err)
 	}
 	if r.MemorySoft < 0 || r.MemorySoft > r.Memory {
-		return DeployResult{}, errf(Invalid, "memory soft limit = %s: want 0..memory (%s)", alloc.FormatBytes(r.MemorySoft), alloc.FormatBytes(r.Memory))
+		return errf(Invalid, "memory soft limit = %s: want 0..memory (%s)", alloc.FormatBytes(r.MemorySoft), alloc.FormatBytes(r.Memory))
 	}
 	if r.Memory < MinInstanceMemory {
-		return DeployResult{}, errf(Invalid, "memory = %s: want at least %s (the Docker engine's smallest memory limit)", alloc.FormatBytes(r.Memory), alloc.FormatBytes(MinInstanceMemory))
+		return errf(Invalid, "memory = %s: want at least %s (the Docker engine's smallest memory limit)", alloc.FormatBytes(r.Memory), alloc.FormatBytes(MinInstanceMemory))
 	}
 	if r.Spec.Image == "" {
-		return DeployResult{}, errf(Invalid, "image = \"\": required (the container image the instances run, e.g. debian:12)")
+		return errf(Invalid, "image = \"\": required (the container image the instances run, e.g. debian:12)")
 	}
 	if err := validateSpec(r.Spec); err != nil {
-		return DeployResult{}, err
+		return err
 	}
 	// A replace checks the port its health check names against each
 	// instance's ports (instances.go); a deploy against its own.
 	if err := validateHealthPort(r.Spec.Health, r.Spec.Ports); err != nil {
-		return DeployResult{}, err
+		return err
 	}
 	if err := validateRules(r.Rules); err != nil {
-		return DeployResult{}, err
+		return err
 	}
 	if r.Count > MaxDeployCount {
-		return DeployResult{}, errf(Invalid, "count = %d: want at most %d per deploy (one transaction holds them all)", r.Count, MaxDeployCount)
+		return errf(Invalid, "count = %d: want at most %d per deploy (one transaction holds them all)", r.Count, MaxDeployCount)
 	}
+	req := placementRequest(r)
+	if err := alloc.ValidateRequest(p, req.Request); err != nil {
+		return fromAlloc(err)
+	}
+	if err := alloc.Enforceable(p, "cpu", r.Pieces); err != nil {
+		return fromAlloc(err)
+	}
+	if err := req.Validate(); err != nil {
+		return fromAlloc(err)
+	}
+	return nil
+}
+
+// placementRequest is what a deploy asks of placement (no seed).
+func placementRequest(r DeployRequest) placement.Request {
 	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, MemoryBytes: r.Memory,
 		Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
 		Policy: placement.Policy(r.Rules.Policy), HostsOrder: r.Rules.HostsOrder, DomainSpread: placement.Spread(r.Rules.DomainSpread), UseBuffer: r.UseBuffer,
 		Ports: r.Spec.Ports}
+	if req.Strategy == "" {
+		req.Strategy = alloc.Auto
+	}
+	return req
+}
+
+// DeployWithRules plans through the placement rules and commits, all or
+// nothing; a request the rules cannot place fails with a *PlacementError
+// carrying the elimination report.
+func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployResult, error) {
+	if err := CheckDeploy(s.params, r); err != nil {
+		return DeployResult{}, err
+	}
+	req := placementRequest(r)
 	// A random seed per request spreads concurrent requests over equally
 	// good hosts, so they rarely collide on one host's revision.
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	req.Seed = binary.LittleEndian.Uint64(seed[:]) | 1
-	if req.Strategy == "" {
-		req.Strategy = alloc.Auto
-	}
-	if err := alloc.ValidateRequest(s.params, req.Request); err != nil {
-		return DeployResult{}, fromAlloc(err)
-	}
-	if err := alloc.Enforceable(s.params, "cpu", r.Pieces); err != nil {
-		return DeployResult{}, fromAlloc(err)
-	}
-	if err := req.Validate(); err != nil {
-		return DeployResult{}, fromAlloc(err)
-	}
 	recorded := req.Strategy
 	if r.recorded != "" {
 		recorded = r.recorded
