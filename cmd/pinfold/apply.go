@@ -57,28 +57,15 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 	for _, w := range want {
 		inFile[w.Deploy.Service] = true
 	}
-	// Every CPU amount is a whole number of pieces, checked before any
-	// step runs: a deploy the planner refused halfway through the file
-	// would leave the steps before it done.
-	if sb, err := shareBaseOf(ctx, cl, ins); err != nil {
+	// Every service as the planner would check it, before any step is
+	// made: a deploy the planner refused halfway through the file would
+	// leave the steps before it made.
+	sb, err := shareBaseOf(ctx, cl, ins)
+	if err != nil {
 		return d, err
-	} else if sb > 0 {
-		for _, w := range want {
-			if _, err := piecesOf(w.Deploy.Cpu, sb); err != nil {
-				if ae := (*alloc.Error)(nil); errors.As(err, &ae) {
-					err = errors.New(ae.Reason())
-				}
-				// As readServicesFile names the file's other bad values.
-				key := w.CPUKey
-				if key == "" {
-					key = "services." + w.Deploy.Service + ".cpu"
-				}
-				if w.File != "" {
-					key = w.File + ": " + key
-				}
-				return d, badInput("%s: %q: %v (nothing was changed)", key, w.Deploy.Cpu, err)
-			}
-		}
+	}
+	if err := checkWithPlanner(want, sb); err != nil {
+		return d, err
 	}
 	// Removes first: they free what the others may need.
 	for _, name := range sortedKeys(byService) {
@@ -521,8 +508,10 @@ func newDiffCmd() *cobra.Command {
 		Long: `Compare a services file (or a docker compose file) with the planner's
 services and print, per service, what apply would do. Nothing is changed.
 
-Exit code, like diff(1): 0 no changes, 1 changes, 2 bad input (3 and 4 as
-for every command: the planner unreachable, the outcome unknown).
+Exit code, like diff(1): 0 no changes, 1 changes, 2 bad input: every
+service is checked as apply checks it, as the planner checks a deploy of
+it, and a bad value is named by its key (3 and 4 as for every command:
+the planner unreachable, the outcome unknown).
 
 ` + applyFileHelp,
 		Example: `  pinfold diff -f services.yaml
@@ -581,11 +570,19 @@ by name (a service after the new ones its hard affinity names). A second apply o
 nothing and says so. 'pinfold diff' shows the same list without changing
 anything.
 
-Every service is checked before anything is changed. A step the planner
-refuses stops apply there (exit 1, or as the refusal says): the steps
-before it are made, and a second apply continues from where the cluster
-is. Apply records the changes and does not wait for the hosts: watch
-them with 'pinfold ps'.
+Every service is checked as the planner checks a deploy of it (health,
+ports, sizes, names, rules) before anything is changed: a bad value is
+exit 2, naming its key (services.web.health.http) and value, and nothing
+is changed. A step the planner still refuses (capacity, a change made by
+someone else) stops apply there: before any change, with the refusal's
+exit code (1, or 2 for a name or value) and "nothing was changed"; after
+one, with exit 1 naming the steps made, and a second apply continues
+from where the cluster is. Apply records the changes and does not wait
+for the hosts: watch them with 'pinfold ps'.
+
+Exit code: 0 applied (or no changes), 1 not applied (a recreate without
+--recreate, or a step refused: what was changed is named), 2 bad input,
+nothing changed (3 and 4 as for every command).
 
 ` + applyFileHelp,
 		Example: `  pinfold apply -f services.yaml
@@ -619,10 +616,12 @@ them with 'pinfold ps'.
 				if len(blocked) > 0 {
 					return &exitError{code: exitUnmet, err: fmt.Errorf("nothing was changed: %s", strings.Join(blocked, "\n  "))}
 				}
+				var made []string
 				for _, s := range d.Steps {
 					if err := applyStep(ctx, cl, s, pulls[s.Service]); err != nil {
-						return fmt.Errorf("%s %s: %w", s.Action, s.Service, err)
+						return stepFailed(s, err, made)
 					}
+					made = append(made, s.Action+" "+s.Service)
 					if !out.json() {
 						fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: done\n", s.Action, s.Service)
 					}
@@ -643,6 +642,42 @@ them with 'pinfold ps'.
 	return cmd
 }
 
+// stepFailed is apply's error when step s failed with err after the
+// steps made: it names the step, and what was changed. Nothing changed:
+// err's exit code (2 for a value the planner refused, 1 for what it cannot
+// meet now); something changed: exit 1, naming it (4, outcome unknown,
+// stays 4).
+func stepFailed(s step, err error, made []string) error {
+	var p *partialStep
+	if errors.As(err, &p) {
+		made = append(made, p.made)
+		err = p.err
+	}
+	err = apiError(err)
+	code := exitUnmet
+	if ee := (*exitError)(nil); errors.As(err, &ee) {
+		code = ee.code
+	}
+	if len(made) == 0 {
+		return &exitError{code: code, err: fmt.Errorf("%s %s (nothing was changed): %v", s.Action, s.Service, err)}
+	}
+	if code != exitUnknown {
+		code = exitUnmet
+	}
+	return &exitError{code: code, err: fmt.Errorf("%s %s (changed before it: %s; a second apply continues from there): %v",
+		s.Action, s.Service, strings.Join(made, ", "), err)}
+}
+
+// partialStep is a step's error after a part of it was made (made, such
+// as "remove web" of a recreate).
+type partialStep struct {
+	made string
+	err  error
+}
+
+func (p *partialStep) Error() string { return p.err.Error() }
+func (p *partialStep) Unwrap() error { return p.err }
+
 // applyStep makes one step through the API.
 func applyStep(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, s step, pull string) error {
 	var err error
@@ -660,7 +695,13 @@ func applyStep(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, s 
 			return err
 		}
 		s.deploy.CreateOnly = true
-		err = deployWithPull(ctx, cl, s.deploy, pull)
+		if err = deployWithPull(ctx, cl, s.deploy, pull); err != nil {
+			made := "remove " + s.Service
+			if p := (*partialStep)(nil); errors.As(err, &p) {
+				made, err = made+", "+p.made, p.err
+			}
+			return &partialStep{made: made, err: err}
+		}
 	case "deploy":
 		// Created once: a second apply at the same time is refused
 		// (already_exists) instead of adding the instances again.
@@ -683,8 +724,9 @@ func deployWithPull(ctx context.Context, cl pinfoldv1connect.PlannerServiceClien
 		return err
 	}
 	if pull == "always" {
-		_, err := cl.Replace(ctx, connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: d.Service, Image: d.Image, Command: d.Command, Health: d.Health, Pull: pull}))
-		return err
+		if _, err := cl.Replace(ctx, connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: d.Service, Image: d.Image, Command: d.Command, Health: d.Health, Pull: pull})); err != nil {
+			return &partialStep{made: "deploy " + d.Service + " (its pull: always not recorded)", err: err}
+		}
 	}
 	return nil
 }

@@ -248,7 +248,9 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	if len(ignored) > 0 {
 		notes = append(notes, fmt.Sprintf("compose: %s: ignored keys: %s", name, strings.Join(ignored, ", ")))
 	}
-	return wantService{Deploy: d, Pull: pull, CPUKey: cpuKey}, notes, nil
+	named := map[string]string{"cpu": cpuKey, "memory": memKey, "memory_soft": softKey, "health": path + ".healthcheck", "env": path + ".environment",
+		"count": path + ".deploy.replicas", "network": path + ".network_mode", "pull": path + ".pull_policy"}
+	return wantService{Deploy: d, Pull: pull, Keys: named}, notes, nil
 }
 
 // checkComposeSize reads a compose byte size: compose's units (b, k, m,

@@ -13,10 +13,13 @@ import (
 	"strings"
 	"time"
 
+	"connectrpc.com/connect"
 	yamlv3 "go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
@@ -39,11 +42,29 @@ import (
 type wantService struct {
 	Deploy *pinfoldv1.DeployRequest
 	Pull   string // "" (missing) or "always"
-	// File and CPUKey name the amount for a refusal made once the
-	// planner's share base is known: the file (- for standard input) and
-	// the key as the file spells it (services.web.cpu, a compose file's
-	// services.web.cpus or ….deploy.resources.limits.cpus).
-	File, CPUKey string
+	// File and Keys name a value for a refusal made once the planner's
+	// share base is known (checkWithPlanner): the file (- for standard
+	// input), and the keys a compose file spells its own way, by the
+	// pinfold file's key (cpu: services.web.cpus or
+	// ….deploy.resources.limits.cpus; health: services.web.healthcheck).
+	File string
+	Keys map[string]string
+}
+
+// key is field (a pinfold services file's key: cpu, health.http) as the
+// file spells it: services.web.cpu, or a compose file's own key.
+func (w wantService) key(field string) string {
+	if k, ok := w.Keys[field]; ok {
+		return k
+	}
+	first, _, _ := strings.Cut(field, ".")
+	if k, ok := w.Keys[first]; ok {
+		return k
+	}
+	if field == "" {
+		return "services." + w.Deploy.Service
+	}
+	return "services." + w.Deploy.Service + "." + field
 }
 
 // fileService is one entry of a pinfold services file; every key is
@@ -398,7 +419,7 @@ func decodeFileService(name string, raw json.RawMessage) (wantService, error) {
 	if err := checkWant(path, d, f.Pull); err != nil {
 		return wantService{}, err
 	}
-	return wantService{Deploy: d, Pull: f.Pull, CPUKey: path + ".cpu"}, nil
+	return wantService{Deploy: d, Pull: f.Pull}, nil
 }
 
 // checkWant checks what both file kinds share, as deploy checks its flags.
@@ -644,4 +665,84 @@ func filePorts(path string, list []string, network string) ([]*pinfoldv1.Port, e
 		return nil, fmt.Errorf("%s.ports: %v", path, err)
 	}
 	return pinfoldv1.NewPorts(ports), nil
+}
+
+// checkWithPlanner checks every service of the file as the planner checks
+// a deploy of it (api.DeployRequestOf, service.CheckDeploy: health, ports,
+// sizes, names, rules), at the planner's share base sb, before any step is
+// made: a value the planner refused halfway through the file left the
+// steps before it made (issue 37). Every service is checked, and each
+// refusal names the file's key and the value. sb 0 (no host to read it
+// from): the largest share base, so that no amount a planner may take is
+// refused here.
+func checkWithPlanner(want []wantService, sb int) error {
+	p := alloc.DefaultParams()
+	p.ShareBase = sb
+	if sb <= 0 {
+		p.ShareBase = alloc.MaxShareBase
+	}
+	var errs []error
+	for _, w := range want {
+		m := proto.CloneOf(w.Deploy)
+		if m.Count == 0 {
+			// Held at count 0: a scale, or nothing to deploy; the rest of
+			// the service is still the planner's to check.
+			m.Count = 1
+		}
+		r, err := api.DeployRequestOf(m, p.ShareBase)
+		if err == nil {
+			err = service.CheckDeploy(p, r)
+		}
+		if err != nil {
+			errs = append(errs, w.fileError(err))
+		}
+	}
+	if len(errs) > 0 {
+		return &exitError{code: exitBadInput, err: fmt.Errorf("%w (nothing was changed)", errors.Join(errs...))}
+	}
+	return nil
+}
+
+// plannerKeys are the planner's names of a deploy's fields, as its
+// refusals start ("health http = ...", "request.max_per_host = ..."), and
+// the key a pinfold services file gives each ("": the service itself).
+var plannerKeys = map[string]string{
+	"service": "", "request.service": "",
+	"image": "image", "command entry": "command", "command and env": "command", "env entry": "env", "network": "network",
+	"health check": "health", "health http": "health.http", "health tcp": "health.tcp", "health timeout": "health.timeout", "health port": "health",
+	"cpu": "cpu", "request.cpu": "cpu", "memory": "memory", "request.memory_bytes": "memory", "memory soft limit": "memory_soft",
+	"count": "count", "request.count": "count", "strategy": "strategy", "request.strategy": "strategy",
+	"request.whole_cores": "whole_cores", "request.max_per_host": "max_per_host", "request.domain_spread": "domain_spread",
+	"constraint": "constraint", "request.constraint": "constraint", "affinity": "affinity", "anti_affinity": "anti_affinity",
+	"request.affinity.hard": "affinity", "request.affinity.soft": "soft_affinity",
+	"request.anti_affinity.hard": "anti_affinity", "request.anti_affinity.soft": "soft_anti_affinity",
+	"request.placement_policy": "placement_policy", "hosts_order": "hosts_order", "request.hosts_order": "hosts_order",
+	"ports": "ports", "port": "ports", "volumes": "volumes", "volume": "volumes", "labels": "labels", "label": "labels", "label key": "labels",
+	"user": "user", "workdir": "workdir",
+}
+
+// fileError is the planner's refusal err of w's deploy as the file names
+// it: the file, the key as the file spells it and the value
+// (services.hz.health.http: "abc": want PORT[/PATH], ...).
+func (w wantService) fileError(err error) error {
+	msg := err.Error()
+	if ce := (*connect.Error)(nil); errors.As(err, &ce) {
+		msg = ce.Message()
+	}
+	field, rest := "", msg
+	for f := range plannerKeys {
+		if r, ok := strings.CutPrefix(msg, f); ok && len(f) > len(field) && (r == "" || r[0] == ' ' || r[0] == ':') {
+			field, rest = f, r
+		}
+	}
+	if field == "" {
+		rest = msg
+	} else {
+		rest = strings.TrimPrefix(strings.TrimPrefix(strings.TrimPrefix(rest, " = "), ":"), " ")
+	}
+	key := w.key(plannerKeys[field])
+	if w.File != "" {
+		key = w.File + ": " + key
+	}
+	return fmt.Errorf("%s: %s", key, rest)
 }

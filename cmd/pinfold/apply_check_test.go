@@ -1,0 +1,76 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestApplyChecksEveryServiceFirst: diff and apply check every service of
+// the file as the planner checks a deploy of it before anything is
+// changed. Regression: issue 37, a file with a valid aa and hz with
+// health http abc: diff said "1 change", apply deployed aa, then failed
+// on hz naming no service with exit 2 ("nothing was changed"), aa left
+// deployed.
+func TestApplyChecksEveryServiceFirst(t *testing.T) {
+	addr := startPlanner(t)
+	run, must := runAt(t, addr), mustCLI(t, addr)
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	dir := t.TempDir()
+	tests := []struct{ name, hz, want string }{
+		{"issue 37", "{image: busybox, memory: 64MiB, health: {http: abc}}", `services.hz.health.http: "abc": want PORT[/PATH]`},
+		{"health timeout over an hour", "{image: busybox, memory: 64MiB, health: {tcp: 80, timeout: 2h}}", `services.hz.health.timeout: "2h": want a duration in (0, 1h]`},
+		{"env naming a port's variable", "{image: busybox, memory: 64MiB, ports: [http], env: [PINFOLD_PORT_HTTP=1]}", `services.hz.env: "PINFOLD_PORT_HTTP": PINFOLD_PORT_HTTP is the host port of port "http"`},
+		{"compose healthcheck", "{image: busybox, deploy: {resources: {limits: {memory: 64M}}}, healthcheck: {test: [CMD, x], timeout: 2h}}", `services.hz.healthcheck: "2h"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			aa := "{image: busybox, memory: 64MiB}"
+			if strings.Contains(tt.hz, "deploy:") {
+				aa = "{image: busybox, deploy: {resources: {limits: {memory: 64M}}}}"
+			}
+			file := filepath.Join(dir, "s.yaml")
+			if err := os.WriteFile(file, []byte("services:\n  aa: "+aa+"\n  hz: "+tt.hz+"\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want := file + ": " + tt.want
+			for _, verb := range []string{"diff", "apply"} {
+				out, errOut, code := run(verb, "-f", file)
+				if code != exitBadInput || !strings.Contains(errOut, want) || !strings.Contains(errOut, "nothing was changed") || strings.Contains(out+errOut, "done") {
+					t.Errorf("%s -f: exit %d:\n%s%s\nwant exit 2 with %q and nothing was changed", verb, code, out, errOut, want)
+				}
+			}
+			if out := must("ps", "-o", "json"); strings.Contains(out, `"aa"`) {
+				t.Errorf("aa was deployed by an apply that exited 2:\n%s", out)
+			}
+		})
+	}
+}
+
+// TestApplyNamesWhatChanged: a step the planner refuses once something
+// was changed (capacity, which no check of the file sees) is exit 1
+// naming the step and what was changed; refused first, it says nothing
+// was changed.
+func TestApplyNamesWhatChanged(t *testing.T) {
+	addr := startPlanner(t)
+	run, must := runAt(t, addr), mustCLI(t, addr)
+	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	file := filepath.Join(t.TempDir(), "s.yaml")
+	write := func(s string) {
+		t.Helper()
+		if err := os.WriteFile(file, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("services:\n  aa: {image: busybox, memory: 64TiB}\n")
+	out, errOut, code := run("apply", "-f", file)
+	if code != exitUnmet || !strings.Contains(errOut, "deploy aa (nothing was changed): not placed") {
+		t.Errorf("apply refused at its first step: exit %d:\n%s%s\nwant exit 1 naming deploy aa and nothing was changed", code, out, errOut)
+	}
+	write("services:\n  aa: {image: busybox, memory: 64MiB}\n  bb: {image: busybox, memory: 64TiB}\n")
+	out, errOut, code = run("apply", "-f", file)
+	if code != exitUnmet || !strings.Contains(errOut, "deploy bb (changed before it: deploy aa; a second apply continues from there): not placed") {
+		t.Errorf("apply refused after a deploy: exit %d:\n%s%s\nwant exit 1 naming deploy bb and that deploy aa was made", code, out, errOut)
+	}
+}
