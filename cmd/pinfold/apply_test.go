@@ -161,6 +161,11 @@ func TestServicesFileBadInput(t *testing.T) {
 		{"compose mem_reservation", "services:\n  web: {image: a, mem_limit: 64m, mem_reservation: 1x}\n", `services.web.mem_reservation: "1x"`},
 		{"service twice", "services:\n  web: {image: a, memory: 64MiB}\n  web: {image: b, memory: 64MiB}\n", `line 3: key "web" already set in map`},
 		{"key in another case", "services:\n  web: {Image: a, memory: 64MiB}\n", `services.web: unknown key "Image"`},
+		// A key of a nested map is named in that map, with its keys.
+		{"unknown health key", "services:\n  hz: {image: a, memory: 64MiB, health: {http: 80/, tmeout: 3s}}\n",
+			`services.hz.health: unknown key "tmeout" (known: cmd, http, tcp, timeout)`},
+		{"health key in another case", "services:\n  hz: {image: a, memory: 64MiB, health: {http: 80/, Timeout: 3s}}\n",
+			`services.hz.health: unknown key "Timeout" (known: cmd, http, tcp, timeout)`},
 		{"bad constraint", "services:\n  web: {image: a, memory: 64MiB, constraint: \"(((\"}\n", `services.web.constraint: "(((": column`},
 		{"bad network", "services:\n  web: {image: a, memory: 64MiB, network: \"container:foo\"}\n", `services.web.network:`},
 		{"bad policy", "services:\n  web: {image: a, memory: 64MiB, placement_policy: weird}\n", `services.web.placement_policy: "weird"`},

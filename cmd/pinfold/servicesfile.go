@@ -282,6 +282,39 @@ func jsonKeys(v any) []string {
 	return slices.Sorted(maps.Keys(m))
 }
 
+// unknownKey finds the first key of raw, at any depth, that t (a struct
+// of the file) does not have, as written (encoding/json would take Image
+// for image, and names no map an unknown key is in): the error names the
+// map the key is in (services.web.health) and that map's keys.
+func unknownKey(path string, raw json.RawMessage, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		return nil
+	}
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(raw, &keys) != nil {
+		return nil // not a map: the decoder says what is wanted
+	}
+	fields := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			fields[name] = f.Type
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		ft, ok := fields[k]
+		if !ok {
+			return fmt.Errorf("%s: unknown key %q (known: %s)", path, k, strings.Join(slices.Sorted(maps.Keys(fields)), ", "))
+		}
+		if err := unknownKey(path+"."+k, keys[k], ft); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // maxServicesFile bounds a services file.
 const maxServicesFile = 16 << 20
 
@@ -346,14 +379,8 @@ func decodeFileService(name string, raw json.RawMessage) (wantService, error) {
 	if err := state.ValidateNewServiceName(name); err != nil {
 		return wantService{}, fmt.Errorf("%s: %v", path, err)
 	}
-	// Keys as written: encoding/json would take Image for image.
-	var keys map[string]json.RawMessage
-	if json.Unmarshal(raw, &keys) == nil {
-		for _, k := range slices.Sorted(maps.Keys(keys)) {
-			if !slices.Contains(fileKeys, k) {
-				return wantService{}, fmt.Errorf("%s: unknown key %q", path, k)
-			}
-		}
+	if err := unknownKey(path, raw, reflect.TypeFor[fileService]()); err != nil {
+		return wantService{}, err
 	}
 	var f fileService
 	dec := json.NewDecoder(bytes.NewReader(raw))
