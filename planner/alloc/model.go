@@ -155,8 +155,11 @@ type Request struct {
 	// layer sets it from a placement policy (nodes_order, load_avg, spread).
 	Rank map[string]int
 	// Limit, when set, caps the new instances each listed host may take
-	// (the placement layer's capacity buffer).
-	Limit map[string]int
+	// (the placement layer's capacity buffer), and LimitWhy says what
+	// limits each ("max_per_host", "cpu buffer", "static port"): a refusal
+	// names it, as capacity does, instead of the host's own capacity's.
+	Limit    map[string]int
+	LimitWhy map[string]string
 	// Fixed, when set, is how many new instances each host gets (the
 	// placement layer decided them, e.g. to spread over fault domains); the
 	// strategy is not consulted and Count must equal their sum.

@@ -178,7 +178,7 @@ func candidateOf(p Params, h *Host, c Capacity, r Request) candidate {
 		cand.rank = rk
 	}
 	if l, ok := r.Limit[h.Name]; ok && l < cand.room {
-		cand.room = max(l, 0)
+		cand.room, cand.limitWhy = max(l, 0), r.LimitWhy[h.Name]
 	}
 	cand.free = cand.room
 	if r.MaxPerHost > 0 && cand.existing+cand.room > r.MaxPerHost {

@@ -52,6 +52,7 @@ type candidate struct {
 	free     int    // room before max_per_host: what Drained orders by
 	existing int    // the service's instances already there
 	capped   bool   // room is limited by max_per_host
+	limitWhy string // room is limited by Request.Limit, for this reason
 	used     uint64 // for Global: used amount of the planned resource
 	total    uint64 // for Global: total amount of it
 	rank     int    // from Request.Rank: lower first
@@ -199,8 +200,11 @@ func shortage(code Code, head string, cands []*candidate, _ int) *Error {
 		e.Hosts = append(e.Hosts, c.name)
 		if len(parts) < 20 {
 			why := c.cap.Why()
-			if c.capped {
+			switch {
+			case c.capped:
 				why = "max_per_host"
+			case c.limitWhy != "":
+				why = c.limitWhy
 			}
 			parts = append(parts, fmt.Sprintf("%s takes %d (%s)", c.name, c.room, why))
 		}

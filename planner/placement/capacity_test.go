@@ -263,3 +263,22 @@ func describeFleet(hs []*Host) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+// TestRefusalNamesWhatLimitsEachHost: a deploy refused where the placement
+// layer caps each host first (a buffer, overbooking or domains) names what
+// Capacity names for the host, not the engine's own limit: deploy
+// --max-per-host 2 with a cpu buffer said "epyc1 takes 2 (cpu)".
+func TestRefusalNamesWhatLimitsEachHost(t *testing.T) {
+	p := alloc.DefaultParams()
+	s := Settings{Buffer: map[string]float64{"cpu": 0.1}}
+	hosts := []*Host{{Name: "epyc1", Resources: res("epyc1", 8, 8<<10)}}
+	r := Request{Request: alloc.Request{Service: "web", Count: 3, Pieces: 100, Bind: true, MemoryBytes: 64 << 20, Strategy: alloc.Auto, MaxPerHost: 2}}
+	rooms, err := Capacity(p, s, hosts, r)
+	if err != nil || rooms["epyc1"].Limit != "max_per_host" {
+		t.Fatalf("Capacity = %+v, %v; want epyc1 limited by max_per_host", rooms, err)
+	}
+	_, err = PlanValid(p, s, hosts, r)
+	if want := "epyc1 takes 2 (max_per_host)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("PlanValid(%d of web, max_per_host 2, cpu buffer 0.1) = %v, want a refusal naming %q", r.Count, err, want)
+	}
+}

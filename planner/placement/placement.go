@@ -314,9 +314,9 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 	// each host's own resources); the capacity row of the report is worked
 	// out only if the engine fails.
 	var room map[string]int
+	var why map[string]string
 	var adj map[string]*alloc.Host
 	if needRoom {
-		var why map[string]string
 		adj, room, why = s.rooms(p, r, v.left, useBuffer)
 		before := v.left
 		if capPrio != Off {
@@ -332,7 +332,7 @@ func plan(p alloc.Params, s Settings, hosts []*Host, r Request, relaxed map[Rule
 	// Rank (seed 003 policies; nodes_order is also the preferred location).
 	rank := rankHosts(r, v.left)
 	slices.SortStableFunc(v.left, func(a, b *Host) int { return cmp.Compare(rank[a.Name], rank[b.Name]) })
-	return softAffinity(p, s, r, v.left, adj, room, rank, v.res, relaxed[RuleAffinity])
+	return softAffinity(p, s, r, v.left, adj, room, why, rank, v.res, relaxed[RuleAffinity])
 }
 
 // resources is host h as the request may use it: adj's entry, or its own
@@ -405,7 +405,8 @@ func whyNot(hosts []*Host, why map[string]string) string {
 
 // softAffinity places on the hosts that satisfy the soft affinity rules if
 // they can take the request, else on all of left (the rules give way).
-func softAffinity(p alloc.Params, s Settings, r Request, left []*Host, adj map[string]*alloc.Host, room, rank map[string]int, res *Result, relax bool) (*Result, error) {
+func softAffinity(p alloc.Params, s Settings, r Request, left []*Host, adj map[string]*alloc.Host, room map[string]int, why map[string]string, rank map[string]int,
+	res *Result, relax bool) (*Result, error) {
 	has := func(h *Host, svc string) bool { return h.Resources.Instances[svc] > 0 }
 	// Soft affinity gives way only when nothing else is left.
 	softAff := func(h *Host) bool {
@@ -430,18 +431,20 @@ func softAffinity(p alloc.Params, s Settings, r Request, left []*Host, adj map[s
 			}
 		}
 		if len(pref) > 0 && !relax {
-			if out, err := place(p, s, r, pref, adj, room, rank, res); err == nil {
+			if out, err := place(p, s, r, pref, adj, room, why, rank, res); err == nil {
 				return out, nil
 			}
 		}
 		res.Violations = append(res.Violations, Violation{Rule: RuleAffinity, Detail: "soft affinity gave way: the hosts that satisfy it cannot take the request"})
 	}
-	return place(p, s, r, allowed, adj, room, rank, res)
+	return place(p, s, r, allowed, adj, room, why, rank, res)
 }
 
 // place runs the domain rules (when the hosts have domains) and the
-// allocation engine on hosts, which are ranked.
-func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]*alloc.Host, room map[string]int, rank map[string]int, res *Result) (*Result, error) {
+// allocation engine on hosts, which are ranked; room, when set, caps each
+// host, for the reason why says (the engine's refusal names it).
+func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]*alloc.Host, room map[string]int, why map[string]string, rank map[string]int,
+	res *Result) (*Result, error) {
 	out := *res
 	out.Violations = slices.Clone(res.Violations)
 	out.Eliminations = slices.Clone(res.Eliminations)
@@ -452,19 +455,19 @@ func place(p alloc.Params, s Settings, r Request, hosts []*Host, adj map[string]
 	req := r.Request
 	req.Rank = rank
 	if room != nil {
-		req.Limit = map[string]int{}
+		req.Limit, req.LimitWhy = map[string]int{}, map[string]string{}
 		for _, h := range hosts {
-			req.Limit[h.Name] = room[h.Name]
+			req.Limit[h.Name], req.LimitWhy[h.Name] = room[h.Name], why[h.Name]
 		}
 	}
 	if c := staticCap(r); c >= 0 {
 		// Two new instances on one host would hold one static port.
 		if req.Limit == nil {
-			req.Limit = map[string]int{}
+			req.Limit, req.LimitWhy = map[string]int{}, map[string]string{}
 		}
 		for _, h := range hosts {
 			if l, ok := req.Limit[h.Name]; !ok || l > c {
-				req.Limit[h.Name] = c
+				req.Limit[h.Name], req.LimitWhy[h.Name] = c, "static port"
 			}
 		}
 	}
