@@ -235,8 +235,21 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 		}
 		detail := strings.Join(what, ", ")
 		if len(off) > 0 {
-			detail = strings.TrimPrefix(detail+"; ", "; ") + fmt.Sprintf("%s of another size to %s, %s: %s", counted(len(off), "instance"),
-				cpuMode(wantPieces, want.Bind, sb), alloc.FormatBytes(want.MemoryBytes), strings.Join(off, ", "))
+			n, of := counted(len(off), "instance"), ""
+			if gone := len(ins) - int(want.Count); down && gone > 0 {
+				// The scale down before it removes gone instances, the
+				// planner's worst placed first: of those of another size,
+				// at least lo stay and at most hi.
+				lo, hi := max(0, len(off)-gone), min(len(off), int(want.Count))
+				switch {
+				case lo == hi && lo < len(off):
+					n, of = counted(lo, "instance"), fmt.Sprintf(" (the scale down leaves %d of these %d)", lo, len(off))
+				case lo != hi:
+					n, of = fmt.Sprintf("%d to %d instances", lo, hi), fmt.Sprintf(" (the scale down picks which of these %d stay)", len(off))
+				}
+			}
+			detail = strings.TrimPrefix(detail+"; ", "; ") + fmt.Sprintf("%s of another size to %s, %s: %s%s", n,
+				cpuMode(wantPieces, want.Bind, sb), alloc.FormatBytes(want.MemoryBytes), strings.Join(off, ", "), of)
 		}
 		steps = append(steps, step{Service: name, Action: "resize", Detail: detail, resize: r})
 	}
