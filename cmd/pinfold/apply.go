@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
@@ -40,6 +41,9 @@ type servicesDiff struct {
 	Unchanged []string `json:"unchanged"`
 	LeftAlone []string `json:"left_alone"` // in the planner, not in the file (no --prune)
 	Notes     []string `json:"notes"`
+	// Hidden counts the file's values the planner hides from this caller
+	// (a viewer), which diff does not compare.
+	Hidden int `json:"hidden"`
 }
 
 // diffServices compares the file's services with the planner's.
@@ -79,6 +83,7 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 		}
 	}
 	var deploys, recreates []step
+	hidden := 0
 	for _, w := range want {
 		name := w.Deploy.Service
 		resp, err := cl.GetService(ctx, connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: name}))
@@ -97,6 +102,7 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 			return d, err
 		}
 		steps, blocked := diffService(w, resp.Msg.Service, byService[name])
+		hidden += hiddenValues(resp.Msg.Service, w.Deploy)
 		if len(blocked) > 0 {
 			recreates = append(recreates, step{Service: name, Action: "recreate",
 				Detail: strings.Join(blocked, "; ") + ": cannot change live: needs remove + deploy (apply --recreate does that)", deploy: w.Deploy})
@@ -112,6 +118,10 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 	}
 	d.Steps = append(d.Steps, recreates...)
 	d.Steps = append(d.Steps, orderDeploys(deploys)...)
+	if d.Hidden = hidden; hidden > 0 {
+		d.Notes = append(d.Notes, fmt.Sprintf("%s not compared: the planner hides them from this caller (env, log option and secret label values, health check commands)",
+			counted(hidden, "hidden value")))
+	}
 	return d, nil
 }
 
@@ -270,7 +280,7 @@ func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.I
 	// The container settings go with a replace, as a whole: none in the
 	// file clears them (an empty set).
 	var ctr *pinfoldv1.ContainerSpec
-	if !proto.Equal(rec.Container, want.Container) {
+	if seen, _ := seenContainer(rec.Container, want.Container); !proto.Equal(rec.Container, seen) {
 		what = append(what, "container settings changed ("+containerLine(rec.Container)+" → "+containerLine(want.Container)+")")
 		ctr = want.Container
 		if ctr == nil {
@@ -346,29 +356,91 @@ func orDefault(s, def string) string {
 	return s
 }
 
-// envEqual compares environments; a viewer's record holds the names
-// only, and then the names are compared.
+// What a viewer's answers hide (planner/api/redact.go): diff compares
+// what it sees and counts what it cannot (hiddenValues), so that a value
+// it cannot see is no change.
+
+// envEqual compares environments in any order; a viewer's record holds
+// the names only (SECRET, not SECRET=x), and then the names are compared.
 func envEqual(cur, want []string) bool {
 	if len(cur) != len(want) {
 		return false
 	}
+	byName := func(a, b string) int {
+		return strings.Compare(envName(a), envName(b))
+	}
+	cur, want = slices.SortedStableFunc(slices.Values(cur), byName), slices.SortedStableFunc(slices.Values(want), byName)
 	for i := range cur {
 		if strings.Contains(cur[i], "=") {
 			if cur[i] != want[i] {
 				return false
 			}
-		} else if k, _, _ := strings.Cut(want[i], "="); k != cur[i] {
+		} else if envName(want[i]) != cur[i] {
 			return false
 		}
 	}
 	return true
 }
 
+func envName(e string) string {
+	k, _, _ := strings.Cut(e, "=")
+	return k
+}
+
+// hiddenExec reports whether a record's health check command is hidden
+// from this caller.
+func hiddenExec(h *pinfoldv1.HealthCheck) bool {
+	return h != nil && slices.Equal(h.Exec, []string{api.HiddenCommand})
+}
+
 func healthEqual(a, b *pinfoldv1.HealthCheck) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return slices.Equal(a.Exec, b.Exec) && a.Tcp == b.Tcp && a.Http == b.Http && orDefault(a.Timeout, "30s") == orDefault(b.Timeout, "30s")
+	exec := slices.Equal(a.Exec, b.Exec) || hiddenExec(a) && len(b.Exec) > 0
+	return exec && a.Tcp == b.Tcp && a.Http == b.Http && orDefault(a.Timeout, "30s") == orDefault(b.Timeout, "30s")
+}
+
+// seenContainer is want as a caller who sees cur sees it: the values cur
+// hides (every log option's, a secret label's: emptied) emptied in want
+// too, and how many that hides.
+func seenContainer(cur, want *pinfoldv1.ContainerSpec) (*pinfoldv1.ContainerSpec, int) {
+	if want == nil || cur == nil {
+		return want, 0
+	}
+	out, n := proto.CloneOf(want), 0
+	for k, v := range out.LogOpts {
+		if c, ok := cur.LogOpts[k]; ok && c == "" && v != "" {
+			out.LogOpts[k], n = "", n+1
+		}
+	}
+	for k, v := range out.Labels {
+		if c, ok := cur.Labels[k]; ok && c == "" && v != "" && api.SecretLabel(k) {
+			out.Labels[k], n = "", n+1
+		}
+	}
+	return out, n
+}
+
+// hiddenValues counts the values of want that rec hides from this caller
+// (a viewer): env values, log option and secret label values, a health
+// check's command. diff does not compare them.
+func hiddenValues(rec *pinfoldv1.ServiceRecord, want *pinfoldv1.DeployRequest) int {
+	n := 0
+	names := map[string]bool{}
+	for _, e := range want.Env {
+		names[envName(e)] = true
+	}
+	for _, e := range rec.Env {
+		if !strings.Contains(e, "=") && names[e] {
+			n++
+		}
+	}
+	if hiddenExec(rec.Health) && want.Health != nil && len(want.Health.Exec) > 0 {
+		n++
+	}
+	_, c := seenContainer(rec.Container, want.Container)
+	return n + c
 }
 
 func describeDeploy(d *pinfoldv1.DeployRequest) string {

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/pki"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // TestApplyChecksEveryServiceFirst: diff and apply check every service of
@@ -128,5 +131,69 @@ func TestApplyNamesARefusedResize(t *testing.T) {
 	out, errOut, code := run("apply", "-f", file)
 	if code != exitUnmet || !strings.Contains(errOut, "resize web (nothing was changed): ") {
 		t.Errorf("apply of a resize the host cannot take: exit %d:\n%s%s\nwant exit 1 naming resize web and that nothing was changed", code, out, errOut)
+	}
+}
+
+// TestDiffAsViewer: a viewer's answers hide env values, log option and
+// secret label values and a health check's command; diff does not
+// compare them (it said replace and recreate against the hidden values),
+// says how many it did not compare, and compares env in any order.
+func TestDiffAsViewer(t *testing.T) {
+	dir := t.TempDir() + "/pki"
+	out, errOut, code := runCLI(t, "", "pki", "init", "--dir", dir, "-o", "json")
+	var srv pki.Files
+	if code != 0 || json.Unmarshal([]byte(out), &srv) != nil {
+		t.Fatalf("pki init: exit %d, %s%s", code, out, errOut)
+	}
+	issue := func(role, name string) pki.Files {
+		t.Helper()
+		out, errOut, code := runCLI(t, "", "pki", "issue", role, name, "--dir", dir, "-o", "json")
+		var f pki.Files
+		if code != 0 || json.Unmarshal([]byte(out), &f) != nil {
+			t.Fatalf("pki issue %s %s: exit %d, %s %s", role, name, code, out, errOut)
+		}
+		return f
+	}
+	admin, viewer := issue("admin", "alice"), issue("viewer", "bob")
+	log, _ := newLogger("error", os.Stderr)
+	f := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
+		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t), etcdLogLevel: "fatal", tlsCert: srv.Cert, tlsKey: srv.Key, tlsCA: srv.CA}
+	p, err := f.start(context.Background(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	as := func(c pki.Files, args ...string) (string, string, int) {
+		t.Helper()
+		return runCLI(t, "", append(args, "--planner", "https://"+p.Addr, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)...)
+	}
+	if out, errOut, code := as(admin, "host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
+		t.Fatalf("host add: exit %d, %s%s", code, out, errOut)
+	}
+	file := filepath.Join(t.TempDir(), "s.yaml")
+	write := func(env string) {
+		t.Helper()
+		src := "services:\n  web:\n    image: busybox\n    memory: 64MiB\n    env: " + env + "\n    health: {cmd: 'test -e /ok'}\n" +
+			"    log_driver: json-file\n    log_opts: {max-size: 10m}\n    labels: {db_password: hunter2, team: a}\n"
+		if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("[B=2, A=1]")
+	if out, errOut, code := as(admin, "apply", "-f", file); code != 0 {
+		t.Fatalf("admin: apply: exit %d, %s%s", code, out, errOut)
+	}
+	for _, env := range []string{"[B=2, A=1]", "[A=1, B=2]"} {
+		write(env)
+		for _, who := range []struct {
+			name   string
+			c      pki.Files
+			hidden string
+		}{{"admin", admin, ""}, {"viewer", viewer, "note: 5 hidden values not compared"}} {
+			out, errOut, code := as(who.c, "diff", "-f", file)
+			if code != 0 || !strings.Contains(out, "no changes") || who.hidden != "" && !strings.Contains(errOut, who.hidden) || who.hidden == "" && strings.Contains(errOut, "hidden") {
+				t.Errorf("%s: diff of the applied file, env %s: exit %d:\n%s%s\nwant no changes and %q", who.name, env, code, out, errOut, who.hidden)
+			}
+		}
 	}
 }
