@@ -16,7 +16,7 @@ func TestIndexNegativeInstances(t *testing.T) {
 	hosts := []*Host{a, b}
 	x := NewIndex(params, hosts, nil)
 	r := Request{Request: alloc.Request{Service: "svc", Count: 1, Strategy: alloc.Auto, Pieces: 100, Bind: true, MemoryBytes: 1 << 20}}
-	idxCompare(t, x, Settings{}, hosts, r)
+	idxCompare(t, x, Settings{}, hosts, r, idxAnswers)
 }
 
 func TestIndexDuplicateNames(t *testing.T) {
@@ -36,7 +36,7 @@ func TestIndexDuplicateNames(t *testing.T) {
 		}
 		x := NewIndex(params, hosts, nil)
 		r := Request{Request: alloc.Request{Service: "svc", Count: 1, Strategy: alloc.Auto, Pieces: 100, Bind: true, MemoryBytes: 1 << 20}}
-		idxCompare(t, x, Settings{}, hosts, r)
+		idxCompare(t, x, Settings{}, hosts, r, idxAnswers)
 	}
 }
 
@@ -50,7 +50,7 @@ func TestIndexEdges(t *testing.T) {
 	}
 	a := idxHost("a", 0, 4, 8<<30, 0)
 	x = NewIndex(params, []*Host{a}, x)
-	idxCompare(t, x, Settings{}, []*Host{a}, r)
+	idxCompare(t, x, Settings{}, []*Host{a}, r, idxDeclines) // a is full: the full plan refuses
 	b := idxHost("a", 2, 4, 8<<30, 0)
-	idxCompare(t, x, Settings{}, []*Host{b}, r)
+	idxCompare(t, x, Settings{}, []*Host{b}, r, idxAnswers)
 }

@@ -24,13 +24,27 @@ func idxHost(name string, free, cpus int, mem int64, svc int) *Host {
 	return &Host{Name: name, Resources: r}
 }
 
-func idxCompare(t *testing.T, x *Index, s Settings, hosts []*Host, r Request) {
+// idxWant is what a regression expects of the index: to decline the
+// request (the full plan answers it), or to answer it as the full plan
+// does.
+type idxWant int
+
+const (
+	idxDeclines idxWant = iota
+	idxAnswers
+)
+
+func idxCompare(t *testing.T, x *Index, s Settings, hosts []*Host, r Request, w idxWant) {
 	t.Helper()
 	got, ok := x.First(params, s, hosts, r)
 	want, err := PlanValid(params, s, hosts, r)
-	if !ok {
-		t.Logf("declined (full plan: %v, %v)", placementsOf(want), err)
+	switch {
+	case !ok && w == idxDeclines:
 		return
+	case !ok:
+		t.Fatalf("declined; want the full plan's answer %v (%v)", placementsOf(want), err)
+	case w == idxDeclines:
+		t.Fatalf("answered %v; want a decline (the full plan: %v, %v)", got.Placements, placementsOf(want), err)
 	}
 	if err != nil {
 		t.Fatalf("index placed %v, full plan refused: %v", got.Placements, err)
@@ -48,7 +62,9 @@ func placementsOf(r *Result) []alloc.Placement {
 }
 
 // Regressions found by an attack on the room index (2026-11-26); each
-// failed before its fix.
+// failed before its fix. Each says whether the index must decline or
+// answer: a check that accepted either passed an index that declines
+// everything (issue 37).
 
 // Rooms above 1<<30 (memory-first, tiny memory per instance): the index
 // capped them and so tied hosts the full plan orders by room; it now
@@ -59,7 +75,7 @@ func TestIndexRoomAboveCap(t *testing.T) {
 	hosts := []*Host{a, b}
 	x := NewIndex(params, hosts, nil)
 	r := Request{Request: alloc.Request{Service: "svc", Count: 1, Strategy: alloc.Auto, MemoryBytes: 1}}
-	idxCompare(t, x, Settings{}, hosts, r)
+	idxCompare(t, x, Settings{}, hosts, r, idxDeclines)
 }
 
 // MaxPerHost above the int32 range: the index truncated it (1<<32+1 → 1).
@@ -69,7 +85,7 @@ func TestIndexMaxPerHostTruncated(t *testing.T) {
 	hosts := []*Host{a, b}
 	x := NewIndex(params, hosts, nil)
 	r := Request{Request: alloc.Request{Service: "svc", Count: 1, Strategy: alloc.Auto, Pieces: 100, Bind: true, MemoryBytes: 1 << 20, MaxPerHost: 1<<32 + 1}}
-	idxCompare(t, x, Settings{}, hosts, r)
+	idxCompare(t, x, Settings{}, hosts, r, idxAnswers)
 }
 
 // A pending copy whose replaced hosts gained a fault domain: the index's
@@ -85,7 +101,7 @@ func TestIndexPendingGainsDomain(t *testing.T) {
 	a2.FaultDomain, c2.FaultDomain = "fd:/dc1", "fd:/dc1"
 	pending := []*Host{&a2, b, &c2}
 	r := Request{Request: alloc.Request{Service: "svc", Count: 1, Strategy: alloc.Auto, Pieces: 100, Bind: true, MemoryBytes: 1 << 20, Seed: 5}}
-	idxCompare(t, x, Settings{}, pending, r)
+	idxCompare(t, x, Settings{}, pending, r, idxDeclines)
 }
 
 // A pending copy in which a host in maintenance with a fault domain
@@ -102,5 +118,5 @@ func TestIndexPendingLeavesMaintenance(t *testing.T) {
 	a2.Maintenance, c2.Maintenance = false, false
 	pending := []*Host{&a2, b, &c2}
 	r := Request{Request: alloc.Request{Service: "svc", Count: 1, Strategy: alloc.Auto, Pieces: 100, Bind: true, MemoryBytes: 1 << 20, Seed: 5}}
-	idxCompare(t, x, Settings{}, pending, r)
+	idxCompare(t, x, Settings{}, pending, r, idxDeclines)
 }
