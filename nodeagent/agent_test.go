@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"connectrpc.com/connect"
@@ -666,84 +667,88 @@ func (*downPlanner) ReportStatus(context.Context, *connect.Request[pinfoldv1.Rep
 // checkpointed; an agent restarted while the planner is down enforces it
 // from the checkpoint: it reverts drift, but it starts nothing (fenced: the
 // planner may have placed an instance elsewhere meanwhile); once the
-// planner answers, what is missing is created.
+// planner answers, what is missing is created. In a synctest bubble: the
+// wait that shows gone-1 is not made again is five resync periods of the
+// bubble's clock, exactly.
 func TestCheckpointEnforcedWhilePlannerDown(t *testing.T) {
-	dir := t.TempDir()
-	eng, cg := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}
-	cfg := Config{Host: "h", StateDir: dir, Resync: 50 * time.Millisecond, HealthWait: 50 * time.Millisecond}
-	a := New(cfg, &fakePlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
-	db := memInst(1, 128<<20)
-	web := model.Instance{ID: "web-1", Service: "web", Spec: model.Spec{Image: "img"}, Generation: 1,
-		Allocation: model.Allocation{CPUQuota: 150, NUMANode: -1, Memory: 64 << 20}}
-	gone := model.Instance{ID: "gone-1", Service: "gone", Spec: model.Spec{Image: "img"}, Generation: 1,
-		Allocation: model.Allocation{CPUQuota: 50, NUMANode: -1, Memory: 32 << 20}}
-	a.received(&pinfoldv1.WatchInstancesResponse{Revision: 7, Cpus: "1-7", Instances: []*pinfoldv1.Instance{
-		pinfoldv1.NewInstance(db, nil, "pending", 100), pinfoldv1.NewInstance(web, nil, "pending", 100), pinfoldv1.NewInstance(gone, nil, "pending", 100)}})
-	settle(t, a)
-	cs, _ := eng.List(context.Background())
-	if len(cs) != 3 {
-		t.Fatalf("containers after the first pass: %+v", cs)
-	}
-	for _, c := range cs {
-		if c.Instance == "web-1" && c.Applied.CPUs.String() != "1-7" {
-			t.Errorf("memory-first container cpuset = %s, want 1-7 (CPU 0 is not in capacity)", c.Applied.CPUs)
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		eng, cg := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}
+		cfg := Config{Host: "h", StateDir: dir, Resync: 50 * time.Millisecond, HealthWait: 50 * time.Millisecond}
+		a := New(cfg, &fakePlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
+		db := memInst(1, 128<<20)
+		web := model.Instance{ID: "web-1", Service: "web", Spec: model.Spec{Image: "img"}, Generation: 1,
+			Allocation: model.Allocation{CPUQuota: 150, NUMANode: -1, Memory: 64 << 20}}
+		gone := model.Instance{ID: "gone-1", Service: "gone", Spec: model.Spec{Image: "img"}, Generation: 1,
+			Allocation: model.Allocation{CPUQuota: 50, NUMANode: -1, Memory: 32 << 20}}
+		a.received(&pinfoldv1.WatchInstancesResponse{Revision: 7, Cpus: "1-7", Instances: []*pinfoldv1.Instance{
+			pinfoldv1.NewInstance(db, nil, "pending", 100), pinfoldv1.NewInstance(web, nil, "pending", 100), pinfoldv1.NewInstance(gone, nil, "pending", 100)}})
+		settle(t, a)
+		cs, _ := eng.List(context.Background())
+		if len(cs) != 3 {
+			t.Fatalf("containers after the first pass: %+v", cs)
 		}
-		if c.Instance == "db-1" && c.Applied.CPUs.String() != "0" {
-			t.Errorf("bound container cpuset = %s, want 0", c.Applied.CPUs)
-		}
-	}
-	// Drift while the agent is away: someone resizes db's container,
-	// moves web's onto CPU 0 and removes gone's.
-	eng.mu.Lock()
-	for id, c := range eng.cs {
-		switch c.Instance {
-		case "db-1":
-			c.Applied.MemoryBytes = 32 << 20
-		case "web-1":
-			c.Applied.CPUs = cpuset.MustParseCPUs("0")
-		case "gone-1":
-			delete(eng.cs, id)
-		}
-	}
-	eng.mu.Unlock()
-	b := New(cfg, &downPlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		cs, _ := eng.List(ctx)
-		var dbMem int64
-		var webCPUs string
 		for _, c := range cs {
-			switch c.Instance {
-			case "db-1":
-				dbMem = c.Applied.MemoryBytes
-			case "web-1":
-				webCPUs = c.Applied.CPUs.String()
+			if c.Instance == "web-1" && c.Applied.CPUs.String() != "1-7" {
+				t.Errorf("memory-first container cpuset = %s, want 1-7 (CPU 0 is not in capacity)", c.Applied.CPUs)
+			}
+			if c.Instance == "db-1" && c.Applied.CPUs.String() != "0" {
+				t.Errorf("bound container cpuset = %s, want 0", c.Applied.CPUs)
 			}
 		}
-		if dbMem == 128<<20 && webCPUs == "1-7" {
-			break
+		// Drift while the agent is away: someone resizes db's container,
+		// moves web's onto CPU 0 and removes gone's.
+		eng.mu.Lock()
+		for id, c := range eng.cs {
+			switch c.Instance {
+			case "db-1":
+				c.Applied.MemoryBytes = 32 << 20
+			case "web-1":
+				c.Applied.CPUs = cpuset.MustParseCPUs("0")
+			case "gone-1":
+				delete(eng.cs, id)
+			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("with the planner down: db memory %d (want %d), web cpuset %q (want 1-7)", dbMem, 128<<20, webCPUs)
+		eng.mu.Unlock()
+		b := New(cfg, &downPlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- b.Run(ctx) }()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			cs, _ := eng.List(ctx)
+			var dbMem int64
+			var webCPUs string
+			for _, c := range cs {
+				switch c.Instance {
+				case "db-1":
+					dbMem = c.Applied.MemoryBytes
+				case "web-1":
+					webCPUs = c.Applied.CPUs.String()
+				}
+			}
+			if dbMem == 128<<20 && webCPUs == "1-7" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("with the planner down: db memory %d (want %d), web cpuset %q (want 1-7)", dbMem, 128<<20, webCPUs)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(5 * cfg.Resync)
-	eng.mu.Lock()
-	for _, c := range eng.cs {
-		if c.Instance == "gone-1" {
-			t.Errorf("gone-1 was created again from the checkpoint alone, planner down: %+v", c)
+		time.Sleep(5 * cfg.Resync)
+		eng.mu.Lock()
+		for _, c := range eng.cs {
+			if c.Instance == "gone-1" {
+				t.Errorf("gone-1 was created again from the checkpoint alone, planner down: %+v", c)
+			}
 		}
-	}
-	eng.mu.Unlock()
-	cancel()
-	if err := <-done; !errors.Is(err, context.Canceled) {
-		t.Errorf("Run = %v, want it to keep running until cancelled", err)
-	}
+		eng.mu.Unlock()
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want it to keep running until cancelled", err)
+		}
+	})
 }
 
 // TestCPUGot: the CPU a container gets is measured from cpu.stat between
