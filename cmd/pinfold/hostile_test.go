@@ -198,6 +198,13 @@ const hostileTimeout = 2 * time.Second
 // "") and the rate bound given (the default's when 0).
 func startHostile(t *testing.T, dir string, rate float64, burst int) *hostile {
 	t.Helper()
+	return startHostileWith(t, dir, rate, burst, nil)
+}
+
+// startHostileWith is startHostile with the planner's flags set by set
+// too (when not nil).
+func startHostileWith(t *testing.T, dir string, rate float64, burst int, set func(*plannerFlags)) *hostile {
+	t.Helper()
 	h := &hostile{dir: dir, data: t.TempDir()}
 	var err error
 	if dir == "" {
@@ -218,6 +225,9 @@ func startHostile(t *testing.T, dir string, rate float64, burst int) *hostile {
 		tlsCert: h.srv.Cert, tlsKey: h.srv.Key, tlsCA: h.srv.CA,
 		headerTimeout: hostileTimeout, bodyTimeout: hostileTimeout, idleTimeout: hostileTimeout,
 		identityMaxConns: api.DefaultConnsPerIdentity, identityRate: rate, identityBurst: burst}
+	if set != nil {
+		set(&f)
+	}
 	if h.p, err = f.start(context.Background(), log); err != nil {
 		t.Fatal(err)
 	}
@@ -276,9 +286,10 @@ func (h *hostile) client(f pki.Files) pinfoldv1connect.PlannerServiceClient {
 	return cl
 }
 
-// TestHostile replays issue 26's findings (there is no N5) and the
-// per-identity bounds against one planner over mutual TLS, in order (N1
-// measures the heap first). hack/test.sh checks that every subtest ran.
+// TestHostile replays issue 26's findings (there is no N5), the
+// per-identity bounds and issue 36's findings against one planner over
+// mutual TLS (some on planners of their own), in order (N1 measures the
+// heap first). hack/test.sh checks that every subtest ran.
 func TestHostile(t *testing.T) {
 	h := startHostile(t, "", 0, 0)
 	for _, st := range []struct {
@@ -290,6 +301,10 @@ func TestHostile(t *testing.T) {
 		{"N8_no_role", hostileN8}, {"N9_streams", hostileN9}, {"N10_event_with_its_change", hostileN10},
 		{"N11_refused_before_read", hostileN11}, {"N12_error_echo", hostileN12},
 		{"conns_per_identity", hostileConns}, {"idle_conns_per_identity", hostileIdleConns}, {"rate_per_identity", hostileRate},
+		// Issue 36's findings (hostile36_test.go).
+		{"R1_heavy_dry_runs", hostileR1}, {"A1_version_churn", hostileA1}, {"E1_reads_keep_the_audit", hostileE1},
+		{"AG1_agent_capacity", hostileAG1}, {"N7_viewer_secrets", hostileN7Secrets}, {"names_like_instances", hostileNames},
+		{"CRL_deleted", hostileCRL},
 	} {
 		if !t.Run(st.name, func(t *testing.T) { st.fn(t, h) }) {
 			return // a later finding on a planner left broken tells nothing
