@@ -27,7 +27,7 @@ echo "== unit and fake-tree tiers"
 go test -race -count=1 ./...
 echo "== simulation (the control plane's seeded simulation: seeds 1-8, about 2 minutes; docs/TESTING.md)"
 hack/sim.sh --ci
-echo "== hostile tier (issue 26's findings N1-N12 and the per-identity bounds against a planner over mutual TLS; 25-40 s)"
+echo "== hostile tier (issues 26 and 36: N1-N12, the per-identity bounds, R1, A1, E1, AG1, N7, names and the CRL, against a planner over mutual TLS; about 70 s)"
 log=$(mktemp)
 set +e
 go test -count=1 -v -tags hostile -run '^TestHostile$' -timeout 5m ./cmd/pinfold/ 2>&1 | grep -v '^{"level"' | tee "$log" | grep -E '^(--- |    --- |ok|FAIL|panic)|_test\.go:'
@@ -35,7 +35,8 @@ rc=${PIPESTATUS[0]}
 set -e
 [ "$rc" = 0 ] || { echo "hostile tier failed (exit $rc)"; exit 1; }
 for st in N1_audit_log_flood N2_wide_registration N3_stalled_and_idle N4_scale_count N6_agent_version N7_env_values N8_no_role \
-  N9_streams N10_event_with_its_change N11_refused_before_read N12_error_echo conns_per_identity idle_conns_per_identity rate_per_identity; do
+  N9_streams N10_event_with_its_change N11_refused_before_read N12_error_echo conns_per_identity idle_conns_per_identity rate_per_identity \
+  R1_heavy_dry_runs A1_version_churn E1_reads_keep_the_audit AG1_agent_capacity N7_viewer_secrets names_like_instances CRL_deleted; do
   grep -q "^    --- PASS: TestHostile/$st " "$log" || { echo "hostile tier: TestHostile/$st did not pass: it must not skip"; exit 1; }
 done
 rm -f "$log"

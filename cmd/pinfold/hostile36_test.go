@@ -27,11 +27,11 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1"
-	"github.com/pinfold/pinfold/planner/api/pinfoldv1/pinfoldv1connect"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/pki"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
 
 // hostileR1 replays issue 36 R1: a viewer's dry-run rebalances of the
