@@ -26,8 +26,9 @@ import (
 // waiting (as one-thread, but a thread of the whole child waits for a CPU
 // half the time: the threads are read every round, the worst case; a
 // real sweep's move ends it) and no-psi (as one-thread on a kernel
-// without pressure files: read every round). It reports ns per round and
-// the share of one CPU at 4 rounds a second.
+// without pressure files: read every round). It reports ns per round, the
+// share of one CPU at 4 rounds a second, and the share the agent's loop
+// spends, which waits splitWait after each round (%cpu-paced).
 func BenchmarkSplitSweep(b *testing.B) {
 	const instances, threads = 50, 40
 	tids := parkedThreads(b, instances*threads)
@@ -89,6 +90,10 @@ func BenchmarkSplitSweep(b *testing.B) {
 			}
 			perRound := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 			b.ReportMetric(perRound*float64(time.Second/DefaultSplitEvery)/1e9*100, "%cpu")
+			// What the loop spends, paced by splitWait: a round that takes
+			// longer than SplitEvery/splitCostFactor makes the next wait.
+			took := time.Duration(perRound)
+			b.ReportMetric(100*float64(took)/float64(took+splitWait(DefaultSplitEvery, took)), "%cpu-paced")
 		})
 	}
 }

@@ -431,20 +431,21 @@ func TestProcThreadState(t *testing.T) {
 
 // TestSplitWait: the wait after a sweep is SplitEvery, or splitCostFactor
 // times what the sweep took when that is longer: a sweep over thousands
-// of threads stays under a tenth of one CPU.
+// of threads stays under 1 % of one CPU (issue 35 item 6).
 func TestSplitWait(t *testing.T) {
 	for _, tc := range []struct{ every, took, want time.Duration }{
 		{250 * time.Millisecond, time.Millisecond, 250 * time.Millisecond},
-		{250 * time.Millisecond, 27 * time.Millisecond, 250 * time.Millisecond},
-		{250 * time.Millisecond, 28 * time.Millisecond, 252 * time.Millisecond},
-		{250 * time.Millisecond, 220 * time.Millisecond, 1980 * time.Millisecond},
-		{time.Second, 50 * time.Millisecond, time.Second},
+		{250 * time.Millisecond, 2500 * time.Microsecond, 250 * time.Millisecond},
+		{250 * time.Millisecond, 2600 * time.Microsecond, 257400 * time.Microsecond},
+		{250 * time.Millisecond, 22 * time.Millisecond, 2178 * time.Millisecond},
+		{250 * time.Millisecond, 220 * time.Millisecond, 21780 * time.Millisecond},
+		{time.Second, 10 * time.Millisecond, time.Second},
 	} {
 		if got := splitWait(tc.every, tc.took); got != tc.want {
 			t.Errorf("splitWait(%s, %s) = %s, want %s", tc.every, tc.took, got, tc.want)
 		}
-		if got := splitWait(tc.every, tc.took); float64(tc.took)/float64(tc.took+got) > 0.1 {
-			t.Errorf("splitWait(%s, %s) = %s: the sweep would use more than a tenth of a CPU", tc.every, tc.took, got)
+		if got := splitWait(tc.every, tc.took); float64(tc.took)/float64(tc.took+got) > 0.01 {
+			t.Errorf("splitWait(%s, %s) = %s: the sweep would use more than 1 %% of a CPU", tc.every, tc.took, got)
 		}
 	}
 }
