@@ -253,6 +253,11 @@ type Limits struct {
 	ConnsPerIdentity int     // connections open at once
 	RatePerIdentity  float64 // calls a second, sustained
 	BurstPerIdentity int     // calls at once, over the rate
+	// BodyBytesPerIdentity and BodyBytesInFlight bound the request body
+	// bytes held by one identity's calls in flight and by all calls
+	// (MaxBodyBytesPerIdentity, MaxBodyBytesInFlight; never less than
+	// one request's bound, --max-request-bytes).
+	BodyBytesPerIdentity, BodyBytesInFlight int64
 }
 
 // orDefaults is l with 0 as the default and no bound as 0.
@@ -266,6 +271,14 @@ func (l Limits) orDefaults() Limits {
 	if l.BurstPerIdentity == 0 {
 		l.BurstPerIdentity = DefaultBurstPerIdentity
 	}
+	if l.BodyBytesPerIdentity == 0 {
+		l.BodyBytesPerIdentity = MaxBodyBytesPerIdentity
+	}
+	if l.BodyBytesInFlight == 0 {
+		l.BodyBytesInFlight = MaxBodyBytesInFlight
+	}
+	l.BodyBytesPerIdentity = max(l.BodyBytesPerIdentity, 0)
+	l.BodyBytesInFlight = max(l.BodyBytesInFlight, 0)
 	l.ConnsPerIdentity = max(l.ConnsPerIdentity, 0)
 	l.RatePerIdentity = max(l.RatePerIdentity, 0)
 	l.BurstPerIdentity = max(l.BurstPerIdentity, 0)
@@ -284,9 +297,12 @@ type identityLimits struct {
 	// heavy counts each identity's fleet-wide calls in flight
 	// (heavyMethods), at most MaxHeavyPerIdentity.
 	heavy *streamLimits
+	// bodies holds the request body bytes of the calls in flight (nil:
+	// no bound).
+	bodies *bodyBudget
 
 	mu      sync.Mutex
-	limited map[limitedKey]int64 // bounded: 3 limits × 4 roles × the methods
+	limited map[limitedKey]int64 // bounded: 4 limits × 5 roles × the methods
 }
 
 // limitedKey labels a refusal: the limit, the caller's role ("none" for
@@ -294,12 +310,27 @@ type identityLimits struct {
 // "metrics" or "(other)").
 type limitedKey struct{ limit, role, method string }
 
-func newIdentityLimits(l Limits, now func() time.Time) *identityLimits {
+// newIdentityLimits bounds l; a body budget is at least request, one
+// request's bound.
+func newIdentityLimits(l Limits, request int64, now func() time.Time) *identityLimits {
 	l = l.orDefaults()
+	if l.BodyBytesPerIdentity > 0 || l.BodyBytesInFlight > 0 {
+		per, all := l.BodyBytesPerIdentity, l.BodyBytesInFlight
+		if per > 0 {
+			per = max(per, request)
+		}
+		if all > 0 {
+			all = max(all, request)
+		}
+		l.BodyBytesPerIdentity, l.BodyBytesInFlight = per, all
+	}
 	il := &identityLimits{lim: l, limited: map[limitedKey]int64{}, heavy: newStreamLimits(MaxHeavyPerIdentity)}
 	if l.ConnsPerIdentity > 0 {
 		il.conns = newStreamLimits(l.ConnsPerIdentity)
 		il.extra = newStreamLimits(l.ConnsPerIdentity)
+	}
+	if l.BodyBytesPerIdentity > 0 || l.BodyBytesInFlight > 0 {
+		il.bodies = newBodyBudget(l.BodyBytesPerIdentity, l.BodyBytesInFlight)
 	}
 	if l.RatePerIdentity > 0 && l.BurstPerIdentity > 0 {
 		il.rate = &rateLimits{rate: l.RatePerIdentity, burst: float64(l.BurstPerIdentity), max: MaxTrackedIdentities,
@@ -563,8 +594,9 @@ const heavyList = "Rebalance, Capacity, ExportPlan, Health, ListEvents"
 
 // limitIdentities refuses, before its body is read, a request whose
 // verified identity holds its bound of connections already (on a new
-// connection, which is closed after the answer) or has called faster
-// than its rate: resource_exhausted naming the identity, the bound and
+// connection, which is closed after the answer), has called faster
+// than its rate, or holds its bound of request body bytes (budgetBody;
+// every caller is held to the overall one): resource_exhausted naming the identity, the bound and
 // its flag, in the call's protocol (an API call, counted and recorded as
 // precheck's refusals are; its event always sampled) or 429 (the web
 // view, /metrics).
@@ -573,7 +605,8 @@ func limitIdentities(next http.Handler, l *identityLimits, rec unreadRecorder) h
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, role, ok := limitedIdentity(r.Context())
 		if !ok {
-			next.ServeHTTP(w, r)
+			// Not bounded per identity: only the overall body budget.
+			l.budgetBody(next, w, r, "", "local", rec)
 			return
 		}
 		var msg, limit string
@@ -594,7 +627,7 @@ func limitIdentities(next http.Handler, l *identityLimits, rec unreadRecorder) h
 			if heavyMethods[method] {
 				defer l.heavy.release(key)
 			}
-			next.ServeHTTP(w, r)
+			l.budgetBody(next, w, r, key, role, rec)
 			return
 		}
 		method := methodLabel(r.URL.Path)
@@ -644,7 +677,7 @@ func (u unreadRecorder) limited(ctx context.Context, procedure string, start tim
 }
 
 var (
-	descLimited    = prometheus.NewDesc("pinfold_planner_identity_limited_total", "Requests refused over a per-identity bound: limit connections (--identity-max-conns), rate (--identity-rate, --identity-burst) or heavy (MaxHeavyPerIdentity fleet-wide calls in flight), by the caller's role and the method.", []string{"limit", "role", "method"}, nil)
+	descLimited    = prometheus.NewDesc("pinfold_planner_identity_limited_total", "Requests refused over a per-identity bound: limit connections (--identity-max-conns), rate (--identity-rate, --identity-burst), heavy (MaxHeavyPerIdentity fleet-wide calls in flight) or body (request body bytes in flight: MaxBodyBytesPerIdentity, or MaxBodyBytesInFlight in all, role local for callers without a certificate), by the caller's role and the method.", []string{"limit", "role", "method"}, nil)
 	descConnsOpen  = prometheus.NewDesc("pinfold_planner_identity_connections_open", "Connections held by callers with a client certificate (each counted in its identity's bound).", nil, nil)
 	descRateTables = prometheus.NewDesc("pinfold_planner_identity_rate_entries", "Identities in the rate table (at most MaxTrackedIdentities, 65,536; idle ones swept out).", nil, nil)
 )

@@ -46,11 +46,19 @@ const (
 	// message); compressing each cost a gzip writer's reset (its 512 KiB
 	// hash table cleared) for a few bytes saved, or none.
 	CompressMinBytes = 4 << 10
+	// H2MaxConcurrentStreams bounds the streams one connection has open
+	// at once (Go's default is 250): RFC 9113 6.5.2 recommends no fewer
+	// than 100; an agent holds two (a heartbeat and its watch), a
+	// browser's web view a few. With --identity-max-conns, one identity
+	// holds at most 64 × 100 calls in flight, and their request bodies
+	// MaxBodyBytesPerIdentity.
+	H2MaxConcurrentStreams = 100
 )
 
 // agentHTTP2 is the API server's HTTP/2 configuration (see the constants).
 func agentHTTP2() *http.HTTP2Config {
 	return &http.HTTP2Config{
+		MaxConcurrentStreams:          H2MaxConcurrentStreams,
 		MaxReadFrameSize:              H2MaxReadFrameSize,
 		MaxReceiveBufferPerStream:     H2StreamWindow,
 		MaxReceiveBufferPerConnection: H2ConnWindow,

@@ -26,7 +26,8 @@ import (
 
 // TestAgentHTTP2Settings: the API server announces the HTTP/2 settings
 // sized for agent connections (16 KiB frames, the protocol's 64 KiB window per stream, a
-// 1 KiB HPACK table; Go's defaults were 1 MiB, 1 MiB and 4 KiB) and keeps
+// 1 KiB HPACK table, 100 streams; Go's defaults were 1 MiB, 1 MiB, 4 KiB
+// and 250) and keeps
 // the connection's window at the protocol's 64 KiB, and a 14 KiB body (a
 // registration's topology) sent within those windows still arrives whole.
 func TestAgentHTTP2Settings(t *testing.T) {
@@ -67,6 +68,7 @@ func TestAgentHTTP2Settings(t *testing.T) {
 		{http2.SettingMaxFrameSize, H2MaxReadFrameSize},
 		{http2.SettingInitialWindowSize, H2StreamWindow},
 		{http2.SettingHeaderTableSize, H2HeaderTable},
+		{http2.SettingMaxConcurrentStreams, H2MaxConcurrentStreams},
 	} {
 		t.Run(c.id.String(), func(t *testing.T) {
 			if v, ok := sf.Value(c.id); !ok || v != c.want {

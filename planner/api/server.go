@@ -141,7 +141,7 @@ func Handler(svc Planner, o Options) http.Handler {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxRequestBytes
 	}
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxBytes), connect.WithCodec(strictJSON{}), compressLarge()}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(maxBytes), connect.WithCodec(strictJSON{}), compressLarge(), boundedGzip(maxBytes)}
 	// Metrics and the event log wrap the authorizer: a call it refuses is
 	// counted and recorded too, with its identity.
 	if o.Metrics != nil {
@@ -203,7 +203,7 @@ func Handler(svc Planner, o Options) http.Handler {
 	// Each identity with a client certificate holds at most
 	// o.Limits.ConnsPerIdentity connections and calls at its rate; past
 	// them a request is refused before it is read (limitIdentities).
-	lim := newIdentityLimits(o.Limits, time.Now)
+	lim := newIdentityLimits(o.Limits, limit, time.Now)
 	if o.Metrics != nil {
 		o.Metrics.limits.Store(lim)
 	}
