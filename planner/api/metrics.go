@@ -28,9 +28,10 @@ import (
 //	pinfold_planner_panics_recovered_total             panics recovered (each an internal error of one request or step)
 //	pinfold_planner_refused_calls_total{identity,method} calls that ended in an error and changed nothing
 //	pinfold_planner_refused_events_suppressed_total    their events not written (over an identity's budget a minute)
+//	pinfold_planner_events_dropped_total               events never written: the queue full, or every write failed
 //	pinfold_planner_streams_open{kind}                 streams open: watch (agents' links and WatchInstances), link (the links among them), view (/ui/events)
 //	pinfold_planner_streams_refused_total{kind}        streams refused over their bound (per host, per identity)
-//	pinfold_planner_identity_limited_total{limit,role,method} requests refused over a per-identity bound: connections, rate, heavy
+//	pinfold_planner_identity_limited_total{limit,role,method} requests refused over a per-identity bound: connections, rate, heavy, body
 //	pinfold_planner_identity_connections_open          connections held by callers with a client certificate
 //	pinfold_planner_identity_rate_entries              identities in the rate table (bounded)
 type Metrics struct {
@@ -136,11 +137,12 @@ var (
 	descLeader    = prometheus.NewDesc("pinfold_planner_leader", "1 while this planner runs the background loops (healing, drains, the audit).", nil, nil)
 	descPanics    = prometheus.NewDesc("pinfold_planner_panics_recovered_total", "Panics recovered in requests and background steps (each an internal error of that request or step; the stack is in the log).", nil, nil)
 	descRefused   = prometheus.NewDesc("pinfold_planner_refused_calls_total", "Calls that ended in an error and changed nothing, by identity and method (past 1,000 series, new identities count as (other)).", []string{"identity", "method"}, nil)
+	descDropped   = prometheus.NewDesc("pinfold_planner_events_dropped_total", "Events of the event log never written: its queue (4,096) full, or every write of them failed (6 attempts over about 16 s: no etcd leader, a timeout).", nil, nil)
 	descSuppress  = prometheus.NewDesc("pinfold_planner_refused_events_suppressed_total", "Events of refused calls not written: over the identity's budget of events a minute (summarized in one Suppressed event).", nil, nil)
 )
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader, descPanics, descRefused, descSuppress} {
+	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader, descPanics, descRefused, descSuppress, descDropped} {
 		ch <- d
 	}
 }
@@ -183,6 +185,7 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), k.Identity, k.Method)
 	}
 	ch <- prometheus.MustNewConstMetric(descSuppress, prometheus.CounterValue, float64(suppressed))
+	ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(c.svc.EventsDropped()))
 }
 
 var (

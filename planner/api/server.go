@@ -93,6 +93,9 @@ type Recorder interface {
 	// sampled per identity with sample.
 	RecordUnchanged(ev state.Event, method string, sample bool)
 	RefusedCalls() (map[service.RefusalKey]int64, int64)
+	// EventsDropped counts the events never written: the queue full, or
+	// every write of them failed.
+	EventsDropped() int64
 	Panicked(where string, v any) error
 	Panics() int64
 }

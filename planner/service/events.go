@@ -150,26 +150,62 @@ func (s *Service) Record(ev state.Event) {
 	}
 }
 
-// EventsDropped is the number of events dropped with the queue full.
+// EventsDropped is the number of events dropped: with the queue full, or
+// not written after eventAttempts writes (writeEvents).
 func (s *Service) EventsDropped() int64 { return s.ev.dropped.Load() }
 
-// RunEvents writes queued events until ctx ends, then writes what is
-// queued (for up to 2 s) and returns.
-func (s *Service) RunEvents(ctx context.Context) {
-	var batch []state.Event
-	flush := func(ctx context.Context) {
-		if len(batch) == 0 {
-			return
-		}
+// Retries of the event log's writes: a batch whose write fails (no
+// leader in etcd for a moment, a timeout) is written again after 0.2 s,
+// 0.4 s, … up to 5 s apart, eventAttempts times in all (about 16 s),
+// then dropped and counted (EventsDropped). Meanwhile the writer takes no
+// more events: they wait in the queue (eventQueue), and past it are
+// dropped and counted too. A failed write lost its batch (the refused
+// calls' events of a leader change).
+const (
+	eventAttempts   = 6
+	eventRetryFirst = 200 * time.Millisecond
+	eventRetryMax   = 5 * time.Second
+)
+
+// writeEvents writes batch, each attempt within commitTimeout of write's
+// context, retrying as the constants above say until stop ends. It
+// reports false when stop ended before the batch was written or given up
+// (the caller keeps it); a batch given up is dropped and counted.
+func (s *Service) writeEvents(stop, write context.Context, batch []state.Event) bool {
+	wait := eventRetryFirst
+	for attempt := 1; ; attempt++ {
+		wctx, cancel := context.WithTimeout(write, commitTimeout)
 		var err error
-		if perr := s.safely("event writer", func() { hit("events"); err = s.st.PutEvents(ctx, batch) }); perr != nil {
+		if perr := s.safely("event writer", func() { hit("events"); err = s.st.PutEvents(wctx, batch) }); perr != nil {
 			err = perr
 		}
-		if err != nil {
-			s.log.Warn("event log: events not written", "events", len(batch), "err", err)
+		cancel()
+		if err == nil {
+			return true
 		}
-		batch = batch[:0]
+		if attempt == eventAttempts {
+			n := s.ev.dropped.Add(int64(len(batch)))
+			s.log.Warn("event log: events not written, dropped", "events", len(batch), "attempts", attempt, "dropped", n, "err", err)
+			return true
+		}
+		s.log.Warn("event log: events not written, retrying", "events", len(batch), "attempt", attempt, "in", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-stop.Done():
+			t.Stop()
+			return false
+		}
+		wait = min(2*wait, eventRetryMax)
 	}
+}
+
+// RunEvents writes queued events until ctx ends, then writes what is
+// queued (for up to 2 s) and returns. A failed write is retried
+// (writeEvents); what is still unwritten when it returns is dropped and
+// counted.
+func (s *Service) RunEvents(ctx context.Context) {
+	var batch []state.Event
 	tick := time.NewTicker(10 * time.Second)
 	defer tick.Stop()
 	for {
@@ -192,10 +228,11 @@ func (s *Service) RunEvents(ctx context.Context) {
 				break
 			}
 			// Not ctx: a batch taken from the queue as ctx ends is
-			// written, not lost to a cancelled write.
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitTimeout)
-			flush(wctx)
-			cancel()
+			// written, not lost to a cancelled write; its retries end
+			// with ctx, and the batch is written below.
+			if s.writeEvents(ctx, context.WithoutCancel(ctx), batch) {
+				batch = batch[:0]
+			}
 		case <-ctx.Done():
 			for _, ev := range append(s.ev.failed.flush(time.Now(), true), s.ev.unchanged.flush(time.Now(), true)...) {
 				s.Record(ev)
@@ -206,11 +243,18 @@ func (s *Service) RunEvents(ctx context.Context) {
 				select {
 				case ev := <-s.ev.ch:
 					batch = append(batch, ev)
-					if len(batch) == state.MaxEventsPerCommit {
-						flush(fctx)
+					if len(batch) < state.MaxEventsPerCommit {
+						continue
 					}
 				default:
-					flush(fctx)
+				}
+				if len(batch) > 0 && !s.writeEvents(fctx, fctx, batch) {
+					n := s.ev.dropped.Add(int64(len(batch) + len(s.ev.ch)))
+					s.log.Warn("event log: events not written at shutdown, dropped", "events", len(batch)+len(s.ev.ch), "dropped", n)
+					return
+				}
+				batch = batch[:0]
+				if len(s.ev.ch) == 0 {
 					return
 				}
 			}
