@@ -3,12 +3,12 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/pki"
 	"github.com/pinfold/pinfold/planner/service"
 )
@@ -24,32 +24,19 @@ import (
 //     fields in it (a text cut at its bound, which cannot be read back,
 //     is replaced whole by HiddenRequest).
 
-// HiddenCommand stands for a health check's command in a viewer's answer.
-const HiddenCommand = "(hidden from viewers)"
+// HiddenCommand stands for a health check's command in a viewer's answer
+// (model.HiddenCommand).
+const HiddenCommand = model.HiddenCommand
 
 // HiddenRequest stands for an event's request text a viewer cannot be
 // shown safely (cut at its bound, so not readable JSON).
 const HiddenRequest = `{"hidden":"the request text is cut; viewers see it only whole"}`
 
-// secretWords mark a label's key as holding a secret value.
-var secretWords = []string{"secret", "token", "password", "passwd", "passphrase", "pwd", "credential", "apikey", "api_key", "api-key", "api.key",
-	"private", "auth", "jwt", "ssh", "cookie", "session", "dsn"}
-
-// SecretLabel reports whether a label with key is secret: its key holds
-// one of secretWords (secret, token, password, passwd, passphrase, pwd,
-// credential, apikey, api_key, api-key, api.key, private, auth, jwt, ssh,
-// cookie, session, dsn), in any case (e.g. vault.token, DB_PASSWORD).
-// A secret in a label under another key is shown: put secrets in the
-// environment, whose values viewers never see.
-func SecretLabel(key string) bool {
-	k := strings.ToLower(key)
-	for _, w := range secretWords {
-		if strings.Contains(k, w) {
-			return true
-		}
-	}
-	return false
-}
+// SecretLabel reports whether a label with key is secret
+// (model.SecretLabel: its key holds a word such as secret, token or
+// password, in any case). A secret in a label under another key is shown:
+// put secrets in the environment, whose values viewers never see.
+func SecretLabel(key string) bool { return model.SecretLabel(key) }
 
 // mayReadSecrets: admins, local callers (no TLS), and agents, whose calls
 // are authorized for their own host only and need the environment to

@@ -12,10 +12,9 @@ import (
 // Bounds on what one request may carry: every string the planner stores
 // is served back to agents and clients, so none is unbounded.
 const (
-	// MaxDeployCount is the most instances one deploy may ask for: they
-	// commit in one etcd transaction (about 300 bytes each), which must stay
-	// well under etcd's request limit.
-	MaxDeployCount = 50_000
+	// MaxDeployCount is the most instances one deploy may ask for
+	// (model.MaxDeployCount: one etcd transaction).
+	MaxDeployCount = model.MaxDeployCount
 	MaxImageLen    = 512
 	// MaxCommandEnvBytes bounds an instance's command and environment
 	// together.
@@ -25,10 +24,9 @@ const (
 	MaxPropertyLen     = 256 // a property's value
 	MaxProperties      = 64
 	MaxRuleServices    = 64 // services named by one affinity list
-	// MinInstanceMemory is the smallest memory an instance may have: the
-	// Docker engine's smallest limit (docker.MinMemory), which agents
-	// would refuse anyway.
-	MinInstanceMemory = 6 << 20
+	// MinInstanceMemory is the smallest memory an instance may have
+	// (model.MinInstanceMemory: the Docker engine's smallest limit).
+	MinInstanceMemory = model.MinInstanceMemory
 	// MaxHostMemory is the most memory a host (or one NUMA node) may be
 	// given: 1 PiB, far above any machine, and far enough below the int64
 	// limit that scaling it by an overbooking factor cannot overflow (8 EiB

@@ -2,7 +2,6 @@ package service
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -10,17 +9,13 @@ import (
 	"github.com/pinfold/pinfold/planner/model"
 )
 
-// networkName is Docker's rule for a network's name.
-var networkName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
-
-// ValidateNetwork checks a Docker network mode: "" (the engine's default),
-// host, none, bridge or a network's name. "container:ID" is refused: it
-// would tie an instance to a container pinfold does not manage.
+// ValidateNetwork checks a Docker network mode (model.ValidateNetwork):
+// "" (the engine's default), host, none, bridge or a network's name.
 func ValidateNetwork(n string) error {
-	if n == "" || networkName.MatchString(n) {
-		return nil
+	if err := model.ValidateNetwork(n); err != nil {
+		return &Error{Code: Invalid, Message: err.Error()}
 	}
-	return errf(Invalid, "network = %q: want host, none, bridge or a network's name (letters, digits, _ . -)", n)
+	return nil
 }
 
 // ValidateHealth checks a health check's fields.

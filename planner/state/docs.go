@@ -340,29 +340,13 @@ func clipName(s string) string {
 	return s
 }
 
-// ValidateServiceName is like ValidateHostName without dots, at most 63 bytes.
-func ValidateServiceName(name string) error {
-	if name == "" || len(name) > 63 || strings.Trim(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
-		return fmt.Errorf("service name %q: want 1..63 letters, digits, '-' or '_'", name)
-	}
-	return nil
-}
+// ValidateServiceName is like ValidateHostName without dots, at most 63
+// bytes (model.ValidateServiceName).
+func ValidateServiceName(name string) error { return model.ValidateServiceName(name) }
 
-// ValidateNewServiceName is ValidateServiceName for a service to be made:
-// besides, the name may not end as an instance ID does ('-' and 10 hex
-// digits), or commands that take a service or an instance (resize,
-// remove, events) could not tell it from another service's instance
-// (issue 36).
-func ValidateNewServiceName(name string) error {
-	if err := ValidateServiceName(name); err != nil {
-		return err
-	}
-	if model.EndsLikeInstanceID(name) {
-		return fmt.Errorf("service name %q: ends like an instance ID ('-' and %d hex digits), so commands that take a service or an instance could not tell it from one; pick another name",
-			name, model.InstanceIDHex)
-	}
-	return nil
-}
+// ValidateNewServiceName is ValidateServiceName for a service to be made
+// (model.ValidateNewServiceName): not ending as an instance ID does.
+func ValidateNewServiceName(name string) error { return model.ValidateNewServiceName(name) }
 
 // AllocHost builds the allocation engine's view of a host.
 func AllocHost(h Host, a Alloc) *alloc.Host {
