@@ -16,6 +16,7 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/api"
+	"github.com/pinfold/pinfold/planner/servicesfile"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
@@ -47,7 +48,7 @@ type servicesDiff struct {
 }
 
 // diffServices compares the file's services with the planner's.
-func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want []wantService, prune bool) (servicesDiff, error) {
+func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want []servicesfile.Service, prune bool) (servicesDiff, error) {
 	d := servicesDiff{Steps: []step{}, Unchanged: []string{}, LeftAlone: []string{}, Notes: []string{}}
 	ins, err := allInstances(ctx, cl, "", "")
 	if err != nil {
@@ -161,7 +162,7 @@ func orderDeploys(deploys []step) []step {
 // order: the instances a scale down removes need neither room for the new
 // size nor a replace, and those a scale up adds get the new size and
 // spec), or what no live step changes.
-func diffService(w wantService, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Instance) (steps []step, blocked []string) {
+func diffService(w servicesfile.Service, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Instance) (steps []step, blocked []string) {
 	want, name := w.Deploy, w.Deploy.Service
 	differs := func(field, from, to string) {
 		if from != to {
@@ -461,7 +462,7 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // readServicesFile reads -f (- is standard input).
-func readServicesFile(cmd *cobra.Command, path string) ([]wantService, error) {
+func readServicesFile(cmd *cobra.Command, path string) ([]servicesfile.Service, error) {
 	if path == "" {
 		return nil, badInput("-f FILE is required: a services file (YAML or JSON) or a docker compose file")
 	}
@@ -470,19 +471,19 @@ func readServicesFile(cmd *cobra.Command, path string) ([]wantService, error) {
 		err  error
 	)
 	if path == "-" {
-		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxServicesFile+1))
+		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), servicesfile.MaxBytes+1))
 	} else {
 		// Bounded whatever the file is (/dev/zero has no size to check).
 		var f *os.File
 		if f, err = os.Open(path); err == nil {
-			data, err = io.ReadAll(io.LimitReader(f, maxServicesFile+1))
+			data, err = io.ReadAll(io.LimitReader(f, servicesfile.MaxBytes+1))
 			f.Close()
 		}
 	}
 	if err != nil {
 		return nil, badInput("-f %q: %v", path, err)
 	}
-	want, notes, err := decodeServicesFile(data)
+	want, notes, err := servicesfile.Decode(data)
 	if err != nil {
 		return nil, &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/pinfold/pinfold/planner/pki"
+	"github.com/pinfold/pinfold/planner/servicesfile"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
@@ -103,7 +104,7 @@ func TestDiffCountsWhatTheScaleDownLeaves(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			w := wantService{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img", Cpu: "2", MemoryBytes: 2 << 30, Count: tt.count}}
+			w := servicesfile.Service{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img", Cpu: "2", MemoryBytes: 2 << 30, Count: tt.count}}
 			steps, blocked := diffService(w, rec, tt.ins)
 			var resize *step
 			for i := range steps {

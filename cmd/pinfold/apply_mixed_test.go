@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/pinfold/pinfold/planner/servicesfile"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
@@ -16,8 +17,8 @@ import (
 // memory shrink that could be refused).
 func TestDiffResizesInstancesOfAnotherSize(t *testing.T) {
 	rec := &pinfoldv1.ServiceRecord{Name: "u", Image: "img2", Cpu: "2", MemoryBytes: 2 << 30, Strategy: "auto", Count: 2, ShareBase: 100}
-	want := wantService{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img2", Cpu: "2", MemoryBytes: 2 << 30, Count: 2}}
-	bigger := wantService{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img2", Cpu: "3", MemoryBytes: 4 << 30, Count: 2}}
+	want := servicesfile.Service{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img2", Cpu: "2", MemoryBytes: 2 << 30, Count: 2}}
+	bigger := servicesfile.Service{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img2", Cpu: "3", MemoryBytes: 4 << 30, Count: 2}}
 	same := &pinfoldv1.Instance{Id: "u-1", Service: "u", Image: "img2", MemoryBytes: 2 << 30, CpuQuotaPieces: 200, ShareBase: 100}
 	no := false
 	to := func(cpu string, mem int64) *pinfoldv1.ResizeRequest {
@@ -25,7 +26,7 @@ func TestDiffResizesInstancesOfAnotherSize(t *testing.T) {
 	}
 	tests := []struct {
 		name   string
-		want   wantService
+		want   servicesfile.Service
 		other  *pinfoldv1.Instance
 		resize *pinfoldv1.ResizeRequest // nil: no step
 		detail string

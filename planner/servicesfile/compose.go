@@ -1,4 +1,4 @@
-package main
+package servicesfile
 
 import (
 	"encoding/json"
@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/pinfold/pinfold/planner/model"
-	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
@@ -102,9 +101,9 @@ var composeDeployMapped = []string{"replicas", "resources", "restart_policy"}
 // decodeCompose maps a compose file's services. Keys it cannot map are
 // named in notes, per service; a value it cannot read is an error naming
 // its path, and no service is returned when any is invalid.
-func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawMessage) ([]wantService, []string, error) {
+func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawMessage) ([]Service, []string, error) {
 	var (
-		want  []wantService
+		want  []Service
 		notes []string
 		errs  []error
 	)
@@ -121,27 +120,27 @@ func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawM
 		notes = append(notes, n...)
 	}
 	if len(errs) > 0 {
-		return nil, nil, &exitError{code: exitBadInput, err: errors.Join(errs...)}
+		return nil, nil, errors.Join(errs...)
 	}
 	return want, notes, nil
 }
 
-func decodeComposeService(name string, raw json.RawMessage) (wantService, []string, error) {
+func decodeComposeService(name string, raw json.RawMessage) (Service, []string, error) {
 	path := "services." + name
-	if err := state.ValidateNewServiceName(name); err != nil {
-		return wantService{}, nil, fmt.Errorf("%s: %v (pinfold's service names: lower-case letters, digits and -)", path, err)
+	if err := model.ValidateNewServiceName(name); err != nil {
+		return Service{}, nil, fmt.Errorf("%s: %v (pinfold's service names: lower-case letters, digits and -)", path, err)
 	}
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &keys); err != nil {
-		return wantService{}, nil, fmt.Errorf("%s: want a map of compose keys", path)
+		return Service{}, nil, fmt.Errorf("%s: want a map of compose keys", path)
 	}
 	var c composeService
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return wantService{}, nil, fieldError(path, err)
+		return Service{}, nil, fieldError(path, err)
 	}
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		if v := string(keys[k]); strings.Contains(strings.ReplaceAll(v, "$${", ""), "${") {
-			return wantService{}, nil, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables (${...}): write the value", path, k, cutText(v, 80))
+			return Service{}, nil, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables (${...}): write the value", path, k, cutText(v, 80))
 		}
 	}
 	var ignored, notes []string
@@ -152,7 +151,7 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	}
 	d := &pinfoldv1.DeployRequest{Service: name, Image: c.Image, Network: c.NetworkMode, Count: 1, Cpu: "1"}
 	if c.Image == "" {
-		return wantService{}, nil, fmt.Errorf("%s.image: missing: pinfold runs images, it does not build them", path)
+		return Service{}, nil, fmt.Errorf("%s.image: missing: pinfold runs images, it does not build them", path)
 	}
 	if c.Command != nil {
 		d.Command = *c.Command
@@ -179,7 +178,7 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	if dp := c.Deploy; dp != nil {
 		if dp.Replicas != nil {
 			if *dp.Replicas < 0 || *dp.Replicas > 1<<20 {
-				return wantService{}, nil, fmt.Errorf("%s.deploy.replicas: %d: want 0 or more", path, *dp.Replicas)
+				return Service{}, nil, fmt.Errorf("%s.deploy.replicas: %d: want 0 or more", path, *dp.Replicas)
 			}
 			d.Count = int32(*dp.Replicas)
 		}
@@ -203,25 +202,25 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 	var err error
 	if cpu != nil {
 		if d.Cpu, err = checkCPU(cpuKey, string(*cpu)); err != nil {
-			return wantService{}, nil, err
+			return Service{}, nil, err
 		}
 	} else {
 		notes = append(notes, fmt.Sprintf("compose: %s: no CPU limit: 1 CPU (a memory-first quota)", name))
 	}
 	if mem == nil {
-		return wantService{}, nil, fmt.Errorf("%s.deploy.resources.limits.memory: missing: pinfold plans memory per instance, e.g. deploy: {resources: {limits: {memory: 256M}}}", path)
+		return Service{}, nil, fmt.Errorf("%s.deploy.resources.limits.memory: missing: pinfold plans memory per instance, e.g. deploy: {resources: {limits: {memory: 256M}}}", path)
 	}
 	if d.MemoryBytes, err = checkComposeSize(memKey, string(*mem)); err != nil {
-		return wantService{}, nil, err
+		return Service{}, nil, err
 	}
 	if soft != nil {
 		if d.MemorySoftBytes, err = checkComposeSize(softKey, string(*soft)); err != nil {
-			return wantService{}, nil, err
+			return Service{}, nil, err
 		}
 	}
 	if h := c.Healthcheck; h != nil && !h.Disable && h.Test != nil {
 		if d.Health, err = composeHealthCheck(path+".healthcheck", h); err != nil {
-			return wantService{}, nil, err
+			return Service{}, nil, err
 		}
 	}
 	var ctr model.Container
@@ -236,21 +235,21 @@ func decodeComposeService(name string, raw json.RawMessage) (wantService, []stri
 		ignored = append(ignored, skipped...)
 	}
 	if err := ctr.Validate(); err != nil {
-		return wantService{}, nil, fmt.Errorf("%s: %v", path, err)
+		return Service{}, nil, fmt.Errorf("%s: %v", path, err)
 	}
 	d.Container = pinfoldv1.NewContainerSpec(ctr)
 	if d.Ports, err = filePorts(path, ports, d.Network); err != nil {
-		return wantService{}, nil, err
+		return Service{}, nil, err
 	}
 	if err := checkWant(path, d, pull); err != nil {
-		return wantService{}, nil, err
+		return Service{}, nil, err
 	}
 	if len(ignored) > 0 {
 		notes = append(notes, fmt.Sprintf("compose: %s: ignored keys: %s", name, strings.Join(ignored, ", ")))
 	}
 	named := map[string]string{"cpu": cpuKey, "memory": memKey, "memory_soft": softKey, "health": path + ".healthcheck", "env": path + ".environment",
 		"count": path + ".deploy.replicas", "network": path + ".network_mode", "pull": path + ".pull_policy"}
-	return wantService{Deploy: d, Pull: pull, Keys: named}, notes, nil
+	return Service{Deploy: d, Pull: pull, Keys: named}, notes, nil
 }
 
 // checkComposeSize reads a compose byte size: compose's units (b, k, m,
