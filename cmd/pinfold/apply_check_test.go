@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/pinfold/pinfold/planner/pki"
-	"github.com/pinfold/pinfold/planner/servicesfile"
-	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // TestApplyChecksEveryServiceFirst: diff and apply check every service of
@@ -78,44 +76,6 @@ func TestApplyNamesWhatChanged(t *testing.T) {
 	out, errOut, code = run("apply", "-f", file)
 	if code != exitUnmet || !strings.Contains(errOut, "deploy bb (changed before it: deploy aa; a second apply continues from there): not placed") {
 		t.Errorf("apply refused after a deploy: exit %d:\n%s%s\nwant exit 1 naming deploy bb and that deploy aa was made", code, out, errOut)
-	}
-}
-
-// TestDiffCountsWhatTheScaleDownLeaves: a resize after the scale down of
-// the same diff counts the instances of another size that stay, not all
-// of them: 3 of another size scaled to 2 is 2 resized (diff said 3).
-func TestDiffCountsWhatTheScaleDownLeaves(t *testing.T) {
-	rec := &pinfoldv1.ServiceRecord{Name: "u", Image: "img", Cpu: "2", MemoryBytes: 2 << 30, Strategy: "auto", Count: 3, ShareBase: 100}
-	in := func(id string, pieces int32) *pinfoldv1.Instance {
-		return &pinfoldv1.Instance{Id: id, Service: "u", Image: "img", MemoryBytes: 2 << 30, CpuQuotaPieces: pieces, ShareBase: 100}
-	}
-	tests := []struct {
-		name   string
-		count  int32
-		ins    []*pinfoldv1.Instance
-		detail string
-	}{
-		{"all of another size, 3 to 2", 2, []*pinfoldv1.Instance{in("u-1", 100), in("u-2", 100), in("u-3", 100)},
-			"2 instances of another size to 2 (memory-first), 2 GiB: u-1 (1 (memory-first), 2 GiB), u-2 (1 (memory-first), 2 GiB), u-3 (1 (memory-first), 2 GiB) (the scale down leaves 2 of these 3)"},
-		{"two of another size, 3 to 2", 2, []*pinfoldv1.Instance{in("u-1", 100), in("u-2", 200), in("u-3", 100)},
-			"1 to 2 instances of another size to 2 (memory-first), 2 GiB: u-1 (1 (memory-first), 2 GiB), u-3 (1 (memory-first), 2 GiB) (the scale down picks which of these 2 stay)"},
-		{"no scale down", 3, []*pinfoldv1.Instance{in("u-1", 100), in("u-2", 200), in("u-3", 200)},
-			"1 instance of another size to 2 (memory-first), 2 GiB: u-1 (1 (memory-first), 2 GiB)"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			w := servicesfile.Service{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img", Cpu: "2", MemoryBytes: 2 << 30, Count: tt.count}}
-			steps, blocked := diffService(w, rec, tt.ins)
-			var resize *step
-			for i := range steps {
-				if steps[i].Action == "resize" {
-					resize = &steps[i]
-				}
-			}
-			if len(blocked) > 0 || resize == nil || resize.Detail != tt.detail {
-				t.Errorf("diffService(count %d) = %+v, blocked %q; want a resize: %s", tt.count, steps, blocked, tt.detail)
-			}
-		})
 	}
 }
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
-
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -200,24 +198,6 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 		if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {
 			t.Errorf("%s: a refused file changed something:\n%s", tc.name, out)
 		}
-	}
-}
-
-// TestOrderDeploysAfterRuleTargets: a new service is deployed after the
-// new services its hard affinity or anti-affinity names, so the rule sees
-// them (a trial found cache, anti-affine to web, deployed first by name and
-// web then placed beside it).
-func TestOrderDeploysAfterRuleTargets(t *testing.T) {
-	dep := func(name string, aff, anti []string) step {
-		return step{Service: name, Action: "deploy", deploy: &pinfoldv1.DeployRequest{Service: name, AffinityHard: aff, AntiAffinityHard: anti}}
-	}
-	got := orderDeploys([]step{dep("aa", nil, []string{"zz"}), dep("bb", []string{"yy"}, nil), dep("cc", nil, nil), dep("yy", nil, nil), dep("zz", nil, nil)})
-	var names []string
-	for _, s := range got {
-		names = append(names, s.Service)
-	}
-	if want := "zz aa yy bb cc"; strings.Join(names, " ") != want {
-		t.Errorf("deploy order %v, want %s", names, want)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -163,4 +164,12 @@ func cutText(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// signed is a delta with its sign: "+0.5", "-1".
+func signed(s string) string {
+	if strings.HasPrefix(s, "-") {
+		return s
+	}
+	return "+" + s
 }

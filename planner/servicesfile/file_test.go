@@ -6,18 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
-
-// portsLine is ports as deploy's --port flags write them.
-func portsLine(ports []*pinfoldv1.Port) string {
-	var out []string
-	for _, p := range pinfoldv1.PortsModel(ports) {
-		out = append(out, p.String())
-	}
-	return strings.Join(out, " ")
-}
 
 // TestExamplesDecode: each example services file in docs/examples decodes
 // to the services it describes.
