@@ -7,7 +7,7 @@ import (
 )
 
 // Ticker runs the leader's healing passes (dead hosts' instances placed
-// again, moves settled, drains carried on: heal.go) from the caller's
+// again, moves settled, drains carried on: tick.go) from the caller's
 // clock instead of RunBackground's tickers, keeping what the leader
 // remembers between passes (when it first saw each host down, the backoff
 // of aborted moves). It is the seam of the control plane's simulation

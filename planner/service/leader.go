@@ -12,7 +12,7 @@ const HealEvery = time.Second
 // RunBackground campaigns for leadership among the planners sharing the
 // store (session TTL ttl) and, while leading, heals every HealEvery (dead
 // hosts' instances placed again, moves settled, drains carried on: see
-// heal.go) and audits the store every interval: Verify's violations are
+// tick.go) and audits the store every interval: Verify's violations are
 // logged as errors. onLead, if set, is
 // called with true when this planner becomes leader and false when it stops
 // leading. It returns when ctx ends.
