@@ -1,0 +1,149 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
+)
+
+func bindFlag(bind, unbind bool) (*bool, error) {
+	switch {
+	case bind && unbind:
+		return nil, badInput("--bind and --no-bind exclude each other")
+	case bind:
+		return &bind, nil
+	case unbind:
+		f := false
+		return &f, nil
+	}
+	return nil, nil
+}
+
+func newResizeCmd() *cobra.Command {
+	var (
+		c            clientFlags
+		out          outputFlag
+		cpu, memory  string
+		bind, noBind bool
+		force        bool
+		wait         time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "resize (SERVICE|INSTANCE)",
+		Short: "Change CPU and memory of running instances by deltas, in place",
+		Long: `Resize by deltas (pass the difference, not the target): --cpu and --memory
+take a sign, +0.5 to add half a CPU, -64MiB to take 64 MiB away. An amount
+without a sign (--cpu 1) is refused as ambiguous, and so is a change that
+comes to nothing: zero, or less than one piece of a CPU (0.01 CPU with the
+default share base of 100). A change that is not a whole number of pieces
+(+0.015) is refused with the nearest ones, never rounded. The instance
+keeps its CPUs wherever possible; --bind/--no-bind switch between
+CPU-bound and memory-first. For a service
+every instance is resized, all or nothing; a service scaled to 0 has its
+record resized, by the rules an instance's resize follows, and the
+instances a scale adds get that size.
+
+Lowering memory below what an instance uses now is shrunk by its agent
+guided by memory.pressure: it steps memory.high down while the container does
+not stall, and sets memory.max once the use is at the target (page cache
+goes; hot memory stays). If the container stalls, or the deadline passes
+(the agent's --shrink-deadline), the old limits stay and the resize rolls
+back with the reason.
+
+The command waits (--wait) until every agent has applied the change. If a
+host refuses it (Docker or the kernel says no), the planner rolls the
+instance back to its previous allocation and the command fails with the
+host's reason (exit 1).`,
+		Example: `  pinfold resize web-3f2a9c0d1e --cpu +0.7 --memory +64MiB
+  pinfold resize web --cpu -0.5
+  pinfold resize cache --no-bind
+  pinfold resize db --memory -2GiB`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(cmd); err != nil {
+				return err
+			}
+			req := &pinfoldv1.ResizeRequest{Target: args[0]}
+			var err error
+			if cpu != "" {
+				if req.CpuDelta, err = parseCPUDelta(cpu); err != nil {
+					return err
+				}
+			}
+			if memory != "" {
+				if req.MemoryDeltaBytes, err = parseMemoryDelta(memory); err != nil {
+					return err
+				}
+			}
+			if req.Bind, err = bindFlag(bind, noBind); err != nil {
+				return err
+			}
+			if cpu == "" && memory == "" && req.Bind == nil {
+				return badInput("nothing to change: give --cpu, --memory, --bind or --no-bind")
+			}
+			if wait < 0 {
+				return badInput("--wait %s: want 0 (do not wait) or more", wait)
+			}
+			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
+				resp, err := cl.Resize(cmd.Context(), connect.NewRequest(req))
+				if err != nil {
+					return err
+				}
+				ins := resp.Msg.Instances
+				var werr error
+				if wait > 0 && len(ins) > 0 { // none: a service at count 0, its record alone changed
+					var progress io.Writer
+					if !out.json() {
+						progress = cmd.ErrOrStderr()
+						fmt.Fprintf(progress, "resized %s in the plan; waiting for their hosts…\n", instances(len(ins)))
+					}
+					if got, err := waitApplied(cmd.Context(), cl, generations(ins), waitResize, wait, progress); got != nil {
+						ins, werr = got, err
+					} else {
+						werr = err
+					}
+				}
+				switch {
+				case out.json():
+					if err := writeJSON(cmd.OutOrStdout(), instancesJSON(ins)); err != nil {
+						return err
+					}
+				case len(ins) == 0:
+					size := "the new size"
+					if r, err := cl.GetService(cmd.Context(), connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: args[0]})); err == nil {
+						rec := r.Msg.GetService()
+						mode := "memory-first"
+						if rec.GetBind() {
+							mode = "bound"
+						}
+						size = fmt.Sprintf("%s CPUs (%s) and %s", rec.GetCpu(), mode, alloc.FormatBytes(rec.GetMemoryBytes()))
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record is now %s, which the instances a scale adds get\n", args[0], size)
+				default:
+					if err := printInstances(cmd.OutOrStdout(), ins); err != nil {
+						return err
+					}
+				}
+				return werr
+			})
+		},
+	}
+	cmd.ValidArgsFunction = completeNames(&c, false, true, true)
+	c.register(cmd)
+	out.register(cmd)
+	cmd.Flags().StringVar(&cpu, "cpu", "", "CPU change, signed: +0.7 or -0.5 (whole pieces of a CPU, at least one)")
+	cmd.Flags().StringVar(&memory, "memory", "", "memory change, signed: +64MiB or -1GiB")
+	cmd.Flags().BoolVar(&bind, "bind", false, "switch to CPU-bound")
+	cmd.Flags().BoolVar(&noBind, "no-bind", false, "switch to memory-first")
+	cmd.Flags().BoolVar(&force, "force", false, "")
+	_ = cmd.Flags().MarkDeprecated("force", "it is no longer needed: memory below current use is shrunk by the agent guided by memory.pressure, or rolled back")
+	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "wait this long for the hosts to apply the change (0: return once planned)")
+	return cmd
+}
