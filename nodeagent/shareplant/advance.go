@@ -1,0 +1,274 @@
+package shareplant
+
+import "time"
+
+// recompute sets every runnable thread's rate: its share of its CPU down
+// the group hierarchy, each group's entity on a CPU weighing
+// weight × (its load on that CPU / its load on all CPUs).
+func (p *Plant) recompute() {
+	if !p.dirty {
+		return
+	}
+	ng, nc := len(p.groups), p.ncpu
+	if len(p.load) != ng*nc {
+		p.load, p.ew = make([]float64, ng*nc), make([]float64, ng*nc)
+	}
+	clear(p.load)
+	clear(p.ew)
+	p.throttles()
+	blocked := p.blk
+	for _, t := range p.threads {
+		t.rate = 0
+		if !t.sleeping && !blocked[t.g] {
+			p.load[int(t.g)*nc+t.cpu] += taskWeight
+		}
+	}
+	for _, g := range p.order { // children before parents
+
+		tot := 0.0
+		for c := range nc {
+			tot += p.load[g*nc+c]
+		}
+		if tot == 0 {
+			continue
+		}
+		gr := p.groups[g]
+		for c := range nc {
+			if l := p.load[g*nc+c]; l > 0 {
+				w := max(gr.weight*l/tot, minShare)
+				p.ew[g*nc+c] = w
+				p.load[int(gr.parent)*nc+c] += w
+			}
+		}
+	}
+	if p.packed {
+		for c := range nc {
+			p.load[c] += taskWeight
+		}
+	}
+	for _, t := range p.threads {
+		if t.sleeping || blocked[t.g] {
+			continue
+		}
+		c := t.cpu
+		r := taskWeight / p.load[int(t.g)*nc+c]
+		for g := t.g; g != Root; g = p.groups[g].parent {
+			r *= p.ew[int(g)*nc+c] / p.load[int(p.groups[g].parent)*nc+c]
+		}
+		t.rate = r
+	}
+	p.dirty = false
+}
+
+// pull lets every idle CPU pull a queued thread (from a queue with two or
+// more runnable threads) from the busiest queue it may take one from,
+// until no idle CPU can.
+func (p *Plant) pull() {
+	if p.packed {
+		return
+	}
+	p.throttles()
+	for {
+		nr := make([]int, p.ncpu)
+		for _, t := range p.threads {
+			if p.runnable(t) {
+				nr[t.cpu]++
+			}
+		}
+		idle, queued := make([]bool, p.ncpu), false
+		anyIdle := false
+		for c, k := range nr {
+			idle[c] = k == 0
+			anyIdle = anyIdle || k == 0
+			queued = queued || k > 1
+		}
+		if !anyIdle || !queued {
+			return
+		}
+		pulled := false
+		for _, c := range p.rng.Perm(p.ncpu) {
+			if !idle[c] {
+				continue
+			}
+			busiest, cands := 1, []*thread(nil)
+			for _, t := range p.threads {
+				if !p.runnable(t) || nr[t.cpu] < 2 || p.allowed(t)&(1<<c) == 0 {
+					continue
+				}
+				switch {
+				case nr[t.cpu] > busiest:
+					busiest, cands = nr[t.cpu], []*thread{t}
+				case nr[t.cpu] == busiest && cands != nil && cands[0].cpu == t.cpu:
+					cands = append(cands, t)
+				}
+			}
+			if len(cands) == 0 {
+				continue
+			}
+			t := cands[p.rng.IntN(len(cands))]
+			nr[t.cpu]--
+			t.cpu = c
+			nr[c]++
+			idle[c] = false
+			pulled = true
+			p.dirty = true
+		}
+		if !pulled {
+			return
+		}
+	}
+}
+
+// Advance runs the host for d (d <= 0: nothing; time never goes back).
+func (p *Plant) Advance(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	end := p.now + float64(d.Microseconds())
+	for {
+		p.events()
+		p.pull()
+		p.recompute()
+		next := end
+		for _, gr := range p.groups {
+			if gr.quota > 0 {
+				next = min(next, gr.refill)
+			}
+		}
+		grate := p.groupRates()
+		for g, gr := range p.groups {
+			if gr.quota > 0 && !gr.throttled && grate[g] > 0 {
+				next = min(next, p.now+gr.runtime/grate[g])
+			}
+		}
+		for _, t := range p.threads {
+			switch {
+			case t.sleeping:
+				next = min(next, t.wake)
+			case t.run > 0 && t.rate > 0:
+				next = min(next, p.now+t.work/t.rate)
+			}
+		}
+		dt := max(next-p.now, 0)
+		p.accumulate(dt, grate)
+		p.now = next
+		if p.now >= end-eps {
+			p.now = end
+			p.events() // what is due at the end is done before the driver acts
+			p.pull()
+			return
+		}
+	}
+}
+
+// groupRates is each group's CPU use per µs now, its descendants' included.
+func (p *Plant) groupRates() []float64 {
+	if len(p.grate) != len(p.groups) {
+		p.grate = make([]float64, len(p.groups))
+	}
+	out := p.grate
+	clear(out)
+	for _, t := range p.threads {
+		out[t.g] += t.rate
+	}
+	for _, g := range p.order { // children before parents
+		out[p.groups[g].parent] += out[g]
+	}
+	return out
+}
+
+// events handles what is due now: refills, spent quotas, sleeps, wakes.
+func (p *Plant) events() {
+	for _, gr := range p.groups {
+		if gr.quota <= 0 {
+			continue
+		}
+		for gr.refill <= p.now+eps {
+			gr.runtime, gr.throttled = gr.quota, false
+			gr.refill += gr.period
+			p.dirty = true
+		}
+		if !gr.throttled && gr.runtime <= eps {
+			gr.throttled, p.dirty = true, true
+		}
+	}
+	for _, t := range p.threads {
+		switch {
+		case t.sleeping && t.wake <= p.now+eps:
+			t.sleeping, t.work = false, t.run
+			t.cpu = p.wakeCPU(t)
+			p.dirty = true
+		case !t.sleeping && t.run > 0 && t.work <= eps:
+			t.sleeping, t.wake = true, p.now+t.sleep
+			p.dirty = true
+		}
+	}
+}
+
+// accumulate runs dt µs at the current rates: usage, quotas, work, and
+// pressure.
+func (p *Plant) accumulate(dt float64, grate []float64) {
+	if dt <= 0 {
+		return
+	}
+	for g, gr := range p.groups {
+		gr.usage += grate[g] * dt
+		if gr.quota > 0 && !gr.throttled {
+			gr.runtime -= grate[g] * dt
+		}
+	}
+	for _, t := range p.threads {
+		if !t.sleeping {
+			t.used += t.rate * dt
+		}
+		if t.run > 0 && !t.sleeping {
+			t.work -= t.rate * dt
+		}
+	}
+	// Pressure: per group and CPU, how many of its (subtree's) threads
+	// are runnable there, whether one is throttled, and the lone one's rate.
+	ng, nc := len(p.groups), p.ncpu
+	if len(p.n) != ng*nc {
+		p.n, p.stuck, p.rate = make([]int, ng*nc), make([]bool, ng*nc), make([]float64, ng*nc)
+	}
+	n, stuck, rate := p.n, p.stuck, p.rate
+	clear(n)
+	clear(stuck)
+	for _, t := range p.threads {
+		if t.sleeping {
+			continue
+		}
+		i := int(t.g)*nc + t.cpu
+		n[i]++
+		rate[i] = t.rate
+		stuck[i] = stuck[i] || p.blk[t.g]
+	}
+	for _, g := range p.order { // children before parents
+		for c := range nc {
+			i, j := g*nc+c, int(p.groups[g].parent)*nc+c
+			if n[i] > 0 {
+				n[j] += n[i]
+				rate[j] = rate[i]
+				stuck[j] = stuck[j] || stuck[i]
+			}
+		}
+	}
+	for g, gr := range p.groups {
+		present, some := 0, 0.0
+		for c := range nc {
+			i := g*nc + c
+			switch {
+			case n[i] == 0:
+				continue
+			case stuck[i] || n[i] > 1:
+				some++
+			default:
+				some += 1 - min(rate[i], 1)
+			}
+			present++
+		}
+		if present > 0 {
+			gr.some += dt * some / float64(present)
+		}
+	}
+}
