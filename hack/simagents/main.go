@@ -32,11 +32,9 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -44,7 +42,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,7 +52,6 @@ import (
 
 	"github.com/pinfold/pinfold/planner/agentlink"
 	"github.com/pinfold/pinfold/planner/api"
-	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/topology/topologytest"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
@@ -133,37 +129,6 @@ func runEtcd() {
 	e.Close()
 }
 
-// usage is a process's CPU time and resident memory.
-type usage struct {
-	CPU time.Duration
-	RSS int64
-}
-
-// procUsage reads /proc/PID/stat (utime, stime) and /proc/PID/status (VmRSS).
-func procUsage(pid int) usage {
-	var u usage
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		s := string(b)
-		if i := strings.LastIndexByte(s, ')'); i > 0 {
-			f := strings.Fields(s[i+2:])
-			if len(f) > 12 {
-				ut, _ := strconv.ParseInt(f[11], 10, 64)
-				st, _ := strconv.ParseInt(f[12], 10, 64)
-				u.CPU = time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
-			}
-		}
-	}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-				u.RSS = kb << 10
-			}
-		}
-	}
-	return u
-}
-
 func freePort() int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -171,102 +136,6 @@ func freePort() int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-// report is what the run measured.
-type report struct {
-	// Phases is -phases: "registration" measured only the registration
-	// and the memory after it.
-	Phases              string  `json:"phases"`
-	Agents              int     `json:"agents"`
-	RegisterSeconds     float64 `json:"register_seconds"`
-	RegisterPerSecond   float64 `json:"registrations_per_second"`
-	SteadySeconds       float64 `json:"steady_seconds"`
-	HeartbeatsPerSecond float64 `json:"heartbeats_per_second"`
-	HeartbeatErrors     int64   `json:"heartbeat_errors"`
-	Deploys             int     `json:"deploys"`
-	NotifyP50Ms         float64 `json:"notify_p50_ms"`
-	NotifyP99Ms         float64 `json:"notify_p99_ms"`
-	NotifyMaxMs         float64 `json:"notify_max_ms"`
-	NotifyMissed        int     `json:"notify_missed"`
-	FirstDeployMs       float64 `json:"first_deploy_ms"`      // after registration, before the measured ones
-	DeployP50Ms         float64 `json:"deploy_answer_p50_ms"` // the deploy call's own answer
-	DeployP99Ms         float64 `json:"deploy_answer_p99_ms"`
-	// SlowDeploys are the deploys answered after more than 200 ms: when
-	// each was sent (seconds into the steady phase) and how long it took.
-	SlowDeploys         []string `json:"slow_deploys,omitempty"`
-	PlannerCPUPercent   float64  `json:"planner_cpu_percent"` // of one core, steady phase
-	EtcdCPUPercent      float64  `json:"etcd_cpu_percent"`
-	SimCPUPercent       float64  `json:"simulator_cpu_percent"`
-	PlannerRSSMiB       float64  `json:"planner_rss_mib"`
-	EtcdRSSMiB          float64  `json:"etcd_rss_mib"`
-	SimRSSMiB           float64  `json:"simulator_rss_mib"`
-	PlannerRSSPerHostKB float64  `json:"planner_rss_per_host_kib"`
-	// From the planner's profiler, after a collection, at the end of the
-	// steady phase (of the registration with -phases registration).
-	PlannerHeapMiB        float64 `json:"planner_heap_mib"`
-	PlannerHeapPerHostKB  float64 `json:"planner_heap_per_host_kib"`
-	PlannerStackPerHostKB float64 `json:"planner_stack_per_host_kib"`
-	PlannerGoroutines     int     `json:"planner_goroutines"`
-	PlannerHeapPerDeploy  float64 `json:"planner_heap_per_deploy_bytes"`
-	RestartSeconds        float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
-	RestartPlannerStart   float64 `json:"restart_planner_start_seconds"`
-	AfterRestartCPU       float64 `json:"planner_cpu_percent_after_restart"`
-}
-
-// print writes the table; after -phases registration only the rows that
-// phase measured (the others were zeros that read as measured: a planner
-// restart "after 0.0 s", etcd "0 MiB").
-func (r report) print(w io.Writer) {
-	fmt.Fprintf(w, `
-simulated agents          %d
-registration              %.1f s (%.0f/s, each with its stream and first heartbeat)
-`, r.Agents, r.RegisterSeconds, r.RegisterPerSecond)
-	if r.Phases != "registration" {
-		fmt.Fprintf(w, `steady phase              %.0f s: %.0f heartbeats/s, %d heartbeat errors
-first deploy              %.0f ms (builds the planner's views of the registered hosts)
-deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d never seen (the deploy's answer: p50 %.1f ms, p99 %.1f ms)
-CPU (of one core)         planner %.1f %%, etcd %.1f %%, simulator %.1f %% (steady phase)
-`, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
-			r.FirstDeployMs, r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed, r.DeployP50Ms, r.DeployP99Ms,
-			r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent)
-	}
-	fmt.Fprintf(w, `memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
-planner heap (live)       %.0f MiB (%.1f KiB per host); stacks %.1f KiB per host; %d goroutines`,
-		r.PlannerRSSMiB, r.PlannerRSSPerHostKB, r.EtcdRSSMiB, r.SimRSSMiB,
-		r.PlannerHeapMiB, r.PlannerHeapPerHostKB, r.PlannerStackPerHostKB, r.PlannerGoroutines)
-	if r.Phases == "registration" {
-		fmt.Fprintln(w, "\n(-phases registration: no steady phase, deploys or restart)")
-		return
-	}
-	fmt.Fprintf(w, `; steady phase: %.0f B more per deploy
-planner restart           API up after %.1f s; every agent streaming and heartbeating %.1f s after the restart; planner CPU then %.1f %%
-deploys over 200 ms       %v (sent at : took)
-`, r.PlannerHeapPerDeploy, r.RestartPlannerStart, r.RestartSeconds, r.AfterRestartCPU, r.SlowDeploys)
-}
-
-// agent is one simulated node agent.
-type agent struct {
-	name string
-	cl   pinfoldv1connect.PlannerServiceClient
-	link *agentlink.Client // -protocol link
-	// closeIdle closes the idle connections of cl (-protocol link).
-	closeIdle func()
-	// streamAt and beatAt are the last time (UnixNano) its stream
-	// delivered its first message and a heartbeat was accepted.
-	streamAt, beatAt atomic.Int64
-}
-
-// sim is the running fleet.
-type sim struct {
-	cfg     config
-	topo    []byte
-	agents  []*agent
-	beats   atomic.Int64
-	beatErr atomic.Int64
-	// seen is, per instance ID, when an agent's stream first carried it.
-	seen sync.Map
-	slow []string // slow deploys (see report.SlowDeploys)
 }
 
 func run(cfg config) (report, error) {
@@ -462,68 +331,6 @@ func run(cfg config) (report, error) {
 	return rep, nil
 }
 
-// plannerStats are the planner's memory figures from its profiler.
-type plannerStats struct {
-	heap, stack int64 // live heap after a collection; goroutine stacks in use
-	goroutines  int
-}
-
-// plannerMem reads the planner's live heap (after a collection it asks
-// for) and stacks from the runtime statistics its heap profile ends with,
-// and its goroutines.
-func plannerMem(pprofAt string) (plannerStats, error) {
-	var st plannerStats
-	get := func(path string) (string, error) {
-		resp, err := http.Get("http://" + pprofAt + path)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		return string(b), err
-	}
-	heap, err := get("/debug/pprof/heap?debug=1&gc=1")
-	if err != nil {
-		return st, fmt.Errorf("the planner's heap profile: %w", err)
-	}
-	for _, l := range strings.Split(heap, "\n") {
-		if v, ok := strings.CutPrefix(l, "# HeapAlloc = "); ok {
-			st.heap, _ = strconv.ParseInt(v, 10, 64)
-		}
-		if v, ok := strings.CutPrefix(l, "# Stack = "); ok { // "inuse / sys"
-			st.stack, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-		}
-	}
-	g, err := get("/debug/pprof/goroutine?debug=1")
-	if err != nil {
-		return st, fmt.Errorf("the planner's goroutines: %w", err)
-	}
-	first, _, _ := strings.Cut(g, "\n")
-	if v, ok := strings.CutPrefix(first, "goroutine profile: total "); ok {
-		st.goroutines, _ = strconv.Atoi(v)
-	}
-	return st, nil
-}
-
-// memory fills the planner's memory figures: its RSS first (the
-// profiler's collection does not shrink it at once, but reading the
-// profiles allocates), then its heap, stacks and goroutines.
-func (r *report) memory(pid int, pprofAt string) plannerStats {
-	u := procUsage(pid)
-	r.PlannerRSSMiB = float64(u.RSS) / (1 << 20)
-	r.PlannerRSSPerHostKB = float64(u.RSS) / 1024 / float64(r.Agents)
-	st, err := plannerMem(pprofAt)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "simagents:", err)
-		return st
-	}
-	r.PlannerHeapMiB = float64(st.heap) / (1 << 20)
-	r.PlannerHeapPerHostKB = float64(st.heap) / 1024 / float64(r.Agents)
-	r.PlannerStackPerHostKB = float64(st.stack) / 1024 / float64(r.Agents)
-	r.PlannerGoroutines = st.goroutines
-	return st
-}
-
 // fetch saves a profile from the planner's profiler.
 func fetch(url, file string) {
 	resp, err := http.Get(url)
@@ -592,177 +399,4 @@ func waitAPI(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, limi
 		}
 	}
 	return err
-}
-
-// backoff is the real agent's: 200 ms doubling to 5 s, with jitter.
-func backoff(ctx context.Context, attempt int) {
-	d := min(time.Duration(1<<min(attempt, 5))*200*time.Millisecond, 5*time.Second)
-	d = d/2 + rand.N(d/2+1)
-	select {
-	case <-time.After(d):
-	case <-ctx.Done():
-	}
-}
-
-func (s *sim) register(ctx context.Context, a *agent) error {
-	for i := 0; ; i++ {
-		_, err := a.cl.RegisterHost(ctx, connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: a.name, TopologyJson: s.topo,
-			Agent: true, AgentVersion: "sim", Protocol: model.Protocol, MemoryShare: 1}))
-		if err == nil {
-			return nil
-		}
-		if ce := new(connect.Error); errors.As(err, &ce) && ce.Code() == connect.CodeInvalidArgument || i > 20 {
-			return fmt.Errorf("host %s: %w", a.name, err)
-		}
-		backoff(ctx, i)
-	}
-}
-
-// linked is the agent's link, as the agent holds it (nodeagent's
-// linked): heartbeats beside the desired states, opened again with
-// backoff after an interruption.
-func (s *sim) linked(ctx context.Context, a *agent) {
-	for i := 0; ctx.Err() == nil; i++ {
-		l, err := a.link.Open(ctx, a.name)
-		if err != nil {
-			backoff(ctx, i)
-			continue
-		}
-		lctx, cancel := context.WithCancel(ctx)
-		go s.beat(lctx, a, func(c context.Context, req *pinfoldv1.HeartbeatRequest) error {
-			_, err := l.Heartbeat(c, req)
-			return err
-		})
-		go func() {
-			<-lctx.Done()
-			_ = l.Close()
-		}()
-		first := true
-		for {
-			m, err := l.Receive()
-			if err != nil {
-				break
-			}
-			now := time.Now().UnixNano()
-			if first {
-				a.streamAt.Store(now)
-				first, i = false, 0
-			}
-			for _, in := range m.Instances {
-				s.seen.LoadOrStore(in.Id, now)
-			}
-		}
-		cancel()
-		backoff(ctx, i)
-	}
-}
-
-func (s *sim) heartbeats(ctx context.Context, a *agent) {
-	s.beat(ctx, a, func(c context.Context, req *pinfoldv1.HeartbeatRequest) error {
-		_, err := a.cl.Heartbeat(c, connect.NewRequest(req))
-		return err
-	})
-}
-
-func (s *sim) beat(ctx context.Context, a *agent, send func(context.Context, *pinfoldv1.HeartbeatRequest) error) {
-	ttl := int32(3 * s.cfg.heartbeat / time.Second)
-	for i := 0; ctx.Err() == nil; {
-		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := send(c, &pinfoldv1.HeartbeatRequest{Host: a.name, AgentVersion: "sim", Protocol: model.Protocol, TtlSeconds: ttl})
-		cancel()
-		if ctx.Err() != nil {
-			return
-		}
-		if err != nil {
-			s.beatErr.Add(1)
-			i++
-			backoff(ctx, i)
-			continue
-		}
-		i = 0
-		s.beats.Add(1)
-		a.beatAt.Store(time.Now().UnixNano())
-		select {
-		case <-time.After(s.cfg.heartbeat - s.cfg.heartbeat/10 + rand.N(s.cfg.heartbeat/5)):
-		case <-ctx.Done():
-		}
-	}
-}
-
-func (s *sim) watch(ctx context.Context, a *agent) {
-	for i := 0; ctx.Err() == nil; i++ {
-		stream, err := a.cl.WatchInstances(ctx, connect.NewRequest(&pinfoldv1.WatchInstancesRequest{Host: a.name}))
-		if err != nil {
-			backoff(ctx, i)
-			continue
-		}
-		first := true
-		for stream.Receive() {
-			now := time.Now().UnixNano()
-			if first {
-				a.streamAt.Store(now)
-				first, i = false, 0
-			}
-			for _, in := range stream.Msg().Instances {
-				s.seen.LoadOrStore(in.Id, now)
-			}
-		}
-		stream.Close()
-		backoff(ctx, i)
-	}
-}
-
-// waitAll waits until every agent's stream delivered and a heartbeat was
-// accepted after since.
-func (s *sim) waitAll(since time.Time, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		behind := 0
-		for _, a := range s.agents {
-			if a.streamAt.Load() < since.UnixNano() || a.beatAt.Load() < since.UnixNano() {
-				behind++
-			}
-		}
-		if behind == 0 {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d agents not back after %s", behind, len(s.agents), limit)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// deploy sends n one-instance deploys spread evenly over d and returns,
-// per instance ID, when its deploy was sent, and each deploy's answer time
-// in milliseconds.
-func (s *sim) deploy(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, n int, d time.Duration) (map[string]time.Time, []float64) {
-	out := map[string]time.Time{}
-	var answers []float64
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := range n {
-		time.Sleep(time.Until(start.Add(d * time.Duration(i) / time.Duration(n) * 9 / 10)))
-		wg.Go(func() {
-			at := time.Now()
-			resp, err := cl.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Image: "i", Service: fmt.Sprintf("svc%d", i%20), Count: 1, Cpu: "0.5", Bind: true, MemoryBytes: 64 << 20}))
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "simagents: deploy:", err)
-				return
-			}
-			took := float64(time.Since(at).Microseconds()) / 1e3
-			mu.Lock()
-			if took > 200 {
-				s.slow = append(s.slow, fmt.Sprintf("%.1fs:%.0fms", at.Sub(start).Seconds(), took))
-			}
-			for _, in := range resp.Msg.Instances {
-				out[in.Id] = at
-			}
-			answers = append(answers, took)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	return out, answers
 }
