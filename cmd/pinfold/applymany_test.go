@@ -15,8 +15,8 @@ import (
 // tlsPlanner runs a planner with embedded etcd and mutual TLS in this
 // process, each identity bounded to rate calls a second after burst (0:
 // the defaults), and returns a CLI runner for a certificate of the given
-// role and name.
-func tlsPlanner(t *testing.T, rate float64, burst int) (as func(role, name string) func(args ...string) (string, string, int)) {
+// role and name, the planner's host:port and its CA file.
+func tlsPlanner(t *testing.T, rate float64, burst int) (as func(role, name string) func(args ...string) (string, string, int), addr, ca string) {
 	t.Helper()
 	dir := t.TempDir() + "/pki"
 	out, errOut, code := runCLI(t, "", "pki", "init", "--dir", dir, "-o", "json")
@@ -33,7 +33,7 @@ func tlsPlanner(t *testing.T, rate float64, burst int) (as func(role, name strin
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return func(role, name string) func(args ...string) (string, string, int) {
+	as = func(role, name string) func(args ...string) (string, string, int) {
 		out, errOut, code := runCLI(t, "", "pki", "issue", role, name, "--dir", dir, "-o", "json")
 		var c pki.Files
 		if code != 0 || json.Unmarshal([]byte(out), &c) != nil {
@@ -44,6 +44,7 @@ func tlsPlanner(t *testing.T, rate float64, burst int) (as func(role, name strin
 			return runCLI(t, "", append(args, "--planner", "https://"+p.Addr, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)...)
 		}
 	}
+	return as, p.Addr, srv.CA
 }
 
 // TestApplyManyServicesUnderTheRateLimit: an admin's `apply -f` of more
@@ -77,7 +78,8 @@ func TestApplyManyServicesUnderTheRateLimit(t *testing.T) {
 				rateWaits = nil
 				t.Cleanup(func() { rateWaits = saved })
 			}
-			alice := tlsPlanner(t, 20, 20)("admin", "alice")
+			as, _, _ := tlsPlanner(t, 20, 20)
+			alice := as("admin", "alice")
 			if out, errOut, code := alice("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
 				t.Fatalf("host add: exit %d, %s%s", code, out, errOut)
 			}

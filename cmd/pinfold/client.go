@@ -45,7 +45,7 @@ type clientFlags struct {
 
 func (c *clientFlags) register(cmd *cobra.Command) {
 	c.cmd = cmd
-	cmd.Flags().StringVar(&c.addr, "planner", envOr("PINFOLD_PLANNER", DefaultPlanner), "planner address (host:port, http:// or https:// URL; env PINFOLD_PLANNER)")
+	cmd.Flags().StringVar(&c.addr, "planner", envOr("PINFOLD_PLANNER", DefaultPlanner), "planner address: an http:// or https:// URL, or host:port (https when --tls-ca or --tls-cert is given, else http; env PINFOLD_PLANNER)")
 	cmd.Flags().StringVar(&c.tlsCA, "tls-ca", os.Getenv("PINFOLD_TLS_CA"), "CA certificate to verify an https:// planner (env PINFOLD_TLS_CA)")
 	cmd.Flags().StringVar(&c.tlsCert, "tls-cert", os.Getenv("PINFOLD_TLS_CERT"), "client certificate for a planner that requires one, PEM (env PINFOLD_TLS_CERT; pinfold pki issue makes one)")
 	cmd.Flags().StringVar(&c.tlsKey, "tls-key", os.Getenv("PINFOLD_TLS_KEY"), "private key of --tls-cert, PEM (env PINFOLD_TLS_KEY)")
@@ -67,12 +67,18 @@ func (c *clientFlags) client(opts ...connect.ClientOption) (pinfoldv1connect.Pla
 	return pinfoldv1connect.NewPlannerServiceClient(hc, strings.TrimSuffix(c.baseURL(), "/"), opts...), nil
 }
 
-// baseURL is the planner's address as a URL (http:// when none is given).
+// baseURL is the planner's address as a URL. A bare host:port is https://
+// when a CA or a client certificate is given (a TLS planner answers a
+// plain request with "400 Bad Request", which told the user nothing), else
+// http://.
 func (c *clientFlags) baseURL() string {
-	if !strings.Contains(c.addr, "://") {
-		return "http://" + c.addr
+	if strings.Contains(c.addr, "://") {
+		return c.addr
 	}
-	return c.addr
+	if c.tlsCA != "" || c.tlsCert != "" {
+		return "https://" + c.addr
+	}
+	return "http://" + c.addr
 }
 
 // httpClient is an HTTP client for the planner, with the TLS flags.
@@ -317,7 +323,12 @@ func apiError(err error) error {
 		return &exitError{code: exitUnknown, err: fmt.Errorf(format+"; "+check, args...)}
 	}
 	msg := ce.Message()
+	if alert, ok := certificateRefused(err); ok {
+		return &exitError{code: exitUnreachable, err: fmt.Errorf("the planner refused this command's TLS client certificate (%s): it is revoked, expired, issued by another CA, or none was given (--tls-cert and --tls-key, or PINFOLD_TLS_CERT and PINFOLD_TLS_KEY); nothing was changed", alert)}
+	}
 	switch ce.Code() {
+	case connect.CodePermissionDenied:
+		return &exitError{code: exitUnmet, err: fmt.Errorf("permission denied: %s (the certificate's role does not allow it: an admin certificate does, pinfold pki issue admin NAME); nothing was changed", msg)}
 	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeAlreadyExists:
 		return &exitError{code: exitBadInput, err: errors.New(msg)}
 	case connect.CodeFailedPrecondition:
@@ -351,6 +362,19 @@ func apiError(err error) error {
 		return &exitError{code: exitUnreachable, err: fmt.Errorf("planner unreachable (is `pinfold planner` running?): %s; nothing was changed", msg)}
 	}
 	return &exitError{code: exitUnmet, err: fmt.Errorf("%s: %s", ce.Code(), msg)}
+}
+
+// certificateRefused reports whether err is the planner's TLS alert that
+// it refused the client's certificate (bad, revoked, expired, of an
+// unknown CA, or none sent: "remote error: tls: bad certificate"): the
+// handshake failed, so the request was never read. It returns the alert.
+func certificateRefused(err error) (string, bool) {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "remote error" || op.Err == nil {
+		return "", false
+	}
+	alert := op.Err.Error() // crypto/tls's alert type is not exported
+	return alert, strings.HasPrefix(alert, "tls: ") && strings.Contains(alert, "certificate")
 }
 
 // neverConnected reports whether err shows that no request reached the

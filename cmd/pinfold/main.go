@@ -39,12 +39,14 @@ const (
 const exitCodesHelp = `Exit codes:
   0 ok
   1 the request cannot be met (not enough capacity, a rule, a host that
-    cannot be removed now; or, waiting, not applied everywhere);
+    cannot be removed now; or, waiting, not applied everywhere), or the
+    certificate's role may not make it (permission denied);
     'pinfold health': there are warnings
   2 bad input or usage (an unknown command, a bad flag or value, an unknown
     name) or an unreadable host; nothing was changed
-  3 the planner could not be reached (or the connection was lost during a
-    read); nothing was changed: worth a retry
+  3 the planner could not be reached or refused the client certificate
+    (or the connection was lost during a read); nothing was changed: worth
+    a retry once it is reachable
   4 outcome unknown: the planner failed (an internal error) or the
     connection was lost after the request was sent; repeat the command
     with the --request-id it prints (a deploy, resize, replace or remove

@@ -125,9 +125,10 @@ every certificate whose serial is given (pinfold pki list shows them; a
 serial also revokes a certificate whose files are gone). The serials go into
 DIR/revoked.crl, an X.509 CRL signed by the CA (it needs DIR/ca-key.pem). A
 planner whose --tls-ca is DIR/ca.pem reads the list again when it changes:
-a revoked certificate's next TLS handshake fails, without a restart. A
-connection it opened before stays open until it closes (HTTP/2 connections
-are long-lived: restart the planner to cut them at once).
+a revoked certificate's next TLS handshake fails, without a restart, and
+the connections it holds open (watch and follow streams included) are
+closed within a few seconds (a client then reads that the planner refused
+its certificate).
 
 Revoking a revoked certificate changes nothing and says so. To give NAME a
 new certificate, move its old files aside and pki issue again.`,

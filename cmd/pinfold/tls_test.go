@@ -84,7 +84,7 @@ func TestPlannerTLS(t *testing.T) {
 	if _, errOut, code := as(viewer, "host", "disable", "h1"); code == 0 || !strings.Contains(errOut, "identity viewer:bob may not call SetHostEnabled") {
 		t.Errorf("viewer: host disable: exit %d, %s", code, errOut)
 	}
-	if _, errOut, code := as(agent, "deploy", "x", "--image", "i", "--memory", "1GiB"); code == 0 || !strings.Contains(errOut, "permission_denied") {
+	if _, errOut, code := as(agent, "deploy", "x", "--image", "i", "--memory", "1GiB"); code == 0 || !strings.Contains(errOut, "permission denied: identity agent:h2 may not call Deploy") {
 		t.Errorf("agent: deploy: exit %d, %s", code, errOut)
 	}
 	// The agent of h2, through the API as its agent would call it.

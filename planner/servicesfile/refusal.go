@@ -10,7 +10,7 @@ import (
 // the key a pinfold services file gives each ("": the service itself).
 var plannerKeys = map[string]string{
 	"service": "", "request.service": "",
-	"image": "image", "command entry": "command", "command and env": "command", "env entry": "env", "network": "network",
+	"image": "image", "command entry": "command", "command and env": "command and env", "env entry": "env", "network": "network",
 	"health check": "health", "health http": "health.http", "health tcp": "health.tcp", "health timeout": "health.timeout", "health port": "health",
 	"cpu": "cpu", "request.cpu": "cpu", "memory": "memory", "request.memory_bytes": "memory", "memory soft limit": "memory_soft",
 	"count": "count", "request.count": "count", "strategy": "strategy", "request.strategy": "strategy",

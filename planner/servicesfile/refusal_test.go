@@ -23,6 +23,9 @@ func TestService_Refused(t *testing.T) {
 		{"request field", web, `request.max_per_host = -1: want 0 or more`, `s.yaml: services.web.max_per_host: -1: want 0 or more`},
 		{"service itself", web, `service name "x": bad`, `s.yaml: services.web: name "x": bad`},
 		{"unknown field", web, `something odd`, `s.yaml: services.web: something odd`},
+		// Their sum is bounded: the path names both (a new user's trial:
+		// "services.big.command: 70008 bytes" for a 70 KB env value).
+		{"command and env together", web, `command and env = 70008 bytes: want at most 65536`, `s.yaml: services.web.command and env: 70008 bytes: want at most 65536`},
 		{"compose cpu", compose, `cpu = "0.505": not whole pieces`, `-: services.db.deploy.resources.limits.cpus: "0.505": not whole pieces`},
 		{"compose health by its first key", compose, `health timeout = "x": bad`, `-: services.db.healthcheck: "x": bad`},
 	}
