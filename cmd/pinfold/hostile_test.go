@@ -22,15 +22,11 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -39,7 +35,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/pinfold/pinfold/planner"
 	"github.com/pinfold/pinfold/planner/api"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/pki"
@@ -159,133 +154,6 @@ func checkFloodBounds(t *testing.T, n int, heapBefore, dbBefore, heap, db uint64
 	}
 }
 
-// heapInUse is this process's heap in use after a full collection.
-func heapInUse() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse
-}
-
-// etcdDBSize is the size of the embedded etcd's database file under the
-// planner's data dir.
-func etcdDBSize(t *testing.T, dataDir string) uint64 {
-	t.Helper()
-	st, err := os.Stat(filepath.Join(dataDir, "etcd", "member", "snap", "db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return uint64(st.Size())
-}
-
-func mb(n uint64) float64 { return float64(n) / (1 << 20) }
-
-// hostile is the tier's planner: in this process, over mutual TLS, with
-// the default per-identity bounds and short connection timeouts (2 s).
-type hostile struct {
-	dir, data, url string
-	srv            pki.Files
-	admin, viewer  pki.Files
-	p              *planner.Planner
-	topo           []byte // a dual Xeon Gold 6230's topology, JSON
-}
-
-// hostileTimeout is the tier planner's header, body and idle timeout.
-const hostileTimeout = 2 * time.Second
-
-// startHostile starts the tier's planner with the PKI in dir (made when
-// "") and the rate bound given (the default's when 0).
-func startHostile(t *testing.T, dir string, rate float64, burst int) *hostile {
-	t.Helper()
-	return startHostileWith(t, dir, rate, burst, nil)
-}
-
-// startHostileWith is startHostile with the planner's flags set by set
-// too (when not nil).
-func startHostileWith(t *testing.T, dir string, rate float64, burst int, set func(*plannerFlags)) *hostile {
-	t.Helper()
-	h := &hostile{dir: dir, data: t.TempDir()}
-	var err error
-	if dir == "" {
-		h.dir = t.TempDir() + "/pki"
-		if h.srv, err = pki.Init(h.dir, nil, time.Now()); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		h.srv = pki.ServerFiles(dir)
-	}
-	if rate == 0 {
-		rate, burst = api.DefaultRatePerIdentity, api.DefaultBurstPerIdentity
-	}
-	h.admin, h.viewer = h.issue(t, pki.RoleAdmin, "alice"), h.issue(t, pki.RoleViewer, "bob")
-	log, _ := newLogger("error", os.Stderr)
-	f := plannerFlags{dataDir: h.data, listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
-		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t), etcdLogLevel: "fatal",
-		tlsCert: h.srv.Cert, tlsKey: h.srv.Key, tlsCA: h.srv.CA,
-		headerTimeout: hostileTimeout, bodyTimeout: hostileTimeout, idleTimeout: hostileTimeout,
-		identityMaxConns: api.DefaultConnsPerIdentity, identityRate: rate, identityBurst: burst}
-	if set != nil {
-		set(&f)
-	}
-	if h.p, err = f.start(context.Background(), log); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.p.Close)
-	h.url = "https://" + h.p.Addr
-	h.topo, _ = json.Marshal(topologytest.DualXeonGold6230().Topology())
-	if _, err := h.client(h.admin).RegisterHost(t.Context(), connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: "h1", TopologyJson: h.topo})); err != nil {
-		t.Fatalf("admin: register h1: %v", err)
-	}
-	return h
-}
-
-// issue is the certificate of role and name, issued on first use.
-func (h *hostile) issue(t *testing.T, role pki.Role, name string) pki.Files {
-	t.Helper()
-	if f := pki.ClientFiles(h.dir, role, name); fileExists(f.Cert) {
-		return f
-	}
-	f, err := pki.Issue(h.dir, role, name, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return f
-}
-
-// tlsConfig is a client's TLS with f's certificate.
-func (h *hostile) tlsConfig(t *testing.T, f pki.Files) *tls.Config {
-	t.Helper()
-	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := loadCA("ca", h.srv.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca, MinVersion: tls.VersionTLS12}
-}
-
-// httpClient is an HTTP client as f, on connections of its own (HTTP/1.1,
-// as the CLI's; h2: HTTP/2).
-func (h *hostile) httpClient(t *testing.T, f pki.Files, h2 bool) *http.Client {
-	t.Helper()
-	tr := &http.Transport{TLSClientConfig: h.tlsConfig(t, f), ForceAttemptHTTP2: h2}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &http.Client{Transport: tr}
-}
-
-// client is the CLI's API client as f.
-func (h *hostile) client(f pki.Files) pinfoldv1connect.PlannerServiceClient {
-	cf := clientFlags{addr: h.url, tlsCA: f.CA, tlsCert: f.Cert, tlsKey: f.Key}
-	cl, err := cf.client()
-	if err != nil {
-		panic(err) // the tier's own files: cannot happen
-	}
-	return cl
-}
-
 // TestHostile replays issue 26's findings (there is no N5), the
 // per-identity bounds and issue 36's findings against one planner over
 // mutual TLS (some on planners of their own), in order (N1 measures the
@@ -312,25 +180,6 @@ func TestHostile(t *testing.T) {
 	}
 }
 
-// agent registers name as its agent, with topo.
-func (h *hostile) agent(t *testing.T, name string, topo []byte) (pki.Files, error) {
-	t.Helper()
-	f := h.issue(t, pki.RoleAgent, name)
-	_, err := h.client(f).RegisterHost(t.Context(), connect.NewRequest(&pinfoldv1.RegisterHostRequest{Name: name, TopologyJson: topo,
-		Agent: true, AgentVersion: "hostile", Protocol: model.Protocol}))
-	return f, err
-}
-
-// processCPU is this process's CPU time, user and system.
-func processCPU(t *testing.T) time.Duration {
-	t.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		t.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // wideCPUBound bounds the CPU of one 8,192-CPU registration: the planner's,
 // etcd's and the client's together (this process). It took 54–67 s
 // before issue 26 (N2), 89–138 ms of CPU since (BenchmarkRegisterHost8192).
@@ -353,14 +202,6 @@ func hostileN2(t *testing.T, h *hostile) {
 	if cpu > wideCPUBound {
 		t.Fatalf("8,192-CPU registration took %s of CPU, want at most %s", cpu, wideCPUBound)
 	}
-}
-
-// heldWithin reports whether the server still holds conn after wait:
-// false once it closed it.
-func heldWithin(conn net.Conn, wait time.Duration) bool {
-	_ = conn.SetReadDeadline(time.Now().Add(wait))
-	_, err := io.Copy(io.Discard, conn)
-	return errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // hostileN3: a body stalled after its headers (HTTP/1.1: the connection
@@ -432,11 +273,6 @@ func hostileN3(t *testing.T, h *hostile) {
 	if _, err := io.Copy(io.Discard, br); errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Errorf("an idle keep-alive connection is still open after %s", wait)
 	}
-}
-
-// tlsArgs are the CLI's flags for the planner as f.
-func (h *hostile) tlsArgs(f pki.Files) []string {
-	return []string{"--planner", h.url, "--tls-ca", f.CA, "--tls-cert", f.Cert, "--tls-key", f.Key}
 }
 
 // hostileN4: scale --count past 32 bits is bad input (exit 2), as for
@@ -705,183 +541,4 @@ func hostileN12(t *testing.T, h *hostile) {
 	if err == nil || len(err.Error()) > 4096 {
 		t.Errorf("a topology with a 3 MB numa_source = %.300v (%d bytes), want an error of at most 4 KiB", err, len(fmt.Sprint(err)))
 	}
-}
-
-// hostileConns: one identity holds at most api.DefaultConnsPerIdentity
-// connections (the default); a call on one more is refused with
-// resource_exhausted naming the identity, the bound and its flag; another
-// identity is served meanwhile, and the first again once its connections
-// closed.
-func hostileConns(t *testing.T, h *hostile) {
-	flood := h.issue(t, pki.RoleViewer, "flood")
-	health := func(hc *http.Client) error {
-		_, err := pinfoldv1connect.NewPlannerServiceClient(hc, h.url).Health(t.Context(), connect.NewRequest(&pinfoldv1.HealthRequest{}))
-		return err
-	}
-	var held []*http.Client
-	for i := range api.DefaultConnsPerIdentity {
-		hc := h.httpClient(t, flood, false)
-		if err := health(hc); err != nil {
-			t.Fatalf("viewer:flood's connection %d: %v", i+1, err)
-		}
-		held = append(held, hc)
-	}
-	for _, h2 := range []bool{false, true} {
-		err := health(h.httpClient(t, flood, h2))
-		if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "identity viewer:flood has 64 connections open already") ||
-			!strings.Contains(err.Error(), "--identity-max-conns") {
-			t.Errorf("viewer:flood's connection %d (HTTP/2 %v) = %v, want resource_exhausted naming the identity, the bound and its flag", api.DefaultConnsPerIdentity+1, h2, err)
-		}
-	}
-	if err := health(h.httpClient(t, h.viewer, false)); err != nil {
-		t.Errorf("viewer:bob while viewer:flood holds its bound: %v", err)
-	}
-	for _, hc := range held {
-		hc.CloseIdleConnections()
-	}
-	for end := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := health(h.httpClient(t, flood, false))
-		if err == nil {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("viewer:flood after closing its connections: %v", err)
-		}
-	}
-}
-
-// hostileIdleConns: connections that complete their TLS handshake and
-// HTTP/2 preface and then send nothing (each holds the planner's
-// goroutines, buffers and a file until --idle-timeout) count against
-// their identity's --identity-max-conns from the handshake: twice the
-// bound are admitted (the second half to be refused at a first request,
-// with a message), the rest fail their handshake; another viewer is
-// served meanwhile, and the identity again once its connections close.
-// Before, a connection took its place only at its first request: one
-// viewer held 5,000 idle connections (RSS 60 → 316 MB, 5,018 files).
-func hostileIdleConns(t *testing.T, h *hostile) {
-	cfg := h.tlsConfig(t, h.issue(t, pki.RoleViewer, "idle"))
-	cfg.NextProtos = []string{"h2"}
-	addr := strings.TrimPrefix(h.url, "https://")
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	admitted := 0
-	for range 3 * api.DefaultConnsPerIdentity {
-		c, err := tls.Dial("tcp", addr, cfg)
-		if err != nil {
-			continue
-		}
-		conns = append(conns, c)
-		// TLS 1.3: the client's handshake ends before the server checked
-		// its certificate; a refusal comes as an alert on the first read.
-		// An admitted connection gets the server's SETTINGS frame.
-		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")); err != nil {
-			continue
-		}
-		var b [9]byte
-		if _, err := io.ReadFull(c, b[:]); err == nil && b[3] == 0x4 {
-			admitted++
-		}
-	}
-	if want := 2 * api.DefaultConnsPerIdentity; admitted != want {
-		t.Errorf("viewer:idle's idle HTTP/2 connections: %d of %d admitted, want %d (twice --identity-max-conns)", admitted, 3*api.DefaultConnsPerIdentity, want)
-	}
-	health := func(f pki.Files) error {
-		_, err := pinfoldv1connect.NewPlannerServiceClient(h.httpClient(t, f, false), h.url).Health(t.Context(), connect.NewRequest(&pinfoldv1.HealthRequest{}))
-		return err
-	}
-	if err := health(h.viewer); err != nil {
-		t.Errorf("viewer:bob while viewer:idle holds its idle connections: %v", err)
-	}
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
-	for end := time.Now().Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := health(h.issue(t, pki.RoleViewer, "idle"))
-		if err == nil {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("viewer:idle after closing its connections: %v", err)
-		}
-	}
-}
-
-// Rate bound of hostileRate's own planner: low, so that the tier's client
-// outruns it on a loaded 2-core machine (it made about 300 calls a second
-// there, so the default's burst took 20 s to pass). The tier's planner
-// runs the defaults, which none of the findings' callers reached.
-const (
-	hammerRate  = 5
-	hammerBurst = 50
-)
-
-// hostileRate: one identity calling as fast as it can is refused with
-// resource_exhausted naming the identity, the rate and the flags once past
-// its burst; another identity and an agent are served; the refusals are in
-// the planner's metrics.
-func hostileRate(t *testing.T, tier *hostile) {
-	h := startHostile(t, tier.dir, hammerRate, hammerBurst)
-	if _, err := h.agent(t, "h6", h.topo); err != nil {
-		t.Fatal(err)
-	}
-	cl := h.client(h.issue(t, pki.RoleViewer, "hammer"))
-	var refused atomic.Pointer[error]
-	var calls atomic.Int64
-	var wg sync.WaitGroup
-	const most = 100 * hammerBurst
-	for range 8 {
-		wg.Go(func() {
-			for refused.Load() == nil && calls.Add(1) <= most {
-				// ListHosts: not one of the fleet-wide calls, of which an
-				// identity has at most api.MaxHeavyPerIdentity in flight
-				// (8 callers of Health met that bound first).
-				if _, err := cl.ListHosts(t.Context(), connect.NewRequest(&pinfoldv1.ListHostsRequest{})); err != nil {
-					refused.CompareAndSwap(nil, &err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	errp := refused.Load()
-	if errp == nil {
-		t.Fatalf("viewer:hammer made %d calls, none refused", most)
-	}
-	if err := *errp; connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "identity viewer:hammer called more than 5 times a second") ||
-		!strings.Contains(err.Error(), "--identity-rate") {
-		t.Fatalf("viewer:hammer's refusal = %v, want resource_exhausted naming the identity, the rate and the flags", err)
-	}
-	t.Logf("viewer:hammer refused after about %d calls", calls.Load())
-	if _, err := h.client(h.viewer).Health(t.Context(), connect.NewRequest(&pinfoldv1.HealthRequest{})); err != nil {
-		t.Errorf("viewer:bob while viewer:hammer is refused: %v", err)
-	}
-	ag := h.issue(t, pki.RoleAgent, "h6")
-	if _, err := h.client(ag).Heartbeat(t.Context(), connect.NewRequest(&pinfoldv1.HeartbeatRequest{Host: "h6", AgentVersion: "hostile", Protocol: model.Protocol, TtlSeconds: 30})); err != nil {
-		t.Errorf("agent h6's heartbeat while viewer:hammer is refused: %v", err)
-	}
-	resp, err := h.httpClient(t, h.admin, false).Get(h.url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if !strings.Contains(string(b), `pinfold_planner_identity_limited_total{limit="rate",method="ListHosts",role="viewer"}`) {
-		t.Errorf("/metrics has no count of viewer:hammer's refusals:\n%s", grepLines(string(b), "identity_"))
-	}
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for l := range strings.Lines(s) {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "")
 }
