@@ -364,7 +364,9 @@ func newClient(base string) (pinfoldv1connect.PlannerServiceClient, func()) {
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 1, Protocols: new(http.Protocols)}
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, append(api.AgentClientOptions(), connect.WithGRPC())...), tr.CloseIdleConnections
+	// gRPC: uncompressed (the planner takes compressed requests in unary
+	// Connect calls only, where it counts what they decompress to).
+	return pinfoldv1connect.NewPlannerServiceClient(&http.Client{Transport: tr}, base, connect.WithGRPC()), tr.CloseIdleConnections
 }
 
 // waitEtcd polls etcd's /health endpoint (this tool speaks to etcd only

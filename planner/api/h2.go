@@ -78,7 +78,10 @@ func compressLarge() connect.HandlerOption { return connect.WithCompressMinBytes
 // planner's settings reach the agent, so its frames are sized by the
 // protocol's defaults, and the planner's frame read buffer for that
 // connection stays as large as the largest (13 KiB) for as long as the
-// agent runs. Every planner accepts gzip.
+// agent runs. Every planner accepts gzip in unary Connect calls (the
+// agent's protocol), where it holds what a body decompresses to in the
+// caller's body budget (budgetBody); compressed gRPC or streamed messages
+// are refused.
 func AgentClientOptions() []connect.ClientOption {
 	return []connect.ClientOption{connect.WithSendGzip(), connect.WithCompressMinBytes(CompressMinBytes)}
 }

@@ -22,7 +22,7 @@ import (
 // --insecure; TLS with --tls-no-client-auth) share the identity "local"
 // and may do everything anyway: they are not bounded per identity (the
 // simulation's 10,000 agents and the benchmarks' 32 clients are such
-// callers), only by the connection timeouts above.
+// callers), only by the connection timeouts (conns.go).
 const (
 	// DefaultConnsPerIdentity bounds the connections one identity holds
 	// open: the CLI holds one per command, an agent one or two, a
@@ -93,8 +93,10 @@ type identityLimits struct {
 	// (heavyMethods), at most MaxHeavyPerIdentity.
 	heavy *streamLimits
 	// bodies holds the request body bytes of the calls in flight (nil:
-	// no bound).
-	bodies *bodyBudget
+	// no bound), a compressed body's decompressed bytes too; messageMax
+	// is what one may decompress to (--max-request-bytes; 0: no bound).
+	bodies     *bodyBudget
+	messageMax int64
 
 	mu      sync.Mutex
 	limited map[limitedKey]int64 // bounded: 4 limits × 5 roles × the methods

@@ -199,6 +199,7 @@ func Handler(svc Planner, o Options) http.Handler {
 	// o.Limits.ConnsPerIdentity connections and calls at its rate; past
 	// them a request is refused before it is read (limitIdentities).
 	lim := newIdentityLimits(o.Limits, limit, time.Now)
+	lim.messageMax = int64(maxBytes)
 	if o.Metrics != nil {
 		o.Metrics.limits.Store(lim)
 	}
