@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -68,6 +69,60 @@ const AgentRecordEvery = time.Minute
 // hostTimes is, per host, when it last did something bounded in rate: a
 // table of at most maxHostTimes hosts (entries older than the bound are
 // dropped when it fills; past that, every host waits).
+// StatusBytesPerSecond and StatusBytesBurst bound the instance status
+// one host's agent writes to the store: a token bucket of bytes (a
+// status is a few hundred bytes; a host's hundred instances all
+// changing at once report well under the burst).
+const (
+	StatusBytesPerSecond = 64 << 10
+	StatusBytesBurst     = 1 << 20
+)
+
+// hostBuckets is a token bucket of bytes per host, at most maxHostTimes
+// hosts (a full table refuses a new host until one has refilled).
+type hostBuckets struct {
+	mu sync.Mutex
+	b  map[string]*byteBucket
+}
+
+type byteBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// take reports whether host may write n bytes now, and if so takes them.
+func (t *hostBuckets) take(host string, now time.Time, n float64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.b == nil {
+		t.b = map[string]*byteBucket{}
+	}
+	b, ok := t.b[host]
+	if !ok {
+		if len(t.b) >= maxHostTimes {
+			for h, o := range t.b {
+				if o.tokens+now.Sub(o.at).Seconds()*StatusBytesPerSecond >= StatusBytesBurst {
+					delete(t.b, h)
+				}
+			}
+			if len(t.b) >= maxHostTimes {
+				return false
+			}
+		}
+		b = &byteBucket{tokens: StatusBytesBurst, at: now}
+		t.b[host] = b
+	}
+	if d := now.Sub(b.at).Seconds(); d > 0 {
+		b.tokens = min(StatusBytesBurst, b.tokens+d*StatusBytesPerSecond)
+	}
+	b.at = now
+	if b.tokens < n {
+		return false
+	}
+	b.tokens -= n
+	return true
+}
+
 type hostTimes struct {
 	mu sync.Mutex
 	at map[string]time.Time
@@ -125,8 +180,19 @@ func (s *Service) ReportStatus(ctx context.Context, host, id string, st model.St
 	if !ok || v.Instance.Host != host {
 		return errf(NotFound, "instance %q is not on host %s", id, host)
 	}
-	if err := s.st.PutStatus(ctx, host, id, st); err != nil {
-		return err
+	// A report that changes nothing writes nothing, and a host's reports
+	// write at most StatusBytesPerSecond after a burst of
+	// StatusBytesBurst (attack review: an agent repeating an 8 KiB report
+	// 195 times a second grew etcd's db by 2.2 MB/s, for ever).
+	if v.Status == nil || !reflect.DeepEqual(*v.Status, st) {
+		b, _ := json.Marshal(st)
+		if !s.statusBytes.take(host, s.clock(), float64(len(b))) {
+			return errf(Exhausted, "host %s reported more than %d bytes of instance status a second (after a burst of %d): an agent reports a status when it changes; slow down",
+				clip(host), StatusBytesPerSecond, StatusBytesBurst)
+		}
+		if err := s.st.PutStatus(ctx, host, id, st); err != nil {
+			return err
+		}
 	}
 	if in := v.Instance; st.Refused != 0 && st.Refused == in.Generation {
 		// Sampled per agent as refused calls are: an agent repeating its

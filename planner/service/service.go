@@ -37,6 +37,8 @@ type Service struct {
 	// versions: when each host's record was last rewritten for an agent's
 	// new version or protocol (AgentRecordEvery).
 	versions hostTimes
+	// statusBytes bounds each host's status writes (ReportStatus).
+	statusBytes hostBuckets
 	// now is the clock (nil: time.Now); tests set it.
 	now func() time.Time
 }
