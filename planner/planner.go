@@ -155,8 +155,9 @@ func (p *Planner) start(ctx context.Context, cfg Config) error {
 	if p.srv.ErrorLog == nil {
 		// The server's own lines, failed TLS handshakes among them (a
 		// revoked certificate, one with no valid role, by name), go to
-		// the planner's log, not stderr.
-		p.srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+		// the planner's log, not stderr, at most
+		// api.ServerLogLinesPerSecond a second.
+		p.srv.ErrorLog = api.ServerErrorLog(log.Handler())
 	}
 	go func() {
 		if err := p.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
