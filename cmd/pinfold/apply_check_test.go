@@ -1,14 +1,10 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/pinfold/pinfold/planner/pki"
 )
 
 // TestApplyChecksEveryServiceFirst: diff and apply check every service of
@@ -100,35 +96,9 @@ func TestApplyNamesARefusedResize(t *testing.T) {
 // compare them (it said replace and recreate against the hidden values),
 // says how many it did not compare, and compares env in any order.
 func TestDiffAsViewer(t *testing.T) {
-	dir := t.TempDir() + "/pki"
-	out, errOut, code := runCLI(t, "", "pki", "init", "--dir", dir, "-o", "json")
-	var srv pki.Files
-	if code != 0 || json.Unmarshal([]byte(out), &srv) != nil {
-		t.Fatalf("pki init: exit %d, %s%s", code, out, errOut)
-	}
-	issue := func(role, name string) pki.Files {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", "pki", "issue", role, name, "--dir", dir, "-o", "json")
-		var f pki.Files
-		if code != 0 || json.Unmarshal([]byte(out), &f) != nil {
-			t.Fatalf("pki issue %s %s: exit %d, %s %s", role, name, code, out, errOut)
-		}
-		return f
-	}
-	admin, viewer := issue("admin", "alice"), issue("viewer", "bob")
-	log, _ := newLogger("error", os.Stderr)
-	f := plannerFlags{dataDir: t.TempDir(), listen: freeAddr(t), shareBase: 100, maxFragmentCores: -1,
-		etcdClient: "http://" + freeAddr(t), etcdPeer: "http://" + freeAddr(t), etcdLogLevel: "fatal", tlsCert: srv.Cert, tlsKey: srv.Key, tlsCA: srv.CA}
-	p, err := f.start(context.Background(), log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	as := func(c pki.Files, args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, "--planner", "https://"+p.Addr, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)...)
-	}
-	if out, errOut, code := as(admin, "host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
+	as, _, _ := tlsPlanner(t, 0, 0)
+	admin, viewer := as("admin", "alice"), as("viewer", "bob")
+	if out, errOut, code := admin("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
 		t.Fatalf("host add: exit %d, %s%s", code, out, errOut)
 	}
 	file := filepath.Join(t.TempDir(), "s.yaml")
@@ -141,17 +111,17 @@ func TestDiffAsViewer(t *testing.T) {
 		}
 	}
 	write("[B=2, A=1]")
-	if out, errOut, code := as(admin, "apply", "-f", file); code != 0 {
+	if out, errOut, code := admin("apply", "-f", file); code != 0 {
 		t.Fatalf("admin: apply: exit %d, %s%s", code, out, errOut)
 	}
 	for _, env := range []string{"[B=2, A=1]", "[A=1, B=2]"} {
 		write(env)
 		for _, who := range []struct {
 			name   string
-			c      pki.Files
+			run    func(args ...string) (string, string, int)
 			hidden string
 		}{{"admin", admin, ""}, {"viewer", viewer, "note: 5 hidden values not compared"}} {
-			out, errOut, code := as(who.c, "diff", "-f", file)
+			out, errOut, code := who.run("diff", "-f", file)
 			if code != 0 || !strings.Contains(out, "no changes") || who.hidden != "" && !strings.Contains(errOut, who.hidden) || who.hidden == "" && strings.Contains(errOut, "hidden") {
 				t.Errorf("%s: diff of the applied file, env %s: exit %d:\n%s%s\nwant no changes and %q", who.name, env, code, out, errOut, who.hidden)
 			}

@@ -406,23 +406,14 @@ func parseSize(flag, s string, signed bool) (int64, error) {
 		}
 		in = in[1:]
 	}
-	i := 0
-	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
-		i++
-	}
-	num, unit := in[:i], strings.TrimSpace(in[i:])
-	mult := map[string]float64{"": 1, "B": 1,
-		"K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
-		"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20, "Gi": 1 << 30, "GiB": 1 << 30, "Ti": 1 << 40, "TiB": 1 << 40}
-	m, ok := mult[unit]
-	if num == "" || strings.Count(num, ".") > 1 || !ok {
+	n, err := alloc.ParseBytes(in)
+	switch {
+	case errors.Is(err, alloc.ErrSizeTooLarge):
+		return 0, badInput("%s %q: not a size pinfold can hold", flag, s)
+	case err != nil:
 		return 0, badInput("%s %q: want a size such as 512MiB, 1.5GiB or 1G (K/M/G/T = 1000s, Ki/Mi/Gi/Ti = 1024s)", flag, s)
 	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || f*m > math.MaxInt64/2 {
-		return 0, badInput("%s %q: not a size pinfold can hold", flag, s)
-	}
-	return sign * int64(math.Round(f*m)), nil
+	return sign * n, nil
 }
 
 // parseCPUAndMemory parses an instance size: --cpu and --memory.

@@ -198,3 +198,22 @@ func TestFormatBytes(t *testing.T) {
 		})
 	}
 }
+
+func TestParseBytes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		err  error
+	}{
+		{"512MiB", 512 << 20, nil}, {"1.5GiB", 3 << 29, nil}, {"1G", 1e9, nil}, {" 64 ", 64, nil}, {"2KB", 2000, nil},
+		{"", 0, alloc.ErrNotASize}, {"-1MiB", 0, alloc.ErrNotASize}, {"1.2.3G", 0, alloc.ErrNotASize}, {"5XB", 0, alloc.ErrNotASize},
+		{"9999999TiB", 0, alloc.ErrSizeTooLarge},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := alloc.ParseBytes(tc.in)
+			if got != tc.want || !errors.Is(err, tc.err) {
+				t.Errorf("ParseBytes(%q) = %d, %v; want %d, %v", tc.in, got, err, tc.want, tc.err)
+			}
+		})
+	}
+}

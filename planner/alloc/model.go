@@ -1,6 +1,7 @@
 package alloc
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -330,6 +331,39 @@ func FormatPieces(pieces, shareBase int) string {
 type Size int64
 
 func (s Size) String() string { return FormatBytes(int64(s)) }
+
+// ErrNotASize and ErrSizeTooLarge are ParseBytes' refusals.
+var (
+	ErrNotASize     = errors.New("not a size")
+	ErrSizeTooLarge = errors.New("not a size pinfold can hold")
+)
+
+// ParseBytes reads a byte size as deploy's --memory and a services file's
+// memory take it: a plain number is bytes; K, M, G, T (and KB, MB, GB, TB)
+// are powers of 1000; Ki, Mi, Gi, Ti (and KiB, MiB, GiB, TiB) powers of
+// 1024; decimals are allowed ("1.5GiB"); no sign. The caller names the
+// field in its error.
+func ParseBytes(s string) (int64, error) {
+	in := strings.TrimSpace(s)
+	i := 0
+	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
+		i++
+	}
+	num, unit := in[:i], strings.TrimSpace(in[i:])
+	m, ok := byteUnits[unit]
+	if num == "" || strings.Count(num, ".") > 1 || !ok {
+		return 0, ErrNotASize
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f*m > math.MaxInt64/2 {
+		return 0, ErrSizeTooLarge
+	}
+	return int64(math.Round(f * m)), nil
+}
+
+var byteUnits = map[string]float64{"": 1, "B": 1,
+	"K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+	"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20, "Gi": 1 << 30, "GiB": 1 << 30, "Ti": 1 << 40, "TiB": 1 << 40}
 
 // FormatBytes renders a memory size in binary units for messages, in the
 // style of the command line's tables ("1 GiB", "1.5 GiB", "512 MiB",

@@ -356,7 +356,7 @@ func checkCPU(path, s string) (string, error) {
 }
 
 func checkSize(path, s string) (int64, error) {
-	n, err := parseSize(s)
+	n, err := alloc.ParseBytes(s)
 	if err != nil {
 		return 0, fmt.Errorf("%s: %q is not a size such as 512MiB, 1.5GiB or 1G", path, s)
 	}
@@ -454,29 +454,4 @@ func filePorts(path string, list []string, network string) ([]*pinfoldv1.Port, e
 		return nil, fmt.Errorf("%s.ports: %v", path, err)
 	}
 	return pinfoldv1.NewPorts(ports), nil
-}
-
-// parseSize reads a byte size as deploy's --memory does: a plain number
-// is bytes; K, M, G, T (and KB, MB, GB, TB) are powers of 1000; Ki, Mi,
-// Gi, Ti (and KiB, MiB, GiB, TiB) are powers of 1024; decimals are allowed
-// ("1.5GiB"). The caller names the key in its error.
-func parseSize(s string) (int64, error) {
-	in := strings.TrimSpace(s)
-	i := 0
-	for i < len(in) && (in[i] >= '0' && in[i] <= '9' || in[i] == '.') {
-		i++
-	}
-	num, unit := in[:i], strings.TrimSpace(in[i:])
-	mult := map[string]float64{"": 1, "B": 1,
-		"K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
-		"Ki": 1 << 10, "KiB": 1 << 10, "Mi": 1 << 20, "MiB": 1 << 20, "Gi": 1 << 30, "GiB": 1 << 30, "Ti": 1 << 40, "TiB": 1 << 40}
-	m, ok := mult[unit]
-	if num == "" || strings.Count(num, ".") > 1 || !ok {
-		return 0, errors.New("not a size")
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil || f*m > math.MaxInt64/2 {
-		return 0, errors.New("not a size pinfold can hold")
-	}
-	return int64(math.Round(f * m)), nil
 }
