@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -116,7 +117,8 @@ const (
 // hostileA1 replays issue 36 A1: the agent of an 8,192-CPU host
 // heartbeats it 3,000 times, each with a new agent version (each rewrote
 // the host's 1.1 MB record: 5.4 GB of planner, etcd growing by GBs), and
-// an admin deploys to the host 10 times meanwhile. The planner runs in a
+// an admin deploys to the host 10 times meanwhile, each beside
+// heartbeats in flight. The planner runs in a
 // child process (its RSS its own); its etcd database grows by less than
 // churnEtcdGrowthBound, its RSS by less than churnRSSGrowthBound
 // (checked every 50 heartbeats, so a planner without the bound fails
@@ -147,32 +149,54 @@ func hostileA1(t *testing.T, h *hostile) {
 	db0, rss0 := etcdDBSize(t, c.data), c.rss(t)
 	const beats, every = 3000, 300
 	start := time.Now()
-	deployed := 0
-	check := func(n int) {
+	check := func(n int) error {
 		db, rss := etcdDBSize(t, c.data), c.rss(t)
 		if db > db0+churnEtcdGrowthBound || rss > rss0+churnRSSGrowthBound {
-			t.Fatalf("after %d heartbeats each with a new version: etcd database %.1f → %.1f MB, planner RSS %.1f → %.1f MB; want growth under %.0f MB and %.0f MB",
+			return fmt.Errorf("after %d heartbeats each with a new version: etcd database %.1f → %.1f MB, planner RSS %.1f → %.1f MB; want growth under %.0f MB and %.0f MB",
 				n, mb(db0), mb(db), mb(rss0), mb(rss), mb(churnEtcdGrowthBound), mb(churnRSSGrowthBound))
 		}
+		return nil
 	}
-	for i := range beats {
-		if i%every == every/2 {
-			if _, err := adm.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("a1-%d", i/every), Image: "busybox", Count: 1,
-				Cpu: "0.1", MemoryBytes: 16 << 20})); err != nil {
-				t.Errorf("admin deploy %d to the churning host: %v", i/every+1, err)
-			} else {
-				deployed++
+	// The agent heartbeats as fast as its rate allows, on its own, while
+	// the admin deploys to its host: each deploy runs beside heartbeats in
+	// flight (the repro's deploys failed 3 of 10 for conflicts with them).
+	var done atomic.Int64
+	churn := make(chan error, 1)
+	go func() {
+		for i := range beats {
+			if err := beat(fmt.Sprintf("churn-%d", i+1)); err != nil {
+				churn <- fmt.Errorf("heartbeat %d: %w", i+1, err)
+				return
+			}
+			done.Store(int64(i + 1))
+			if i%50 == 49 {
+				if err := check(i + 1); err != nil {
+					churn <- err
+					return
+				}
 			}
 		}
-		if err := beat(fmt.Sprintf("churn-%d", i+1)); err != nil {
-			t.Fatalf("heartbeat %d: %v", i+1, err)
+		churn <- nil
+	}()
+	deployed := 0
+	for d := range beats / every {
+		for done.Load() < int64(d*every+every/2) && len(churn) == 0 {
+			time.Sleep(time.Millisecond) // the churn's progress: not ours to wait on
 		}
-		if i%50 == 49 {
-			check(i + 1)
+		if _, err := adm.Deploy(ctx, connect.NewRequest(&pinfoldv1.DeployRequest{Service: fmt.Sprintf("a1-%d", d), Image: "busybox", Count: 1,
+			Cpu: "0.1", MemoryBytes: 16 << 20})); err != nil {
+			t.Errorf("admin deploy %d to the churning host (after %d heartbeats): %v", d+1, done.Load(), err)
+		} else {
+			deployed++
 		}
 	}
+	if err := <-churn; err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(time.Second)
-	check(beats)
+	if err := check(beats); err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("%d heartbeats of an 8,192-CPU host, each with a new version, and %d admin deploys: %s; etcd database %.1f → %.1f MB; planner RSS %.1f → %.1f MB",
 		beats, deployed, time.Since(start).Round(time.Millisecond), mb(db0), mb(etcdDBSize(t, c.data)), mb(rss0), mb(c.rss(t)))
 	if deployed != beats/every {
