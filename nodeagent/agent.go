@@ -175,8 +175,9 @@ type record struct {
 	// re-asserted (splitEnsure, by a pass or the sweep) at least once.
 	splitEnsured string
 	// splitTicks: each thread's CPU ticks at the last split sweep
-	// (splitBusyTicks).
-	splitTicks map[int]uint64
+	// (splitBusyTicks), read at splitTicksAt.
+	splitTicks   map[int]uint64
+	splitTicksAt time.Time
 	// splitUse: the children's CPU use at the last split sweep
 	// (splitQuiet).
 	splitUse splitUse

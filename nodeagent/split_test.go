@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"maps"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -211,5 +212,23 @@ func TestPressureSome(t *testing.T) {
 				t.Errorf("pressureSome(%q) = %d, %v; want %d, %v", tc.in, got, ok, tc.want, tc.wantOK)
 			}
 		})
+	}
+}
+
+func TestBusyTicks(t *testing.T) {
+	for _, tc := range []struct {
+		since, every time.Duration
+		want         uint64
+	}{
+		{250 * time.Millisecond, 250 * time.Millisecond, splitBusyTicks},
+		{100 * time.Millisecond, 250 * time.Millisecond, splitBusyTicks},
+		{time.Second, 250 * time.Millisecond, 4 * splitBusyTicks},
+		{260 * time.Millisecond, 250 * time.Millisecond, splitBusyTicks},
+		{2 * time.Second, 250 * time.Millisecond, 8 * splitBusyTicks},
+		{time.Second, 0, splitBusyTicks},
+	} {
+		if got := busyTicks(tc.since, tc.every); got != tc.want {
+			t.Errorf("busyTicks(%s, %s) = %d, want %d", tc.since, tc.every, got, tc.want)
+		}
 	}
 }

@@ -246,12 +246,19 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 	if a.splitQuiet(tw, id, paths, whole, frag) {
 		return nil
 	}
+	now := time.Now
+	if a.now != nil {
+		now = a.now
+	}
+	at := now()
 	a.mu.Lock()
 	var last map[int]uint64
+	var lastAt time.Time
 	if r := a.records[id]; r != nil {
-		last = r.splitTicks
+		last, lastAt = r.splitTicks, r.splitTicksAt
 	}
 	a.mu.Unlock()
+	need := busyTicks(at.Sub(lastAt), a.cfg.SplitEvery)
 	ticks := map[int]uint64{}
 	busy := map[int]bool{} // asleep now, but ran since the last sweep (the log's "r")
 	var threads []SplitThread
@@ -267,7 +274,7 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 			}
 			ticks[tid] = st.Ticks
 			runnable := st.Runnable
-			if prev, seen := last[tid]; !runnable && seen && st.Ticks >= prev+splitBusyTicks {
+			if prev, seen := last[tid]; !runnable && seen && st.Ticks >= prev+need {
 				runnable, busy[tid] = true, true
 			}
 			threads = append(threads, SplitThread{TID: tid, Runnable: runnable, In: part})
@@ -275,7 +282,7 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 	}
 	a.mu.Lock()
 	if r := a.records[id]; r != nil && r.cgroup != nil && *r.cgroup == p {
-		r.splitTicks = ticks
+		r.splitTicks, r.splitTicksAt = ticks, at
 	}
 	a.mu.Unlock()
 	moves := SplitSweep(whole, threads)
@@ -400,7 +407,23 @@ func pressureSome(pressure string) (uint64, bool) {
 // thread uses many ticks between two sweeps, a runtime's helper next to
 // none. The price: a thread that stopped for good right after running is
 // acted on one sweep later.
+//
+// The count is per SplitEvery: when the sweep comes less often (splitWait
+// paces it to 1 % of a CPU), a thread must have used as many ticks per
+// SplitEvery of the time since (busyTicks). A fixed 2 over a paced second
+// counted a helper thread's 44 ms as busy and left the fragment to it
+// (TestKernelSplit's guest, split+burst: a 1.057 of 1.7).
 const splitBusyTicks = 2
+
+// busyTicks is the ticks a thread found asleep must have used over since
+// (the time since the last sweep) to count as runnable: splitBusyTicks
+// per every of it, rounded, at least splitBusyTicks.
+func busyTicks(since, every time.Duration) uint64 {
+	if every <= 0 || since <= every {
+		return splitBusyTicks
+	}
+	return uint64((int64(splitBusyTicks)*int64(since) + int64(every)/2) / int64(every)) // rounded
+}
 
 // splitTeardown moves the threads of p's children back into p (the
 // container's cgroup), then removes the children. Nothing to do when

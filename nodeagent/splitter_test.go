@@ -474,15 +474,25 @@ func TestSplitRefusedNotRetriedEverySweep(t *testing.T) {
 func TestSplitSweepCountsBusyThreads(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		ran   uint64 // ticks thread 12 used between the two sweeps
+		ran   uint64        // ticks thread 12 used between the two sweeps
+		gap   time.Duration // between the two sweeps (0: at once)
 		moved bool
 	}{
-		{"busy since the last sweep: stays", splitBusyTicks + 3, false},
-		{"just enough: stays", splitBusyTicks, false},
-		{"next to nothing: treated as asleep", splitBusyTicks - 1, true},
+		{"busy since the last sweep: stays", splitBusyTicks + 3, 0, false},
+		{"just enough: stays", splitBusyTicks, 0, false},
+		{"next to nothing: treated as asleep", splitBusyTicks - 1, 0, true},
+		// The sweep paced to a second (splitWait): as many ticks per
+		// SplitEvery are needed (the guest's helper thread with 44 ms of a
+		// second stood in for a busy one).
+		{"a paced second, a helper's few ticks: asleep", splitBusyTicks + 2, time.Second, true},
+		{"a paced second, busy: stays", 4 * splitBusyTicks, time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, cg, p := splitTwoThreads(t)
+			if tc.gap > 0 {
+				at := time.Now().Add(tc.gap)
+				a.now = func() time.Time { return at }
+			}
 			ctx := context.Background()
 			if got := cg.where(12); got != p+"/pinfold-frag" {
 				t.Fatalf("thread 12 in %s after the first sweep, want pinfold-frag", got)
