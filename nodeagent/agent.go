@@ -183,6 +183,14 @@ type record struct {
 	splitUse splitUse
 }
 
+// clock is the split sweep's time: a.now, or time.Now.
+func (a *Agent) clock() time.Time {
+	if a.now != nil {
+		return a.now()
+	}
+	return time.Now()
+}
+
 // New returns an agent.
 func New(cfg Config, planner plannerClient, eng engine, cg cgroupWriter, topo *topology.Topology, log *slog.Logger) *Agent {
 	if cfg.HeartbeatTTL == 0 {

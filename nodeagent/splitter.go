@@ -246,11 +246,7 @@ func (a *Agent) splitSweep(tw threadedWriter, id string, p cgroup.Path, whole in
 	if a.splitQuiet(tw, id, paths, whole, frag) {
 		return nil
 	}
-	now := time.Now
-	if a.now != nil {
-		now = a.now
-	}
-	at := now()
+	at := a.clock()
 	a.mu.Lock()
 	var last map[int]uint64
 	var lastAt time.Time
@@ -346,11 +342,7 @@ func (a *Agent) splitQuiet(tw threadedWriter, id string, paths map[SplitPart]cgr
 	if errW != nil || errF != nil {
 		return false
 	}
-	now := time.Now
-	if a.now != nil {
-		now = a.now
-	}
-	cur := splitUse{at: now(), whole: usageOf(sw), frag: usageOf(sf)}
+	cur := splitUse{at: a.clock(), whole: usageOf(sw), frag: usageOf(sf)}
 	if pw, err := a.cg.Read(paths[SplitWhole], "cpu.pressure"); err == nil {
 		cur.waited, cur.waitKnown = pressureSome(pw)
 	}

@@ -269,7 +269,7 @@ func (l *identityLimits) budgetBody(next http.Handler, w http.ResponseWriter, r 
 		// to is held as its bytes are (a 4 KiB gzip body of 4 MiB of
 		// zeros held 4 MiB outside the budget; a viewer's 1,900 of them
 		// took the planner from 0.37 to 2.0 GB, attack review).
-		plain := &budgetedBody{ReadCloser: &gunzipBody{src: body, limit: l.messageMax + 1}, b: l.bodies, key: key, refused: refuse}
+		plain := &budgetedBody{ReadCloser: &gunzipBody{src: body, gz: limitedGzip{limit: l.messageMax + 1}}, b: l.bodies, key: key, refused: refuse}
 		defer plain.release()
 		r2.Body = plain
 		r2.Header = r.Header.Clone()
@@ -293,32 +293,24 @@ func compressedMessages(h http.Header) bool {
 	return false
 }
 
-// gunzipBody is a unary Connect call's gzip body, decompressed, failing
-// past limit bytes (--max-request-bytes + 1).
+// gunzipBody is a unary Connect call's gzip body, decompressed by the
+// decompressor connect's gzip would use (limitedGzip: failing past
+// limit bytes, --max-request-bytes + 1), its header read at the first
+// Read.
 type gunzipBody struct {
-	src   io.ReadCloser
-	limit int64
-	gz    *gzip.Reader
-	n     int64
+	src     io.ReadCloser
+	gz      limitedGzip
+	started bool
 }
 
 func (g *gunzipBody) Read(p []byte) (int, error) {
-	if g.gz == nil {
-		gz, err := gzip.NewReader(g.src)
-		if err != nil {
+	if !g.started {
+		g.started = true
+		if err := g.gz.Reset(g.src); err != nil {
 			return 0, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("request body: Content-Encoding gzip: %w", err))
 		}
-		g.gz = gz
 	}
-	if g.n >= g.limit {
-		return 0, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("message decompresses to more than %d bytes (--max-request-bytes)", g.limit-1))
-	}
-	if int64(len(p)) > g.limit-g.n {
-		p = p[:g.limit-g.n]
-	}
-	n, err := g.gz.Read(p)
-	g.n += int64(n)
-	return n, err
+	return g.gz.Read(p)
 }
 
 func (g *gunzipBody) Close() error { return g.src.Close() }
