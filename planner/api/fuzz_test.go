@@ -35,7 +35,7 @@ func FuzzAPI(f *testing.F) {
 	if _, err := svc.RegisterHost(ctx, service.RegisterHostRequest{Name: "h1", Topology: topologytest.Laptop().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
 		f.Fatal(err)
 	}
-	ins, err := svc.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 2, Pieces: 150, Bind: true, Memory: 1 << 30})
+	ins, err := svc.Deploy(ctx, service.DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 150, Bind: true, Memory: 1 << 30}}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -187,7 +187,7 @@ func TestLinkCarriesHeartbeatsAndDesiredState(t *testing.T) {
 	if !h.Live || h.Metrics == nil || h.Metrics.Load1 != 0.5 || h.Metrics.AgentVersion != "v-link" {
 		t.Fatalf("after the link's heartbeat h1 = live %v, metrics %+v; want live with load 0.5 of agent v-link", h.Live, h.Metrics)
 	}
-	if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 50, Memory: 64 << 20}); err != nil {
+	if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 50, Memory: 64 << 20}}}); err != nil {
 		t.Fatal(err)
 	}
 	got := next()

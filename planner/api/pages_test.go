@@ -174,7 +174,7 @@ func TestListInstancesPages(t *testing.T) {
 	registerHosts(t, svc, "h1", "h2", "h3", "h4")
 	ctx := context.Background()
 	for svcName, n := range map[string]int{"a": 9, "b": 5} {
-		if _, err := svc.Deploy(ctx, service.DeployRequest{Service: svcName, Spec: model.Spec{Image: "img"}, Count: n, Pieces: 10, Memory: 64 << 20}); err != nil {
+		if _, err := svc.Deploy(ctx, service.DeployRequest{Service: svcName, Count: n, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 10, Memory: 64 << 20}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -233,13 +233,12 @@ func TestListInstancesPages(t *testing.T) {
 					return
 				}
 				cursor = last.Host + "/" + last.Id
-				if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "a", Spec: model.Spec{Image: "img"}, Count: 6, Pieces: 10, Memory: 64 << 20}); err != nil {
+				if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "a", Count: 6, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 10, Memory: 64 << 20}}}); err != nil {
 					t.Fatal(err)
 				}
 				if filter == "" {
 					// A host's first instance: h9 joins the hosts listed.
-					res, err := svc.DeployWithRules(ctx, service.DeployRequest{Service: "c", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 10, Memory: 64 << 20,
-						Rules: state.Rules{Policy: "nodes_order", HostsOrder: []string{"h9"}}})
+					res, err := svc.DeployWithRules(ctx, service.DeployRequest{Service: "c", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Rules: model.Rules{Policy: "nodes_order", HostsOrder: []string{"h9"}}, Size: model.Size{Pieces: 10, Memory: 64 << 20}}})
 					if err != nil || len(res.Instances) != 1 || res.Instances[0].Host != "h9" {
 						t.Fatalf("deploy on h9: %+v, %v", res, err)
 					}
@@ -297,7 +296,7 @@ func TestListPageErrors(t *testing.T) {
 	cl, svc, _ := pagePlanner(t)
 	registerHosts(t, svc, "h1", "h2", "h3")
 	ctx := context.Background()
-	if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "a", Spec: model.Spec{Image: "img"}, Count: 3, Pieces: 10, Memory: 64 << 20}); err != nil {
+	if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "a", Count: 3, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 10, Memory: 64 << 20}}}); err != nil {
 		t.Fatal(err)
 	}
 	hp, err := cl.ListHosts(ctx, connect.NewRequest(&pinfoldv1.ListHostsRequest{PageSize: 1}))
@@ -444,7 +443,7 @@ func TestExportPlanStream(t *testing.T) {
 		Overbooking: map[string]float64{"memory": 0.25}, Priorities: map[placement.Rule]placement.Priority{placement.RuleAffinity: placement.Soft}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "a", Spec: model.Spec{Image: "img"}, Count: 40, Pieces: 150, Bind: true, Memory: 1 << 30}); err != nil {
+	if _, err := svc.Deploy(ctx, service.DeployRequest{Service: "a", Count: 40, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 150, Bind: true, Memory: 1 << 30}}}); err != nil {
 		t.Fatal(err)
 	}
 	got, sizes := export()

@@ -14,7 +14,6 @@ import (
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/balance"
 	"github.com/pinfold/pinfold/planner/model"
-	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
@@ -71,13 +70,9 @@ func DeployRequestOf(m *pinfoldv1.DeployRequest, shareBase int) (service.DeployR
 	if err != nil {
 		return service.DeployRequest{}, toConnect(&service.Error{Code: service.Invalid, Message: err.Error()})
 	}
-	spec := model.Spec{Image: m.Image, Command: m.Command, Env: m.Env, Network: m.Network, Health: m.Health.Model(), Container: m.Container.Model(), Ports: pinfoldv1.PortsModel(m.Ports)}
-	return service.DeployRequest{Service: m.Service, Spec: spec,
-		Count: int(m.Count), Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MemorySoft: m.MemorySoftBytes, Strategy: st, MaxPerHost: int(m.MaxPerHost),
-		UseBuffer: m.UseBuffer, CreateOnly: m.CreateOnly, Rules: state.Rules{Constraint: m.Constraint,
-			Affinity:     placement.Affinity{Hard: m.AffinityHard, Soft: m.AffinitySoft},
-			AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard, Soft: m.AntiAffinitySoft},
-			Policy:       m.PlacementPolicy, HostsOrder: m.HostsOrder, DomainSpread: m.DomainSpread}}, nil
+	d := m.Model(p)
+	d.Strategy = string(st)
+	return service.DeployRequest{Service: m.Service, Deploy: d, Count: int(m.Count), UseBuffer: m.UseBuffer, CreateOnly: m.CreateOnly}, nil
 }
 
 func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {
@@ -178,15 +173,7 @@ func (s *Server) GetService(ctx context.Context, r *connect.Request[pinfoldv1.Ge
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("service %q is not deployed", r.Msg.Name))
 	}
-	m := &pinfoldv1.ServiceRecord{Name: svc.Name, Image: svc.Image, Command: svc.Command, Env: svc.Env, Network: svc.Network,
-		Health: pinfoldv1.NewHealthCheck(svc.Health), Pull: svc.Pull, Cpu: alloc.FormatPieces(svc.Pieces, s.sb()), Bind: svc.Bind,
-		WholeCores: svc.WholeCores, MemoryBytes: svc.Memory, MemorySoftBytes: svc.MemorySoft, Strategy: svc.Strategy,
-		MaxPerHost: int32(min(svc.MaxPerHost, math.MaxInt32)), Count: int32(min(n, math.MaxInt32)), ShareBase: int32(s.sb()),
-		Container: pinfoldv1.NewContainerSpec(svc.Container), Ports: pinfoldv1.NewPorts(svc.Ports)}
-	if rl := svc.Rules; rl != nil {
-		m.Constraint, m.PlacementPolicy, m.HostsOrder, m.DomainSpread = rl.Constraint, rl.Policy, rl.HostsOrder, rl.DomainSpread
-		m.AffinityHard, m.AffinitySoft, m.AntiAffinityHard, m.AntiAffinitySoft = rl.Affinity.Hard, rl.Affinity.Soft, rl.AntiAffinity.Hard, rl.AntiAffinity.Soft
-	}
+	m := pinfoldv1.NewServiceRecord(svc.Name, svc.Deploy, alloc.FormatPieces(svc.Pieces, s.sb()), n, s.sb())
 	return connect.NewResponse(&pinfoldv1.GetServiceResponse{Service: m}), nil
 }
 
@@ -209,9 +196,9 @@ func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.Capaci
 	if err != nil {
 		return nil, err
 	}
-	caps, err := s.reads.Capacity(service.DeployRequest{Service: m.Service, Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes, MaxPerHost: int(m.MaxPerHost),
-		UseBuffer: m.UseBuffer, Rules: state.Rules{Constraint: m.Constraint,
-			Affinity: placement.Affinity{Hard: m.AffinityHard}, AntiAffinity: placement.Affinity{Hard: m.AntiAffinityHard}}})
+	caps, err := s.reads.Capacity(service.DeployRequest{Service: m.Service, UseBuffer: m.UseBuffer, Deploy: model.Deploy{
+		Size: model.Size{Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes}, MaxPerHost: int(m.MaxPerHost),
+		Rules: model.Rules{Constraint: m.Constraint, Affinity: model.Affinity{Hard: m.AffinityHard}, AntiAffinity: model.Affinity{Hard: m.AntiAffinityHard}}}})
 	if err != nil {
 		return nil, toConnect(err)
 	}

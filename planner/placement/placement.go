@@ -84,12 +84,6 @@ func (h *Host) Props() map[string]Value {
 	return p
 }
 
-// Affinity lists services, hard and soft.
-type Affinity struct {
-	Hard []string `json:"hard"`
-	Soft []string `json:"soft"`
-}
-
 // Policy ranks the hosts the rules allow (seed 003).
 type Policy string
 
@@ -103,8 +97,8 @@ const (
 type Request struct {
 	alloc.Request
 	Constraint   string
-	Affinity     Affinity
-	AntiAffinity Affinity
+	Affinity     model.Affinity
+	AntiAffinity model.Affinity
 	Policy       Policy
 	HostsOrder   []string
 	DomainSpread Spread
@@ -115,6 +109,23 @@ type Request struct {
 	// Ports rule eliminates hosts that cannot give them, and each
 	// placement gets its host ports (Allocation.HostPorts).
 	Ports []model.Port
+}
+
+// NewRequest is what placing count instances of service, wanted as d,
+// asks of placement: d's size, strategy ("" is auto), max per host, rules
+// and ports. It is the one place a deploy's vocabulary (model.Deploy)
+// becomes a placement request: deploy, capacity, health, the heal, drain
+// and move paths, the plan file and the services file all build theirs
+// here. The caller sets what is not the service's own: Seed, UseBuffer.
+func NewRequest(service string, count int, d model.Deploy) Request {
+	st := alloc.Strategy(d.Strategy)
+	if st == "" {
+		st = alloc.Auto
+	}
+	return Request{Request: alloc.Request{Service: service, Count: count, Pieces: d.Pieces, Bind: d.Bind, WholeCores: d.WholeCores,
+		MemoryBytes: d.Memory, Strategy: st, MaxPerHost: d.MaxPerHost},
+		Constraint: d.Rules.Constraint, Affinity: d.Rules.Affinity, AntiAffinity: d.Rules.AntiAffinity, Policy: Policy(d.Rules.Policy),
+		HostsOrder: d.Rules.HostsOrder, DomainSpread: Spread(d.Rules.DomainSpread), Ports: d.Ports}
 }
 
 // Elimination is the hosts one rule removed.

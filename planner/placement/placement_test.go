@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"github.com/pinfold/pinfold/planner/model"
 	"maps"
 	"slices"
 	"strings"
@@ -259,18 +260,18 @@ func TestSeedAffinity(t *testing.T) {
 		name      string
 		svc1On    []string // hosts where svc1 runs
 		order     []string
-		aff, anti Affinity
+		aff, anti model.Affinity
 		want      string // host the instance lands on; "" = not placed
 		violation bool
 	}{
-		{"hard affinity follows svc1", []string{"n1"}, []string{"n2", "n1"}, Affinity{Hard: []string{"svc1"}}, Affinity{}, "n1", false},
-		{"hard affinity, svc1 down everywhere", nil, []string{"n1", "n2"}, Affinity{Hard: []string{"svc1"}}, Affinity{}, "", false},
-		{"hard anti-affinity avoids svc1", []string{"n1"}, []string{"n1", "n2"}, Affinity{}, Affinity{Hard: []string{"svc1"}}, "n2", false},
-		{"hard anti-affinity, svc1 everywhere", []string{"n1", "n2"}, []string{"n1", "n2"}, Affinity{}, Affinity{Hard: []string{"svc1"}}, "", false},
-		{"soft affinity follows svc1", []string{"n1"}, []string{"n2", "n1"}, Affinity{Soft: []string{"svc1"}}, Affinity{}, "n1", false},
-		{"soft affinity, svc1 down: best effort by order", nil, []string{"n2", "n1"}, Affinity{Soft: []string{"svc1"}}, Affinity{}, "n2", true},
-		{"soft anti-affinity avoids svc1", []string{"n1"}, []string{"n1", "n2"}, Affinity{}, Affinity{Soft: []string{"svc1"}}, "n2", false},
-		{"soft anti-affinity, svc1 everywhere: best effort", []string{"n1", "n2"}, []string{"n1", "n2"}, Affinity{}, Affinity{Soft: []string{"svc1"}}, "n1", true},
+		{"hard affinity follows svc1", []string{"n1"}, []string{"n2", "n1"}, model.Affinity{Hard: []string{"svc1"}}, model.Affinity{}, "n1", false},
+		{"hard affinity, svc1 down everywhere", nil, []string{"n1", "n2"}, model.Affinity{Hard: []string{"svc1"}}, model.Affinity{}, "", false},
+		{"hard anti-affinity avoids svc1", []string{"n1"}, []string{"n1", "n2"}, model.Affinity{}, model.Affinity{Hard: []string{"svc1"}}, "n2", false},
+		{"hard anti-affinity, svc1 everywhere", []string{"n1", "n2"}, []string{"n1", "n2"}, model.Affinity{}, model.Affinity{Hard: []string{"svc1"}}, "", false},
+		{"soft affinity follows svc1", []string{"n1"}, []string{"n2", "n1"}, model.Affinity{Soft: []string{"svc1"}}, model.Affinity{}, "n1", false},
+		{"soft affinity, svc1 down: best effort by order", nil, []string{"n2", "n1"}, model.Affinity{Soft: []string{"svc1"}}, model.Affinity{}, "n2", true},
+		{"soft anti-affinity avoids svc1", []string{"n1"}, []string{"n1", "n2"}, model.Affinity{}, model.Affinity{Soft: []string{"svc1"}}, "n2", false},
+		{"soft anti-affinity, svc1 everywhere: best effort", []string{"n1", "n2"}, []string{"n1", "n2"}, model.Affinity{}, model.Affinity{Soft: []string{"svc1"}}, "n1", true},
 	}
 	for _, tt := range tests {
 		hs := []*Host{host("n1", "", ""), host("n2", "", "")}
@@ -499,7 +500,7 @@ func TestSeedPriorities(t *testing.T) {
 	n1.Resources.Instances["svc1"] = 1
 	n1.Resources.CPUs = nil // full
 	r := req("svc2", 1)
-	r.Affinity = Affinity{Hard: []string{"svc1"}}
+	r.Affinity = model.Affinity{Hard: []string{"svc1"}}
 	var pe *Error
 	if _, err := Plan(params, Settings{}, []*Host{n1, n2}, r); !errors.As(err, &pe) || !hasRule(pe.Eliminations, RuleAffinity) || !hasRule(pe.Eliminations, RuleCapacity) {
 		t.Errorf("hard affinity to a full host: %v, want eliminations by Affinity and NodeCapacity", err)

@@ -342,17 +342,17 @@ func (fr *Request) build(p alloc.Params) (*placement.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &alloc.Request{Service: fr.Service, Count: fr.Count, Pieces: pieces, Bind: bind,
-		MemoryBytes: fr.MemoryBytes, Strategy: st, MaxPerHost: fr.MaxPerHost, WholeCores: fr.WholeCores}
-	if err := alloc.ValidateRequest(p, *r); err != nil {
+	d := model.Deploy{Size: model.Size{Pieces: pieces, Bind: bind, WholeCores: fr.WholeCores, Memory: fr.MemoryBytes},
+		Strategy: string(st), MaxPerHost: fr.MaxPerHost, Rules: fr.Rules}
+	pr := placement.NewRequest(fr.Service, fr.Count, d)
+	pr.UseBuffer = fr.UseBuffer
+	if err := alloc.ValidateRequest(p, pr.Request); err != nil {
 		return nil, err
 	}
-	pr := &placement.Request{Request: *r, Constraint: fr.Constraint, Affinity: fr.Affinity, AntiAffinity: fr.AntiAffinity,
-		Policy: placement.Policy(fr.PlacementPolicy), HostsOrder: fr.HostsOrder, DomainSpread: placement.Spread(fr.DomainSpread), UseBuffer: fr.UseBuffer}
 	if err := pr.Validate(); err != nil {
 		return nil, err
 	}
-	return pr, nil
+	return &pr, nil
 }
 
 func (fz *Resize) build(p alloc.Params, hosts []*alloc.Host) (*alloc.Resize, error) {

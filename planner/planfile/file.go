@@ -17,6 +17,7 @@ import (
 	"unicode"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/topology"
 )
@@ -76,21 +77,19 @@ type NUMANode struct {
 
 // Request is a request for new instances with its placement rules.
 type Request struct {
-	Service         string             `json:"service"`
-	Count           int                `json:"count"`
-	CPU             *CPUAmount         `json:"cpu"`
-	Bind            *bool              `json:"bind"`
-	MemoryBytes     int64              `json:"memory_bytes"`
-	Strategy        string             `json:"strategy"`
-	MaxPerHost      int                `json:"max_per_host"`
-	Constraint      string             `json:"constraint"`
-	Affinity        placement.Affinity `json:"affinity"`
-	AntiAffinity    placement.Affinity `json:"anti_affinity"`
-	PlacementPolicy string             `json:"placement_policy"`
-	HostsOrder      []string           `json:"hosts_order"`
-	DomainSpread    string             `json:"domain_spread"`
-	UseBuffer       bool               `json:"use_buffer"`
-	WholeCores      bool               `json:"whole_cores"`
+	Service     string     `json:"service"`
+	Count       int        `json:"count"`
+	CPU         *CPUAmount `json:"cpu"`
+	Bind        *bool      `json:"bind"`
+	MemoryBytes int64      `json:"memory_bytes"`
+	Strategy    string     `json:"strategy"`
+	MaxPerHost  int        `json:"max_per_host"`
+	// The placement rules, with the stored record's keys (constraint,
+	// affinity, anti_affinity, placement_policy, hosts_order,
+	// domain_spread).
+	model.Rules
+	UseBuffer  bool `json:"use_buffer"`
+	WholeCores bool `json:"whole_cores"`
 }
 
 // Resize is a resize of one instance.

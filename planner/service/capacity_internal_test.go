@@ -54,14 +54,12 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 		var background []string
 		for i := range rng.IntN(4) {
 			name := fmt.Sprintf("bg%d-%d", seed, i)
-			r := DeployRequest{Service: name, Spec: model.Spec{Image: "i"}, Count: 1 + rng.IntN(3), Pieces: []int{30, 100, 170, 250}[rng.IntN(4)],
-				Bind: rng.IntN(3) > 0, Memory: int64(1+rng.IntN(3)) << 30}
+			r := DeployRequest{Service: name, Count: 1 + rng.IntN(3), Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: []int{30, 100, 170, 250}[rng.IntN(4)], Bind: rng.IntN(3) > 0, Memory: int64(1+rng.IntN(3)) << 30}}}
 			if _, err := f.Deploy(f.ctx, r); err == nil {
 				background = append(background, name)
 			}
 		}
-		req := DeployRequest{Service: fmt.Sprintf("probe%d", seed), Spec: model.Spec{Image: "i"}, Pieces: []int{50, 100, 150, 250, 370}[rng.IntN(5)],
-			Bind: rng.IntN(4) > 0, Memory: []int64{256 << 20, 1 << 30, 3 << 30}[rng.IntN(3)], MaxPerHost: rng.IntN(3), UseBuffer: rng.IntN(3) == 0}
+		req := DeployRequest{Service: fmt.Sprintf("probe%d", seed), UseBuffer: rng.IntN(3) == 0, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, MaxPerHost: rng.IntN(3), Size: model.Size{Pieces: []int{50, 100, 150, 250, 370}[rng.IntN(5)], Bind: rng.IntN(4) > 0, Memory: []int64{256 << 20, 1 << 30, 3 << 30}[rng.IntN(3)]}}}
 		if rng.IntN(5) == 0 { // whole physical cores (the Laptop fixture: 2 threads a core)
 			req.WholeCores, req.Bind, req.Pieces = true, true, []int{100, 200, 400}[rng.IntN(3)]
 		}
@@ -135,7 +133,7 @@ func planOffline(f healFixture, r DeployRequest, count int) (int, error) {
 	cpu := planfile.CPUAmount(float64(r.Pieces) / 100)
 	bind := r.Bind
 	file.Request = &planfile.Request{Service: r.Service, Count: count, CPU: &cpu, Bind: &bind, MemoryBytes: r.Memory, Strategy: "auto",
-		MaxPerHost: r.MaxPerHost, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
+		MaxPerHost: r.MaxPerHost, Rules: model.Rules{Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity},
 		UseBuffer: r.UseBuffer, WholeCores: r.WholeCores}
 	b, err := json.Marshal(file)
 	if err != nil {
@@ -178,16 +176,16 @@ func checkWholeCores(t *testing.T, f healFixture, name string, ins []model.Insta
 // accepts up to the overbooked capacity, and flags beyond it.
 func TestAuditAcceptsOverbooking(t *testing.T) {
 	f := newHealFixture(t, "a")
-	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "whole", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 800, Bind: true, Memory: gib}); err != nil {
+	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "whole", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 800, Bind: true, Memory: gib}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.SetPlacementSettings(f.ctx, placement.Settings{Overbooking: map[string]float64{"cpu": 0.5}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "frag", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: gib}); CodeOf(err) != Exhausted {
+	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "frag", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: gib}}}); CodeOf(err) != Exhausted {
 		t.Fatalf("a normal deploy onto a full host = %v, want no room", err)
 	}
-	ins, err := f.Deploy(f.ctx, DeployRequest{Service: "frag", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: gib, UseBuffer: true})
+	ins, err := f.Deploy(f.ctx, DeployRequest{Service: "frag", Count: 1, UseBuffer: true, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: gib}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +236,7 @@ func TestPiecesPerCPUProperty(t *testing.T) {
 				}
 				continue
 			}
-			caps, err := s.Capacity(DeployRequest{Spec: model.Spec{Image: "i"}, Pieces: sb, Bind: true, Memory: 8 << 20})
+			caps, err := s.Capacity(DeployRequest{Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: sb, Bind: true, Memory: 8 << 20}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,8 +245,7 @@ func TestPiecesPerCPUProperty(t *testing.T) {
 				t.Errorf("share base %d, %d pieces per CPU: capacity %d for 1 CPU, want %d", sb, ppc, got, want)
 			}
 			if want > 0 {
-				if _, err := s.Deploy(t.Context(), DeployRequest{Service: "p" + name, Spec: model.Spec{Image: "i"}, Count: want, Pieces: sb, Bind: true,
-					Memory: 8 << 20, MaxPerHost: want, Rules: state.Rules{Constraint: `HostName == "` + name + `"`}}); err != nil {
+				if _, err := s.Deploy(t.Context(), DeployRequest{Service: "p" + name, Count: want, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, MaxPerHost: want, Rules: model.Rules{Constraint: `HostName == "` + name + `"`}, Size: model.Size{Pieces: sb, Bind: true, Memory: 8 << 20}}}); err != nil {
 					t.Errorf("share base %d, %d pieces per CPU: deploy of the capacity %d: %v", sb, ppc, want, err)
 				}
 			}
@@ -279,7 +276,7 @@ func TestFinePiecesEnforceable(t *testing.T) {
 			if _, err := s.RegisterHost(t.Context(), RegisterHostRequest{Name: "h", Topology: topologytest.Laptop().Topology(), Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
 				t.Fatal(err)
 			}
-			_, err := s.Deploy(t.Context(), DeployRequest{Service: "s", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: tc.pieces, Bind: tc.bind, Memory: gib})
+			_, err := s.Deploy(t.Context(), DeployRequest{Service: "s", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: tc.pieces, Bind: tc.bind, Memory: gib}}})
 			switch {
 			case tc.ok && err != nil:
 				t.Errorf("deploy: %v", err)
@@ -306,11 +303,11 @@ func TestFinePiecesEnforceable(t *testing.T) {
 // on the 8-CPU host, with nothing refused.
 func TestSharedPoolNeverSqueezed(t *testing.T) {
 	f := newHealFixture(t, "a")
-	mf, err := f.Deploy(f.ctx, DeployRequest{Service: "mf", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 300, Memory: gib})
+	mf, err := f.Deploy(f.ctx, DeployRequest{Service: "mf", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 300, Memory: gib}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	one := DeployRequest{Service: "b", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 100, Bind: true, Memory: 256 << 20}
+	one := DeployRequest{Service: "b", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: 256 << 20}}}
 	caps, err := f.Capacity(one)
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +356,7 @@ func TestSharedPoolNeverSqueezed(t *testing.T) {
 // not squeeze the shared pool below a memory-first quota either.
 func TestSharedPoolFloorOnHostSet(t *testing.T) {
 	f := newHealFixture(t, "a")
-	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "mf", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 300, Memory: gib}); err != nil {
+	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "mf", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 300, Memory: gib}}}); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := f.Host("a")

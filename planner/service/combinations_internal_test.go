@@ -33,8 +33,7 @@ func TestEveryStrategyThroughEveryMove(t *testing.T) {
 			// The repro: two hosts, count 2 (each and fill: 2 on
 			// every host), then drain a.
 			f := newHealFixture(t, "a", "b")
-			res, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "f", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 100, Bind: true,
-				Memory: 64 << 20, Strategy: st})
+			res, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "f", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Strategy: string(st), Size: model.Size{Pieces: 100, Bind: true, Memory: 64 << 20}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,7 +135,7 @@ func TestScaleDownKeepsTheSpread(t *testing.T) {
 				}
 			}
 			for _, h := range hosts {
-				f.deployOn(h, hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: tc.from[h], Pieces: 50, Bind: true, Memory: gib})
+				f.deployOn(h, hosts, DeployRequest{Service: "web", Count: tc.from[h], Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: gib}}})
 			}
 			if _, err := f.Scale(f.ctx, "web", tc.to); err != nil {
 				t.Fatal(err)

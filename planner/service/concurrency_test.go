@@ -44,8 +44,7 @@ func TestConcurrentPlannersNeverOversell(t *testing.T) {
 				var err error
 				switch op := r.IntN(10); {
 				case op < 5:
-					_, err = s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: fmt.Sprintf("svc%d", r.IntN(3)), Count: 1 + r.IntN(3),
-						Pieces: 30 + r.IntN(200), Bind: r.IntN(4) != 0, Memory: int64(1+r.IntN(4)) * GiB / 2})
+					_, err = s.Deploy(ctx, service.DeployRequest{Service: fmt.Sprintf("svc%d", r.IntN(3)), Count: 1 + r.IntN(3), Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 30 + r.IntN(200), Bind: r.IntN(4) != 0, Memory: int64(1+r.IntN(4)) * GiB / 2}}})
 				case op < 8:
 					ins := s.Store().Instances("")
 					if len(ins) == 0 {
@@ -118,7 +117,7 @@ func TestBatchCommitsUnderChurn(t *testing.T) {
 					return
 				default:
 				}
-				ins, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: svc, Count: 1, Pieces: 20, Bind: true, Memory: 8 << 20})
+				ins, err := s.Deploy(ctx, service.DeployRequest{Service: svc, Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 20, Bind: true, Memory: 8 << 20}}})
 				if err == nil {
 					_, err = s.Resize(ctx, service.ResizeRequest{Target: ins[0].ID, CPUDelta: 10})
 				}
@@ -137,7 +136,7 @@ func TestBatchCommitsUnderChurn(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	before := churned.Load()
-	ins, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "batch", Count: 20000, Pieces: 10, Bind: true, Memory: 8 << 20})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "batch", Count: 20000, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: 8 << 20}}})
 	during := churned.Load() - before
 	close(stop)
 	wg.Wait()

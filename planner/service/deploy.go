@@ -20,27 +20,20 @@ import (
 	"github.com/pinfold/pinfold/planner/state"
 )
 
-// DeployRequest asks for new instances of a service.
+// DeployRequest asks for Count new instances of a service, wanted as
+// the model.Deploy it embeds (spec, size, strategy, max per host, rules).
 type DeployRequest struct {
 	Service string
-	model.Spec
-	Count      int
-	Pieces     int
-	Bind       bool
-	WholeCores bool
-	Memory     int64
-	MemorySoft int64
-	Strategy   alloc.Strategy
-	MaxPerHost int
-	Rules      state.Rules
-	UseBuffer  bool
+	model.Deploy
+	Count     int
+	UseBuffer bool
 	// CreateOnly refuses the deploy (Exists) when the service exists
 	// already: a new service is created once, however many callers try.
 	CreateOnly bool
 	// recorded, when set, is the strategy kept in the service's record
 	// instead of Strategy (scale adds instances with auto to a service
 	// deployed with a per-host strategy, which stays its strategy).
-	recorded alloc.Strategy
+	recorded string
 	// scale, when set, is what Scale read before this deploy: the plan
 	// refuses (errScaleChanged) when the service's record or its number of
 	// instances is no longer that, so that a resize, replace or other
@@ -122,13 +115,8 @@ func CheckDeploy(p alloc.Params, r DeployRequest) error {
 
 // placementRequest is what a deploy asks of placement (no seed).
 func placementRequest(r DeployRequest) placement.Request {
-	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, MemoryBytes: r.Memory,
-		Strategy: r.Strategy, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
-		Policy: placement.Policy(r.Rules.Policy), HostsOrder: r.Rules.HostsOrder, DomainSpread: placement.Spread(r.Rules.DomainSpread), UseBuffer: r.UseBuffer,
-		Ports: r.Spec.Ports}
-	if req.Strategy == "" {
-		req.Strategy = alloc.Auto
-	}
+	req := placement.NewRequest(r.Service, r.Count, r.Deploy)
+	req.UseBuffer = r.UseBuffer
 	return req
 }
 
@@ -145,15 +133,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	req.Seed = binary.LittleEndian.Uint64(seed[:]) | 1
-	recorded := req.Strategy
+	recorded := string(req.Strategy)
 	if r.recorded != "" {
 		recorded = r.recorded
-	}
-	var rules *state.Rules
-	if r.Rules.Constraint != "" || r.Rules.Policy != "" || r.Rules.DomainSpread != "" || len(r.Rules.Affinity.Hard)+len(r.Rules.Affinity.Soft)+
-		len(r.Rules.AntiAffinity.Hard)+len(r.Rules.AntiAffinity.Soft) > 0 {
-		rr := r.Rules
-		rules = &rr
 	}
 	var out DeployResult
 	var hosts int
@@ -237,8 +219,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		for _, h := range slices.Sorted(maps.Keys(allocs)) {
 			c.PutAlloc(h, allocs[h])
 		}
-		c.PutService(state.Service{Name: r.Service, Spec: r.Spec,
-			Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: string(recorded), MaxPerHost: r.MaxPerHost, Rules: rules})
+		rec := state.Service{Name: r.Service, Deploy: r.Deploy}
+		rec.Strategy = recorded
+		c.PutService(rec)
 		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations}, len(allocs)
 		return c, nil
 	}, func(r *state.Request) { r.Instances = idsOf(out.Instances) }))
@@ -357,9 +340,12 @@ func newID(service string) string {
 // rules and settings a deploy of r applies (placement.Capacity): buffer,
 // overbooking (with UseBuffer), constraint, hard affinity, max per host.
 func (s *Service) Capacity(r DeployRequest) (map[string]placement.HostRoom, error) {
-	req := placement.Request{Request: alloc.Request{Service: r.Service, Count: 1, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores, MemoryBytes: r.Memory,
-		Strategy: alloc.Auto, MaxPerHost: r.MaxPerHost}, Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity,
-		UseBuffer: r.UseBuffer}
+	// The hard rules and max per host decide a host's room; a policy,
+	// hosts order or domain spread only orders or spreads what fits.
+	d := model.Deploy{Size: r.Size, Strategy: string(alloc.Auto), MaxPerHost: r.MaxPerHost,
+		Rules: model.Rules{Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity}}
+	req := placement.NewRequest(r.Service, 1, d)
+	req.UseBuffer = r.UseBuffer
 	if req.Service == "" {
 		req.Service = "capacity"
 	}

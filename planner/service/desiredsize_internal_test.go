@@ -31,7 +31,7 @@ func TestDesiredSetBounded(t *testing.T) {
 	}
 	env := []string{"BLOB=" + strings.Repeat("x", 30<<10)}
 	deploy := func(name string, n int) error {
-		_, err := s.Deploy(ctx, DeployRequest{Service: name, Spec: model.Spec{Image: "i", Env: env}, Count: n, Pieces: 1, Memory: 16 << 20})
+		_, err := s.Deploy(ctx, DeployRequest{Service: name, Count: n, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Env: env}, Size: model.Size{Pieces: 1, Memory: 16 << 20}}})
 		return err
 	}
 	if err := deploy("a", 5); err != nil { // about 150 KiB
@@ -78,7 +78,7 @@ func TestDesiredSetBoundedInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := []string{"BLOB=" + strings.Repeat("x", 30<<10)}
-	ins, err := s.Deploy(ctx, DeployRequest{Service: "a", Spec: model.Spec{Image: "i", Env: env}, Count: 5, Pieces: 10, Memory: 16 << 20}) // about 150 KiB
+	ins, err := s.Deploy(ctx, DeployRequest{Service: "a", Count: 5, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Env: env}, Size: model.Size{Pieces: 10, Memory: 16 << 20}}}) // about 150 KiB
 	if err != nil {
 		t.Fatal(err)
 	}

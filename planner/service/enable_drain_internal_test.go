@@ -17,8 +17,8 @@ func TestEnableEndsADrain(t *testing.T) {
 	hosts := []string{"a", "b"}
 	f := newHealFixture(t, hosts...)
 	// 6 CPUs on a: nothing else has room once b holds 6 of its 8.
-	f.deployOn("a", hosts, DeployRequest{Service: "big", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 600, Bind: true, Memory: gib})
-	f.deployOn("b", hosts, DeployRequest{Service: "fill", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 600, Bind: true, Memory: gib})
+	f.deployOn("a", hosts, DeployRequest{Service: "big", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 600, Bind: true, Memory: gib}}})
+	f.deployOn("b", hosts, DeployRequest{Service: "fill", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 600, Bind: true, Memory: gib}}})
 	if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestEnableEndsADrain(t *testing.T) {
 			v.Host.Disabled, v.Host.Draining, v.Host.Stuck, v.State())
 	}
 	// It takes work, and keeps it (b has room for it).
-	small := f.deployOn("a", hosts, DeployRequest{Service: "small", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
+	small := f.deployOn("a", hosts, DeployRequest{Service: "small", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
 	f.tick(f.ctx, tr, now.Add(time.Minute))
 	if v, ok := f.st.Instance(small[0].ID); !ok || v.Instance.Host != "a" || len(f.st.ServiceInstances("small")) != 1 {
 		t.Errorf("an instance placed on the enabled host was moved: %+v", f.st.ServiceInstances("small"))

@@ -37,17 +37,15 @@ import (
 // the new instance runs (on a host registered by hand it would wait for
 // ever, its resources held twice).
 func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces string, move, useBuffer bool, c *state.Change) (model.Instance, error) {
-	req := placement.Request{Request: alloc.Request{Service: old.Service, Count: 1, Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores,
-		MemoryBytes: old.Memory, Strategy: alloc.Auto}, UseBuffer: useBuffer, Ports: old.Spec.Ports}
+	// old's own size and spec (a resize or replace changes an instance,
+	// not always its record), its record's strategy and rules.
+	want := model.Deploy{Spec: old.Spec, Size: model.Size{Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores, Memory: old.Memory}}
 	if d, ok := rd.Service(old.Service); ok {
-		req.Strategy = oneMore(alloc.Strategy(d.Value.Strategy))
-		svc := d.Value
-		req.MaxPerHost = svc.MaxPerHost
-		if r := svc.Rules; r != nil {
-			req.Constraint, req.Affinity, req.AntiAffinity = r.Constraint, r.Affinity, r.AntiAffinity
-			req.Policy, req.HostsOrder, req.DomainSpread = placement.Policy(r.Policy), r.HostsOrder, placement.Spread(r.DomainSpread)
-		}
+		want.Strategy = string(oneMore(alloc.Strategy(d.Value.Strategy)))
+		want.MaxPerHost, want.Rules = d.Value.MaxPerHost, d.Value.Rules
 	}
+	req := placement.NewRequest(old.Service, 1, want)
+	req.UseBuffer = useBuffer
 	req.Seed = seedOf(old.ID)
 	if err := alloc.ValidateRequest(s.params, req.Request); err != nil {
 		return model.Instance{}, fromAlloc(err)

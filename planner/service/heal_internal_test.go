@@ -120,7 +120,7 @@ func (f healFixture) verify() {
 // maintenance, or with nowhere to go, nothing moves.
 func TestHealAfterGrace(t *testing.T) {
 	hosts := []string{"a", "b", "c"}
-	web := DeployRequest{Service: "web", Spec: model.Spec{Image: "img:1", Command: []string{"sleep", "1"}}, Count: 2, Pieces: 150, Bind: true, Memory: gib, MemorySoft: gib / 2}
+	web := DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "img:1", Command: []string{"sleep", "1"}}, Size: model.Size{Pieces: 150, Bind: true, Memory: gib, MemorySoft: gib / 2}}}
 	for _, tc := range []struct {
 		name  string
 		setup func(f healFixture) DeployRequest
@@ -138,7 +138,7 @@ func TestHealAfterGrace(t *testing.T) {
 			return r
 		}, map[string]int{"c": 2}},
 		{"hard anti-affinity: not beside db", func(f healFixture) DeployRequest {
-			f.deployOn("b", hosts, DeployRequest{Service: "db", Spec: model.Spec{Image: "db"}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
+			f.deployOn("b", hosts, DeployRequest{Service: "db", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "db"}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
 			r := web
 			r.Rules.AntiAffinity.Hard = []string{"db"}
 			return r
@@ -153,7 +153,7 @@ func TestHealAfterGrace(t *testing.T) {
 			// b and c take 5.5 of 8 CPUs; a 0.5 buffer leaves 4 for normal
 			// placement, the total 8 for replacing failed instances.
 			for _, h := range []string{"b", "c"} {
-				f.deployOn(h, hosts, DeployRequest{Service: "fill-" + h, Spec: model.Spec{Image: "f"}, Count: 1, Pieces: 550, Bind: true, Memory: gib})
+				f.deployOn(h, hosts, DeployRequest{Service: "fill-" + h, Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "f"}, Size: model.Size{Pieces: 550, Bind: true, Memory: gib}}})
 			}
 			if _, err := f.SetPlacementSettings(f.ctx, placement.Settings{Buffer: map[string]float64{"cpu": 0.5}}); err != nil {
 				t.Fatal(err)
@@ -175,7 +175,7 @@ func TestHealAfterGrace(t *testing.T) {
 			old := f.deployOn("a", hosts, r)
 			f.dies("a")
 			if tc.name == "the buffer is used (normal placement could not)" {
-				if _, err := f.Deploy(f.ctx, DeployRequest{Service: "probe", Spec: model.Spec{Image: "p"}, Count: 1, Pieces: 150, Bind: true, Memory: gib}); CodeOf(err) != Exhausted {
+				if _, err := f.Deploy(f.ctx, DeployRequest{Service: "probe", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "p"}, Size: model.Size{Pieces: 150, Bind: true, Memory: gib}}}); CodeOf(err) != Exhausted {
 					t.Fatalf("a normal deploy of the same size = %v, want no room (the buffer holds)", err)
 				}
 			}
@@ -228,8 +228,8 @@ func TestHealAfterGrace(t *testing.T) {
 func TestHealWaitsAndStays(t *testing.T) {
 	hosts := []string{"a", "b"}
 	f := newHealFixture(t, hosts...)
-	big := f.deployOn("a", hosts, DeployRequest{Service: "big", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 700, Bind: true, Memory: gib})
-	f.deployOn("b", hosts, DeployRequest{Service: "fill", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 400, Bind: true, Memory: gib})
+	big := f.deployOn("a", hosts, DeployRequest{Service: "big", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 700, Bind: true, Memory: gib}}})
+	f.deployOn("b", hosts, DeployRequest{Service: "fill", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 400, Bind: true, Memory: gib}}})
 	f.dies("a")
 	if _, err := f.SetMaintenance(f.ctx, "a", time.Hour); err != nil {
 		t.Fatal(err)
@@ -273,7 +273,7 @@ func TestDrainMovesBlueGreen(t *testing.T) {
 	for _, h := range hosts {
 		f.agent(h) // moves off an agent's host go to agents' hosts
 	}
-	old := f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 120, Bind: true, Memory: gib})
+	old := f.deployOn("a", hosts, DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 120, Bind: true, Memory: gib}}})
 	if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -389,9 +389,9 @@ func TestJudgeMove(t *testing.T) {
 func TestScale(t *testing.T) {
 	hosts := []string{"a", "b", "c"}
 	f := newHealFixture(t, hosts...)
-	f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 3, Pieces: 50, Bind: true, Memory: gib})
-	f.deployOn("b", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: gib})
-	lone := f.deployOn("c", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: gib})
+	f.deployOn("a", hosts, DeployRequest{Service: "web", Count: 3, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: gib}}})
+	f.deployOn("b", hosts, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: gib}}})
+	lone := f.deployOn("c", hosts, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: gib}}})
 	f.set("c", false)
 	res, err := f.Scale(f.ctx, "web", 2)
 	if err != nil {
@@ -435,9 +435,8 @@ func TestRebalanceNeverBreaksAHardRule(t *testing.T) {
 	if _, err := f.SetHost(f.ctx, SetHostRequest{Name: "a", SetProperties: map[string]placement.Value{"zone": placement.Str("x")}}); err != nil {
 		t.Fatal(err)
 	}
-	pinned := f.deployOn("a", hosts, DeployRequest{Service: "pinned", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 100, Bind: true, Memory: gib,
-		Rules: state.Rules{Constraint: `zone == "x"`}})
-	f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 4, Pieces: 100, Bind: true, Memory: gib})
+	pinned := f.deployOn("a", hosts, DeployRequest{Service: "pinned", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Rules: model.Rules{Constraint: `zone == "x"`}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
+	f.deployOn("a", hosts, DeployRequest{Service: "web", Count: 4, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
 	rev := f.st.Rev()
 	res, err := f.Rebalance(f.ctx, RebalanceRequest{})
 	if err != nil {
@@ -499,7 +498,7 @@ func TestRebalanceNeverBreaksAHardRule(t *testing.T) {
 func TestRemoveHostPlacesElsewhere(t *testing.T) {
 	hosts := []string{"a", "b"}
 	f := newHealFixture(t, hosts...)
-	f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 100, Bind: true, Memory: gib})
+	f.deployOn("a", hosts, DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
 	moved, err := f.RemoveHost(f.ctx, "a")
 	if err != nil || len(moved) != 2 {
 		t.Fatalf("RemoveHost = %v, %v; want 2 moved", moved, err)
@@ -507,7 +506,7 @@ func TestRemoveHostPlacesElsewhere(t *testing.T) {
 	if _, ok := f.Host("a"); ok || len(f.on("b")) != 2 {
 		t.Errorf("after removing a: host still there %v, on b %d", ok, len(f.on("b")))
 	}
-	f.deployOn("b", []string{"b"}, DeployRequest{Service: "big", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 500, Bind: true, Memory: gib})
+	f.deployOn("b", []string{"b"}, DeployRequest{Service: "big", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 500, Bind: true, Memory: gib}}})
 	rev := f.st.Rev()
 	if _, err := f.RemoveHost(f.ctx, "b"); CodeOf(err) != Precond || !strings.Contains(err.Error(), "nothing changed") {
 		t.Errorf("removing the last host with instances = %v, want a precondition failure that changed nothing", err)
@@ -539,7 +538,7 @@ func TestEventsRecordedAndRetained(t *testing.T) {
 		}
 		f.Record(state.Event{Time: base.Add(time.Duration(i) * time.Minute), Identity: "admin:alice", Kind: "Deploy", Subject: svc, Service: svc, Host: "a"})
 	}
-	old := f.deployOn("a", []string{"a", "b"}, DeployRequest{Service: "api", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
+	old := f.deployOn("a", []string{"a", "b"}, DeployRequest{Service: "api", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
 	f.dies("a")
 	tr := newTracker()
 	f.tick(f.ctx, tr, time.Now())

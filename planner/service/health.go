@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
 )
@@ -59,7 +60,7 @@ func (s *Service) Health(now time.Time) []Warning {
 		if w, ok := constraintBroken(svc, d.Value.Rules, per[svc], byName); ok {
 			out = append(out, w)
 		}
-		if d.Value.Rules != nil && d.Value.Rules.DomainSpread == string(placement.SpreadOff) {
+		if d.Value.Rules.DomainSpread == string(placement.SpreadOff) {
 			continue
 		}
 		if st := alloc.Strategy(d.Value.Strategy); st == alloc.Each || st == alloc.Fill {
@@ -77,11 +78,7 @@ func (s *Service) Health(now time.Time) []Warning {
 // shape it may take under its hard rules (Capacity), or nil when that
 // cannot be told (a record Capacity refuses).
 func (s *Service) roomFor(d state.Service) map[string]int {
-	r := DeployRequest{Service: d.Name, Pieces: d.Pieces, Bind: d.Bind, WholeCores: d.WholeCores, Memory: d.Memory, MaxPerHost: d.MaxPerHost}
-	if d.Rules != nil {
-		r.Rules = *d.Rules
-	}
-	rooms, err := s.Capacity(r)
+	rooms, err := s.Capacity(DeployRequest{Service: d.Name, Deploy: d.Deploy})
 	if err != nil {
 		return nil
 	}
@@ -174,8 +171,8 @@ func domainPacking(hosts []state.HostView, onHost, room map[string]int) []Warnin
 
 // constraintBroken warns when a service's instances run on hosts that no
 // longer match its placement constraint.
-func constraintBroken(svc string, r *state.Rules, onHosts map[string]int, byName map[string]state.HostView) (Warning, bool) {
-	if r == nil || r.Constraint == "" {
+func constraintBroken(svc string, r model.Rules, onHosts map[string]int, byName map[string]state.HostView) (Warning, bool) {
+	if r.Constraint == "" {
 		return Warning{}, false
 	}
 	e, err := placement.Parse(r.Constraint)

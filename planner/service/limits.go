@@ -6,7 +6,6 @@ import (
 
 	textclip "github.com/pinfold/pinfold/planner/clip"
 	"github.com/pinfold/pinfold/planner/model"
-	"github.com/pinfold/pinfold/planner/state"
 )
 
 // Bounds on what one request may carry: every string the planner stores
@@ -154,7 +153,7 @@ func validateSpec(sp model.Spec) error {
 
 // validateRules checks the bounds of a deploy's placement rules (their
 // syntax is placement's to check).
-func validateRules(r state.Rules) error {
+func validateRules(r model.Rules) error {
 	if len(r.Constraint) > MaxConstraintLen {
 		return errf(Invalid, "constraint = %q: longer than %d bytes", clip(r.Constraint), MaxConstraintLen)
 	}

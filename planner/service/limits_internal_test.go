@@ -8,7 +8,6 @@ import (
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
-	"github.com/pinfold/pinfold/planner/state"
 )
 
 // TestBounds: every string a request carries is bounded, and what an error
@@ -31,13 +30,13 @@ func TestBounds(t *testing.T) {
 		err  error
 		want string
 	}{
-		{"25 MB image", deploy(DeployRequest{Spec: model.Spec{Image: long}}), "longer than 512 bytes"},
-		{"newline in image", deploy(DeployRequest{Spec: model.Spec{Image: "busybox\nrm"}}), "no blanks, newlines or NULs"},
-		{"newline in env", deploy(DeployRequest{Spec: model.Spec{Image: "i", Env: []string{"A=1\nB=2"}}}), "no NULs (and no newlines in env)"},
-		{"env without =", deploy(DeployRequest{Spec: model.Spec{Image: "i", Env: []string{"A"}}}), "want NAME=VALUE"},
-		{"command too long", deploy(DeployRequest{Spec: model.Spec{Image: "i", Command: []string{long[:70<<10]}}}), "want at most 65536"},
-		{"constraint too long", deploy(DeployRequest{Spec: model.Spec{Image: "i"}, Rules: state.Rules{Constraint: long[:5000]}}), "longer than 4096 bytes"},
-		{"count over one transaction", deploy(DeployRequest{Spec: model.Spec{Image: "i"}, Count: 900_000}), "want at most 50000 per deploy"},
+		{"25 MB image", deploy(DeployRequest{Deploy: model.Deploy{Spec: model.Spec{Image: long}}}), "longer than 512 bytes"},
+		{"newline in image", deploy(DeployRequest{Deploy: model.Deploy{Spec: model.Spec{Image: "busybox\nrm"}}}), "no blanks, newlines or NULs"},
+		{"newline in env", deploy(DeployRequest{Deploy: model.Deploy{Spec: model.Spec{Image: "i", Env: []string{"A=1\nB=2"}}}}), "no NULs (and no newlines in env)"},
+		{"env without =", deploy(DeployRequest{Deploy: model.Deploy{Spec: model.Spec{Image: "i", Env: []string{"A"}}}}), "want NAME=VALUE"},
+		{"command too long", deploy(DeployRequest{Deploy: model.Deploy{Spec: model.Spec{Image: "i", Command: []string{long[:70<<10]}}}}), "want at most 65536"},
+		{"constraint too long", deploy(DeployRequest{Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Rules: model.Rules{Constraint: long[:5000]}}}), "longer than 4096 bytes"},
+		{"count over one transaction", deploy(DeployRequest{Count: 900_000, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}}}), "want at most 50000 per deploy"},
 		{"state not a state", validateStatus(model.Status{State: "definitely-not-a-state"}), `state = "definitely-not-a-state"`},
 		{"negative pid", validateStatus(model.Status{State: "running", PID: -5}), "pid = -5"},
 		{"20 MB status error", validateStatus(model.Status{State: "error", Error: long[:20<<20]}), "want at most 4096"},

@@ -27,10 +27,10 @@ func TestResizeOfMixedServiceKeepsItsRecordDeployable(t *testing.T) {
 			s := newMemService(t)
 			ctx := context.Background()
 			register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
-			if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Memory: GiB}); err != nil {
+			if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Memory: GiB}}}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}); err != nil {
+			if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}}}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Resize(ctx, service.ResizeRequest{Target: "web", MemoryDelta: -GiB / 2}); err != nil {
@@ -52,7 +52,7 @@ func TestResizeKeepsWholeCoresInTheRecord(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Resize(ctx, service.ResizeRequest{Target: "db", CPUDelta: 200}); err != nil {
@@ -76,7 +76,7 @@ func TestResizeToASize(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 3, Pieces: 100, Bind: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 3, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +141,10 @@ func TestResizeToASizeOfTheInstancesLeftAlone(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
-	whole, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 200, Bind: true, WholeCores: true, Memory: GiB})
+	whole, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestResizeToASizeRefusedNamesTheSize(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 200, Bind: true, WholeCores: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,10 +216,10 @@ func TestResizeToASizeWithNoBindTakesTheInstancesMode(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
-	first, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Memory: GiB})
+	first, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}

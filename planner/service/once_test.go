@@ -29,7 +29,7 @@ func TestCreateOnlyAndExpectedSize(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i] = s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "busybox"}, Count: 2, Pieces: 10, Memory: 64 << 20, CreateOnly: true})
+			_, errs[i] = s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 2, CreateOnly: true, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 10, Memory: 64 << 20}}})
 		}()
 	}
 	wg.Wait()

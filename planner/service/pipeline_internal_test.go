@@ -82,7 +82,7 @@ func TestPipelineGroupSeesEarlierRequests(t *testing.T) {
 	var resized []model.Instance
 	var removed []string
 	deployA := h.queue(func() (err error) {
-		a, err = h.Deploy(ctx, DeployRequest{Service: "a", Spec: spec, Count: 2, Pieces: 100, Bind: true, Memory: 1 << 30})
+		a, err = h.Deploy(ctx, DeployRequest{Service: "a", Count: 2, Deploy: model.Deploy{Spec: spec, Size: model.Size{Pieces: 100, Bind: true, Memory: 1 << 30}}})
 		return err
 	})
 	resizeA := h.queue(func() (err error) {
@@ -90,11 +90,11 @@ func TestPipelineGroupSeesEarlierRequests(t *testing.T) {
 		return err
 	})
 	deployB := h.queue(func() (err error) {
-		b, err = h.Deploy(ctx, DeployRequest{Service: "b", Spec: spec, Count: 1, Pieces: 400, Bind: true, Memory: 1 << 30})
+		b, err = h.Deploy(ctx, DeployRequest{Service: "b", Count: 1, Deploy: model.Deploy{Spec: spec, Size: model.Size{Pieces: 400, Bind: true, Memory: 1 << 30}}})
 		return err
 	})
 	deployC := h.queue(func() error {
-		_, err := h.Deploy(ctx, DeployRequest{Service: "c", Spec: spec, Count: 1, Pieces: 200, Bind: true, Memory: 1 << 30})
+		_, err := h.Deploy(ctx, DeployRequest{Service: "c", Count: 1, Deploy: model.Deploy{Spec: spec, Size: model.Size{Pieces: 200, Bind: true, Memory: 1 << 30}}})
 		return err
 	})
 	removeA := h.queue(func() (err error) {
@@ -160,7 +160,7 @@ func TestPipelineConflictReplans(t *testing.T) {
 		})
 	})
 	deploy := h.queue(func() error {
-		_, err := h.Deploy(ctx, DeployRequest{Service: "d", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 100, Bind: true, Memory: 1 << 30})
+		_, err := h.Deploy(ctx, DeployRequest{Service: "d", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 100, Bind: true, Memory: 1 << 30}}})
 		return err
 	})
 	h.release()
@@ -221,7 +221,7 @@ func TestDeployNeverCommitsAStalePlan(t *testing.T) {
 		return cr
 	}
 	deploy := h.queue(func() error {
-		_, err := h.Deploy(context.Background(), DeployRequest{Service: "d", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 100, Bind: true, Memory: 1 << 30})
+		_, err := h.Deploy(context.Background(), DeployRequest{Service: "d", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 100, Bind: true, Memory: 1 << 30}}})
 		return err
 	})
 	h.release()
@@ -246,7 +246,7 @@ func TestPipelineUnderEtcdTxnLimit(t *testing.T) {
 	var outs []chan error
 	for i := range 80 {
 		outs = append(outs, h.queue(func() error {
-			_, err := h.Deploy(context.Background(), DeployRequest{Service: fmt.Sprintf("s%d", i), Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 10, Bind: true, Memory: 8 << 20})
+			_, err := h.Deploy(context.Background(), DeployRequest{Service: fmt.Sprintf("s%d", i), Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 10, Bind: true, Memory: 8 << 20}}})
 			return err
 		}))
 	}
@@ -262,7 +262,7 @@ func TestPipelineUnderEtcdTxnLimit(t *testing.T) {
 	if s.pipe.limit >= 128 {
 		t.Errorf("group limit %d: never lowered below etcd's 128", s.pipe.limit)
 	}
-	_, err := s.Deploy(context.Background(), DeployRequest{Service: "big", Spec: model.Spec{Image: "busybox"}, Count: 200, Pieces: 10, Bind: true, Memory: 8 << 20})
+	_, err := s.Deploy(context.Background(), DeployRequest{Service: "big", Count: 200, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 10, Bind: true, Memory: 8 << 20}}})
 	if CodeOf(err) != Invalid || !strings.Contains(err.Error(), "--max-txn-ops") {
 		t.Errorf("a 200-instance deploy against a 128-write etcd = %v, want invalid_argument naming --max-txn-ops", err)
 	}

@@ -41,8 +41,7 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Errorf("setting the built-in HostName = %v", err)
 	}
 	// Constraint: only the SSD hosts (h1, h3), one per data center.
-	res, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "img"}, Count: 2, Pieces: 100, Bind: true, Memory: GiB,
-		Rules: state.Rules{Constraint: "HasSSD == true"}})
+	res, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "db", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Rules: model.Rules{Constraint: "HasSSD == true"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +51,7 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Errorf("db on %v (spread %q), want h1 and h3", hosts, res.DomainSpread)
 	}
 	// Hard anti-affinity to db: only h2 and h4.
-	res, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "batch", Spec: model.Spec{Image: "img"}, Count: 2, Pieces: 100, Bind: true, Memory: GiB,
-		Rules: state.Rules{AntiAffinity: placement.Affinity{Hard: []string{"db"}}}})
+	res, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "batch", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Rules: model.Rules{AntiAffinity: model.Affinity{Hard: []string{"db"}}}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +70,7 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return len(s.Store().Schedulable()) == 2 }, "h2 and h4 out of the index")
-	_, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 100, Bind: true, Memory: GiB,
-		Rules: state.Rules{Constraint: "Rack >= 1 && HasSSD == false"}})
+	_, err = s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Rules: model.Rules{Constraint: "Rack >= 1 && HasSSD == false"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}})
 	var se *service.Error
 	if !errorsAs(err, &se) || se.Code != service.Exhausted {
 		t.Fatalf("err = %v", err)
@@ -92,8 +89,8 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Errorf("message:\n%s", err)
 	}
 	// Bad rules are invalid input.
-	for _, r := range []state.Rules{{Constraint: "Rack >"}, {Policy: "random"}, {DomainSpread: "wide"}, {Affinity: placement.Affinity{Hard: []string{"web"}}}} {
-		if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 100, Bind: true, Memory: GiB, Rules: r}); service.CodeOf(err) != service.Invalid {
+	for _, r := range []model.Rules{{Constraint: "Rack >"}, {Policy: "random"}, {DomainSpread: "wide"}, {Affinity: model.Affinity{Hard: []string{"web"}}}} {
+		if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Rules: r, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}}); service.CodeOf(err) != service.Invalid {
 			t.Errorf("rules %+v: %v, want invalid", r, err)
 		}
 	}
@@ -106,10 +103,10 @@ func TestPlacementRulesInTheService(t *testing.T) {
 		t.Errorf("buffer and overbooking on cpu accepted: %v", err)
 	}
 	waitFor(t, func() bool { return s.Store().PlacementSettings().Buffer["cpu"] == 0.5 }, "settings seen")
-	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Spec: model.Spec{Image: "img"}, Count: 7, Pieces: 100, Bind: true, Memory: GiB / 8}); service.CodeOf(err) != service.Exhausted {
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Count: 7, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB / 8}}}); service.CodeOf(err) != service.Exhausted {
 		t.Errorf("7 instances with a 50%% buffer (room for 6) = %v", err)
 	}
-	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Spec: model.Spec{Image: "img"}, Count: 7, Pieces: 100, Bind: true, Memory: GiB / 8, UseBuffer: true}); err != nil {
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "fill", Count: 7, UseBuffer: true, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB / 8}}}); err != nil {
 		t.Errorf("7 instances using the buffer = %v", err)
 	}
 	verify(t, s)
@@ -162,8 +159,7 @@ func TestHealthDomainPacking(t *testing.T) {
 	for _, name := range []string{"h1", "h2", "h3"} {
 		register(t, s, name, topologytest.Laptop().Topology())
 	}
-	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 2, Pieces: 100, Bind: true, Memory: GiB,
-		Rules: state.Rules{Policy: "nodes_order", HostsOrder: []string{"h1", "h2"}}}); err != nil {
+	if _, err := s.DeployWithRules(ctx, service.DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Rules: model.Rules{Policy: "nodes_order", HostsOrder: []string{"h1", "h2"}}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
 	if ws := s.Health(time.Now()); len(ws) != 0 {
@@ -228,7 +224,7 @@ func TestHealthDomainPackingEveryLevel(t *testing.T) {
 			if tc.full != "" {
 				enable(tc.full)
 				waitFor(t, func() bool { v, _ := s.Store().Host(tc.full); return !v.Host.Disabled }, "only "+tc.full+" enabled")
-				filler := service.DeployRequest{Service: "filler", Spec: model.Spec{Image: "img"}, Pieces: 100, Bind: true, Memory: 64 << 20}
+				filler := service.DeployRequest{Service: "filler", Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 100, Bind: true, Memory: 64 << 20}}}
 				rooms, err := s.Capacity(filler)
 				if err != nil {
 					t.Fatal(err)
@@ -241,9 +237,9 @@ func TestHealthDomainPackingEveryLevel(t *testing.T) {
 			for _, name := range slices.Sorted(maps.Keys(tc.placed)) {
 				enable(name)
 				waitFor(t, func() bool { v, _ := s.Store().Host(name); return !v.Host.Disabled }, "only "+name+" enabled")
-				r := service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: tc.placed[name], Pieces: 100, Bind: true, Memory: GiB}
+				r := service.DeployRequest{Service: "web", Count: tc.placed[name], Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}}
 				if tc.each {
-					r.Strategy = alloc.Each
+					r.Strategy = string(alloc.Each)
 				}
 				if _, err := s.DeployWithRules(ctx, r); err != nil {
 					t.Fatal(err)
@@ -287,7 +283,7 @@ func TestMemoryFirstPoolExplained(t *testing.T) {
 	ctx := context.Background()
 	register(t, s, "m1", topologytest.Laptop().Topology()) // 8 CPUs
 	spec := model.Spec{Image: "busybox"}
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "bound", Spec: spec, Count: 1, Pieces: 300, Bind: true, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "bound", Count: 1, Deploy: model.Deploy{Spec: spec, Size: model.Size{Pieces: 300, Bind: true, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -302,7 +298,7 @@ func TestMemoryFirstPoolExplained(t *testing.T) {
 		{"quotas oversell the pool together", 200, 2, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := s.Deploy(ctx, service.DeployRequest{Service: "mf", Spec: spec, Count: tc.count, Pieces: tc.pieces, Memory: GiB})
+			_, err := s.Deploy(ctx, service.DeployRequest{Service: "mf", Count: tc.count, Deploy: model.Deploy{Spec: spec, Size: model.Size{Pieces: tc.pieces, Memory: GiB}}})
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)

@@ -24,8 +24,7 @@ func portOf(in model.Instance, name string) int {
 // container dynamic ports of its own.
 func TestPortsDeployResizeReplace(t *testing.T) {
 	f := newHealFixture(t, "a", "b")
-	web := DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http", Host: 8080}, {Name: "admin"}}},
-		Count: 2, Pieces: 100, Bind: true, Memory: gib}
+	web := DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http", Host: 8080}, {Name: "admin"}}}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}}
 	ins, err := f.Deploy(f.ctx, web)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +41,7 @@ func TestPortsDeployResizeReplace(t *testing.T) {
 		}
 	}
 	// A third instance asking for 8080 is refused by the Ports rule.
-	api := DeployRequest{Service: "api", Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http", Host: 8080}}}, Count: 1, Pieces: 100, Bind: true, Memory: gib}
+	api := DeployRequest{Service: "api", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http", Host: 8080}}}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}}
 	_, err = f.Deploy(f.ctx, api)
 	var se *Error
 	if CodeOf(err) != Exhausted || !strings.Contains(err.Error(), "no host has port 8080 free") || !errors.As(err, &se) ||
@@ -106,7 +105,7 @@ func TestPortsValidation(t *testing.T) {
 		{model.Spec{Image: "i", Ports: []model.Port{{Name: "http"}}, Health: &model.HealthCheck{Port: "http", HTTP: "80/x"}}, `want a bare /PATH`},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
-			_, err := f.Deploy(f.ctx, DeployRequest{Service: "web", Spec: tc.spec, Count: 1, Pieces: 100, Memory: gib})
+			_, err := f.Deploy(f.ctx, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: tc.spec, Size: model.Size{Pieces: 100, Memory: gib}}})
 			if CodeOf(err) != Invalid || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("err = %v, want invalid containing %q", err, tc.want)
 			}
@@ -125,10 +124,10 @@ func TestPortsHeal(t *testing.T) {
 	hosts := []string{"a", "b", "c"}
 	f := newHealFixture(t, hosts...)
 	spec := func(p model.Port) model.Spec { return model.Spec{Image: "i", Ports: []model.Port{p}} }
-	f.deployOn("b", hosts, DeployRequest{Service: "other", Spec: spec(model.Port{Name: "http", Host: 8080}), Count: 1, Pieces: 100, Bind: true, Memory: gib})
-	f.deployOn("c", hosts, DeployRequest{Service: "fill", Spec: spec(model.Port{Name: "http"}), Count: 1, Pieces: 100, Bind: true, Memory: gib})
-	f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: spec(model.Port{Name: "http", Host: 8080}), Count: 1, Pieces: 100, Bind: true, Memory: gib})
-	f.deployOn("a", hosts, DeployRequest{Service: "dyn", Spec: spec(model.Port{Name: "http"}), Count: 1, Pieces: 100, Bind: true, Memory: gib})
+	f.deployOn("b", hosts, DeployRequest{Service: "other", Count: 1, Deploy: model.Deploy{Spec: spec(model.Port{Name: "http", Host: 8080}), Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
+	f.deployOn("c", hosts, DeployRequest{Service: "fill", Count: 1, Deploy: model.Deploy{Spec: spec(model.Port{Name: "http"}), Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
+	f.deployOn("a", hosts, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: spec(model.Port{Name: "http", Host: 8080}), Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
+	f.deployOn("a", hosts, DeployRequest{Service: "dyn", Count: 1, Deploy: model.Deploy{Spec: spec(model.Port{Name: "http"}), Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
 	f.dies("a")
 	tr := newTracker()
 	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -166,8 +165,8 @@ func TestPortsDrain(t *testing.T) {
 		f.agent(h)
 	}
 	ports := []model.Port{{Name: "http", Host: 8080}, {Name: "admin"}}
-	f.deployOn("b", hosts, DeployRequest{Service: "other", Spec: model.Spec{Image: "i", Ports: ports[:1]}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
-	f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Ports: ports}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
+	f.deployOn("b", hosts, DeployRequest{Service: "other", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Ports: ports[:1]}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
+	f.deployOn("a", hosts, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Ports: ports}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
 	if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +196,7 @@ func TestPortsDrain(t *testing.T) {
 // hold (they all run until their replacement passed its check).
 func TestPortsReplaceSeveralOnOneHost(t *testing.T) {
 	f := newHealFixture(t, "a")
-	ins, err := f.Deploy(f.ctx, DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http"}}}, Count: 3, Pieces: 50, Memory: gib})
+	ins, err := f.Deploy(f.ctx, DeployRequest{Service: "web", Count: 3, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http"}}}, Size: model.Size{Pieces: 50, Memory: gib}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,8 +224,7 @@ func TestPortsReplaceSeveralOnOneHost(t *testing.T) {
 // of the instance's ports ()").
 func TestReplaceHealthNamesAPort(t *testing.T) {
 	f := newHealFixture(t, "a", "b")
-	web := DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http", Host: 8180, Container: 80}, {Name: "metrics"}}},
-		Count: 2, Pieces: 20, Memory: gib}
+	web := DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Ports: []model.Port{{Name: "http", Host: 8180, Container: 80}, {Name: "metrics"}}}, Size: model.Size{Pieces: 20, Memory: gib}}}
 	ins, err := f.Deploy(f.ctx, web)
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +242,7 @@ func TestReplaceHealthNamesAPort(t *testing.T) {
 		t.Errorf("replace with a check on a port the instances lack = %v, want invalid", err)
 	}
 	// An env entry naming a port's variable would be overridden unseen.
-	clash := DeployRequest{Service: "clash", Spec: model.Spec{Image: "i", Env: []string{"PINFOLD_PORT_HTTP=1"}, Ports: []model.Port{{Name: "http"}}}, Count: 1, Pieces: 20, Memory: gib}
+	clash := DeployRequest{Service: "clash", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Env: []string{"PINFOLD_PORT_HTTP=1"}, Ports: []model.Port{{Name: "http"}}}, Size: model.Size{Pieces: 20, Memory: gib}}}
 	if _, err := f.Deploy(f.ctx, clash); CodeOf(err) != Invalid || !strings.Contains(err.Error(), "PINFOLD_PORT_HTTP is the host port of port") {
 		t.Errorf("deploy with env PINFOLD_PORT_HTTP and port http = %v, want invalid", err)
 	}

@@ -37,8 +37,7 @@ func rebalanceFleet(tb testing.TB, counts ...int) *Service {
 	total := 0
 	for i, n := range counts {
 		total += n
-		if _, err := s.Deploy(ctx, DeployRequest{Service: fmt.Sprintf("s%d", i), Spec: model.Spec{Image: "i"}, Count: n, Pieces: 1,
-			Memory: 16 << 20}); err != nil {
+		if _, err := s.Deploy(ctx, DeployRequest{Service: fmt.Sprintf("s%d", i), Count: n, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 1, Memory: 16 << 20}}}); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -119,7 +118,7 @@ func BenchmarkViewerReadsFleet(b *testing.B) {
 	})
 	b.Run("Capacity", func(b *testing.B) {
 		for range b.N {
-			if _, err := s.Capacity(DeployRequest{Service: "s0", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 1, Memory: 16 << 20}); err != nil {
+			if _, err := s.Capacity(DeployRequest{Service: "s0", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 1, Memory: 16 << 20}}}); err != nil {
 				b.Fatal(err)
 			}
 		}

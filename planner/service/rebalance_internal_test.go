@@ -7,7 +7,6 @@ import (
 	"github.com/pinfold/pinfold/planner/balance"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
-	"github.com/pinfold/pinfold/planner/state"
 )
 
 // TestRebalanceFillsANewHost (issue 24): a lightly used cluster (far
@@ -24,10 +23,10 @@ func TestRebalanceFillsANewHost(t *testing.T) {
 		}
 	}
 	// 0.1 CPU and 64 MiB each: 2.5 % of a host's CPUs at most.
-	small := DeployRequest{Spec: model.Spec{Image: "i"}, Count: 4, Pieces: 10, Bind: true, Memory: 64 << 20}
+	small := DeployRequest{Count: 4, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: 64 << 20}}}
 	web, pinned := small, small
 	web.Service = "web"
-	pinned.Service, pinned.Rules = "pinned", state.Rules{Constraint: `zone == "x"`}
+	pinned.Service, pinned.Rules = "pinned", model.Rules{Constraint: `zone == "x"`}
 	for _, r := range []DeployRequest{web, pinned} {
 		if _, err := f.DeployWithRules(f.ctx, r); err != nil {
 			t.Fatal(err)

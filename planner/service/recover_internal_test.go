@@ -43,7 +43,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("timed out waiting for %s", what)
 }
 
-var web = DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 100, Bind: true, Memory: gib}
+var web = DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}}
 
 // TestNoPanicStopsThePlanner injects a panic into each kind of step a
 // request or the leader runs. Each time the panic is that request's or
@@ -54,7 +54,7 @@ func TestNoPanicStopsThePlanner(t *testing.T) {
 	// afterwards: the planner still serves.
 	serves := func(t *testing.T, f healFixture) {
 		t.Helper()
-		if _, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "after", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Memory: gib}); err != nil {
+		if _, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "after", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Memory: gib}}}); err != nil {
 			t.Fatalf("a deploy after the panic: %v", err)
 		}
 		if f.Panics() == 0 {

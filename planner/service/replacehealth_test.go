@@ -17,7 +17,7 @@ func TestReplaceKeepsHealthInRecord(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 50, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 50, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
 	hc := &model.HealthCheck{TCP: 8080}

@@ -39,7 +39,7 @@ func TestRequestIDsMakeWritesIdempotent(t *testing.T) {
 	for _, h := range []string{"h1", "h2"} {
 		register(t, a, h, topologytest.Laptop().Topology())
 	}
-	web := service.DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 3, Pieces: 50, Bind: true, Memory: GiB}
+	web := service.DeployRequest{Service: "web", Count: 3, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: GiB}}}
 
 	ctx, call := withID("deploy-1")
 	first, err := a.DeployWithRules(ctx, web)
@@ -99,7 +99,7 @@ func TestRequestIDsMakeWritesIdempotent(t *testing.T) {
 			defer wg.Done()
 			for {
 				ctx, _ := withID("deploy-2")
-				_, errs[i] = p.DeployWithRules(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 50, Bind: true, Memory: GiB})
+				_, errs[i] = p.DeployWithRules(ctx, service.DeployRequest{Service: "db", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: GiB}}})
 				if service.CodeOf(errs[i]) != service.Conflicted {
 					return
 				}
@@ -136,7 +136,7 @@ func TestRequestIDsMakeWritesIdempotent(t *testing.T) {
 		t.Fatalf("scale web to 4: %+v, %v", r, err)
 	}
 	ctx, call = withID("scale-1")
-	if res, err := a.DeployWithRules(ctx, service.DeployRequest{Service: "cache", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: GiB}); err != nil ||
+	if res, err := a.DeployWithRules(ctx, service.DeployRequest{Service: "cache", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: GiB}}}); err != nil ||
 		call.Repeated || len(res.Instances) != 1 || res.Instances[0].Service != "cache" {
 		t.Errorf("a deploy reusing a scale's ID = %+v, %v (repeated %v); want a new cache instance", res.Instances, err, call.Repeated)
 	}

@@ -11,7 +11,7 @@ import (
 // refused (aborted) and changes nothing, so a delta is added once.
 func TestResizeExpectsAnInstancesSize(t *testing.T) {
 	f := newHealFixture(t, "a")
-	res, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: gib})
+	res, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: gib}}})
 	if err != nil {
 		t.Fatal(err)
 	}

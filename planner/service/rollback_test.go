@@ -19,7 +19,7 @@ func TestResizeGuardsAndRollback(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 130, Bind: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 130, Bind: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,14 +79,14 @@ func TestRollbackWhenReleasedCPUsWereTaken(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology()) // 8 CPUs
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "big", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 800, Bind: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "big", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 800, Bind: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Resize(ctx, service.ResizeRequest{Target: ins[0].ID, CPUDelta: -400}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "other", Spec: model.Spec{Image: "busybox"}, Count: 1, Pieces: 400, Bind: true, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "other", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 400, Bind: true, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.ReportStatus(ctx, "h1", ins[0].ID, model.Status{State: "running", Generation: 1, Refused: 2, Error: "kernel said no"}); err != nil {
@@ -117,13 +117,12 @@ func TestHealthChecksAndBatchReplace(t *testing.T) {
 		{model.HealthCheck{Exec: []string{"true"}, TCP: 80}, "exactly one"},
 		{model.HealthCheck{Exec: []string{"true"}, Timeout: "soon"}, `health timeout = "soon"`},
 	} {
-		_, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "busybox", Health: &tc.h}, Count: 1, Pieces: 100, Memory: GiB})
+		_, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox", Health: &tc.h}, Size: model.Size{Pieces: 100, Memory: GiB}}})
 		if service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("health %+v: err = %v, want invalid naming %q", tc.h, err, tc.want)
 		}
 	}
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 4, Pieces: 100, Memory: GiB,
-		Spec: model.Spec{Image: "busybox", Health: &model.HealthCheck{HTTP: "8080/healthz", Timeout: "5s"}}})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 4, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox", Health: &model.HealthCheck{HTTP: "8080/healthz", Timeout: "5s"}}, Size: model.Size{Pieces: 100, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,12 +172,12 @@ func TestRollbackKeepsThePoolFloor(t *testing.T) {
 		resize service.ResizeRequest
 		second service.DeployRequest
 	}{
-		{"a larger quota", service.DeployRequest{Service: "mf", Count: 1, Pieces: 135, Memory: GiB},
+		{"a larger quota", service.DeployRequest{Service: "mf", Count: 1, Deploy: model.Deploy{Size: model.Size{Pieces: 135, Memory: GiB}}},
 			service.ResizeRequest{Target: "mf", CPUDelta: -35},
-			service.DeployRequest{Service: "b", Count: 1, Pieces: 700, Bind: true, Memory: GiB}},
-		{"bound CPUs the pool needs", service.DeployRequest{Service: "b", Count: 1, Pieces: 400, Bind: true, Memory: GiB},
+			service.DeployRequest{Service: "b", Count: 1, Deploy: model.Deploy{Size: model.Size{Pieces: 700, Bind: true, Memory: GiB}}}},
+		{"bound CPUs the pool needs", service.DeployRequest{Service: "b", Count: 1, Deploy: model.Deploy{Size: model.Size{Pieces: 400, Bind: true, Memory: GiB}}},
 			service.ResizeRequest{Target: "b", Bind: new(bool)}, // false: memory-first
-			service.DeployRequest{Service: "mf", Count: 1, Pieces: 800, Memory: GiB}},
+			service.DeployRequest{Service: "mf", Count: 1, Deploy: model.Deploy{Size: model.Size{Pieces: 800, Memory: GiB}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newMemService(t)

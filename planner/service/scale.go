@@ -41,12 +41,9 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 			return s.scaleDown(ctx, service, count, have)
 		}
 		svc := d.Value
-		r := DeployRequest{Service: service, Spec: svc.Spec, Count: count - have, Pieces: svc.Pieces, Bind: svc.Bind, WholeCores: svc.WholeCores, Memory: svc.Memory,
-			MemorySoft: svc.MemorySoft, Strategy: oneMore(alloc.Strategy(svc.Strategy)), MaxPerHost: svc.MaxPerHost,
-			recorded: alloc.Strategy(svc.Strategy), scale: &scaleRead{record: svc, have: have}}
-		if svc.Rules != nil {
-			r.Rules = *svc.Rules
-		}
+		r := DeployRequest{Service: service, Deploy: svc.Deploy, Count: count - have,
+			recorded: svc.Strategy, scale: &scaleRead{record: svc, have: have}}
+		r.Strategy = string(oneMore(alloc.Strategy(svc.Strategy)))
 		// Scale is idempotent by its count: the deploy it makes records
 		// nothing under the caller's request ID (a deploy's record there
 		// would answer a later deploy with this one's instances).

@@ -74,8 +74,8 @@ func planAndWait(t *testing.T, f healFixture, other DeployRequest, wait func(), 
 // the service's record at the resized size, not new instances (and the
 // record) at the size before the resize.
 func TestScaleReadsWhatItChanges(t *testing.T) {
-	small := DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
-	other := DeployRequest{Service: "other", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
+	small := DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: gib / 16}}}
+	other := DeployRequest{Service: "other", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: gib / 16}}}
 	cases := []struct {
 		name       string
 		concurrent func(f healFixture, errs chan<- error) []func()
@@ -135,7 +135,7 @@ func TestScaleReadsWhatItChanges(t *testing.T) {
 // concurrent scales and 10 resizes some scales gave up after 8.
 func TestScaleRetryReadsTheCommittedChange(t *testing.T) {
 	f := newHealFixture(t, "a", "b", "c")
-	small := DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
+	small := DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: gib / 16}}}
 	if _, err := f.DeployWithRules(f.ctx, small); err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestScaleRetryReadsTheCommittedChange(t *testing.T) {
 		}
 	}
 	failpoint.Store(&fp)
-	other := DeployRequest{Service: "other", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
+	other := DeployRequest{Service: "other", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: gib / 16}}}
 	planAndWait(t, f, other, wait, errs)
 	if got := countInstances(f.st.ServiceInstances("web")); got != 3 {
 		t.Errorf("web has %d instances, want 3", got)

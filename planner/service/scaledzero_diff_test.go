@@ -23,17 +23,17 @@ func TestScaledToZeroResizeAsAnInstance(t *testing.T) {
 		deploy service.DeployRequest
 		resize service.ResizeRequest
 	}{
-		{"whole cores by half a CPU", service.DeployRequest{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}, service.ResizeRequest{CPUDelta: 50}},
-		{"whole cores unbound", service.DeployRequest{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}, service.ResizeRequest{Bind: &no}},
-		{"whole cores by a core", service.DeployRequest{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}, service.ResizeRequest{CPUDelta: 200}},
-		{"best effort memory", service.DeployRequest{Pieces: 0, Memory: GiB}, service.ResizeRequest{MemoryDelta: 64 * MiB}},
-		{"memory-first to no CPU", service.DeployRequest{Pieces: 50, Memory: GiB}, service.ResizeRequest{CPUDelta: -50}},
-		{"memory-first below no CPU", service.DeployRequest{Pieces: 50, Memory: GiB}, service.ResizeRequest{CPUDelta: -60}},
-		{"bound to no CPU", service.DeployRequest{Pieces: 50, Bind: true, Memory: GiB}, service.ResizeRequest{CPUDelta: -50}},
-		{"best effort bound", service.DeployRequest{Pieces: 0, Memory: GiB}, service.ResizeRequest{Bind: &yes}},
-		{"bound to memory-first", service.DeployRequest{Pieces: 150, Bind: true, Memory: GiB}, service.ResizeRequest{Bind: &no, CPUDelta: 20}},
-		{"soft limit follows", service.DeployRequest{Pieces: 50, Memory: GiB, MemorySoft: 768 * MiB}, service.ResizeRequest{MemoryDelta: -512 * MiB}},
-		{"too little memory", service.DeployRequest{Pieces: 50, Memory: GiB}, service.ResizeRequest{MemoryDelta: -GiB + MiB}},
+		{"whole cores by half a CPU", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}}}, service.ResizeRequest{CPUDelta: 50}},
+		{"whole cores unbound", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}}}, service.ResizeRequest{Bind: &no}},
+		{"whole cores by a core", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 200, Bind: true, WholeCores: true, Memory: GiB}}}, service.ResizeRequest{CPUDelta: 200}},
+		{"best effort memory", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 0, Memory: GiB}}}, service.ResizeRequest{MemoryDelta: 64 * MiB}},
+		{"memory-first to no CPU", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 50, Memory: GiB}}}, service.ResizeRequest{CPUDelta: -50}},
+		{"memory-first below no CPU", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 50, Memory: GiB}}}, service.ResizeRequest{CPUDelta: -60}},
+		{"bound to no CPU", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 50, Bind: true, Memory: GiB}}}, service.ResizeRequest{CPUDelta: -50}},
+		{"best effort bound", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 0, Memory: GiB}}}, service.ResizeRequest{Bind: &yes}},
+		{"bound to memory-first", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 150, Bind: true, Memory: GiB}}}, service.ResizeRequest{Bind: &no, CPUDelta: 20}},
+		{"soft limit follows", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 50, Memory: GiB, MemorySoft: 768 * MiB}}}, service.ResizeRequest{MemoryDelta: -512 * MiB}},
+		{"too little memory", service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 50, Memory: GiB}}}, service.ResizeRequest{MemoryDelta: -GiB + MiB}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()

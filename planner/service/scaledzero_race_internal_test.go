@@ -13,8 +13,8 @@ import (
 // resize planned after the deploy in the same group sees the instances
 // the deploy planned and resizes them too.
 func TestScaledToZeroRaces(t *testing.T) {
-	small := DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
-	other := DeployRequest{Service: "other", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 10, Bind: true, Memory: gib / 16}
+	small := DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: gib / 16}}}
+	other := DeployRequest{Service: "other", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: gib / 16}}}
 	resize := func(f healFixture, errs chan<- error) func() {
 		return func() {
 			_, err := f.Resize(f.ctx, ResizeRequest{Target: "web", CPUDelta: 10, ExpectPieces: 10})

@@ -19,7 +19,7 @@ func TestScaledToZeroResizeAndReplace(t *testing.T) {
 	s := newMemService(t)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "busybox:1"}, Count: 1, Pieces: 50, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox:1"}, Size: model.Size{Pieces: 50, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Scale(ctx, "web", 0); err != nil {
@@ -89,21 +89,21 @@ func TestScaledToZeroResizeFollowsInstanceRules(t *testing.T) {
 		wantBind    bool
 		wantScaleUp bool // a scale to 1 then places an instance of the new size
 	}{
-		{name: "whole cores to a fraction", deploy: service.DeployRequest{Pieces: 200, Bind: true, WholeCores: true},
+		{name: "whole cores to a fraction", deploy: service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 200, Bind: true, WholeCores: true}}},
 			resize: service.ResizeRequest{CPUDelta: 50}, wantErr: true},
-		{name: "whole cores to memory-first", deploy: service.DeployRequest{Pieces: 200, Bind: true, WholeCores: true},
+		{name: "whole cores to memory-first", deploy: service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 200, Bind: true, WholeCores: true}}},
 			resize: service.ResizeRequest{Bind: &no}, wantErr: true},
-		{name: "whole cores by a whole CPU", deploy: service.DeployRequest{Pieces: 200, Bind: true, WholeCores: true},
+		{name: "whole cores by a whole CPU", deploy: service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 200, Bind: true, WholeCores: true}}},
 			resize: service.ResizeRequest{CPUDelta: 200}, wantPieces: 400, wantBind: true, wantScaleUp: true},
-		{name: "bound to 0 CPUs", deploy: service.DeployRequest{Pieces: 150, Bind: true},
+		{name: "bound to 0 CPUs", deploy: service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 150, Bind: true}}},
 			resize: service.ResizeRequest{CPUDelta: -150}, wantErr: true},
-		{name: "memory-first to 0 CPUs", deploy: service.DeployRequest{Pieces: 50},
+		{name: "memory-first to 0 CPUs", deploy: service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 50}}},
 			resize: service.ResizeRequest{CPUDelta: -50}, wantPieces: 0, wantScaleUp: true},
-		{name: "memory-first below 0 CPUs", deploy: service.DeployRequest{Pieces: 50},
+		{name: "memory-first below 0 CPUs", deploy: service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 50}}},
 			resize: service.ResizeRequest{CPUDelta: -60}, wantErr: true},
-		{name: "memory-first at 0 CPUs to bound", deploy: service.DeployRequest{Pieces: 0},
+		{name: "memory-first at 0 CPUs to bound", deploy: service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 0}}},
 			resize: service.ResizeRequest{Bind: &yes}, wantErr: true},
-		{name: "bound to memory-first at 0 CPUs", deploy: service.DeployRequest{Pieces: 150, Bind: true},
+		{name: "bound to memory-first at 0 CPUs", deploy: service.DeployRequest{Deploy: model.Deploy{Size: model.Size{Pieces: 150, Bind: true}}},
 			resize: service.ResizeRequest{CPUDelta: -150, Bind: &no}, wantPieces: 0, wantScaleUp: true},
 	}
 	for _, tt := range tests {

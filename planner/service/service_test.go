@@ -85,7 +85,7 @@ func TestDeployResizeRemove(t *testing.T) {
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.Laptop().Topology())
 	register(t, s, "h2", topologytest.Laptop().Topology())
-	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "busybox"}, Count: 4, Pieces: 170, Bind: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 4, Deploy: model.Deploy{Spec: model.Spec{Image: "busybox"}, Size: model.Size{Pieces: 170, Bind: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestWatchInstances(t *testing.T) {
 		}
 	}
 	next(seen{8, 0})
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Spec: model.Spec{Image: "img"}, Count: 1, Pieces: 100, Bind: true, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "img"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
 	next(seen{8, 1})
@@ -218,14 +218,14 @@ func TestHostRulesAndBadInput(t *testing.T) {
 	if _, err := s.RegisterHost(ctx, service.RegisterHostRequest{Name: "bad name", Topology: topologytest.Laptop().Topology()}); service.CodeOf(err) != service.Invalid {
 		t.Errorf("bad host name = %v", err)
 	}
-	ins, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "db", Count: 1, Pieces: 100, Bind: true, Memory: GiB})
+	ins, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	held := cpuset.Of(cpusOf(ins[0])...)
 	// Below Docker's smallest memory limit: refused before planning, on
 	// deploy and on resize (the API took 1 byte before).
-	if _, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "tiny", Count: 1, Pieces: 10, Memory: 1}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), "6 MiB") {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "tiny", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Memory: 1}}}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), "6 MiB") {
 		t.Errorf("deploy with 1 byte of memory = %v, want invalid naming 6 MiB", err)
 	}
 	if _, err := s.Resize(ctx, service.ResizeRequest{Target: ins[0].ID, MemoryDelta: -GiB + 4<<20}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), "6 MiB") {
@@ -274,7 +274,7 @@ func TestHostRulesAndBadInput(t *testing.T) {
 	if _, err := s.SetEnabled(ctx, "h1", false); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "db", Count: 1, Pieces: 100, Bind: true, Memory: GiB}); service.CodeOf(err) != service.Exhausted {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "db", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}}); service.CodeOf(err) != service.Exhausted {
 		t.Errorf("deploy with the only host disabled = %v", err)
 	}
 	if len(s.Store().Schedulable()) != 0 {
@@ -284,11 +284,11 @@ func TestHostRulesAndBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range []service.DeployRequest{
-		{Spec: model.Spec{Image: "i"}, Service: "", Count: 1, Pieces: 100, Bind: true, Memory: GiB},
-		{Spec: model.Spec{Image: "i"}, Service: "x", Count: 1, Pieces: -1, Bind: true, Memory: GiB},
-		{Spec: model.Spec{Image: "i"}, Service: "x", Count: 1, Pieces: 100, Bind: true, Memory: 0},
-		{Spec: model.Spec{Image: "i"}, Service: "x", Count: 1, Pieces: 100, Bind: true, Memory: GiB, Strategy: "best"},
-		{Spec: model.Spec{Image: "i"}, Service: "x", Count: 1, Pieces: 100, Bind: true, Memory: GiB, MemorySoft: 2 * GiB},
+		{Service: "", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}},
+		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: -1, Bind: true, Memory: GiB}}},
+		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: 0}}},
+		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Strategy: "best", Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}},
+		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB, MemorySoft: 2 * GiB}}},
 	} {
 		if _, err := s.Deploy(ctx, r); service.CodeOf(err) != service.Invalid {
 			t.Errorf("Deploy(%+v) = %v, want invalid_argument", r, err)
@@ -296,12 +296,12 @@ func TestHostRulesAndBadInput(t *testing.T) {
 	}
 	// A service named like another's instance (issue 36: resize and
 	// remove of it acted on that instance).
-	if _, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "sec7-dec61c68bd", Count: 1, Pieces: 100, Bind: true, Memory: GiB}); service.CodeOf(err) != service.Invalid ||
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "sec7-dec61c68bd", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}}); service.CodeOf(err) != service.Invalid ||
 		!strings.Contains(err.Error(), `service name "sec7-dec61c68bd": ends like an instance ID`) {
 		t.Errorf("Deploy of a service named like an instance = %v, want invalid_argument naming it", err)
 	}
 	// No image: refused by the planner too (an API client that skips the CLI).
-	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "x", Count: 1, Pieces: 100, Bind: true, Memory: GiB}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), `image = "": required`) {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "x", Count: 1, Deploy: model.Deploy{Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}}); service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), `image = "": required`) {
 		t.Errorf("Deploy without an image = %v, want invalid_argument naming the image", err)
 	}
 	if _, err := s.RemoveHost(ctx, "h1"); service.CodeOf(err) != service.Precond {
@@ -341,7 +341,7 @@ func TestHeartbeat(t *testing.T) {
 	}
 	// No more heartbeats: the lease expires and the host goes down.
 	waitFor(t, func() bool { v, _ := s.Store().Host("h1"); return state.HostState(v.Host, v.Live) == "down" }, "host down")
-	if _, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "w", Count: 1, Pieces: 100, Bind: true, Memory: GiB}); service.CodeOf(err) != service.Exhausted {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "w", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}}); service.CodeOf(err) != service.Exhausted {
 		t.Errorf("deploy onto a down host = %v", err)
 	}
 	if _, err := s.SetEnabled(ctx, "h1", false); err != nil {
@@ -399,7 +399,7 @@ func TestRestartLosesNothing(t *testing.T) {
 	s := newService(t, c)
 	ctx := context.Background()
 	register(t, s, "h1", topologytest.DualXeonGold6230().Topology())
-	if _, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "web", Count: 10, Pieces: 130, Bind: true, Memory: GiB}); err != nil {
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "web", Count: 10, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 130, Bind: true, Memory: GiB}}}); err != nil {
 		t.Fatal(err)
 	}
 	s2 := newService(t, c)

@@ -41,7 +41,7 @@ func TestStatusWritesBounded(t *testing.T) {
 		Settings: state.CapacitySettings{MemoryShare: 1}}); err != nil {
 		t.Fatal(err)
 	}
-	dep, err := s.Deploy(ctx, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 50, Bind: true, Memory: 64 << 20})
+	dep, err := s.Deploy(ctx, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 50, Bind: true, Memory: 64 << 20}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,8 +29,7 @@ func BenchmarkLeaderTickIdle(b *testing.B) {
 		}
 	}
 	for i := range 4 {
-		if _, err := s.Deploy(ctx, DeployRequest{Service: fmt.Sprintf("s%d", i), Spec: model.Spec{Image: "i"}, Count: hosts, Pieces: 150, Bind: true,
-			Memory: 256 << 20}); err != nil {
+		if _, err := s.Deploy(ctx, DeployRequest{Service: fmt.Sprintf("s%d", i), Count: hosts, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 150, Bind: true, Memory: 256 << 20}}}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -30,7 +30,7 @@ func TestVerifyNoFalseAlarms(t *testing.T) {
 					return
 				default:
 				}
-				ins, err := s.Deploy(ctx, service.DeployRequest{Spec: model.Spec{Image: "i"}, Service: "churn", Count: 1, Pieces: 20, Memory: 8 << 20})
+				ins, err := s.Deploy(ctx, service.DeployRequest{Service: "churn", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 20, Memory: 8 << 20}}})
 				if err == nil {
 					_, err = s.Remove(ctx, ins[0].ID)
 				}

@@ -17,7 +17,7 @@ func TestRebalanceKeepsHostLocalVolumes(t *testing.T) {
 	for _, h := range []string{"a", "b"} {
 		f.agent(h)
 	}
-	small := DeployRequest{Spec: model.Spec{Image: "i"}, Count: 2, Pieces: 10, Bind: true, Memory: 64 << 20}
+	small := DeployRequest{Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: 64 << 20}}}
 	db, cache, web := small, small, small
 	db.Service, db.Container = "db", model.Container{Volumes: []string{"/srv/db:/data"}}
 	cache.Service, cache.Container = "cache", model.Container{Volumes: []string{"cache:/cache"}}
@@ -76,9 +76,8 @@ func TestDrainKeepsHostLocalVolumes(t *testing.T) {
 	for _, h := range hosts {
 		f.agent(h)
 	}
-	f.deployOn("a", hosts, DeployRequest{Service: "web", Spec: model.Spec{Image: "i"}, Count: 1, Pieces: 100, Bind: true, Memory: gib})
-	db := f.deployOn("a", hosts, DeployRequest{Service: "db", Spec: model.Spec{Image: "i", Container: model.Container{Volumes: []string{"/srv/db:/data"}}},
-		Count: 1, Pieces: 100, Bind: true, Memory: gib})
+	f.deployOn("a", hosts, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
+	db := f.deployOn("a", hosts, DeployRequest{Service: "db", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Container: model.Container{Volumes: []string{"/srv/db:/data"}}}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib}}})
 	if _, err := f.Drain(f.ctx, "a", 0, false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
@@ -116,13 +115,11 @@ func TestDrainKeepsHostLocalVolumes(t *testing.T) {
 func TestContainerSpecValidatedAndReplaced(t *testing.T) {
 	f := newHealFixture(t, "a")
 	rev := f.st.Rev()
-	_, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Container: model.Container{Volumes: []string{"x:y"}}},
-		Count: 1, Pieces: 10, Bind: true, Memory: 64 << 20})
+	_, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Container: model.Container{Volumes: []string{"x:y"}}}, Size: model.Size{Pieces: 10, Bind: true, Memory: 64 << 20}}})
 	if CodeOf(err) != Invalid || !strings.Contains(err.Error(), `volume "x:y": container path "y" is not absolute`) || f.st.Rev() != rev {
 		t.Fatalf("deploy with volume x:y = %v (store changed: %v), want Invalid naming it and nothing changed", err, f.st.Rev() != rev)
 	}
-	if _, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "web", Spec: model.Spec{Image: "i", Container: model.Container{Restart: "always"}},
-		Count: 1, Pieces: 10, Bind: true, Memory: 64 << 20}); err != nil {
+	if _, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "web", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Container: model.Container{Restart: "always"}}, Size: model.Size{Pieces: 10, Bind: true, Memory: 64 << 20}}}); err != nil {
 		t.Fatal(err)
 	}
 	rev = f.st.Rev()

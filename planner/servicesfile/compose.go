@@ -149,19 +149,22 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 			ignored = append(ignored, k)
 		}
 	}
-	d := &pinfoldv1.DeployRequest{Service: name, Image: c.Image, Network: c.NetworkMode, Count: 1, Cpu: "1"}
+	// The deploy as wanted (model.Deploy), converted to the wire once at
+	// the end; the CPU amount stays text until the planner's share base
+	// is known.
+	want, count, cpuText := model.Deploy{Spec: model.Spec{Image: c.Image, Network: c.NetworkMode}}, 1, "1"
 	if c.Image == "" {
 		return Service{}, nil, fmt.Errorf("%s.image: missing: pinfold runs images, it does not build them", path)
 	}
 	if c.Command != nil {
-		d.Command = *c.Command
+		want.Command = *c.Command
 	}
 	if c.Entrypoint != nil && len(*c.Entrypoint) > 0 {
-		d.Command = append(slices.Clone(*c.Entrypoint), d.Command...)
+		want.Command = append(slices.Clone(*c.Entrypoint), want.Command...)
 		notes = append(notes, fmt.Sprintf("compose: %s: entrypoint runs as the start of the command (an image's own ENTRYPOINT still comes first)", name))
 	}
 	if c.Environment != nil {
-		d.Env = *c.Environment
+		want.Env = *c.Environment
 	}
 	pull := ""
 	switch c.PullPolicy {
@@ -180,7 +183,7 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 			if *dp.Replicas < 0 || *dp.Replicas > 1<<20 {
 				return Service{}, nil, fmt.Errorf("%s.deploy.replicas: %d: want 0 or more", path, *dp.Replicas)
 			}
-			d.Count = int32(*dp.Replicas)
+			count = int(*dp.Replicas)
 		}
 		if l := dp.Resources.Limits; l.CPUs != nil {
 			cpu, cpuKey = l.CPUs, path+".deploy.resources.limits.cpus"
@@ -201,7 +204,7 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 	}
 	var err error
 	if cpu != nil {
-		if d.Cpu, err = checkCPU(cpuKey, string(*cpu)); err != nil {
+		if cpuText, err = checkCPU(cpuKey, string(*cpu)); err != nil {
 			return Service{}, nil, err
 		}
 	} else {
@@ -210,16 +213,16 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 	if mem == nil {
 		return Service{}, nil, fmt.Errorf("%s.deploy.resources.limits.memory: missing: pinfold plans memory per instance, e.g. deploy: {resources: {limits: {memory: 256M}}}", path)
 	}
-	if d.MemoryBytes, err = checkComposeSize(memKey, string(*mem)); err != nil {
+	if want.Memory, err = checkComposeSize(memKey, string(*mem)); err != nil {
 		return Service{}, nil, err
 	}
 	if soft != nil {
-		if d.MemorySoftBytes, err = checkComposeSize(softKey, string(*soft)); err != nil {
+		if want.MemorySoft, err = checkComposeSize(softKey, string(*soft)); err != nil {
 			return Service{}, nil, err
 		}
 	}
 	if h := c.Healthcheck; h != nil && !h.Disable && h.Test != nil {
-		if d.Health, err = composeHealthCheck(path+".healthcheck", h); err != nil {
+		if want.Health, err = composeHealthCheck(path+".healthcheck", h); err != nil {
 			return Service{}, nil, err
 		}
 	}
@@ -237,10 +240,11 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 	if err := ctr.Validate(); err != nil {
 		return Service{}, nil, fmt.Errorf("%s: %v", path, err)
 	}
-	d.Container = pinfoldv1.NewContainerSpec(ctr)
-	if d.Ports, err = filePorts(path, ports, d.Network); err != nil {
+	want.Container, want.Pull = ctr, pull
+	if want.Ports, err = filePorts(path, ports, want.Network); err != nil {
 		return Service{}, nil, err
 	}
+	d := pinfoldv1.NewDeployRequest(name, count, want, cpuText)
 	if err := checkWant(path, d, pull); err != nil {
 		return Service{}, nil, err
 	}
@@ -268,9 +272,9 @@ func checkComposeSize(path, s string) (int64, error) {
 
 // composeHealthCheck maps a compose healthcheck's test: ["CMD", args…],
 // ["CMD-SHELL", "command"] or a string (run by a shell).
-func composeHealthCheck(path string, h *composeHealth) (*pinfoldv1.HealthCheck, error) {
+func composeHealthCheck(path string, h *composeHealth) (*model.HealthCheck, error) {
 	t := []string(*h.Test)
-	m := &pinfoldv1.HealthCheck{Timeout: h.Timeout}
+	m := &model.HealthCheck{Timeout: h.Timeout}
 	switch {
 	case len(t) == 0 || t[0] == "NONE":
 		return nil, nil

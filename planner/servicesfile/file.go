@@ -232,57 +232,61 @@ func decodeFileService(name string, raw json.RawMessage) (Service, error) {
 		one := int64(1)
 		f.Count = &one
 	}
-	d := &pinfoldv1.DeployRequest{Service: name, Image: f.Image, Network: f.Network, Bind: f.Bind, WholeCores: f.WholeCores,
-		Strategy: f.Strategy, Constraint: f.Constraint, AffinityHard: f.Affinity, AffinitySoft: f.SoftAffinity,
-		AntiAffinityHard: f.AntiAffinity, AntiAffinitySoft: f.SoftAntiAffinity, PlacementPolicy: f.PlacementPolicy,
-		HostsOrder: f.HostsOrder, DomainSpread: f.DomainSpread, UseBuffer: f.UseBuffer}
+	// The deploy as wanted (model.Deploy), converted to the wire once at
+	// the end; the CPU amount stays text until the planner's share base
+	// is known.
+	want := model.Deploy{Spec: model.Spec{Image: f.Image, Network: f.Network, Pull: f.Pull},
+		Size: model.Size{Bind: f.Bind, WholeCores: f.WholeCores}, Strategy: f.Strategy,
+		Rules: model.Rules{Constraint: f.Constraint, Affinity: model.Affinity{Hard: f.Affinity, Soft: f.SoftAffinity},
+			AntiAffinity: model.Affinity{Hard: f.AntiAffinity, Soft: f.SoftAntiAffinity}, Policy: f.PlacementPolicy,
+			HostsOrder: f.HostsOrder, DomainSpread: f.DomainSpread}}
 	if f.Command != nil {
-		d.Command = *f.Command
+		want.Command = *f.Command
 	}
 	if f.Env != nil {
-		d.Env = *f.Env
+		want.Env = *f.Env
 	}
 	cpu := flexString("1")
 	if f.CPU != nil {
 		cpu = *f.CPU
 	}
-	var err error
-	if d.Cpu, err = checkCPU(path+".cpu", string(cpu)); err != nil {
+	cpuText, err := checkCPU(path+".cpu", string(cpu))
+	if err != nil {
 		return Service{}, err
 	}
 	if f.Memory == nil {
 		return Service{}, fmt.Errorf("%s.memory: missing: the memory per instance, e.g. memory: 512MiB", path)
 	}
-	if d.MemoryBytes, err = checkSize(path+".memory", string(*f.Memory)); err != nil {
+	if want.Memory, err = checkSize(path+".memory", string(*f.Memory)); err != nil {
 		return Service{}, err
 	}
 	if f.MemorySoft != nil {
-		if d.MemorySoftBytes, err = checkSize(path+".memory_soft", string(*f.MemorySoft)); err != nil {
+		if want.MemorySoft, err = checkSize(path+".memory_soft", string(*f.MemorySoft)); err != nil {
 			return Service{}, err
 		}
 	}
 	if f.Health != nil {
-		if d.Health, err = f.Health.check(path + ".health"); err != nil {
+		if want.Health, err = f.Health.check(path + ".health"); err != nil {
 			return Service{}, err
 		}
 	}
 	if f.Count == nil || *f.Count < 0 || *f.Count > model.MaxDeployCount {
 		return Service{}, fmt.Errorf("%s.count: %d: want 0 to %d", path, *f.Count, model.MaxDeployCount)
 	}
-	d.Count = int32(*f.Count)
 	if f.MaxPerHost < 0 || f.MaxPerHost > math.MaxInt32 {
 		return Service{}, fmt.Errorf("%s.max_per_host: %d: want 0 (no cap) or more", path, f.MaxPerHost)
 	}
-	d.MaxPerHost = int32(f.MaxPerHost)
-	ctr := model.Container{Volumes: f.Volumes, Restart: f.Restart, Labels: f.Labels, User: f.User, Workdir: f.Workdir, ReadOnly: f.ReadOnly,
+	want.MaxPerHost = int(f.MaxPerHost)
+	want.Container = model.Container{Volumes: f.Volumes, Restart: f.Restart, Labels: f.Labels, User: f.User, Workdir: f.Workdir, ReadOnly: f.ReadOnly,
 		CapAdd: f.CapAdd, CapDrop: f.CapDrop, LogDriver: f.LogDriver, LogOpts: f.LogOpts}
-	if err := ctr.Validate(); err != nil {
+	if err := want.Container.Validate(); err != nil {
 		return Service{}, fmt.Errorf("%s: %v", path, err)
 	}
-	d.Container = pinfoldv1.NewContainerSpec(ctr)
-	if d.Ports, err = filePorts(path, f.Ports, d.Network); err != nil {
+	if want.Ports, err = filePorts(path, f.Ports, want.Network); err != nil {
 		return Service{}, err
 	}
+	d := pinfoldv1.NewDeployRequest(name, int(*f.Count), want, cpuText)
+	d.UseBuffer = f.UseBuffer
 	if err := checkWant(path, d, f.Pull); err != nil {
 		return Service{}, err
 	}
@@ -324,9 +328,7 @@ func checkWant(path string, d *pinfoldv1.DeployRequest, pull string) error {
 	}
 	// The placement rules, checked as the planner checks a deploy's, so a
 	// bad one is refused before any service of the file is changed.
-	req := placement.Request{Request: alloc.Request{Service: d.Service}, Constraint: d.Constraint, Policy: placement.Policy(d.PlacementPolicy),
-		HostsOrder: d.HostsOrder, DomainSpread: placement.Spread(d.DomainSpread),
-		Affinity: placement.Affinity{Hard: d.AffinityHard, Soft: d.AffinitySoft}, AntiAffinity: placement.Affinity{Hard: d.AntiAffinityHard, Soft: d.AntiAffinitySoft}}
+	req := placement.NewRequest(d.Service, 0, d.Model(0))
 	if err := req.Validate(); err != nil {
 		key, ok := map[string]string{"request.constraint": "constraint", "request.placement_policy": "placement_policy", "request.hosts_order": "hosts_order",
 			"request.domain_spread": "domain_spread", "request.affinity.hard": "affinity", "request.affinity.soft": "soft_affinity",
@@ -363,7 +365,7 @@ func checkSize(path, s string) (int64, error) {
 	return n, nil
 }
 
-func (h *fileHealth) check(path string) (*pinfoldv1.HealthCheck, error) {
+func (h *fileHealth) check(path string) (*model.HealthCheck, error) {
 	n := 0
 	for _, set := range []bool{h.Cmd != "", h.TCP != 0, h.HTTP != ""} {
 		if set {
@@ -381,7 +383,7 @@ func (h *fileHealth) check(path string) (*pinfoldv1.HealthCheck, error) {
 			return nil, fmt.Errorf("%s.timeout: %q: want a duration such as 30s", path, h.Timeout)
 		}
 	}
-	m := &pinfoldv1.HealthCheck{Tcp: int32(h.TCP), Http: h.HTTP, Timeout: h.Timeout}
+	m := &model.HealthCheck{TCP: int(h.TCP), HTTP: h.HTTP, Timeout: h.Timeout}
 	if h.Cmd != "" {
 		m.Exec = []string{"sh", "-c", h.Cmd}
 	}
@@ -441,7 +443,7 @@ func goTypeWord(kind string) string {
 }
 
 // filePorts reads a service's ports, written as deploy's --port.
-func filePorts(path string, list []string, network string) ([]*pinfoldv1.Port, error) {
+func filePorts(path string, list []string, network string) ([]model.Port, error) {
 	var ports []model.Port
 	for _, f := range list {
 		p, err := model.ParsePort(f)
@@ -453,5 +455,5 @@ func filePorts(path string, list []string, network string) ([]*pinfoldv1.Port, e
 	if err := model.ValidatePorts(ports, network); err != nil {
 		return nil, fmt.Errorf("%s.ports: %v", path, err)
 	}
-	return pinfoldv1.NewPorts(ports), nil
+	return ports, nil
 }

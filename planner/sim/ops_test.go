@@ -97,8 +97,8 @@ func (w *world) instances() []model.Instance {
 
 var constraints = []string{`zone == a`, `zone in (a, b)`, `ssd == true`, `rank >= 2`, `!(zone == c)`, `HostName != h01`, `ssd == true || rank < 2`}
 
-func (w *world) rules(self string) state.Rules {
-	var r state.Rules
+func (w *world) rules(self string) model.Rules {
+	var r model.Rules
 	if w.rng.IntN(4) == 0 {
 		r.Constraint = pickOne(w, constraints)
 	}
@@ -131,8 +131,8 @@ func (w *world) rules(self string) state.Rules {
 }
 
 func (w *world) deployRequest(name string) service.DeployRequest {
-	r := service.DeployRequest{Service: name, Spec: model.Spec{Image: "img:1"}, Count: 1 + w.rng.IntN(3), Strategy: pickOne(w, alloc.Strategies)}
-	if r.Strategy == alloc.Each || r.Strategy == alloc.Fill {
+	r := service.DeployRequest{Service: name, Count: 1 + w.rng.IntN(3), Deploy: model.Deploy{Spec: model.Spec{Image: "img:1"}, Strategy: string(pickOne(w, alloc.Strategies))}}
+	if alloc.Strategy(r.Strategy) == alloc.Each || alloc.Strategy(r.Strategy) == alloc.Fill {
 		r.Count = 1 + w.rng.IntN(2)
 	}
 	r.Bind = w.rng.IntN(2) == 0
@@ -158,8 +158,8 @@ func (w *world) deployRequest(name string) service.DeployRequest {
 		r.Spec.Ports = []model.Port{{Name: "http"}, {Name: "admin", Container: 9000}}
 	}
 	if w.rng.IntN(5) == 0 { // the commonest deploy: one instance, auto, no rules (the room index's)
-		r.Count, r.Strategy, r.UseBuffer = 1, alloc.Auto, false
-		r.Rules = state.Rules{DomainSpread: string(pickOne(w, []placement.Spread{"", placement.SpreadOff}))}
+		r.Count, r.Strategy, r.UseBuffer = 1, string(alloc.Auto), false
+		r.Rules = model.Rules{DomainSpread: string(pickOne(w, []placement.Spread{"", placement.SpreadOff}))}
 	}
 	return r
 }
@@ -487,7 +487,7 @@ func (w *world) opIdle() (op, bool) { return op{kind: "idle", what: "time passes
 // of a random request deploys, and one more does not; the probe is then
 // removed.
 func (w *world) opProbe() (op, bool) {
-	r := service.DeployRequest{Service: probe, Spec: model.Spec{Image: "img:probe"}, Bind: w.rng.IntN(2) == 0, Strategy: alloc.Auto}
+	r := service.DeployRequest{Service: probe, Deploy: model.Deploy{Spec: model.Spec{Image: "img:probe"}, Strategy: string(alloc.Auto), Size: model.Size{Bind: w.rng.IntN(2) == 0}}}
 	if r.Bind {
 		r.Pieces = pickOne(w, []int{50, 100, 200})
 		r.WholeCores = r.Pieces%100 == 0 && w.rng.IntN(4) == 0

@@ -130,29 +130,11 @@ type Metrics struct {
 	MemAvailable uint64  `json:"mem_available"`
 }
 
-// Service is a deployed service's spec.
+// Service is a deployed service's record: its name and the deploy as
+// wanted (model.Deploy), flat in the document.
 type Service struct {
 	Name string `json:"name"`
-	model.Spec
-	Pieces     int    `json:"cpu_pieces"`
-	Bind       bool   `json:"bind"`
-	WholeCores bool   `json:"whole_cores,omitempty"`
-	Memory     int64  `json:"memory_bytes"`
-	MemorySoft int64  `json:"memory_soft_bytes"`
-	Strategy   string `json:"strategy"`
-	MaxPerHost int    `json:"max_per_host"`
-	Rules      *Rules `json:"rules,omitempty"`
-}
-
-// Rules are a service's placement rules, kept so that health checks can
-// tell when a host change leaves an instance in violation.
-type Rules struct {
-	Constraint   string             `json:"constraint,omitempty"`
-	Affinity     placement.Affinity `json:"affinity"`
-	AntiAffinity placement.Affinity `json:"anti_affinity"`
-	Policy       string             `json:"placement_policy,omitempty"`
-	HostsOrder   []string           `json:"hosts_order,omitempty"`
-	DomainSpread string             `json:"domain_spread,omitempty"`
+	model.Deploy
 }
 
 // NewAlloc is an empty usage document.

@@ -74,3 +74,46 @@ func TestAllocWholeCores(t *testing.T) {
 		t.Errorf("empty usage keeps whole_cores %v, want none (omitted from the document)", empty.WholeCores)
 	}
 }
+
+// TestServiceDocumentKeepsItsKeys: a service record written before its
+// body became model.Deploy (the keys of c14b09e's state.Service, rules as
+// a nested object, none when no rule is set) reads back to the same
+// values and writes back the same document, so records in etcd survive
+// the change both ways.
+func TestServiceDocumentKeepsItsKeys(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, doc string }{
+		{"with rules", `{"name":"web","image":"nginx:1.27","command":["nginx","-g","daemon off;"],"env":["A=1"],"network":"host",` +
+			`"volumes":["/srv:/srv:ro"],"read_only":true,"cpu_pieces":150,"bind":true,"whole_cores":true,"memory_bytes":536870912,` +
+			`"memory_soft_bytes":268435456,"strategy":"each","max_per_host":2,"rules":{"constraint":"HostType == \"big\"",` +
+			`"affinity":{"hard":["db"],"soft":null},"anti_affinity":{"hard":null,"soft":["web2"]},"placement_policy":"nodes_order",` +
+			`"hosts_order":["h1","h2"],"domain_spread":"off"}}`},
+		{"no rules", `{"name":"w","image":"i","cpu_pieces":0,"bind":false,"memory_bytes":6291456,"memory_soft_bytes":0,"strategy":"auto","max_per_host":0}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s state.Service
+			if err := json.Unmarshal([]byte(tc.doc), &s); err != nil {
+				t.Fatal(err)
+			}
+			b, err := json.Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var before, after map[string]any
+			_ = json.Unmarshal([]byte(tc.doc), &before)
+			_ = json.Unmarshal(b, &after)
+			bb, _ := json.Marshal(before) // sorted keys: the documents compare as values
+			ab, _ := json.Marshal(after)
+			if string(bb) != string(ab) {
+				t.Errorf("the record changed through model.Deploy:\n before %s\n after  %s", bb, ab)
+			}
+		})
+	}
+	// Guard: the rules were read (a Service without them would pass the
+	// round trip above only if the keys vanished both ways).
+	var s state.Service
+	_ = json.Unmarshal([]byte(`{"name":"x","rules":{"constraint":"a == \"b\"","hosts_order":["h1"]}}`), &s)
+	if s.Rules.Constraint != `a == "b"` || len(s.Rules.HostsOrder) != 1 || s.Deploy.Rules.IsZero() {
+		t.Errorf("rules not read into model.Deploy: %+v", s.Rules)
+	}
+}

@@ -1,6 +1,8 @@
 package pinfoldv1
 
 import (
+	"math"
+
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 )
@@ -132,4 +134,46 @@ func NewReportStatusRequest(host, id string, st model.Status) *ReportStatusReque
 func (m *ReportStatusRequest) Status() model.Status {
 	return model.Status{State: m.State, ContainerID: m.ContainerId, PID: int(m.Pid), Generation: m.Generation, Error: m.Error,
 		Refused: m.RefusedGeneration, MemoryCurrent: m.MemoryCurrentBytes, Applied: m.Applied.Model(), CPUGot: int(m.CpuGotPieces)}
+}
+
+// Model is the deploy m asks for (model.Deploy), its CPU amount given in
+// pieces: the caller parses m.Cpu at its share base. It is the one wire →
+// model conversion of a deploy's spec, size, strategy and rules.
+func (m *DeployRequest) Model(pieces int) model.Deploy {
+	return model.Deploy{
+		Spec: model.Spec{Image: m.GetImage(), Command: m.GetCommand(), Env: m.GetEnv(), Network: m.GetNetwork(), Health: m.GetHealth().Model(),
+			Container: m.GetContainer().Model(), Ports: PortsModel(m.GetPorts())},
+		Size:     model.Size{Pieces: pieces, Bind: m.GetBind(), WholeCores: m.GetWholeCores(), Memory: m.GetMemoryBytes(), MemorySoft: m.GetMemorySoftBytes()},
+		Strategy: m.GetStrategy(), MaxPerHost: int(m.GetMaxPerHost()),
+		Rules: model.Rules{Constraint: m.GetConstraint(), Affinity: model.Affinity{Hard: m.GetAffinityHard(), Soft: m.GetAffinitySoft()},
+			AntiAffinity: model.Affinity{Hard: m.GetAntiAffinityHard(), Soft: m.GetAntiAffinitySoft()},
+			Policy:       m.GetPlacementPolicy(), HostsOrder: m.GetHostsOrder(), DomainSpread: m.GetDomainSpread()},
+	}
+}
+
+// NewDeployRequest is the wire form of a deploy of count instances of
+// service wanted as d, its CPU amount written cpu (decimal CPUs, as
+// alloc.FormatPieces writes d.Pieces): the one model → wire conversion of
+// a deploy (the services file's and compose file's deploys).
+func NewDeployRequest(service string, count int, d model.Deploy, cpu string) *DeployRequest {
+	return &DeployRequest{Service: service, Count: int32(min(max(count, 0), math.MaxInt32)),
+		Image: d.Image, Command: d.Command, Env: d.Env, Network: d.Network, Health: NewHealthCheck(d.Health), Container: NewContainerSpec(d.Container),
+		Ports: NewPorts(d.Ports), Cpu: cpu, Bind: d.Bind, WholeCores: d.WholeCores, MemoryBytes: d.Memory, MemorySoftBytes: d.MemorySoft,
+		Strategy: d.Strategy, MaxPerHost: int32(min(max(d.MaxPerHost, 0), math.MaxInt32)),
+		Constraint: d.Rules.Constraint, AffinityHard: d.Rules.Affinity.Hard, AffinitySoft: d.Rules.Affinity.Soft,
+		AntiAffinityHard: d.Rules.AntiAffinity.Hard, AntiAffinitySoft: d.Rules.AntiAffinity.Soft,
+		PlacementPolicy: d.Rules.Policy, HostsOrder: d.Rules.HostsOrder, DomainSpread: d.Rules.DomainSpread}
+}
+
+// NewServiceRecord is the wire form of service name's record, wanted as d
+// with count instances now; cpu is d.Pieces in decimal CPUs at shareBase.
+func NewServiceRecord(name string, d model.Deploy, cpu string, count, shareBase int) *ServiceRecord {
+	return &ServiceRecord{Name: name, Image: d.Image, Command: d.Command, Env: d.Env, Network: d.Network,
+		Health: NewHealthCheck(d.Health), Pull: d.Pull, Cpu: cpu, Bind: d.Bind, WholeCores: d.WholeCores, MemoryBytes: d.Memory,
+		MemorySoftBytes: d.MemorySoft, Strategy: d.Strategy, MaxPerHost: int32(min(max(d.MaxPerHost, 0), math.MaxInt32)),
+		Count: int32(min(max(count, 0), math.MaxInt32)), ShareBase: int32(shareBase),
+		Container: NewContainerSpec(d.Container), Ports: NewPorts(d.Ports),
+		Constraint: d.Rules.Constraint, AffinityHard: d.Rules.Affinity.Hard, AffinitySoft: d.Rules.Affinity.Soft,
+		AntiAffinityHard: d.Rules.AntiAffinity.Hard, AntiAffinitySoft: d.Rules.AntiAffinity.Soft,
+		PlacementPolicy: d.Rules.Policy, HostsOrder: d.Rules.HostsOrder, DomainSpread: d.Rules.DomainSpread}
 }

@@ -1,6 +1,8 @@
 package pinfoldv1_test
 
 import (
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -55,4 +57,78 @@ func TestRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(st, pinfoldv1.NewReportStatusRequest("h1", "web-1", st).Status()); diff != "" {
 		t.Errorf("status round trip (-want +got):\n%s", diff)
 	}
+}
+
+// TestDeployRoundTrip: a deploy as wanted (model.Deploy) survives the
+// wire both ways, through the deploy request and the service record,
+// with every field of model.Deploy set (fill sets each; the guard below
+// fails when a field is added that fill leaves unset, so a new option
+// cannot miss its conversion unseen). Spec.Pull is not on the deploy
+// request (a deploy always pulls a missing image), only on the record.
+func TestDeployRoundTrip(t *testing.T) {
+	var d model.Deploy
+	n := fill(t, reflect.ValueOf(&d).Elem(), "Deploy")
+	if n < 25 {
+		t.Fatalf("fill set %d fields: the test checks too little", n)
+	}
+	d.Pull = model.PullAlways
+	m := pinfoldv1.NewDeployRequest("web", 3, d, "1.5")
+	if m.Service != "web" || m.Count != 3 || m.Cpu != "1.5" {
+		t.Errorf("request: service %q count %d cpu %q", m.Service, m.Count, m.Cpu)
+	}
+	got := m.Model(d.Pieces)
+	want := d
+	want.Pull = "" // not on the request
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("NewDeployRequest then Model (-want +got):\n%s", diff)
+	}
+	rec := pinfoldv1.NewServiceRecord("web", d, "1.5", 3, 100)
+	back := (&pinfoldv1.DeployRequest{Image: rec.Image, Command: rec.Command, Env: rec.Env, Network: rec.Network, Health: rec.Health,
+		Container: rec.Container, Ports: rec.Ports, Bind: rec.Bind, WholeCores: rec.WholeCores, MemoryBytes: rec.MemoryBytes,
+		MemorySoftBytes: rec.MemorySoftBytes, Strategy: rec.Strategy, MaxPerHost: rec.MaxPerHost, Constraint: rec.Constraint,
+		AffinityHard: rec.AffinityHard, AffinitySoft: rec.AffinitySoft, AntiAffinityHard: rec.AntiAffinityHard, AntiAffinitySoft: rec.AntiAffinitySoft,
+		PlacementPolicy: rec.PlacementPolicy, HostsOrder: rec.HostsOrder, DomainSpread: rec.DomainSpread}).Model(d.Pieces)
+	if diff := cmp.Diff(want, back); diff != "" || rec.Pull != model.PullAlways || rec.Count != 3 || rec.ShareBase != 100 {
+		t.Errorf("NewServiceRecord lost a field (-want +got):\n%s (pull %q count %d share base %d)", diff, rec.Pull, rec.Count, rec.ShareBase)
+	}
+}
+
+// fill sets every settable field under v to a value that is not its zero
+// (strings named for their field, numbers 7, true, one-element slices and
+// maps, new pointers), and returns how many leaf fields it set.
+func fill(t *testing.T, v reflect.Value, name string) int {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.Struct:
+		n := 0
+		for i := range v.NumField() {
+			if f := v.Type().Field(i); f.IsExported() {
+				n += fill(t, v.Field(i), f.Name)
+			}
+		}
+		return n
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		return fill(t, v.Elem(), name)
+	case reflect.Slice:
+		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
+		return fill(t, v.Index(0), name)
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(t, k, name+"Key")
+		fill(t, e, name)
+		m.SetMapIndex(k, e)
+		v.Set(m)
+		return 1
+	case reflect.String:
+		v.SetString(strings.ToLower(name))
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	default:
+		t.Fatalf("fill: %s: kind %s not handled", name, v.Kind())
+	}
+	return 1
 }
