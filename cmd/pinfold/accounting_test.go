@@ -19,22 +19,10 @@ import (
 // cores vary per scenario; the seeds are fixed, so a failure repeats.
 func TestPlanCapacityDeployAgree(t *testing.T) {
 	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
-	run := func(stdin string, args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, stdin, append(args, pl...)...)
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := run("", args...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s", args, code, errOut)
-		}
-		return out
-	}
+	pf := newCLI(t, addr)
 	for i, h := range []string{"a", "b", "c"} {
-		must("host", "add", h, "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json")
-		must("host", "set", h, "--property", fmt.Sprintf("disk=%s", []string{"ssd", "hdd", "ssd"}[i]))
+		pf.Must("host", "add", h, "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json")
+		pf.Must("host", "set", h, "--property", fmt.Sprintf("disk=%s", []string{"ssd", "hdd", "ssd"}[i]))
 	}
 	settings := [][]string{{"--buffer", "cpu=0"}, {"--buffer", "cpu=0.2"}, {"--overbooking", "cpu=0.5"}}
 	dir := t.TempDir()
@@ -42,7 +30,7 @@ func TestPlanCapacityDeployAgree(t *testing.T) {
 	for seed := range uint64(12) {
 		rng := rand.New(rand.NewPCG(seed, 23))
 		// settings changes only what it names: clear the maps for exactly this scenario.
-		must(append([]string{"settings", "--clear", "buffer,overbooking"}, settings[rng.IntN(len(settings))]...)...)
+		pf.Must(append([]string{"settings", "--clear", "buffer,overbooking"}, settings[rng.IntN(len(settings))]...)...)
 		var bg []string
 		for i := range 1 + rng.IntN(3) {
 			svc := fmt.Sprintf("bg%d-%d", seed, i)
@@ -50,7 +38,7 @@ func TestPlanCapacityDeployAgree(t *testing.T) {
 			if rng.IntN(3) > 0 {
 				args = append(args, "--bind")
 			}
-			if _, _, code := run("", args...); code == 0 {
+			if _, _, code := pf.Run(args...); code == 0 {
 				bg = append(bg, svc)
 			}
 		}
@@ -78,12 +66,12 @@ func TestPlanCapacityDeployAgree(t *testing.T) {
 		var room struct {
 			Total int `json:"total_capacity"`
 		}
-		if err := json.Unmarshal([]byte(must(append([]string{"capacity", "--service", probe, "-o", "json"}, flags...)...)), &room); err != nil {
+		if err := json.Unmarshal([]byte(pf.Must(append([]string{"capacity", "--service", probe, "-o", "json"}, flags...)...)), &room); err != nil {
 			t.Fatal(err)
 		}
 		n := room.Total
 		var file map[string]any
-		if err := json.Unmarshal([]byte(must("plan", "export")), &file); err != nil {
+		if err := json.Unmarshal([]byte(pf.Must("plan", "export")), &file); err != nil {
 			t.Fatalf("%s: plan export: %v", name, err)
 		}
 		planned := func(count int) (int, int) {
@@ -110,21 +98,21 @@ func TestPlanCapacityDeployAgree(t *testing.T) {
 		if _, code := planned(n + 1); code != 1 {
 			t.Errorf("%s: capacity %d, but plan of %d: exit %d", name, n, n+1, code)
 		}
-		if _, _, code := run("", append([]string{"deploy", probe, "--image", "i", "--count", fmt.Sprint(n + 1)}, flags...)...); code != 1 {
+		if _, _, code := pf.Run(append([]string{"deploy", probe, "--image", "i", "--count", fmt.Sprint(n + 1)}, flags...)...); code != 1 {
 			t.Errorf("%s: capacity %d, but deploy of %d: exit %d", name, n, n+1, code)
 		}
 		if n > 0 {
 			if got, code := planned(n); code != 0 || got != n {
 				t.Errorf("%s: capacity %d, but plan of %d placed %d (exit %d)", name, n, n, got, code)
 			}
-			must(append([]string{"deploy", probe, "--image", "i", "--count", fmt.Sprint(n)}, flags...)...)
+			pf.Must(append([]string{"deploy", probe, "--image", "i", "--count", fmt.Sprint(n)}, flags...)...)
 			agreed++
 		}
-		if out, _, code := run("", "health"); code != 0 || !strings.Contains(out, "healthy") {
+		if out, _, code := pf.Run("health"); code != 0 || !strings.Contains(out, "healthy") {
 			t.Errorf("%s: health after the deploy: exit %d\n%s", name, code, out)
 		}
 		for _, svc := range append(bg, probe) {
-			run("", "remove", svc)
+			pf.Run("remove", svc)
 		}
 	}
 	if agreed < 6 {

@@ -15,8 +15,8 @@ import (
 // deployed.
 func TestApplyChecksEveryServiceFirst(t *testing.T) {
 	addr := startPlanner(t)
-	run, must := runAt(t, addr), mustCLI(t, addr)
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	dir := t.TempDir()
 	tests := []struct{ name, hz, want string }{
 		{"issue 37", "{image: busybox, memory: 64MiB, health: {http: abc}}", `services.hz.health.http: "abc": want PORT[/PATH]`},
@@ -36,12 +36,12 @@ func TestApplyChecksEveryServiceFirst(t *testing.T) {
 			}
 			want := file + ": " + tt.want
 			for _, verb := range []string{"diff", "apply"} {
-				out, errOut, code := run(verb, "-f", file)
+				out, errOut, code := pf.Run(verb, "-f", file)
 				if code != exitBadInput || !strings.Contains(errOut, want) || !strings.Contains(errOut, "nothing was changed") || strings.Contains(out+errOut, "done") {
 					t.Errorf("%s -f: exit %d:\n%s%s\nwant exit 2 with %q and nothing was changed", verb, code, out, errOut, want)
 				}
 			}
-			if out := must("ps", "-o", "json"); strings.Contains(out, `"aa"`) {
+			if out := pf.Must("ps", "-o", "json"); strings.Contains(out, `"aa"`) {
 				t.Errorf("aa was deployed by an apply that exited 2:\n%s", out)
 			}
 		})
@@ -54,8 +54,8 @@ func TestApplyChecksEveryServiceFirst(t *testing.T) {
 // was changed.
 func TestApplyNamesWhatChanged(t *testing.T) {
 	addr := startPlanner(t)
-	run, must := runAt(t, addr), mustCLI(t, addr)
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	file := filepath.Join(t.TempDir(), "s.yaml")
 	write := func(s string) {
 		t.Helper()
@@ -64,12 +64,12 @@ func TestApplyNamesWhatChanged(t *testing.T) {
 		}
 	}
 	write("services:\n  aa: {image: busybox, memory: 64TiB}\n")
-	out, errOut, code := run("apply", "-f", file)
+	out, errOut, code := pf.Run("apply", "-f", file)
 	if code != exitUnmet || !strings.Contains(errOut, "deploy aa (nothing was changed): not placed") {
 		t.Errorf("apply refused at its first step: exit %d:\n%s%s\nwant exit 1 naming deploy aa and nothing was changed", code, out, errOut)
 	}
 	write("services:\n  aa: {image: busybox, memory: 64MiB}\n  bb: {image: busybox, memory: 64TiB}\n")
-	out, errOut, code = run("apply", "-f", file)
+	out, errOut, code = pf.Run("apply", "-f", file)
 	if code != exitUnmet || !strings.Contains(errOut, "deploy bb (changed before it: deploy aa; a second apply continues from there): not placed") {
 		t.Errorf("apply refused after a deploy: exit %d:\n%s%s\nwant exit 1 naming deploy bb and that deploy aa was made", code, out, errOut)
 	}
@@ -79,13 +79,13 @@ func TestApplyNamesWhatChanged(t *testing.T) {
 // names its service (apply printed the planner's refusal alone).
 func TestApplyNamesARefusedResize(t *testing.T) {
 	addr := startPlanner(t)
-	run, must := runAt(t, addr), mustCLI(t, addr)
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	file, write := webFile(t, "bind: true")
 	write("busybox:1", "1", 2)
-	must("apply", "-f", file)
+	pf.Must("apply", "-f", file)
 	write("busybox:1", "60", 2)
-	out, errOut, code := run("apply", "-f", file)
+	out, errOut, code := pf.Run("apply", "-f", file)
 	if code != exitUnmet || !strings.Contains(errOut, "resize web (nothing was changed): ") {
 		t.Errorf("apply of a resize the host cannot take: exit %d:\n%s%s\nwant exit 1 naming resize web and that nothing was changed", code, out, errOut)
 	}
@@ -98,7 +98,7 @@ func TestApplyNamesARefusedResize(t *testing.T) {
 func TestDiffAsViewer(t *testing.T) {
 	as, _, _ := tlsPlanner(t, 0, 0)
 	admin, viewer := as("admin", "alice"), as("viewer", "bob")
-	if out, errOut, code := admin("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
+	if out, errOut, code := admin.Run("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
 		t.Fatalf("host add: exit %d, %s%s", code, out, errOut)
 	}
 	file := filepath.Join(t.TempDir(), "s.yaml")
@@ -111,17 +111,17 @@ func TestDiffAsViewer(t *testing.T) {
 		}
 	}
 	write("[B=2, A=1]")
-	if out, errOut, code := admin("apply", "-f", file); code != 0 {
+	if out, errOut, code := admin.Run("apply", "-f", file); code != 0 {
 		t.Fatalf("admin: apply: exit %d, %s%s", code, out, errOut)
 	}
 	for _, env := range []string{"[B=2, A=1]", "[A=1, B=2]"} {
 		write(env)
 		for _, who := range []struct {
 			name   string
-			run    func(args ...string) (string, string, int)
+			cli    *cli
 			hidden string
 		}{{"admin", admin, ""}, {"viewer", viewer, "note: 5 hidden values not compared"}} {
-			out, errOut, code := who.run("diff", "-f", file)
+			out, errOut, code := who.cli.Run("diff", "-f", file)
 			if code != 0 || !strings.Contains(out, "no changes") || who.hidden != "" && !strings.Contains(errOut, who.hidden) || who.hidden == "" && strings.Contains(errOut, "hidden") {
 				t.Errorf("%s: diff of the applied file, env %s: exit %d:\n%s%s\nwant no changes and %q", who.name, env, code, out, errOut, who.hidden)
 			}

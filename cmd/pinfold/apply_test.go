@@ -35,25 +35,13 @@ func TestApplyDiff(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.example, func(t *testing.T) {
 			addr := startPlanner(t)
-			pl := []string{"--planner", addr}
-			run := func(args ...string) (string, string, int) {
-				t.Helper()
-				return runCLI(t, "", append(args, pl...)...)
-			}
-			must := func(args ...string) string {
-				t.Helper()
-				out, errOut, code := run(args...)
-				if code != 0 {
-					t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
-				}
-				return out
-			}
+			pf := newCLI(t, addr)
 			topo := topologyFile(t, "dual-xeon-gold-6230")
-			must("host", "add", "a", "--topology", topo)
-			must("host", "add", "b", "--topology", topo)
+			pf.Must("host", "add", "a", "--topology", topo)
+			pf.Must("host", "add", "b", "--topology", topo)
 			// A third: the example's cache keeps off both hosts of web's
 			// two instances (hard anti-affinity, deployed after web).
-			must("host", "add", "c", "--topology", topo)
+			pf.Must("host", "add", "c", "--topology", topo)
 			src, err := os.ReadFile(filepath.Join("..", "..", "docs", "examples", tt.example))
 			if err != nil {
 				t.Fatal(err)
@@ -62,20 +50,20 @@ func TestApplyDiff(t *testing.T) {
 			if err := os.WriteFile(file, src, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if _, _, code := run("diff", "-f", file); code != exitUnmet {
+			if _, _, code := pf.Run("diff", "-f", file); code != exitUnmet {
 				t.Errorf("diff before the first apply: exit %d, want 1 (changes)", code)
 			}
-			must("apply", "-f", file)
-			if out := must("apply", "-f", file); !strings.Contains(out, "no changes") {
+			pf.Must("apply", "-f", file)
+			if out := pf.Must("apply", "-f", file); !strings.Contains(out, "no changes") {
 				t.Errorf("second apply:\n%s\nwant no changes", out)
 			}
-			if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+			if out := pf.Must("diff", "-f", file); !strings.Contains(out, "no changes") {
 				t.Errorf("diff after apply:\n%s\nwant no changes", out)
 			}
 			if err := os.WriteFile(file, []byte(tt.edit(string(src))), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			out, errOut, code := run("diff", "-f", file, "-o", "json")
+			out, errOut, code := pf.Run("diff", "-f", file, "-o", "json")
 			if code != exitUnmet {
 				t.Fatalf("diff after the edit: exit %d, want 1: %s%s", code, out, errOut)
 			}
@@ -95,11 +83,11 @@ func TestApplyDiff(t *testing.T) {
 			if !slices.Equal(got, tt.want) {
 				t.Errorf("diff after the edit: %v, want %v:\n%s", got, tt.want, out)
 			}
-			must("apply", "-f", file)
-			if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+			pf.Must("apply", "-f", file)
+			if out := pf.Must("diff", "-f", file); !strings.Contains(out, "no changes") {
 				t.Errorf("diff after the second apply:\n%s\nwant no changes", out)
 			}
-			ps := must("ps", "--service", tt.service, "-o", "json")
+			ps := pf.Must("ps", "--service", tt.service, "-o", "json")
 			var ins []struct{ Image string }
 			if err := json.Unmarshal([]byte(ps), &ins); err != nil {
 				t.Fatal(err)
@@ -117,21 +105,8 @@ func TestApplyDiff(t *testing.T) {
 // --prune; a file with one invalid service changes nothing (exit 2).
 func TestApplyRulesPruneBadFile(t *testing.T) {
 	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
-	run := func(args ...string) (string, int) {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", append(args, pl...)...)
-		return out + errOut, code
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := run(args...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s", args, code, out)
-		}
-		return out
-	}
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	dir := t.TempDir()
 	write := func(s string) string {
 		t.Helper()
@@ -142,32 +117,32 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 		return f
 	}
 	f := write("services:\n  web: {image: busybox, memory: 64MiB, count: 2}\n  other: {image: busybox, memory: 64MiB}\n")
-	must("apply", "-f", f)
+	pf.Must("apply", "-f", f)
 	f = write("services:\n  web: {image: busybox, memory: 64MiB, count: 2, strategy: drained, env: [A=1]}\n")
-	out, code := run("apply", "-f", f)
+	out, code := pf.Combined("apply", "-f", f)
 	if code != exitUnmet || !strings.Contains(out, "strategy auto → drained") || !strings.Contains(out, "needs remove + deploy") || !strings.Contains(out, "nothing was changed") {
 		t.Errorf("apply of a strategy change: exit %d:\n%s\nwant exit 1 saying it needs remove + deploy", code, out)
 	}
-	out, code = run("diff", "-f", f)
+	out, code = pf.Combined("diff", "-f", f)
 	if code != exitUnmet || !strings.Contains(out, "recreate web") || !strings.Contains(out, "keep     other: not in the file, left alone") {
 		t.Errorf("diff: exit %d:\n%s\nwant recreate web and other left alone", code, out)
 	}
-	must("apply", "-f", f, "--recreate", "--prune")
-	if out := must("diff", "-f", f, "--prune"); !strings.Contains(out, "no changes") {
+	pf.Must("apply", "-f", f, "--recreate", "--prune")
+	if out := pf.MustCombined("diff", "-f", f, "--prune"); !strings.Contains(out, "no changes") {
 		t.Errorf("diff after apply --recreate --prune:\n%s\nwant no changes", out)
 	}
-	if out := must("ps", "-o", "json"); strings.Contains(out, `"other"`) {
+	if out := pf.MustCombined("ps", "-o", "json"); strings.Contains(out, `"other"`) {
 		t.Errorf("other is still there after --prune:\n%s", out)
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("services:\n  web: {image: busybox, memory: 64MiB, count: 5, strategy: drained, env: [A=1]}\n  x: {image: busybox, memory: 64MiB, cpu: abc}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, code = run("apply", "-f", bad)
+	out, code = pf.Combined("apply", "-f", bad)
 	if code != exitBadInput || !strings.Contains(out, `services.x.cpu: "abc" is not a number`) {
 		t.Errorf("apply of a file with a bad service: exit %d:\n%s\nwant exit 2 naming services.x.cpu", code, out)
 	}
-	if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {
+	if out := pf.MustCombined("diff", "-f", f); !strings.Contains(out, "no changes") {
 		t.Errorf("a refused file changed something:\n%s", out)
 	}
 	// A CPU amount off the grid of pieces, on a service that is deployed
@@ -191,11 +166,11 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, verb := range []string{"apply", "diff"} {
-			if out, code := run(verb, "-f", bad); code != exitBadInput || !strings.Contains(out, filepath.Join(dir, tc.want)) {
+			if out, code := pf.Combined(verb, "-f", bad); code != exitBadInput || !strings.Contains(out, filepath.Join(dir, tc.want)) {
 				t.Errorf("%s, %s: exit %d:\n%s\nwant exit 2 with %q", tc.name, verb, code, out, filepath.Join(dir, tc.want))
 			}
 		}
-		if out := must("diff", "-f", f); !strings.Contains(out, "no changes") {
+		if out := pf.MustCombined("diff", "-f", f); !strings.Contains(out, "no changes") {
 			t.Errorf("%s: a refused file changed something:\n%s", tc.name, out)
 		}
 	}
@@ -208,25 +183,25 @@ func TestApplyRulesPruneBadFile(t *testing.T) {
 // no changes, and the instance a later count adds has the file's size and
 // image.
 func TestApplyServiceAtCountZero(t *testing.T) {
-	must := mustCLI(t, startPlanner(t))
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf := newCLI(t, startPlanner(t))
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	file, write := webFile(t, "")
 	write("busybox:1", "1", 1)
-	must("apply", "-f", file)
+	pf.Must("apply", "-f", file)
 	write("busybox:1", "1", 0)
-	must("apply", "-f", file)
+	pf.Must("apply", "-f", file)
 	write("busybox:2", "2.5", 0)
-	must("apply", "-f", file)
-	if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+	pf.Must("apply", "-f", file)
+	if out := pf.Must("diff", "-f", file); !strings.Contains(out, "no changes") {
 		t.Fatalf("diff after applying a new size and image at count 0:\n%s\nwant no changes", out)
 	}
 	write("busybox:2", "2.5", 1)
-	must("apply", "-f", file)
-	ins := webInstances(t, must)
+	pf.Must("apply", "-f", file)
+	ins := webInstances(t, pf)
 	if len(ins) != 1 || ins[0].Image != "busybox:2" || ins[0].CPUPlanned != "2.5" {
 		t.Errorf("web after count 0 → 1: %+v, want one instance of busybox:2 planned 2.5 CPUs", ins)
 	}
-	if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+	if out := pf.Must("diff", "-f", file); !strings.Contains(out, "no changes") {
 		t.Errorf("diff at the end:\n%s\nwant no changes", out)
 	}
 }
@@ -240,12 +215,12 @@ func TestApplyServiceAtCountZero(t *testing.T) {
 // replaced first.
 func TestApplyScaleDownFirst(t *testing.T) {
 	addr := startPlanner(t)
-	run, must := runAt(t, addr), mustCLI(t, addr)
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	file, write := webFile(t, "bind: true")
 	actions := func() []string {
 		t.Helper()
-		out, errOut, code := run("diff", "-f", file, "-o", "json")
+		out, errOut, code := pf.Run("diff", "-f", file, "-o", "json")
 		if code != exitUnmet {
 			t.Fatalf("diff: exit %d, want 1 (changes): %s%s", code, out, errOut)
 		}
@@ -262,13 +237,13 @@ func TestApplyScaleDownFirst(t *testing.T) {
 		return got
 	}
 	write("busybox:1", "1", 2)
-	must("apply", "-f", file)
+	pf.Must("apply", "-f", file)
 	write("busybox:2", "60", 0)
 	if got, want := actions(), []string{"scale", "resize", "replace"}; !slices.Equal(got, want) {
 		t.Errorf("diff to count 0: %v, want %v", got, want)
 	}
-	must("apply", "-f", file)
-	if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+	pf.Must("apply", "-f", file)
+	if out := pf.Must("diff", "-f", file); !strings.Contains(out, "no changes") {
 		t.Fatalf("diff after the apply to count 0:\n%s\nwant no changes", out)
 	}
 	// A scale up stays last: the instances it adds get the new size.
@@ -276,8 +251,8 @@ func TestApplyScaleDownFirst(t *testing.T) {
 	if got, want := actions(), []string{"resize", "replace", "scale"}; !slices.Equal(got, want) {
 		t.Errorf("diff to count 1: %v, want %v", got, want)
 	}
-	must("apply", "-f", file)
-	ins := webInstances(t, must)
+	pf.Must("apply", "-f", file)
+	ins := webInstances(t, pf)
 	if len(ins) != 1 || ins[0].Image != "busybox:3" || ins[0].CPUPlanned != "2" {
 		t.Errorf("web after count 0 → 1: %+v, want one instance of busybox:3 planned 2 CPUs", ins)
 	}
@@ -291,28 +266,28 @@ func TestApplyScaleDownFirst(t *testing.T) {
 // and a regrow, and a memory shrink its host could refuse.
 func TestApplyLeavesAnInstanceAtTheFileSize(t *testing.T) {
 	addr := startPlanner(t)
-	run, must := runAt(t, addr), mustCLI(t, addr)
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	file, write := webFile(t, "bind: true")
 	write("busybox:1", "1", 2)
-	must("apply", "-f", file)
-	ins := webInstances(t, must)
+	pf.Must("apply", "-f", file)
+	ins := webInstances(t, pf)
 	if len(ins) != 2 {
 		t.Fatalf("web: %+v, want 2 instances", ins)
 	}
 	ahead, other := ins[0], ins[1]
-	must("resize", ahead.ID, "--cpu", "+1", "--wait", "0")
+	pf.Must("resize", ahead.ID, "--cpu", "+1", "--wait", "0")
 	gen := map[string]int64{}
-	for _, in := range webInstances(t, must) {
+	for _, in := range webInstances(t, pf) {
 		gen[in.ID] = in.Generation
 	}
 	write("busybox:1", "2", 2)
-	out, _, code := run("diff", "-f", file)
+	out, _, code := pf.Run("diff", "-f", file)
 	if code != exitUnmet || strings.Count(out, "resize") != 1 || !strings.Contains(out, "cpu 1 → 2 (+1); 1 instance of another size to 2 (bound), 256 MiB: "+other.ID+" (1 (bound), 256 MiB)") {
 		t.Errorf("diff: exit %d:\n%s\nwant one resize of web naming %s alone as of another size", code, out, other.ID)
 	}
-	must("apply", "-f", file)
-	for _, in := range webInstances(t, must) {
+	pf.Must("apply", "-f", file)
+	for _, in := range webInstances(t, pf) {
 		if in.CPUPlanned != "2" {
 			t.Errorf("instance %s planned %s CPUs after apply, want 2", in.ID, in.CPUPlanned)
 		}
@@ -320,7 +295,7 @@ func TestApplyLeavesAnInstanceAtTheFileSize(t *testing.T) {
 			t.Errorf("instance %s: generation %d → %d; want a change for %s alone (%s was at the file's size)", in.ID, gen[in.ID], in.Generation, other.ID, ahead.ID)
 		}
 	}
-	if out := must("diff", "-f", file); !strings.Contains(out, "no changes") {
+	if out := pf.Must("diff", "-f", file); !strings.Contains(out, "no changes") {
 		t.Errorf("diff after apply:\n%s\nwant no changes", out)
 	}
 }
@@ -350,10 +325,10 @@ type webInstance struct {
 }
 
 // webInstances are web's instances as ps -o json shows them.
-func webInstances(t *testing.T, must func(args ...string) string) []webInstance {
+func webInstances(t *testing.T, pf *cli) []webInstance {
 	t.Helper()
 	var ins []webInstance
-	if err := json.Unmarshal([]byte(must("ps", "--service", "web", "-o", "json")), &ins); err != nil {
+	if err := json.Unmarshal([]byte(pf.Must("ps", "--service", "web", "-o", "json")), &ins); err != nil {
 		t.Fatal(err)
 	}
 	return ins

@@ -16,7 +16,7 @@ import (
 // process, each identity bounded to rate calls a second after burst (0:
 // the defaults), and returns a CLI runner for a certificate of the given
 // role and name, the planner's host:port and its CA file.
-func tlsPlanner(t *testing.T, rate float64, burst int) (as func(role, name string) func(args ...string) (string, string, int), addr, ca string) {
+func tlsPlanner(t *testing.T, rate float64, burst int) (as func(role, name string) *cli, addr, ca string) {
 	t.Helper()
 	dir := t.TempDir() + "/pki"
 	out, errOut, code := runCLI(t, "", "pki", "init", "--dir", dir, "-o", "json")
@@ -33,16 +33,13 @@ func tlsPlanner(t *testing.T, rate float64, burst int) (as func(role, name strin
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	as = func(role, name string) func(args ...string) (string, string, int) {
+	as = func(role, name string) *cli {
 		out, errOut, code := runCLI(t, "", "pki", "issue", role, name, "--dir", dir, "-o", "json")
 		var c pki.Files
 		if code != 0 || json.Unmarshal([]byte(out), &c) != nil {
 			t.Fatalf("pki issue %s %s: exit %d, %s %s", role, name, code, out, errOut)
 		}
-		return func(args ...string) (string, string, int) {
-			t.Helper()
-			return runCLI(t, "", append(args, "--planner", "https://"+p.Addr, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)...)
-		}
+		return newCLI(t, "https://"+p.Addr, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)
 	}
 	return as, p.Addr, srv.CA
 }
@@ -80,10 +77,10 @@ func TestApplyManyServicesUnderTheRateLimit(t *testing.T) {
 			}
 			as, _, _ := tlsPlanner(t, 20, 20)
 			alice := as("admin", "alice")
-			if out, errOut, code := alice("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
+			if out, errOut, code := alice.Run("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
 				t.Fatalf("host add: exit %d, %s%s", code, out, errOut)
 			}
-			out, errOut, code := alice("apply", "-f", file)
+			out, errOut, code := alice.Run("apply", "-f", file)
 			if (code == 0) != tc.wantOK {
 				t.Fatalf("apply of %d services: exit %d, want success %v\n%s%s", services, code, tc.wantOK, tail(out), tail(errOut))
 			}
@@ -96,7 +93,7 @@ func TestApplyManyServicesUnderTheRateLimit(t *testing.T) {
 			var ps []struct {
 				Service string `json:"service"`
 			}
-			out, errOut, code = alice("ps", "-o", "json")
+			out, errOut, code = alice.Run("ps", "-o", "json")
 			if code != 0 || json.Unmarshal([]byte(out), &ps) != nil {
 				t.Fatalf("ps: exit %d, %s%s", code, tail(out), errOut)
 			}

@@ -1,6 +1,23 @@
 package main
 
-import "testing"
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// The CLI tests' one set of helpers: runCLI runs the command line
+// in-process; a cli runs it against one planner. Tests use these rather
+// than closures of their own.
+
+// runCLI runs the pinfold command line in-process with stdin as its
+// standard input.
+func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(args, strings.NewReader(stdin), &o, &e)
+	return o.String(), e.String(), code
+}
 
 // cli runs pinfold commands against one planner: each command gets
 // --planner and the extra global flags (TLS certificate flags) after its
@@ -15,6 +32,12 @@ type cli struct {
 // command after --planner addr.
 func newCLI(t *testing.T, addr string, flags ...string) *cli {
 	return &cli{t: t, flags: append([]string{"--planner", addr}, flags...)}
+}
+
+// plannerCLI starts a planner and returns a cli for it.
+func plannerCLI(t *testing.T) *cli {
+	t.Helper()
+	return newCLI(t, startPlanner(t))
 }
 
 // Run runs the command and returns what it wrote and its exit code.

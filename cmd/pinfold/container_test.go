@@ -12,8 +12,8 @@ import (
 // replace with container flags replaces them as a whole; rebalance says
 // why an instance with a volume stays.
 func TestDeployContainerSettings(t *testing.T) {
-	run, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -27,20 +27,20 @@ func TestDeployContainerSettings(t *testing.T) {
 		{[]string{"--log-opt", "=x"}, `--log-opt "=x": want KEY=VALUE`},
 	} {
 		args := append([]string{"deploy", "db", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "i"}, tc.args...)
-		_, errOut, code := run(args...)
+		_, errOut, code := pf.Run(args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("pinfold %v: exit %d, %q; want exit 2 naming %q", tc.args, code, errOut, tc.want)
 		}
 	}
-	if out := must("ps", "-o", "json"); strings.TrimSpace(out) != "[]" {
+	if out := pf.Must("ps", "-o", "json"); strings.TrimSpace(out) != "[]" {
 		t.Fatalf("after refused deploys ps = %s, want nothing placed", out)
 	}
-	must("deploy", "db", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "i",
+	pf.Must("deploy", "db", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "i",
 		"--volume", "/srv/db:/data", "--volume", "conf:/etc/conf:ro", "--restart", "on-failure:3", "--label", "team=data",
 		"--user", "999:999", "--workdir", "/data", "--read-only", "--cap-add", "NET_ADMIN", "--cap-drop", "ALL",
 		"--log-driver", "json-file", "--log-opt", "max-size=10m")
 	var ps []instanceJSON
-	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &ps); err != nil || len(ps) != 1 {
+	if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ps); err != nil || len(ps) != 1 {
 		t.Fatalf("ps -o json: %v, %d instances", err, len(ps))
 	}
 	got := ps[0]
@@ -49,15 +49,15 @@ func TestDeployContainerSettings(t *testing.T) {
 		strings.Join(got.CapDrop, ",") != "ALL" || got.LogDriver != "json-file" || got.LogOpts["max-size"] != "10m" {
 		t.Errorf("ps -o json = %+v, want every container setting", got)
 	}
-	if out := must("ps"); !strings.Contains(out, "VOLUMES") || !strings.Contains(out, "/srv/db:/data conf:/etc/conf:ro") {
+	if out := pf.Must("ps"); !strings.Contains(out, "VOLUMES") || !strings.Contains(out, "/srv/db:/data conf:/etc/conf:ro") {
 		t.Errorf("ps:\n%s\nwant a VOLUMES column with both volumes", out)
 	}
-	if out := must("rebalance"); !strings.Contains(out, "kept: "+got.ID+" stays on h1: it has a host-local volume (bind /srv/db)") {
+	if out := pf.Must("rebalance"); !strings.Contains(out, "kept: "+got.ID+" stays on h1: it has a host-local volume (bind /srv/db)") {
 		t.Errorf("rebalance:\n%s\nwant db kept, saying why", out)
 	}
-	must("replace", "db", "--image", "i:2", "--wait", "0", "--restart", "always")
+	pf.Must("replace", "db", "--image", "i:2", "--wait", "0", "--restart", "always")
 	ps = nil // a fresh decode: omitted fields must read as unset
-	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &ps); err != nil || len(ps) != 1 {
+	if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ps); err != nil || len(ps) != 1 {
 		t.Fatalf("ps -o json: %v", err)
 	}
 	if got := ps[0]; got.Restart != "always" || len(got.Volumes) != 0 || got.ReadOnly || got.Image != "i:2" {
@@ -71,40 +71,28 @@ func TestDeployContainerSettings(t *testing.T) {
 func TestDrainKeepsVolumes(t *testing.T) {
 	addr := startPlanner(t)
 	topo := topologyFile(t, "dual-xeon-gold-6230")
-	run := func(args ...string) (string, int) {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", append(args, "--planner", addr)...)
-		return out + errOut, code
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := run(args...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s", args, code, out)
-		}
-		return out
-	}
-	must("host", "add", "a", "--topology", topo)
-	must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox")
-	must("deploy", "db", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox", "--volume", "/srv/db:/data")
-	must("host", "add", "b", "--topology", topo)
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topo)
+	pf.Must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox")
+	pf.Must("deploy", "db", "--count", "1", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox", "--volume", "/srv/db:/data")
+	pf.Must("host", "add", "b", "--topology", topo)
 	var ps []instanceJSON
-	if err := json.Unmarshal([]byte(must("ps", "--service", "db", "-o", "json")), &ps); err != nil || len(ps) != 1 {
+	if err := json.Unmarshal([]byte(pf.MustCombined("ps", "--service", "db", "-o", "json")), &ps); err != nil || len(ps) != 1 {
 		t.Fatalf("ps db: %v", err)
 	}
 	db := ps[0].ID
-	out, code := run("host", "drain", "a")
+	out, code := pf.Combined("host", "drain", "a")
 	if code != exitUnmet || !strings.Contains(out, "1 instances stay, each with a host-local volume ("+db+": bind /srv/db)") || !strings.Contains(out, "--move-local-volumes") {
 		t.Errorf("host drain a: exit %d:\n%s\nwant exit 1 naming %s and --move-local-volumes", code, out, db)
 	}
-	if show := must("host", "show", "a"); !strings.Contains(show, "Stuck: drain: "+db+" stays on a: it has a host-local volume (bind /srv/db)") {
+	if show := pf.MustCombined("host", "show", "a"); !strings.Contains(show, "Stuck: drain: "+db+" stays on a: it has a host-local volume (bind /srv/db)") {
 		t.Errorf("host show a does not say why db stays:\n%s", show)
 	}
-	if out := must("host", "drain", "a", "--move-local-volumes"); !strings.Contains(out, "host a drained") {
+	if out := pf.MustCombined("host", "drain", "a", "--move-local-volumes"); !strings.Contains(out, "host a drained") {
 		t.Errorf("host drain a --move-local-volumes: %s", out)
 	}
 	ps = nil
-	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &ps); err != nil || len(ps) != 2 || ps[0].Host != "b" || ps[1].Host != "b" {
+	if err := json.Unmarshal([]byte(pf.MustCombined("ps", "-o", "json")), &ps); err != nil || len(ps) != 2 || ps[0].Host != "b" || ps[1].Host != "b" {
 		t.Errorf("after the drain: %+v (%v), want both on b", ps, err)
 	}
 }

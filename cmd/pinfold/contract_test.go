@@ -27,34 +27,15 @@ import (
 
 const laptopTopology = "../../numa/testdata/want/laptop-i7-1185g7.json"
 
-// plannerCLI starts a planner and returns run and must against it.
-func plannerCLI(t *testing.T) (run func(args ...string) (string, string, int), must func(args ...string) string) {
-	t.Helper()
-	pl := []string{"--planner", startPlanner(t)}
-	run = func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, pl...)...)
-	}
-	must = func(args ...string) string {
-		t.Helper()
-		out, errOut, code := run(args...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s", args, code, errOut)
-		}
-		return out
-	}
-	return run, must
-}
-
 // TestResizeDeltas: resize takes signed deltas only; an unsigned amount is
 // refused as ambiguous, and a delta that changes nothing (zero, or less
 // than one piece of a CPU) is refused with the smallest step; nothing
 // changes. A one-piece delta goes through.
 func TestResizeDeltas(t *testing.T) {
-	run, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
-	must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "256MiB", "--image", "i")
-	before := must("ps", "-o", "json")
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
+	pf.Must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "256MiB", "--image", "i")
+	before := pf.Must("ps", "-o", "json")
 	for _, tc := range []struct {
 		args []string
 		want []string
@@ -69,7 +50,7 @@ func TestResizeDeltas(t *testing.T) {
 		{[]string{"--cpu", "-0.004", "--memory", "+1MiB"}, []string{`cpu_delta = "-0.004"`, "0.01"}},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			_, errOut, code := run(append([]string{"resize", "web", "--wait", "0"}, tc.args...)...)
+			_, errOut, code := pf.Run(append([]string{"resize", "web", "--wait", "0"}, tc.args...)...)
 			if code != exitBadInput {
 				t.Errorf("exit %d, want %d: %s", code, exitBadInput, errOut)
 			}
@@ -80,11 +61,11 @@ func TestResizeDeltas(t *testing.T) {
 			}
 		})
 	}
-	if after := must("ps", "-o", "json"); after != before {
+	if after := pf.Must("ps", "-o", "json"); after != before {
 		t.Errorf("refused resizes changed the instances:\n%s\nwas\n%s", after, before)
 	}
 	var ins []instanceJSON
-	if err := json.Unmarshal([]byte(must("resize", "web", "--cpu", "+0.01", "--wait", "0", "-o", "json")), &ins); err != nil || len(ins) != 1 || ins[0].CPUPlanned != "1.01" {
+	if err := json.Unmarshal([]byte(pf.Must("resize", "web", "--cpu", "+0.01", "--wait", "0", "-o", "json")), &ins); err != nil || len(ins) != 1 || ins[0].CPUPlanned != "1.01" {
 		t.Errorf("resize web --cpu +0.01 = %+v, %v; want 1.01 CPUs", ins, err)
 	}
 }
@@ -100,41 +81,41 @@ type settingsJSON struct {
 // TestSettingsChangesOnlyWhatItNames: each settings call changes only the
 // maps and keys it names; KEY= removes a key and --clear empties a map.
 func TestSettingsChangesOnlyWhatItNames(t *testing.T) {
-	run, must := plannerCLI(t)
+	pf := plannerCLI(t)
 	get := func() settingsJSON {
 		t.Helper()
 		var s settingsJSON
-		if err := json.Unmarshal([]byte(must("settings", "-o", "json")), &s); err != nil {
+		if err := json.Unmarshal([]byte(pf.Must("settings", "-o", "json")), &s); err != nil {
 			t.Fatal(err)
 		}
 		return s
 	}
-	must("settings", "--buffer", "cpu=0.2", "--overbooking", "memory=0.3", "--down-grace", "2m")
-	must("settings", "--priority", "UpgradeDomain=0")
+	pf.Must("settings", "--buffer", "cpu=0.2", "--overbooking", "memory=0.3", "--down-grace", "2m")
+	pf.Must("settings", "--priority", "UpgradeDomain=0")
 	s := get()
 	if s.Buffer["cpu"] != 0.2 || s.Overbooking["memory"] != 0.3 || s.Priorities["UpgradeDomain"] != 0 || len(s.Priorities) != 1 || s.DownGrace != 120 {
 		t.Errorf("after --priority: %+v; want the buffer, the overbooking and the down grace kept", s)
 	}
-	must("settings", "--priority", "Affinity=1")
+	pf.Must("settings", "--priority", "Affinity=1")
 	s = get()
 	if s.Buffer["cpu"] != 0.2 || len(s.Priorities) != 2 || s.Overbooking["memory"] != 0.3 {
 		t.Errorf("after adding a priority: %+v; want it next to the others", s)
 	}
 	// memory has an overbooking: a buffer for it too is refused, and says how to remove one.
-	if _, errOut, code := run("settings", "--buffer", "memory=0.1"); code != exitBadInput || !strings.Contains(errOut, "never both") || !strings.Contains(errOut, "--overbooking memory=") {
+	if _, errOut, code := pf.Run("settings", "--buffer", "memory=0.1"); code != exitBadInput || !strings.Contains(errOut, "never both") || !strings.Contains(errOut, "--overbooking memory=") {
 		t.Errorf("buffer and overbooking for memory: exit %d %s", code, errOut)
 	}
-	must("settings", "--priority", "UpgradeDomain=", "--overbooking", "memory=", "--buffer", "memory=0.1")
+	pf.Must("settings", "--priority", "UpgradeDomain=", "--overbooking", "memory=", "--buffer", "memory=0.1")
 	s = get()
 	if _, ok := s.Priorities["UpgradeDomain"]; ok || s.Priorities["Affinity"] != 1 || len(s.Overbooking) != 0 || len(s.Buffer) != 2 || s.Buffer["memory"] != 0.1 {
 		t.Errorf("after removing two keys and adding one: %+v", s)
 	}
-	must("settings", "--clear", "buffer", "--buffer", "memory=0.05")
+	pf.Must("settings", "--clear", "buffer", "--buffer", "memory=0.05")
 	s = get()
 	if len(s.Buffer) != 1 || s.Buffer["memory"] != 0.05 || s.Priorities["Affinity"] != 1 || s.DownGrace != 120 {
 		t.Errorf("after --clear buffer --buffer memory=0.05: %+v", s)
 	}
-	must("settings", "--clear", "buffer,priority")
+	pf.Must("settings", "--clear", "buffer,priority")
 	if s = get(); len(s.Buffer) != 0 || len(s.Priorities) != 0 {
 		t.Errorf("after --clear buffer,priority: %+v", s)
 	}
@@ -147,7 +128,7 @@ func TestSettingsChangesOnlyWhatItNames(t *testing.T) {
 		{[]string{"--priority", "UpgradeDomain=x"}, `--priority "UpgradeDomain=x"`},
 		{[]string{"--buffer", "cpu"}, `--buffer "cpu": want KEY=NUMBER`},
 	} {
-		if _, errOut, code := run(append([]string{"settings"}, tc.args...)...); code != exitBadInput || !strings.Contains(errOut, tc.want) {
+		if _, errOut, code := pf.Run(append([]string{"settings"}, tc.args...)...); code != exitBadInput || !strings.Contains(errOut, tc.want) {
 			t.Errorf("settings %v: exit %d %q; want exit 2 with %q", tc.args, code, errOut, tc.want)
 		}
 	}
@@ -197,13 +178,13 @@ func TestUnknownSubcommand(t *testing.T) {
 // TestHostRemoveUnmet: a host whose instances fit nowhere else is not
 // removed, and that is a request that cannot be met (exit 1), not bad input.
 func TestHostRemoveUnmet(t *testing.T) {
-	run, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
-	must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "256MiB", "--image", "i")
-	if _, errOut, code := run("host", "remove", "h1"); code != exitUnmet || !strings.Contains(errOut, "cannot be placed on another host") {
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
+	pf.Must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "256MiB", "--image", "i")
+	if _, errOut, code := pf.Run("host", "remove", "h1"); code != exitUnmet || !strings.Contains(errOut, "cannot be placed on another host") {
 		t.Errorf("host remove h1: exit %d %s; want exit 1", code, errOut)
 	}
-	if out := must("host", "list"); !strings.Contains(out, "h1") {
+	if out := pf.Must("host", "list"); !strings.Contains(out, "h1") {
 		t.Errorf("h1 was removed:\n%s", out)
 	}
 }
@@ -294,17 +275,17 @@ func TestRootHelpListsExitCodes(t *testing.T) {
 // TestMachineReadableOutput: commands that print something take -o json
 // (the README's promise), and settings' maps are objects even when empty.
 func TestMachineReadableOutput(t *testing.T) {
-	_, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
 	var h hostJSON
-	if err := json.Unmarshal([]byte(must("host", "disable", "h1", "-o", "json")), &h); err != nil || h.Name != "h1" || h.State != "disabled" {
+	if err := json.Unmarshal([]byte(pf.Must("host", "disable", "h1", "-o", "json")), &h); err != nil || h.Name != "h1" || h.State != "disabled" {
 		t.Errorf("host disable -o json: %+v, %v", h, err)
 	}
-	if out := must("host", "enable", "h1", "-o", "yaml"); !strings.Contains(out, "name: h1") || !strings.Contains(out, "state: up") {
+	if out := pf.Must("host", "enable", "h1", "-o", "yaml"); !strings.Contains(out, "name: h1") || !strings.Contains(out, "state: up") {
 		t.Errorf("host enable -o yaml:\n%s", out)
 	}
 	var s map[string]json.RawMessage
-	if err := json.Unmarshal([]byte(must("settings", "-o", "json")), &s); err != nil {
+	if err := json.Unmarshal([]byte(pf.Must("settings", "-o", "json")), &s); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"buffer_percent", "overbooking_percent", "constraint_priorities"} {
@@ -417,13 +398,13 @@ func TestResetAnswerIsRetried(t *testing.T) {
 // size a deploy refuses (a new user got "total 7600" for 4 MiB instances,
 // then a refused deploy); both refuse it the same way, exit 2.
 func TestCapacityRefusesWhatDeployRefuses(t *testing.T) {
-	run, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
 	for _, cmd := range [][]string{
 		{"capacity", "--cpu", "0.01", "--bind", "--memory", "4MiB"},
 		{"deploy", "tiny", "--count", "1", "--cpu", "0.01", "--bind", "--memory", "4MiB", "--image", "i"},
 	} {
-		out, errOut, code := run(cmd...)
+		out, errOut, code := pf.Run(cmd...)
 		if code != exitBadInput || !strings.Contains(errOut, "6 MiB") {
 			t.Errorf("pinfold %v: exit %d, stdout %q, stderr %q; want exit 2 naming the smallest memory", cmd, code, out, errOut)
 		}

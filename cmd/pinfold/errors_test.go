@@ -11,10 +11,10 @@ import (
 // not "0"), and input the command line can check is refused before any
 // progress line, with nothing changed.
 func TestErrorsAsTyped(t *testing.T) {
-	run, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
-	must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "1GiB", "--image", "i")
-	before := must("ps", "-o", "json")
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
+	pf.Must("deploy", "web", "--count", "1", "--cpu", "1", "--bind", "--memory", "1GiB", "--image", "i")
+	before := pf.Must("ps", "-o", "json")
 	rawBytes := regexp.MustCompile(`\d{4,} bytes|= \d{7,}\b`)
 	for _, tc := range []struct {
 		args  []string
@@ -38,7 +38,7 @@ func TestErrorsAsTyped(t *testing.T) {
 		{[]string{"host", "set", "h1", "--fault-domain", ""}, 0, nil, false}, // clearing is a change
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			_, errOut, code := run(tc.args...)
+			_, errOut, code := pf.Run(tc.args...)
 			if code != tc.code {
 				t.Errorf("exit %d, want %d: %s", code, tc.code, errOut)
 			}
@@ -58,7 +58,7 @@ func TestErrorsAsTyped(t *testing.T) {
 			}
 		})
 	}
-	if after := must("ps", "-o", "json"); after != before {
+	if after := pf.Must("ps", "-o", "json"); after != before {
 		t.Errorf("refused commands changed the instances:\n%s\nwas\n%s", after, before)
 	}
 }

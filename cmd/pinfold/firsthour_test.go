@@ -15,26 +15,13 @@ import (
 func TestFirstHourControlPlane(t *testing.T) {
 	addr := startPlanner(t)
 	topo := topologyFile(t, "dual-xeon-gold-6230")
-	pl := []string{"--planner", addr}
-	run := func(args ...string) (string, int) {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", append(args, pl...)...)
-		return out + errOut, code
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, code := run(args...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s", args, code, out)
-		}
-		return out
-	}
+	pf := newCLI(t, addr)
 	on := func(service string) map[string]int {
 		t.Helper()
 		var ins []struct {
 			Host string `json:"host"`
 		}
-		if err := json.Unmarshal([]byte(must("ps", "--service", service, "-o", "json")), &ins); err != nil {
+		if err := json.Unmarshal([]byte(pf.MustCombined("ps", "--service", service, "-o", "json")), &ins); err != nil {
 			t.Fatal(err)
 		}
 		per := map[string]int{}
@@ -43,41 +30,41 @@ func TestFirstHourControlPlane(t *testing.T) {
 		}
 		return per
 	}
-	must("host", "add", "a", "--topology", topo)
-	must("host", "add", "b", "--topology", topo)
-	must("deploy", "f", "--count", "2", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox", "--strategy", "fill")
-	if out := must("host", "drain", "a"); !strings.Contains(out, "host a drained: 2 instances moved") {
+	pf.Must("host", "add", "a", "--topology", topo)
+	pf.Must("host", "add", "b", "--topology", topo)
+	pf.Must("deploy", "f", "--count", "2", "--cpu", "1", "--bind", "--memory", "64MiB", "--image", "busybox", "--strategy", "fill")
+	if out := pf.MustCombined("host", "drain", "a"); !strings.Contains(out, "host a drained: 2 instances moved") {
 		t.Errorf("host drain a: %s", out)
 	}
 	if per := on("f"); per["a"] != 0 || per["b"] != 4 {
 		t.Errorf("after draining a, f is on %v; want all 4 on b", per)
 	}
-	must("host", "enable", "a")
-	must("rebalance", "--dry-run")
-	must("rebalance", "--apply")
-	must("host", "list") // the planner still answers: no panic ended it
+	pf.Must("host", "enable", "a")
+	pf.Must("rebalance", "--dry-run")
+	pf.Must("rebalance", "--apply")
+	pf.Must("host", "list") // the planner still answers: no panic ended it
 
-	must("deploy", "web", "--count", "6", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox")
-	must("scale", "web", "--count", "2")
+	pf.Must("deploy", "web", "--count", "6", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox")
+	pf.Must("scale", "web", "--count", "2")
 	if per := on("web"); per["a"] != 1 || per["b"] != 1 {
 		t.Errorf("web scaled from 6 to 2 is on %v; want one on each host", per)
 	}
 
 	// Nowhere to go: b disabled. The drain says why, and gives up waiting
 	// once the step is parked (it goes on in the background).
-	must("host", "disable", "b")
-	out, code := run("host", "drain", "a")
+	pf.Must("host", "disable", "b")
+	out, code := pf.Combined("host", "drain", "a")
 	if code != exitUnmet || !strings.Contains(out, "stuck: drain: instance") || !strings.Contains(out, "parked") || !strings.Contains(out, "--cancel") {
 		t.Errorf("a drain with nowhere to go: exit %d:\n%s\nwant exit 1 naming why it is stuck, parked, and how to stop it", code, out)
 	}
-	if show := must("host", "show", "a"); !strings.Contains(show, "Stuck: drain: instance") {
+	if show := pf.MustCombined("host", "show", "a"); !strings.Contains(show, "Stuck: drain: instance") {
 		t.Errorf("host show a does not say why its drain is stuck:\n%s", show)
 	}
-	if list := must("host", "list"); !strings.Contains(list, "a     disabled, drain stuck") {
+	if list := pf.MustCombined("host", "list"); !strings.Contains(list, "a     disabled, drain stuck") {
 		t.Errorf("host list does not say a's drain is stuck:\n%s", list)
 	}
-	must("host", "drain", "a", "--cancel")
-	if show := must("host", "show", "a"); strings.Contains(show, "Stuck:") {
+	pf.Must("host", "drain", "a", "--cancel")
+	if show := pf.MustCombined("host", "show", "a"); strings.Contains(show, "Stuck:") {
 		t.Errorf("after the drain was cancelled host show a still says stuck:\n%s", show)
 	}
 }

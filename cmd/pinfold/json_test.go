@@ -39,14 +39,14 @@ func numericStrings(v any, path string, keep map[string]bool) []string {
 // memory-first instances; and what ps -o json and plan export write goes
 // back into a plan file as is.
 func TestCLIJSONNumbers(t *testing.T) {
-	_, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
 	keep := map[string]bool{"cpus": true, "mems": true, "numa_nodes": true, "topology": true, "kept_for_memory_first_cpus": true}
 	outputs := map[string]string{
-		"deploy bound":        must("deploy", "web", "--count", "2", "--cpu", "1.7", "--bind", "--memory", "256MiB", "--image", "i", "-o", "json"),
-		"deploy memory-first": must("deploy", "mf", "--count", "1", "--cpu", "0.3", "--memory", "128MiB", "--image", "i", "-o", "json"),
+		"deploy bound":        pf.Must("deploy", "web", "--count", "2", "--cpu", "1.7", "--bind", "--memory", "256MiB", "--image", "i", "-o", "json"),
+		"deploy memory-first": pf.Must("deploy", "mf", "--count", "1", "--cpu", "0.3", "--memory", "128MiB", "--image", "i", "-o", "json"),
 	}
-	outputs["resize"] = must("resize", "mf", "--cpu", "+0.01", "--wait", "0", "-o", "json")
+	outputs["resize"] = pf.Must("resize", "mf", "--cpu", "+0.01", "--wait", "0", "-o", "json")
 	for name, args := range map[string][]string{
 		"ps":        {"ps"},
 		"host list": {"host", "list"},
@@ -57,7 +57,7 @@ func TestCLIJSONNumbers(t *testing.T) {
 		"events":    {"events"},
 		"scale":     {"scale", "web", "--count", "2"},
 	} {
-		outputs[name] = must(append(args, "-o", "json")...)
+		outputs[name] = pf.Must(append(args, "-o", "json")...)
 	}
 	for name, out := range outputs {
 		t.Run(name, func(t *testing.T) {
@@ -97,7 +97,7 @@ func TestCLIJSONNumbers(t *testing.T) {
 
 	// ps's numbers go into a plan file as they are: a request of web's size
 	// and a resize of mf from its ps entry, on the exported cluster.
-	export := must("plan", "export")
+	export := pf.Must("plan", "export")
 	var file map[string]any
 	d := json.NewDecoder(strings.NewReader(export))
 	d.UseNumber()

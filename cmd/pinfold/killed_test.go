@@ -100,26 +100,24 @@ func TestKilledDuringLargeDeploy(t *testing.T) {
 	}
 	p := newPlannerProcess(t)
 	p.start()
-	pl := []string{"--planner", p.addr}
+	pf := newCLI(t, p.addr)
 	topo := topologyFile(t, "dual-xeon-gold-6230")
 	for i := range 14 { // 1,120 CPUs: room for 22,400 instances of 0.05 CPU, 20,000 needed
-		if _, errOut, code := runCLI(t, "", append([]string{"host", "add", fmt.Sprintf("h%02d", i), "--topology", topo}, pl...)...); code != 0 {
-			t.Fatal(errOut)
-		}
+		pf.Must("host", "add", fmt.Sprintf("h%02d", i), "--topology", topo)
 	}
 	// A 5,000-instance deploy takes about 0.25 s here: the kill falls
 	// before, during or after its commit, in turn.
 	for round, at := range []time.Duration{30 * time.Millisecond, 90 * time.Millisecond, 150 * time.Millisecond, 220 * time.Millisecond} {
 		svc, id := fmt.Sprintf("big%d", round), fmt.Sprintf("kill-test-%d", round)
-		deploy := append([]string{"deploy", svc, "--count", "5000", "--cpu", "0.05", "--bind", "--memory", "16MiB", "--image", "busybox",
-			"--request-id", id, "-o", "json"}, pl...)
+		deploy := []string{"deploy", svc, "--count", "5000", "--cpu", "0.05", "--bind", "--memory", "16MiB", "--image", "busybox",
+			"--request-id", id, "-o", "json"}
 		type result struct {
 			errOut string
 			code   int
 		}
 		done := make(chan result, 1)
 		go func() {
-			_, errOut, code := runCLI(t, "", deploy...)
+			_, errOut, code := pf.Run(deploy...)
 			done <- result{errOut, code}
 		}()
 		time.Sleep(at)
@@ -131,19 +129,19 @@ func TestKilledDuringLargeDeploy(t *testing.T) {
 			if !strings.Contains(r.errOut, "--request-id "+id) {
 				t.Errorf("an unknown outcome does not say how to repeat the deploy: %s", r.errOut)
 			}
-			_, errOut, code := runCLI(t, "", deploy...) // the user repeats it
+			_, errOut, code := pf.Run(deploy...) // the user repeats it
 			r = result{errOut, code}
 		}
 		if r.code != 0 {
 			t.Fatalf("the deploy, sent again with its request ID: exit %d: %s", r.code, r.errOut)
 		}
 		// Repeated once more by hand: nothing changes.
-		if _, errOut, code := runCLI(t, "", deploy...); code != 0 {
+		if _, errOut, code := pf.Run(deploy...); code != 0 {
 			t.Fatalf("a third send of the request: exit %d: %s", code, errOut)
 		} else if !strings.Contains(errOut, "was made before: this is its first outcome, and nothing changed now") {
 			t.Errorf("a third send of the request says nothing of being a repeat: %q", errOut)
 		}
-		psOut, errOut, code := runCLI(t, "", append([]string{"ps", "--service", svc, "-o", "json"}, pl...)...)
+		psOut, errOut, code := pf.Run("ps", "--service", svc, "-o", "json")
 		if code != 0 {
 			t.Fatal(errOut)
 		}

@@ -68,18 +68,14 @@ func value(fams map[string]*dto.MetricFamily, name string, want map[string]strin
 // capacity and leadership.
 func TestPlannerMetrics(t *testing.T) {
 	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
+	pf := newCLI(t, addr)
 	for _, args := range [][]string{
 		{"host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json", "--memory-share", "1"},
 		{"deploy", "web", "--count", "2", "--cpu", "1.5", "--bind", "--memory", "1GiB", "--image", "busybox"},
 	} {
-		if _, errOut, code := runCLI(t, "", append(args, pl...)...); code != 0 {
-			t.Fatalf("pinfold %v: %s", args, errOut)
-		}
+		pf.Must(args...)
 	}
-	if _, _, code := runCLI(t, "", append([]string{"deploy", "huge", "--cpu", "100", "--bind", "--memory", "1GiB", "--image", "x"}, pl...)...); code != 1 {
-		t.Fatalf("an unmet deploy exited %d", code)
-	}
+	pf.Fails(1, "deploy", "huge", "--cpu", "100", "--bind", "--memory", "1GiB", "--image", "x") // unmet
 	var fams map[string]*dto.MetricFamily
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -117,7 +113,7 @@ func TestPlannerMetrics(t *testing.T) {
 	var evs []eventJSON
 	deadline = time.Now().Add(10 * time.Second)
 	for {
-		out, errOut, code := runCLI(t, "", append([]string{"events", "--service", "web", "-o", "json"}, pl...)...)
+		out, errOut, code := pf.Run("events", "--service", "web", "-o", "json")
 		if code != 0 {
 			t.Fatalf("events: %s", errOut)
 		}
@@ -134,7 +130,7 @@ func TestPlannerMetrics(t *testing.T) {
 	// perhaps later than the deploy's (issue 26 N10): wait for it too.
 	var out string
 	for deadline = time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		out, _, _ = runCLI(t, "", append([]string{"events"}, pl...)...)
+		out, _, _ = pf.Run("events")
 		if strings.Contains(out, "resource_exhausted") || time.Now().After(deadline) {
 			break
 		}
@@ -142,7 +138,7 @@ func TestPlannerMetrics(t *testing.T) {
 	if !strings.Contains(out, "resource_exhausted") || !strings.Contains(out, "IDENTITY") {
 		t.Errorf("events (table) lacks the refused deploy:\n%s", out)
 	}
-	if out, _, code := runCLI(t, "", append([]string{"events", "-o", "yaml", "--service", "web"}, pl...)...); code != 0 || !strings.Contains(out, "identity: local") {
+	if out, _, code := pf.Run("events", "-o", "yaml", "--service", "web"); code != 0 || !strings.Contains(out, "identity: local") {
 		t.Errorf("events -o yaml: exit %d\n%s", code, out)
 	}
 }

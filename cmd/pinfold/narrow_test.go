@@ -10,11 +10,11 @@ import (
 // is refused with the flag and the value, exit 2, and nothing changes
 // (scale --count 4294967298 added an instance and exited 0, issue 26 N4).
 func TestIntFlagsInRange(t *testing.T) {
-	run, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
-	must("deploy", "web", "--count", "1", "--cpu", "0.5", "--memory", "64MiB", "--image", "i")
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
+	pf.Must("deploy", "web", "--count", "1", "--cpu", "0.5", "--memory", "64MiB", "--image", "i")
 	snapshot := func() string {
-		return must("ps", "-o", "json") + must("host", "show", "h1", "-o", "json") + must("settings", "-o", "json")
+		return pf.Must("ps", "-o", "json") + pf.Must("host", "show", "h1", "-o", "json") + pf.Must("settings", "-o", "json")
 	}
 	before := snapshot()
 	for _, tc := range []struct {
@@ -29,7 +29,7 @@ func TestIntFlagsInRange(t *testing.T) {
 		{[]string{"settings", "--priority", "Affinity=4294967297"}, `--priority "Affinity=4294967297"`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			_, errOut, code := run(tc.args...)
+			_, errOut, code := pf.Run(tc.args...)
 			if code != exitBadInput || !strings.Contains(errOut, tc.want) {
 				t.Errorf("exit %d, stderr %q; want exit %d with %q", code, errOut, exitBadInput, tc.want)
 			}

@@ -22,7 +22,7 @@ import (
 // order: the CLI follows next_page_token to the end.
 func TestCLIWalksPages(t *testing.T) {
 	addr := startPlanner(t)
-	must := mustCLI(t, addr)
+	pf := newCLI(t, addr)
 	tj, err := os.ReadFile(laptopTopology)
 	if err != nil {
 		t.Fatal(err)
@@ -52,10 +52,10 @@ func TestCLIWalksPages(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	must("deploy", "web", "--count", fmt.Sprint(instances), "--cpu", "0.01", "--memory", "8MiB", "--image", "i")
+	pf.Must("deploy", "web", "--count", fmt.Sprint(instances), "--cpu", "0.01", "--memory", "8MiB", "--image", "i")
 
 	var listed []struct{ Name string }
-	if err := json.Unmarshal([]byte(must("host", "list", "-o", "json")), &listed); err != nil {
+	if err := json.Unmarshal([]byte(pf.Must("host", "list", "-o", "json")), &listed); err != nil {
 		t.Fatal(err)
 	}
 	var names []string
@@ -65,12 +65,12 @@ func TestCLIWalksPages(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("host list -o json: %d hosts, want the %d registered, in order", len(names), len(want))
 	}
-	if lines := strings.Count(must("host", "list"), "\n"); lines != hosts+1 {
+	if lines := strings.Count(pf.Must("host", "list"), "\n"); lines != hosts+1 {
 		t.Errorf("host list: %d lines, want a header and %d hosts", lines, hosts)
 	}
 	for _, args := range [][]string{{"ps"}, {"ps", "--service", "web"}} {
 		var ins []struct{ ID, Host string }
-		if err := json.Unmarshal([]byte(must(append(args, "-o", "json")...)), &ins); err != nil {
+		if err := json.Unmarshal([]byte(pf.Must(append(args, "-o", "json")...)), &ins); err != nil {
 			t.Fatal(err)
 		}
 		seen := map[string]bool{}
@@ -82,7 +82,7 @@ func TestCLIWalksPages(t *testing.T) {
 		}
 	}
 	var file struct{ Hosts []struct{ Name string } }
-	if err := json.Unmarshal([]byte(must("plan", "export")), &file); err != nil {
+	if err := json.Unmarshal([]byte(pf.Must("plan", "export")), &file); err != nil {
 		t.Fatal(err)
 	}
 	if len(file.Hosts) != hosts {

@@ -66,11 +66,10 @@ func TestPKIRevokeRenew(t *testing.T) {
 	}
 	defer p.Close()
 	url := "https://" + p.Addr
-	as := func(c pki.Files, args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, "--planner", url, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)...)
+	as := func(c pki.Files) *cli {
+		return newCLI(t, url, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)
 	}
-	if out, errOut, code := as(viewer, "host", "list"); code != 0 {
+	if out, errOut, code := as(viewer).Run("host", "list"); code != 0 {
 		t.Fatalf("viewer before revoke: exit %d, %s %s", code, out, errOut)
 	}
 	for _, tc := range []struct {
@@ -110,10 +109,10 @@ func TestPKIRevokeRenew(t *testing.T) {
 	if out, _, code := runCLI(t, "", "pki", "revoke", "bob", "--dir", dir); code != 0 || !strings.Contains(out, "already revoked") {
 		t.Errorf("pki revoke bob again: exit %d, %s", code, out)
 	}
-	if _, _, code := as(viewer, "host", "list"); code == 0 {
+	if _, _, code := as(viewer).Run("host", "list"); code == 0 {
 		t.Errorf("a revoked certificate still works")
 	}
-	if out, errOut, code := as(admin, "host", "list"); code != 0 {
+	if out, errOut, code := as(admin).Run("host", "list"); code != 0 {
 		t.Errorf("admin after bob's revoke: exit %d, %s %s", code, out, errOut)
 	}
 	if l := logs.String(); !strings.Contains(l, "viewer:bob") || !strings.Contains(l, "is revoked") {
@@ -152,7 +151,7 @@ func TestPKIRevokeRenew(t *testing.T) {
 	if got := served(); got != r.Serial || got == before {
 		t.Errorf("after renew the planner serves serial %s; want the new %s (the old was %s)", got, r.Serial, before)
 	}
-	if out, errOut, code := as(admin, "host", "list"); code != 0 {
+	if out, errOut, code := as(admin).Run("host", "list"); code != 0 {
 		t.Errorf("admin after renew: exit %d, %s %s", code, out, errOut)
 	}
 }

@@ -47,17 +47,9 @@ func TestPlannerCLI(t *testing.T) {
 		out, errOut string
 		code        int
 	)
-	pl := []string{"--planner", addr}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", append(args, pl...)...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s", args, code, errOut)
-		}
-		return out
-	}
-	must("host", "add", "h1", "--topology", topo, "--memory-share", "1")
-	must("host", "add", "h2", "--topology", topo, "--reserved-cpus", "0,40", "--reserved-memory", "2GiB")
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "h1", "--topology", topo, "--memory-share", "1")
+	pf.Must("host", "add", "h2", "--topology", topo, "--reserved-cpus", "0,40", "--reserved-memory", "2GiB")
 
 	// host list -o json has the fields scripts rely on.
 	var hosts []struct {
@@ -72,14 +64,14 @@ func TestPlannerCLI(t *testing.T) {
 			MemoryBytes *int64         `json:"memory_bytes"`
 		} `json:"used"`
 	}
-	if err := json.Unmarshal([]byte(must("host", "list", "-o", "json")), &hosts); err != nil || len(hosts) != 2 {
+	if err := json.Unmarshal([]byte(pf.Must("host", "list", "-o", "json")), &hosts); err != nil || len(hosts) != 2 {
 		t.Fatalf("host list -o json: %v %+v", err, hosts)
 	}
 	if hosts[0].Name != "h1" || hosts[0].State != "up" || len(hosts[0].Capacity.CPUs) != 80 || hosts[0].Capacity.CPUs["0"] != 100 ||
 		hosts[1].Capacity.CPUs["0"] != 0 || len(hosts[1].Capacity.CPUs) != 78 || hosts[0].Used.MemoryBytes == nil || hosts[0].Used.CPUs == nil {
 		t.Errorf("host list = %+v", hosts)
 	}
-	dep := must("deploy", "web", "--count", "4", "--cpu", "1.7", "--bind", "--memory", "1GiB", "--image", "busybox", "-o", "json")
+	dep := pf.Must("deploy", "web", "--count", "4", "--cpu", "1.7", "--bind", "--memory", "1GiB", "--image", "busybox", "-o", "json")
 	var ins []struct {
 		ID       string         `json:"id"`
 		Service  string         `json:"service"`
@@ -91,7 +83,7 @@ func TestPlannerCLI(t *testing.T) {
 		Planned  json.Number    `json:"cpu_planned"`
 		Got      *json.Number   `json:"cpu_got"`
 	}
-	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &ins); err != nil || len(ins) != 4 {
+	if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ins); err != nil || len(ins) != 4 {
 		t.Fatalf("ps -o json: %v\n%s", err, dep)
 	}
 	for _, in := range ins {
@@ -103,26 +95,26 @@ func TestPlannerCLI(t *testing.T) {
 			t.Errorf("instance %+v", in)
 		}
 	}
-	show := must("host", "show", ins[0].Host)
+	show := pf.Must("host", "show", ins[0].Host)
 	if !strings.Contains(show, ins[0].ID) || !strings.Contains(show, "CPU map") {
 		t.Errorf("host show lacks the CPU map:\n%s", show)
 	}
 	// No agent runs these hosts: the resize is recorded, and waiting for it
 	// names the instance nothing was applied to (exit 1); --wait 0 does not wait.
-	if _, errOut, code := runCLI(t, "", append([]string{"resize", ins[0].ID, "--cpu", "+0.3", "--memory", "+64MiB"}, pl...)...); code != 1 ||
+	if _, errOut, code := pf.Run("resize", ins[0].ID, "--cpu", "+0.3", "--memory", "+64MiB"); code != 1 ||
 		!strings.Contains(errOut, "nothing was applied to") || !strings.Contains(errOut, ins[0].ID+": no agent on host "+ins[0].Host) {
 		t.Errorf("resize on a host without an agent: exit %d, %s; want exit 1 naming %s and its host", code, errOut, ins[0].ID)
 	} else if !strings.Contains(errOut, "applied on 0/1 instances") {
 		t.Errorf("resize on a host without an agent: progress %q, want it to count the instance nothing was applied to (0/1, as the error's 0 of 1)", errOut)
 	}
-	must("resize", ins[0].ID, "--memory", "-64MiB", "--wait", "0")
+	pf.Must("resize", ins[0].ID, "--memory", "-64MiB", "--wait", "0")
 	// A deploy onto a host without an agent warns, saying once that its
 	// instances stay pending.
-	_, errOut, code = runCLI(t, "", append([]string{"deploy", "one", "--cpu", "0.1", "--bind", "--memory", "64MiB", "--image", "busybox"}, pl...)...)
+	_, errOut, code = pf.Run("deploy", "one", "--cpu", "0.1", "--bind", "--memory", "64MiB", "--image", "busybox")
 	if code != 0 || strings.Count(errOut, "WARNING: host ") != 1 || strings.Count(errOut, "stay pending") != 1 {
 		t.Errorf("deploy onto a host without an agent: exit %d, %q; want one warning saying once that its instances stay pending", code, errOut)
 	}
-	if out := must("remove", "one"); !strings.HasPrefix(out, "removed 1 instance: one-") {
+	if out := pf.Must("remove", "one"); !strings.HasPrefix(out, "removed 1 instance: one-") {
 		t.Errorf("remove of one instance: %q, want \"removed 1 instance: one-…\"", out)
 	}
 	// The network mode travels with the instance, and a replace keeps it.
@@ -130,8 +122,8 @@ func TestPlannerCLI(t *testing.T) {
 		Service string `json:"service"`
 		Network string `json:"network"`
 	}
-	must("deploy", "api", "--count", "1", "--cpu", "0.5", "--memory", "64MiB", "--image", "busybox", "--network", "host")
-	if shows := must("host", "show", "h1") + must("host", "show", "h2"); !regexp.MustCompile(`Memory-first \(CPU quotas on the shared pool of [0-9.]+ CPUs\): api-[0-9a-f]+ 0\.5`).MatchString(shows) {
+	pf.Must("deploy", "api", "--count", "1", "--cpu", "0.5", "--memory", "64MiB", "--image", "busybox", "--network", "host")
+	if shows := pf.Must("host", "show", "h1") + pf.Must("host", "show", "h2"); !regexp.MustCompile(`Memory-first \(CPU quotas on the shared pool of [0-9.]+ CPUs\): api-[0-9a-f]+ 0\.5`).MatchString(shows) {
 		t.Errorf("host show lacks the memory-first instance on the CPU map:\n%s", shows)
 	}
 	// The memory-first quota shows against its host's shared pool.
@@ -140,7 +132,7 @@ func TestPlannerCLI(t *testing.T) {
 		Pool  int    `json:"shared_pool_pieces"`
 		Quota int    `json:"memory_first_quota_pieces"`
 	}
-	if err := json.Unmarshal([]byte(must("host", "list", "-o", "json")), &pools); err != nil {
+	if err := json.Unmarshal([]byte(pf.Must("host", "list", "-o", "json")), &pools); err != nil {
 		t.Fatal(err)
 	}
 	quota := 0
@@ -150,11 +142,11 @@ func TestPlannerCLI(t *testing.T) {
 			t.Errorf("host %s: shared pool %d pieces, want whole CPUs", h.Name, h.Pool)
 		}
 	}
-	if list := must("host", "list"); quota != 50 || !strings.Contains(list, "MEMORY-FIRST QUOTA/POOL") || !strings.Contains(list, "0.5/") {
+	if list := pf.Must("host", "list"); quota != 50 || !strings.Contains(list, "MEMORY-FIRST QUOTA/POOL") || !strings.Contains(list, "0.5/") {
 		t.Errorf("memory-first quota %d pieces (want 50) or host list without it:\n%s", quota, list)
 	}
-	must("replace", "api", "--image", "busybox:2", "--wait", "0")
-	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &all); err != nil {
+	pf.Must("replace", "api", "--image", "busybox:2", "--wait", "0")
+	if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &all); err != nil {
 		t.Fatal(err)
 	}
 	apis := 0
@@ -169,17 +161,17 @@ func TestPlannerCLI(t *testing.T) {
 	if apis != 1 {
 		t.Errorf("ps lists %d api instances, want 1", apis)
 	}
-	must("remove", "api")
-	must("capacity", "--cpu", "1", "--bind", "--memory", "1GiB")
+	pf.Must("remove", "api")
+	pf.Must("capacity", "--cpu", "1", "--bind", "--memory", "1GiB")
 	var replaced []struct {
 		Image      string `json:"image"`
 		Generation int    `json:"generation"`
 	}
-	if err := json.Unmarshal([]byte(must("replace", "web", "--image", "busybox:2", "-o", "json", "--wait", "0")), &replaced); err != nil || len(replaced) != 4 || replaced[1].Image != "busybox:2" || replaced[1].Generation != 2 {
+	if err := json.Unmarshal([]byte(pf.Must("replace", "web", "--image", "busybox:2", "-o", "json", "--wait", "0")), &replaced); err != nil || len(replaced) != 4 || replaced[1].Image != "busybox:2" || replaced[1].Generation != 2 {
 		t.Errorf("replace web = %+v, %v", replaced, err)
 	}
 	// Bad input: exit 2, nothing changed.
-	before := must("ps", "-o", "json")
+	before := pf.Must("ps", "-o", "json")
 	for _, tt := range []struct {
 		args []string
 		want string
@@ -208,15 +200,15 @@ func TestPlannerCLI(t *testing.T) {
 		{[]string{"settings", "--down-grace", "100ms"}, "--down-grace 100ms"},
 		{[]string{"remove", "ghost"}, `no instance or service named "ghost"`},
 	} {
-		_, errOut, code := runCLI(t, "", append(tt.args, pl...)...)
+		_, errOut, code := pf.Run(tt.args...)
 		if code != 2 || !strings.Contains(errOut, tt.want) {
 			t.Errorf("pinfold %v: exit %d, stderr %q; want exit 2 with %q", tt.args, code, errOut, tt.want)
 		}
 	}
-	if after := must("ps", "-o", "json"); after != before {
+	if after := pf.Must("ps", "-o", "json"); after != before {
 		t.Errorf("bad input changed the instances")
 	}
-	_, errOut, code = runCLI(t, "", append([]string{"deploy", "huge", "--image", "i", "--cpu", "200", "--bind", "--memory", "1GiB"}, pl...)...)
+	_, errOut, code = pf.Run("deploy", "huge", "--image", "i", "--cpu", "200", "--bind", "--memory", "1GiB")
 	if code != 1 || !strings.Contains(errOut, "h1 takes 0 (cpu)") {
 		t.Errorf("unmet deploy: exit %d %s", code, errOut)
 	}
@@ -231,20 +223,20 @@ func TestPlannerCLI(t *testing.T) {
 		Added   []json.RawMessage `json:"added"`
 		Removed []string          `json:"removed"`
 	}
-	if err := json.Unmarshal([]byte(must("scale", "web", "--count", "6", "-o", "json")), &scaled); err != nil || scaled.Count != 6 || len(scaled.Added) != 2 {
+	if err := json.Unmarshal([]byte(pf.Must("scale", "web", "--count", "6", "-o", "json")), &scaled); err != nil || scaled.Count != 6 || len(scaled.Added) != 2 {
 		t.Errorf("scale web --count 6 = %+v, %v", scaled, err)
 	}
-	if err := json.Unmarshal([]byte(must("scale", "web", "--count", "4", "-o", "json")), &scaled); err != nil || scaled.Count != 4 || len(scaled.Removed) != 2 {
+	if err := json.Unmarshal([]byte(pf.Must("scale", "web", "--count", "4", "-o", "json")), &scaled); err != nil || scaled.Count != 4 || len(scaled.Removed) != 2 {
 		t.Errorf("scale web --count 4 = %+v, %v", scaled, err)
 	}
-	before = must("ps", "-o", "json")
-	if out := must("rebalance"); !strings.Contains(out, "cpu: most/least used host") {
+	before = pf.Must("ps", "-o", "json")
+	if out := pf.Must("rebalance"); !strings.Contains(out, "cpu: most/least used host") {
 		t.Errorf("rebalance: %s", out)
 	}
-	if after := must("ps", "-o", "json"); after != before {
+	if after := pf.Must("ps", "-o", "json"); after != before {
 		t.Errorf("a rebalance dry run changed the instances")
 	}
-	if out := must("settings", "--down-grace", "2m"); !regexp.MustCompile(`down grace +2m0s`).MatchString(out) {
+	if out := pf.Must("settings", "--down-grace", "2m"); !regexp.MustCompile(`down grace +2m0s`).MatchString(out) {
 		t.Errorf("settings --down-grace 2m: %s", out)
 	}
 	var removed struct {
@@ -254,8 +246,8 @@ func TestPlannerCLI(t *testing.T) {
 			NewInstance string `json:"new_instance"`
 		} `json:"moved"`
 	}
-	onH1 := strings.Count(must("ps", "-o", "json"), `"host": "h1"`)
-	out = must("host", "remove", "h1", "-o", "json")
+	onH1 := strings.Count(pf.Must("ps", "-o", "json"), `"host": "h1"`)
+	out = pf.Must("host", "remove", "h1", "-o", "json")
 	if err := json.Unmarshal([]byte(out), &removed); err != nil {
 		t.Fatalf("host remove h1 -o json: %v\n%s", err, out)
 	}
@@ -270,7 +262,7 @@ func TestPlannerCLI(t *testing.T) {
 	var left []struct {
 		Host string `json:"host"`
 	}
-	_ = json.Unmarshal([]byte(must("ps", "-o", "json")), &left)
+	_ = json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &left)
 	if len(left) != 4 || slices.ContainsFunc(left, func(e struct {
 		Host string `json:"host"`
 	}) bool {
@@ -278,7 +270,7 @@ func TestPlannerCLI(t *testing.T) {
 	}) {
 		t.Errorf("after host remove h1 (%s): instances %+v, want 4, all on h2", out, left)
 	}
-	out = must("remove", "web", "-o", "json")
+	out = pf.Must("remove", "web", "-o", "json")
 	if !strings.Contains(out, "web-") {
 		t.Errorf("remove web: %s", out)
 	}

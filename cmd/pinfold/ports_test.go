@@ -11,12 +11,12 @@ import (
 // for a static port two hosts hold is refused naming the Ports rule, and
 // bad ports are bad input naming the flag and value, with nothing changed.
 func TestPortsCLI(t *testing.T) {
-	run, must := plannerCLI(t)
-	must("host", "add", "h1", "--topology", laptopTopology)
-	must("host", "add", "h2", "--topology", laptopTopology)
-	must("deploy", "web", "--count", "2", "--cpu", "0.5", "--memory", "64MiB", "--image", "i", "--port", "http=8080:80", "--port", "admin")
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
+	pf.Must("host", "add", "h2", "--topology", laptopTopology)
+	pf.Must("deploy", "web", "--count", "2", "--cpu", "0.5", "--memory", "64MiB", "--image", "i", "--port", "http=8080:80", "--port", "admin")
 	var ins []instanceJSON
-	if err := json.Unmarshal([]byte(must("ps", "-o", "json")), &ins); err != nil || len(ins) != 2 {
+	if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ins); err != nil || len(ins) != 2 {
 		t.Fatalf("ps -o json: %v, %d instances", err, len(ins))
 	}
 	for _, in := range ins {
@@ -25,11 +25,11 @@ func TestPortsCLI(t *testing.T) {
 			t.Errorf("instance %s on %s: ports %+v, want %+v", in.ID, in.Host, in.Ports, want)
 		}
 	}
-	if ps := must("ps"); !strings.Contains(ps, "PORTS") || !strings.Contains(ps, "http=8080:80 admin=20000") {
+	if ps := pf.Must("ps"); !strings.Contains(ps, "PORTS") || !strings.Contains(ps, "http=8080:80 admin=20000") {
 		t.Errorf("ps lacks the ports:\n%s", ps)
 	}
-	before := must("ps", "-o", "json")
-	_, errOut, code := run("deploy", "api", "--cpu", "0.5", "--memory", "64MiB", "--image", "i", "--port", "web=8080")
+	before := pf.Must("ps", "-o", "json")
+	_, errOut, code := pf.Run("deploy", "api", "--cpu", "0.5", "--memory", "64MiB", "--image", "i", "--port", "web=8080")
 	if code == 0 || !strings.Contains(errOut, "no host has port 8080 free") || !strings.Contains(errOut, "Ports                2 eliminated: h1 h2") {
 		t.Errorf("a third instance on 8080: exit %d, stderr:\n%s", code, errOut)
 	}
@@ -38,16 +38,16 @@ func TestPortsCLI(t *testing.T) {
 		{"http=80x", `--port "http=80x": host port "80x" is not a number`},
 		{"HTTP", `--port "HTTP": name "HTTP": want [a-z][a-z0-9_-]*`},
 	} {
-		_, errOut, code := run("deploy", "bad", "--cpu", "0.5", "--memory", "64MiB", "--image", "i", "--port", tc.args)
+		_, errOut, code := pf.Run("deploy", "bad", "--cpu", "0.5", "--memory", "64MiB", "--image", "i", "--port", tc.args)
 		if code != exitBadInput || !strings.Contains(errOut, tc.want) {
 			t.Errorf("--port %s: exit %d, stderr %q; want %d and %q", tc.args, code, errOut, exitBadInput, tc.want)
 		}
 	}
-	_, errOut, code = run("deploy", "bad", "--cpu", "0.5", "--memory", "64MiB", "--image", "i", "--port", "a", "--port", "a=81")
+	_, errOut, code = pf.Run("deploy", "bad", "--cpu", "0.5", "--memory", "64MiB", "--image", "i", "--port", "a", "--port", "a=81")
 	if code != exitBadInput || !strings.Contains(errOut, `name "a" is given twice`) {
 		t.Errorf("a port name twice: exit %d, stderr %q", code, errOut)
 	}
-	if after := must("ps", "-o", "json"); after != before {
+	if after := pf.Must("ps", "-o", "json"); after != before {
 		t.Errorf("refused deploys changed the instances")
 	}
 }

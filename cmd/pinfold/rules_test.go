@@ -20,27 +20,15 @@ func TestPlacementCLI(t *testing.T) {
 		out, errOut string
 		code        int
 	)
-	pl := []string{"--planner", addr}
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, pl...)...)
-	}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := run(args...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s", args, code, errOut)
-		}
-		return out
-	}
+	pf := newCLI(t, addr)
 	for i, h := range []string{"a", "b", "c"} {
-		must("host", "add", h, "--topology", topo)
+		pf.Must("host", "add", h, "--topology", topo)
 		ssd := []string{"true", "false", "true"}[i]
-		must("host", "set", h, "--property", "HasSSD="+ssd, "--property", "NodeColor=green", "--fault-domain", "fd:/dc"+string(rune('1'+i)),
+		pf.Must("host", "set", h, "--property", "HasSSD="+ssd, "--property", "NodeColor=green", "--fault-domain", "fd:/dc"+string(rune('1'+i)),
 			"--upgrade-domain", "UD"+string(rune('1'+i)), "--host-type", "NodeType01")
 	}
 	var h hostJSON
-	if err := json.Unmarshal([]byte(must("host", "show", "a", "-o", "json")), &h); err != nil || h.Properties["HasSSD"] != "true" || h.FaultDomain != "fd:/dc1" || h.HostType != "NodeType01" {
+	if err := json.Unmarshal([]byte(pf.Must("host", "show", "a", "-o", "json")), &h); err != nil || h.Properties["HasSSD"] != "true" || h.FaultDomain != "fd:/dc1" || h.HostType != "NodeType01" {
 		t.Errorf("host show a: %+v (%v)", h, err)
 	}
 	// Bad input: exit 2, nothing changed.
@@ -70,18 +58,18 @@ func TestPlacementCLI(t *testing.T) {
 		{[]string{"host", "maintenance", "a", "--grace", "10m", "--off"}, "--grace and --off exclude each other"},
 		{[]string{"deploy", "x", "--image", "i", "--memory", "1GiB", "--cpu", "1.5", "--bind", "--whole-cores"}, `whole_cores = "1.5": whole cores need a bound request`},
 	} {
-		_, errOut, code := run(tc.args...)
+		_, errOut, code := pf.Run(tc.args...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("pinfold %v: exit %d, %q; want exit 2 with %q", tc.args, code, errOut, tc.want)
 		}
 	}
-	if h2 := must("host", "show", "a", "-o", "json"); !strings.Contains(h2, `"fault_domain": "fd:/dc1"`) {
+	if h2 := pf.Must("host", "show", "a", "-o", "json"); !strings.Contains(h2, `"fault_domain": "fd:/dc1"`) {
 		t.Errorf("bad input changed host a:\n%s", h2)
 	}
 	// A constrained deploy lands on the SSD hosts only.
-	must("deploy", "db", "--image", "i", "--count", "2", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "HasSSD == true && NodeType == NodeType01")
+	pf.Must("deploy", "db", "--image", "i", "--count", "2", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "HasSSD == true && NodeType == NodeType01")
 	var list []instanceJSON
-	_ = json.Unmarshal([]byte(must("ps", "-o", "json")), &list)
+	_ = json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &list)
 	for _, in := range list {
 		if in.Host == "b" {
 			t.Errorf("db placed on b (no SSD)")
@@ -92,13 +80,13 @@ func TestPlacementCLI(t *testing.T) {
 	var room struct {
 		Total int `json:"total_capacity"`
 	}
-	_ = json.Unmarshal([]byte(must("capacity", "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB", "-o", "json")), &room)
+	_ = json.Unmarshal([]byte(pf.Must("capacity", "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB", "-o", "json")), &room)
 	if room.Total < 1 {
 		t.Fatalf("whole-cores capacity %d", room.Total)
 	}
-	must("deploy", "wc", "--image", "i", "--count", fmt.Sprint(room.Total), "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB")
+	pf.Must("deploy", "wc", "--image", "i", "--count", fmt.Sprint(room.Total), "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB")
 	list = nil
-	_ = json.Unmarshal([]byte(must("ps", "--service", "wc", "-o", "json")), &list)
+	_ = json.Unmarshal([]byte(pf.Must("ps", "--service", "wc", "-o", "json")), &list)
 	for _, in := range list {
 		pair := slices.Sorted(maps.Keys(in.CPUs))
 		if !in.WholeCores || len(pair) != 2 || pair[1] != fmt.Sprint(mustAtoi(t, pair[0])+4) { // laptop siblings: i and i+4
@@ -108,38 +96,38 @@ func TestPlacementCLI(t *testing.T) {
 	if len(list) != room.Total {
 		t.Errorf("whole-cores deploy placed %d, capacity said %d", len(list), room.Total)
 	}
-	if _, errOut, code := run("deploy", "wc", "--image", "i", "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB"); code != 1 {
+	if _, errOut, code := pf.Run("deploy", "wc", "--image", "i", "--cpu", "2", "--bind", "--whole-cores", "--memory", "256MiB"); code != 1 {
 		t.Errorf("whole-cores deploy beyond capacity: exit %d %s; want 1", code, errOut)
 	}
-	if _, errOut, code := run("resize", list[0].ID, "--cpu", "+1", "--wait", "0"); code != 1 || !strings.Contains(errOut, "whole cores: 3 CPUs is not a multiple of its 2 threads per core") {
+	if _, errOut, code := pf.Run("resize", list[0].ID, "--cpu", "+1", "--wait", "0"); code != 1 || !strings.Contains(errOut, "whole cores: 3 CPUs is not a multiple of its 2 threads per core") {
 		t.Errorf("whole-cores resize to 3 CPUs on 2-thread cores: exit %d %s; want 1 with the reason", code, errOut)
 	}
-	must("remove", "wc")
+	pf.Must("remove", "wc")
 	// Nothing matches: exit 1 with the elimination sequence.
-	must("host", "disable", "c")
-	must("host", "maintenance", "b", "--grace", "10m")
-	_, errOut, code = run("deploy", "web", "--image", "i", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "NodeColor == blue")
+	pf.Must("host", "disable", "c")
+	pf.Must("host", "maintenance", "b", "--grace", "10m")
+	_, errOut, code = pf.Run("deploy", "web", "--image", "i", "--cpu", "1", "--bind", "--memory", "1GiB", "--constraint", "NodeColor == blue")
 	for _, want := range []string{"Elimination sequence", "Disabled             1 eliminated: c", "Maintenance          1 eliminated: b", "PlacementConstraint  1 eliminated: a"} {
 		if code != 1 || !strings.Contains(errOut, want) {
 			t.Errorf("unplaceable deploy: exit %d, want %q in:\n%s", code, want, errOut)
 		}
 	}
-	if out := must("host", "list"); !strings.Contains(out, "maintenance") || !strings.Contains(out, "fd:/dc2") {
+	if out := pf.Must("host", "list"); !strings.Contains(out, "maintenance") || !strings.Contains(out, "fd:/dc2") {
 		t.Errorf("host list:\n%s", out)
 	}
-	must("host", "maintenance", "b", "--off")
-	must("host", "enable", "c")
+	pf.Must("host", "maintenance", "b", "--off")
+	pf.Must("host", "enable", "c")
 	// Settings round trip.
-	must("settings", "--buffer", "cpu=0.25", "--priority", "UpgradeDomain=0")
-	if s := must("settings"); !strings.Contains(s, "buffer 25%") || !strings.Contains(s, "UpgradeDomain priority        0 (hard, set)") {
+	pf.Must("settings", "--buffer", "cpu=0.25", "--priority", "UpgradeDomain=0")
+	if s := pf.Must("settings"); !strings.Contains(s, "buffer 25%") || !strings.Contains(s, "UpgradeDomain priority        0 (hard, set)") {
 		t.Errorf("settings:\n%s", s)
 	}
 	// Health: a loses its SSD while db runs there.
-	if out, _, code := run("health"); code != 0 || !strings.Contains(out, "healthy") {
+	if out, _, code := pf.Run("health"); code != 0 || !strings.Contains(out, "healthy") {
 		t.Errorf("health before: exit %d\n%s", code, out)
 	}
-	must("host", "set", "a", "--property", "HasSSD=false")
-	out, _, code = run("health", "-o", "json")
+	pf.Must("host", "set", "a", "--property", "HasSSD=false")
+	out, _, code = pf.Run("health", "-o", "json")
 	if code != 1 || !strings.Contains(out, `"kind": "PlacementConstraint"`) || !strings.Contains(out, `"subject": "db"`) {
 		t.Errorf("health after a host change: exit %d\n%s", code, out)
 	}

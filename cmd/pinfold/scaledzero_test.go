@@ -12,18 +12,10 @@ import (
 // waiting for their hosts…", "applied on 0/0 instances" and "the new
 // size" without the size). A refused resize or replace changes nothing.
 func TestResizeReplaceAtCountZeroSay(t *testing.T) {
-	run := runAt(t, startPlanner(t))
-	must := func(args ...string) (string, string) {
-		t.Helper()
-		out, errOut, code := run(args...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
-		}
-		return out, errOut
-	}
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
-	must("deploy", "web", "--count", "1", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox:1")
-	must("scale", "web", "--count", "0")
+	pf := newCLI(t, startPlanner(t))
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf.Must("deploy", "web", "--count", "1", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox:1")
+	pf.Must("scale", "web", "--count", "0")
 	tests := []struct {
 		args      []string
 		wantOut   string // on stdout
@@ -36,7 +28,10 @@ func TestResizeReplaceAtCountZeroSay(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.args[0], func(t *testing.T) {
-			out, errOut := must(tt.args...)
+			out, errOut, code := pf.Run(tt.args...)
+			if code != 0 {
+				t.Fatalf("pinfold %v: exit %d: %s%s", tt.args, code, out, errOut)
+			}
 			if !strings.Contains(out, tt.wantOut) {
 				t.Errorf("stdout:\n%s\nwant %q", out, tt.wantOut)
 			}
@@ -57,14 +52,14 @@ func TestResizeReplaceAtCountZeroSay(t *testing.T) {
 		{[]string{"replace", "nosuch", "--image", "x"}, `"nosuch"`},
 	} {
 		t.Run(strings.Join(bad.args, " "), func(t *testing.T) {
-			out, errOut, code := run(bad.args...)
+			out, errOut, code := pf.Run(bad.args...)
 			if code != exitBadInput || !strings.Contains(errOut, bad.want) {
 				t.Errorf("exit %d, stderr %q; want 2 and %q (stdout %q)", code, errOut, bad.want, out)
 			}
 		})
 	}
-	must("scale", "web", "--count", "1")
-	ps, _ := must("ps", "--service", "web", "-o", "json")
+	pf.Must("scale", "web", "--count", "1")
+	ps := pf.Must("ps", "--service", "web", "-o", "json")
 	var ins []struct {
 		Image       string      `json:"image"`
 		CPUPlanned  json.Number `json:"cpu_planned"`
@@ -83,17 +78,9 @@ func TestResizeReplaceAtCountZeroSay(t *testing.T) {
 // stays disabled" of a host that was up and stayed up.
 func TestDrainCancelSays(t *testing.T) {
 	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
-	must := func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", append(args, pl...)...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
-		}
-		return out
-	}
-	must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
-	must("deploy", "web", "--count", "1", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox:1")
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf.Must("deploy", "web", "--count", "1", "--cpu", "0.5", "--bind", "--memory", "64MiB", "--image", "busybox:1")
 	tests := []struct {
 		name  string
 		setup []string // run first, if any
@@ -106,9 +93,9 @@ func TestDrainCancelSays(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if tt.setup != nil {
-				must(tt.setup...)
+				pf.Must(tt.setup...)
 			}
-			if out := must("host", "drain", "a", "--cancel"); strings.TrimSpace(out) != tt.want {
+			if out := pf.Must("host", "drain", "a", "--cancel"); strings.TrimSpace(out) != tt.want {
 				t.Errorf("host drain a --cancel: %q, want %q", out, tt.want)
 			}
 		})
@@ -121,14 +108,8 @@ func TestDrainCancelSays(t *testing.T) {
 // (e.g. 10m) or --off" of a --grace that was given).
 func TestMaintenanceOffSays(t *testing.T) {
 	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
-	run := func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, pl...)...)
-	}
-	if out, errOut, code := run("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230")); code != 0 {
-		t.Fatalf("host add: exit %d: %s%s", code, out, errOut)
-	}
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	tests := []struct {
 		args     []string
 		code     int
@@ -141,7 +122,7 @@ func TestMaintenanceOffSays(t *testing.T) {
 		{[]string{"host", "maintenance", "a"}, exitBadInput, "", "give --grace DURATION (e.g. 10m) or --off"},
 	}
 	for _, tt := range tests {
-		out, errOut, code := run(tt.args...)
+		out, errOut, code := pf.Run(tt.args...)
 		if code != tt.code || !strings.Contains(out, tt.out) || !strings.Contains(errOut, tt.err) {
 			t.Errorf("pinfold %v: exit %d, stdout %q, stderr %q; want exit %d, %q on stdout, %q on stderr",
 				tt.args, code, out, errOut, tt.code, tt.out, tt.err)

@@ -66,25 +66,24 @@ func TestPlannerTLS(t *testing.T) {
 	}
 	defer p.Close()
 	url := "https://" + p.Addr
-	as := func(c pki.Files, args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, "--planner", url, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)...)
+	as := func(c pki.Files) *cli {
+		return newCLI(t, url, "--tls-ca", c.CA, "--tls-cert", c.Cert, "--tls-key", c.Key)
 	}
 	topo := t.TempDir() + "/h.json"
 	tj, _, _ := runCLI(t, "", "topology", "--sysfs-root", "../../numa/testdata/sysfs/dual-xeon-gold-6230", "-o", "json")
 	os.WriteFile(topo, []byte(tj), 0o644)
 	for _, h := range []string{"h1", "h2"} {
-		if out, errOut, code := as(admin, "host", "add", h, "--topology", topo); code != 0 {
+		if out, errOut, code := as(admin).Run("host", "add", h, "--topology", topo); code != 0 {
 			t.Fatalf("admin: host add %s: exit %d, %s %s", h, code, out, errOut)
 		}
 	}
-	if out, errOut, code := as(viewer, "host", "list"); code != 0 || !strings.Contains(out, "h1") {
+	if out, errOut, code := as(viewer).Run("host", "list"); code != 0 || !strings.Contains(out, "h1") {
 		t.Errorf("viewer: host list: exit %d, %s %s", code, out, errOut)
 	}
-	if _, errOut, code := as(viewer, "host", "disable", "h1"); code == 0 || !strings.Contains(errOut, "identity viewer:bob may not call SetHostEnabled") {
+	if _, errOut, code := as(viewer).Run("host", "disable", "h1"); code == 0 || !strings.Contains(errOut, "identity viewer:bob may not call SetHostEnabled") {
 		t.Errorf("viewer: host disable: exit %d, %s", code, errOut)
 	}
-	if _, errOut, code := as(agent, "deploy", "x", "--image", "i", "--memory", "1GiB"); code == 0 || !strings.Contains(errOut, "permission denied: identity agent:h2 may not call Deploy") {
+	if _, errOut, code := as(agent).Run("deploy", "x", "--image", "i", "--memory", "1GiB"); code == 0 || !strings.Contains(errOut, "permission denied: identity agent:h2 may not call Deploy") {
 		t.Errorf("agent: deploy: exit %d, %s", code, errOut)
 	}
 	// The agent of h2, through the API as its agent would call it.
@@ -145,7 +144,7 @@ func TestPlannerTLS(t *testing.T) {
 	}
 	// The event log names who did what: admin:alice's deploy (and the
 	// viewer's refused disable) with their identities.
-	if out, errOut, code := as(admin, "deploy", "web", "--count", "1", "--cpu", "1", "--memory", "64MiB", "--image", "busybox"); code != 0 {
+	if out, errOut, code := as(admin).Run("deploy", "web", "--count", "1", "--cpu", "1", "--memory", "64MiB", "--image", "busybox"); code != 0 {
 		t.Fatalf("admin: deploy: %s %s", out, errOut)
 	}
 	var evs []struct {
@@ -153,7 +152,7 @@ func TestPlannerTLS(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		out, errOut, code := as(viewer, "events", "-o", "json")
+		out, errOut, code := as(viewer).Run("events", "-o", "json")
 		if code != 0 {
 			t.Fatalf("viewer: events: %s", errOut)
 		}

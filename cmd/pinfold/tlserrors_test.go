@@ -14,7 +14,7 @@ import (
 func TestTLSRefusalsSayWhy(t *testing.T) {
 	as, addr, ca := tlsPlanner(t, 0, 0)
 	admin, viewer := as("admin", "alice"), as("viewer", "bob")
-	if out, errOut, code := admin("host", "list"); code != 0 {
+	if out, errOut, code := admin.Run("host", "list"); code != 0 {
 		t.Fatalf("host list as admin: exit %d, %s%s", code, out, errOut)
 	}
 	for _, tc := range []struct {
@@ -30,7 +30,7 @@ func TestTLSRefusalsSayWhy(t *testing.T) {
 			return runCLI(t, "", "host", "list", "--planner", "http://"+addr)
 		}, exitUnknown, "400 Bad Request"},
 		{"a viewer's change", func() (string, string, int) {
-			return viewer("deploy", "web", "--cpu", "0.1", "--memory", "64MiB", "--image", "busybox")
+			return viewer.Run("deploy", "web", "--cpu", "0.1", "--memory", "64MiB", "--image", "busybox")
 		}, exitUnmet, "permission denied: identity viewer:bob may not call Deploy (the certificate's role does not allow it: an admin certificate does"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -12,35 +11,6 @@ import (
 )
 
 const fixtures = "../../numa/testdata"
-
-// runCLI runs the pinfold command line in-process.
-func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
-	t.Helper()
-	var o, e bytes.Buffer
-	code = run(args, strings.NewReader(stdin), &o, &e)
-	return o.String(), e.String(), code
-}
-
-// runAt runs the CLI against the planner at addr (--planner addr added).
-func runAt(t *testing.T, addr string) func(args ...string) (stdout, stderr string, code int) {
-	return func(args ...string) (string, string, int) {
-		t.Helper()
-		return runCLI(t, "", append(args, "--planner", addr)...)
-	}
-}
-
-// mustCLI runs the CLI against the planner at addr (--planner addr added)
-// and fails t when a command exits non-zero; it returns stdout.
-func mustCLI(t *testing.T, addr string) func(args ...string) string {
-	return func(args ...string) string {
-		t.Helper()
-		out, errOut, code := runCLI(t, "", append(args, "--planner", addr)...)
-		if code != 0 {
-			t.Fatalf("pinfold %v: exit %d: %s%s", args, code, out, errOut)
-		}
-		return out
-	}
-}
 
 // topologyFile writes `pinfold topology -o json` of the sysfs fixture
 // named fixture to a file and returns its path, for host add.

@@ -33,14 +33,12 @@ func TestUILiveCPUMap(t *testing.T) {
 		t.Fatalf("ui tier: no Chromium at %s (hack/test.sh installs Debian's chromium; or set PINFOLD_CHROMIUM): %v", chrome, err)
 	}
 	addr := startPlanner(t)
-	pl := []string{"--planner", addr}
+	pf := newCLI(t, addr)
 	for _, args := range [][]string{
 		{"host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json", "--memory-share", "1"},
 		{"host", "add", "h2", "--topology", "../../numa/testdata/want/dual-xeon-gold-6230.json", "--reserved-cpus", "0,40"},
 	} {
-		if _, errOut, code := runCLI(t, "", append(args, pl...)...); code != 0 {
-			t.Fatalf("pinfold %v: %s", args, errOut)
-		}
+		pf.Must(args...)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
@@ -65,7 +63,7 @@ func TestUILiveCPUMap(t *testing.T) {
 	if bands, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(".band").length`)); err != nil || bands != 0 {
 		t.Fatalf("bands before any deploy = %d, %v", bands, err)
 	}
-	out, errOut, code := runCLI(t, "", append([]string{"deploy", "web", "--count", "2", "--cpu", "1.5", "--bind", "--memory", "1GiB", "--image", "busybox", "-o", "json"}, pl...)...)
+	out, errOut, code := pf.Run("deploy", "web", "--count", "2", "--cpu", "1.5", "--bind", "--memory", "1GiB", "--image", "busybox", "-o", "json")
 	if code != 0 {
 		t.Fatalf("deploy: %s", errOut)
 	}
