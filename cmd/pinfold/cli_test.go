@@ -2,13 +2,16 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
 
 // The CLI tests' one set of helpers: runCLI runs the command line
 // in-process; a cli runs it against one planner. Tests use these rather
-// than closures of their own.
+// than closures of their own (TestNoPastedCLIHelpers keeps it so).
 
 // runCLI runs the pinfold command line in-process with stdin as its
 // standard input.
@@ -85,4 +88,27 @@ func (c *cli) MustCombined(args ...string) string {
 		c.t.Fatalf("pinfold %v: exit %d: %s", args, code, out)
 	}
 	return out
+}
+
+// TestNoPastedCLIHelpers: no CLI test defines run or must closures, or
+// another closure of a command's args (a runner as the TLS tests had),
+// of its own again (issue 37 item 7: a dozen pasted copies, each a
+// little different); they use runCLI and cli above.
+func TestNoPastedCLIHelpers(t *testing.T) {
+	files, err := filepath.Glob("*_test.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("glob *_test.go: %v, %d files", err, len(files))
+	}
+	pasted := regexp.MustCompile(`\b(run|must)\s*:?=\s*func\(|:?=\s*func\((\w+ [\w.]+, )?args \.\.\.string\)`)
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			if pasted.MatchString(line) {
+				t.Errorf("%s:%d: %s\nuse runCLI or a cli (cli_test.go) instead of a closure of its own", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
 }
