@@ -1,20 +1,26 @@
 package shareplant
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // recompute sets every runnable thread's rate: its share of its CPU down
-// the group hierarchy, each group's entity on a CPU weighing
-// weight × (its load on that CPU / its load on all CPUs).
+// the group hierarchy, each group's entity on a CPU weighing what
+// calc_group_shares gives it: weight × local / (the group's average load
+// on the other CPUs + local), local being the group's load on that CPU,
+// the larger of now's and the average (runAvg).
 func (p *Plant) recompute() {
 	if !p.dirty {
 		return
 	}
 	ng, nc := len(p.groups), p.ncpu
 	if len(p.load) != ng*nc {
-		p.load, p.ew = make([]float64, ng*nc), make([]float64, ng*nc)
+		p.load, p.ew, p.avg = make([]float64, ng*nc), make([]float64, ng*nc), make([]float64, ng*nc)
 	}
 	clear(p.load)
 	clear(p.ew)
+	clear(p.avg)
 	p.throttles()
 	blocked := p.blk
 	for _, t := range p.threads {
@@ -22,22 +28,24 @@ func (p *Plant) recompute() {
 		if !t.sleeping && !blocked[t.g] {
 			p.load[int(t.g)*nc+t.cpu] += taskWeight
 		}
+		p.avg[int(t.g)*nc+t.cpu] += taskWeight * p.runAvg(t)
 	}
 	for _, g := range p.order { // children before parents
-
 		tot := 0.0
 		for c := range nc {
-			tot += p.load[g*nc+c]
-		}
-		if tot == 0 {
-			continue
+			tot += p.avg[g*nc+c]
 		}
 		gr := p.groups[g]
 		for c := range nc {
-			if l := p.load[g*nc+c]; l > 0 {
-				w := max(gr.weight*l/tot, minShare)
-				p.ew[g*nc+c] = w
-				p.load[int(gr.parent)*nc+c] += w
+			i, j := g*nc+c, int(gr.parent)*nc+c
+			if l := p.load[i]; l > 0 {
+				local := max(l, p.avg[i])
+				w := max(gr.weight*local/(tot-p.avg[i]+local), minShare)
+				p.ew[i] = w
+				p.load[j] += w
+			}
+			if a := p.avg[i]; a > 0 { // the entity's average load in its parent
+				p.avg[j] += gr.weight * a / tot
 			}
 		}
 	}
@@ -58,6 +66,42 @@ func (p *Plant) recompute() {
 		t.rate = r
 	}
 	p.dirty = false
+}
+
+// runTarget is what t's runnable average tends to now: 1 while it is
+// runnable (running or waiting), 0 asleep.
+func (t *thread) runTarget() float64 {
+	if t.sleeping {
+		return 0
+	}
+	return 1
+}
+
+// runAvg is thread t's runnable average, the PELT signal its load counts
+// with (load_avg = weight × runnable average, kernel/sched/pelt.c).
+func (p *Plant) runAvg(t *thread) float64 {
+	if p.instantLoads {
+		if t.sleeping || p.blk[t.g] {
+			return 0
+		}
+		return 1
+	}
+	return t.ravg
+}
+
+// averaging reports whether some thread's average still moves (so the
+// group weights do too): not when every one sits at its target, as busy
+// threads do.
+func (p *Plant) averaging() bool {
+	if p.instantLoads {
+		return false
+	}
+	for _, t := range p.threads {
+		if !p.blk[t.g] && math.Abs(t.ravg-t.runTarget()) > 1e-3 {
+			return true
+		}
+	}
+	return false
 }
 
 // pull lets every idle CPU pull a queued thread (from a queue with two or
@@ -149,9 +193,14 @@ func (p *Plant) Advance(d time.Duration) {
 				next = min(next, p.now+t.work/t.rate)
 			}
 		}
+		tick := false
+		if p.now+peltPeriod < next && p.averaging() {
+			next, tick = p.now+peltPeriod, true
+		}
 		dt := max(next-p.now, 0)
 		p.accumulate(dt, grate)
 		p.now = next
+		p.dirty = p.dirty || tick
 		if p.now >= end-eps {
 			p.now = end
 			p.events() // what is due at the end is done before the driver acts
@@ -217,7 +266,12 @@ func (p *Plant) accumulate(dt float64, grate []float64) {
 			gr.runtime -= grate[g] * dt
 		}
 	}
+	y := math.Exp2(-dt / peltHalfLife)
 	for _, t := range p.threads {
+		if !p.blk[t.g] { // a throttled hierarchy's averages stand still
+			b := t.runTarget()
+			t.ravg = b + (t.ravg-b)*y
+		}
 		if !t.sleeping {
 			t.used += t.rate * dt
 		}

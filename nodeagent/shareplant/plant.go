@@ -14,6 +14,19 @@
 //     group's cpu.weight times the fraction of the group's load on that CPU
 //     (calc_group_shares), hierarchically; within a CPU the time is shared
 //     fluidly (generalised processor sharing), so a slice is not modelled;
+//   - PELT load averages in those fractions: a thread's load is its weight
+//     times its runnable average (running or waiting counts 1, asleep 0),
+//     which halves its distance to where it is heading every 32 ms and is
+//     brought up to date every 1024 µs; a sleeping thread's load stays on
+//     the CPU it last ran on (blocked load) and goes with it when it wakes
+//     elsewhere; a throttled group's averages stand still. A group's
+//     weight on a CPU is then weight × local / (its average load on the
+//     other CPUs + local), local being the larger of its load there now
+//     and its average there (calc_group_shares: max(load.weight,
+//     load_avg); tg->load_avg). So a group whose threads on one CPU have
+//     just gone to sleep does not at once get its whole weight on another
+//     (kernel/sched/pelt.c, kernel/sched/fair.c: calc_group_shares,
+//     update_load_avg);
 //   - cpu.max bandwidth over the whole group: a quota per period, the
 //     group's threads stop on every CPU when it is spent (the throttle
 //     gap) until the next period refills it;
@@ -40,12 +53,14 @@
 //     unparks another (it wakes as from sleep), as a pool hands work from
 //     one of its threads to another (Park, Unpark).
 //
-// It does not model: PELT averaging (loads are instantaneous), periodic
-// load balancing between busy CPUs, wake-affine or cache effects, SMT,
-// NUMA, nice values, cpu.max.burst, cpu.idle, real-time classes, or the
+// It does not model: PELT in the balancer and at placement (the root
+// loads there are instantaneous), periodic load balancing between busy
+// CPUs, wake-affine or cache effects, SMT, NUMA, nice values,
+// cpu.max.burst, cpu.idle, real-time classes, EEVDF's slices, or the
 // per-CPU 5 ms bandwidth slices (throttling is exact). Time advances from
 // event to event (a refill, a group spending its quota, a thread sleeping
-// or waking): between events every rate is constant.
+// or waking, and every 1024 µs while some runnable average still moves):
+// between events every rate is constant.
 //
 // It is pure: no I/O, no clock; all randomness comes from the *rand.Rand
 // passed to New.
@@ -90,6 +105,11 @@ const (
 	minShare   = 0.2   // MIN_SHARES (2 of 1024) in cpu.weight units
 	tieBand    = 1.25  // loads within this factor of the least count as tied at placement
 	eps        = 1e-6  // µs
+	// PELT: a runnable average halves its distance to its target every
+	// 32 ms (y^32 = 1/2, LOAD_AVG_PERIOD) and is brought up to date about
+	// every 1 ms (1024 µs periods, and every tick); in µs.
+	peltHalfLife = 32000.0
+	peltPeriod   = 1024.0
 )
 
 type group struct {
@@ -118,6 +138,7 @@ type thread struct {
 	wake     float64 // µs
 	used     float64 // µs of CPU used so far
 	rate     float64 // scratch: CPU per µs now
+	ravg     float64 // PELT runnable average, 0..1 (1 at start)
 }
 
 // Plant is the modelled host. Not safe for concurrent use.
@@ -132,11 +153,14 @@ type Plant struct {
 	blk     []bool   // group or an ancestor throttled
 	order   []int    // groups, deeper first
 	// scratch, per group×CPU
-	load, ew, rate []float64
-	n              []int
-	stuck          []bool
-	grate          []float64
-	dirty          bool
+	load, ew, avg, rate []float64
+	n                   []int
+	stuck               []bool
+	grate               []float64
+	dirty               bool
+	// instantLoads weighs groups by their runnable threads now, sleeping
+	// ones not counted (the model before PELT): a control for the tests.
+	instantLoads bool
 }
 
 // New returns a host of cpus CPUs (0..cpus-1) with only the root group.
@@ -258,7 +282,7 @@ func (p *Plant) Spawn(g GroupID, d Duty) (ThreadID, error) {
 	if d.Run < 0 || d.Sleep < 0 || (d.Sleep > 0 && d.Run <= 0) {
 		return 0, fmt.Errorf("shareplant: spawn: duty %v run / %v sleep: want both zero (busy) or both positive", d.Run, d.Sleep)
 	}
-	t := &thread{g: g, run: float64(d.Run.Microseconds()), sleep: float64(d.Sleep.Microseconds())}
+	t := &thread{ravg: 1, g: g, run: float64(d.Run.Microseconds()), sleep: float64(d.Sleep.Microseconds())}
 	if d.Sleep == 0 {
 		t.run = 0
 	}

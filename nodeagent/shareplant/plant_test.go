@@ -417,3 +417,54 @@ func TestPlantThreadCPU(t *testing.T) {
 		t.Errorf("group used %s of 2 CPUs over 2 s, want 4s", u)
 	}
 }
+
+// TestPlantBlockedLoad: a group's threads that go to sleep on one CPU
+// keep weighing the group there while their PELT average decays (half
+// every 32 ms), so its weight on another CPU grows back gradually, not at
+// once. Group a has a busy thread on CPU 0 and one on CPU 1, b a busy
+// thread on CPU 0 (weights 100 each): a's entity on CPU 0 weighs 50, its
+// thread there gets 1/3 of CPU 0. When a's thread on CPU 1 parks, a's
+// weight on CPU 0 is 100 / (1 + 2^(-t/32 ms)), its thread's share
+// 1 / (2 + 2^(-t/32 ms)): 0.369 over the first 32 ms, 1/2 in the end.
+// Control: with instantaneous loads (the model before PELT) the share is
+// 1/2 from the moment the thread parks.
+func TestPlantBlockedLoad(t *testing.T) {
+	for _, instant := range []bool{false, true} {
+		p := plant(t, 2)
+		p.instantLoads = instant
+		a, err := p.NewGroup(Root, "a")
+		check(t, err)
+		b, err := p.NewGroup(Root, "b")
+		check(t, err)
+		check(t, p.SetCPUs(b, cpuset.MustParseCPUs("0")))
+		x, err := p.Spawn(a, Busy)
+		check(t, err)
+		check(t, p.SetAffinity(x, cpuset.MustParseCPUs("0")))
+		y, err := p.Spawn(a, Busy)
+		check(t, err)
+		check(t, p.SetAffinity(y, cpuset.MustParseCPUs("1")))
+		_, err = p.Spawn(b, Busy)
+		check(t, err)
+		share := func(d time.Duration) float64 {
+			x0, err := p.Thread(x)
+			check(t, err)
+			p.Advance(d)
+			x1, _ := p.Thread(x)
+			return float64(x1.CPU-x0.CPU) / float64(d)
+		}
+		p.Advance(time.Second)
+		before := share(100 * time.Millisecond)
+		check(t, p.Park(y))
+		first := share(32 * time.Millisecond)
+		p.Advance(time.Second)
+		after := share(100 * time.Millisecond)
+		wantFirst := 0.369
+		if instant {
+			wantFirst = 0.5
+		}
+		if !near(before, 1.0/3) || math.Abs(first-wantFirst) > 0.005 || !near(after, 0.5) {
+			t.Errorf("instantaneous loads %v: a's thread on CPU 0 got %.3f before the park, %.3f over the 32 ms after it, %.3f a second later; want 0.333, %.3f, 0.500",
+				instant, before, first, after, wantFirst)
+		}
+	}
+}
