@@ -196,9 +196,7 @@ func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.Capaci
 	if err != nil {
 		return nil, err
 	}
-	caps, err := s.reads.Capacity(service.DeployRequest{Service: m.Service, UseBuffer: m.UseBuffer, Deploy: model.Deploy{
-		Size: model.Size{Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes}, MaxPerHost: int(m.MaxPerHost),
-		Rules: model.Rules{Constraint: m.Constraint, Affinity: model.Affinity{Hard: m.AffinityHard}, AntiAffinity: model.Affinity{Hard: m.AntiAffinityHard}}}})
+	caps, err := s.reads.Capacity(service.DeployRequest{Service: m.Service, UseBuffer: m.UseBuffer, Deploy: model.Deploy{Size: model.Size{Pieces: p, Bind: m.Bind, WholeCores: m.WholeCores, Memory: m.MemoryBytes}, Rules: model.Rules{Constraint: m.Constraint, Affinity: model.Affinity{Hard: m.AffinityHard}, AntiAffinity: model.Affinity{Hard: m.AntiAffinityHard}}, Scheduling: model.Scheduling{MaxPerHost: int(m.MaxPerHost)}}})
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -1,5 +1,7 @@
 package model
 
+import "fmt"
+
 // The deploy vocabulary: one shape for a service as wanted, used by the
 // stored service record (state.Service), the planner's requests
 // (service.DeployRequest), the plan file, the services file and the
@@ -51,14 +53,47 @@ type Size struct {
 	MemorySoft int64 `json:"memory_soft_bytes"`
 }
 
+// Scheduling is how the planner schedules a service's instances: the
+// spread strategy and the most on one host. Each field is one key, its
+// json tag, in every form a deploy is written: the stored record, the
+// plan file's request and the services file (max_per_host), and a
+// compose file's x-pinfold-KEY (x-pinfold-max-per-host); the services
+// file's diff compares the fields one by one. A new scheduling option
+// added here reaches all of those with no code of theirs: only the CLI
+// flag, the wire and what interprets it are written for it.
+type Scheduling struct {
+	// Strategy is alloc's auto, each, fill, global or drained ("" is
+	// auto).
+	Strategy string `json:"strategy" zero:"auto"`
+	// MaxPerHost caps the service's instances on one host (0: no cap).
+	MaxPerHost int `json:"max_per_host" zero:"no cap"`
+}
+
+// MaxMaxPerHost is the largest max per host the wire carries.
+const MaxMaxPerHost = 1<<31 - 1
+
+// Validate checks s's values, naming the key (a *FieldError); the
+// strategy's name is alloc's to check (alloc.ParseStrategy).
+func (s Scheduling) Validate() error {
+	if s.MaxPerHost < 0 || s.MaxPerHost > MaxMaxPerHost {
+		return &FieldError{Key: "max_per_host", Value: fmt.Sprint(s.MaxPerHost), Why: "want 0 (no cap) or more"}
+	}
+	return nil
+}
+
+// FieldError is a value a deploy's field refused: Key is the field's key
+// as the stored record and the files spell it (max_per_host), Value the
+// value as written. A reader of a file puts its path before Key.
+type FieldError struct{ Key, Value, Why string }
+
+func (e *FieldError) Error() string { return e.Key + " = " + e.Value + ": " + e.Why }
+
 // Deploy is a service as wanted: what its instances run (Spec), their
-// size, how they are spread (Strategy: alloc's auto, each, fill, global,
-// drained; "" is auto), at most MaxPerHost on a host (0: no cap), and the
-// placement rules. It is the stored record's body, flat in the document.
+// size, how they are scheduled, and the placement rules. It is the
+// stored record's body, flat in the document.
 type Deploy struct {
 	Spec
 	Size
-	Strategy   string `json:"strategy"`
-	MaxPerHost int    `json:"max_per_host"`
-	Rules      Rules  `json:"rules,omitzero"`
+	Scheduling
+	Rules Rules `json:"rules,omitzero"`
 }

@@ -2,6 +2,7 @@ package planfile
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -342,8 +343,15 @@ func (fr *Request) build(p alloc.Params) (*placement.Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := model.Deploy{Size: model.Size{Pieces: pieces, Bind: bind, WholeCores: fr.WholeCores, Memory: fr.MemoryBytes},
-		Strategy: string(st), MaxPerHost: fr.MaxPerHost, Rules: fr.Rules}
+	if err := fr.Scheduling.Validate(); err != nil {
+		var fe *model.FieldError
+		if errors.As(err, &fe) {
+			return nil, invalid("request."+fe.Key, raw(fe.Value), "%s", fe.Why)
+		}
+		return nil, err
+	}
+	d := model.Deploy{Size: model.Size{Pieces: pieces, Bind: bind, WholeCores: fr.WholeCores, Memory: fr.MemoryBytes}, Scheduling: fr.Scheduling, Rules: fr.Rules}
+	d.Strategy = string(st)
 	pr := placement.NewRequest(fr.Service, fr.Count, d)
 	pr.UseBuffer = fr.UseBuffer
 	if err := alloc.ValidateRequest(p, pr.Request); err != nil {

@@ -82,8 +82,9 @@ type Request struct {
 	CPU         *CPUAmount `json:"cpu"`
 	Bind        *bool      `json:"bind"`
 	MemoryBytes int64      `json:"memory_bytes"`
-	Strategy    string     `json:"strategy"`
-	MaxPerHost  int        `json:"max_per_host"`
+	// How the instances are scheduled, with the stored record's keys
+	// (strategy, max_per_host, …).
+	model.Scheduling
 	// The placement rules, with the stored record's keys (constraint,
 	// affinity, anti_affinity, placement_policy, hosts_order,
 	// domain_spread).

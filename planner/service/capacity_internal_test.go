@@ -59,7 +59,7 @@ func TestCapacityEqualsDeploy(t *testing.T) {
 				background = append(background, name)
 			}
 		}
-		req := DeployRequest{Service: fmt.Sprintf("probe%d", seed), UseBuffer: rng.IntN(3) == 0, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, MaxPerHost: rng.IntN(3), Size: model.Size{Pieces: []int{50, 100, 150, 250, 370}[rng.IntN(5)], Bind: rng.IntN(4) > 0, Memory: []int64{256 << 20, 1 << 30, 3 << 30}[rng.IntN(3)]}}}
+		req := DeployRequest{Service: fmt.Sprintf("probe%d", seed), UseBuffer: rng.IntN(3) == 0, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: []int{50, 100, 150, 250, 370}[rng.IntN(5)], Bind: rng.IntN(4) > 0, Memory: []int64{256 << 20, 1 << 30, 3 << 30}[rng.IntN(3)]}, Scheduling: model.Scheduling{MaxPerHost: rng.IntN(3)}}}
 		if rng.IntN(5) == 0 { // whole physical cores (the Laptop fixture: 2 threads a core)
 			req.WholeCores, req.Bind, req.Pieces = true, true, []int{100, 200, 400}[rng.IntN(3)]
 		}
@@ -132,8 +132,8 @@ func planOffline(f healFixture, r DeployRequest, count int) (int, error) {
 	file := planfile.Export(f.params, f.st.PlacementSettings(), f.st.SchedulablePlacement().Hosts)
 	cpu := planfile.CPUAmount(float64(r.Pieces) / 100)
 	bind := r.Bind
-	file.Request = &planfile.Request{Service: r.Service, Count: count, CPU: &cpu, Bind: &bind, MemoryBytes: r.Memory, Strategy: "auto",
-		MaxPerHost: r.MaxPerHost, Rules: model.Rules{Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity},
+	file.Request = &planfile.Request{Service: r.Service, Count: count, CPU: &cpu, Bind: &bind, MemoryBytes: r.Memory, Scheduling: model.Scheduling{Strategy: "auto", MaxPerHost: r.MaxPerHost},
+		Rules:     model.Rules{Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity},
 		UseBuffer: r.UseBuffer, WholeCores: r.WholeCores}
 	b, err := json.Marshal(file)
 	if err != nil {
@@ -245,7 +245,7 @@ func TestPiecesPerCPUProperty(t *testing.T) {
 				t.Errorf("share base %d, %d pieces per CPU: capacity %d for 1 CPU, want %d", sb, ppc, got, want)
 			}
 			if want > 0 {
-				if _, err := s.Deploy(t.Context(), DeployRequest{Service: "p" + name, Count: want, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, MaxPerHost: want, Rules: model.Rules{Constraint: `HostName == "` + name + `"`}, Size: model.Size{Pieces: sb, Bind: true, Memory: 8 << 20}}}); err != nil {
+				if _, err := s.Deploy(t.Context(), DeployRequest{Service: "p" + name, Count: want, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Rules: model.Rules{Constraint: `HostName == "` + name + `"`}, Size: model.Size{Pieces: sb, Bind: true, Memory: 8 << 20}, Scheduling: model.Scheduling{MaxPerHost: want}}}); err != nil {
 					t.Errorf("share base %d, %d pieces per CPU: deploy of the capacity %d: %v", sb, ppc, want, err)
 				}
 			}

@@ -33,7 +33,7 @@ func TestEveryStrategyThroughEveryMove(t *testing.T) {
 			// The repro: two hosts, count 2 (each and fill: 2 on
 			// every host), then drain a.
 			f := newHealFixture(t, "a", "b")
-			res, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "f", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Strategy: string(st), Size: model.Size{Pieces: 100, Bind: true, Memory: 64 << 20}}})
+			res, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "f", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: 64 << 20}, Scheduling: model.Scheduling{Strategy: string(st)}}})
 			if err != nil {
 				t.Fatal(err)
 			}

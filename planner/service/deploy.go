@@ -342,8 +342,7 @@ func newID(service string) string {
 func (s *Service) Capacity(r DeployRequest) (map[string]placement.HostRoom, error) {
 	// The hard rules and max per host decide a host's room; a policy,
 	// hosts order or domain spread only orders or spreads what fits.
-	d := model.Deploy{Size: r.Size, Strategy: string(alloc.Auto), MaxPerHost: r.MaxPerHost,
-		Rules: model.Rules{Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity}}
+	d := model.Deploy{Size: r.Size, Rules: model.Rules{Constraint: r.Rules.Constraint, Affinity: r.Rules.Affinity, AntiAffinity: r.Rules.AntiAffinity}, Scheduling: model.Scheduling{Strategy: string(alloc.Auto), MaxPerHost: r.MaxPerHost}}
 	req := placement.NewRequest(r.Service, 1, d)
 	req.UseBuffer = r.UseBuffer
 	if req.Service == "" {

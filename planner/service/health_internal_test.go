@@ -27,7 +27,7 @@ func TestHealthFlagsOversoldCPUs(t *testing.T) {
 	// Full hosts: every laptop CPU held whole (16 instances, at most 8 a
 	// host), then the Xeon's CPUs on both NUMA nodes (60 of its 80 CPUs,
 	// the laptops disabled meanwhile).
-	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "web", Count: 16, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, MaxPerHost: 8, Size: model.Size{Pieces: 100, Bind: true, Memory: gib / 2}}}); err != nil {
+	if _, err := f.Deploy(f.ctx, DeployRequest{Service: "web", Count: 16, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: gib / 2}, Scheduling: model.Scheduling{MaxPerHost: 8}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.RegisterHost(f.ctx, RegisterHostRequest{Name: "x", Topology: topologytest.DualXeonGold6230().Topology(),

@@ -287,7 +287,7 @@ func TestHostRulesAndBadInput(t *testing.T) {
 		{Service: "", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}},
 		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: -1, Bind: true, Memory: GiB}}},
 		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: 0}}},
-		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Strategy: "best", Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}}},
+		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}, Scheduling: model.Scheduling{Strategy: "best"}}},
 		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB, MemorySoft: 2 * GiB}}},
 	} {
 		if _, err := s.Deploy(ctx, r); service.CodeOf(err) != service.Invalid {

@@ -145,7 +145,7 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 	}
 	var ignored, notes []string
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if !slices.Contains(composeMapped, k) {
+		if !slices.Contains(composeMapped, k) && !strings.HasPrefix(k, "x-pinfold-") {
 			ignored = append(ignored, k)
 		}
 	}
@@ -244,6 +244,11 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 	if want.Ports, err = filePorts(path, ports, want.Network); err != nil {
 		return Service{}, nil, err
 	}
+	named := map[string]string{"cpu": cpuKey, "memory": memKey, "memory_soft": softKey, "health": path + ".healthcheck", "env": path + ".environment",
+		"count": path + ".deploy.replicas", "network": path + ".network_mode", "pull": path + ".pull_policy"}
+	if err := decodeComposeScheduling(path, keys, &want.Scheduling, named); err != nil {
+		return Service{}, nil, err
+	}
 	d := pinfoldv1.NewDeployRequest(name, count, want, cpuText)
 	if err := checkWant(path, d, pull); err != nil {
 		return Service{}, nil, err
@@ -251,8 +256,6 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 	if len(ignored) > 0 {
 		notes = append(notes, fmt.Sprintf("compose: %s: ignored keys: %s", name, strings.Join(ignored, ", ")))
 	}
-	named := map[string]string{"cpu": cpuKey, "memory": memKey, "memory_soft": softKey, "health": path + ".healthcheck", "env": path + ".environment",
-		"count": path + ".deploy.replicas", "network": path + ".network_mode", "pull": path + ".pull_policy"}
 	return Service{Deploy: d, Pull: pull, Keys: named}, notes, nil
 }
 

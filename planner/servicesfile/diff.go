@@ -150,8 +150,7 @@ func diffService(w Service, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Insta
 			blocked = append(blocked, fmt.Sprintf("%s %s → %s", field, orNone(from), orNone(to)))
 		}
 	}
-	differs("strategy", orDefault(rec.Strategy, "auto"), orDefault(want.Strategy, "auto"))
-	differs("max_per_host", strconv.Itoa(int(rec.MaxPerHost)), strconv.Itoa(int(want.MaxPerHost)))
+	blocked = append(blocked, schedulingChanges(rec.Model(0).Scheduling, want.Model(0).Scheduling)...)
 	differs("constraint", rec.Constraint, want.Constraint)
 	differs("affinity", strings.Join(rec.AffinityHard, ","), strings.Join(want.AffinityHard, ","))
 	differs("soft_affinity", strings.Join(rec.AffinitySoft, ","), strings.Join(want.AffinitySoft, ","))

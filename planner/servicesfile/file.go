@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"reflect"
 	"slices"
 	"strconv"
@@ -77,8 +76,9 @@ type fileService struct {
 	MemorySoft *flexString  `json:"memory_soft"`
 	Count      *int64       `json:"count"`
 
-	Strategy         string   `json:"strategy"`
-	MaxPerHost       int64    `json:"max_per_host"`
+	// How the instances are scheduled: strategy, max_per_host, … (the
+	// stored record's keys).
+	model.Scheduling
 	Constraint       string   `json:"constraint"`
 	Affinity         []string `json:"affinity"`
 	SoftAffinity     []string `json:"soft_affinity"`
@@ -139,8 +139,8 @@ func unknownKey(path string, raw json.RawMessage, t reflect.Type) error {
 		return nil // not a map: the decoder says what is wanted
 	}
 	fields := map[string]reflect.Type{}
-	for f := range t.Fields() {
-		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+	for _, f := range reflect.VisibleFields(t) {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" && !f.Anonymous {
 			fields[name] = f.Type
 		}
 	}
@@ -235,11 +235,9 @@ func decodeFileService(name string, raw json.RawMessage) (Service, error) {
 	// The deploy as wanted (model.Deploy), converted to the wire once at
 	// the end; the CPU amount stays text until the planner's share base
 	// is known.
-	want := model.Deploy{Spec: model.Spec{Image: f.Image, Network: f.Network, Pull: f.Pull},
-		Size: model.Size{Bind: f.Bind, WholeCores: f.WholeCores}, Strategy: f.Strategy,
-		Rules: model.Rules{Constraint: f.Constraint, Affinity: model.Affinity{Hard: f.Affinity, Soft: f.SoftAffinity},
-			AntiAffinity: model.Affinity{Hard: f.AntiAffinity, Soft: f.SoftAntiAffinity}, Policy: f.PlacementPolicy,
-			HostsOrder: f.HostsOrder, DomainSpread: f.DomainSpread}}
+	want := model.Deploy{Spec: model.Spec{Image: f.Image, Network: f.Network, Pull: f.Pull}, Size: model.Size{Bind: f.Bind, WholeCores: f.WholeCores}, Rules: model.Rules{Constraint: f.Constraint, Affinity: model.Affinity{Hard: f.Affinity, Soft: f.SoftAffinity},
+		AntiAffinity: model.Affinity{Hard: f.AntiAffinity, Soft: f.SoftAntiAffinity}, Policy: f.PlacementPolicy,
+		HostsOrder: f.HostsOrder, DomainSpread: f.DomainSpread}, Scheduling: f.Scheduling}
 	if f.Command != nil {
 		want.Command = *f.Command
 	}
@@ -273,10 +271,9 @@ func decodeFileService(name string, raw json.RawMessage) (Service, error) {
 	if f.Count == nil || *f.Count < 0 || *f.Count > model.MaxDeployCount {
 		return Service{}, fmt.Errorf("%s.count: %d: want 0 to %d", path, *f.Count, model.MaxDeployCount)
 	}
-	if f.MaxPerHost < 0 || f.MaxPerHost > math.MaxInt32 {
-		return Service{}, fmt.Errorf("%s.max_per_host: %d: want 0 (no cap) or more", path, f.MaxPerHost)
+	if err := f.Scheduling.Validate(); err != nil {
+		return Service{}, pathError(path, err)
 	}
-	want.MaxPerHost = int(f.MaxPerHost)
 	want.Container = model.Container{Volumes: f.Volumes, Restart: f.Restart, Labels: f.Labels, User: f.User, Workdir: f.Workdir, ReadOnly: f.ReadOnly,
 		CapAdd: f.CapAdd, CapDrop: f.CapDrop, LogDriver: f.LogDriver, LogOpts: f.LogOpts}
 	if err := want.Container.Validate(); err != nil {
@@ -390,6 +387,16 @@ func (h *fileHealth) check(path string) (*model.HealthCheck, error) {
 	return m, nil
 }
 
+// pathError is a model value's refusal (a *model.FieldError) named by
+// its key under path: services.web.max_per_host: -1: why.
+func pathError(path string, err error) error {
+	var fe *model.FieldError
+	if errors.As(err, &fe) {
+		return fmt.Errorf("%s.%s: %s: %s", path, fe.Key, fe.Value, fe.Why)
+	}
+	return fmt.Errorf("%s: %v", path, err)
+}
+
 // fieldError turns a JSON decoding error of the service at path into one
 // naming the key.
 func fieldError(path string, err error) error {
@@ -408,7 +415,7 @@ func fieldError(path string, err error) error {
 		if te.Value == "array" || te.Value == "object" {
 			article = "an"
 		}
-		return fmt.Errorf("%s.%s: %s %s where %s is wanted%s", path, te.Field, article, te.Value, want, hint)
+		return fmt.Errorf("%s.%s: %s %s where %s is wanted%s", path, jsonPath(te.Field), article, te.Value, want, hint)
 	}
 	msg := err.Error()
 	if k, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
@@ -423,9 +430,26 @@ func fieldError(path string, err error) error {
 		if _, f, ok := strings.Cut(field, "."); ok {
 			field = f
 		}
+		field = jsonPath(field)
 		return fmt.Errorf("%s.%s: %s", path, field, reason)
 	}
 	return fmt.Errorf("%s: %v", path, err)
+}
+
+// jsonPath is a decoder's field path as the file spells it: the Go names
+// of embedded structs (Scheduling.max_per_host) dropped.
+func jsonPath(field string) string {
+	parts := strings.Split(field, ".")
+	keep := parts[:0]
+	for _, p := range parts {
+		if p != "" && (p[0] < 'A' || p[0] > 'Z') {
+			keep = append(keep, p)
+		}
+	}
+	if len(keep) == 0 {
+		return field
+	}
+	return strings.Join(keep, ".")
 }
 
 func goTypeWord(kind string) string {

@@ -131,7 +131,7 @@ func (w *world) rules(self string) model.Rules {
 }
 
 func (w *world) deployRequest(name string) service.DeployRequest {
-	r := service.DeployRequest{Service: name, Count: 1 + w.rng.IntN(3), Deploy: model.Deploy{Spec: model.Spec{Image: "img:1"}, Strategy: string(pickOne(w, alloc.Strategies))}}
+	r := service.DeployRequest{Service: name, Count: 1 + w.rng.IntN(3), Deploy: model.Deploy{Spec: model.Spec{Image: "img:1"}, Scheduling: model.Scheduling{Strategy: string(pickOne(w, alloc.Strategies))}}}
 	if alloc.Strategy(r.Strategy) == alloc.Each || alloc.Strategy(r.Strategy) == alloc.Fill {
 		r.Count = 1 + w.rng.IntN(2)
 	}
@@ -487,7 +487,7 @@ func (w *world) opIdle() (op, bool) { return op{kind: "idle", what: "time passes
 // of a random request deploys, and one more does not; the probe is then
 // removed.
 func (w *world) opProbe() (op, bool) {
-	r := service.DeployRequest{Service: probe, Deploy: model.Deploy{Spec: model.Spec{Image: "img:probe"}, Strategy: string(alloc.Auto), Size: model.Size{Bind: w.rng.IntN(2) == 0}}}
+	r := service.DeployRequest{Service: probe, Deploy: model.Deploy{Spec: model.Spec{Image: "img:probe"}, Size: model.Size{Bind: w.rng.IntN(2) == 0}, Scheduling: model.Scheduling{Strategy: string(alloc.Auto)}}}
 	if r.Bind {
 		r.Pieces = pickOne(w, []int{50, 100, 200})
 		r.WholeCores = r.Pieces%100 == 0 && w.rng.IntN(4) == 0

@@ -60,7 +60,8 @@ func TestRoundTrip(t *testing.T) {
 }
 
 // TestDeployRoundTrip: a deploy as wanted (model.Deploy) survives the
-// wire both ways, through the deploy request and the service record,
+// wire both ways, through the deploy request and the service record
+// (NewServiceRecord, ServiceRecord.Model),
 // with every field of model.Deploy set (fill sets each; the guard below
 // fails when a field is added that fill leaves unset, so a new option
 // cannot miss its conversion unseen). Spec.Pull is not on the deploy
@@ -83,11 +84,8 @@ func TestDeployRoundTrip(t *testing.T) {
 		t.Errorf("NewDeployRequest then Model (-want +got):\n%s", diff)
 	}
 	rec := pinfoldv1.NewServiceRecord("web", d, "1.5", 3, 100)
-	back := (&pinfoldv1.DeployRequest{Image: rec.Image, Command: rec.Command, Env: rec.Env, Network: rec.Network, Health: rec.Health,
-		Container: rec.Container, Ports: rec.Ports, Bind: rec.Bind, WholeCores: rec.WholeCores, MemoryBytes: rec.MemoryBytes,
-		MemorySoftBytes: rec.MemorySoftBytes, Strategy: rec.Strategy, MaxPerHost: rec.MaxPerHost, Constraint: rec.Constraint,
-		AffinityHard: rec.AffinityHard, AffinitySoft: rec.AffinitySoft, AntiAffinityHard: rec.AntiAffinityHard, AntiAffinitySoft: rec.AntiAffinitySoft,
-		PlacementPolicy: rec.PlacementPolicy, HostsOrder: rec.HostsOrder, DomainSpread: rec.DomainSpread}).Model(d.Pieces)
+	back := rec.Model(d.Pieces)
+	back.Pull = ""
 	if diff := cmp.Diff(want, back); diff != "" || rec.Pull != model.PullAlways || rec.Count != 3 || rec.ShareBase != 100 {
 		t.Errorf("NewServiceRecord lost a field (-want +got):\n%s (pull %q count %d share base %d)", diff, rec.Pull, rec.Count, rec.ShareBase)
 	}
