@@ -47,6 +47,7 @@ func newDeployCmd() *cobra.Command {
 		memorySoft string
 		strategy   string
 		maxPerHost int32
+		priority   string
 		image      string
 		env        []string
 		network    string
@@ -163,7 +164,11 @@ anew; a move or heal gets them on the new host.`,
 			if err != nil {
 				return err
 			}
-			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image,
+			prio, err := model.ParsePriority(priority)
+			if err != nil {
+				return badInput("--priority %q: want system, production, batch, best-effort or an integer from %d to %d", priority, model.MinPriority, model.MaxPriority)
+			}
+			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image, Priority: int32(prio),
 				Command: args[1:], Env: env, Network: network, Count: count, Cpu: cpuS, Bind: bind, WholeCores: wholeCores, MemoryBytes: mem, MemorySoftBytes: soft,
 				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc, Container: cs, Ports: pinfoldv1.NewPorts(ports)}
 			if err := rules.apply(dreq); err != nil {
@@ -216,6 +221,7 @@ anew; a move or heal gets them on the new host.`,
 	f.StringVar(&memorySoft, "memory-soft", "", "soft memory limit (reservation), at most --memory")
 	f.StringVar(&strategy, "strategy", "auto", "auto, each, fill, global or drained")
 	f.Int32Var(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
+	f.StringVar(&priority, "priority", "production", "which services come first when room is short: system, production, batch, best-effort, or an integer (higher first; production is 0)")
 	f.StringVar(&image, "image", "", "container image the instances run (required), e.g. debian:12")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
 	f.StringVar(&network, "network", "", "Docker network mode: host, none, bridge or a network's name (default: the engine's)")

@@ -1,6 +1,10 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // The deploy vocabulary: one shape for a service as wanted, used by the
 // stored service record (state.Service), the planner's requests
@@ -67,6 +71,71 @@ type Scheduling struct {
 	Strategy string `json:"strategy" zero:"auto"`
 	// MaxPerHost caps the service's instances on one host (0: no cap).
 	MaxPerHost int `json:"max_per_host" zero:"no cap"`
+	// Priority orders services when room is short, higher first; 0 is
+	// the production class.
+	Priority Priority `json:"priority,omitempty" zero:"production"`
+}
+
+// Priority is a service's priority: an integer from MinPriority to
+// MaxPriority, written as a class's name where one has its value.
+type Priority int
+
+// The priority classes, highest first, and the range of a priority.
+const (
+	PrioritySystem     Priority = 1000
+	PriorityProduction Priority = 0
+	PriorityBatch      Priority = -500
+	PriorityBestEffort Priority = -1000
+
+	MinPriority Priority = -100000
+	MaxPriority Priority = 100000
+)
+
+// priorityClasses are the classes by name, highest first.
+var priorityClasses = []struct {
+	name string
+	p    Priority
+}{{"system", PrioritySystem}, {"production", PriorityProduction}, {"batch", PriorityBatch}, {"best-effort", PriorityBestEffort}}
+
+// ParsePriority reads a class's name (system, production, batch,
+// best-effort) or an integer from MinPriority to MaxPriority.
+func ParsePriority(s string) (Priority, error) {
+	t := strings.TrimSpace(s)
+	for _, c := range priorityClasses {
+		if t == c.name {
+			return c.p, nil
+		}
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || Priority(n) < MinPriority || Priority(n) > MaxPriority {
+		return 0, &FieldError{Key: "priority", Value: strconv.Quote(s),
+			Why: fmt.Sprintf("want system, production, batch, best-effort or an integer from %d to %d", MinPriority, MaxPriority)}
+	}
+	return Priority(n), nil
+}
+
+// String is p's class name, or its number.
+func (p Priority) String() string {
+	for _, c := range priorityClasses {
+		if p == c.p {
+			return c.name
+		}
+	}
+	return strconv.Itoa(int(p))
+}
+
+// UnmarshalJSON reads a class's name or a number.
+func (p *Priority) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if uq, err := strconv.Unquote(s); err == nil {
+		s = uq
+	}
+	v, err := ParsePriority(s)
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
 }
 
 // MaxMaxPerHost is the largest max per host the wire carries.
@@ -77,6 +146,9 @@ const MaxMaxPerHost = 1<<31 - 1
 func (s Scheduling) Validate() error {
 	if s.MaxPerHost < 0 || s.MaxPerHost > MaxMaxPerHost {
 		return &FieldError{Key: "max_per_host", Value: fmt.Sprint(s.MaxPerHost), Why: "want 0 (no cap) or more"}
+	}
+	if s.Priority < MinPriority || s.Priority > MaxPriority {
+		return &FieldError{Key: "priority", Value: fmt.Sprint(int(s.Priority)), Why: fmt.Sprintf("want %d to %d", MinPriority, MaxPriority)}
 	}
 	return nil
 }

@@ -105,6 +105,9 @@ type Request struct {
 	// UseBuffer lets the request use the hosts' buffered capacity (it
 	// replaces failed instances, or runs during an upgrade).
 	UseBuffer bool
+	// Priority is the service's (model.Scheduling.Priority): which comes
+	// first when room is short.
+	Priority model.Priority
 	// Ports are the ports each instance asks for (model.Spec.Ports): the
 	// Ports rule eliminates hosts that cannot give them, and each
 	// placement gets its host ports (Allocation.HostPorts).
@@ -125,7 +128,7 @@ func NewRequest(service string, count int, d model.Deploy) Request {
 	return Request{Request: alloc.Request{Service: service, Count: count, Pieces: d.Pieces, Bind: d.Bind, WholeCores: d.WholeCores,
 		MemoryBytes: d.Memory, Strategy: st, MaxPerHost: d.MaxPerHost},
 		Constraint: d.Rules.Constraint, Affinity: d.Rules.Affinity, AntiAffinity: d.Rules.AntiAffinity, Policy: Policy(d.Rules.Policy),
-		HostsOrder: d.Rules.HostsOrder, DomainSpread: Spread(d.Rules.DomainSpread), Ports: d.Ports}
+		HostsOrder: d.Rules.HostsOrder, DomainSpread: Spread(d.Rules.DomainSpread), Ports: d.Ports, Priority: d.Priority}
 }
 
 // Elimination is the hosts one rule removed.

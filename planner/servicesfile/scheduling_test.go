@@ -14,7 +14,7 @@ import (
 // path when its value is wrong. Guard: the table covers every field.
 func TestSchedulingKeys(t *testing.T) {
 	keys, _ := schedulingFields()
-	if len(keys) < 2 {
+	if len(keys) < 3 {
 		t.Fatalf("scheduling fields %v: the test checks too little", keys)
 	}
 	covered := map[string]bool{}
@@ -24,6 +24,7 @@ func TestSchedulingKeys(t *testing.T) {
 	}{
 		{"strategy", "fill", "fill", func(s model.Scheduling) bool { return s.Strategy == "fill" }},
 		{"max_per_host", "3", "3", func(s model.Scheduling) bool { return s.MaxPerHost == 3 }},
+		{"priority", "batch", "-200", func(s model.Scheduling) bool { return s.Priority == model.PriorityBatch || s.Priority == -200 }},
 	}
 	for _, tt := range tests {
 		covered[tt.key] = true
@@ -56,9 +57,12 @@ func TestSchedulingKeys(t *testing.T) {
 	for _, tt := range []struct{ name, file, want string }{
 		{"negative max_per_host", "services:\n  web: {image: a, memory: 64MiB, max_per_host: -1}\n", `services.web.max_per_host: -1: want 0 (no cap) or more`},
 		{"compose negative max", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-max-per-host: -1}\n", `services.web.x-pinfold-max-per-host: -1: want 0 (no cap) or more`},
+		{"unknown priority", "services:\n  web: {image: a, memory: 64MiB, priority: urgent}\n", `priority = "urgent": want system, production, batch, best-effort or an integer`},
+		{"compose unknown priority", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-priority: urgent}\n", `services.web.x-pinfold-priority: "urgent"`},
+		{"priority out of range", "services:\n  web: {image: a, memory: 64MiB, priority: 100001}\n", `priority = "100001"`},
 		{"max_per_host a word", "services:\n  web: {image: a, memory: 64MiB, max_per_host: many}\n", `services.web.max_per_host: a string where a whole number is wanted`},
-		{"unknown x-pinfold key", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-prio: 1}\n", `services.web: unknown key "x-pinfold-prio" (pinfold's compose keys: x-pinfold-max-per-host, x-pinfold-strategy)`},
-		{"known keys list it", "services:\n  web: {image: a, memory: 64MiB, max: 1}\n", `max_per_host`},
+		{"unknown x-pinfold key", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-prio: 1}\n", `services.web: unknown key "x-pinfold-prio" (pinfold's compose keys: x-pinfold-max-per-host, x-pinfold-priority, x-pinfold-strategy)`},
+		{"known keys list it", "services:\n  web: {image: a, memory: 64MiB, prio: 1}\n", `priority`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, _, err := Decode([]byte(tt.file))
@@ -82,6 +86,7 @@ func TestSchedulingChanges(t *testing.T) {
 		{"same", func(*pinfoldv1.DeployRequest) {}, ""},
 		{"strategy", func(d *pinfoldv1.DeployRequest) { d.Strategy = "drained" }, "strategy auto → drained"},
 		{"max per host", func(d *pinfoldv1.DeployRequest) { d.MaxPerHost = 2 }, "max_per_host no cap → 2"},
+		{"priority", func(d *pinfoldv1.DeployRequest) { d.Priority = int32(model.PriorityBatch) }, "priority production → batch"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d := &pinfoldv1.DeployRequest{Service: "web", Image: "img", Cpu: "1", MemoryBytes: 1 << 30, Count: 1}
