@@ -97,6 +97,9 @@ func CheckDeploy(p alloc.Params, r DeployRequest) error {
 	if err := validateRules(r.Rules); err != nil {
 		return err
 	}
+	if err := r.Scheduling.Validate(); err != nil {
+		return errf(Invalid, "%v", err)
+	}
 	if r.Count > MaxDeployCount {
 		return errf(Invalid, "count = %d: want at most %d per deploy (one transaction holds them all)", r.Count, MaxDeployCount)
 	}

@@ -289,6 +289,9 @@ func TestHostRulesAndBadInput(t *testing.T) {
 		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: 0}}},
 		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}, Scheduling: model.Scheduling{Strategy: "best"}}},
 		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB, MemorySoft: 2 * GiB}}},
+		// What a client sends past the CLI's checks: the planner refuses it.
+		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}, Scheduling: model.Scheduling{Priority: model.MaxPriority + 1}}},
+		{Service: "x", Count: 1, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB}, Scheduling: model.Scheduling{MaxPerHost: -1}}},
 	} {
 		if _, err := s.Deploy(ctx, r); service.CodeOf(err) != service.Invalid {
 			t.Errorf("Deploy(%+v) = %v, want invalid_argument", r, err)
