@@ -141,7 +141,8 @@ what pinfold deploy takes:
       memory: 512MiB             # required
       memory_soft: 256MiB
       count: 3                   # default 1 (per host for each and fill)
-      strategy: auto             # and the rules: max_per_host, constraint,
+      strategy: auto             # and max_per_host, priority (deploy's
+                                 # --priority), and the rules: constraint,
       constraint: 'disk == "ssd"'  # affinity, soft_affinity, anti_affinity,
                                  # soft_anti_affinity, placement_policy,
                                  # hosts_order, domain_spread, use_buffer
@@ -163,7 +164,9 @@ deploy.resources.limits.cpus and .memory, deploy.resources.reservations.memory
 (soft memory), cpus/mem_limit/mem_reservation, ports (TCP: "8080:80" is
 the static host port p80=8080:80, "80" a dynamic one named p80), volumes
 (absolute host paths and named volumes) and restart or
-deploy.restart_policy. Every other key, and a port or volume pinfold has
+deploy.restart_policy; pinfold's own strategy, max_per_host and priority
+are x-pinfold-strategy, x-pinfold-max-per-host and x-pinfold-priority.
+Every other key, and a port or volume pinfold has
 no form for (a host address, UDP, a range, a relative path), is named as
 ignored, per service. Compose services are memory-first (no bind);
 a compose variable (${...}) is refused: pinfold does not fill them in.
@@ -179,7 +182,7 @@ Compared with the planner (GetService, ListInstances), each service is:
             a scale down comes before the service's resize and replace
   recreate  what no live change makes: env, network, whole_cores, a soft
             memory a resize does not leave, a removed command or health
-            check, ports, or a rule (strategy, max_per_host, constraint,
+            check, ports, the priority, or a rule (strategy, max_per_host, constraint,
             affinities, placement_policy, hosts_order, domain_spread):
             needs remove + deploy; apply refuses (exit 1, nothing changed)
             unless --recreate

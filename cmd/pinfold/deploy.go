@@ -221,7 +221,7 @@ anew; a move or heal gets them on the new host.`,
 	f.StringVar(&memorySoft, "memory-soft", "", "soft memory limit (reservation), at most --memory")
 	f.StringVar(&strategy, "strategy", "auto", "auto, each, fill, global or drained")
 	f.Int32Var(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
-	f.StringVar(&priority, "priority", "production", "which services come first when room is short: system, production, batch, best-effort, or an integer (higher first; production is 0)")
+	f.StringVar(&priority, "priority", "production", "the service's priority: system (1000), production (0), batch (-500), best-effort (-1000) or an integer from -100000 to 100000; kept in its record and files, more instances are deployed at the same priority; nothing acts on it yet (preemption is planned)")
 	f.StringVar(&image, "image", "", "container image the instances run (required), e.g. debian:12")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
 	f.StringVar(&network, "network", "", "Docker network mode: host, none, bridge or a network's name (default: the engine's)")

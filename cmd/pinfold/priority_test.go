@@ -19,6 +19,13 @@ func TestPriorityEndToEnd(t *testing.T) {
 	pf := plannerCLI(t)
 	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	pf.Must("deploy", "batchy", "--image", "busybox", "--memory", "64MiB", "--cpu", "0.5", "--priority", "batch")
+	// A deploy adds instances as the service is: another priority is
+	// refused, not written over the running instances' (new-user trial).
+	if _, errOut, code := pf.Run("deploy", "batchy", "--image", "busybox", "--memory", "64MiB", "--cpu", "0.5"); code != exitBadInput ||
+		!strings.Contains(errOut, `service "batchy" runs with priority batch`) {
+		t.Errorf("deploy of more batchy at production: exit %d: %s; want exit 2 naming the service's priority", code, errOut)
+	}
+	pf.Must("deploy", "batchy", "--image", "busybox", "--memory", "64MiB", "--cpu", "0.5", "--priority", "-500")
 	dir := t.TempDir()
 	write := func(name, s string) string {
 		t.Helper()
@@ -28,15 +35,15 @@ func TestPriorityEndToEnd(t *testing.T) {
 		}
 		return f
 	}
-	same := write("same.yaml", "services:\n  batchy: {image: busybox, memory: 64MiB, cpu: 0.5, priority: batch}\n")
+	same := write("same.yaml", "services:\n  batchy: {image: busybox, memory: 64MiB, cpu: 0.5, count: 2, priority: batch}\n")
 	if out := pf.MustCombined("diff", "-f", same); !strings.Contains(out, "no changes") {
 		t.Errorf("diff of the deployed priority:\n%s\nwant no changes", out)
 	}
-	compose := write("compose.yaml", "services:\n  batchy: {image: busybox, mem_limit: 64m, cpus: 0.5, x-pinfold-priority: -500}\n")
+	compose := write("compose.yaml", "services:\n  batchy: {image: busybox, mem_limit: 64m, cpus: 0.5, deploy: {replicas: 2}, x-pinfold-priority: -500}\n")
 	if out := pf.MustCombined("diff", "-f", compose); !strings.Contains(out, "no changes") {
 		t.Errorf("diff of a compose file with the deployed priority:\n%s\nwant no changes", out)
 	}
-	other := write("other.yaml", "services:\n  batchy: {image: busybox, memory: 64MiB, cpu: 0.5, priority: system}\n")
+	other := write("other.yaml", "services:\n  batchy: {image: busybox, memory: 64MiB, cpu: 0.5, count: 2, priority: system}\n")
 	if out, code := pf.Combined("diff", "-f", other); code != exitUnmet || !strings.Contains(out, "priority batch → system") {
 		t.Errorf("diff of another priority: exit %d:\n%s\nwant exit 1 naming priority batch → system", code, out)
 	}

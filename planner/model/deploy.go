@@ -124,13 +124,23 @@ func (p Priority) String() string {
 	return strconv.Itoa(int(p))
 }
 
-// UnmarshalJSON reads a class's name or a number.
+// UnmarshalJSON reads a class's name or a whole number; null leaves p as
+// it is. The range is Validate's to check: a stored record is read
+// whatever it holds, never dropped by its reader.
 func (p *Priority) UnmarshalJSON(b []byte) error {
 	s := string(b)
-	if uq, err := strconv.Unquote(s); err == nil {
-		s = uq
+	if s == "null" {
+		return nil
 	}
-	v, err := ParsePriority(s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		*p = Priority(n)
+		return nil
+	}
+	uq, err := strconv.Unquote(s)
+	if err != nil {
+		return &FieldError{Key: "priority", Value: s, Why: "want system, production, batch, best-effort or an integer"}
+	}
+	v, err := ParsePriority(uq)
 	if err != nil {
 		return err
 	}
@@ -145,7 +155,7 @@ const MaxMaxPerHost = 1<<31 - 1
 // strategy's name is alloc's to check (alloc.ParseStrategy).
 func (s Scheduling) Validate() error {
 	if s.MaxPerHost < 0 || s.MaxPerHost > MaxMaxPerHost {
-		return &FieldError{Key: "max_per_host", Value: fmt.Sprint(s.MaxPerHost), Why: "want 0 (no cap) or more"}
+		return &FieldError{Key: "max_per_host", Value: fmt.Sprint(s.MaxPerHost), Why: fmt.Sprintf("want 0 (no cap) to %d", MaxMaxPerHost)}
 	}
 	if s.Priority < MinPriority || s.Priority > MaxPriority {
 		return &FieldError{Key: "priority", Value: fmt.Sprint(int(s.Priority)), Why: fmt.Sprintf("want %d to %d", MinPriority, MaxPriority)}

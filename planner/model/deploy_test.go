@@ -39,6 +39,15 @@ func TestParsePriority(t *testing.T) {
 	if b, _ := json.Marshal(Scheduling{Strategy: "auto"}); string(b) != `{"strategy":"auto","max_per_host":0}` {
 		t.Errorf("a production priority is written %s: want it left out, as records before it", b)
 	}
+	// A record is read whatever it holds (a reader stricter than the
+	// writer drops the record): the range is Validate's.
+	s = Scheduling{Priority: 7}
+	if err := json.Unmarshal([]byte(`{"priority":100001}`), &s); err != nil || s.Priority != 100001 {
+		t.Errorf("a stored priority out of range: %+v, %v; want it read", s, err)
+	}
+	if err := json.Unmarshal([]byte(`{"priority":null}`), &s); err != nil || s.Priority != 100001 {
+		t.Errorf("priority null: %+v, %v; want it left as it was", s, err)
+	}
 	if err := (Scheduling{Priority: MaxPriority + 1}).Validate(); err == nil {
 		t.Errorf("Validate took a priority out of range")
 	}

@@ -249,6 +249,11 @@ func jsonError(b []byte, err error) *alloc.Error {
 	case errors.Is(err, io.EOF):
 		return &alloc.Error{Code: alloc.CodeInvalid, Message: "plan file is empty"}
 	}
+	if fe, ok := errors.AsType[*model.FieldError](err); ok {
+		// A model type's own reader: only the request holds one (its
+		// scheduling keys, e.g. a priority's name).
+		return invalid("request."+fe.Key, raw(fe.Value), "%s", fe.Why)
+	}
 	msg := strings.TrimPrefix(err.Error(), "json: ")
 	return &alloc.Error{Code: alloc.CodeInvalid, Message: "plan file: " + msg}
 }

@@ -29,4 +29,9 @@ func TestRequestScheduling(t *testing.T) {
 	if _, err := r.build(p); err == nil || !strings.Contains(err.Error(), "request.max_per_host") {
 		t.Errorf("max_per_host -1: %v, want a refusal naming request.max_per_host", err)
 	}
+	// A priority's name its reader refuses is named under request.
+	if _, err := Decode(strings.NewReader(`{"request":{"service":"web","count":1,"cpu":1,"memory_bytes":67108864,"priority":"urgent"}}`)); err == nil ||
+		!strings.Contains(err.Error(), `request.priority = "urgent"`) {
+		t.Errorf("priority urgent: %v, want a refusal naming request.priority", err)
+	}
 }

@@ -41,6 +41,34 @@ type DeployRequest struct {
 	scale *scaleRead
 }
 
+// deployDigest is the form of a deploy request whose digest its request
+// ID records: the layout DeployRequest had before it embedded
+// model.Deploy (c14b09e), so that a deploy repeated with its request ID
+// on a planner of the other version, during an upgrade, is still the same
+// call. A field added since is left out while it is zero.
+type deployDigest struct {
+	Service string
+	model.Spec
+	Count      int
+	Pieces     int
+	Bind       bool
+	WholeCores bool
+	Memory     int64
+	MemorySoft int64
+	Strategy   string
+	MaxPerHost int
+	Rules      model.Rules
+	UseBuffer  bool
+	CreateOnly bool
+	Priority   model.Priority `json:",omitempty"`
+}
+
+func (r DeployRequest) digestForm() deployDigest {
+	return deployDigest{Service: r.Service, Spec: r.Spec, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores,
+		Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: r.Strategy, MaxPerHost: r.MaxPerHost, Rules: r.Rules,
+		UseBuffer: r.UseBuffer, CreateOnly: r.CreateOnly, Priority: r.Priority}
+}
+
 // scaleRead is the service's record and instance count a scale read.
 type scaleRead struct {
 	record state.Service
@@ -142,7 +170,7 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	}
 	var out DeployResult
 	var hosts int
-	o := s.once(ctx, "Deploy", r)
+	o := s.once(ctx, "Deploy", r.digestForm())
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		hit("deploy")
 		var scaled state.Doc[state.Service]
@@ -185,6 +213,12 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 				return nil, errf(Exists, "service %q exists already (deployed with image %s): scale or resize it, or remove it first", r.Service, d.Value.Image)
 			}
 			c.GuardService(r.Service, 0) // and nobody creates it before this commits
+		}
+		if d, ok := rd.Service(r.Service); ok && d.Value.Priority != r.Priority && r.scale == nil {
+			// A deploy adds instances to a service as it is: it does not
+			// lower (or raise) the priority of the instances running.
+			return nil, errf(Invalid, "priority = %s: service %q runs with priority %s: deploy more with --priority %s, or remove and deploy it (apply --recreate) to change it",
+				r.Priority, r.Service, d.Value.Priority, d.Value.Priority)
 		}
 		allocs := map[string]state.Alloc{}
 		desired := map[string]int64{} // each host's desired set with the new instances (DesiredSize)

@@ -250,7 +250,13 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 		return Service{}, nil, err
 	}
 	d := pinfoldv1.NewDeployRequest(name, count, want, cpuText)
-	if err := checkWant(path, d, pull); err != nil {
+	key := func(f string) string {
+		if k, ok := named[f]; ok {
+			return k
+		}
+		return path + "." + f
+	}
+	if err := checkWant(key, d, pull); err != nil {
 		return Service{}, nil, err
 	}
 	if len(ignored) > 0 {

@@ -117,10 +117,15 @@ type fileHealth struct {
 var fileKeys = jsonKeys(fileService{})
 
 func jsonKeys(v any) []string {
-	b, _ := json.Marshal(v)
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal(b, &m)
-	return slices.Sorted(maps.Keys(m))
+	// From the tags, not an encoding of v: an omitempty key is a key too.
+	var keys []string
+	for _, f := range reflect.VisibleFields(reflect.TypeOf(v)) {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" && !f.Anonymous && f.IsExported() {
+			keys = append(keys, name)
+		}
+	}
+	slices.Sort(keys)
+	return keys
 }
 
 // unknownKey finds the first key of raw, at any depth, that t (a struct
@@ -284,60 +289,62 @@ func decodeFileService(name string, raw json.RawMessage) (Service, error) {
 	}
 	d := pinfoldv1.NewDeployRequest(name, int(*f.Count), want, cpuText)
 	d.UseBuffer = f.UseBuffer
-	if err := checkWant(path, d, f.Pull); err != nil {
+	if err := checkWant(func(f string) string { return path + "." + f }, d, f.Pull); err != nil {
 		return Service{}, err
 	}
 	return Service{Deploy: d, Pull: f.Pull}, nil
 }
 
-// checkWant checks what both file kinds share, as deploy checks its flags.
-func checkWant(path string, d *pinfoldv1.DeployRequest, pull string) error {
+// checkWant checks what both file kinds share, as deploy checks its flags;
+// key is a field's key as the file spells it (services.web.strategy, or a
+// compose file's services.web.x-pinfold-strategy).
+func checkWant(key func(field string) string, d *pinfoldv1.DeployRequest, pull string) error {
 	if strings.TrimSpace(d.Image) == "" {
-		return fmt.Errorf("%s.image: missing: the container image the instances run, e.g. image: debian:12", path)
+		return fmt.Errorf("%s: missing: the container image the instances run, e.g. image: debian:12", key("image"))
 	}
 	if f, _ := strconv.ParseFloat(d.Cpu, 64); d.Bind && f == 0 {
-		return fmt.Errorf("%s.cpu: %q: a CPU-bound instance (bind: true) needs more than 0 CPUs", path, d.Cpu)
+		return fmt.Errorf("%s: %q: a CPU-bound instance (bind: true) needs more than 0 CPUs", key("cpu"), d.Cpu)
 	}
 	if d.MemoryBytes < model.MinInstanceMemory {
-		return fmt.Errorf("%s.memory: %s: want at least %s (the Docker engine's smallest memory limit)", path, alloc.FormatBytes(d.MemoryBytes), alloc.FormatBytes(model.MinInstanceMemory))
+		return fmt.Errorf("%s: %s: want at least %s (the Docker engine's smallest memory limit)", key("memory"), alloc.FormatBytes(d.MemoryBytes), alloc.FormatBytes(model.MinInstanceMemory))
 	}
 	if d.MemorySoftBytes > d.MemoryBytes {
-		return fmt.Errorf("%s.memory_soft: %s: want at most memory (%s)", path, alloc.FormatBytes(d.MemorySoftBytes), alloc.FormatBytes(d.MemoryBytes))
+		return fmt.Errorf("%s: %s: want at most memory (%s)", key("memory_soft"), alloc.FormatBytes(d.MemorySoftBytes), alloc.FormatBytes(d.MemoryBytes))
 	}
 	if d.WholeCores && !d.Bind {
-		return fmt.Errorf("%s.whole_cores: true needs bind: true", path)
+		return fmt.Errorf("%s: true needs bind: true", key("whole_cores"))
 	}
 	switch d.Strategy {
 	case "", "auto", "each", "fill", "global", "drained":
 	default:
-		return fmt.Errorf("%s.strategy: %q: want auto, each, fill, global or drained", path, d.Strategy)
+		return fmt.Errorf("%s: %q: want auto, each, fill, global or drained", key("strategy"), d.Strategy)
 	}
 	if pull != "" && pull != "missing" && pull != "always" {
-		return fmt.Errorf("%s.pull: %q: want missing or always", path, pull)
+		return fmt.Errorf("%s: %q: want missing or always", key("pull"), pull)
 	}
 	for _, e := range d.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-			return fmt.Errorf("%s.env: %q: want K=V", path, e)
+			return fmt.Errorf("%s: %q: want K=V", key("env"), e)
 		}
 	}
 	if err := model.ValidateNetwork(d.Network); err != nil {
-		return fmt.Errorf("%s.network: %v", path, err)
+		return fmt.Errorf("%s: %v", key("network"), err)
 	}
 	// The placement rules, checked as the planner checks a deploy's, so a
 	// bad one is refused before any service of the file is changed.
 	req := placement.NewRequest(d.Service, 0, d.Model(0))
 	if err := req.Validate(); err != nil {
-		key, ok := map[string]string{"request.constraint": "constraint", "request.placement_policy": "placement_policy", "request.hosts_order": "hosts_order",
+		field, ok := map[string]string{"request.constraint": "constraint", "request.placement_policy": "placement_policy", "request.hosts_order": "hosts_order",
 			"request.domain_spread": "domain_spread", "request.affinity.hard": "affinity", "request.affinity.soft": "soft_affinity",
 			"request.anti_affinity.hard": "anti_affinity", "request.anti_affinity.soft": "soft_anti_affinity"}[err.Field]
 		if !ok {
-			key = strings.TrimPrefix(err.Field, "request.")
+			field = strings.TrimPrefix(err.Field, "request.")
 		}
 		msg := err.Message // "request.FIELD = VALUE: why"
 		if _, why, ok := strings.Cut(msg, err.Value+": "); ok {
 			msg = why
 		}
-		return fmt.Errorf("%s.%s: %s: %s", path, key, err.Value, msg)
+		return fmt.Errorf("%s: %s: %s", key(field), err.Value, msg)
 	}
 	return nil
 }
@@ -400,6 +407,9 @@ func pathError(path string, err error) error {
 // fieldError turns a JSON decoding error of the service at path into one
 // naming the key.
 func fieldError(path string, err error) error {
+	if fe, ok := errors.AsType[*model.FieldError](err); ok { // a model type's own reader (a priority's name)
+		return fmt.Errorf("%s.%s: %s: %s", path, fe.Key, fe.Value, fe.Why)
+	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
 		want, custom := customWant[te.Type]

@@ -56,7 +56,7 @@ func FuzzServicesFile(f *testing.F) {
 			if err := model.ValidateNewServiceName(w.Deploy.Service); err != nil {
 				t.Fatalf("decoded service name %q: %v", w.Deploy.Service, err)
 			}
-			if err := checkWant("services."+w.Deploy.Service, w.Deploy, w.Pull); err != nil {
+			if err := checkWant(w.Key, w.Deploy, w.Pull); err != nil {
 				t.Fatalf("decoded service %q does not check again: %v", w.Deploy.Service, err)
 			}
 		}

@@ -3,6 +3,7 @@ package servicesfile
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -55,11 +56,14 @@ func decodeComposeScheduling(path string, keys map[string]json.RawMessage, s *mo
 		dec := json.NewDecoder(bytes.NewReader(keys[k]))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(v.Addr().Interface()); err != nil {
+			if fe, ok := errors.AsType[*model.FieldError](err); ok { // the type's own reader said why
+				return fmt.Errorf("%s.%s: %s: %s", path, k, fe.Value, fe.Why)
+			}
 			return fmt.Errorf("%s.%s: %s where %s is wanted", path, k, cutText(string(keys[k]), 80), goTypeWord(fields[i].Type.Kind().String()))
 		}
 	}
 	if err := s.Validate(); err != nil {
-		if fe, ok := err.(*model.FieldError); ok {
+		if fe, ok := errors.AsType[*model.FieldError](err); ok {
 			return fmt.Errorf("%s.%s: %s: %s", path, composeKey(fe.Key), fe.Value, fe.Why)
 		}
 		return fmt.Errorf("%s: %v", path, err)

@@ -55,11 +55,16 @@ func TestSchedulingKeys(t *testing.T) {
 		}
 	}
 	for _, tt := range []struct{ name, file, want string }{
-		{"negative max_per_host", "services:\n  web: {image: a, memory: 64MiB, max_per_host: -1}\n", `services.web.max_per_host: -1: want 0 (no cap) or more`},
-		{"compose negative max", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-max-per-host: -1}\n", `services.web.x-pinfold-max-per-host: -1: want 0 (no cap) or more`},
-		{"unknown priority", "services:\n  web: {image: a, memory: 64MiB, priority: urgent}\n", `priority = "urgent": want system, production, batch, best-effort or an integer`},
-		{"compose unknown priority", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-priority: urgent}\n", `services.web.x-pinfold-priority: "urgent"`},
-		{"priority out of range", "services:\n  web: {image: a, memory: 64MiB, priority: 100001}\n", `priority = "100001"`},
+		{"negative max_per_host", "services:\n  web: {image: a, memory: 64MiB, max_per_host: -1}\n", `services.web.max_per_host: -1: want 0 (no cap) to 2147483647`},
+		{"compose negative max", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-max-per-host: -1}\n", `services.web.x-pinfold-max-per-host: -1: want 0 (no cap) to 2147483647`},
+		{"unknown priority", "services:\n  web: {image: a, memory: 64MiB, priority: urgent}\n", `services.web.priority: "urgent": want system, production, batch, best-effort or an integer from -100000 to 100000`},
+		{"compose unknown priority", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-priority: urgent}\n", `services.web.x-pinfold-priority: "urgent": want system, production, batch, best-effort or an integer`},
+		{"compose priority past the range", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-priority: 99999999999}\n", `services.web.x-pinfold-priority: 99999999999: want -100000 to 100000`},
+		{"compose bad strategy", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-strategy: spread}\n", `services.web.x-pinfold-strategy: "spread": want auto`},
+		{"priority out of range", "services:\n  web: {image: a, memory: 64MiB, priority: 100001}\n", `services.web.priority: 100001: want -100000 to 100000`},
+		{"pinfold's priority key in a compose file", "services:\n  web: {image: a, mem_limit: 64m, priority: system}\n", `services.web: unknown key "mem_limit"`},
+		{"max_per_host past int32", "services:\n  web: {image: a, memory: 64MiB, max_per_host: 3000000000}\n", `services.web.max_per_host: 3000000000: want 0 (no cap) to 2147483647`},
+		{"priority a fraction", "services:\n  web: {image: a, memory: 64MiB, priority: 1.5}\n", `services.web.priority: 1.5: want system, production, batch, best-effort or an integer`},
 		{"max_per_host a word", "services:\n  web: {image: a, memory: 64MiB, max_per_host: many}\n", `services.web.max_per_host: a string where a whole number is wanted`},
 		{"unknown x-pinfold key", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-prio: 1}\n", `services.web: unknown key "x-pinfold-prio" (pinfold's compose keys: x-pinfold-max-per-host, x-pinfold-priority, x-pinfold-strategy)`},
 		{"known keys list it", "services:\n  web: {image: a, memory: 64MiB, prio: 1}\n", `priority`},
