@@ -76,6 +76,20 @@ func (w *world) check() {
 	if len(panics) > 0 {
 		w.fail("the service recovered a panic (an internal error): %s", panics[0])
 	}
+	// A service's priority is the one it was created with, until it is
+	// removed: a deploy of more at another is refused, not written over.
+	for _, n := range append(slices.Clone(servicesPool), probe) {
+		d, ok := w.st.Service(n)
+		if !ok {
+			delete(w.priority, n)
+			continue
+		}
+		if p, seen := w.priority[n]; !seen {
+			w.priority[n] = d.Value.Priority
+		} else if d.Value.Priority != p {
+			w.fail("service %s: priority %s → %s while it exists", n, p, d.Value.Priority)
+		}
+	}
 	views := w.svc.Hosts()
 	if w.step%w.cfg.VerifyEvery == 0 {
 		bad := service.Verify(w.st, shareBase)

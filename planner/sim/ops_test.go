@@ -157,6 +157,16 @@ func (w *world) deployRequest(name string) service.DeployRequest {
 	case 1:
 		r.Spec.Ports = []model.Port{{Name: "http"}, {Name: "admin", Container: 9000}}
 	}
+	// The priority follows the name, and on every seventh step another
+	// (no draw of the seeded source: the seeds keep their runs): a deploy
+	// of more at another priority is refused, and check holds that a
+	// record's priority never changes while it exists.
+	classes := []model.Priority{model.PriorityProduction, model.PriorityBatch, model.PrioritySystem, model.PriorityBestEffort}
+	k := len(name)
+	if w.step%7 == 0 {
+		k++
+	}
+	r.Priority = classes[k%len(classes)]
 	if w.rng.IntN(5) == 0 { // the commonest deploy: one instance, auto, no rules (the room index's)
 		r.Count, r.Strategy, r.UseBuffer = 1, string(alloc.Auto), false
 		r.Rules = model.Rules{DomainSpread: string(pickOne(w, []placement.Spread{"", placement.SpreadOff}))}
@@ -168,6 +178,9 @@ func describe(r service.DeployRequest) string {
 	s := fmt.Sprintf("%s count %d %s pieces %d bind %t whole %t memory %dMiB", r.Service, r.Count, r.Strategy, r.Pieces, r.Bind, r.WholeCores, r.Memory/MiB)
 	if r.MaxPerHost > 0 {
 		s += fmt.Sprintf(" max/host %d", r.MaxPerHost)
+	}
+	if r.Priority != model.PriorityProduction {
+		s += " priority " + r.Priority.String()
 	}
 	for _, p := range r.Spec.Ports {
 		s += " port " + p.String()

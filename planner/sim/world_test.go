@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
 	"github.com/pinfold/pinfold/planner/state"
@@ -166,6 +167,7 @@ type world struct {
 	draining map[string]int       // a draining host → the step its drain was first seen
 	down     map[string]time.Time // a host seen down (the leader's tracker, as an oracle) → since
 	downStep map[string]int
+	priority map[string]model.Priority // a service's priority since its record appeared
 }
 
 func newWorld(t testing.TB, cfg Config) *world {
@@ -178,7 +180,7 @@ func newWorld(t testing.TB, cfg Config) *world {
 		// SetMaintenance reads the real clock: the simulated one starts
 		// there (and runs ahead, a few seconds a step).
 		now: time.Now().UTC().Truncate(time.Second), ctx: context.Background(),
-		agents: map[string]*agent{}, reports: map[string]report{}, moving: map[string]int{}, draining: map[string]int{},
+		agents: map[string]*agent{}, reports: map[string]report{}, moving: map[string]int{}, draining: map[string]int{}, priority: map[string]model.Priority{},
 		down: map[string]time.Time{}, downStep: map[string]int{}, overbook: map[string]float64{}}
 	w.res = Result{Seed: cfg.Seed, Ops: map[string]*OpStats{}, Known: map[string]int{}}
 	w.logs = &capture{w: w, aborted: map[string]time.Time{}}
