@@ -120,7 +120,7 @@ func jsonKeys(v any) []string {
 	// From the tags, not an encoding of v: an omitempty key is a key too.
 	var keys []string
 	for _, f := range reflect.VisibleFields(reflect.TypeOf(v)) {
-		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" && !f.Anonymous && f.IsExported() {
+		if name, ok := jsonKey(f); ok {
 			keys = append(keys, name)
 		}
 	}
@@ -145,7 +145,7 @@ func unknownKey(path string, raw json.RawMessage, t reflect.Type) error {
 	}
 	fields := map[string]reflect.Type{}
 	for _, f := range reflect.VisibleFields(t) {
-		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" && !f.Anonymous {
+		if name, ok := jsonKey(f); ok {
 			fields[name] = f.Type
 		}
 	}
@@ -277,7 +277,7 @@ func decodeFileService(name string, raw json.RawMessage) (Service, error) {
 		return Service{}, fmt.Errorf("%s.count: %d: want 0 to %d", path, *f.Count, model.MaxDeployCount)
 	}
 	if err := f.Scheduling.Validate(); err != nil {
-		return Service{}, pathError(path, err)
+		return Service{}, pathError(under(path), path, err)
 	}
 	want.Container = model.Container{Volumes: f.Volumes, Restart: f.Restart, Labels: f.Labels, User: f.User, Workdir: f.Workdir, ReadOnly: f.ReadOnly,
 		CapAdd: f.CapAdd, CapDrop: f.CapDrop, LogDriver: f.LogDriver, LogOpts: f.LogOpts}
@@ -289,7 +289,7 @@ func decodeFileService(name string, raw json.RawMessage) (Service, error) {
 	}
 	d := pinfoldv1.NewDeployRequest(name, int(*f.Count), want, cpuText)
 	d.UseBuffer = f.UseBuffer
-	if err := checkWant(func(f string) string { return path + "." + f }, d, f.Pull); err != nil {
+	if err := checkWant(under(path), d, f.Pull); err != nil {
 		return Service{}, err
 	}
 	return Service{Deploy: d, Pull: f.Pull}, nil
@@ -394,12 +394,33 @@ func (h *fileHealth) check(path string) (*model.HealthCheck, error) {
 	return m, nil
 }
 
-// pathError is a model value's refusal (a *model.FieldError) named by
-// its key under path: services.web.max_per_host: -1: why.
-func pathError(path string, err error) error {
-	var fe *model.FieldError
-	if errors.As(err, &fe) {
-		return fmt.Errorf("%s.%s: %s: %s", path, fe.Key, fe.Value, fe.Why)
+// jsonKey is a struct field's key in a file (its json tag's name), and
+// whether it has one of its own (an embedded struct's fields do).
+func jsonKey(f reflect.StructField) (string, bool) {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name, name != "" && name != "-" && !f.Anonymous && f.IsExported()
+}
+
+// under is the keys of a file's fields under path: services.web.KEY.
+func under(path string) func(field string) string {
+	return func(field string) string { return path + "." + field }
+}
+
+// keyError is a model value's refusal (a *model.FieldError) named by the
+// file's key for its field (services.web.max_per_host: -1: why), and
+// whether err was one.
+func keyError(key func(field string) string, err error) (error, bool) {
+	fe, ok := errors.AsType[*model.FieldError](err)
+	if !ok {
+		return err, false
+	}
+	return fmt.Errorf("%s: %s: %s", key(fe.Key), fe.Value, fe.Why), true
+}
+
+// pathError is keyError, or err under path when it names no field.
+func pathError(key func(field string) string, path string, err error) error {
+	if e, ok := keyError(key, err); ok {
+		return e
 	}
 	return fmt.Errorf("%s: %v", path, err)
 }
@@ -407,8 +428,8 @@ func pathError(path string, err error) error {
 // fieldError turns a JSON decoding error of the service at path into one
 // naming the key.
 func fieldError(path string, err error) error {
-	if fe, ok := errors.AsType[*model.FieldError](err); ok { // a model type's own reader (a priority's name)
-		return fmt.Errorf("%s.%s: %s: %s", path, fe.Key, fe.Value, fe.Why)
+	if e, ok := keyError(under(path), err); ok { // a model type's own reader (a priority's name)
+		return e
 	}
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {

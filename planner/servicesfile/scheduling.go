@@ -3,7 +3,6 @@ package servicesfile
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
@@ -22,7 +21,7 @@ import (
 // schedulingFields are model.Scheduling's fields with their keys.
 func schedulingFields() (keys []string, fields []reflect.StructField) {
 	for _, f := range reflect.VisibleFields(reflect.TypeFor[model.Scheduling]()) {
-		if key, _, _ := strings.Cut(f.Tag.Get("json"), ","); key != "" && key != "-" && !f.Anonymous {
+		if key, ok := jsonKey(f); ok {
 			keys, fields = append(keys, key), append(fields, f)
 		}
 	}
@@ -56,17 +55,14 @@ func decodeComposeScheduling(path string, keys map[string]json.RawMessage, s *mo
 		dec := json.NewDecoder(bytes.NewReader(keys[k]))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(v.Addr().Interface()); err != nil {
-			if fe, ok := errors.AsType[*model.FieldError](err); ok { // the type's own reader said why
-				return fmt.Errorf("%s.%s: %s: %s", path, k, fe.Value, fe.Why)
+			if e, ok := keyError(func(string) string { return path + "." + k }, err); ok { // the type's own reader said why
+				return e
 			}
 			return fmt.Errorf("%s.%s: %s where %s is wanted", path, k, cutText(string(keys[k]), 80), goTypeWord(fields[i].Type.Kind().String()))
 		}
 	}
 	if err := s.Validate(); err != nil {
-		if fe, ok := errors.AsType[*model.FieldError](err); ok {
-			return fmt.Errorf("%s.%s: %s: %s", path, composeKey(fe.Key), fe.Value, fe.Why)
-		}
-		return fmt.Errorf("%s: %v", path, err)
+		return pathError(func(field string) string { return path + "." + composeKey(field) }, path, err)
 	}
 	return nil
 }
