@@ -46,16 +46,18 @@ func newEventsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events [--follow] [--service S] [--host H] [-o json]",
 		Short: "Show who changed what: deploys, resizes, host changes, drains, healing, refusals",
-		Long: `Show the cluster's event log, oldest first: every request that may change the
-cluster (deploy, resize, replace, remove, scale, host add/set/enable/disable/
-maintenance/drain/remove, settings, rebalance) with the caller's identity
+		Long: `Show the newest events of the cluster's log (--limit of them, 1000 when 0),
+oldest first: every request that may change the cluster (deploy, resize,
+replace, remove, scale, host add/set/enable/disable/maintenance/drain/
+remove, settings, rebalance) with the caller's identity
 (the client certificate's role and name; "local" when the planner runs
 without TLS) and its outcome, and what the planner did on its own (Heal:
 a dead host's instance placed again; DrainMove, MoveSettled) and what
 agents refused (Refused). The planner keeps the newest --events-keep events
 (10000) for at most --events-max-age (7 days).
 
---follow keeps printing new events as they come (every --every).`,
+--follow keeps printing new events as they come (every --every, up to --limit
+per read).`,
 		Example: `  pinfold events
   pinfold events --service web
   pinfold events --host h3 --follow
@@ -76,7 +78,7 @@ agents refused (Refused). The planner keeps the newest --events-keep events
 				first := true
 				w := cmd.OutOrStdout()
 				for {
-					resp, err := cl.ListEvents(cmd.Context(), connect.NewRequest(&pinfoldv1.ListEventsRequest{Service: service, Host: host, After: after, Limit: int32(limit)}))
+					resp, err := cl.ListEvents(cmd.Context(), connect.NewRequest(&pinfoldv1.ListEventsRequest{Service: service, Host: host, After: after, Limit: int32(limit), Latest: first}))
 					if err != nil {
 						return err
 					}
@@ -131,7 +133,7 @@ agents refused (Refused). The planner keeps the newest --events-keep events
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events")
 	cmd.Flags().StringVar(&service, "service", "", "only events of this service (and its instances)")
 	cmd.Flags().StringVar(&host, "host", "", "only events of this host")
-	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many events per read (0: up to 1000)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "the newest this many events (0: 1000); with --follow, then every new one")
 	cmd.Flags().DurationVar(&every, "every", time.Second, "with --follow: how often to look for new events")
 	cmd.Flags().BoolVar(&requestsShown, "requests", false, "also print each request (JSON)")
 	return cmd

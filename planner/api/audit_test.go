@@ -117,7 +117,7 @@ func (f *auditFixture) events(t *testing.T) []state.Event {
 	var all []state.Event
 	after := ""
 	for {
-		evs, err := f.svc.Events(t.Context(), "", "", after, 0)
+		evs, err := f.svc.Events(t.Context(), service.EventQuery{After: after})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,7 +46,7 @@ type Reads interface {
 	Leading() bool
 	Rev() int64
 	WaitRev(ctx context.Context, rev int64) error
-	Events(ctx context.Context, service, host, after string, limit int) ([]state.Event, error)
+	Events(ctx context.Context, q service.EventQuery) ([]state.Event, error)
 	Capacity(service.DeployRequest) (map[string]placement.HostRoom, error)
 	ExportPlan(send func(piece []byte) error) error
 	Health(now time.Time) []service.Warning
@@ -359,7 +359,7 @@ func (s *Server) ListEvents(ctx context.Context, r *connect.Request[pinfoldv1.Li
 	if r.Msg.Limit < 0 {
 		return nil, toConnect(&service.Error{Code: service.Invalid, Message: fmt.Sprintf("limit = %d: want 0 (the most, %d) or more", r.Msg.Limit, service.MaxEventsListed)})
 	}
-	evs, err := s.reads.Events(ctx, r.Msg.Service, r.Msg.Host, r.Msg.After, int(r.Msg.Limit))
+	evs, err := s.reads.Events(ctx, service.EventQuery{Service: r.Msg.Service, Host: r.Msg.Host, After: r.Msg.After, Limit: int(r.Msg.Limit), Latest: r.Msg.Latest})
 	if err != nil {
 		return nil, toConnect(err)
 	}

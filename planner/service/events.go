@@ -262,13 +262,27 @@ func (s *Service) RunEvents(ctx context.Context) {
 	}
 }
 
-// Events lists up to limit events after the one with ID after, oldest
-// first, of service and host ("": any).
-func (s *Service) Events(ctx context.Context, service, host, after string, limit int) ([]state.Event, error) {
-	if limit <= 0 || limit > MaxEventsListed {
-		limit = MaxEventsListed
+// EventQuery selects events to list: those of Service and Host ("": any),
+// up to Limit (0 or past MaxEventsListed: MaxEventsListed) of them, after
+// the event with ID After, or, with Latest, the newest ones.
+type EventQuery struct {
+	Service, Host, After string
+	Limit                int
+	Latest               bool
+}
+
+// Events lists the events q selects, oldest first.
+func (s *Service) Events(ctx context.Context, q EventQuery) ([]state.Event, error) {
+	if q.Latest && q.After != "" {
+		return nil, &Error{Code: Invalid, Message: fmt.Sprintf("latest with after = %q: want one of them", q.After)}
 	}
-	return s.st.Events(ctx, after, limit, 20*MaxEventsListed, state.EventMatches(service, host))
+	if q.Limit <= 0 || q.Limit > MaxEventsListed {
+		q.Limit = MaxEventsListed
+	}
+	if q.Latest {
+		return s.st.LatestEvents(ctx, q.Limit, 20*MaxEventsListed, state.EventMatches(q.Service, q.Host))
+	}
+	return s.st.Events(ctx, q.After, q.Limit, 20*MaxEventsListed, state.EventMatches(q.Service, q.Host))
 }
 
 // MaxEventsListed bounds one listing of the event log.

@@ -49,7 +49,7 @@ func TestRecordBoundsEveryField(t *testing.T) {
 		if err := f.st.PutEvents(f.ctx, evs); err != nil {
 			t.Fatalf("PutEvents(%d events with 64 KB fields) = %.300v", len(evs), err)
 		}
-		got, err := f.Events(f.ctx, "", "", "", 0)
+		got, err := f.Events(f.ctx, EventQuery{})
 		if err != nil || len(got) != len(evs) {
 			t.Fatalf("Events() = %d, %v; want %d", len(got), err, len(evs))
 		}

@@ -547,7 +547,7 @@ func TestEventsRecordedAndRetained(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for len(all) < 11 && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
-		all, _ = f.Events(f.ctx, "", "", "", 0)
+		all, _ = f.Events(f.ctx, EventQuery{})
 	}
 	if len(all) != 11 {
 		t.Fatalf("%d events written, want 11: %+v", len(all), all)
@@ -561,11 +561,11 @@ func TestEventsRecordedAndRetained(t *testing.T) {
 			t.Errorf("events out of order: %s then %s", all[i-1].ID, all[i].ID)
 		}
 	}
-	web, _ := f.Events(f.ctx, "web", "", "", 0)
+	web, _ := f.Events(f.ctx, EventQuery{Service: "web"})
 	if len(web) != 5 {
 		t.Errorf("--service web: %d events, want 5", len(web))
 	}
-	after, _ := f.Events(f.ctx, "", "", all[7].ID, 0)
+	after, _ := f.Events(f.ctx, EventQuery{After: all[7].ID})
 	if len(after) != 3 || after[0].ID != all[8].ID {
 		t.Errorf("after %s: %d events, want 3 from %s", all[7].ID, len(after), all[8].ID)
 	}
@@ -575,7 +575,7 @@ func TestEventsRecordedAndRetained(t *testing.T) {
 	}
 	f.SetEventRetention(3, 365*24*time.Hour)
 	f.pruneEvents(f.ctx, time.Now())
-	left, _ := f.Events(f.ctx, "", "", "", 0)
+	left, _ := f.Events(f.ctx, EventQuery{})
 	if len(left) != 3 || left[2].ID != all[10].ID || left[0].ID != all[8].ID {
 		t.Errorf("after keeping 3: %+v, want the newest 3", left)
 	}

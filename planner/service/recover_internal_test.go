@@ -180,7 +180,7 @@ func TestNoPanicStopsThePlanner(t *testing.T) {
 		stop()
 		f.Record(state.Event{Identity: "test", Kind: "Kept"})
 		eventually(t, "the next event written", func() bool {
-			evs, err := f.Events(f.ctx, "", "", "", 100)
+			evs, err := f.Events(f.ctx, EventQuery{Limit: 100})
 			for _, e := range evs {
 				if e.Kind == "Kept" {
 					return err == nil

@@ -56,6 +56,7 @@ type Store interface {
 	NewEventID(t time.Time, seq int64) string
 	PutEvents(ctx context.Context, evs []state.Event) error
 	Events(ctx context.Context, after string, limit, scan int, keep func(state.Event) bool) ([]state.Event, error)
+	LatestEvents(ctx context.Context, limit, scan int, keep func(state.Event) bool) ([]state.Event, error)
 	PruneEvents(ctx context.Context, keep int, before time.Time) (int, error)
 	PruneRequests(ctx context.Context, before time.Time) (int, error)
 }

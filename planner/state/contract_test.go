@@ -50,6 +50,7 @@ type contractStore interface {
 	NewEventID(t time.Time, seq int64) string
 	PutEvents(ctx context.Context, evs []Event) error
 	Events(ctx context.Context, after string, limit, scan int, keep func(Event) bool) ([]Event, error)
+	LatestEvents(ctx context.Context, limit, scan int, keep func(Event) bool) ([]Event, error)
 	PruneEvents(ctx context.Context, keep int, before time.Time) (int, error)
 	PruneRequests(ctx context.Context, before time.Time) (int, error)
 	ObserveCommits(f func(writes int, outcome string))
@@ -347,6 +348,13 @@ func TestStoreContract(t *testing.T) {
 			next, _ := st.Events(ctx, first[1].ID, 10, 100, func(ev Event) bool { return ev.Subject != "s3" })
 			if got := subjects(append(first, next...)); !slices.Equal(got, []string{"s0", "s1", "s2", "s4"}) {
 				t.Errorf("Events two, then the rest but s3 = %v, want [s0 s1 s2 s4]", got)
+			}
+			latest, err := st.LatestEvents(ctx, 2, 100, func(ev Event) bool { return ev.Subject != "s4" })
+			if got := subjects(latest); err != nil || !slices.Equal(got, []string{"s2", "s3"}) {
+				t.Errorf("LatestEvents(2, but s4) = %v, %v; want [s2 s3], the newest two oldest first", got, err)
+			}
+			if few, _ := st.LatestEvents(ctx, 10, 2, nil); !slices.Equal(subjects(few), []string{"s3", "s4"}) {
+				t.Errorf("LatestEvents(10, scanning 2) = %v, want [s3 s4]: the scan bound is the newest two", subjects(few))
 			}
 			n, err := st.PruneEvents(ctx, 2, time.Unix(1001, 0))
 			if err != nil || n != 3 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -153,6 +154,39 @@ func (s *Store) Events(ctx context.Context, after string, limit, scan int, keep 
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+	return out, nil
+}
+
+// LatestEvents returns the newest limit events that keep accepts (nil:
+// all), oldest first, reading at most scan events back from the newest.
+func (s *Store) LatestEvents(ctx context.Context, limit, scan int, keep func(Event) bool) ([]Event, error) {
+	end := clientv3.GetPrefixRangeEnd(EventsPrefix)
+	var out []Event
+	for scanned := 0; scanned < scan && len(out) < limit; {
+		page := min(500, scan-scanned)
+		resp, err := s.cli.Get(ctx, EventsPrefix, clientv3.WithRange(end), clientv3.WithLimit(int64(page)),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend))
+		if err != nil {
+			return nil, fmt.Errorf("state: read the newest events: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			scanned++
+			var ev Event
+			if json.Unmarshal(kv.Value, &ev) != nil {
+				continue
+			}
+			if keep == nil || keep(ev) {
+				if out = append(out, ev); len(out) == limit {
+					break
+				}
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		end = string(resp.Kvs[len(resp.Kvs)-1].Key)
+	}
+	slices.Reverse(out)
 	return out, nil
 }
 

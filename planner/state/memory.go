@@ -333,6 +333,30 @@ func (m *Memory) Events(ctx context.Context, after string, limit, scan int, keep
 	return out, nil
 }
 
+// LatestEvents is Store.LatestEvents: the newest limit events that keep
+// accepts, oldest first, reading at most scan back from the newest.
+func (m *Memory) LatestEvents(ctx context.Context, limit, scan int, keep func(Event) bool) ([]Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("state: read the newest events: %w", err)
+	}
+	keys := m.eventKeys()
+	var out []Event
+	for i, scanned := len(keys)-1, 0; i >= 0 && scanned < scan && len(out) < limit; i, scanned = i-1, scanned+1 {
+		m.kmu.Lock()
+		v, ok := m.kv[keys[i]]
+		m.kmu.Unlock()
+		var ev Event
+		if !ok || json.Unmarshal(v.val, &ev) != nil {
+			continue
+		}
+		if keep == nil || keep(ev) {
+			out = append(out, ev)
+		}
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
 // PruneEvents is Store.PruneEvents: it deletes events older than before
 // (zero: none by age) and the oldest beyond keep (0: no count limit).
 func (m *Memory) PruneEvents(ctx context.Context, keep int, before time.Time) (int, error) {

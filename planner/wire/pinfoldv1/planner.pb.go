@@ -4587,11 +4587,13 @@ func (x *Event) GetOutcome() string {
 }
 
 type ListEventsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Service       string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"` // "": any
-	Host          string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`       // "": any
-	After         string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`     // an event id: only later ones
-	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`    // 0: 1000 (the most)
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"` // "": any
+	Host    string                 `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`       // "": any
+	After   string                 `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`     // an event id: only later ones
+	Limit   int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`    // 0: 1000 (the most)
+	// latest: the newest limit events (still oldest first); not with after.
+	Latest        bool `protobuf:"varint,5,opt,name=latest,proto3" json:"latest,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4652,6 +4654,13 @@ func (x *ListEventsRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *ListEventsRequest) GetLatest() bool {
+	if x != nil {
+		return x.Latest
+	}
+	return false
 }
 
 type ListEventsResponse struct {
@@ -5280,12 +5289,13 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04host\x18\x06 \x01(\tR\x04host\x12\x18\n" +
 	"\aservice\x18\a \x01(\tR\aservice\x12\x18\n" +
 	"\arequest\x18\b \x01(\tR\arequest\x12\x18\n" +
-	"\aoutcome\x18\t \x01(\tR\aoutcome\"m\n" +
+	"\aoutcome\x18\t \x01(\tR\aoutcome\"\x85\x01\n" +
 	"\x11ListEventsRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x12\n" +
 	"\x04host\x18\x02 \x01(\tR\x04host\x12\x14\n" +
 	"\x05after\x18\x03 \x01(\tR\x05after\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"?\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06latest\x18\x05 \x01(\bR\x06latest\"?\n" +
 	"\x12ListEventsResponse\x12)\n" +
 	"\x06events\x18\x01 \x03(\v2\x11.pinfold.v1.EventR\x06events\"\xda\x03\n" +
 	"\rContainerSpec\x12\x18\n" +
