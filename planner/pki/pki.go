@@ -15,6 +15,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"os"
@@ -186,6 +187,12 @@ func Issue(dir string, role Role, name string, now time.Time) (Files, error) {
 }
 
 func issue(dir, certName, keyName string, tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey) error {
+	for _, name := range []string{certName, keyName} {
+		if _, err := os.Lstat(filepath.Join(dir, name)); err == nil {
+			return fmt.Errorf("pki: %s already exists in %s: %q was issued before; issue another name, or revoke it (pinfold pki revoke) and remove its two files to issue it again: %w",
+				name, dir, tmpl.Subject.CommonName, fs.ErrExist)
+		}
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fmt.Errorf("pki: key for %s: %w", certName, err)

@@ -1,8 +1,11 @@
 package pki_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"io/fs"
 	"os"
 	"strings"
 	"testing"
@@ -68,6 +71,16 @@ func TestInitIssueVerify(t *testing.T) {
 	}
 	if _, err := pki.Issue(dir, pki.RoleAgent, "../h", now); err == nil {
 		t.Errorf("name ../h accepted")
+	}
+	// A second issue of a name says it was issued before and what to do
+	// (it said "open …-key.pem: file exists"), and leaves the pair as it was.
+	before, _ := os.ReadFile(pki.ClientFiles(dir, pki.RoleAdmin, "alice").Key)
+	if _, err := pki.Issue(dir, pki.RoleAdmin, "alice", now); err == nil || !errors.Is(err, fs.ErrExist) ||
+		!strings.Contains(err.Error(), `"alice" was issued before`) || !strings.Contains(err.Error(), "pki revoke") {
+		t.Errorf("issuing admin alice again = %v, want it named as issued before, with the way out", err)
+	}
+	if after, _ := os.ReadFile(pki.ClientFiles(dir, pki.RoleAdmin, "alice").Key); !bytes.Equal(before, after) {
+		t.Errorf("issuing admin alice again changed its key file")
 	}
 	if _, err := pki.Issue(t.TempDir(), pki.RoleAgent, "h1", now); err == nil || !strings.Contains(err.Error(), "pki init") {
 		t.Errorf("issue without a CA = %v", err)
