@@ -277,7 +277,9 @@ for the hosts: watch them with 'pinfold ps'.
 
 Exit code: 0 applied (or no changes), 1 not applied (a recreate without
 --recreate, or a step refused: what was changed is named), 2 bad input,
-nothing changed (3 and 4 as for every command).
+nothing changed (3 and 4 as for every command). With -o json, stdout has
+one document: the changes (as diff prints them), "applied" (the steps
+made) and, when apply stopped, "refused" (each step not made, and why).
 
 ` + applyFileHelp,
 		Example: `  pinfold apply -f services.yaml
@@ -308,21 +310,28 @@ nothing changed (3 and 4 as for every command).
 						blocked = append(blocked, s.Service+": "+s.Detail)
 					}
 				}
+				doc := applyJSON{Diff: d, Applied: []string{}}
 				if len(blocked) > 0 {
-					return &exitError{code: exitUnmet, err: fmt.Errorf("nothing was changed: %s", strings.Join(blocked, "\n  "))}
+					for _, s := range d.Steps {
+						if s.Action == "recreate" {
+							doc.Refused = append(doc.Refused, refusedStepJSON{Action: s.Action, Service: s.Service, Error: "needs --recreate: " + s.Detail})
+						}
+					}
+					return jsonThen(cmd, out, doc, &exitError{code: exitUnmet, err: fmt.Errorf("nothing was changed: %s", strings.Join(blocked, "\n  "))})
 				}
-				var made []string
 				for _, s := range d.Steps {
 					if err := applyStep(ctx, cl, s, pulls[s.Service]); err != nil {
-						return stepFailed(s, err, made)
+						err = stepFailed(s, err, doc.Applied)
+						doc.Refused = []refusedStepJSON{{Action: s.Action, Service: s.Service, Error: err.Error()}}
+						return jsonThen(cmd, out, doc, err)
 					}
-					made = append(made, s.Action+" "+s.Service)
+					doc.Applied = append(doc.Applied, s.Action+" "+s.Service)
 					if !out.json() {
 						fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: done\n", s.Action, s.Service)
 					}
 				}
 				if out.json() {
-					return writeJSON(cmd.OutOrStdout(), d)
+					return writeJSON(cmd.OutOrStdout(), doc)
 				}
 				printDiff(cmd, d, true)
 				return nil
@@ -335,6 +344,33 @@ nothing changed (3 and 4 as for every command).
 	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the planner's services the file does not have")
 	cmd.Flags().BoolVar(&recreate, "recreate", false, "remove and deploy again a service whose change no live operation makes (env, network, rules, ...)")
 	return cmd
+}
+
+// applyJSON is apply's -o json document: the changes it worked from (the
+// diff's document), the steps it made, and the steps refused, when apply
+// stopped (exit 1 or 2, the error on stderr as well).
+type applyJSON struct {
+	servicesfile.Diff
+	Applied []string          `json:"applied"`
+	Refused []refusedStepJSON `json:"refused,omitempty"`
+}
+
+// refusedStepJSON is a step apply did not make, and why.
+type refusedStepJSON struct {
+	Action  string `json:"action"`
+	Service string `json:"service"`
+	Error   string `json:"error"`
+}
+
+// jsonThen writes doc when out asks for JSON, then returns err: a script
+// reading -o json learns what was made before the refusal.
+func jsonThen(cmd *cobra.Command, out outputFlag, doc applyJSON, err error) error {
+	if out.json() {
+		if werr := writeJSON(cmd.OutOrStdout(), doc); werr != nil {
+			return werr
+		}
+	}
+	return err
 }
 
 // stepFailed is apply's error when step s failed with err after the

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,6 +89,14 @@ func TestApplyNamesARefusedResize(t *testing.T) {
 	out, errOut, code := pf.Run("apply", "-f", file)
 	if code != exitUnmet || !strings.Contains(errOut, "resize web (nothing was changed): ") {
 		t.Errorf("apply of a resize the host cannot take: exit %d:\n%s%s\nwant exit 1 naming resize web and that nothing was changed", code, out, errOut)
+	}
+	// -o json says the same on stdout (it printed nothing): what was made
+	// (nothing) and the step refused, with the exit code unchanged.
+	out, errOut, code = pf.Run("apply", "-f", file, "-o", "json")
+	var doc applyJSON
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitUnmet || len(doc.Applied) != 0 || len(doc.Refused) != 1 ||
+		doc.Refused[0].Service != "web" || doc.Refused[0].Action != "resize" || !strings.Contains(doc.Refused[0].Error, "nothing was changed") {
+		t.Errorf("apply -o json of the refused resize: exit %d, %v:\n%s%s\nwant exit 1 and a document naming resize web as refused", code, err, out, errOut)
 	}
 }
 
