@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -56,5 +59,26 @@ func TestPriorityEndToEnd(t *testing.T) {
 	}
 	if out := pf.Must("ps", "-o", "json"); strings.Contains(out, `"good"`) || strings.Contains(out, `"x"`) {
 		t.Errorf("a refused deploy or apply left instances:\n%s", out)
+	}
+	// ps and host show say each instance's priority (issue 40 item 1): a
+	// PRIORITY column once a service is not production, and -o json's
+	// priority. Control: without the API's withPriorities all read 0.
+	pf.Must("deploy", "web", "--image", "busybox", "--memory", "64MiB")
+	var ins []instanceJSON
+	if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ins); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int32{}
+	for _, in := range ins {
+		got[in.Service] = in.Priority
+	}
+	if want := map[string]int32{"batchy": -500, "web": 0}; !maps.Equal(got, want) {
+		t.Errorf("ps -o json priorities = %v, want %v", got, want)
+	}
+	for _, args := range [][]string{{"ps"}, {"host", "show", "a"}} {
+		out := pf.Must(args...)
+		if !strings.Contains(out, "PRIORITY") || !regexp.MustCompile(`batchy\s+batch\s`).MatchString(out) || !regexp.MustCompile(`web\s+production\s`).MatchString(out) {
+			t.Errorf("%v: want a PRIORITY column with batch and production:\n%s", args, out)
+		}
 	}
 }

@@ -108,6 +108,7 @@ func (s *Server) GetHost(_ context.Context, r *connect.Request[pinfoldv1.GetHost
 	for _, iv := range s.reads.Instances(r.Msg.Name, "") {
 		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 	}
+	s.withPriorities(out.Instances)
 	return connect.NewResponse(out), nil
 }
 

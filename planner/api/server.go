@@ -57,6 +57,7 @@ type Reads interface {
 	InstancesPage(host, service string, pageSize int, token string) ([]state.InstanceView, string, error)
 	PlacementSettings() placement.Settings
 	ServiceRecord(name string) (state.Service, int, bool)
+	Priority(service string) model.Priority
 }
 
 // Changes is what only an admin may change; Rebalance too, which a viewer

@@ -187,7 +187,22 @@ func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1
 	for _, iv := range ins {
 		out.Instances = append(out.Instances, instanceMsg(iv.Instance, iv.Status, s.sb()))
 	}
+	s.withPriorities(out.Instances)
 	return connect.NewResponse(out), nil
+}
+
+// withPriorities sets each listed instance's priority, its service's
+// (read once per service of the list).
+func (s *Server) withPriorities(ins []*pinfoldv1.Instance) {
+	of := map[string]int32{}
+	for _, m := range ins {
+		p, ok := of[m.Service]
+		if !ok {
+			p = int32(s.reads.Priority(m.Service))
+			of[m.Service] = p
+		}
+		m.Priority = p
+	}
 }
 
 func (s *Server) Capacity(_ context.Context, r *connect.Request[pinfoldv1.CapacityRequest]) (*connect.Response[pinfoldv1.CapacityResponse], error) {

@@ -143,6 +143,12 @@ func (s *Service) WaitRev(ctx context.Context, rev int64) error { return s.st.Wa
 // Healthy reports whether the planner's cache still follows etcd.
 func (s *Service) Healthy() bool { return s.st.Healthy() }
 
+// Priority is service's priority (production when it has no record).
+func (s *Service) Priority(service string) model.Priority {
+	d, _ := s.st.Service(service)
+	return d.Value.Priority
+}
+
 // ServiceRecord returns a deployed service's record and its count of
 // instances (an instance and the one replacing it in a move count once);
 // false when no service of that name is deployed.

@@ -1106,11 +1106,14 @@ type Instance struct {
 	Replaces           string                 `protobuf:"bytes,30,opt,name=replaces,proto3" json:"replaces,omitempty"`                                      // a move in flight: the instance this one takes over from
 	Pull               string                 `protobuf:"bytes,31,opt,name=pull,proto3" json:"pull,omitempty"`                                              // "" (pull when missing) or "always"
 	WholeCores         bool                   `protobuf:"varint,32,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"`               // bound to whole physical cores (no SMT sibling shared)
-	Container          *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                                    // volumes, restart, labels, user, …; nil: none
-	Ports              []*Port                `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                                            // the ports the instance asks for
-	HostPorts          []*Port                `protobuf:"bytes,61,rep,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"`                   // the host ports it holds on its host, in the order of ports
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// priority is the service's (model.Priority), in listings (ListInstances,
+	// GetHost); 0 (production) in what the agents are sent.
+	Priority      int32          `protobuf:"varint,33,opt,name=priority,proto3" json:"priority,omitempty"`
+	Container     *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                  // volumes, restart, labels, user, …; nil: none
+	Ports         []*Port        `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                          // the ports the instance asks for
+	HostPorts     []*Port        `protobuf:"bytes,61,rep,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"` // the host ports it holds on its host, in the order of ports
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Instance) Reset() {
@@ -1351,6 +1354,13 @@ func (x *Instance) GetWholeCores() bool {
 		return x.WholeCores
 	}
 	return false
+}
+
+func (x *Instance) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 func (x *Instance) GetContainer() *ContainerSpec {
@@ -4936,7 +4946,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18< \x01(\tR\x04name\x12\x12\n" +
 	"\x04host\x18= \x01(\x05R\x04host\x12\x1c\n" +
-	"\tcontainer\x18> \x01(\x05R\tcontainer\"\xac\t\n" +
+	"\tcontainer\x18> \x01(\x05R\tcontainer\"\xc8\t\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -4973,7 +4983,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\breplaces\x18\x1e \x01(\tR\breplaces\x12\x12\n" +
 	"\x04pull\x18\x1f \x01(\tR\x04pull\x12\x1f\n" +
 	"\vwhole_cores\x18  \x01(\bR\n" +
-	"wholeCores\x127\n" +
+	"wholeCores\x12\x1a\n" +
+	"\bpriority\x18! \x01(\x05R\bpriority\x127\n" +
 	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12&\n" +
 	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\x12/\n" +
 	"\n" +
