@@ -63,7 +63,7 @@ func TestUILiveCPUMap(t *testing.T) {
 	if bands, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll(".band").length`)); err != nil || bands != 0 {
 		t.Fatalf("bands before any deploy = %d, %v", bands, err)
 	}
-	out, errOut, code := pf.Run("deploy", "web", "--count", "2", "--cpu", "1.5", "--bind", "--memory", "1GiB", "--image", "busybox", "-o", "json")
+	out, errOut, code := pf.Run("deploy", "web", "--count", "2", "--cpu", "1.5", "--bind", "--memory", "1GiB", "--image", "busybox", "--priority", "batch", "-o", "json")
 	if code != 0 {
 		t.Fatalf("deploy: %s", errOut)
 	}
@@ -102,8 +102,8 @@ func TestUILiveCPUMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if status != "live" || !strings.Contains(rows, ins[0].ID) || !strings.Contains(rows, "1.50") {
-		t.Errorf("status %q, instances table %q: want live, the instances with 1.50 CPUs planned", status, rows)
+	if status != "live" || !strings.Contains(rows, ins[0].ID) || !strings.Contains(rows, "1.50") || !strings.Contains(rows, "batch") {
+		t.Errorf("status %q, instances table %q: want live, the instances with 1.50 CPUs planned and their priority, batch", status, rows)
 	}
 	// The hosts were registered by hand: the page says their instances
 	// wait for an agent, and the host row why.

@@ -23,6 +23,12 @@ function cpuList(s) {
   return out;
 }
 
+// priorityName is a service's priority as ps writes it: a class's name, or
+// the number (protojson leaves 0, production, out).
+function priorityName(p) {
+  return {"1000": "system", "0": "production", "-500": "batch", "-1000": "best-effort"}[String(p || 0)] || String(p);
+}
+
 function color(service) {
   let h = 0;
   for (const c of service) h = (h * 31 + c.charCodeAt(0)) >>> 0;
@@ -132,7 +138,7 @@ function render(hosts, instances, byHost) {
     const sb = i.shareBase || 100;
     const planned = i.bind ? sum(i.cpus) / sb : (i.cpuQuotaPieces || 0) / sb;
     ib.append(el("tr", {"data-instance": i.id},
-      el("td", {}, el("span", {class: "swatch", style: "background:" + color(i.service)}), i.id), el("td", {}, i.service), el("td", {}, i.host),
+      el("td", {}, el("span", {class: "swatch", style: "background:" + color(i.service)}), i.id), el("td", {}, i.service), el("td", {}, priorityName(i.priority)), el("td", {}, i.host),
       el("td", {class: "state-" + (i.state || "pending")}, (i.state || "pending") +
         ((!i.state || i.state === "pending") && hostByName[i.host] && !hostByName[i.host].agent ? " (no agent on " + i.host + ")" : "")),
       el("td", {}, planned.toFixed(2)), el("td", {}, i.cpuGotPieces ? (i.cpuGotPieces / sb).toFixed(2) : "-"),
