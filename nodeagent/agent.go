@@ -157,6 +157,7 @@ type record struct {
 	refused int64  // the generation the host refused to apply
 	failed  int64  // the generation whose replace was rolled back
 	failMsg string // why that replace was rolled back
+	retry   retry  // a failing action's backoff (retry.go)
 	sent    *model.Status
 	cpu     cpuSample    // the running container's usage at the last pass
 	cpuGot  int          // pieces per second between the last two passes
@@ -279,8 +280,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		// A pass that acted is followed at once by one more, to report the
-		// result; not by a chain of them: an action that keeps failing is
-		// retried at --resync, not in a tight loop against Docker.
+		// result; not by a chain of them: an action that keeps failing
+		// backs off (retry.go), not in a tight loop against Docker.
 		acted := a.ready() && a.Reconcile(ctx)
 		a.looped.Store(time.Now().UnixNano())
 		if acted && !followUp {

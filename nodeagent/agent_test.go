@@ -1,11 +1,14 @@
 package nodeagent
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -71,6 +74,7 @@ func TestRefusalAndMemoryReported(t *testing.T) {
 		eng.mu.Unlock()
 		a.mu.Lock()
 		a.records["db-1"].refused = 0
+		a.records["db-1"].retry = retry{} // each case from a first try, not the last case's backoff
 		a.mu.Unlock()
 		a.SetDesired([]model.Instance{memInst(2, 64<<20)}) // above the 40 MiB in use: no shrink, the engine answers
 		a.Reconcile(ctx)                                   // acts (and fails)
@@ -281,27 +285,74 @@ func TestCheckpointEnforcedWhilePlannerDown(t *testing.T) {
 	})
 }
 
-// TestFailingActionNotInATightLoop: a create the engine keeps refusing is
-// retried at the resync period (one immediate follow-up pass at most), not
-// as fast as passes can run.
-func TestFailingActionNotInATightLoop(t *testing.T) {
-	eng, cg := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}
-	eng.createErr = errors.New("pull access denied")
-	a := New(Config{Host: "h", Resync: 200 * time.Millisecond}, &downPlanner{}, eng, cg, topologytest.Laptop().Topology(), nil)
-	a.SetDesired([]model.Instance{memInst(1, 128<<20)})
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_ = a.Run(ctx)
-	eng.mu.Lock()
-	n := eng.creates
-	eng.mu.Unlock()
-	// 1 s at 200 ms: about 5 passes, each with at most one follow-up.
-	if n < 2 || n > 12 {
-		t.Errorf("%d create attempts in 1 s with --resync 200ms, want about 5..10", n)
-	}
-	if r := a.records["db-1"]; r == nil || !strings.Contains(r.err, "pull access denied") {
-		t.Errorf("the failure is not recorded: %+v", r)
-	}
+// TestFailingActionBacksOff: a create the engine keeps refusing is tried
+// again after the resync period, then after twice that, and so on up to
+// MaxRetryBackoff: over 10 minutes of the bubble's clock at --resync 2s,
+// 14 tries (t = 0, 2, 6, 14, 30, 62 s, then every minute), not 300. The
+// failure is logged at WARN once (the same error), the record keeps it
+// for the planner, and a new generation (the planner changed the
+// instance) is tried at once. Control: with waiting() always false the
+// test counts 598 tries (a pass that acted is followed by another).
+func TestFailingActionBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng, cg := newFakeEngine(), &fakeCgroup{mem: map[string]int64{}}
+		eng.createErr = errors.New("pull access denied")
+		var logs lockedBuffer
+		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		a := New(Config{Host: "h", Resync: 2 * time.Second}, &downPlanner{}, eng, cg, topologytest.Laptop().Topology(), log)
+		a.SetDesired([]model.Instance{memInst(1, 128<<20)})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		creates := func() int {
+			eng.mu.Lock()
+			defer eng.mu.Unlock()
+			return eng.creates
+		}
+		time.Sleep(10*time.Minute - time.Second)
+		synctest.Wait()
+		if n := creates(); n != 14 {
+			t.Errorf("%d create attempts in 10 minutes at --resync 2s, want 14 (backoff 2 s doubling to %v)", n, MaxRetryBackoff)
+		}
+		if n := strings.Count(logs.String(), "action failed"); n != 1 {
+			t.Errorf("%d WARN lines of the failure, want 1 (the same error each time):\n%s", n, logs.String())
+		}
+		a.mu.Lock()
+		r := a.records["db-1"]
+		a.mu.Unlock()
+		if r == nil || !strings.Contains(r.err, "pull access denied") {
+			t.Errorf("the failure is not recorded: %+v", r)
+		}
+		before := creates()
+		a.SetDesired([]model.Instance{memInst(2, 128<<20)})
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := creates() - before; n < 1 {
+			t.Errorf("a new generation waited out the old one's backoff (%d tries in 1 s)", n)
+		}
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run = %v, want it to keep running until cancelled", err)
+		}
+	})
+}
+
+// lockedBuffer is a bytes.Buffer the agent's goroutines may log to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestFence: from the checkpoint alone the agent starts nothing.

@@ -101,6 +101,14 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 				continue
 			}
 		}
+		if a.waiting(act, time.Now()) {
+			// It failed before: tried again once its backoff has passed.
+			if act.Container != "" {
+				failedOn[act.Container] = true
+			}
+			notApplied[act.Instance.ID] = true
+			continue
+		}
 		t0 := time.Now()
 		err := a.apply(ctx, act)
 		if err != nil && act.Container != "" {
@@ -112,11 +120,7 @@ func (a *Agent) Reconcile(ctx context.Context) bool {
 		a.prom.action(act.Kind, err)
 		if act.Kind != Reassert || act.Reason != "" {
 			acted = true
-			id := ""
-			if act.Instance != nil {
-				id = act.Instance.ID
-			}
-			a.log.Info("applied", "action", act.Kind, "instance", id, "container_id", short(act.Container), "reason", act.Reason, "took", time.Since(t0).Round(time.Millisecond), "err", err)
+			a.outcome(act, err, time.Since(t0), time.Now())
 		}
 		if act.Instance != nil {
 			a.remember(act, err)
