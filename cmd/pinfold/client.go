@@ -324,11 +324,14 @@ func apiError(err error) error {
 	}
 	msg := ce.Message()
 	if alert, ok := certificateRefused(err); ok {
-		return &exitError{code: exitUnreachable, err: fmt.Errorf("the planner refused this command's TLS client certificate (%s): it is revoked, expired, issued by another CA, or none was given (--tls-cert and --tls-key, or PINFOLD_TLS_CERT and PINFOLD_TLS_KEY); nothing was changed", alert)}
+		return &exitError{code: exitBadInput, err: fmt.Errorf("the planner refused this command's TLS client certificate (%s): it is revoked, expired, issued by another CA, or none was given (--tls-cert and --tls-key, or PINFOLD_TLS_CERT and PINFOLD_TLS_KEY); nothing was changed", alert)}
+	}
+	if verify := (*tls.CertificateVerificationError)(nil); errors.As(err, &verify) {
+		return &exitError{code: exitBadInput, err: fmt.Errorf("the planner's TLS certificate does not verify against --tls-ca (PINFOLD_TLS_CA): %v; give the CA that signed it (the ca.pem of the planner's pki directory); nothing was changed", verify.Err)}
 	}
 	switch ce.Code() {
 	case connect.CodePermissionDenied:
-		return &exitError{code: exitUnmet, err: fmt.Errorf("permission denied: %s (the certificate's role does not allow it: an admin certificate does, pinfold pki issue admin NAME); nothing was changed", msg)}
+		return &exitError{code: exitDenied, err: fmt.Errorf("permission denied: %s (the certificate's role does not allow it: an admin certificate does, pinfold pki issue admin NAME); nothing was changed", msg)}
 	case connect.CodeInvalidArgument, connect.CodeNotFound, connect.CodeAlreadyExists:
 		return &exitError{code: exitBadInput, err: errors.New(msg)}
 	case connect.CodeFailedPrecondition:

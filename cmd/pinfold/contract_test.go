@@ -4,11 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -257,19 +263,64 @@ func TestExitCodesOfFailures(t *testing.T) {
 	}
 }
 
-// TestRootHelpListsExitCodes: the root --help documents every exit code.
+// TestRootHelpListsExitCodes: the root --help and the README's table
+// document every exit code main.go declares (an exit* constant; a new one
+// without a line in both fails here), and nothing else. Guard: at least
+// the six codes 0..5.
 func TestRootHelpListsExitCodes(t *testing.T) {
 	t.Parallel()
+	codes := declaredExitCodes(t)
+	if len(codes) < 6 {
+		t.Fatalf("found %d exit* constants in main.go, want at least 6: %v", len(codes), codes)
+	}
 	out, _, _ := runCLI(t, "", "--help")
 	i := strings.Index(out, "Exit codes")
 	if i < 0 {
 		t.Fatalf("root --help has no exit codes:\n%s", out)
 	}
-	for _, w := range []string{"0 ok", "1 the request cannot be met", "2 bad input", "3 the planner could not be reached", "4 outcome unknown", "pinfold events"} {
-		if !strings.Contains(out[i:], w) {
-			t.Errorf("root --help's exit codes lack %q:\n%s", w, out[i:])
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	helpCodes := regexp.MustCompile(`(?m)^  (\d+) `).FindAllStringSubmatch(out[i:], -1)
+	tableCodes := regexp.MustCompile(`(?m)^\| (\d+) \| `).FindAllStringSubmatch(string(readme), -1)
+	for name, found := range map[string][][]string{"root --help": helpCodes, "README's exit code table": tableCodes} {
+		var got []string
+		for _, m := range found {
+			got = append(got, m[1])
+		}
+		if !slices.Equal(got, codes) {
+			t.Errorf("%s lists codes %v, main.go declares %v", name, got, codes)
 		}
 	}
+	if !strings.Contains(out[i:], "pinfold events") {
+		t.Errorf("root --help's exit codes do not say how to check an unknown outcome:\n%s", out[i:])
+	}
+}
+
+// declaredExitCodes is the values of main.go's exit* constants, in order.
+func declaredExitCodes(t *testing.T) []string {
+	t.Helper()
+	f, err := parser.ParseFile(token.NewFileSet(), "main.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for k, n := range vs.Names {
+				if lit, ok := vs.Values[k].(*ast.BasicLit); ok && strings.HasPrefix(n.Name, "exit") && lit.Kind == token.INT {
+					codes = append(codes, lit.Value)
+				}
+			}
+		}
+	}
+	return codes
 }
 
 // TestMachineReadableOutput: commands that print something take -o json

@@ -34,23 +34,28 @@ const (
 	// error), or the connection was lost after a change was sent or made.
 	// A retry may do a change twice: look first.
 	exitUnknown = 4
+	// exitDenied: the client certificate's role may not make the call
+	// (an admin certificate may); nothing was changed.
+	exitDenied = 5
 )
 
 const exitCodesHelp = `Exit codes:
   0 ok
   1 the request cannot be met (not enough capacity, a rule, a host that
-    cannot be removed now; or, waiting, not applied everywhere), or the
-    certificate's role may not make it (permission denied);
+    cannot be removed now; or, waiting, not applied everywhere);
     'pinfold health': there are warnings
-  2 bad input or usage (an unknown command, a bad flag or value, an unknown
-    name) or an unreadable host; nothing was changed
-  3 the planner could not be reached or refused the client certificate
-    (or the connection was lost during a read); nothing was changed: worth
-    a retry once it is reachable
+  2 bad input, usage or configuration (an unknown command, a bad flag or
+    value, an unknown name, an unreadable host; no client certificate or
+    one the planner refuses, a planner certificate --tls-ca does not
+    verify); nothing was changed
+  3 the planner could not be reached (or the connection was lost during a
+    read); nothing was changed: worth a retry once it is reachable
   4 outcome unknown: the planner failed (an internal error) or the
     connection was lost after the request was sent; repeat the command
     with the --request-id it prints (a deploy, resize, replace or remove
-    is then made once), or check with 'pinfold ps' / 'pinfold events'`
+    is then made once), or check with 'pinfold ps' / 'pinfold events'
+  5 permission denied: the client certificate's role may not make the
+    call (an admin certificate may); nothing was changed`
 
 // exitError carries an exit code and a message for the user.
 type exitError struct {

@@ -9,8 +9,10 @@ import (
 // by a new user's trial): a bare host:port with a CA given goes to
 // https:// (it got "internal error … 400 Bad Request", exit 4); a client
 // certificate the planner refuses (here: none) is said to be refused, not
-// "the connection was lost … worth a retry" (exit 3 either way); a role
-// that may not make a change is told which certificate may (exit 1).
+// "the connection was lost … worth a retry", and so is a --tls-ca that does
+// not verify the planner: configuration, exit 2 (it was 3, "worth a
+// retry", which cannot help: issue 38 item 7); a role that may not make a
+// change is told which certificate may (exit 5, its own code).
 func TestTLSRefusalsSayWhy(t *testing.T) {
 	as, addr, ca := tlsPlanner(t, 0, 0)
 	admin, viewer := as("admin", "alice"), as("viewer", "bob")
@@ -25,13 +27,18 @@ func TestTLSRefusalsSayWhy(t *testing.T) {
 	}{
 		{"a bare host:port with --tls-ca is https", func() (string, string, int) {
 			return runCLI(t, "", "host", "list", "--planner", addr, "--tls-ca", ca)
-		}, exitUnreachable, "refused this command's TLS client certificate (tls: certificate required)"},
+		}, exitBadInput, "refused this command's TLS client certificate (tls: certificate required)"},
+		{"another CA in --tls-ca", func() (string, string, int) {
+			other := t.TempDir() + "/other"
+			runCLI(t, "", "pki", "init", "--dir", other)
+			return runCLI(t, "", "host", "list", "--planner", addr, "--tls-ca", other+"/ca.pem")
+		}, exitBadInput, "the planner's TLS certificate does not verify against --tls-ca"},
 		{"control: http:// to a TLS planner", func() (string, string, int) {
 			return runCLI(t, "", "host", "list", "--planner", "http://"+addr)
 		}, exitUnknown, "400 Bad Request"},
 		{"a viewer's change", func() (string, string, int) {
 			return viewer.Run("deploy", "web", "--cpu", "0.1", "--memory", "64MiB", "--image", "busybox")
-		}, exitUnmet, "permission denied: identity viewer:bob may not call Deploy (the certificate's role does not allow it: an admin certificate does"},
+		}, exitDenied, "permission denied: identity viewer:bob may not call Deploy (the certificate's role does not allow it: an admin certificate does"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, code := tc.run()
