@@ -2,6 +2,7 @@ package shareplant
 
 import (
 	"math"
+	"slices"
 	"time"
 )
 
@@ -112,6 +113,9 @@ func (p *Plant) pull() {
 		return
 	}
 	p.throttles()
+	if len(p.busy) != p.ncpu {
+		p.busy, p.nextBal = make([]bool, p.ncpu), make([]float64, p.ncpu)
+	}
 	for {
 		nr := make([]int, p.ncpu)
 		for _, t := range p.threads {
@@ -127,11 +131,12 @@ func (p *Plant) pull() {
 			queued = queued || k > 1
 		}
 		if !anyIdle || !queued {
+			p.balanced(nr, queued)
 			return
 		}
 		pulled := false
 		for _, c := range p.rng.Perm(p.ncpu) {
-			if !idle[c] {
+			if !idle[c] || !p.mayBalance(c) {
 				continue
 			}
 			busiest, cands := 1, []*thread(nil)
@@ -158,9 +163,62 @@ func (p *Plant) pull() {
 			p.dirty = true
 		}
 		if !pulled {
+			p.balanced(nr, queued)
 			return
 		}
 	}
+}
+
+// mayBalance reports whether idle CPU c balances now: it has just gone
+// idle (sched_balance_newidle), or its periodic idle balance is due.
+func (p *Plant) mayBalance(c int) bool {
+	if p.eagerPull || p.busy[c] {
+		return true
+	}
+	return p.now >= p.balanceDue(c)-eps
+}
+
+// balanceDue is when idle CPU c next balances: the first tick at or after
+// its next balance time, or after now when that has passed.
+func (p *Plant) balanceDue(c int) float64 {
+	return ceilTick(max(p.nextBal[c], p.now))
+}
+
+func ceilTick(t float64) float64 { return math.Ceil(t/tickPeriod-eps) * tickPeriod }
+
+// balanced records the pass: which CPUs are busy, and for each idle CPU
+// that balanced when due, when it balances next.
+func (p *Plant) balanced(nr []int, queued bool) {
+	interval := ceilTick(float64(p.ncpu) * 1000)
+	for c, k := range nr {
+		if k == 0 && queued && p.now >= p.balanceDue(c)-eps {
+			p.nextBal[c] = p.now + interval
+		}
+		p.busy[c] = k > 0
+	}
+}
+
+// nextBalance is the earliest due idle balance that could pull, or +Inf.
+func (p *Plant) nextBalance() float64 {
+	if p.eagerPull || p.packed || len(p.busy) != p.ncpu {
+		return math.Inf(1)
+	}
+	nr := make([]int, p.ncpu)
+	for _, t := range p.threads {
+		if p.runnable(t) {
+			nr[t.cpu]++
+		}
+	}
+	if slices.Max(nr) < 2 {
+		return math.Inf(1)
+	}
+	next := math.Inf(1)
+	for c, k := range nr {
+		if k == 0 {
+			next = min(next, p.balanceDue(c))
+		}
+	}
+	return next
 }
 
 // Advance runs the host for d (d <= 0: nothing; time never goes back).
@@ -192,6 +250,9 @@ func (p *Plant) Advance(d time.Duration) {
 			case t.run > 0 && t.rate > 0:
 				next = min(next, p.now+t.work/t.rate)
 			}
+		}
+		if b := p.nextBalance(); b > p.now+eps {
+			next = min(next, b)
 		}
 		tick := false
 		if p.now+peltPeriod < next && p.averaging() {

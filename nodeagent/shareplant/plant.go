@@ -31,10 +31,16 @@
 //     group's threads stop on every CPU when it is spent (the throttle
 //     gap) until the next period refills it;
 //   - idle pulls: a CPU with nothing runnable pulls a queued thread from
-//     the busiest queue the thread's cpuset and affinity allow; busy
-//     threads are NOT pulled between busy CPUs because of weight (on a
-//     mostly idle host the balancer pulls only into a CPU below the domain
-//     average, which is an idle one: that is what stacks threads);
+//     the busiest queue the thread's cpuset and affinity allow, at the
+//     moment it goes idle (sched_balance_newidle) or else at its periodic
+//     idle balance: on a tick (4 ms, CONFIG_HZ=250) at least the domain's
+//     weight in ms after its last one (sd->balance_interval = sd_weight,
+//     kernel/sched/topology.c sd_init; an idle CPU's interval is not
+//     multiplied by busy_factor, sched_balance_domains), not the moment a
+//     queue forms elsewhere; busy threads are NOT pulled between busy
+//     CPUs because of weight (on a mostly idle host the balancer pulls
+//     only into a CPU below the domain average, which is an idle one:
+//     that is what stacks threads);
 //   - placement: a thread started inside a group goes to an idle allowed
 //     CPU, else to the allowed CPU with the least load (loads within 25 %
 //     of the least count as tied, broken by the seeded source); a thread
@@ -59,7 +65,8 @@
 // cpu.max.burst, cpu.idle, real-time classes, EEVDF's slices, or the
 // per-CPU 5 ms bandwidth slices (throttling is exact). Time advances from
 // event to event (a refill, a group spending its quota, a thread sleeping
-// or waking, and every 1024 µs while some runnable average still moves):
+// or waking, an idle CPU's due balance while a queue waits, and every
+// 1024 µs while some runnable average still moves):
 // between events every rate is constant.
 //
 // It is pure: no I/O, no clock; all randomness comes from the *rand.Rand
@@ -110,6 +117,7 @@ const (
 	// every 1 ms (1024 µs periods, and every tick); in µs.
 	peltHalfLife = 32000.0
 	peltPeriod   = 1024.0
+	tickPeriod   = 4000.0 // µs: CONFIG_HZ=250
 )
 
 type group struct {
@@ -161,6 +169,13 @@ type Plant struct {
 	// instantLoads weighs groups by their runnable threads now, sleeping
 	// ones not counted (the model before PELT): a control for the tests.
 	instantLoads bool
+	// idle balancing: per CPU, whether it had something runnable at the
+	// last pass, and when its periodic idle balance is next due (µs).
+	busy    []bool
+	nextBal []float64
+	// eagerPull lets every idle CPU pull at every event (the model before
+	// newidle and periodic idle balancing): a control for the tests.
+	eagerPull bool
 }
 
 // New returns a host of cpus CPUs (0..cpus-1) with only the root group.

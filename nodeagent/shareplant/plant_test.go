@@ -468,3 +468,59 @@ func TestPlantBlockedLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestPlantIdleBalance: an idle CPU pulls a queued thread when it goes
+// idle (sched_balance_newidle) or at its periodic idle balance, on a tick
+// (4 ms, CONFIG_HZ=250) at least ncpu ms after its last one
+// (sd->balance_interval starts at the domain's weight in ms), not the
+// moment a queue forms elsewhere. On 2 CPUs: two busy threads of a group
+// pinned to CPU 0 for 1 ms (CPU 1 idle since the start: it balanced at 0,
+// finding nothing it may take), then one unpinned: CPU 1 pulls it at its
+// next balance, 4 ms, so each thread gets 0.5 ms + 1.5 ms shared, then
+// 6 ms alone: 16 ms of CPU by 10 ms. A third thread, bursty on CPU 1, going
+// to sleep with the two stacked on CPU 0 again: CPU 1 pulls at once, not
+// at its next tick. Control: with every idle CPU pulling at every event (the model before)
+// the first case gives 0.5 ms + 9 ms each, 19 ms.
+func TestPlantIdleBalance(t *testing.T) {
+	for _, eager := range []bool{false, true} {
+		p := plant(t, 2)
+		p.eagerPull = eager
+		g, err := p.NewGroup(Root, "g")
+		check(t, err)
+		var ids []ThreadID
+		for range 2 {
+			id, err := p.Spawn(g, Busy)
+			check(t, err)
+			check(t, p.SetAffinity(id, cpuset.MustParseCPUs("0")))
+			ids = append(ids, id)
+		}
+		p.Advance(time.Millisecond)
+		check(t, p.SetAffinity(ids[1], cpuset.CPUs{}))
+		p.Advance(9 * time.Millisecond)
+		got, err := p.Usage(g)
+		check(t, err)
+		want := 16 * time.Millisecond
+		if eager {
+			want = 19 * time.Millisecond
+		}
+		if d := got - want; d < -10*time.Microsecond || d > 10*time.Microsecond {
+			t.Errorf("eager pulls %v: the group used %v by 10 ms, want %v", eager, got, want)
+		}
+		// Newly idle: both on CPU 0 again, the bursty one alone on CPU 1
+		// for its 2 ms; it sleeps at 13 ms and CPU 1 pulls then, not at
+		// its next tick (16 ms): 4 + 2 + 2 ms of CPU over 11..15 ms.
+		check(t, p.SetAffinity(ids[1], cpuset.MustParseCPUs("0")))
+		p.Advance(time.Millisecond)
+		check(t, p.SetAffinity(ids[1], cpuset.CPUs{}))
+		_, err = p.Spawn(g, Duty{Run: 2 * time.Millisecond, Sleep: 50 * time.Millisecond})
+		check(t, err)
+		u0, err := p.Usage(g)
+		check(t, err)
+		p.Advance(4 * time.Millisecond)
+		u1, err := p.Usage(g)
+		check(t, err)
+		if d := u1 - u0 - 8*time.Millisecond; d < -10*time.Microsecond || d > 10*time.Microsecond {
+			t.Errorf("eager pulls %v: the group used %v over 11..15 ms, want 8ms (CPU 1 pulls as it goes idle)", eager, u1-u0)
+		}
+	}
+}
