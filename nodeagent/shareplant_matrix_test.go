@@ -35,10 +35,10 @@ var nativeMatrix = map[string]map[string][2]float64{
 // we think so. TestSharePlantMatrix fails when one of them comes within
 // the bound (the list must stay true) as when any other cell leaves it.
 var modelMisses = map[string]string{
-	"busy 2/16/capped/b":      "the model stacks b's 16 threads a little harder than the kernel (1.17 against 1.25)",
-	"bursty 4x10/10/split/a":  "the model gives a 1.44 against 1.31 (1.41 before idle balancing was timed, 2026-11-29: pinfold-whole 0.9 of CPU 0, the pinfold-frag thread nearly its demand, 0.47 of CPU 2); EEVDF's 3 ms slices in place of fluid sharing (tried 2026-11-29, not kept) gave a 1.30 but pushed b and bursty 4x5/20 out",
-	"bursty 16x5/20/capped/b": "capped bursty b: the kernel gives the larger group more of the shared CPU than weights say (the model's b: 0.96 of CPU 1 and 0.31 of CPU 2, near its cap; PELT group weights do not change that)",
-	"bursty 4x10/10/capped/b": "capped bursty b: the kernel gives the larger group more of the shared CPU than weights say (the model's b: 0.91 of CPU 1 and 0.37 of CPU 2; PELT group weights do not change that)",
+	"busy 2/16/capped/b":      "the model stacks b's 16 threads a little harder than the kernel (1.17 against 1.25); timed idle balancing, newidle in proportion to its success (NI_RANDOM) and wake-ups that stay on a busy previous CPU left it at 1.172 (2026-11-29)",
+	"bursty 4x10/10/split/a":  "the model gives a 1.44 against 1.31: pinfold-whole 0.96 of CPU 0 (b's, with the same three threads, 0.88; native b's whole at most 0.89), pinfold-frag 0.47 of CPU 2 (1.41 before idle balancing was timed, 2026-11-29); EEVDF's 3 ms slices in place of fluid sharing (tried 2026-11-29, not kept) gave a 1.30 but pushed b and bursty 4x5/20 out; NI_RANDOM 1.43, wake-ups staying on a busy previous CPU 1.44, the workload's start stagger (thread i first sleeps i ms; before idle balancing was timed) 1.41",
+	"bursty 16x5/20/capped/b": "capped bursty b: the kernel gives the larger group more of the shared CPU than weights say, or leaves more idle (its three CPUs idle 0.14, the model's 0.06; the model's b: 0.96 of CPU 1 and 0.32 of CPU 2, throttled 2.7 % of the time, near its cap); PELT group weights, timed idle balancing, NI_RANDOM (1.273) and wake-ups staying on a busy previous CPU (1.280) do not change that; the 5 ms bandwidth slices (reasoned, not modelled) cannot lower a throttled group's mean below its quota, runtime carrying over without expiry, and b is below it",
+	"bursty 4x10/10/capped/b": "capped bursty b: the kernel gives the larger group more of the shared CPU than weights say, or leaves more idle (its three CPUs idle 0.22, the model's 0.13; the model's b: 0.92 of CPU 1 and 0.37 of CPU 2); PELT group weights, timed idle balancing, NI_RANDOM (1.268) and wake-ups staying on a busy previous CPU (1.283) do not change that",
 }
 
 const (
