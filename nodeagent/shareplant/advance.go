@@ -198,7 +198,9 @@ func (p *Plant) balanced(nr []int, queued bool) {
 	}
 }
 
-// nextBalance is the earliest due idle balance that could pull, or +Inf.
+// nextBalance is the earliest due balance of an idle CPU while some queue
+// waits (whether that CPU may take one of its threads is not checked), or
+// +Inf.
 func (p *Plant) nextBalance() float64 {
 	if p.eagerPull || p.packed || len(p.busy) != p.ncpu {
 		return math.Inf(1)
