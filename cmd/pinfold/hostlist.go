@@ -45,7 +45,7 @@ holds every host (a CLI older than the planner would show the first page only).`
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				return w.run(cmd, func() error { return listHosts(cmd, cl, out) })
+				return w.run(cmd, out, func() error { return listHosts(cmd, cl, out) })
 			})
 		},
 	}

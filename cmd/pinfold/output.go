@@ -43,6 +43,10 @@ func (o *outputFlag) json() bool { return o.format == "json" || o.format == "yam
 // yamlOut marks a command output that wants YAML documents.
 type yamlOut struct{ io.Writer }
 
+// lineJSON marks a command output that wants each JSON document on one
+// line (--watch -o json: a stream a script reads line by line).
+type lineJSON struct{ io.Writer }
+
 // writeJSON writes v as indented JSON, or as a YAML document when w wants
 // YAML (-o yaml): one shape for both.
 func writeJSON(w io.Writer, v any) error {
@@ -59,7 +63,9 @@ func writeJSON(w io.Writer, v any) error {
 		return err
 	}
 	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
+	if _, ok := w.(lineJSON); !ok {
+		enc.SetIndent("", "  ")
+	}
 	return enc.Encode(v)
 }
 
@@ -101,7 +107,7 @@ type watchFlag struct {
 }
 
 func (f *watchFlag) register(cmd *cobra.Command) {
-	cmd.Flags().BoolVarP(&f.on, "watch", "w", false, "redraw every --interval until Ctrl-C")
+	cmd.Flags().BoolVarP(&f.on, "watch", "w", false, "redraw every --interval until Ctrl-C (-o json: one JSON document per line per redraw)")
 	cmd.Flags().DurationVar(&f.every, "interval", 2*time.Second, "with --watch: how often to redraw")
 }
 
@@ -114,10 +120,16 @@ func (f *watchFlag) validate() error {
 
 // run calls show once, or with --watch every interval until the command's
 // context ends, clearing a terminal before each redraw (elsewhere a blank
-// line separates them).
-func (f *watchFlag) run(cmd *cobra.Command, show func() error) error {
+// line separates them). For scripts (out is json or yaml) each redraw is
+// one document: one JSON line, or a YAML document, nothing between them.
+func (f *watchFlag) run(cmd *cobra.Command, out outputFlag, show func() error) error {
+	if f.on && out.format == "json" {
+		if _, ok := cmd.OutOrStdout().(lineJSON); !ok {
+			cmd.SetOut(lineJSON{cmd.OutOrStdout()})
+		}
+	}
 	for first := true; ; first = false {
-		if f.on {
+		if f.on && !out.json() {
 			w := cmd.OutOrStdout()
 			if file, ok := w.(*os.File); ok && isTerminal(file) {
 				fmt.Fprint(w, "\033[H\033[2J")

@@ -244,7 +244,7 @@ only).`,
 						return err
 					}
 				}
-				return w.run(cmd, func() error {
+				return w.run(cmd, out, func() error {
 					ins, err := allInstances(cmd.Context(), cl, host, service)
 					if err != nil {
 						return err
