@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -330,6 +332,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 						fmt.Fprintf(cmd.ErrOrStderr(), "%s %s: done\n", s.Action, s.Service)
 					}
 				}
+				warnUnenforced(ctx, cl, cmd.ErrOrStderr(), placedHosts(ctx, cl, d.Steps))
 				if out.json() {
 					return writeJSON(cmd.OutOrStdout(), doc)
 				}
@@ -408,6 +411,26 @@ type partialStep struct {
 
 func (p *partialStep) Error() string { return p.err.Error() }
 func (p *partialStep) Unwrap() error { return p.err }
+
+// placedHosts are the hosts (sorted) of the instances of the services that
+// steps deployed or scaled, for deploy's warning of hosts no agent
+// enforces; none when they cannot be read (the apply itself was made).
+func placedHosts(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, steps []servicesfile.Step) []string {
+	hosts := map[string]bool{}
+	for _, s := range steps {
+		if s.Action != "deploy" && s.Action != "recreate" && s.Action != "scale" {
+			continue
+		}
+		ins, err := allInstances(ctx, cl, "", s.Service)
+		if err != nil {
+			return nil
+		}
+		for _, in := range ins {
+			hosts[in.Host] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(hosts))
+}
 
 // applyStep makes one step through the API.
 func applyStep(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, s servicesfile.Step, pull string) error {

@@ -84,7 +84,12 @@ func TestApplyNamesARefusedResize(t *testing.T) {
 	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
 	file, write := webFile(t, "bind: true")
 	write("busybox:1", "1", 2)
-	pf.Must("apply", "-f", file)
+	// Host a was added by hand: apply says its instances stay pending, as
+	// deploy does (issue 38). Control: without placedHosts' hosts, no
+	// warning.
+	if out := pf.MustCombined("apply", "-f", file); !strings.Contains(out, "WARNING: host a: ") || !strings.Contains(out, "stay pending") {
+		t.Errorf("apply onto a host no agent enforces:\n%s\nwant its warning that the instances stay pending", out)
+	}
 	write("busybox:1", "60", 2)
 	out, errOut, code := pf.Run("apply", "-f", file)
 	if code != exitUnmet || !strings.Contains(errOut, "resize web (nothing was changed): ") {
