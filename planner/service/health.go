@@ -100,39 +100,8 @@ func (s *Service) roomFor(d state.Service) map[string]int {
 // not up and hold none of the service's instances do not count. Nothing
 // when no host has a domain.
 func domainPacking(hosts []state.HostView, onHost, room map[string]int) []Warning {
-	fd, ud := map[string]int{}, map[string]int{}
-	roomy := map[string]bool{}               // domain (fault path, or "U:" + upgrade domain) → a host in it can take one more
-	children := map[string]map[string]bool{} // fault domain ("" = the top) → its child domains
-	withDomains := false
-	for _, v := range hosts {
-		h := v.Host
-		n := onHost[h.Name]
-		if v.State() != "up" && n == 0 {
-			continue // domains without usable hosts do not count
-		}
-		if h.FaultDomain != "" || h.UpgradeDomain != "" {
-			withDomains = true
-		}
-		levels := placement.FaultLevels(h.FaultDomain)
-		if len(levels) == 0 {
-			levels = []string{h.Name + " (no fault domain)"}
-		}
-		has := room == nil || room[h.Name] > 0
-		parent := ""
-		for _, lv := range levels {
-			if children[parent] == nil {
-				children[parent] = map[string]bool{}
-			}
-			children[parent][lv] = true
-			fd[lv] += n
-			roomy[lv] = roomy[lv] || has
-			parent = lv
-		}
-		if h.UpgradeDomain != "" {
-			ud[h.UpgradeDomain] += n
-			roomy["U:"+h.UpgradeDomain] = roomy["U:"+h.UpgradeDomain] || has
-		}
-	}
+	t := domainTreeOf(hosts, onHost, room)
+	fd, ud, roomy, children, withDomains := t.fd, t.ud, t.roomy, t.children, t.withDomains
 	// packed: some sibling could take one more and is over one below
 	// another.
 	packed := func(counts map[string]int, key func(string) string) bool {
@@ -167,6 +136,77 @@ func domainPacking(hosts []state.HostView, onHost, room map[string]int) []Warnin
 		out = append(out, Warning{Kind: placement.RuleUpgradeDomain, Detail: "instances packed into too few upgrade domains: " + fmtCounts(ud)})
 	}
 	return out
+}
+
+// domainTree is a service's instance counts per domain: per fault domain
+// level (a host without a fault domain a top-level domain of its own) and
+// per upgrade domain, which fault domains are children of which ("" the
+// top), and whether a host in a domain may take one more (room; nil: any).
+// Hosts that are not up and hold none of the instances do not count.
+type domainTree struct {
+	fd, ud      map[string]int
+	roomy       map[string]bool            // fault path, or "U:" + upgrade domain
+	children    map[string]map[string]bool // fault domain ("" = the top) → its child domains
+	withDomains bool
+}
+
+func domainTreeOf(hosts []state.HostView, onHost, room map[string]int) domainTree {
+	t := domainTree{fd: map[string]int{}, ud: map[string]int{}, roomy: map[string]bool{}, children: map[string]map[string]bool{}}
+	for _, v := range hosts {
+		h := v.Host
+		n := onHost[h.Name]
+		if v.State() != "up" && n == 0 {
+			continue // domains without usable hosts do not count
+		}
+		if h.FaultDomain != "" || h.UpgradeDomain != "" {
+			t.withDomains = true
+		}
+		levels := placement.FaultLevels(h.FaultDomain)
+		if len(levels) == 0 {
+			levels = []string{h.Name + " (no fault domain)"}
+		}
+		has := room == nil || room[h.Name] > 0
+		parent := ""
+		for _, lv := range levels {
+			if t.children[parent] == nil {
+				t.children[parent] = map[string]bool{}
+			}
+			t.children[parent][lv] = true
+			t.fd[lv] += n
+			t.roomy[lv] = t.roomy[lv] || has
+			parent = lv
+		}
+		if h.UpgradeDomain != "" {
+			t.ud[h.UpgradeDomain] += n
+			t.roomy["U:"+h.UpgradeDomain] = t.roomy["U:"+h.UpgradeDomain] || has
+		}
+	}
+	return t
+}
+
+// gap is how far the counts are from an even spread: over each set of
+// sibling fault domains and over the upgrade domains, the most minus the
+// least, summed (0 when no host has a domain).
+func (t domainTree) gap() int {
+	if !t.withDomains {
+		return 0
+	}
+	sum := 0
+	for _, kids := range t.children {
+		if len(kids) > 1 {
+			counts := map[string]int{}
+			for c := range kids {
+				counts[c] = t.fd[c]
+			}
+			lo, hi := minMax(counts)
+			sum += hi - lo
+		}
+	}
+	if len(t.ud) > 1 {
+		lo, hi := minMax(t.ud)
+		sum += hi - lo
+	}
+	return sum
 }
 
 // constraintBroken warns when a service's instances run on hosts that no
