@@ -105,6 +105,13 @@ type Request struct {
 	// UseBuffer lets the request use the hosts' buffered capacity (it
 	// replaces failed instances, or runs during an upgrade).
 	UseBuffer bool
+	// NominalFirst: the request moves existing work (a heal, a drain, a
+	// host's removal). With UseBuffer it uses the overbooking only when
+	// no host has room within its nominal capacity for it: placement
+	// first runs without the overbooking (the buffer usable, the soft
+	// rules giving way as ever), then, when that fails, with it
+	// (Result.Overbooked says so).
+	NominalFirst bool
 	// Priority is the service's (model.Scheduling.Priority): which comes
 	// first when room is short.
 	Priority model.Priority
@@ -149,6 +156,9 @@ type Result struct {
 	Spread       Spread        `json:"domain_spread,omitempty"` // the rule used ("" = domains not involved)
 	Violations   []Violation   `json:"violations,omitempty"`
 	Eliminations []Elimination `json:"eliminations"`
+	// Overbooked: a NominalFirst request found no room within the hosts'
+	// nominal capacity and was placed with the overbooking.
+	Overbooked bool `json:"overbooked,omitempty"`
 }
 
 // Error is a request that cannot be placed, with the elimination report.
@@ -203,8 +213,33 @@ func Plan(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error)
 
 // PlanValid is Plan for valid parameters, settings and a request that
 // passed Request.Validate and alloc.ValidateRequest with its strategy set:
-// nothing is checked again, in any of the tries.
+// nothing is checked again, in any of the tries. A NominalFirst request
+// that may use the overbooking is planned twice at most: within the
+// hosts' nominal capacity first, with the overbooking only when that
+// fails (overbooking is headroom for emergencies: work that moves uses
+// normal room first).
 func PlanValid(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error) {
+	if !r.NominalFirst || !r.UseBuffer || len(s.Overbooking) == 0 {
+		return planRelaxing(p, s, hosts, r)
+	}
+	nominal := s
+	nominal.Overbooking = nil
+	res, err := planRelaxing(p, nominal, hosts, r)
+	var pe *Error
+	if err == nil || !errors.As(err, &pe) || pe.Invalid {
+		return res, err
+	}
+	res, err = planRelaxing(p, s, hosts, r)
+	if err != nil {
+		return nil, err
+	}
+	res.Overbooked = true
+	return res, nil
+}
+
+// planRelaxing is one placement under s: the rules as they are, then the
+// rules that are not hard giving way one at a time (Plan).
+func planRelaxing(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, error) {
 	res, err := plan(p, s, hosts, r, nil)
 	var pe *Error
 	if err == nil || !errors.As(err, &pe) || pe.Invalid {
