@@ -72,6 +72,10 @@ func (s *Service) drainTick(ctx context.Context, t *tracker, views []state.HostV
 			}
 			t.succeeded(id)
 			for _, m := range moved[i] {
+				if note := m.OverbookedNote(); note != "" {
+					s.log.Warn("drain: moving with the overbooking: no host had nominal room", "instance", id, "from", h.Name, "new_instance", m.To.ID, "to", m.To.Host, "overbooked", note[2:])
+					continue
+				}
 				s.log.Info("drain: moving", "instance", id, "from", h.Name, "new_instance", m.To.ID, "to", m.To.Host)
 			}
 		}

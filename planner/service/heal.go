@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
@@ -35,8 +36,12 @@ import (
 // defragment; not a heal) of an instance its agent runs goes only to hosts
 // with an agent: a move is blue-green, and only an agent can confirm that
 // the new instance runs (on a host registered by hand it would wait for
-// ever, its resources held twice).
-func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces string, move, useBuffer bool, c *state.Change) (model.Instance, error) {
+// ever, its resources held twice). It moves existing work, so with
+// useBuffer it uses the overbooking only when no host has nominal room
+// (placement.Request.NominalFirst); over then says what the host it chose
+// holds past its nominal capacity (nil when placement did not need the
+// overbooking).
+func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces string, move, useBuffer bool, c *state.Change) (in model.Instance, over []alloc.Overuse, err error) {
 	// old's own size and spec (a resize or replace changes an instance,
 	// not always its record), its record's strategy and rules.
 	want := model.Deploy{Spec: old.Spec, Size: model.Size{Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores, Memory: old.Memory}}
@@ -45,10 +50,10 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 		want.MaxPerHost, want.Rules = d.Value.MaxPerHost, d.Value.Rules
 	}
 	req := placement.NewRequest(old.Service, 1, want)
-	req.UseBuffer = useBuffer
+	req.UseBuffer, req.NominalFirst = useBuffer, true
 	req.Seed = seedOf(old.ID)
 	if err := alloc.ValidateRequest(s.params, req.Request); err != nil {
-		return model.Instance{}, fromAlloc(err)
+		return model.Instance{}, nil, fromAlloc(err)
 	}
 	placed := rd.SchedulablePlacement()
 	hosts := make([]*placement.Host, 0, len(placed.Hosts))
@@ -75,7 +80,7 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 			e := errf(Exhausted, "instance %s runs under the agent of %s: a move is blue-green, and no other schedulable host has an agent to confirm the new instance runs (%s eliminated %d registered by hand)",
 				old.ID, old.Host, placement.RuleNoAgent, len(byHand))
 			e.Eliminations = []placement.Elimination{{Rule: placement.RuleNoAgent, Hosts: byHand}}
-			return model.Instance{}, e
+			return model.Instance{}, nil, e
 		}
 	}
 	if spread, _ := placement.ParseSpread(string(req.DomainSpread)); spread == placement.SpreadOff {
@@ -95,32 +100,35 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 			se.Eliminations = append([]placement.Elimination{{Rule: placement.RuleOwnHost, Hosts: []string{skip}}}, se.Eliminations...)
 			se.Message += fmt.Sprintf("\n%s eliminated %s: the host the instance leaves", placement.RuleOwnHost, skip)
 		}
-		return model.Instance{}, err
+		return model.Instance{}, nil, err
 	}
 	if len(res.Placements) != 1 {
 		// Plan places Count (1) or fails; anything else is a planner
 		// defect, reported for this instance only.
-		return model.Instance{}, fmt.Errorf("placing one instance like %s: placement returned %d placements, want 1", old.ID, len(res.Placements))
+		return model.Instance{}, nil, fmt.Errorf("placing one instance like %s: placement returned %d placements, want 1", old.ID, len(res.Placements))
 	}
 	p := res.Placements[0]
 	if to != "" && p.Host != to {
 		// The domain spread is decided over every host: it chose another.
-		return model.Instance{}, errf(Exhausted, "instance %s cannot move to %s: the domain spread rules place it on %s", old.ID, to, p.Host)
+		return model.Instance{}, nil, errf(Exhausted, "instance %s cannot move to %s: the domain spread rules place it on %s", old.ID, to, p.Host)
 	}
 	v, found := rd.Host(p.Host)
 	i, planned := placed.Index(p.Host)
 	if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Rev(i) {
-		return model.Instance{}, state.ErrConflict
+		return model.Instance{}, nil, state.ErrConflict
 	}
 	a := v.Alloc.Clone()
 	c.GuardView(v)
-	in := model.Instance{ID: newID(old.Service), Service: old.Service, Host: p.Host, Spec: old.Spec, Generation: 1,
+	in = model.Instance{ID: newID(old.Service), Service: old.Service, Host: p.Host, Spec: old.Spec, Generation: 1,
 		Allocation: p.Allocation, Replaces: replaces}
 	in.MemorySoft = min(old.MemorySoft, in.Memory)
 	a.Add(in, +1)
 	c.PutAlloc(p.Host, a)
 	c.PutInstance(in)
-	return in, nil
+	if res.Overbooked {
+		over = alloc.OverNominal(state.AllocHost(v.Host, a), s.params.ShareBase)
+	}
+	return in, over, nil
 }
 
 // oneMore is the strategy that places one more instance of a service
@@ -204,12 +212,12 @@ func (s *Service) healJob(id, host string, evenLive bool, moved *[]Moved) planFu
 			c.PutEvent(s.stamp(healEvent((*moved)[0])))
 			return c, nil
 		}
-		in, err := s.placeLike(rd, v.Instance, host, "", "", false, true, c)
+		in, over, err := s.placeLike(rd, v.Instance, host, "", "", false, true, c)
 		if err != nil {
 			return nil, err
 		}
 		release(rd, v, c, nil)
-		*moved = []Moved{{From: v.Instance, To: in}}
+		*moved = []Moved{{From: v.Instance, To: in, Overbooked: over}}
 		c.PutEvent(s.stamp(healEvent((*moved)[0])))
 		return c, nil
 	}
@@ -219,12 +227,29 @@ func (s *Service) healJob(id, host string, evenLive bool, moved *[]Moved) planFu
 // change that places it.
 func healEvent(m Moved) state.Event {
 	return state.Event{Identity: "planner", Kind: "Heal", Subject: m.From.ID, Host: m.From.Host, Service: m.From.Service,
-		Outcome: fmt.Sprintf("placed again on %s as %s", m.To.Host, m.To.ID)}
+		Outcome: fmt.Sprintf("placed again on %s as %s", m.To.Host, m.To.ID) + m.OverbookedNote()}
 }
 
 // Moved is one instance placed again: From the old, To the new.
 type Moved struct {
 	From, To model.Instance
+	// Overbooked: no host had nominal room for it, and the one it went to
+	// holds this past its nominal capacity (nil: placed within it).
+	Overbooked []alloc.Overuse
+}
+
+// OverbookedNote is what a move's event, log and output add when its
+// placement used the overbooking ("; placed on small using overbooking:
+// memory 15.5 GiB/14.4 GiB"), "" when it did not.
+func (m Moved) OverbookedNote() string {
+	if len(m.Overbooked) == 0 {
+		return ""
+	}
+	parts := make([]string, len(m.Overbooked))
+	for i, o := range m.Overbooked {
+		parts[i] = o.String()
+	}
+	return fmt.Sprintf("; placed on %s using overbooking: %s", m.To.Host, strings.Join(parts, ", "))
 }
 
 // Heal places the instances of host again on other hosts (its agent is
@@ -250,7 +275,8 @@ func (s *Service) Heal(ctx context.Context, host string, evenLive bool) ([]Moved
 		out = append(out, moved[i]...)
 	}
 	for _, m := range out {
-		s.log.Warn("instance placed again on another host", "evacuated", evenLive, "instance", m.From.ID, "from", m.From.Host, "new_instance", m.To.ID, "to", m.To.Host)
+		s.log.Warn("instance placed again on another host", "evacuated", evenLive, "instance", m.From.ID, "from", m.From.Host, "new_instance", m.To.ID, "to", m.To.Host,
+			"overbooked", strings.TrimPrefix(m.OverbookedNote(), "; "))
 	}
 	return out, errors.Join(errs...)
 }

@@ -15,12 +15,50 @@ import (
 
 // Warning is a standing rule violation (seed 001's health warnings).
 type Warning struct {
-	Kind    string `json:"kind"`    // NodeCapacity, PlacementConstraint, FaultDomain, UpgradeDomain, Maintenance, Down
+	Kind    string `json:"kind"`    // NodeCapacity, Overbooked, PlacementConstraint, FaultDomain, UpgradeDomain, Maintenance, Down
 	Subject string `json:"subject"` // a host or a service
 	Detail  string `json:"detail"`
 }
 
-// Health lists what holds no longer: hosts over capacity, instances on
+// KindOverbooked is the warning of a host above its nominal capacity: it
+// holds what only the overbooking allows (a heal, a drain or a host's
+// removal found no host with room of its own).
+const KindOverbooked = "Overbooked"
+
+// OverNominal is what host v holds past its nominal capacity
+// (alloc.OverNominal), nil when it is within it.
+func OverNominal(v state.HostView, shareBase int) []alloc.Overuse {
+	h := v.Resources
+	if h == nil {
+		h = state.AllocHost(v.Host, v.Alloc)
+	}
+	return alloc.OverNominal(h, shareBase)
+}
+
+// overbookedWarning warns of host v above its nominal capacity in a
+// resource the cluster overbooks (overbooking: the settings'), naming
+// each with used/nominal. Past the capacity of a resource it does not
+// overbook, the store's audit (Verify) reports the host oversold instead.
+func overbookedWarning(v state.HostView, shareBase int, overbooking map[string]float64) (Warning, bool) {
+	var parts []string
+	for _, o := range OverNominal(v, shareBase) {
+		resource := "memory"
+		if o.Resource == "cpu" {
+			resource = "cpu"
+		}
+		if _, ok := overbooking[resource]; ok {
+			parts = append(parts, o.String())
+		}
+	}
+	if len(parts) == 0 {
+		return Warning{}, false
+	}
+	return Warning{Kind: KindOverbooked, Subject: v.Host.Name,
+		Detail: fmt.Sprintf("above its nominal capacity, using the overbooking (headroom for emergencies): %s", strings.Join(parts, ", "))}, true
+}
+
+// Health lists what holds no longer: hosts over capacity, hosts above
+// their nominal capacity (the overbooking in use), instances on
 // hosts their service's constraint no longer matches, services packed into
 // too few fault or upgrade domains, hosts past their maintenance grace, and
 // down hosts that hold instances. now is the clock (health is an edge).
@@ -41,11 +79,15 @@ func (s *Service) Health(now time.Time) []Warning {
 		onHost[in.Host]++
 	}
 	hosts := s.st.Hosts()
+	overbooking := s.st.PlacementSettings().Overbooking
 	byName := map[string]state.HostView{}
 	for _, v := range hosts {
 		byName[v.Host.Name] = v
 		h := v.Host
 		n := onHost[h.Name]
+		if w, ok := overbookedWarning(v, s.params.ShareBase, overbooking); ok {
+			out = append(out, w)
+		}
 		switch st := v.State(); {
 		case st == "maintenance" && now.After(h.MaintenanceUntil) && h.Agent && !v.Live:
 			out = append(out, Warning{Kind: placement.RuleMaintenance, Subject: h.Name,

@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
@@ -95,4 +97,46 @@ func TestHealthFlagsOversoldCPUs(t *testing.T) {
 
 func numaLine(host string, n cpuset.NUMANodeID, used int64) string {
 	return fmt.Sprintf("host %s: NUMA node %d memory oversold: %d of %d", host, n, used, 1<<20)
+}
+
+// TestHealthWarnsOverbookedHosts (issue 38): a heal that found no host
+// with nominal room used the overbooking; the host it went to is an
+// Overbooked warning naming it and the resource with used/nominal (health
+// said nothing), the heal's event says it, and a host within its nominal
+// capacity gives none. Past the capacity of a resource the cluster does
+// not overbook the audit's oversold line stands alone (not both).
+func TestHealthWarnsOverbookedHosts(t *testing.T) {
+	f := newHealFixture(t, "h1", "h2", "h3")
+	if _, err := f.SetPlacementSettings(f.ctx, placement.Settings{Overbooking: map[string]float64{"memory": 0.2}}); err != nil {
+		t.Fatal(err)
+	}
+	nine := model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Memory: 9 * gib}}
+	f.deployOn("h1", []string{"h1", "h2", "h3"}, DeployRequest{Service: "a", Count: 1, Deploy: nine})
+	f.deployOn("h2", []string{"h1", "h2", "h3"}, DeployRequest{Service: "b", Count: 1, Deploy: nine})
+	f.set("h3", false)
+	if got := f.Health(time.Now()); len(got) != 0 {
+		t.Fatalf("Health before the heal = %v, want none", got)
+	}
+	moved, err := f.Heal(f.ctx, "h1", true)
+	if err != nil || len(moved) != 1 || moved[0].To.Host != "h2" {
+		t.Fatalf("Heal(h1) = %+v, %v; want a's instance on h2", moved, err)
+	}
+	v, _ := f.Host("h2")
+	mark := fmt.Sprintf("memory 18 GiB/%s", alloc.FormatBytes(v.Host.MemoryBytes))
+	if note := moved[0].OverbookedNote(); note != "; placed on h2 using overbooking: "+mark {
+		t.Errorf("the heal's note = %q, want it to name h2 and %s", note, mark)
+	}
+	want := []Warning{{Kind: KindOverbooked, Subject: "h2", Detail: "above its nominal capacity, using the overbooking (headroom for emergencies): " + mark}}
+	if diff := cmp.Diff(want, f.Health(time.Now())); diff != "" {
+		t.Errorf("Health after the heal (-want +got):\n%s", diff)
+	}
+	// Without the memory overbooking the audit reports h2 oversold; no
+	// Overbooked warning repeats it.
+	if _, err := f.SetPlacementSettings(f.ctx, placement.Settings{}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.Health(time.Now())
+	if len(got) != 1 || got[0].Kind != placement.RuleCapacity || !strings.Contains(got[0].Detail, "host h2: memory oversold") {
+		t.Errorf("Health without overbooking = %+v; want the audit's line that h2's memory is oversold, alone", got)
+	}
 }

@@ -448,7 +448,7 @@ func (s *Service) RemoveHost(ctx context.Context, name string) ([]Moved, error) 
 		pend := s.st.Pending()
 		for _, v := range ins {
 			c := new(state.Change)
-			if _, err := s.placeLike(pend, v.Instance, name, "", "", false, true, c); err != nil {
+			if _, _, err := s.placeLike(pend, v.Instance, name, "", "", false, true, c); err != nil {
 				return nil, errf(Precond, "host %s is not removed (nothing changed): instance %s cannot be placed on another host: %w", name, v.Instance.ID, err)
 			}
 			release(pend, v, c, nil)

@@ -32,17 +32,17 @@ func (s *Service) moveJob(id, to string, useBuffer bool, kind string, moved *[]M
 		if now {
 			replaces = ""
 		}
-		in, err := s.placeLike(rd, v.Instance, v.Instance.Host, to, replaces, true, useBuffer, c)
+		in, over, err := s.placeLike(rd, v.Instance, v.Instance.Host, to, replaces, true, useBuffer, c)
 		if err != nil {
 			return nil, err
 		}
 		if now {
 			release(rd, v, c, nil)
 		}
-		*moved = []Moved{{From: v.Instance, To: in}}
+		*moved = []Moved{{From: v.Instance, To: in, Overbooked: over}}
 		if kind != "" {
 			c.PutEvent(s.stamp(state.Event{Identity: "planner", Kind: kind, Subject: id, Host: v.Instance.Host, Service: v.Instance.Service,
-				Outcome: fmt.Sprintf("moving to %s as %s", in.Host, in.ID)}))
+				Outcome: fmt.Sprintf("moving to %s as %s", in.Host, in.ID) + (*moved)[0].OverbookedNote()}))
 		}
 		return c, nil
 	}

@@ -81,7 +81,7 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 			return false
 		}
 		c := new(state.Change)
-		if _, err := s.placeLike(pend, v.Instance, v.Instance.Host, to, "", true, false, c); err != nil {
+		if _, _, err := s.placeLike(pend, v.Instance, v.Instance.Host, to, "", true, false, c); err != nil {
 			return false
 		}
 		release(pend, v, c, nil)
@@ -149,7 +149,7 @@ func (s *Service) defragment(ctx context.Context, pend *state.Pending, o balance
 				continue
 			}
 			c := new(state.Change)
-			moved, err := s.placeLike(trial, cur.Instance, h.Name, "", "", true, false, c)
+			moved, _, err := s.placeLike(trial, cur.Instance, h.Name, "", "", true, false, c)
 			if err != nil {
 				continue
 			}
