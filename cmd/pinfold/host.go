@@ -59,7 +59,8 @@ type hostJSON struct {
 	Draining         bool               `json:"draining,omitempty"`
 	DrainDeadline    string             `json:"drain_deadline,omitempty"`
 	Stuck            string             `json:"stuck,omitempty"`
-	NoAgent          string             `json:"no_agent,omitempty"` // why no agent enforces it, when known
+	NoAgent          string             `json:"no_agent,omitempty"`     // why no agent enforces it, when known
+	OverNominal      []string           `json:"over_nominal,omitempty"` // past its nominal capacity (the overbooking in use): "memory 15.5 GiB/14.4 GiB"
 	Topology         *topology.Topology `json:"topology,omitempty"`
 }
 
@@ -97,7 +98,7 @@ func toHostJSON(h *pinfoldv1.Host) hostJSON {
 		HostType: h.HostType, Properties: h.Properties, FaultDomain: h.FaultDomain, UpgradeDomain: h.UpgradeDomain, MaintenanceUntil: h.MaintenanceUntil,
 		Capacity: resourcesJSON{cpuMapJSON(h.CapacityCpus), h.CapacityMemoryBytes},
 		Used:     resourcesJSON{cpuMapJSON(h.UsedCpus), h.UsedMemoryBytes}, NUMANodes: []numaJSON{},
-		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces, Draining: h.Draining, DrainDeadline: h.DrainDeadline, Stuck: h.Stuck, NoAgent: h.NoAgent}
+		SharedPool: h.SharedPoolPieces, MemoryFirstQuota: h.MemoryFirstQuotaPieces, Draining: h.Draining, DrainDeadline: h.DrainDeadline, Stuck: h.Stuck, NoAgent: h.NoAgent, OverNominal: h.OverNominal}
 	if out.Instances == nil {
 		out.Instances = map[string]int32{}
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -69,6 +71,15 @@ of a DOWN host does place them elsewhere.`,
 						wasDraining = before.Msg.GetHost().GetDraining()
 					}
 				}
+				// The hosts above their nominal capacity before: the drain
+				// names those it put there (or further past it).
+				var before map[string]string
+				if !cancel && !noWait && !out.json() {
+					var err error
+					if before, err = overbooked(cmd, cl); err != nil {
+						return err
+					}
+				}
 				resp, err := cl.DrainHost(cmd.Context(), connect.NewRequest(&pinfoldv1.DrainHostRequest{Name: name,
 					DeadlineSeconds: int64(deadline / time.Second), Cancel: cancel, MoveLocalVolumes: moveLocal}))
 				if err != nil {
@@ -91,7 +102,7 @@ of a DOWN host does place them elsewhere.`,
 					fmt.Fprintf(cmd.OutOrStdout(), "host %s: %s\n", name, what)
 					return nil
 				}
-				return waitDrain(cmd, cl, name, out.json(), moveLocal)
+				return waitDrain(cmd, cl, name, out.json(), moveLocal, before)
 			})
 		},
 	}
@@ -108,9 +119,11 @@ of a DOWN host does place them elsewhere.`,
 }
 
 // waitDrain shows a drain's progress until the host holds no instances
-// and the drain ended, then the host's state; without moveLocal it ends
-// (exit 1) when only instances with a host-local volume are left.
-func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, name string, asJSON, moveLocal bool) error {
+// and the drain ended, then the host's state and the hosts it left above
+// their nominal capacity (before: those above it when it began); without
+// moveLocal it ends (exit 1) when only instances with a host-local volume
+// are left.
+func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, name string, asJSON, moveLocal bool, before map[string]string) error {
 	total, last := -1, ""
 	for {
 		resp, err := cl.GetHost(cmd.Context(), connect.NewRequest(&pinfoldv1.GetHostRequest{Name: name}))
@@ -144,7 +157,7 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 				return writeJSON(cmd.OutOrStdout(), toHostJSON(h))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "host %s drained: %s moved; it is %s\n", name, instances(total), h.State)
-			return nil
+			return printOverbooked(cmd, cl, name, before)
 		}
 		select {
 		case <-cmd.Context().Done():
@@ -152,6 +165,42 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// overbooked is, per host above its nominal capacity, what it holds past
+// it ("memory 15.5 GiB/14.4 GiB").
+func overbooked(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient) (map[string]string, error) {
+	hosts, err := allHosts(cmd.Context(), cl)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, h := range hosts {
+		if len(h.OverNominal) > 0 {
+			out[h.Name] = strings.Join(h.OverNominal, ", ")
+		}
+	}
+	return out, nil
+}
+
+// printOverbooked says which hosts the drain of name left above their
+// nominal capacity, or further past it, than before: no host had nominal
+// room for what moved there, and the overbooking took it (the moves'
+// events say which instance went where).
+func printOverbooked(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, name string, before map[string]string) error {
+	if before == nil {
+		return nil
+	}
+	after, err := overbooked(cmd, cl)
+	if err != nil {
+		return err
+	}
+	for _, h := range slices.Sorted(maps.Keys(after)) {
+		if after[h] != before[h] {
+			fmt.Fprintf(cmd.OutOrStdout(), "placed on %s using overbooking: %s (no host had nominal room; 'pinfold events --host %s' names the moves)\n", h, after[h], name)
+		}
+	}
+	return nil
 }
 
 // hostLocal describes the instances of ins that have a host-local volume

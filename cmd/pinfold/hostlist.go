@@ -27,7 +27,9 @@ func newHostListCmd() *cobra.Command {
 		Aliases: []string{"ls"},
 		Short:   "List hosts with their state, capacity and use",
 		Long: `List the registered hosts: state (up, down, disabled, maintenance; with
-", draining" or ", drain stuck" while a drain runs: host show says why), CPU and
+", draining" or ", drain stuck" while a drain runs: host show says why; with
+", overbooked" while it holds more than its nominal capacity, which only the
+cluster's overbooking allows: host show and health say what), CPU and
 memory used of capacity, the memory-first quota against the shared pool,
 NUMA nodes, instances, fault and upgrade domains, and the agent's version.
 --watch redraws the list every --interval until Ctrl-C. The planner answers
@@ -87,18 +89,23 @@ func listHosts(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, out
 	return tw.Flush()
 }
 
-// listState is host list's STATE: the host's state, and "draining" or
+// listState is host list's STATE: the host's state, "draining" or
 // "drain stuck" while a drain runs (the drain's deadline and reason are in
-// host show).
+// host show), and "overbooked" while it holds more than its nominal
+// capacity (what of it: host show, health).
 func listState(h *pinfoldv1.Host) string {
+	st := h.State
 	switch {
 	case !h.Draining:
-		return h.State
 	case strings.HasPrefix(h.Stuck, "drain"):
-		return h.State + ", drain stuck"
+		st += ", drain stuck"
 	default:
-		return h.State + ", draining"
+		st += ", draining"
 	}
+	if len(h.OverNominal) > 0 {
+		st += ", overbooked"
+	}
+	return st
 }
 
 func newHostShowCmd() *cobra.Command {
@@ -174,6 +181,9 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 	if kept.Count > 0 {
 		fmt.Fprintf(w, "Kept for memory-first: CPUs %s, %s\n", kept.CPUs, kept.explain())
 	}
+	if len(h.OverNominal) > 0 {
+		fmt.Fprintf(w, "Overbooked: above its nominal capacity, using the cluster's overbooking: %s\n", strings.Join(h.OverNominal, ", "))
+	}
 	if h.Draining {
 		fmt.Fprintf(w, "Draining: its instances are moving to other hosts (deadline %s)\n", orDash(h.DrainDeadline))
 	}
@@ -206,8 +216,9 @@ func printHostMap(w io.Writer, h *pinfoldv1.Host, ins []*pinfoldv1.Instance) err
 		seen[id] = true
 		free := fmt.Sprint(c - h.UsedCpus[id])
 		if over := h.UsedCpus[id] - c; over > 0 {
-			// Placed with the cluster's CPU overbooking (replacements,
-			// --use-buffer): its holders share it beyond its capacity.
+			// Placed with the cluster's CPU overbooking (replacements when
+			// no host had nominal room, --use-buffer): its holders share it
+			// beyond its capacity.
 			free = fmt.Sprintf("0 (overbooked by %d: holders share it)", over)
 		} else if kept.CPUs.Contains(cpuset.CPUID(id)) {
 			free += " (kept for memory-first)"

@@ -48,6 +48,9 @@ func hostMsg(v state.HostView, shareBase int) *pinfoldv1.Host {
 	for id, p := range v.Alloc.Used {
 		h.UsedCpus[int32(id)] = int32(p)
 	}
+	for _, o := range service.OverNominal(v, shareBase) {
+		h.OverNominal = append(h.OverNominal, o.String())
+	}
 	h.SharedPoolPieces, h.MemoryFirstQuotaPieces = int32(state.SharedPool(v.Host, v.Alloc).Len()*shareBase), int32(v.Alloc.MemoryFirstQuota)
 	for svc, n := range v.Alloc.Instances {
 		h.Instances[svc] = int32(n)

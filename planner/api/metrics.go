@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
 )
 
 // Metrics are the planner's Prometheus series, served at /metrics:
@@ -24,6 +25,7 @@ import (
 //	pinfold_planner_instances{state}                   instances by state: pending, running, updating, exited, …
 //	pinfold_planner_cpu_capacity_cpus, _cpu_used_cpus  CPUs in capacity and held, over all hosts
 //	pinfold_planner_memory_capacity_bytes, _memory_used_bytes
+//	pinfold_planner_hosts_over_nominal{resource}      hosts above their nominal capacity (the overbooking in use): memory, numa_memory, cpu
 //	pinfold_planner_leader                             1 while this planner runs the background loops
 //	pinfold_planner_panics_recovered_total             panics recovered (each an internal error of one request or step)
 //	pinfold_planner_refused_calls_total{identity,method} calls that ended in an error and changed nothing
@@ -134,6 +136,7 @@ var (
 	descCPUUsed   = prometheus.NewDesc("pinfold_planner_cpu_used_cpus", "CPUs held by bound instances (pieces / share base).", nil, nil)
 	descMemCap    = prometheus.NewDesc("pinfold_planner_memory_capacity_bytes", "Memory in the hosts' capacity.", nil, nil)
 	descMemUsed   = prometheus.NewDesc("pinfold_planner_memory_used_bytes", "Memory planned for instances.", nil, nil)
+	descOverNom   = prometheus.NewDesc("pinfold_planner_hosts_over_nominal", "Hosts holding more than their nominal capacity of a resource (memory, numa_memory: a NUMA node's, cpu: a CPU's pieces): only the overbooking allows it.", []string{"resource"}, nil)
 	descLeader    = prometheus.NewDesc("pinfold_planner_leader", "1 while this planner runs the background loops (healing, drains, the audit).", nil, nil)
 	descPanics    = prometheus.NewDesc("pinfold_planner_panics_recovered_total", "Panics recovered in requests and background steps (each an internal error of that request or step; the stack is in the log).", nil, nil)
 	descRefused   = prometheus.NewDesc("pinfold_planner_refused_calls_total", "Calls that ended in an error and changed nothing, by identity and method (past 1,000 series, new identities count as (other)).", []string{"identity", "method"}, nil)
@@ -142,7 +145,7 @@ var (
 )
 
 func (stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descLeader, descPanics, descRefused, descSuppress, descDropped} {
+	for _, d := range []*prometheus.Desc{descHosts, descInstances, descCPUCap, descCPUUsed, descMemCap, descMemUsed, descOverNom, descLeader, descPanics, descRefused, descSuppress, descDropped} {
 		ch <- d
 	}
 }
@@ -151,8 +154,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	sb := float64(c.svc.Params().ShareBase)
 	hosts := map[string]float64{"up": 0, "down": 0, "disabled": 0, "maintenance": 0, "protocol": 0}
 	var cpuCap, cpuUsed, memCap, memUsed float64
+	over := map[string]float64{"memory": 0, "numa_memory": 0, "cpu": 0}
 	for _, v := range c.svc.Hosts() {
 		hosts[v.State()]++
+		for r := range overResources(v, int(sb)) {
+			over[r]++
+		}
 		for id, p := range v.Host.CPUs {
 			cpuCap += float64(p)
 			cpuUsed += float64(v.Alloc.Used[id])
@@ -174,6 +181,9 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCPUUsed, prometheus.GaugeValue, cpuUsed/sb)
 	ch <- prometheus.MustNewConstMetric(descMemCap, prometheus.GaugeValue, memCap)
 	ch <- prometheus.MustNewConstMetric(descMemUsed, prometheus.GaugeValue, memUsed)
+	for r, n := range over {
+		ch <- prometheus.MustNewConstMetric(descOverNom, prometheus.GaugeValue, n, r)
+	}
 	leader := 0.0
 	if c.svc.Leading() {
 		leader = 1
@@ -213,4 +223,20 @@ func (c streamCollector) Collect(ch chan<- prometheus.Metric) {
 	if set.links != nil {
 		ch <- prometheus.MustNewConstMetric(descStreamsOpen, prometheus.GaugeValue, float64(set.links.count()), "link")
 	}
+}
+
+// overResources is the set of resources (the labels of
+// pinfold_planner_hosts_over_nominal) host v holds past its nominal
+// capacity.
+func overResources(v state.HostView, shareBase int) map[string]bool {
+	out := map[string]bool{}
+	for _, o := range service.OverNominal(v, shareBase) {
+		switch {
+		case o.Resource == "cpu" || o.Resource == "memory":
+			out[o.Resource] = true
+		default: // "NUMA node N memory"
+			out["numa_memory"] = true
+		}
+	}
+	return out
 }

@@ -52,6 +52,14 @@ function el(tag, attrs, ...kids) {
   return e;
 }
 
+// A host above its nominal capacity (the overbooking in use): a mark
+// naming what, as used/nominal; nothing when it is within it.
+function overbooked(h) {
+  const over = h.overNominal || [];
+  return over.length ? [" ", el("span", {class: "overbooked", title: "above its nominal capacity: only the cluster's overbooking allows it"},
+    "overbooked: " + over.join(", "))] : [];
+}
+
 function sum(m) { return Object.values(m || {}).reduce((a, b) => a + Number(b), 0); }
 
 // Every page of a listing (ListHosts, ListInstances answer a page at a
@@ -92,7 +100,8 @@ function render(hosts, instances, byHost) {
     cpuCap += sum(h.capacityCpus) / sb; cpuUsed += sum(h.usedCpus) / sb;
     const n = Object.values(h.instances || {}).reduce((a, b) => a + b, 0);
     hb.append(el("tr", {"data-host": h.name},
-      el("td", {}, h.name), el("td", {class: "state-" + h.state}, h.state + (h.draining ? " (draining)" : "") + (h.stuck ? " — stuck: " + h.stuck : "") + noAgent(h)),
+      el("td", {}, h.name), el("td", {class: "state-" + h.state}, h.state + (h.draining ? " (draining)" : "") + (h.stuck ? " — stuck: " + h.stuck : "") + noAgent(h),
+        ...overbooked(h)),
       el("td", {}, (sum(h.usedCpus) / sb).toFixed(2) + " / " + (sum(h.capacityCpus) / sb).toFixed(2)),
       el("td", {}, bytes(h.usedMemoryBytes) + " / " + bytes(h.capacityMemoryBytes)),
       el("td", {}, String((h.numaNodes || []).length)), el("td", {}, String(n))));
@@ -110,7 +119,7 @@ function render(hosts, instances, byHost) {
       if (!i.bind) { mf.push(i); continue; }
       for (const [cpu, p] of Object.entries(i.cpus || {})) (holders[cpu] = holders[cpu] || []).push([i, p]);
     }
-    const box = el("div", {class: "host", "data-host": h.name}, el("h3", {}, h.name + " — " + h.state));
+    const box = el("div", {class: "host", "data-host": h.name}, el("h3", {}, h.name + " — " + h.state, ...overbooked(h)));
     const nodes = (h.numaNodes && h.numaNodes.length) ? h.numaNodes : [{id: 0, cpus: Object.keys(h.capacityCpus || {}).join(",")}];
     for (const n of nodes) {
       const row = el("div", {class: "cpus"});

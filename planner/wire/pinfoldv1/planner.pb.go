@@ -128,7 +128,12 @@ type Host struct {
 	Stuck string `protobuf:"bytes,26,opt,name=stuck,proto3" json:"stuck,omitempty"`
 	// Why no agent enforces its plan, as the one who registered it by hand
 	// said (e.g. cgroup v1 on that host, with the fix); empty: not known.
-	NoAgent       string `protobuf:"bytes,27,opt,name=no_agent,json=noAgent,proto3" json:"no_agent,omitempty"`
+	NoAgent string `protobuf:"bytes,27,opt,name=no_agent,json=noAgent,proto3" json:"no_agent,omitempty"`
+	// What it holds past its nominal capacity (only the cluster's
+	// overbooking lets placement use that: a heal, a drain or a host's
+	// removal that found no host with room of its own), e.g.
+	// "memory 15.5 GiB/14.4 GiB"; empty: within it.
+	OverNominal   []string `protobuf:"bytes,28,rep,name=over_nominal,json=overNominal,proto3" json:"over_nominal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +355,13 @@ func (x *Host) GetNoAgent() string {
 		return x.NoAgent
 	}
 	return ""
+}
+
+func (x *Host) GetOverNominal() []string {
+	if x != nil {
+		return x.OverNominal
+	}
+	return nil
 }
 
 type SetHostMaintenanceRequest struct {
@@ -4848,8 +4860,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x12\n" +
 	"\x04cpus\x18\x02 \x01(\tR\x04cpus\x12!\n" +
 	"\fmemory_bytes\x18\x03 \x01(\x03R\vmemoryBytes\x12*\n" +
-	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\xdf\n" +
-	"\n" +
+	"\x11used_memory_bytes\x18\x04 \x01(\x03R\x0fusedMemoryBytes\"\x82\v\n" +
 	"\x04Host\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12G\n" +
@@ -4882,7 +4893,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\bdraining\x18\x18 \x01(\bR\bdraining\x12%\n" +
 	"\x0edrain_deadline\x18\x19 \x01(\tR\rdrainDeadline\x12\x14\n" +
 	"\x05stuck\x18\x1a \x01(\tR\x05stuck\x12\x19\n" +
-	"\bno_agent\x18\x1b \x01(\tR\anoAgent\x1a?\n" +
+	"\bno_agent\x18\x1b \x01(\tR\anoAgent\x12!\n" +
+	"\fover_nominal\x18\x1c \x03(\tR\voverNominal\x1a?\n" +
 	"\x11CapacityCpusEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x05R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\x1a;\n" +
