@@ -7,7 +7,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/state"
 )
 
 // snapshot is the store's documents by revision: what a refused
@@ -108,6 +112,7 @@ func (w *world) check() {
 		first, ok := w.moving[in.ID]
 		if !ok {
 			w.moving[in.ID] = w.step
+			w.checkNominalFirst(in)
 		} else if w.step-first > moveBound {
 			w.fail("the move %s → %s (on %s, status %+v) is in flight for %d steps", in.Replaces, in.ID, in.Host, v.Status, w.step-first)
 		}
@@ -187,4 +192,74 @@ func (w *world) check() {
 			delete(w.draining, h)
 		}
 	}
+}
+
+// checkNominalFirst (issue 38): a drain's move (in, first seen this step,
+// replaces an instance of a draining host) whose new instance holds what
+// its host has past its nominal capacity (the host's memory, its NUMA
+// node's, a CPU past its pieces) used the overbooking; that is a defect
+// when another host that may take the instance had nominal room for it
+// both before the step and after it (after: the step's other moves did
+// not take that room first). Nominal room is placement's answer under the
+// settings without the overbooking, with the hosts a drain's move may use
+// (schedulable, not the one it leaves, with an agent when that one has an
+// agent). Two plans of one instance, only for such moves. The tick heals
+// before it drains: a heal's overbooking leaves a host no nominal room a
+// drain's move could take, so what the move holds past it is its own.
+func (w *world) checkNominalFirst(in model.Instance) {
+	old, ok := w.st.Instance(in.Replaces)
+	if !ok || w.pre == nil {
+		return
+	}
+	from, ok := w.st.Host(old.Instance.Host)
+	to, ok2 := w.st.Host(in.Host)
+	if !ok || !ok2 || !from.Host.Draining {
+		return
+	}
+	var held []alloc.Overuse
+	for _, o := range service.OverNominal(to, shareBase) {
+		switch {
+		case o.Resource == "memory", o.Resource == fmt.Sprintf("NUMA node %d memory", in.NUMANode),
+			o.Resource == "cpu" && slices.ContainsFunc(slices.Collect(maps.Keys(in.CPUs)), o.CPUs.Contains):
+			held = append(held, o)
+		}
+	}
+	if len(held) == 0 {
+		return
+	}
+	w.res.Overbooked++
+	before, okBefore := w.nominalRoom(old.Instance, from, w.pre.Hosts)
+	after, okAfter := w.nominalRoom(old.Instance, from, w.st.SchedulablePlacement().Hosts)
+	if okBefore && okAfter {
+		w.fail("drain of %s: %s moved to %s as %s, which holds what the host has past its nominal capacity (%v), while %s had nominal room for it before the step and %s after it: the overbooking was used first",
+			from.Host.Name, old.Instance.ID, in.Host, in.ID, held, before, after)
+	}
+}
+
+// nominalRoom is a host of hosts with room for one more instance like old
+// (its size, spec and its service's rules, as a drain's move places it)
+// within its nominal capacity, if any.
+func (w *world) nominalRoom(old model.Instance, from state.HostView, hosts []*placement.Host) (string, bool) {
+	want := model.Deploy{Spec: old.Spec, Size: model.Size{Pieces: old.Pieces(), Bind: old.Bind, WholeCores: old.WholeCores, Memory: old.Memory}}
+	if d, ok := w.st.Service(old.Service); ok {
+		want.Strategy, want.MaxPerHost, want.Rules = d.Value.Strategy, d.Value.MaxPerHost, d.Value.Rules
+		if st := alloc.Strategy(want.Strategy); st == alloc.Each || st == alloc.Fill {
+			want.Strategy = string(alloc.Auto) // one more goes where auto puts it (service.oneMore)
+		}
+	}
+	r := placement.NewRequest(old.Service, 1, want)
+	r.UseBuffer = true
+	var eligible []*placement.Host
+	for _, h := range hosts {
+		if v, ok := w.st.Host(h.Name); h.Name != from.Host.Name && ok && (v.Host.Agent || !from.Host.Agent) {
+			eligible = append(eligible, h)
+		}
+	}
+	s := w.st.PlacementSettings()
+	s.Overbooking = nil
+	res, err := placement.Plan(w.svc.Params(), s, eligible, r)
+	if err != nil {
+		return "", false
+	}
+	return res.Placements[0].Host, true
 }

@@ -14,7 +14,8 @@
 // port, among the rest), a refused operation changed nothing and names
 // why, the capacity a dry run reports is what a deploy places, and every
 // move, drain and heal settles or is parked with a reason within a bounded
-// number of steps. A panic, an internal error or a broken invariant fails
+// number of steps, and a drain's move uses the overbooking only when no
+// host had nominal room for it. A panic, an internal error or a broken invariant fails
 // the run with its seed, its step and the operations that led there.
 //
 // The simulation is all in this package's tests (it starts etcd through

@@ -42,6 +42,7 @@ func (w *world) pick() op {
 		{14, w.opDeploy}, {2, w.opDeployInvalid}, {6, w.opResize}, {6, w.opScale}, {4, w.opReplace}, {3, w.opRemove}, {3, w.opMove},
 		{2, w.opHostAdd}, {5, w.opHostSet}, {2, w.opHostEnable}, {2, w.opMaintenance}, {3, w.opDrain}, {1, w.opHostRemove},
 		{4, w.opRebalance}, {2, w.opSettings}, {3, w.opAgentDies}, {1, w.opRestart}, {4, w.opProbe}, {10, w.opIdle},
+		{1, w.opOverbook},
 	}
 	total := 0
 	for _, c := range choices {
@@ -470,6 +471,31 @@ func (w *world) opSettings() (op, bool) {
 	}
 	o.run = func() error { _, err := w.svc.SetPlacementSettings(w.ctx, ps); return err }
 	return o, true
+}
+
+// opOverbook sets an overbooking on a run that has none (issue 38): the
+// drains after it may use it, and the nominal-first check reads them. It
+// is never lowered or removed again (the seed's overbooking is fixed for
+// the rest of the run, as in newWorld); the resource's buffer goes.
+func (w *world) opOverbook() (op, bool) {
+	if len(w.overbook) > 0 {
+		return op{}, false
+	}
+	res, f := "memory", 0.25
+	if w.rng.IntN(2) == 0 {
+		res, f = "cpu", 0.5
+	}
+	ps := w.st.PlacementSettings()
+	ps.Buffer = maps.Clone(ps.Buffer)
+	delete(ps.Buffer, res)
+	ps.Overbooking = map[string]float64{res: f}
+	return op{kind: "overbook", what: fmt.Sprintf("%s %v", res, f), run: func() error {
+		_, err := w.svc.SetPlacementSettings(w.ctx, ps)
+		if err == nil {
+			w.overbook[res] = f
+		}
+		return err
+	}}, true
 }
 
 func (w *world) opAgentDies() (op, bool) {

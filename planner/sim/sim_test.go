@@ -73,8 +73,8 @@ func TestSimulation(t *testing.T) {
 		if !ok {
 			continue
 		}
-		t.Logf("seed %d: %d steps in %s (%.0f steps/s); %d moves, %d drains, %d heals settled, %d restarts, %d capacity probes, %d deploys by the room index",
-			seed, r.Steps, r.Elapsed.Round(time.Millisecond), float64(r.Steps)/r.Elapsed.Seconds(), r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes, r.Indexed)
+		t.Logf("seed %d: %d steps in %s (%.0f steps/s); %d moves, %d drains, %d heals settled, %d restarts, %d capacity probes, %d deploys by the room index, %d drain moves with the overbooking",
+			seed, r.Steps, r.Elapsed.Round(time.Millisecond), float64(r.Steps)/r.Elapsed.Seconds(), r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes, r.Indexed, r.Overbooked)
 		add(&total, r)
 	}
 	if total.Steps > 0 {
@@ -207,6 +207,7 @@ func add(total *Result, r Result) {
 	total.Heals += r.Heals
 	total.Restarts += r.Restarts
 	total.Probes += r.Probes
+	total.Overbooked += r.Overbooked
 	total.Indexed += r.Indexed
 	if total.Known == nil {
 		total.Known = map[string]int{}

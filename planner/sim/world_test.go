@@ -80,6 +80,9 @@ type Result struct {
 	Ops     map[string]*OpStats
 	// Settled counts moves, drains and heals seen to end.
 	Moves, Drains, Heals, Restarts, Probes int
+	// Overbooked counts the drains' moves onto a host they took past its
+	// nominal capacity (each checked: no host had nominal room for it).
+	Overbooked int
 	// Indexed counts the deploys the room index placed (each checked
 	// against the full plan: Service.CheckIndex).
 	Indexed int64
@@ -168,6 +171,7 @@ type world struct {
 	down     map[string]time.Time // a host seen down (the leader's tracker, as an oracle) → since
 	downStep map[string]int
 	priority map[string]model.Priority // a service's priority since its record appeared
+	pre      *state.Placed             // the schedulable hosts before the step
 }
 
 func newWorld(t testing.TB, cfg Config) *world {
@@ -263,6 +267,9 @@ func (w *world) oneStep() {
 	if err := w.st.Sync(w.ctx); err != nil {
 		w.fail("sync: %v", err)
 	}
+	// The hosts as placement saw them before the step (a cached list the
+	// store does not change): the nominal-first check reads them.
+	w.pre = w.st.SchedulablePlacement()
 	o := w.pick()
 	if w.cfg.Progress != nil {
 		fmt.Fprintf(w.cfg.Progress, "SIMSTEP %d %s: %s\n", w.step, o.kind, o.what)
