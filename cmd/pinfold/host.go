@@ -276,7 +276,11 @@ To move live work with health gates first, use 'pinfold host drain'.`,
 					return writeJSON(cmd.OutOrStdout(), map[string]any{"host": args[0], "removed": true, "moved": movesJSON(resp.Msg.Moved)})
 				}
 				for _, m := range resp.Msg.Moved {
-					fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) placed again on %s as %s\n", m.Instance, m.Service, m.To, m.NewInstance)
+					over := "" // no host had nominal room: the why says what the host holds past it
+					if _, what, ok := strings.Cut(m.Why, "using overbooking: "); ok {
+						over = " using overbooking: " + what
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%s (%s) placed again on %s as %s%s\n", m.Instance, m.Service, m.To, m.NewInstance, over)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "host %s removed\n", args[0])
 				return nil

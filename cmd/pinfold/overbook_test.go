@@ -14,7 +14,8 @@ import (
 // three to big2, and nothing said so. Now every one goes to big2, which
 // has nominal room; the overbooking is used only when no host has any
 // (draining big2 with big1 disabled), and then the drain's output, its
-// events, host list, host show, health and the metrics mark small.
+// events, host list, host show, health and the metrics mark small; so
+// does host remove's output when it needs the overbooking.
 func TestDrainUsesNominalRoomFirst(t *testing.T) {
 	addr := startPlanner(t)
 	pf := newCLI(t, addr)
@@ -85,6 +86,12 @@ func TestDrainUsesNominalRoomFirst(t *testing.T) {
 	h, code := pf.Combined("health")
 	if code != exitUnmet || strings.Contains(h, "healthy") || !strings.Contains(h, "Overbooked") || !strings.Contains(h, "small") || !strings.Contains(h, mark) {
 		t.Errorf("health with small past its nominal memory: exit %d:\n%s\nwant exit %d, an Overbooked warning naming small and %s", code, h, exitUnmet, mark)
+	}
+	// host remove: an instance of flat-vm fits only small's overbooking.
+	pf.Must("host", "enable", "flat-vm")
+	pf.Must("deploy", "fv", "--count", "1", "--cpu", "0.1", "--memory", "256MiB", "--image", "busybox")
+	if out := pf.Must("host", "remove", "flat-vm"); !strings.Contains(out, "placed again on small as fv-") || !strings.Contains(out, "using overbooking: memory 17.25 GiB/14.4 GiB") {
+		t.Errorf("host remove flat-vm does not say it used the overbooking on small:\n%s", out)
 	}
 	fams := scrape(t, "http://"+addr+"/metrics")
 	if n, ok := value(fams, "pinfold_planner_hosts_over_nominal", map[string]string{"resource": "memory"}); !ok || n != 1 {

@@ -205,7 +205,7 @@ func (s *Server) RemoveHost(ctx context.Context, r *connect.Request[pinfoldv1.Re
 	out := &pinfoldv1.RemoveHostResponse{}
 	for _, m := range moved {
 		out.Moved = append(out.Moved, &pinfoldv1.Move{Instance: m.From.ID, Service: m.From.Service, From: m.From.Host, To: m.To.Host, NewInstance: m.To.ID,
-			Why: "its host was removed"})
+			Why: "its host was removed" + m.OverbookedNote()})
 	}
 	return connect.NewResponse(out), nil
 }
