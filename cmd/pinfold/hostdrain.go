@@ -33,6 +33,11 @@ host. The planner carries the drain on in the background (also after a
 planner restart) until the host holds no instances; it then stays disabled.
 This command shows the progress until then (--no-wait returns at once).
 
+A move uses the cluster's overbooking only when no host has room within its
+nominal capacity for the instance; the drain then ends naming each host it
+took past it ("placed on small using overbooking: memory 17 GiB/14.4 GiB"),
+as its moves' events do ('pinfold events --host NAME').
+
 --deadline bounds the wait for health gates: past it, an old instance is
 removed as soon as its replacement exists, healthy or not. An instance that
 cannot be placed anywhere stays, and the drain says why ('Stuck:' in the

@@ -20,7 +20,8 @@ import (
 //   - heal: a host whose agent has been gone longer than the down grace
 //     (placement.Settings.Grace) has its instances placed again elsewhere
 //     at once, as an availability action (it may use the buffer and the
-//     overbooking, seed 000), and the old ones released;
+//     overbooking, seed 000; the overbooking only when no host has
+//     nominal room, issue 38), and the old ones released;
 //   - move: drain and rebalance start a new instance elsewhere that
 //     replaces the old one (model.Instance.Replaces); the old one is
 //     removed only once the new one runs and passed its health gate on its
