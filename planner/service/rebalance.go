@@ -95,6 +95,14 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 	for _, m := range planned {
 		moves = append(moves, RebalanceMove{Instance: m.Item.ID, Service: m.Item.Service, From: m.Item.Host, To: m.To, Why: m.Why + leftBehind(s.st, m.Item.ID)})
 	}
+	limit := r.Options.MaxMoves
+	if limit == 0 {
+		limit = balance.DefaultMaxMoves
+	}
+	if spread := s.respread(ctx, pend, limit, len(moves), r.MoveLocalVolumes); len(spread) > 0 {
+		moves = append(moves, spread...)
+		after, _, _ = balanceModel(pend, r.MoveLocalVolumes)
+	}
 	if r.Defragment {
 		moves = append(moves, s.defragment(ctx, pend, r.Options, len(moves), r.MoveLocalVolumes)...)
 		if err := ctx.Err(); err != nil {
