@@ -39,6 +39,8 @@ type Service struct {
 	versions hostTimes
 	// statusBytes bounds each host's status writes (ReportStatus).
 	statusBytes hostBuckets
+	// live bounds each host's live-key writes for metrics (Heartbeat).
+	live liveWrites
 	// now is the clock (nil: time.Now); tests set it.
 	now func() time.Time
 }
