@@ -16,7 +16,7 @@ import (
 // without metrics: it reaches the store within MetricsWriteEvery plus one
 // heartbeat interval. A host not live, or live without metrics, is
 // written at once (its key is put anyway, with its new lease).
-// docs/OPERATIONS.md ("etcd writes per agent") states what this bounds.
+// docs/OPERATIONS.md ("etcd writes per agent") states the bound.
 const MetricsWriteEvery = 30 * time.Second
 
 // liveWrites is, per host, when its live key was last written for a
