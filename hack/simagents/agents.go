@@ -114,9 +114,12 @@ func (s *sim) heartbeats(ctx context.Context, a *agent) {
 
 func (s *sim) beat(ctx context.Context, a *agent, send func(context.Context, *pinfoldv1.HeartbeatRequest) error) {
 	ttl := int32(3 * s.cfg.heartbeat / time.Second)
-	for i := 0; ctx.Err() == nil; {
+	var sentAt time.Time
+	for i, n := 0, 0; ctx.Err() == nil; n++ {
+		req := &pinfoldv1.HeartbeatRequest{Host: a.name, AgentVersion: "sim", Protocol: model.Protocol, TtlSeconds: ttl,
+			Metrics: hostMetrics(s.cfg.metrics, n, sentAt)}
 		c, cancel := context.WithTimeout(ctx, 10*time.Second)
-		err := send(c, &pinfoldv1.HeartbeatRequest{Host: a.name, AgentVersion: "sim", Protocol: model.Protocol, TtlSeconds: ttl})
+		err := send(c, req)
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -128,6 +131,9 @@ func (s *sim) beat(ctx context.Context, a *agent, send func(context.Context, *pi
 			continue
 		}
 		i = 0
+		if req.Metrics != nil {
+			sentAt = time.Now()
+		}
 		s.beats.Add(1)
 		a.beatAt.Store(time.Now().UnixNano())
 		select {
@@ -135,6 +141,26 @@ func (s *sim) beat(ctx context.Context, a *agent, send func(context.Context, *pi
 		case <-ctx.Done():
 		}
 	}
+}
+
+// metricsEvery is how often the agent resends unchanged metrics
+// (nodeagent's metricsEvery).
+const metricsEvery = 30 * time.Second
+
+// hostMetrics is what an agent's heartbeat n carries under -metrics mode
+// (sentAt: when it last sent some): none; the agent's steady state (the
+// same figures, resent after metricsEvery); or new ones on every beat (a
+// host whose load keeps moving).
+func hostMetrics(mode string, n int, sentAt time.Time) *pinfoldv1.HostMetrics {
+	m := &pinfoldv1.HostMetrics{Load1: 1, Load5: 1, Load15: 1, MemTotalBytes: 512 << 30, MemAvailableBytes: 256 << 30}
+	switch {
+	case mode == "agent" && time.Since(sentAt) > metricsEvery:
+		return m
+	case mode == "moving":
+		m.Load1 = float64(n)
+		return m
+	}
+	return nil
 }
 
 func (s *sim) watch(ctx context.Context, a *agent) {

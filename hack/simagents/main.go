@@ -15,7 +15,10 @@
 // planner restart (killed, started again) and the time until every agent
 // has its stream back and a heartbeat accepted. It prints a table and, with
 // -json, writes the figures. It fails (exit 1) when a phase does not
-// complete within its limit.
+// complete within its limit. The steady phase's etcd writes a minute
+// (revisions, raft entries, lease grants) are read from etcd's own
+// /metrics; -metrics sets what the heartbeats carry (none; as the agent:
+// the same figures every 30 s; new ones on every beat).
 //
 // Memory: the planner's resident memory (RSS) per host at the end of the
 // steady phase, and, read from its profiler (--pprof-listen, loopback,
@@ -74,6 +77,7 @@ func main() {
 	flag.StringVar(&cfg.jsonOut, "json", "", "also write the figures as JSON to this file")
 	flag.StringVar(&cfg.phases, "phases", "all", "all, or registration: stop after the registration and the memory figures (no deploys, no restart)")
 	flag.BoolVar(&cfg.profile, "profile", false, "save the planner's heap (with its runtime statistics) and a 10 s CPU profile of the steady phase in -dir (planner-heap.pprof, planner-heap.txt, planner-cpu.pprof)")
+	flag.StringVar(&cfg.metrics, "metrics", "none", "the host metrics each heartbeat carries: none; agent: the same ones, resent every 30 s (the agent's steady state); moving: new ones on every heartbeat (a host whose load keeps moving)")
 	flag.StringVar(&protocol, "protocol", protocol, "link: each agent its agent link (one upgraded HTTP/1.1 connection: heartbeats and desired state), as the agent speaks by default; h2c: one HTTP/2 connection carrying gRPC calls; http1: the Connect protocol over HTTP/1.1, a connection per call in flight (the agent's --no-link)")
 	flag.Parse()
 	if protocol != "link" && protocol != "h2c" && protocol != "http1" {
@@ -82,6 +86,10 @@ func main() {
 	}
 	if cfg.pinfold == "" || cfg.agents < 1 || cfg.deploys < 1 {
 		fmt.Fprintln(os.Stderr, "simagents: -pinfold is required; -agents and -deploys must be at least 1")
+		os.Exit(2)
+	}
+	if cfg.metrics != "none" && cfg.metrics != "agent" && cfg.metrics != "moving" {
+		fmt.Fprintf(os.Stderr, "simagents: -metrics %q: want none, agent or moving\n", cfg.metrics)
 		os.Exit(2)
 	}
 	if cfg.phases != "all" && cfg.phases != "registration" {
@@ -113,6 +121,7 @@ type config struct {
 	jsonOut             string
 	phases              string
 	profile             bool
+	metrics             string
 }
 
 // runEtcd is the etcd child: embedded etcd (fsync on) until killed.
@@ -262,6 +271,7 @@ func run(cfg config) (report, error) {
 	heap0, _ := plannerMem(pprofAt)
 	p0, e0, s0 := procUsage(planner.Process.Pid), procUsage(etcd.Process.Pid), procUsage(os.Getpid())
 	b0, be0 := s.beats.Load(), s.beatErr.Load()
+	w0e := etcdWrites(ec)
 	t0 := time.Now()
 	if cfg.profile {
 		go fetch("http://"+pprofAt+"/debug/pprof/profile?seconds=10", filepath.Join(cfg.dir, "planner-cpu.pprof"))
@@ -277,6 +287,7 @@ func run(cfg config) (report, error) {
 		time.Sleep(rest)
 	}
 	el := time.Since(t0)
+	rep.etcdRates(w0e, etcdWrites(ec), el, s.cfg.metrics)
 	p1, e1, s1 := procUsage(planner.Process.Pid), procUsage(etcd.Process.Pid), procUsage(os.Getpid())
 	if heap1 := rep.memory(planner.Process.Pid, pprofAt); len(sent) > 0 && heap0.heap > 0 && heap1.heap > 0 {
 		rep.PlannerHeapPerDeploy = float64(heap1.heap-heap0.heap) / float64(len(sent))

@@ -77,9 +77,17 @@ type report struct {
 	PlannerStackPerHostKB float64 `json:"planner_stack_per_host_kib"`
 	PlannerGoroutines     int     `json:"planner_goroutines"`
 	PlannerHeapPerDeploy  float64 `json:"planner_heap_per_deploy_bytes"`
-	RestartSeconds        float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
-	RestartPlannerStart   float64 `json:"restart_planner_start_seconds"`
-	AfterRestartCPU       float64 `json:"planner_cpu_percent_after_restart"`
+	// From etcd's own metrics over the steady phase (its deploys
+	// included), per minute: revisions (puts and deletes), raft entries
+	// committed (every write, lease grants too; a lease keep-alive is
+	// none), lease grants; Metrics is -metrics.
+	Metrics                  string  `json:"metrics"`
+	EtcdRevisionsPerMinute   float64 `json:"etcd_revisions_per_minute"`
+	EtcdRaftEntriesPerMinute float64 `json:"etcd_raft_entries_per_minute"`
+	EtcdLeaseGrantsPerMinute float64 `json:"etcd_lease_grants_per_minute"`
+	RestartSeconds           float64 `json:"restart_seconds"` // planner start → every agent streaming and heartbeating again
+	RestartPlannerStart      float64 `json:"restart_planner_start_seconds"`
+	AfterRestartCPU          float64 `json:"planner_cpu_percent_after_restart"`
 }
 
 // print writes the table; after -phases registration only the rows that
@@ -95,9 +103,11 @@ registration              %.1f s (%.0f/s, each with its stream and first heartbe
 first deploy              %.0f ms (builds the planner's views of the registered hosts)
 deploy → agent notified   %d deploys: p50 %.1f ms, p99 %.1f ms, max %.1f ms, %d never seen (the deploy's answer: p50 %.1f ms, p99 %.1f ms)
 CPU (of one core)         planner %.1f %%, etcd %.1f %%, simulator %.1f %% (steady phase)
+etcd writes a minute      %.0f revisions (%.2f per agent), %.0f raft entries, %.0f lease grants (steady phase, its deploys included; -metrics %s)
 `, r.SteadySeconds, r.HeartbeatsPerSecond, r.HeartbeatErrors,
 			r.FirstDeployMs, r.Deploys, r.NotifyP50Ms, r.NotifyP99Ms, r.NotifyMaxMs, r.NotifyMissed, r.DeployP50Ms, r.DeployP99Ms,
-			r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent)
+			r.PlannerCPUPercent, r.EtcdCPUPercent, r.SimCPUPercent,
+			r.EtcdRevisionsPerMinute, r.EtcdRevisionsPerMinute/float64(max(r.Agents, 1)), r.EtcdRaftEntriesPerMinute, r.EtcdLeaseGrantsPerMinute, r.Metrics)
 	}
 	fmt.Fprintf(w, `memory (RSS)              planner %.0f MiB (%.1f KiB per host), etcd %.0f MiB, simulator %.0f MiB
 planner heap (live)       %.0f MiB (%.1f KiB per host); stacks %.1f KiB per host; %d goroutines`,
@@ -173,4 +183,46 @@ func (r *report) memory(pid int, pprofAt string) plannerStats {
 	r.PlannerStackPerHostKB = float64(st.stack) / 1024 / float64(r.Agents)
 	r.PlannerGoroutines = st.goroutines
 	return st
+}
+
+// etcdFigures are the etcd metrics etcdWrites reads.
+var etcdFigures = []string{"etcd_debugging_mvcc_current_revision", "etcd_server_proposals_committed_total", "etcd_debugging_lease_granted_total"}
+
+// etcdWrites reads etcdFigures from etcd's /metrics at endpoint (as
+// waitEtcd reads /health: this tool is no etcd client); a figure it could
+// not read is missing.
+func etcdWrites(endpoint string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := http.Get(endpoint + "/metrics")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simagents: etcd metrics:", err)
+		return out
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "simagents: etcd metrics:", err)
+		return out
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		name, v, ok := strings.Cut(l, " ")
+		if !ok {
+			continue
+		}
+		for _, f := range etcdFigures {
+			if name == f {
+				out[f], _ = strconv.ParseFloat(strings.TrimSpace(v), 64)
+			}
+		}
+	}
+	return out
+}
+
+// etcdRates fills the etcd write figures from two readings el apart.
+func (r *report) etcdRates(before, after map[string]float64, el time.Duration, metrics string) {
+	per := func(f string) float64 { return (after[f] - before[f]) / el.Minutes() }
+	r.Metrics = metrics
+	r.EtcdRevisionsPerMinute = per(etcdFigures[0])
+	r.EtcdRaftEntriesPerMinute = per(etcdFigures[1])
+	r.EtcdLeaseGrantsPerMinute = per(etcdFigures[2])
 }
