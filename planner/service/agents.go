@@ -129,6 +129,10 @@ func (t *hostBuckets) take(host string, now time.Time, n float64) bool {
 type hostTimes struct {
 	mu sync.Mutex
 	at map[string]time.Time
+	// swept is when a full table was last swept for entries to drop: it
+	// is swept again only once every has passed (before then none can
+	// have aged out), so a full table costs a new host O(1), not a scan.
+	swept time.Time
 }
 
 const maxHostTimes = 1 << 16
@@ -157,6 +161,10 @@ func (t *hostTimes) take(host string, now time.Time, every time.Duration) bool {
 		return false
 	}
 	if _, ok := t.at[host]; !ok && len(t.at) >= maxHostTimes {
+		if d := now.Sub(t.swept); d < every && d >= 0 {
+			return false
+		}
+		t.swept = now
 		for h, last := range t.at {
 			if now.Sub(last) >= every {
 				delete(t.at, h)

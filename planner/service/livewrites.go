@@ -28,6 +28,7 @@ type liveWrites struct {
 	mu      sync.Mutex
 	at      hostTimes
 	pending map[string]state.Metrics
+	swept   time.Time // when a full pending table was last swept (hostTimes.swept)
 }
 
 // next is the metrics a heartbeat of host writes to its live key, nil for
@@ -60,12 +61,17 @@ func (w *liveWrites) next(host string, now time.Time, live bool, held, m *state.
 
 // holdLocked keeps m as host's newest unwritten change, if the table has
 // room (after dropping the changes whose interval has passed: their host
-// stopped beating, or writes them on its next beat anyway).
+// stopped beating, or writes them on its next beat anyway; a full table
+// is swept at most once per interval).
 func (w *liveWrites) holdLocked(host string, now time.Time, m state.Metrics) {
 	if w.pending == nil {
 		w.pending = map[string]state.Metrics{}
 	}
 	if _, ok := w.pending[host]; !ok && len(w.pending) >= maxHostTimes {
+		if d := now.Sub(w.swept); d < MetricsWriteEvery && d >= 0 {
+			return
+		}
+		w.swept = now
 		w.at.mu.Lock()
 		for h := range w.pending {
 			if last, ok := w.at.at[h]; !ok || now.Sub(last) >= MetricsWriteEvery {

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -176,5 +177,34 @@ func TestChangedMetricsCoalesced(t *testing.T) {
 				beat(t, s, nil)
 			}
 		})
+	}
+}
+
+// TestHeldMetricsBounded: the changes held for later writes are at most
+// maxHostTimes hosts, however many hosts send them (each host's newest
+// one only); a host past the bound is written on a later heartbeat (its
+// agent resends its metrics at least every 30 s). Control: without the
+// bound, 70,000 hosts held 70,000 changes.
+func TestHeldMetricsBounded(t *testing.T) {
+	var w liveWrites
+	now := time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC)
+	held := &state.Metrics{Load1: 1}
+	const hosts = maxHostTimes + 4464
+	for i := range hosts {
+		h := fmt.Sprintf("h%06d", i)
+		for j := range 3 {
+			w.next(h, now, true, held, &state.Metrics{Load1: float64(j + 2)})
+		}
+	}
+	if n := len(w.pending); n > maxHostTimes {
+		t.Errorf("%d hosts sending changes at one instant: %d held, want at most %d", hosts, n, maxHostTimes)
+	}
+	// Once the interval has passed, a held change is written (and no
+	// longer held).
+	if got := w.next("h000000", now.Add(MetricsWriteEvery), true, held, nil); got == nil || got.Load1 != 4 {
+		t.Errorf("h000000's heartbeat %s later wrote %+v, want its newest change (load1 4)", MetricsWriteEvery, got)
+	}
+	if _, ok := w.pending["h000000"]; ok {
+		t.Errorf("h000000's change still held after it was written")
 	}
 }
