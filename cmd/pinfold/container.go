@@ -81,3 +81,48 @@ func keyValues(flag string, list []string) (map[string]string, error) {
 	}
 	return out, nil
 }
+
+// editFlags are replace's removals, each naming settings to drop; with
+// containerFlags (each given one set, the others kept) they make an edit.
+type editFlags struct {
+	volumes, labels, capAdd, capDrop, logOpts []string
+}
+
+func (e *editFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringArrayVar(&e.volumes, "volume-rm", nil, "unmount the volume at this container path (or SOURCE:TARGET; repeatable)")
+	f.StringArrayVar(&e.labels, "label-rm", nil, "remove the label KEY (repeatable)")
+	f.StringArrayVar(&e.capAdd, "cap-add-rm", nil, "take a capability out of the added ones (repeatable)")
+	f.StringArrayVar(&e.capDrop, "cap-drop-rm", nil, "take a capability out of the dropped ones (repeatable)")
+	f.StringArrayVar(&e.logOpts, "log-opt-rm", nil, "remove the log driver option KEY (repeatable)")
+}
+
+// edit is the edit cmd's container flags name, checked as the planner
+// checks it (bad input, exit 2, before any call): each flag given sets
+// its setting (--user "" too), each -rm flag removes; the rest is kept.
+func (c *containerFlags) edit(cmd *cobra.Command, rm editFlags) (model.ContainerEdit, error) {
+	labels, err := keyValues("--label", c.labels)
+	if err != nil {
+		return model.ContainerEdit{}, err
+	}
+	opts, err := keyValues("--log-opt", c.logOpts)
+	if err != nil {
+		return model.ContainerEdit{}, err
+	}
+	e := model.ContainerEdit{Volumes: c.volumes, VolumesRm: rm.volumes, Labels: labels, LabelsRm: rm.labels,
+		CapAdd: c.capAdd, CapAddRm: rm.capAdd, CapDrop: c.capDrop, CapDropRm: rm.capDrop, LogOpts: opts, LogOptsRm: rm.logOpts}
+	set := func(flag string, v *string) *string {
+		if cmd.Flags().Changed(flag) {
+			return v
+		}
+		return nil
+	}
+	e.Restart, e.User, e.Workdir, e.LogDriver = set("restart", &c.restart), set("user", &c.user), set("workdir", &c.workdir), set("log-driver", &c.logDriver)
+	if cmd.Flags().Changed("read-only") {
+		e.ReadOnly = &c.readOnly
+	}
+	if err := e.Validate(); err != nil {
+		return model.ContainerEdit{}, badInput("%v", err)
+	}
+	return e, nil
+}

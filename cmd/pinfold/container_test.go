@@ -9,7 +9,7 @@ import (
 // TestDeployContainerSettings: deploy's container flags travel to the
 // planner and back in ps (-o json and the VOLUMES column); a bad value is
 // bad input (exit 2) naming the flag's value, and nothing is placed;
-// replace with container flags replaces them as a whole; rebalance says
+// replace with a container flag changes that one and keeps the others; rebalance says
 // why an instance with a volume stays.
 func TestDeployContainerSettings(t *testing.T) {
 	pf := plannerCLI(t)
@@ -60,8 +60,57 @@ func TestDeployContainerSettings(t *testing.T) {
 	if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ps); err != nil || len(ps) != 1 {
 		t.Fatalf("ps -o json: %v", err)
 	}
-	if got := ps[0]; got.Restart != "always" || len(got.Volumes) != 0 || got.ReadOnly || got.Image != "i:2" {
-		t.Errorf("after replace --restart always: %+v, want restart always and the other settings cleared", got)
+	if got := ps[0]; got.Restart != "always" || len(got.Volumes) != 2 || !got.ReadOnly || got.Image != "i:2" || got.User != "999:999" {
+		t.Errorf("after replace --restart always: %+v, want restart always and the other settings kept", got)
+	}
+}
+
+// TestReplaceChangesOnlyWhatItNames is issue 38's repro: a service with a
+// bind mount and restart unless-stopped, replaced with --restart always,
+// keeps its volume (it had none after, exit 0, no warning); a setting
+// goes only by its -rm flag; --dry-run lists each change (old → new) and
+// changes nothing.
+func TestReplaceChangesOnlyWhatItNames(t *testing.T) {
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", laptopTopology)
+	pf.Must("deploy", "front", "--count", "2", "--cpu", "0.5", "--memory", "64MiB", "--image", "nginx:1.26",
+		"--volume", "/srv/www:/usr/share/nginx/html:ro", "--restart", "unless-stopped", "--label", "team=web", "--log-opt", "max-size=10m")
+	ps := func() []instanceJSON {
+		var got []instanceJSON
+		if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &got); err != nil || len(got) != 2 {
+			t.Fatalf("ps -o json: %v, %d instances", err, len(got))
+		}
+		return got
+	}
+	pf.Must("replace", "front", "--image", "nginx:1.27", "--restart", "always", "--wait", "0")
+	for _, in := range ps() {
+		if in.Image != "nginx:1.27" || in.Restart != "always" || strings.Join(in.Volumes, " ") != "/srv/www:/usr/share/nginx/html:ro" ||
+			in.Labels["team"] != "web" || in.LogOpts["max-size"] != "10m" {
+			t.Errorf("after replace --restart always: %+v, want the new image and restart, and the volume, label and log option kept", in)
+		}
+	}
+	before := pf.Must("ps", "-o", "json")
+	dry := pf.Must("replace", "front", "--image", "nginx:1.27", "--volume-rm", "/usr/share/nginx/html", "--label", "team=edge", "--dry-run")
+	for _, want := range []string{"service front record: volumes /srv/www:/usr/share/nginx/html:ro removed, labels team: \"web\" → \"edge\"",
+		"2 instances as the record", "dry run: nothing changed"} {
+		if !strings.Contains(dry, want) {
+			t.Errorf("replace --dry-run:\n%s\nwant %q", dry, want)
+		}
+	}
+	if after := pf.Must("ps", "-o", "json"); after != before {
+		t.Errorf("replace --dry-run changed the instances:\n%s\nwas\n%s", after, before)
+	}
+	out := pf.MustCombined("replace", "front", "--image", "nginx:1.27", "--volume-rm", "/usr/share/nginx/html", "--log-opt-rm", "max-size", "--wait", "0")
+	if !strings.Contains(out, "volumes /srv/www:/usr/share/nginx/html:ro removed, log_opts max-size removed") {
+		t.Errorf("replace --volume-rm:\n%s\nwant it to say the volume and log option go", out)
+	}
+	for _, in := range ps() {
+		if len(in.Volumes) != 0 || len(in.LogOpts) != 0 || in.Restart != "always" || in.Labels["team"] != "web" {
+			t.Errorf("after replace --volume-rm --log-opt-rm: %+v, want no volume and no log option, restart and label kept", in)
+		}
+	}
+	if errOut := pf.Fails(2, "replace", "front", "--image", "x", "--volume-rm", "data"); !strings.Contains(errOut, `volumes_rm: "data": want a container path`) {
+		t.Errorf("replace --volume-rm data: %s, want it refused naming the value", errOut)
 	}
 }
 

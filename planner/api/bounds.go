@@ -118,6 +118,20 @@ var requestBounds = map[protoreflect.FullName]bound{
 	"pinfold.v1.ContainerSpec.cap_drop":           {bytes: service.MaxWordLen, count: model.MaxCaps},
 	"pinfold.v1.ContainerSpec.log_driver":         {bytes: service.MaxNameLen},
 	"pinfold.v1.ContainerSpec.log_opts":           {bytes: model.MaxFieldLen, count: model.MaxLogOpts},
+	"pinfold.v1.ContainerEdit.volumes":            {bytes: model.MaxFieldLen, count: model.MaxVolumes},
+	"pinfold.v1.ContainerEdit.volumes_rm":         {bytes: model.MaxFieldLen, count: model.MaxVolumes},
+	"pinfold.v1.ContainerEdit.restart":            {bytes: service.MaxWordLen},
+	"pinfold.v1.ContainerEdit.labels":             {bytes: model.MaxLabelBytes, count: model.MaxLabels},
+	"pinfold.v1.ContainerEdit.labels_rm":          {bytes: model.MaxFieldLen, count: model.MaxLabels},
+	"pinfold.v1.ContainerEdit.user":               {bytes: 256},
+	"pinfold.v1.ContainerEdit.workdir":            {bytes: model.MaxFieldLen},
+	"pinfold.v1.ContainerEdit.cap_add":            {bytes: service.MaxWordLen, count: model.MaxCaps},
+	"pinfold.v1.ContainerEdit.cap_add_rm":         {bytes: service.MaxWordLen, count: model.MaxCaps},
+	"pinfold.v1.ContainerEdit.cap_drop":           {bytes: service.MaxWordLen, count: model.MaxCaps},
+	"pinfold.v1.ContainerEdit.cap_drop_rm":        {bytes: service.MaxWordLen, count: model.MaxCaps},
+	"pinfold.v1.ContainerEdit.log_driver":         {bytes: service.MaxNameLen},
+	"pinfold.v1.ContainerEdit.log_opts":           {bytes: model.MaxFieldLen, count: model.MaxLogOpts},
+	"pinfold.v1.ContainerEdit.log_opts_rm":        {bytes: model.MaxFieldLen, count: model.MaxLogOpts},
 }
 
 // checkBounds refuses a request with a field over its bound (or, for a

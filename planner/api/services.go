@@ -148,7 +148,7 @@ func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.Repla
 		ctr = &c
 	}
 	ins, err := s.changes.Replace(ctx, service.ReplaceRequest{Target: r.Msg.Target, Image: r.Msg.Image, Command: r.Msg.Command,
-		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts, Pull: r.Msg.Pull, Container: ctr})
+		Health: r.Msg.Health.Model(), Hosts: r.Msg.Hosts, Pull: r.Msg.Pull, Container: ctr, Edit: r.Msg.Edit.Model()})
 	if err != nil {
 		return nil, toConnect(err)
 	}

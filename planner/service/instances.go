@@ -28,8 +28,17 @@ type ReplaceRequest struct {
 	// Pull is the pull policy: model.PullMissing or model.PullAlways.
 	Pull string
 	// Container replaces each instance's container settings (volumes,
-	// restart, labels, …) as a whole; nil keeps them.
+	// restart, labels, …) as a whole (a services file's apply); nil keeps
+	// them, less and plus what Edit names.
 	Container *model.Container
+	// Edit changes each instance's container settings one by one: those
+	// it does not name keep each instance's own value (model.Container.Edited).
+	Edit model.ContainerEdit
+}
+
+// patch is r as the change it makes to each target's spec.
+func (r ReplaceRequest) patch() model.SpecPatch {
+	return model.SpecPatch{Image: r.Image, Command: r.Command, Health: r.Health, Pull: r.Pull, Container: r.Container, Edit: r.Edit}
 }
 
 // Replace records the new image, all or nothing; no resources are planned.
@@ -45,12 +54,11 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 	if r.Pull != model.PullMissing && r.Pull != model.PullAlways {
 		return nil, errf(Invalid, "pull = %q: want missing (pull only when the host lacks the image) or always", r.Pull)
 	}
-	sp := model.Spec{Image: r.Image, Command: r.Command, Health: r.Health}
-	if r.Container != nil {
-		sp.Container = *r.Container
-	}
-	if err := validateSpec(sp); err != nil {
+	if err := validateSpec(model.Spec{Image: r.Image, Command: r.Command, Health: r.Health}); err != nil {
 		return nil, err
+	}
+	if err := r.patch().Validate(); err != nil {
+		return nil, errf(Invalid, "%w", err)
 	}
 	var out []model.Instance
 	o := s.once(ctx, "Replace", r)
@@ -66,9 +74,13 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 					return nil, err
 				}
 			}
+			svc, err := replacedService(d.Value, r)
+			if err != nil {
+				return nil, err
+			}
 			c := new(state.Change)
 			c.GuardService(d.Value.Name, d.Rev)
-			c.PutService(replacedService(d.Value, r))
+			c.PutService(svc)
 			return c, nil
 		}
 		if err != nil {
@@ -86,20 +98,15 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 		grown := desiredGrowth{}
 		for _, t := range targets {
 			next := t.Instance
-			next.Image = r.Image
-			if r.Command != nil {
-				next.Command = r.Command
-			}
 			if r.Health != nil {
 				if err := validateHealthPort(r.Health, next.Ports); err != nil {
 					return nil, err
 				}
-				next.Health = r.Health
 			}
-			if r.Container != nil {
-				next.Container = *r.Container
+			next.Spec = next.Spec.Patched(r.patch())
+			if err := next.Container.Validate(); err != nil {
+				return nil, errf(Invalid, "instance %s: its container settings after this replace: %w", next.ID, err)
 			}
-			next.Pull = r.Pull
 			next.Generation++
 			next.SpecGeneration = next.Generation
 			if model.Dynamic(next.Ports) > 0 {
@@ -121,8 +128,12 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			c.PutAlloc(h, allocs[h])
 		}
 		if d, ok := rd.Service(out[0].Service); ok && r.Target == out[0].Service {
+			svc, err := replacedService(d.Value, r)
+			if err != nil {
+				return nil, err
+			}
 			c.GuardService(d.Value.Name, d.Rev)
-			c.PutService(replacedService(d.Value, r))
+			c.PutService(svc)
 		}
 		return c, nil
 	}, func(rec *state.Request) { rec.Instances = idsOf(out) }))
@@ -135,21 +146,16 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 	return out, nil
 }
 
-// replacedService is svc with r's image, pull policy and, where r gives
+// replacedService is svc with r's image, pull policy and, where r names
 // them, command, health check (scale gives new instances the check the
-// others have) and container settings.
-func replacedService(svc state.Service, r ReplaceRequest) state.Service {
-	svc.Image, svc.Pull = r.Image, r.Pull
-	if r.Command != nil {
-		svc.Command = r.Command
+// others have) and container settings; every setting r does not name
+// stays. The merged settings are checked (an edit can pass a limit).
+func replacedService(svc state.Service, r ReplaceRequest) (state.Service, error) {
+	svc.Spec = svc.Spec.Patched(r.patch())
+	if err := svc.Container.Validate(); err != nil {
+		return svc, errf(Invalid, "service %s: its container settings after this replace: %w", svc.Name, err)
 	}
-	if r.Health != nil {
-		svc.Health = r.Health
-	}
-	if r.Container != nil {
-		svc.Container = *r.Container
-	}
-	return svc
+	return svc, nil
 }
 
 // replacePorts gives next (a replacement of old on its host) new dynamic

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -143,5 +144,52 @@ func TestContainerSpecValidatedAndReplaced(t *testing.T) {
 	}
 	if d, _ := f.st.Service("web"); !d.Value.ReadOnly || len(d.Value.Volumes) != 1 {
 		t.Errorf("service document %+v: want the replaced settings (a scale-up copies them)", d.Value)
+	}
+}
+
+// TestReplaceEditKeepsWhatItDoesNotName: a replace's edit changes the
+// settings it names in each instance and in the record, and keeps the
+// others, each instance its own; a merge past a limit is refused naming
+// the instance and nothing changes.
+func TestReplaceEditKeepsWhatItDoesNotName(t *testing.T) {
+	f := newHealFixture(t, "a")
+	ctr := model.Container{Volumes: []string{"/srv/data:/data"}, Restart: "unless-stopped", Labels: map[string]string{"team": "a"}}
+	if _, err := f.DeployWithRules(f.ctx, DeployRequest{Service: "web", Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i", Container: ctr}, Size: model.Size{Pieces: 10, Bind: true, Memory: 64 << 20}}}); err != nil {
+		t.Fatal(err)
+	}
+	ins := f.on("a")
+	one, err := f.Replace(f.ctx, ReplaceRequest{Target: ins[0].ID, Image: "i", Edit: model.ContainerEdit{Volumes: []string{"logs:/logs"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := one[0].Volumes; len(got) != 2 {
+		t.Fatalf("instance %s after adding a volume: volumes %q, want /data and /logs", one[0].ID, got)
+	}
+	restart := "always"
+	out, err := f.Replace(f.ctx, ReplaceRequest{Target: "web", Image: "i:2", Edit: model.ContainerEdit{Restart: &restart}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range out {
+		want := 1
+		if in.ID == one[0].ID {
+			want = 2 // its own volume stays too
+		}
+		if in.Restart != "always" || len(in.Volumes) != want || in.Labels["team"] != "a" {
+			t.Errorf("instance %s after replace --restart always: restart %q volumes %q labels %v, want always, its %d volume(s) and team=a", in.ID, in.Restart, in.Volumes, in.Labels, want)
+		}
+	}
+	d, _ := f.st.Service("web")
+	if d.Value.Restart != "always" || len(d.Value.Volumes) != 1 || d.Value.Labels["team"] != "a" {
+		t.Errorf("record after replace --restart always: %+v, want restart always and the rest kept", d.Value.Container)
+	}
+	many := make([]string, model.MaxVolumes)
+	for i := range many {
+		many[i] = fmt.Sprintf("v%d:/v%d", i, i)
+	}
+	rev := f.st.Rev()
+	_, err = f.Replace(f.ctx, ReplaceRequest{Target: "web", Image: "i:3", Edit: model.ContainerEdit{Volumes: many}})
+	if CodeOf(err) != Invalid || !strings.Contains(err.Error(), "its container settings after this replace: volumes: 6") && strings.Contains(err.Error(), "want at most 64") || f.st.Rev() != rev {
+		t.Errorf("replace adding %d volumes to 1 = %v (store changed: %v), want Invalid naming the merged count and nothing changed", len(many), err, f.st.Rev() != rev)
 	}
 }

@@ -71,6 +71,33 @@ func (m *ContainerSpec) Model() model.Container {
 	return c
 }
 
+// NewContainerEdit is e's wire form (nil when e names nothing).
+func NewContainerEdit(e model.ContainerEdit) *ContainerEdit {
+	if e.IsZero() {
+		return nil
+	}
+	return &ContainerEdit{Volumes: e.Volumes, VolumesRm: e.VolumesRm, Restart: e.Restart, Labels: e.Labels, LabelsRm: e.LabelsRm,
+		User: e.User, Workdir: e.Workdir, ReadOnly: e.ReadOnly, CapAdd: e.CapAdd, CapAddRm: e.CapAddRm, CapDrop: e.CapDrop,
+		CapDropRm: e.CapDropRm, LogDriver: e.LogDriver, LogOpts: e.LogOpts, LogOptsRm: e.LogOptsRm}
+}
+
+// Model is the edit m describes (one naming nothing when m is nil).
+func (m *ContainerEdit) Model() model.ContainerEdit {
+	if m == nil {
+		return model.ContainerEdit{}
+	}
+	e := model.ContainerEdit{Volumes: m.Volumes, VolumesRm: m.VolumesRm, Restart: m.Restart, Labels: m.Labels, LabelsRm: m.LabelsRm,
+		User: m.User, Workdir: m.Workdir, ReadOnly: m.ReadOnly, CapAdd: m.CapAdd, CapAddRm: m.CapAddRm, CapDrop: m.CapDrop,
+		CapDropRm: m.CapDropRm, LogDriver: m.LogDriver, LogOpts: m.LogOpts, LogOptsRm: m.LogOptsRm}
+	if len(e.Labels) == 0 {
+		e.Labels = nil
+	}
+	if len(e.LogOpts) == 0 {
+		e.LogOpts = nil
+	}
+	return e
+}
+
 // NewHealthCheck is h's wire form (nil for nil).
 func NewHealthCheck(h *model.HealthCheck) *HealthCheck {
 	if h == nil {

@@ -130,3 +130,18 @@ func fill(t *testing.T, v reflect.Value, name string) int {
 	}
 	return 1
 }
+
+// TestContainerEditRoundTrip: every field of a replace's edit crosses the
+// wire (a field the wire drops would be an edit silently not made).
+func TestContainerEditRoundTrip(t *testing.T) {
+	var e model.ContainerEdit
+	if n := fill(t, reflect.ValueOf(&e).Elem(), "ContainerEdit"); n != 15 {
+		t.Fatalf("fill set %d fields of ContainerEdit, want 15: a new field needs the wire (NewContainerEdit, Model)", n)
+	}
+	if diff := cmp.Diff(e, pinfoldv1.NewContainerEdit(e).Model()); diff != "" {
+		t.Errorf("NewContainerEdit then Model (-want +got):\n%s", diff)
+	}
+	if m := pinfoldv1.NewContainerEdit(model.ContainerEdit{}); m != nil {
+		t.Errorf("an edit naming nothing: %v on the wire, want none", m)
+	}
+}

@@ -3079,14 +3079,20 @@ func (x *ResizeResponse) GetInstances() []*Instance {
 }
 
 type ReplaceRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Target        string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"` // instance id or service name
-	Image         string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
-	Command       []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
-	Health        *HealthCheck           `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
-	Hosts         []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"`          // only instances on these hosts (a rolling batch)
-	Pull          string                 `protobuf:"bytes,6,opt,name=pull,proto3" json:"pull,omitempty"`            // "" or "missing": pull the image when the host lacks it; "always"
-	Container     *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"` // replaces the container settings as a whole; unset: each instance keeps its own
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Target  string                 `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"` // instance id or service name
+	Image   string                 `protobuf:"bytes,2,opt,name=image,proto3" json:"image,omitempty"`
+	Command []string               `protobuf:"bytes,3,rep,name=command,proto3" json:"command,omitempty"`
+	Health  *HealthCheck           `protobuf:"bytes,4,opt,name=health,proto3" json:"health,omitempty"`
+	Hosts   []string               `protobuf:"bytes,5,rep,name=hosts,proto3" json:"hosts,omitempty"` // only instances on these hosts (a rolling batch)
+	Pull    string                 `protobuf:"bytes,6,opt,name=pull,proto3" json:"pull,omitempty"`   // "" or "missing": pull the image when the host lacks it; "always"
+	// The container settings as a whole (the declarative form: a services
+	// file's apply); unset: each instance keeps its own, changed only by
+	// edit. Not both.
+	Container *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`
+	// The container settings changed one by one: every one edit does not
+	// name keeps each instance's (and the record's) value.
+	Edit          *ContainerEdit `protobuf:"bytes,41,opt,name=edit,proto3" json:"edit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3170,6 +3176,172 @@ func (x *ReplaceRequest) GetContainer() *ContainerSpec {
 	return nil
 }
 
+func (x *ReplaceRequest) GetEdit() *ContainerEdit {
+	if x != nil {
+		return x.Edit
+	}
+	return nil
+}
+
+// ContainerEdit names the container settings a replace changes: an unset
+// optional or an empty list names nothing. Removals apply before
+// additions.
+type ContainerEdit struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volumes       []string               `protobuf:"bytes,1,rep,name=volumes,proto3" json:"volumes,omitempty"`                                                                         // mounted, each replacing the one at its container path
+	VolumesRm     []string               `protobuf:"bytes,2,rep,name=volumes_rm,json=volumesRm,proto3" json:"volumes_rm,omitempty"`                                                    // unmounted: a container path (/data) or SOURCE:TARGET
+	Restart       *string                `protobuf:"bytes,3,opt,name=restart,proto3,oneof" json:"restart,omitempty"`                                                                   // "no": no restart policy
+	Labels        map[string]string      `protobuf:"bytes,4,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // set
+	LabelsRm      []string               `protobuf:"bytes,5,rep,name=labels_rm,json=labelsRm,proto3" json:"labels_rm,omitempty"`                                                       // removed by key
+	User          *string                `protobuf:"bytes,6,opt,name=user,proto3,oneof" json:"user,omitempty"`                                                                         // "": the image's
+	Workdir       *string                `protobuf:"bytes,7,opt,name=workdir,proto3,oneof" json:"workdir,omitempty"`                                                                   // "": the image's
+	ReadOnly      *bool                  `protobuf:"varint,8,opt,name=read_only,json=readOnly,proto3,oneof" json:"read_only,omitempty"`
+	CapAdd        []string               `protobuf:"bytes,9,rep,name=cap_add,json=capAdd,proto3" json:"cap_add,omitempty"`          // join cap_add
+	CapAddRm      []string               `protobuf:"bytes,10,rep,name=cap_add_rm,json=capAddRm,proto3" json:"cap_add_rm,omitempty"` // leave cap_add
+	CapDrop       []string               `protobuf:"bytes,11,rep,name=cap_drop,json=capDrop,proto3" json:"cap_drop,omitempty"`
+	CapDropRm     []string               `protobuf:"bytes,12,rep,name=cap_drop_rm,json=capDropRm,proto3" json:"cap_drop_rm,omitempty"`
+	LogDriver     *string                `protobuf:"bytes,13,opt,name=log_driver,json=logDriver,proto3,oneof" json:"log_driver,omitempty"`                                                               // "": the engine's default
+	LogOpts       map[string]string      `protobuf:"bytes,14,rep,name=log_opts,json=logOpts,proto3" json:"log_opts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"` // set
+	LogOptsRm     []string               `protobuf:"bytes,15,rep,name=log_opts_rm,json=logOptsRm,proto3" json:"log_opts_rm,omitempty"`                                                                   // removed by key
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ContainerEdit) Reset() {
+	*x = ContainerEdit{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ContainerEdit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ContainerEdit) ProtoMessage() {}
+
+func (x *ContainerEdit) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ContainerEdit.ProtoReflect.Descriptor instead.
+func (*ContainerEdit) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ContainerEdit) GetVolumes() []string {
+	if x != nil {
+		return x.Volumes
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetVolumesRm() []string {
+	if x != nil {
+		return x.VolumesRm
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetRestart() string {
+	if x != nil && x.Restart != nil {
+		return *x.Restart
+	}
+	return ""
+}
+
+func (x *ContainerEdit) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetLabelsRm() []string {
+	if x != nil {
+		return x.LabelsRm
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetUser() string {
+	if x != nil && x.User != nil {
+		return *x.User
+	}
+	return ""
+}
+
+func (x *ContainerEdit) GetWorkdir() string {
+	if x != nil && x.Workdir != nil {
+		return *x.Workdir
+	}
+	return ""
+}
+
+func (x *ContainerEdit) GetReadOnly() bool {
+	if x != nil && x.ReadOnly != nil {
+		return *x.ReadOnly
+	}
+	return false
+}
+
+func (x *ContainerEdit) GetCapAdd() []string {
+	if x != nil {
+		return x.CapAdd
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetCapAddRm() []string {
+	if x != nil {
+		return x.CapAddRm
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetCapDrop() []string {
+	if x != nil {
+		return x.CapDrop
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetCapDropRm() []string {
+	if x != nil {
+		return x.CapDropRm
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetLogDriver() string {
+	if x != nil && x.LogDriver != nil {
+		return *x.LogDriver
+	}
+	return ""
+}
+
+func (x *ContainerEdit) GetLogOpts() map[string]string {
+	if x != nil {
+		return x.LogOpts
+	}
+	return nil
+}
+
+func (x *ContainerEdit) GetLogOptsRm() []string {
+	if x != nil {
+		return x.LogOptsRm
+	}
+	return nil
+}
+
 type ReplaceResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
@@ -3179,7 +3351,7 @@ type ReplaceResponse struct {
 
 func (x *ReplaceResponse) Reset() {
 	*x = ReplaceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3363,7 @@ func (x *ReplaceResponse) String() string {
 func (*ReplaceResponse) ProtoMessage() {}
 
 func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3376,7 @@ func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReplaceResponse) GetInstances() []*Instance {
@@ -3223,7 +3395,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3407,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3420,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetServiceRequest) GetName() string {
@@ -3267,7 +3439,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3451,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3464,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetServiceResponse) GetService() *ServiceRecord {
@@ -3340,7 +3512,7 @@ type ServiceRecord struct {
 
 func (x *ServiceRecord) Reset() {
 	*x = ServiceRecord{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3352,7 +3524,7 @@ func (x *ServiceRecord) String() string {
 func (*ServiceRecord) ProtoMessage() {}
 
 func (x *ServiceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3365,7 +3537,7 @@ func (x *ServiceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRecord.ProtoReflect.Descriptor instead.
 func (*ServiceRecord) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ServiceRecord) GetName() string {
@@ -3566,7 +3738,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3750,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3763,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -3610,7 +3782,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3794,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3807,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -3657,7 +3829,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3669,7 +3841,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3682,7 +3854,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -3723,7 +3895,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3735,7 +3907,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3748,7 +3920,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -3784,7 +3956,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3796,7 +3968,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3809,7 +3981,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -3890,7 +4062,7 @@ type ExportPlanRequest struct {
 
 func (x *ExportPlanRequest) Reset() {
 	*x = ExportPlanRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3902,7 +4074,7 @@ func (x *ExportPlanRequest) String() string {
 func (*ExportPlanRequest) ProtoMessage() {}
 
 func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3915,7 +4087,7 @@ func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanRequest.ProtoReflect.Descriptor instead.
 func (*ExportPlanRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
 }
 
 // ExportPlan streams the plan file (docs/PLAN.md, without a request) in
@@ -3930,7 +4102,7 @@ type ExportPlanResponse struct {
 
 func (x *ExportPlanResponse) Reset() {
 	*x = ExportPlanResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4114,7 @@ func (x *ExportPlanResponse) String() string {
 func (*ExportPlanResponse) ProtoMessage() {}
 
 func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4127,7 @@ func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanResponse.ProtoReflect.Descriptor instead.
 func (*ExportPlanResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ExportPlanResponse) GetPlanJson() []byte {
@@ -3976,7 +4148,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3988,7 +4160,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4001,7 +4173,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -4038,7 +4210,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4050,7 +4222,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4063,7 +4235,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -4110,7 +4282,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4122,7 +4294,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4135,7 +4307,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -4164,7 +4336,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4176,7 +4348,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4189,7 +4361,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -4283,7 +4455,7 @@ type Applied struct {
 
 func (x *Applied) Reset() {
 	*x = Applied{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4295,7 +4467,7 @@ func (x *Applied) String() string {
 func (*Applied) ProtoMessage() {}
 
 func (x *Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4308,7 +4480,7 @@ func (x *Applied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Applied.ProtoReflect.Descriptor instead.
 func (*Applied) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Applied) GetCpus() string {
@@ -4354,7 +4526,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4366,7 +4538,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4379,7 +4551,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
 }
 
 type WatchInstancesRequest struct {
@@ -4391,7 +4563,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4403,7 +4575,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4416,7 +4588,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -4442,7 +4614,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4454,7 +4626,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4467,7 +4639,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -4517,7 +4689,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4529,7 +4701,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4542,7 +4714,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{59}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Event) GetId() string {
@@ -4622,7 +4794,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4634,7 +4806,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4647,7 +4819,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{60}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListEventsRequest) GetService() string {
@@ -4694,7 +4866,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4706,7 +4878,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4719,7 +4891,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{61}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4752,7 +4924,7 @@ type ContainerSpec struct {
 
 func (x *ContainerSpec) Reset() {
 	*x = ContainerSpec{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[62]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4764,7 +4936,7 @@ func (x *ContainerSpec) String() string {
 func (*ContainerSpec) ProtoMessage() {}
 
 func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[62]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4777,7 +4949,7 @@ func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerSpec.ProtoReflect.Descriptor instead.
 func (*ContainerSpec) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{62}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ContainerSpec) GetVolumes() []string {
@@ -5169,7 +5341,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x0fto_memory_bytes\x18I \x01(\x03R\rtoMemoryBytesB\a\n" +
 	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"D\n" +
 	"\x0eResizeResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\xec\x01\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\x9b\x02\n" +
 	"\x0eReplaceRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5177,7 +5349,42 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x06health\x18\x04 \x01(\v2\x17.pinfold.v1.HealthCheckR\x06health\x12\x14\n" +
 	"\x05hosts\x18\x05 \x03(\tR\x05hosts\x12\x12\n" +
 	"\x04pull\x18\x06 \x01(\tR\x04pull\x127\n" +
-	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\"E\n" +
+	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12-\n" +
+	"\x04edit\x18) \x01(\v2\x19.pinfold.v1.ContainerEditR\x04edit\"\xcb\x05\n" +
+	"\rContainerEdit\x12\x18\n" +
+	"\avolumes\x18\x01 \x03(\tR\avolumes\x12\x1d\n" +
+	"\n" +
+	"volumes_rm\x18\x02 \x03(\tR\tvolumesRm\x12\x1d\n" +
+	"\arestart\x18\x03 \x01(\tH\x00R\arestart\x88\x01\x01\x12=\n" +
+	"\x06labels\x18\x04 \x03(\v2%.pinfold.v1.ContainerEdit.LabelsEntryR\x06labels\x12\x1b\n" +
+	"\tlabels_rm\x18\x05 \x03(\tR\blabelsRm\x12\x17\n" +
+	"\x04user\x18\x06 \x01(\tH\x01R\x04user\x88\x01\x01\x12\x1d\n" +
+	"\aworkdir\x18\a \x01(\tH\x02R\aworkdir\x88\x01\x01\x12 \n" +
+	"\tread_only\x18\b \x01(\bH\x03R\breadOnly\x88\x01\x01\x12\x17\n" +
+	"\acap_add\x18\t \x03(\tR\x06capAdd\x12\x1c\n" +
+	"\n" +
+	"cap_add_rm\x18\n" +
+	" \x03(\tR\bcapAddRm\x12\x19\n" +
+	"\bcap_drop\x18\v \x03(\tR\acapDrop\x12\x1e\n" +
+	"\vcap_drop_rm\x18\f \x03(\tR\tcapDropRm\x12\"\n" +
+	"\n" +
+	"log_driver\x18\r \x01(\tH\x04R\tlogDriver\x88\x01\x01\x12A\n" +
+	"\blog_opts\x18\x0e \x03(\v2&.pinfold.v1.ContainerEdit.LogOptsEntryR\alogOpts\x12\x1e\n" +
+	"\vlog_opts_rm\x18\x0f \x03(\tR\tlogOptsRm\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
+	"\fLogOptsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\n" +
+	"\n" +
+	"\b_restartB\a\n" +
+	"\x05_userB\n" +
+	"\n" +
+	"\b_workdirB\f\n" +
+	"\n" +
+	"_read_onlyB\r\n" +
+	"\v_log_driver\"E\n" +
 	"\x0fReplaceResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"'\n" +
 	"\x11GetServiceRequest\x12\x12\n" +
@@ -5382,7 +5589,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -5424,159 +5631,165 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*ResizeRequest)(nil),               // 37: pinfold.v1.ResizeRequest
 	(*ResizeResponse)(nil),              // 38: pinfold.v1.ResizeResponse
 	(*ReplaceRequest)(nil),              // 39: pinfold.v1.ReplaceRequest
-	(*ReplaceResponse)(nil),             // 40: pinfold.v1.ReplaceResponse
-	(*GetServiceRequest)(nil),           // 41: pinfold.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),          // 42: pinfold.v1.GetServiceResponse
-	(*ServiceRecord)(nil),               // 43: pinfold.v1.ServiceRecord
-	(*RemoveRequest)(nil),               // 44: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 45: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),        // 46: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),       // 47: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),             // 48: pinfold.v1.CapacityRequest
-	(*ExportPlanRequest)(nil),           // 49: pinfold.v1.ExportPlanRequest
-	(*ExportPlanResponse)(nil),          // 50: pinfold.v1.ExportPlanResponse
-	(*CapacityResponse)(nil),            // 51: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),            // 52: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 53: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),         // 54: pinfold.v1.ReportStatusRequest
-	(*Applied)(nil),                     // 55: pinfold.v1.Applied
-	(*ReportStatusResponse)(nil),        // 56: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 57: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 58: pinfold.v1.WatchInstancesResponse
-	(*Event)(nil),                       // 59: pinfold.v1.Event
-	(*ListEventsRequest)(nil),           // 60: pinfold.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 61: pinfold.v1.ListEventsResponse
-	(*ContainerSpec)(nil),               // 62: pinfold.v1.ContainerSpec
-	nil,                                 // 63: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 64: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 65: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 66: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 67: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 68: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 69: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 70: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 71: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 72: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 73: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 74: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 75: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 76: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 77: pinfold.v1.CapacityResponse.LimitEntry
-	nil,                                 // 78: pinfold.v1.ContainerSpec.LabelsEntry
-	nil,                                 // 79: pinfold.v1.ContainerSpec.LogOptsEntry
+	(*ContainerEdit)(nil),               // 40: pinfold.v1.ContainerEdit
+	(*ReplaceResponse)(nil),             // 41: pinfold.v1.ReplaceResponse
+	(*GetServiceRequest)(nil),           // 42: pinfold.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),          // 43: pinfold.v1.GetServiceResponse
+	(*ServiceRecord)(nil),               // 44: pinfold.v1.ServiceRecord
+	(*RemoveRequest)(nil),               // 45: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 46: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),        // 47: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 48: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),             // 49: pinfold.v1.CapacityRequest
+	(*ExportPlanRequest)(nil),           // 50: pinfold.v1.ExportPlanRequest
+	(*ExportPlanResponse)(nil),          // 51: pinfold.v1.ExportPlanResponse
+	(*CapacityResponse)(nil),            // 52: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 53: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 54: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 55: pinfold.v1.ReportStatusRequest
+	(*Applied)(nil),                     // 56: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 57: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 58: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 59: pinfold.v1.WatchInstancesResponse
+	(*Event)(nil),                       // 60: pinfold.v1.Event
+	(*ListEventsRequest)(nil),           // 61: pinfold.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 62: pinfold.v1.ListEventsResponse
+	(*ContainerSpec)(nil),               // 63: pinfold.v1.ContainerSpec
+	nil,                                 // 64: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 65: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 66: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 67: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 68: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 69: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 70: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 71: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 72: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 73: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 74: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 75: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 76: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 77: pinfold.v1.ContainerEdit.LabelsEntry
+	nil,                                 // 78: pinfold.v1.ContainerEdit.LogOptsEntry
+	nil,                                 // 79: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 80: pinfold.v1.CapacityResponse.LimitEntry
+	nil,                                 // 81: pinfold.v1.ContainerSpec.LabelsEntry
+	nil,                                 // 82: pinfold.v1.ContainerSpec.LogOptsEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	63, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	64, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	64, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	65, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	65, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	66, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	66, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	67, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	67, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	68, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	69, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	68, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	69, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	70, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	70, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	71, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	55, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
-	62, // 15: pinfold.v1.Instance.container:type_name -> pinfold.v1.ContainerSpec
+	56, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	63, // 15: pinfold.v1.Instance.container:type_name -> pinfold.v1.ContainerSpec
 	14, // 16: pinfold.v1.Instance.ports:type_name -> pinfold.v1.Port
 	14, // 17: pinfold.v1.Instance.host_ports:type_name -> pinfold.v1.Port
 	1,  // 18: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 19: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
 	1,  // 20: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
 	15, // 21: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	71, // 22: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	72, // 23: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	73, // 24: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	72, // 22: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	73, // 23: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	74, // 24: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
 	1,  // 25: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 26: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
 	1,  // 27: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
 	30, // 28: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	74, // 29: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	75, // 30: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	75, // 29: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	76, // 30: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
 	30, // 31: pinfold.v1.RebalanceResponse.kept:type_name -> pinfold.v1.Move
 	15, // 32: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
 	30, // 33: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
 	13, // 34: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	62, // 35: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
+	63, // 35: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
 	14, // 36: pinfold.v1.DeployRequest.ports:type_name -> pinfold.v1.Port
 	15, // 37: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
 	11, // 38: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
 	15, // 39: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
 	13, // 40: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	62, // 41: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
-	15, // 42: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	43, // 43: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
-	13, // 44: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
-	62, // 45: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
-	14, // 46: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
-	15, // 47: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	76, // 48: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	77, // 49: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 50: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	55, // 51: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	15, // 52: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	59, // 53: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	78, // 54: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
-	79, // 55: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
-	16, // 56: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	18, // 57: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	20, // 58: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	22, // 59: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	24, // 60: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	26, // 61: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	27, // 62: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 63: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 64: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 65: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 66: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	35, // 67: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	37, // 68: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	44, // 69: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	39, // 70: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	46, // 71: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	48, // 72: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	49, // 73: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	32, // 74: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	29, // 75: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	60, // 76: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	41, // 77: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
-	52, // 78: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	54, // 79: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	57, // 80: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	17, // 81: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	19, // 82: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	21, // 83: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	23, // 84: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	25, // 85: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	34, // 86: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	28, // 87: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 88: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 89: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 90: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 91: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	36, // 92: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	38, // 93: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	45, // 94: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	40, // 95: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	47, // 96: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	51, // 97: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	50, // 98: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	33, // 99: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	31, // 100: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	61, // 101: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	42, // 102: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
-	53, // 103: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	56, // 104: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	58, // 105: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	81, // [81:106] is the sub-list for method output_type
-	56, // [56:81] is the sub-list for method input_type
-	56, // [56:56] is the sub-list for extension type_name
-	56, // [56:56] is the sub-list for extension extendee
-	0,  // [0:56] is the sub-list for field type_name
+	63, // 41: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
+	40, // 42: pinfold.v1.ReplaceRequest.edit:type_name -> pinfold.v1.ContainerEdit
+	77, // 43: pinfold.v1.ContainerEdit.labels:type_name -> pinfold.v1.ContainerEdit.LabelsEntry
+	78, // 44: pinfold.v1.ContainerEdit.log_opts:type_name -> pinfold.v1.ContainerEdit.LogOptsEntry
+	15, // 45: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	44, // 46: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
+	13, // 47: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
+	63, // 48: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 49: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
+	15, // 50: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	79, // 51: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	80, // 52: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 53: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	56, // 54: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	15, // 55: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	60, // 56: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	81, // 57: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
+	82, // 58: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
+	16, // 59: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	18, // 60: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	20, // 61: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	22, // 62: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	24, // 63: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	26, // 64: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	27, // 65: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 66: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 67: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 68: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 69: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	35, // 70: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	37, // 71: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	45, // 72: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	39, // 73: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	47, // 74: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	49, // 75: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	50, // 76: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	32, // 77: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	29, // 78: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	61, // 79: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	42, // 80: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
+	53, // 81: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	55, // 82: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	58, // 83: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	17, // 84: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	19, // 85: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	21, // 86: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	23, // 87: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	25, // 88: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	34, // 89: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	28, // 90: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 91: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 92: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 93: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 94: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	36, // 95: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	38, // 96: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	46, // 97: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	41, // 98: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	48, // 99: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	52, // 100: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	51, // 101: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	33, // 102: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	31, // 103: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	62, // 104: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	43, // 105: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
+	54, // 106: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	57, // 107: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	59, // 108: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	84, // [84:109] is the sub-list for method output_type
+	59, // [59:84] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -5586,13 +5799,14 @@ func file_pinfold_v1_planner_proto_init() {
 	}
 	file_pinfold_v1_planner_proto_msgTypes[22].OneofWrappers = []any{}
 	file_pinfold_v1_planner_proto_msgTypes[37].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[40].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   80,
+			NumMessages:   83,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
