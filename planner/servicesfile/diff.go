@@ -258,11 +258,16 @@ func diffService(w Service, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Insta
 	if orDefault(rec.Pull, "missing") != orDefault(w.Pull, "missing") {
 		what = append(what, fmt.Sprintf("pull %s → %s", orDefault(rec.Pull, "missing"), orDefault(w.Pull, "missing")))
 	}
-	// The container settings go with a replace, as a whole: none in the
-	// file clears them (an empty set).
+	// The container settings go with a replace, as a whole (the file
+	// holds every setting: none in it clears them), shown setting by
+	// setting.
 	var ctr *pinfoldv1.ContainerSpec
 	if seen, _ := seenContainer(rec.Container, want.Container); !proto.Equal(rec.Container, seen) {
-		what = append(what, "container settings changed ("+containerLine(rec.Container)+" → "+containerLine(want.Container)+")")
+		changes := model.ContainerChanges(rec.Container.Model(), seen.Model())
+		if len(changes) == 0 {
+			changes = []string{"container settings reordered"}
+		}
+		what = append(what, changes...)
 		ctr = want.Container
 		if ctr == nil {
 			ctr = &pinfoldv1.ContainerSpec{}
@@ -420,31 +425,6 @@ func portsLine(ports []*pinfoldv1.Port) string {
 		out = append(out, p.String())
 	}
 	return strings.Join(out, " ")
-}
-
-// containerLine is c in a line: its volumes, restart policy and so on.
-func containerLine(c *pinfoldv1.ContainerSpec) string {
-	m := c.Model()
-	if m.IsZero() {
-		return "none"
-	}
-	var out []string
-	add := func(k string, v any, set bool) {
-		if set {
-			out = append(out, fmt.Sprintf("%s %v", k, v))
-		}
-	}
-	add("volumes", m.Volumes, len(m.Volumes) > 0)
-	add("restart", m.Restart, m.Restart != "")
-	add("labels", m.Labels, len(m.Labels) > 0)
-	add("user", m.User, m.User != "")
-	add("workdir", m.Workdir, m.Workdir != "")
-	add("read_only", m.ReadOnly, m.ReadOnly)
-	add("cap_add", m.CapAdd, len(m.CapAdd) > 0)
-	add("cap_drop", m.CapDrop, len(m.CapDrop) > 0)
-	add("log_driver", m.LogDriver, m.LogDriver != "")
-	add("log_opts", m.LogOpts, len(m.LogOpts) > 0)
-	return strings.Join(out, ", ")
 }
 
 // counted is n nouns: "1 instance", "3 instances".

@@ -166,3 +166,40 @@ func TestCompare(t *testing.T) {
 		})
 	}
 }
+
+// TestDiffShowsContainerSettingsOneByOne: a file's change of container
+// settings is a replace with the file's settings as a whole, and diff
+// says setting by setting what changes (it said "container settings
+// changed (A → B)" with both sets whole).
+func TestDiffShowsContainerSettingsOneByOne(t *testing.T) {
+	rec := &pinfoldv1.ServiceRecord{Name: "u", Image: "img", Cpu: "1", MemoryBytes: 1 << 30, Strategy: "auto", Count: 1, ShareBase: 100,
+		Container: &pinfoldv1.ContainerSpec{Volumes: []string{"/srv/www:/www"}, Restart: "unless-stopped"}}
+	in := &pinfoldv1.Instance{Id: "u-1", Service: "u", Image: "img", MemoryBytes: 1 << 30, CpuQuotaPieces: 100, ShareBase: 100, Container: rec.Container}
+	for _, tt := range []struct {
+		name   string
+		ctr    *pinfoldv1.ContainerSpec
+		detail string // "": no step
+	}{
+		{"the same", &pinfoldv1.ContainerSpec{Volumes: []string{"/srv/www:/www"}, Restart: "unless-stopped"}, ""},
+		{"restart changed", &pinfoldv1.ContainerSpec{Volumes: []string{"/srv/www:/www"}, Restart: "always"}, "restart unless-stopped → always"},
+		{"the volume left out", &pinfoldv1.ContainerSpec{Restart: "unless-stopped", User: "app"}, "volumes /srv/www:/www removed, user (the image's) → app"},
+		{"none in the file", nil, "volumes /srv/www:/www removed, restart unless-stopped → no"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want := Service{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img", Cpu: "1", MemoryBytes: 1 << 30, Count: 1, Container: tt.ctr}}
+			steps, blocked := diffService(want, rec, []*pinfoldv1.Instance{in})
+			if len(blocked) > 0 {
+				t.Fatalf("blocked %q, want none", blocked)
+			}
+			if tt.detail == "" {
+				if len(steps) != 0 {
+					t.Errorf("steps %+v, want none", steps)
+				}
+				return
+			}
+			if len(steps) != 1 || steps[0].Action != "replace" || steps[0].Detail != tt.detail || steps[0].Replace.Container == nil {
+				t.Fatalf("steps %+v, want one replace with the settings as a whole: %s", steps, tt.detail)
+			}
+		})
+	}
+}
