@@ -158,6 +158,12 @@ func (w *world) deployRequest(name string) service.DeployRequest {
 	case 1:
 		r.Spec.Ports = []model.Port{{Name: "http"}, {Name: "admin", Container: 9000}}
 	}
+	// The container settings follow the name (no draw: the seeds keep
+	// their runs), so that a replace's edit has settings to keep.
+	r.Spec.Container = model.Container{Labels: map[string]string{"team": name}, Restart: []string{"", "unless-stopped", "always"}[len(name)%3]}
+	if len(name)%2 == 0 {
+		r.Spec.Container.LogOpts = map[string]string{"max-size": "10m"}
+	}
 	// The priority follows the name, and on every seventh step another
 	// (no draw of the seeded source: the seeds keep their runs): a deploy
 	// of more at another priority is refused, and check holds that a
@@ -300,7 +306,105 @@ func (w *world) opReplace() (op, bool) {
 	if w.rng.IntN(8) == 0 {
 		r.Hosts = []string{pickOne(w, w.hostNames())}
 	}
-	return op{kind: "replace", what: fmt.Sprintf("%s image %s hosts %v", t, r.Image, r.Hosts), run: func() error { _, err := w.svc.Replace(w.ctx, r); return err }}, true
+	r.Edit = replaceEdit(w.step)
+	return op{kind: "replace", what: fmt.Sprintf("%s image %s hosts %v edit %s", t, r.Image, r.Hosts, editLine(r.Edit)), run: func() error {
+		before := w.specsOf(t)
+		out, err := w.svc.Replace(w.ctx, r)
+		if err == nil {
+			w.checkReplaced(r, before, out)
+		}
+		return err
+	}}, true
+}
+
+// replaceEdit is the step's replace edit, naming some container settings
+// (no draw: the seeds keep their runs); every sixth names none.
+func replaceEdit(step int) model.ContainerEdit {
+	restart, user, ro := "always", "app", true
+	switch step % 6 {
+	case 1:
+		return model.ContainerEdit{Restart: &restart}
+	case 2:
+		return model.ContainerEdit{Labels: map[string]string{"rev": fmt.Sprint(step)}}
+	case 3:
+		return model.ContainerEdit{LabelsRm: []string{"team"}}
+	case 4:
+		return model.ContainerEdit{User: &user, CapAdd: []string{"NET_ADMIN"}}
+	case 5:
+		return model.ContainerEdit{LogOptsRm: []string{"max-size"}, ReadOnly: &ro}
+	}
+	return model.ContainerEdit{}
+}
+
+// editLine is the settings e names, by key.
+func editLine(e model.ContainerEdit) string {
+	return strings.Join(slices.Sorted(maps.Keys(namedKeys(e))), ",")
+}
+
+// namedKeys are the container settings e names, by the key
+// model.ContainerChanges spells.
+func namedKeys(e model.ContainerEdit) map[string]bool {
+	named := map[string]bool{}
+	for key, set := range map[string]bool{
+		"volumes": len(e.Volumes)+len(e.VolumesRm) > 0, "restart": e.Restart != nil, "labels": len(e.Labels)+len(e.LabelsRm) > 0,
+		"user": e.User != nil, "workdir": e.Workdir != nil, "read_only": e.ReadOnly != nil, "cap_add": len(e.CapAdd)+len(e.CapAddRm) > 0,
+		"cap_drop": len(e.CapDrop)+len(e.CapDropRm) > 0, "log_driver": e.LogDriver != nil, "log_opts": len(e.LogOpts)+len(e.LogOptsRm) > 0,
+	} {
+		if set {
+			named[key] = true
+		}
+	}
+	return named
+}
+
+// specsOf are the specs a replace of target starts from: its instances'
+// by ID, and a service's record under the service's name.
+func (w *world) specsOf(target string) map[string]model.Spec {
+	out := map[string]model.Spec{}
+	if d, ok := w.st.Service(target); ok {
+		out[target] = d.Value.Spec
+	}
+	for _, in := range w.instances() {
+		if in.ID == target || in.Service == target {
+			out[in.ID] = in.Spec
+		}
+	}
+	return out
+}
+
+// checkReplaced holds the invariant "no setting lost by a replace that did
+// not name it": in each replaced instance and in a replaced service's
+// record, every container setting r's edit does not name is as before,
+// and env, network and ports (a deploy's) too.
+func (w *world) checkReplaced(r service.ReplaceRequest, before map[string]model.Spec, out []model.Instance) {
+	after := map[string]model.Spec{}
+	for _, in := range out {
+		after[in.ID] = in.Spec
+	}
+	if _, ok := before[r.Target]; ok {
+		if err := w.st.Sync(w.ctx); err != nil {
+			w.fail("sync: %v", err)
+		}
+		if d, ok := w.st.Service(r.Target); ok {
+			after[r.Target] = d.Value.Spec
+		}
+	}
+	named := namedKeys(r.Edit)
+	for _, id := range slices.Sorted(maps.Keys(after)) {
+		old, ok := before[id]
+		if !ok {
+			continue
+		}
+		now := after[id]
+		for _, c := range model.ContainerChanges(old.Container, now.Container) {
+			if key, _, _ := strings.Cut(c, " "); !named[key] {
+				w.fail("replace of %s (edit naming %s): %s lost a setting it did not name: %s", r.Target, editLine(r.Edit), id, c)
+			}
+		}
+		if !slices.Equal(old.Env, now.Env) || old.Network != now.Network || !slices.Equal(old.Ports, now.Ports) {
+			w.fail("replace of %s: %s changed env, network or ports (a deploy's): %+v → %+v", r.Target, id, old, now)
+		}
+	}
 }
 
 func (w *world) opRemove() (op, bool) {
