@@ -299,17 +299,30 @@ func runReplace(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, ou
 		all = append(all, ins...)
 	}
 	if len(all) == 0 && plan.record != nil {
-		return showRecordOnly(cmd, out, plan.service, req.Image, plan.record.Changes)
+		return showRecordOnly(cmd, cl, out, plan.service, req.Image, plan.record.Changes)
 	}
 	return showInstances(cmd, out, all)
 }
 
 // showRecordOnly reports a replace of a service at count 0: its record
-// alone changed (-o json: an object saying so, not an empty list).
-func showRecordOnly(cmd *cobra.Command, out outputFlag, service, image string, changes []string) error {
-	if out.json() {
-		return writeJSON(cmd.OutOrStdout(), map[string]any{"service": service, "count": 0, "instances": []instanceJSON{}, "record": changes})
+// alone changed (-o json: an object saying so, with the changes and the
+// record's spec now, not an empty list).
+func showRecordOnly(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, out outputFlag, service, image string, changes []string) error {
+	if !out.json() {
+		fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record has image %s, which the instances a scale adds get\n", service, image)
+		return nil
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "service %s has no instances: its record has image %s, which the instances a scale adds get\n", service, image)
-	return nil
+	v := map[string]any{"service": service, "count": 0, "instances": []instanceJSON{}, "changes": changes}
+	if r, err := cl.GetService(cmd.Context(), connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: service})); err == nil {
+		sp := r.Msg.GetService().Model(0).Spec
+		v["record"] = map[string]any{"image": sp.Image, "command": nonNil(sp.Command), "pull": orMissing(sp.Pull), "container": sp.Container}
+	}
+	return writeJSON(cmd.OutOrStdout(), v)
+}
+
+func orMissing(pull string) string {
+	if pull == "" {
+		return "missing"
+	}
+	return pull
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"time"
@@ -48,7 +50,8 @@ keeps its CPUs wherever possible; --bind/--no-bind switch between
 CPU-bound and memory-first. For a service
 every instance is resized, all or nothing; a service scaled to 0 has its
 record resized, by the rules an instance's resize follows, and the
-instances a scale adds get that size.
+instances a scale adds get that size (-o json then prints an object with
+the record's size, not an empty list).
 
 Lowering memory below what an instance uses now is shrunk by its agent
 guided by memory.pressure: it steps memory.high down while the container does
@@ -111,6 +114,10 @@ host's reason (exit 1).`,
 					}
 				}
 				switch {
+				case out.json() && len(ins) == 0:
+					if err := writeJSON(cmd.OutOrStdout(), resizedRecordJSON(cmd.Context(), cl, args[0])); err != nil {
+						return err
+					}
 				case out.json():
 					if err := writeJSON(cmd.OutOrStdout(), instancesJSON(ins)); err != nil {
 						return err
@@ -146,4 +153,20 @@ host's reason (exit 1).`,
 	_ = cmd.Flags().MarkDeprecated("force", "it is no longer needed: memory below current use is shrunk by the agent guided by memory.pressure, or rolled back")
 	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "wait this long for the hosts to apply the change (0: return once planned)")
 	return cmd
+}
+
+// resizedRecordJSON describes a resize of a service at count 0, which
+// changed its record alone: an object with the record's size now (it
+// printed [], as if nothing had changed).
+func resizedRecordJSON(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, service string) map[string]any {
+	v := map[string]any{"service": service, "count": 0, "instances": []instanceJSON{}}
+	if r, err := cl.GetService(ctx, connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: service})); err == nil {
+		rec := r.Msg.GetService()
+		cpu := json.Number(rec.GetCpu())
+		if _, err := cpu.Float64(); err != nil {
+			cpu = "0"
+		}
+		v["record"] = map[string]any{"cpu": cpu, "bind": rec.GetBind(), "memory_bytes": rec.GetMemoryBytes()}
+	}
+	return v
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -127,5 +129,43 @@ func TestMaintenanceOffSays(t *testing.T) {
 			t.Errorf("pinfold %v: exit %d, stdout %q, stderr %q; want exit %d, %q on stdout, %q on stderr",
 				tt.args, code, out, errOut, tt.code, tt.out, tt.err)
 		}
+	}
+}
+
+// TestJSONAtCountZeroDescribesTheRecord: resize -o json and replace -o
+// json of a service scaled to 0 print an object naming the record's
+// change (they printed [], as if nothing had changed).
+func TestJSONAtCountZeroDescribesTheRecord(t *testing.T) {
+	pf := newCLI(t, startPlanner(t))
+	pf.Must("host", "add", "a", "--topology", laptopTopology)
+	pf.Must("deploy", "web", "--count", "1", "--cpu", "0.5", "--memory", "64MiB", "--image", "busybox:1", "--restart", "always")
+	pf.Must("scale", "web", "--count", "0")
+	type record struct {
+		Service   string            `json:"service"`
+		Count     *int              `json:"count"`
+		Instances []json.RawMessage `json:"instances"`
+		Changes   []string          `json:"changes"`
+		Record    map[string]any    `json:"record"`
+	}
+	for _, tt := range []struct {
+		args    []string
+		changes []string
+		record  map[string]any
+	}{
+		{[]string{"resize", "web", "--memory", "+64MiB"}, nil, map[string]any{"cpu": 0.5, "bind": false, "memory_bytes": float64(128 << 20)}},
+		{[]string{"replace", "web", "--image", "busybox:2", "--user", "app"}, []string{"image busybox:1 → busybox:2", "user (the image's) → app"},
+			map[string]any{"image": "busybox:2", "command": []any{}, "pull": "missing", "container": map[string]any{"restart": "always", "user": "app"}}},
+	} {
+		t.Run(tt.args[0], func(t *testing.T) {
+			out := pf.Must(append(tt.args, "-o", "json")...)
+			var got record
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("%v -o json: %v:\n%s\nwant an object", tt.args, err, out)
+			}
+			if got.Service != "web" || got.Count == nil || *got.Count != 0 || got.Instances == nil || len(got.Instances) != 0 ||
+				!slices.Equal(got.Changes, tt.changes) || !reflect.DeepEqual(got.Record, tt.record) {
+				t.Errorf("%v -o json:\n%s\nwant service web, count 0, no instances, changes %q, record %v", tt.args, out, tt.changes, tt.record)
+			}
+		})
 	}
 }
