@@ -181,9 +181,16 @@ ones are removed worst placed first: those on hosts that are down, disabled
 or in maintenance, then those on the host holding most of the service, then
 those on the host using the largest share of its CPU. --count 0 keeps the
 service's record (scale it up again later). --count is the service's total,
-also for a service deployed with --strategy each or fill, whose deploy
---count was per host (an 'each' service deployed with --count 1 on 4 hosts
-has 4 instances; scale --count 2 removes two of them).`,
+except for a service deployed with --strategy each or fill, where it is
+per host, as its deploy's --count was: an 'each' service deployed with
+--count 1 on 7 hosts has 7 instances, and scale --count 2 gives each host
+the rules allow 2 (14 in all). When a host holding instances has fewer
+than N, scale tops every host the rules allow up to N, all or nothing like
+fill (a host that cannot take them refuses it, naming the host, and
+nothing changes), then removes any excess; when every host holding
+instances has N or more, it only removes each host's excess, worst placed
+first (scale --count 1 brings each back to 1). The count printed is the
+service's total.`,
 		Example: `  pinfold scale web --count 5
   pinfold scale web --count 0 -o json`,
 		Args: cobra.ExactArgs(1),
@@ -229,6 +236,6 @@ has 4 instances; scale --count 2 removes two of them).`,
 	cmd.ValidArgsFunction = completeNames(&c, false, true, false)
 	c.register(cmd)
 	out.register(cmd)
-	cmd.Flags().IntVar(&count, "count", 0, "the number of instances wanted")
+	cmd.Flags().IntVar(&count, "count", 0, "the number of instances wanted (per host for a service of strategy each or fill)")
 	return cmd
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 
 	"github.com/pinfold/pinfold/planner/alloc"
@@ -23,7 +24,8 @@ type ScaleResult struct {
 // replacing it (a move in flight) count once. A resize, replace or other
 // scale committed between its read and its deploy makes it read again:
 // the added instances have the service's size then, and two scales to N
-// leave N.
+// leave N. For a service of strategy each or fill, count is per host, as
+// its deploy's was (perHost).
 func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleResult, error) {
 	if err := state.ValidateServiceName(service); err != nil {
 		return ScaleResult{}, errf(Invalid, "service: %w", err)
@@ -36,14 +38,28 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		if !ok {
 			return ScaleResult{}, errf(NotFound, "service %q is not deployed: deploy it first (scale keeps its spec, size and rules)", service)
 		}
-		have := countInstances(s.st.ServiceInstances(service))
-		if count <= have {
-			return s.scaleDown(ctx, service, count, have)
-		}
+		ins := s.st.ServiceInstances(service)
+		have := countInstances(ins)
 		svc := d.Value
-		r := DeployRequest{Service: service, Deploy: svc.Deploy, Count: count - have,
-			recorded: svc.Strategy, scale: &scaleRead{record: svc, have: have}}
-		r.Strategy = string(oneMore(alloc.Strategy(svc.Strategy)))
+		r := DeployRequest{Service: service, Deploy: svc.Deploy, recorded: svc.Strategy, scale: &scaleRead{record: svc, have: have}}
+		switch {
+		case perHost(svc.Strategy) && fewestPerHost(ins) >= count:
+			// Every host holding instances holds count or more: a scale
+			// down, the excess of each host going, with no placement (a
+			// host the rules would not take now keeps count).
+			return s.scaleDown(ctx, service, perHostExcess(count))
+		case perHost(svc.Strategy):
+			// Fill tops every host the rules allow up to count, all or
+			// nothing, and leaves those holding count or more; the excess
+			// goes after, so that a refused top-up changes nothing.
+			r.Count, r.Strategy = count, string(alloc.Fill)
+		case count == have:
+			return ScaleResult{Count: have}, nil
+		case count < have:
+			return s.scaleDown(ctx, service, totalExcess(count))
+		default:
+			r.Count, r.Strategy = count-have, string(oneMore(alloc.Strategy(svc.Strategy)))
+		}
 		// Scale is idempotent by its count: the deploy it makes records
 		// nothing under the caller's request ID (a deploy's record there
 		// would answer a later deploy with this one's instances).
@@ -65,29 +81,77 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		if err != nil {
 			return ScaleResult{}, err
 		}
-		return ScaleResult{Added: res.Instances, Count: count}, nil
+		if !perHost(svc.Strategy) {
+			return ScaleResult{Added: res.Instances, Count: count}, nil
+		}
+		down, err := s.scaleDown(ctx, service, perHostExcess(count))
+		if err != nil {
+			return ScaleResult{Added: res.Instances}, err
+		}
+		return ScaleResult{Added: res.Instances, Removed: down.Removed, Count: down.Count}, nil
 	}
+}
+
+// perHost reports whether a service of strategy st counts per host: each
+// and fill deploy their count on every host, and scale keeps to that.
+func perHost(st string) bool {
+	return alloc.Strategy(st) == alloc.Each || alloc.Strategy(st) == alloc.Fill
+}
+
+// fewestPerHost is the fewest instances one host holds of ins (a move's
+// replacement counted once, with the instance it replaces); 0 for none.
+func fewestPerHost(ins []state.InstanceView) int {
+	per := map[string]int{}
+	for _, v := range ins {
+		if v.Instance.Replaces == "" {
+			per[v.Instance.Host]++
+		}
+	}
+	if len(per) == 0 {
+		return 0
+	}
+	return slices.Min(slices.Collect(maps.Values(per)))
 }
 
 // scaleAttempts bounds how often Scale reads the service again when it
 // changed between the read and the deploy (errScaleChanged).
 const scaleAttempts = 8
 
-// scaleDown removes instances of service, worst placed first, until it has
-// count (have when read; counted again in the plan); count == have
-// changes nothing.
-func (s *Service) scaleDown(ctx context.Context, service string, count, have int) (ScaleResult, error) {
-	if count == have {
-		return ScaleResult{Count: have}, nil
+// excess picks the instances a scale down removes from a service's
+// instances (replacements of moves in flight among them) on hosts.
+type excess func(ins []state.InstanceView, hosts map[string]state.HostView) []state.InstanceView
+
+// totalExcess leaves count instances in all, the worst placed going first.
+func totalExcess(count int) excess {
+	return func(ins []state.InstanceView, hosts map[string]state.HostView) []state.InstanceView {
+		return worstFirst(ins, hosts, countInstances(ins)-count)
 	}
+}
+
+// perHostExcess leaves count instances on each host, the worst placed of
+// each host going first (hosts in name order).
+func perHostExcess(count int) excess {
+	return func(ins []state.InstanceView, hosts map[string]state.HostView) []state.InstanceView {
+		byHost := map[string][]state.InstanceView{}
+		for _, v := range ins {
+			byHost[v.Instance.Host] = append(byHost[v.Instance.Host], v)
+		}
+		var out []state.InstanceView
+		for _, h := range slices.Sorted(maps.Keys(byHost)) {
+			out = append(out, worstFirst(byHost[h], hosts, countInstances(byHost[h])-count)...)
+		}
+		return out
+	}
+}
+
+// scaleDown removes the instances pick chooses (read in the plan), each
+// with its replacement of a move in flight. Picking none changes nothing.
+func (s *Service) scaleDown(ctx context.Context, service string, pick excess) (ScaleResult, error) {
 	var removed []string
+	count := 0 // the service's instances after
 	err := s.pipe.do(ctx, func(rd reader) (*state.Change, error) {
 		removed = nil
 		ins := rd.ServiceInstances(service)
-		k := countInstances(ins) - count
-		if k <= 0 {
-			return new(state.Change), nil
-		}
 		views := map[string]state.HostView{}
 		for _, v := range ins {
 			if _, ok := views[v.Instance.Host]; !ok {
@@ -96,7 +160,9 @@ func (s *Service) scaleDown(ctx context.Context, service string, count, have int
 		}
 		c := new(state.Change)
 		allocs := map[string]state.Alloc{}
-		for _, v := range worstFirst(ins, views, k) {
+		picked := pick(ins, views) // no replacement among them (worstFirst)
+		count = countInstances(ins) - len(picked)
+		for _, v := range picked {
 			release(rd, v, c, allocs)
 			removed = append(removed, v.Instance.ID)
 			if r, ok := replacementOf(rd, service, v.Instance.ID); ok {
@@ -109,7 +175,9 @@ func (s *Service) scaleDown(ctx context.Context, service string, count, have int
 	if err != nil {
 		return ScaleResult{}, err
 	}
-	s.log.Info("scaled down", "service", service, "count", count, "removed", removed)
+	if len(removed) > 0 {
+		s.log.Info("scaled down", "service", service, "count", count, "removed", removed)
+	}
 	return ScaleResult{Removed: removed, Count: count}, nil
 }
 
