@@ -293,8 +293,55 @@ func (w *world) opScale() (op, bool) {
 		return op{}, false
 	}
 	name, n := pickOne(w, d), w.rng.IntN(6)
-	return op{kind: "scale", what: fmt.Sprintf("%s to %d", name, n), run: func() error { _, err := w.svc.Scale(w.ctx, name, n); return err },
-		never: service.Invalid}, true
+	return op{kind: "scale", what: fmt.Sprintf("%s to %d", name, n), run: func() error {
+		res, err := w.svc.Scale(w.ctx, name, n)
+		if err == nil {
+			w.checkScaled(name, n, res)
+		}
+		return err
+	}, never: service.Invalid}, true
+}
+
+// checkScaled holds what a scale leaves: its count is the service's
+// instances (a move in flight counted once), and a service of strategy
+// each or fill holds at most n on any host (n is per host), one of
+// another strategy n in all.
+func (w *world) checkScaled(name string, n int, res service.ScaleResult) {
+	if err := w.st.Sync(w.ctx); err != nil {
+		w.fail("sync: %v", err)
+	}
+	per, phys, total := map[string]int{}, map[string]int{}, 0 // phys: a move's replacement counted on its host too
+	for _, v := range w.st.ServiceInstances(name) {
+		phys[v.Instance.Host]++
+		if v.Instance.Replaces == "" {
+			per[v.Instance.Host]++
+			total++
+		}
+	}
+	if res.Count != total {
+		w.fail("scale %s to %d: answered count %d, the service has %d", name, n, res.Count, total)
+	}
+	d, _ := w.st.Service(name)
+	if st := alloc.Strategy(d.Value.Strategy); st == alloc.Each || st == alloc.Fill {
+		// Some host holds n (capped by max_per_host; a move's replacement
+		// arriving counts, as fill counts it): one the rules allow was
+		// topped up, or every one came down to n.
+		want, full := n, false
+		if c := d.Value.MaxPerHost; c > 0 && c < n {
+			want = c
+		}
+		for _, h := range slices.Sorted(maps.Keys(per)) {
+			if per[h] > n {
+				w.fail("scale %s (%s) to %d per host: host %s holds %d", name, st, n, h, per[h])
+			}
+			full = full || per[h] == want || phys[h] == want
+		}
+		if n > 0 && !full {
+			w.fail("scale %s (%s) to %d per host (max per host %d): no host holds %d (%v)", name, st, n, d.Value.MaxPerHost, want, per)
+		}
+	} else if total != n {
+		w.fail("scale %s to %d: the service has %d", name, n, total)
+	}
 }
 
 func (w *world) opReplace() (op, bool) {
