@@ -109,6 +109,9 @@ func TestReplaceChangesOnlyWhatItNames(t *testing.T) {
 			t.Errorf("after replace --volume-rm --log-opt-rm: %+v, want no volume and no log option, restart and label kept", in)
 		}
 	}
+	if out, code := pf.Combined("replace", "ghost", "--image", "x", "--dry-run"); code == 0 || !strings.Contains(out, `no instance or service named "ghost"`) {
+		t.Errorf("replace ghost --dry-run: exit %d, %s; want it refused naming ghost", code, out)
+	}
 	if errOut := pf.Fails(2, "replace", "front", "--image", "x", "--volume-rm", "data"); !strings.Contains(errOut, `volumes_rm: "data": want a container path`) {
 		t.Errorf("replace --volume-rm data: %s, want it refused naming the value", errOut)
 	}

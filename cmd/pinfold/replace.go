@@ -85,6 +85,9 @@ scaled to 0 has its record changed: the instances a scale adds get it
 					return err
 				}
 				if dryRun {
+					if changes.record == nil && len(changes.instances) == 0 {
+						return connect.NewError(connect.CodeNotFound, fmt.Errorf("no instance or service named %q", req.Target))
+					}
 					return showReplaceChanges(cmd, out, changes, true)
 				}
 				if !out.json() && changes.record != nil {
