@@ -84,12 +84,27 @@ func keyValues(flag string, list []string) (map[string]string, error) {
 
 // editFlags are replace's removals, each naming settings to drop; with
 // containerFlags (each given one set, the others kept) they make an edit.
+// Registered after containerFlags, they also say in its flags' help that
+// a replace keeps what is not given.
 type editFlags struct {
 	volumes, labels, capAdd, capDrop, logOpts []string
 }
 
 func (e *editFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
+	// A replace keeps what a flag does not name: no deploy's defaults.
+	for name, usage := range map[string]string{
+		"restart":    "set the Docker restart policy: no, on-failure[:N], always or unless-stopped (not given: kept)",
+		"user":       `run as NAME, UID, NAME:GROUP or UID:GID ("": the image's; not given: kept)`,
+		"workdir":    `working directory in the container, absolute ("": the image's; not given: kept)`,
+		"read-only":  "mount the root filesystem read-only (--read-only=false: writable; not given: kept)",
+		"log-driver": `Docker log driver, e.g. json-file, local, journald ("": the engine's; not given: kept)`,
+		"volume":     "mount HOST_PATH:CTR_PATH[:ro] or NAME:CTR_PATH[:ro], replacing the one at CTR_PATH (repeatable; the others are kept)",
+	} {
+		if fl := f.Lookup(name); fl != nil {
+			fl.Usage = usage
+		}
+	}
 	f.StringArrayVar(&e.volumes, "volume-rm", nil, "unmount the volume at this container path (or SOURCE:TARGET; repeatable)")
 	f.StringArrayVar(&e.labels, "label-rm", nil, "remove the label KEY (repeatable)")
 	f.StringArrayVar(&e.capAdd, "cap-add-rm", nil, "take a capability out of the added ones (repeatable)")

@@ -109,6 +109,13 @@ func TestReplaceChangesOnlyWhatItNames(t *testing.T) {
 			t.Errorf("after replace --volume-rm --log-opt-rm: %+v, want no volume and no log option, restart and label kept", in)
 		}
 	}
+	help := pf.Must("replace", "--help")
+	for _, want := range []string{"Only what a flag names changes", "--volume-rm PATH", "--label-rm KEY", "--restart no",
+		"unless-stopped (not given: kept)", "(repeatable; the others are kept)"} {
+		if !strings.Contains(help, want) {
+			t.Errorf("replace --help: want %q (the merge, the -rm flags, no deploy defaults)", want)
+		}
+	}
 	if out, code := pf.Combined("replace", "ghost", "--image", "x", "--dry-run"); code == 0 || !strings.Contains(out, `no instance or service named "ghost"`) {
 		t.Errorf("replace ghost --dry-run: exit %d, %s; want it refused naming ghost", code, out)
 	}
