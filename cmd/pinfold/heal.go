@@ -94,7 +94,7 @@ kept, with why. --move-local-volumes lets it move, its volume left behind.`,
 				if out.json() {
 					return writeJSON(cmd.OutOrStdout(), map[string]any{"applied": apply, "moves": movesJSON(m.Moves), "kept": movesJSON(m.Kept),
 						"imbalance_before": ratiosJSON(m.ImbalanceBefore), "imbalance_after": ratiosJSON(m.ImbalanceAfter),
-						"fragmented_cpus_before": m.FragmentedBefore, "fragmented_cpus_after": m.FragmentedAfter})
+						"fragmented_cpus_before": m.FragmentedBefore, "fragmented_cpus_after": m.FragmentedAfter, "no_move": append([]string{}, m.NoMove...)})
 				}
 				w := cmd.OutOrStdout()
 				for _, r := range balance.Resources {
@@ -105,7 +105,10 @@ kept, with why. --move-local-volumes lets it move, its volume left behind.`,
 					fmt.Fprintf(w, "kept: %s (--move-local-volumes moves it)\n", k.Why)
 				}
 				if len(m.Moves) == 0 {
-					fmt.Fprintln(w, "no move: nothing is above the thresholds, or nothing can move without breaking a rule")
+					fmt.Fprintln(w, "no move:")
+					for _, why := range m.NoMove {
+						fmt.Fprintf(w, "  %s\n", why)
+					}
 					return nil
 				}
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)

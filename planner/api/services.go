@@ -45,7 +45,7 @@ func (s *Server) Rebalance(ctx context.Context, r *connect.Request[pinfoldv1.Reb
 	res, err := s.changes.Rebalance(ctx, service.RebalanceRequest{Apply: m.Apply, Defragment: m.Defragment, MoveLocalVolumes: m.MoveLocalVolumes,
 		Options: balance.Options{BalancingThreshold: m.BalancingThreshold, ActivityThreshold: m.ActivityThreshold, MaxMoves: int(m.MaxMoves)}})
 	out := &pinfoldv1.RebalanceResponse{ImbalanceBefore: res.Before, ImbalanceAfter: res.After,
-		FragmentedBefore: int32(res.FragmentedBefore), FragmentedAfter: int32(res.FragmentedAfter), Proposed: int32(res.Proposed)}
+		FragmentedBefore: int32(res.FragmentedBefore), FragmentedAfter: int32(res.FragmentedAfter), Proposed: int32(res.Proposed), NoMove: res.NoMove}
 	for _, mv := range res.Moves {
 		out.Moves = append(out.Moves, &pinfoldv1.Move{Instance: mv.Instance, Service: mv.Service, From: mv.From, To: mv.To, Why: mv.Why, NewInstance: mv.NewInstance})
 	}

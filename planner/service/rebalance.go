@@ -2,11 +2,14 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/pinfold/pinfold/planner/balance"
 	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
 )
 
@@ -45,7 +48,14 @@ type RebalanceResult struct {
 	// Kept are the instances left where they are on purpose (To is
 	// empty), with why: a host-local volume.
 	Kept []RebalanceMove
+	// NoMove says, when Moves is empty, why: per resource, the threshold
+	// that holds; then the candidates the rules refused, with the rule and
+	// hosts (at most maxNoMove lines, the rest counted).
+	NoMove []string
 }
+
+// maxNoMove bounds RebalanceResult.NoMove's refused candidates.
+const maxNoMove = 10
 
 // StaysForVolume says why in stays on its host when host-local volumes do
 // not move (e.g. "web-1 stays on a: it has a host-local volume (bind
@@ -69,6 +79,7 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 	hosts, items, kept := balanceModel(pend, r.MoveLocalVolumes)
 	fragBefore := fragmented(pend)
 	var moves []RebalanceMove
+	var refused []string // the moves the rules refused, for NoMove
 	// The caller's context stops the planning: every try fails at once
 	// once it is done, and the call returns its error (a client that left
 	// does not keep a planner core busy).
@@ -82,6 +93,7 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 		}
 		c := new(state.Change)
 		if _, _, err := s.placeLike(pend, v.Instance, v.Instance.Host, to, "", true, false, c); err != nil {
+			refused = append(refused, fmt.Sprintf("%s from %s to %s: %s", it.ID, it.Host, to, refusedBy(err)))
 			return false
 		}
 		release(pend, v, c, nil)
@@ -111,6 +123,9 @@ func (s *Service) Rebalance(ctx context.Context, r RebalanceRequest) (RebalanceR
 		after, _, _ = balanceModel(pend, r.MoveLocalVolumes)
 	}
 	out := RebalanceResult{Moves: moves, Before: ratios(hosts), After: ratios(after), FragmentedBefore: fragBefore, FragmentedAfter: fragmented(pend), Kept: kept}
+	if len(moves) == 0 {
+		out.NoMove = noMove(hosts, r.Options, refused)
+	}
 	if !r.Apply {
 		return out, nil
 	}
@@ -266,4 +281,73 @@ func ratios(hosts []balance.Host) map[string]float64 {
 		out[r] = v
 	}
 	return out
+}
+
+// noMove says why a proposal has no move: per resource, the balancing
+// threshold that holds or the activity threshold the most used host is
+// below; then the candidates the rules refused (refused), at most
+// maxNoMove of them.
+func noMove(hosts []balance.Host, o balance.Options, refused []string) []string {
+	balancing, activity := o.BalancingThreshold, o.ActivityThreshold
+	if balancing == 0 {
+		balancing = balance.DefaultBalancing
+	}
+	if activity == 0 {
+		activity = balance.DefaultActivity
+	}
+	var out []string
+	for _, r := range balance.Resources {
+		ratio, most := balance.Ratio(hosts, r), 0.0
+		for _, h := range hosts {
+			most = max(most, h.Share(r))
+		}
+		switch {
+		case ratio <= balancing:
+			out = append(out, fmt.Sprintf("%s: the most/least used host's share is %.2f, within the balancing threshold %g", r, ratio, balancing))
+		case most < activity:
+			out = append(out, fmt.Sprintf("%s: most/least used %s, but the most used host uses %.1f %%, below the activity threshold %g (a nearly idle cluster is left alone)", r, ratioText(ratio), 100*most, activity))
+		default:
+			out = append(out, fmt.Sprintf("%s: most/least used %s, above the balancing threshold %g: no move lowers it that the rules allow", r, ratioText(ratio), balancing))
+		}
+	}
+	for i, why := range refused {
+		if i == maxNoMove {
+			out = append(out, fmt.Sprintf("and %d more moves refused", len(refused)-maxNoMove))
+			break
+		}
+		out = append(out, "refused: "+why)
+	}
+	return out
+}
+
+// ratioText is a ratio as the proposal prints it ("infinite" for +Inf).
+func ratioText(r float64) string {
+	if math.IsInf(r, 1) {
+		return "infinite (a host uses none)"
+	}
+	return fmt.Sprintf("%.2f", r)
+}
+
+// refusedBy is why placement refused a move: the rules and the hosts
+// each eliminated (at most 3 named), or the error's first line.
+func refusedBy(err error) string {
+	var se *Error
+	if errors.As(err, &se) && len(se.Eliminations) > 0 {
+		parts := make([]string, 0, len(se.Eliminations))
+		for _, e := range se.Eliminations {
+			if len(e.Hosts) == 0 || e.Rule == placement.RuleOwnHost {
+				continue // a rule that eliminated nothing, or the host it leaves
+			}
+			hosts := strings.Join(e.Hosts[:min(len(e.Hosts), 3)], ", ")
+			if len(e.Hosts) > 3 {
+				hosts += fmt.Sprintf(" and %d more", len(e.Hosts)-3)
+			}
+			parts = append(parts, fmt.Sprintf("%s eliminated %s", e.Rule, hosts))
+		}
+		if len(parts) > 0 {
+			return strings.Join(parts, "; ")
+		}
+	}
+	first, _, _ := strings.Cut(err.Error(), "\n")
+	return first
 }

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -68,5 +69,36 @@ func TestRebalanceRepairsTheSpread(t *testing.T) {
 		if w.Kind == placement.RuleFaultDomain && strings.Contains(w.Detail, "dc2 0") {
 			t.Errorf("after the rebalance health still warns %+v", w)
 		}
+	}
+}
+
+// TestRebalanceSaysWhyNoMove (issue 38 item 5): a proposal without a move
+// says why, per resource and per refused candidate (it said "nothing is
+// above the thresholds, or nothing can move without breaking a rule" at
+// ratios 16 and 916, never which). A nearly idle cluster names the
+// activity threshold; a loaded host whose instances a constraint keeps
+// names the rule and the host it eliminated. Control: without noMove the
+// result has no reasons and both cases fail.
+func TestRebalanceSaysWhyNoMove(t *testing.T) {
+	f := newHealFixture(t, "a", "b")
+	deploy := func(svc string, count int, mem int64, constraint string) {
+		t.Helper()
+		if _, err := f.Deploy(f.ctx, DeployRequest{Service: svc, Count: count, Deploy: model.Deploy{Spec: model.Spec{Image: "i"},
+			Size: model.Size{Pieces: 10, Memory: mem}, Rules: model.Rules{Constraint: constraint}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deploy("base", 1, 64<<20, "HostName == b")
+	deploy("web", 1, 512<<20, "HostName == a")
+	idle, err := f.Rebalance(f.ctx, RebalanceRequest{})
+	if err != nil || len(idle.Moves) != 0 || !strings.Contains(strings.Join(idle.NoMove, "\n"), "below the activity threshold 0.1") {
+		t.Errorf("a nearly idle cluster: moves %+v, why %q, %v; want no move naming the activity threshold", idle.Moves, idle.NoMove, err)
+	}
+	deploy("big", 4, 1<<30, "HostName == a") // a: 4.5 of 16 GiB, b: 64 MiB
+	held, err := f.Rebalance(f.ctx, RebalanceRequest{})
+	why := strings.Join(held.NoMove, "\n")
+	if err != nil || len(held.Moves) != 0 || !strings.Contains(why, "above the balancing threshold 1.5") ||
+		!regexp.MustCompile(`refused: big-\w+ from a to b: PlacementConstraint eliminated b`).MatchString(why) {
+		t.Errorf("a host held by its constraint: moves %+v, why:\n%s\nwant no move naming the constraint that eliminated b", held.Moves, why)
 	}
 }

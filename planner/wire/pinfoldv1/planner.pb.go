@@ -2372,8 +2372,11 @@ type RebalanceResponse struct {
 	FragmentedAfter  int32                  `protobuf:"varint,5,opt,name=fragmented_after,json=fragmentedAfter,proto3" json:"fragmented_after,omitempty"`
 	Proposed         int32                  `protobuf:"varint,6,opt,name=proposed,proto3" json:"proposed,omitempty"` // with apply: the moves planned (moves lists those started)
 	Kept             []*Move                `protobuf:"bytes,40,rep,name=kept,proto3" json:"kept,omitempty"`         // instances left in place on purpose (to is empty), and why
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// no_move, when moves is empty: why (per resource, the threshold that
+	// holds; then the moves the rules refused, with the rule and hosts).
+	NoMove        []string `protobuf:"bytes,41,rep,name=no_move,json=noMove,proto3" json:"no_move,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RebalanceResponse) Reset() {
@@ -2451,6 +2454,13 @@ func (x *RebalanceResponse) GetProposed() int32 {
 func (x *RebalanceResponse) GetKept() []*Move {
 	if x != nil {
 		return x.Kept
+	}
+	return nil
+}
+
+func (x *RebalanceResponse) GetNoMove() []string {
+	if x != nil {
+		return x.NoMove
 	}
 	return nil
 }
@@ -5263,7 +5273,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04from\x18\x03 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x04 \x01(\tR\x02to\x12\x10\n" +
 	"\x03why\x18\x05 \x01(\tR\x03why\x12!\n" +
-	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\x97\x04\n" +
+	"\fnew_instance\x18\x06 \x01(\tR\vnewInstance\"\xb0\x04\n" +
 	"\x11RebalanceResponse\x12&\n" +
 	"\x05moves\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moves\x12]\n" +
 	"\x10imbalance_before\x18\x02 \x03(\v22.pinfold.v1.RebalanceResponse.ImbalanceBeforeEntryR\x0fimbalanceBefore\x12Z\n" +
@@ -5271,7 +5281,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x11fragmented_before\x18\x04 \x01(\x05R\x10fragmentedBefore\x12)\n" +
 	"\x10fragmented_after\x18\x05 \x01(\x05R\x0ffragmentedAfter\x12\x1a\n" +
 	"\bproposed\x18\x06 \x01(\x05R\bproposed\x12$\n" +
-	"\x04kept\x18( \x03(\v2\x10.pinfold.v1.MoveR\x04kept\x1aB\n" +
+	"\x04kept\x18( \x03(\v2\x10.pinfold.v1.MoveR\x04kept\x12\x17\n" +
+	"\ano_move\x18) \x03(\tR\x06noMove\x1aB\n" +
 	"\x14ImbalanceBeforeEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\x1aA\n" +
