@@ -7,12 +7,14 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/servicesfile"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
@@ -21,7 +23,7 @@ import (
 // diffServices compares the file's services with the planner's
 // (servicesfile.Compare), once each is checked as the planner would check
 // it.
-func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want []servicesfile.Service, prune bool) (servicesfile.Diff, error) {
+func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want []servicesfile.Service, project string, prune bool) (servicesfile.Diff, error) {
 	ins, err := allInstances(ctx, cl, "", "")
 	if err != nil {
 		return servicesfile.Diff{}, err
@@ -47,7 +49,60 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 		}
 		records[w.Deploy.Service] = resp.Msg.Service
 	}
-	return servicesfile.Compare(want, records, ins, prune), nil
+	p := servicesfile.Prune{On: prune, Project: project}
+	if prune {
+		if p.Sources, err = pruneSources(ctx, cl, want, ins); err != nil {
+			return servicesfile.Diff{}, err
+		}
+	}
+	return servicesfile.Compare(want, records, ins, p), nil
+}
+
+// pruneSources is the source (the project that applied it, "" by hand) of
+// each service the planner runs and want does not have: --prune removes
+// only the file's project's.
+func pruneSources(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want []servicesfile.Service, ins []*pinfoldv1.Instance) (map[string]string, error) {
+	inFile := map[string]bool{}
+	for _, w := range want {
+		inFile[w.Deploy.Service] = true
+	}
+	out := map[string]string{}
+	for _, in := range ins {
+		if _, seen := out[in.Service]; seen || inFile[in.Service] {
+			continue
+		}
+		resp, err := cl.GetService(ctx, connect.NewRequest(&pinfoldv1.GetServiceRequest{Name: in.Service}))
+		switch {
+		case connect.CodeOf(err) == connect.CodeNotFound:
+			out[in.Service] = "" // removed meanwhile: nothing to prune
+		case err != nil:
+			return nil, err
+		default:
+			out[in.Service] = resp.Msg.Service.GetSource()
+		}
+	}
+	return out, nil
+}
+
+// maxPruneUnasked is how many instances apply --prune removes without
+// --yes.
+const maxPruneUnasked = 10
+
+// pruneAsked refuses a prune of more than maxPruneUnasked instances
+// without yes, naming what it would remove (nothing is changed).
+func pruneAsked(d servicesfile.Diff, yes bool) error {
+	n, services := 0, []string{}
+	for _, s := range d.Steps {
+		if s.Action == "remove" {
+			n += s.Removes
+			services = append(services, s.Service)
+		}
+	}
+	if n <= maxPruneUnasked || yes {
+		return nil
+	}
+	return &exitError{code: exitUnmet, err: fmt.Errorf("nothing was changed: --prune would remove %d instances of %s (%s): more than %d, add --yes to remove them ('pinfold diff --prune' lists them)",
+		n, counted(len(services), "service"), strings.Join(services, ", "), maxPruneUnasked)}
 }
 
 // shareBaseOf is the planner's share base as its instances or, with none,
@@ -70,9 +125,9 @@ func shareBaseOf(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 }
 
 // readServicesFile reads -f (- is standard input).
-func readServicesFile(cmd *cobra.Command, path string) ([]servicesfile.Service, error) {
+func readServicesFile(cmd *cobra.Command, path string) ([]servicesfile.Service, string, error) {
 	if path == "" {
-		return nil, badInput("-f FILE is required: a services file (YAML or JSON) or a docker compose file")
+		return nil, "", badInput("-f FILE is required: a services file (YAML or JSON) or a docker compose file")
 	}
 	var (
 		data []byte
@@ -89,19 +144,52 @@ func readServicesFile(cmd *cobra.Command, path string) ([]servicesfile.Service, 
 		}
 	}
 	if err != nil {
-		return nil, badInput("-f %q: %v", path, err)
+		return nil, "", badInput("-f %q: %v", path, err)
 	}
 	want, notes, err := servicesfile.Decode(data)
 	if err != nil {
-		return nil, &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
+		return nil, "", &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
+	}
+	project, compose, err := servicesfile.Project(data)
+	if err != nil {
+		return nil, "", &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
+	}
+	if project == "" {
+		project = defaultProject(path, compose)
 	}
 	for _, n := range notes {
 		fmt.Fprintln(cmd.ErrOrStderr(), n)
 	}
 	for i := range want {
 		want[i].File = path
+		want[i].Deploy.Source = project
 	}
-	return want, nil
+	return want, project, nil
+}
+
+// defaultProject is the project of a file that names none: a compose
+// file's directory (as docker compose names it), a services file's name
+// without its extension, "stdin" for standard input; lower-cased, with
+// what a source may not hold left out.
+func defaultProject(path string, compose bool) string {
+	name := "stdin"
+	if path != "-" {
+		abs, _ := filepath.Abs(path)
+		name = strings.TrimSuffix(filepath.Base(abs), filepath.Ext(abs))
+		if compose {
+			name = filepath.Base(filepath.Dir(abs))
+		}
+	}
+	name = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return -1
+	}, strings.ToLower(name))
+	if name == "" {
+		name = "default"
+	}
+	return name[:min(len(name), model.MaxSourceLength)]
 }
 
 func printDiff(cmd *cobra.Command, d servicesfile.Diff, applied bool) {
@@ -188,9 +276,16 @@ Compared with the planner (GetService, ListInstances), each service is:
             affinities, placement_policy, hosts_order, domain_spread):
             needs remove + deploy; apply refuses (exit 1, nothing changed)
             unless --recreate
-  remove    in the planner, not in the file: only with --prune; without
+  remove    in the planner, not in the file, applied by the file's project:
+            only with --prune (more than 10 instances: with --yes); without
             it the service is left alone and said so
-use_buffer is used when a service is deployed and not compared.`
+use_buffer is used when a service is deployed and not compared.
+
+Each service apply deploys records the file's project (a services file's
+top-level project:, a compose file's name:; else a compose file's
+directory, or a services file's name without its extension): --prune
+removes only that project's services, never another project's or one
+deployed by hand (diff --prune names them as left alone, and why).`
 
 func newDiffCmd() *cobra.Command {
 	var (
@@ -219,12 +314,12 @@ the planner unreachable, the outcome unknown).
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			want, err := readServicesFile(cmd, file)
+			want, project, err := readServicesFile(cmd, file)
 			if err != nil {
 				return err
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
-				d, err := diffServices(cmd.Context(), cl, want, prune)
+				d, err := diffServices(cmd.Context(), cl, want, project, prune)
 				if err != nil {
 					return err
 				}
@@ -245,7 +340,7 @@ the planner unreachable, the outcome unknown).
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the services file (YAML or JSON, or a docker compose file; - for standard input)")
-	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the planner's services the file does not have")
+	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the services of the file's project (project: or compose name:, else the file's name) that it no longer has")
 	return cmd
 }
 
@@ -256,6 +351,7 @@ func newApplyCmd() *cobra.Command {
 		file     string
 		prune    bool
 		recreate bool
+		yes      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE [--prune] [--recreate]",
@@ -292,7 +388,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			want, err := readServicesFile(cmd, file)
+			want, project, err := readServicesFile(cmd, file)
 			if err != nil {
 				return err
 			}
@@ -302,7 +398,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 			}
 			return c.call(func(cl pinfoldv1connect.PlannerServiceClient) error {
 				ctx := cmd.Context()
-				d, err := diffServices(ctx, cl, want, prune)
+				d, err := diffServices(ctx, cl, want, project, prune)
 				if err != nil {
 					return err
 				}
@@ -313,6 +409,10 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 					}
 				}
 				doc := applyJSON{Diff: d, Applied: []string{}}
+				if err := pruneAsked(d, yes); err != nil {
+					doc.Refused = []refusedStepJSON{{Action: "remove", Error: err.Error()}}
+					return jsonThen(cmd, out, doc, err)
+				}
 				if len(blocked) > 0 {
 					for _, s := range d.Steps {
 						if s.Action == "recreate" {
@@ -344,7 +444,8 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the services file (YAML or JSON, or a docker compose file; - for standard input)")
-	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the planner's services the file does not have")
+	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the services of the file's project (project: or compose name:, else the file's name) that it no longer has")
+	cmd.Flags().BoolVar(&yes, "yes", false, fmt.Sprintf("with --prune: remove more than %d instances", maxPruneUnasked))
 	cmd.Flags().BoolVar(&recreate, "recreate", false, "remove and deploy again a service whose change no live operation makes (env, network, rules, ...)")
 	return cmd
 }

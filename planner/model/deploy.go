@@ -178,4 +178,25 @@ type Deploy struct {
 	Size
 	Scheduling
 	Rules Rules `json:"rules,omitzero"`
+	// Source is the project of the services file or compose file whose
+	// apply created the service ("": deployed by hand): apply --prune
+	// removes only its own project's services.
+	Source string `json:"source,omitempty"`
+}
+
+// MaxSourceLength bounds Deploy.Source.
+const MaxSourceLength = 63
+
+// ValidateSource checks a project name as a source: 1..63 lower-case
+// letters, digits, '-', '_' or '.', or "" (by hand).
+func ValidateSource(s string) error {
+	if len(s) > MaxSourceLength {
+		return &FieldError{Key: "source", Value: strconv.Quote(s[:20] + "…"), Why: fmt.Sprintf("want at most %d characters", MaxSourceLength)}
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return &FieldError{Key: "source", Value: strconv.Quote(s), Why: "want lower-case letters, digits, '-', '_' or '.' (a compose project name)"}
+		}
+	}
+	return nil
 }

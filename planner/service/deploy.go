@@ -61,12 +61,13 @@ type deployDigest struct {
 	UseBuffer  bool
 	CreateOnly bool
 	Priority   model.Priority `json:",omitempty"`
+	Source     string         `json:",omitempty"`
 }
 
 func (r DeployRequest) digestForm() deployDigest {
 	return deployDigest{Service: r.Service, Spec: r.Spec, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores,
 		Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: r.Strategy, MaxPerHost: r.MaxPerHost, Rules: r.Rules,
-		UseBuffer: r.UseBuffer, CreateOnly: r.CreateOnly, Priority: r.Priority}
+		UseBuffer: r.UseBuffer, CreateOnly: r.CreateOnly, Priority: r.Priority, Source: r.Source}
 }
 
 // scaleRead is the service's record and instance count a scale read.
@@ -126,6 +127,9 @@ func CheckDeploy(p alloc.Params, r DeployRequest) error {
 		return err
 	}
 	if err := r.Scheduling.Validate(); err != nil {
+		return errf(Invalid, "%v", err)
+	}
+	if err := model.ValidateSource(r.Source); err != nil {
 		return errf(Invalid, "%v", err)
 	}
 	if r.Count > MaxDeployCount {
@@ -258,6 +262,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		}
 		rec := state.Service{Name: r.Service, Deploy: r.Deploy}
 		rec.Strategy = recorded
+		if d, ok := rd.Service(r.Service); ok {
+			rec.Source = d.Value.Source // more instances: the service's project stays
+		}
 		c.PutService(rec)
 		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations}, len(allocs)
 		return c, nil

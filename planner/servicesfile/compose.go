@@ -26,7 +26,7 @@ import (
 func isCompose(top map[string]json.RawMessage, services map[string]json.RawMessage) bool {
 	signal := false
 	for k := range top {
-		if k != "services" {
+		if k != "services" && k != projectKey {
 			signal = true
 		}
 	}

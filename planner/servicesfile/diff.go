@@ -27,6 +27,9 @@ type Step struct {
 	Resize  *pinfoldv1.ResizeRequest  `json:"-"`
 	Replace *pinfoldv1.ReplaceRequest `json:"-"`
 	Scale   int32                     `json:"-"`
+	// Removes is a remove's count of instances (apply asks for --yes past
+	// a bound).
+	Removes int `json:"removes,omitempty"`
 }
 
 // Diff is what apply would do: the steps in the order it makes them, and
@@ -41,12 +44,23 @@ type Diff struct {
 	Hidden int `json:"hidden"`
 }
 
+// Prune is what apply --prune may remove: with On, a service the planner
+// runs and the file does not have is removed when it belongs to the
+// file's Project (Sources: each such service's source, its record's);
+// services of other projects and those deployed by hand are left alone.
+type Prune struct {
+	On      bool
+	Project string
+	Sources map[string]string
+}
+
 // Compare compares the file's services (want, checked: Decode and the
 // planner's check) with the planner's: records holds each service of
 // want the planner has (GetService; one it has not is missing), and
-// instances every instance it runs (ListInstances). prune: a service the
-// planner runs and the file does not have is removed, else left alone.
-func Compare(want []Service, records map[string]*pinfoldv1.ServiceRecord, instances []*pinfoldv1.Instance, prune bool) Diff {
+// instances every instance it runs (ListInstances). A service the planner
+// runs and the file does not have is removed when prune allows it, else
+// left alone.
+func Compare(want []Service, records map[string]*pinfoldv1.ServiceRecord, instances []*pinfoldv1.Instance, prune Prune) Diff {
 	d := Diff{Steps: []Step{}, Unchanged: []string{}, LeftAlone: []string{}, Notes: []string{}}
 	byService := map[string][]*pinfoldv1.Instance{}
 	for _, in := range instances {
@@ -61,9 +75,17 @@ func Compare(want []Service, records map[string]*pinfoldv1.ServiceRecord, instan
 		if inFile[name] {
 			continue
 		}
-		if prune {
-			d.Steps = append(d.Steps, Step{Service: name, Action: "remove", Detail: fmt.Sprintf("not in the file: remove its %s", counted(len(byService[name]), "instance"))})
-		} else {
+		switch source := prune.Sources[name]; {
+		case prune.On && source == prune.Project:
+			d.Steps = append(d.Steps, Step{Service: name, Action: "remove", Removes: len(byService[name]),
+				Detail: fmt.Sprintf("not in the file: remove its %s (project %s)", counted(len(byService[name]), "instance"), source)})
+		case prune.On && source == "":
+			d.LeftAlone = append(d.LeftAlone, name)
+			d.Notes = append(d.Notes, fmt.Sprintf("%s: deployed by hand, not by project %s: --prune leaves it", name, prune.Project))
+		case prune.On:
+			d.LeftAlone = append(d.LeftAlone, name)
+			d.Notes = append(d.Notes, fmt.Sprintf("%s: of project %s, not %s: --prune leaves it", name, source, prune.Project))
+		default:
 			d.LeftAlone = append(d.LeftAlone, name)
 		}
 	}

@@ -137,12 +137,19 @@ func TestCompare(t *testing.T) {
 	records := map[string]*pinfoldv1.ServiceRecord{"web": rec}
 	tests := []struct {
 		name             string
-		prune            bool
+		prune            Prune
 		steps, unchanged string
 		leftAlone, notes string
 	}{
-		{"left alone", false, "deploy new", "web idle", "old", "idle: count 0 and not deployed: nothing to do"},
-		{"pruned", true, "remove old, deploy new", "web idle", "", "idle: count 0 and not deployed: nothing to do"},
+		{"left alone", Prune{}, "deploy new", "web idle", "old", "idle: count 0 and not deployed: nothing to do"},
+		{"pruned: the project's own", Prune{On: true, Project: "shop", Sources: map[string]string{"old": "shop"}}, "remove old, deploy new", "web idle", "",
+			"idle: count 0 and not deployed: nothing to do"},
+		// Issue 38 item 3: --prune removed every service not in the
+		// file, another project's and those deployed by hand too.
+		{"another project's is left", Prune{On: true, Project: "shop", Sources: map[string]string{"old": "shop2"}}, "deploy new", "web idle", "old",
+			"old: of project shop2, not shop: --prune leaves it; idle: count 0 and not deployed: nothing to do"},
+		{"one deployed by hand is left", Prune{On: true, Project: "shop"}, "deploy new", "web idle", "old",
+			"old: deployed by hand, not by project shop: --prune leaves it; idle: count 0 and not deployed: nothing to do"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

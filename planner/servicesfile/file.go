@@ -200,8 +200,8 @@ func Decode(data []byte) (want []Service, notes []string, err error) {
 	if isCompose(top, services) {
 		return decodeCompose(top, services)
 	}
-	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" }); len(extra) > 0 {
-		return nil, nil, fmt.Errorf("unknown top-level key %q: a pinfold services file has only services", extra[0])
+	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" || k == projectKey }); len(extra) > 0 {
+		return nil, nil, fmt.Errorf("unknown top-level key %q: a pinfold services file has only services and project", extra[0])
 	}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(services)) {

@@ -170,7 +170,8 @@ func (m *DeployRequest) Model(pieces int) model.Deploy {
 	return model.Deploy{Spec: model.Spec{Image: m.GetImage(), Command: m.GetCommand(), Env: m.GetEnv(), Network: m.GetNetwork(), Health: m.GetHealth().Model(),
 		Container: m.GetContainer().Model(), Ports: PortsModel(m.GetPorts())}, Size: model.Size{Pieces: pieces, Bind: m.GetBind(), WholeCores: m.GetWholeCores(), Memory: m.GetMemoryBytes(), MemorySoft: m.GetMemorySoftBytes()}, Rules: model.Rules{Constraint: m.GetConstraint(), Affinity: model.Affinity{Hard: m.GetAffinityHard(), Soft: m.GetAffinitySoft()},
 		AntiAffinity: model.Affinity{Hard: m.GetAntiAffinityHard(), Soft: m.GetAntiAffinitySoft()},
-		Policy:       m.GetPlacementPolicy(), HostsOrder: m.GetHostsOrder(), DomainSpread: m.GetDomainSpread()}, Scheduling: model.Scheduling{Strategy: m.GetStrategy(), MaxPerHost: int(m.GetMaxPerHost()), Priority: model.Priority(m.GetPriority())}}
+		Policy:       m.GetPlacementPolicy(), HostsOrder: m.GetHostsOrder(), DomainSpread: m.GetDomainSpread()}, Scheduling: model.Scheduling{Strategy: m.GetStrategy(), MaxPerHost: int(m.GetMaxPerHost()), Priority: model.Priority(m.GetPriority())},
+		Source: m.GetSource()}
 }
 
 // NewDeployRequest is the wire form of a deploy of count instances of
@@ -184,7 +185,7 @@ func NewDeployRequest(service string, count int, d model.Deploy, cpu string) *De
 		Strategy: d.Strategy, MaxPerHost: int32(min(max(d.MaxPerHost, 0), model.MaxMaxPerHost)), Priority: int32(d.Priority),
 		Constraint: d.Rules.Constraint, AffinityHard: d.Rules.Affinity.Hard, AffinitySoft: d.Rules.Affinity.Soft,
 		AntiAffinityHard: d.Rules.AntiAffinity.Hard, AntiAffinitySoft: d.Rules.AntiAffinity.Soft,
-		PlacementPolicy: d.Rules.Policy, HostsOrder: d.Rules.HostsOrder, DomainSpread: d.Rules.DomainSpread}
+		PlacementPolicy: d.Rules.Policy, HostsOrder: d.Rules.HostsOrder, DomainSpread: d.Rules.DomainSpread, Source: d.Source}
 }
 
 // NewServiceRecord is the wire form of service name's record, wanted as d
@@ -197,7 +198,7 @@ func NewServiceRecord(name string, d model.Deploy, cpu string, count, shareBase 
 		Container: NewContainerSpec(d.Container), Ports: NewPorts(d.Ports),
 		Constraint: d.Rules.Constraint, AffinityHard: d.Rules.Affinity.Hard, AffinitySoft: d.Rules.Affinity.Soft,
 		AntiAffinityHard: d.Rules.AntiAffinity.Hard, AntiAffinitySoft: d.Rules.AntiAffinity.Soft,
-		PlacementPolicy: d.Rules.Policy, HostsOrder: d.Rules.HostsOrder, DomainSpread: d.Rules.DomainSpread}
+		PlacementPolicy: d.Rules.Policy, HostsOrder: d.Rules.HostsOrder, DomainSpread: d.Rules.DomainSpread, Source: d.Source}
 }
 
 // Model is the deploy the record holds (model.Deploy), its CPU amount
@@ -211,5 +212,6 @@ func (m *ServiceRecord) Model(pieces int) model.Deploy {
 		Rules: model.Rules{Constraint: m.GetConstraint(), Affinity: model.Affinity{Hard: m.GetAffinityHard(), Soft: m.GetAffinitySoft()},
 			AntiAffinity: model.Affinity{Hard: m.GetAntiAffinityHard(), Soft: m.GetAntiAffinitySoft()},
 			Policy:       m.GetPlacementPolicy(), HostsOrder: m.GetHostsOrder(), DomainSpread: m.GetDomainSpread()},
+		Source: m.GetSource(),
 	}
 }

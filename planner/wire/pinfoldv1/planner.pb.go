@@ -2648,6 +2648,7 @@ type DeployRequest struct {
 	Network          string         `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
 	WholeCores       bool           `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
 	Priority         int32          `protobuf:"varint,24,opt,name=priority,proto3" json:"priority,omitempty"`                       // higher first when room is short; 0 production, 1000 system, -500 batch, -1000 best-effort
+	Source           string         `protobuf:"bytes,25,opt,name=source,proto3" json:"source,omitempty"`                            // the services or compose file project applying it ("": by hand); kept by later deploys
 	Container        *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                      // volumes, restart, labels, user, …
 	// create_only: refused (already_exists) when the service exists, so two
 	// runs of one apply never both add a new service's instances.
@@ -2853,6 +2854,13 @@ func (x *DeployRequest) GetPriority() int32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *DeployRequest) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
 }
 
 func (x *DeployRequest) GetContainer() *ContainerSpec {
@@ -3514,6 +3522,7 @@ type ServiceRecord struct {
 	Count            int32                  `protobuf:"varint,23,opt,name=count,proto3" json:"count,omitempty"`                          // its instances now (a move in flight counts once)
 	ShareBase        int32                  `protobuf:"varint,24,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"` // pieces per CPU: cpu is a whole number of them
 	Priority         int32                  `protobuf:"varint,25,opt,name=priority,proto3" json:"priority,omitempty"`                    // as DeployRequest.priority
+	Source           string                 `protobuf:"bytes,26,opt,name=source,proto3" json:"source,omitempty"`                         // as DeployRequest.source: apply --prune removes only its project's services
 	Container        *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                   // volumes, restart, labels, user, …; nil: none
 	Ports            []*Port                `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                           // the named host ports each instance asks for
 	unknownFields    protoimpl.UnknownFields
@@ -3723,6 +3732,13 @@ func (x *ServiceRecord) GetPriority() int32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *ServiceRecord) GetSource() string {
+	if x != nil {
+		return x.Source
+	}
+	return ""
 }
 
 func (x *ServiceRecord) GetContainer() *ContainerSpec {
@@ -5297,7 +5313,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
-	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\x94\a\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xac\a\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5329,7 +5345,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\anetwork\x18\x16 \x01(\tR\anetwork\x12\x1f\n" +
 	"\vwhole_cores\x18\x17 \x01(\bR\n" +
 	"wholeCores\x12\x1a\n" +
-	"\bpriority\x18\x18 \x01(\x05R\bpriority\x127\n" +
+	"\bpriority\x18\x18 \x01(\x05R\bpriority\x12\x16\n" +
+	"\x06source\x18\x19 \x01(\tR\x06source\x127\n" +
 	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12\x1f\n" +
 	"\vcreate_only\x18F \x01(\bR\n" +
 	"createOnly\x12&\n" +
@@ -5401,7 +5418,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x11GetServiceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"I\n" +
 	"\x12GetServiceResponse\x123\n" +
-	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\x81\a\n" +
+	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\x99\a\n" +
 	"\rServiceRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5434,7 +5451,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05count\x18\x17 \x01(\x05R\x05count\x12\x1d\n" +
 	"\n" +
 	"share_base\x18\x18 \x01(\x05R\tshareBase\x12\x1a\n" +
-	"\bpriority\x18\x19 \x01(\x05R\bpriority\x127\n" +
+	"\bpriority\x18\x19 \x01(\x05R\bpriority\x12\x16\n" +
+	"\x06source\x18\x1a \x01(\tR\x06source\x127\n" +
 	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12&\n" +
 	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
