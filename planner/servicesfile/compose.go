@@ -20,13 +20,14 @@ import (
 // Variables (${VAR}) are not filled in: a value holding one is refused.
 
 // isCompose tells a docker compose file from a pinfold services file: it
-// has compose's top-level keys or compose keys in its services, and no
-// service has a key only a pinfold file has (a file with both is read as
-// pinfold's, whose strict decoding names the compose key).
+// has compose's top-level keys (an x- key is either's) or compose keys in
+// its services, and no service has a key only a pinfold file has (a file
+// with both is read as pinfold's, whose strict decoding names the compose
+// key).
 func isCompose(top map[string]json.RawMessage, services map[string]json.RawMessage) bool {
 	signal := false
 	for k := range top {
-		if k != "services" && k != projectKey {
+		if k != "services" && k != projectKey && !isExtension(k) {
 			signal = true
 		}
 	}
@@ -68,6 +69,8 @@ type composeService struct {
 	Ports          json.RawMessage `json:"ports"`
 	Volumes        json.RawMessage `json:"volumes"`
 	Restart        json.RawMessage `json:"restart"`
+	composeHardening
+	composeIsolation
 }
 
 type composeHealth struct {
@@ -77,6 +80,7 @@ type composeHealth struct {
 }
 
 type composeDeploy struct {
+	Mode      string `json:"mode"`
 	Replicas  *int64 `json:"replicas"`
 	Resources struct {
 		Limits struct {
@@ -87,27 +91,32 @@ type composeDeploy struct {
 			Memory *flexString `json:"memory"`
 		} `json:"reservations"`
 	} `json:"resources"`
-	RestartPolicy json.RawMessage `json:"restart_policy"`
+	RestartPolicy json.RawMessage  `json:"restart_policy"`
+	Placement     composePlacement `json:"placement"`
 }
 
 // composeMapped are the service keys decodeCompose maps (or, for ports,
-// volumes and restart, names as not supported yet); every other key is
-// listed as ignored.
+// volumes and restart, names as not supported yet; or, for the isolation
+// keys, refuses when set); every other key is listed as ignored.
 var composeMapped = jsonKeys(composeService{})
 
 // composeDeployMapped are the deploy keys mapped; others are ignored.
-var composeDeployMapped = []string{"replicas", "resources", "restart_policy"}
+var composeDeployMapped = []string{"mode", "placement", "replicas", "resources", "restart_policy"}
+
+// composePlacementMapped are the deploy.placement keys mapped.
+var composePlacementMapped = jsonKeys(composePlacement{})
 
 // decodeCompose maps a compose file's services. Keys it cannot map are
 // named in notes, per service; a value it cannot read is an error naming
-// its path, and no service is returned when any is invalid.
+// its path, and no service is returned when any is invalid. Top-level x-
+// keys are compose's extension fields (they hold YAML anchors): not noted.
 func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawMessage) ([]Service, []string, error) {
 	var (
 		want  []Service
 		notes []string
 		errs  []error
 	)
-	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" }); len(extra) > 0 {
+	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" || isExtension(k) }); len(extra) > 0 {
 		notes = append(notes, fmt.Sprintf("compose: ignored top-level keys: %s", strings.Join(extra, ", ")))
 	}
 	for _, name := range slices.Sorted(maps.Keys(services)) {
@@ -125,128 +134,51 @@ func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawM
 	return want, notes, nil
 }
 
+// isExtension tells an extension key (x-anything): compose ignores them.
+func isExtension(k string) bool { return strings.HasPrefix(k, "x-") }
+
+// decodeComposeService maps one compose service: its spec, size, health
+// check, container settings, ports, then its scheduling (x-pinfold- keys
+// and deploy's mode and placement), checked as a deploy is.
 func decodeComposeService(name string, raw json.RawMessage) (Service, []string, error) {
 	path := "services." + name
-	if err := model.ValidateNewServiceName(name); err != nil {
-		return Service{}, nil, fmt.Errorf("%s: %v (pinfold's service names: lower-case letters, digits and -)", path, err)
-	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &keys); err != nil {
-		return Service{}, nil, fmt.Errorf("%s: want a map of compose keys", path)
-	}
-	var c composeService
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return Service{}, nil, fieldError(path, err)
-	}
-	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if v := string(keys[k]); strings.Contains(strings.ReplaceAll(v, "$${", ""), "${") {
-			return Service{}, nil, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables (${...}): write the value", path, k, cutText(v, 80))
-		}
-	}
-	var ignored, notes []string
-	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if !slices.Contains(composeMapped, k) && !strings.HasPrefix(k, "x-pinfold-") {
-			ignored = append(ignored, k)
-		}
-	}
-	// The deploy as wanted (model.Deploy), converted to the wire once at
-	// the end; the CPU amount stays text until the planner's share base
-	// is known.
-	want, count, cpuText := model.Deploy{Spec: model.Spec{Image: c.Image, Network: c.NetworkMode}}, 1, "1"
-	if c.Image == "" {
-		return Service{}, nil, fmt.Errorf("%s.image: missing: pinfold runs images, it does not build them", path)
-	}
-	if c.Command != nil {
-		want.Command = *c.Command
-	}
-	if c.Entrypoint != nil && len(*c.Entrypoint) > 0 {
-		want.Command = append(slices.Clone(*c.Entrypoint), want.Command...)
-		notes = append(notes, fmt.Sprintf("compose: %s: entrypoint runs as the start of the command (an image's own ENTRYPOINT still comes first)", name))
-	}
-	if c.Environment != nil {
-		want.Env = *c.Environment
-	}
-	pull := ""
-	switch c.PullPolicy {
-	case "", "missing", "if_not_present":
-	case "always":
-		pull = "always"
-	default:
-		ignored = append(ignored, "pull_policy: "+c.PullPolicy)
-	}
-	cpu, mem, soft := c.CPUs, c.MemLimit, c.MemReservation
-	// Each value is named by the key that gave it: cpus or the deploy
-	// limit that overrides it.
-	cpuKey, memKey, softKey := path+".cpus", path+".mem_limit", path+".mem_reservation"
-	if dp := c.Deploy; dp != nil {
-		if dp.Replicas != nil {
-			if *dp.Replicas < 0 || *dp.Replicas > 1<<20 {
-				return Service{}, nil, fmt.Errorf("%s.deploy.replicas: %d: want 0 or more", path, *dp.Replicas)
-			}
-			count = int(*dp.Replicas)
-		}
-		if l := dp.Resources.Limits; l.CPUs != nil {
-			cpu, cpuKey = l.CPUs, path+".deploy.resources.limits.cpus"
-		}
-		if l := dp.Resources.Limits; l.Memory != nil {
-			mem, memKey = l.Memory, path+".deploy.resources.limits.memory"
-		}
-		if r := dp.Resources.Reservations; r.Memory != nil {
-			soft, softKey = r.Memory, path+".deploy.resources.reservations.memory"
-		}
-		var dk map[string]json.RawMessage
-		_ = json.Unmarshal(keys["deploy"], &dk)
-		for _, k := range slices.Sorted(maps.Keys(dk)) {
-			if !slices.Contains(composeDeployMapped, k) {
-				ignored = append(ignored, "deploy."+k)
-			}
-		}
-	}
-	var err error
-	if cpu != nil {
-		if cpuText, err = checkCPU(cpuKey, string(*cpu)); err != nil {
-			return Service{}, nil, err
-		}
-	} else {
-		notes = append(notes, fmt.Sprintf("compose: %s: no CPU limit: 1 CPU (a memory-first quota)", name))
-	}
-	if mem == nil {
-		return Service{}, nil, fmt.Errorf("%s.deploy.resources.limits.memory: missing: pinfold plans memory per instance, e.g. deploy: {resources: {limits: {memory: 256M}}}", path)
-	}
-	if want.Memory, err = checkComposeSize(memKey, string(*mem)); err != nil {
+	keys, c, err := readComposeService(path, name, raw)
+	if err != nil {
 		return Service{}, nil, err
 	}
-	if soft != nil {
-		if want.MemorySoft, err = checkComposeSize(softKey, string(*soft)); err != nil {
-			return Service{}, nil, err
-		}
+	ignored := composeIgnored(keys)
+	want, pull, notes := composeSpec(name, c)
+	if pull == "" && c.PullPolicy != "" && c.PullPolicy != "missing" && c.PullPolicy != "if_not_present" {
+		ignored = append(ignored, "pull_policy: "+c.PullPolicy)
 	}
+	named := map[string]string{"health": path + ".healthcheck", "env": path + ".environment",
+		"count": path + ".deploy.replicas", "network": path + ".network_mode", "pull": path + ".pull_policy"}
+	cpuText, n, err := composeSize(path, name, c, &want, named)
+	if err != nil {
+		return Service{}, nil, err
+	}
+	notes = append(notes, n...)
 	if h := c.Healthcheck; h != nil && !h.Disable && h.Test != nil {
 		if want.Health, err = composeHealthCheck(path+".healthcheck", h); err != nil {
 			return Service{}, nil, err
 		}
 	}
-	var ctr model.Container
+	ctr, skipped, err := composeContainer(path, c)
+	if err != nil {
+		return Service{}, nil, err
+	}
+	ignored = append(ignored, skipped...)
 	ports, skipped := composePorts(c.Ports)
 	ignored = append(ignored, skipped...)
-	ctr.Volumes, skipped = composeVolumes(c.Volumes)
-	ignored = append(ignored, skipped...)
-	ctr.Restart, skipped = composeRestart(c.Restart)
-	ignored = append(ignored, skipped...)
-	if ctr.Restart == "" && c.Deploy != nil {
-		ctr.Restart, skipped = composeRestartPolicy(c.Deploy.RestartPolicy)
-		ignored = append(ignored, skipped...)
-	}
-	if err := ctr.Validate(); err != nil {
-		return Service{}, nil, fmt.Errorf("%s: %v", path, err)
-	}
-	want.Container, want.Pull = ctr, pull
+	want.Container = ctr
 	if want.Ports, err = filePorts(path, ports, want.Network); err != nil {
 		return Service{}, nil, err
 	}
-	named := map[string]string{"cpu": cpuKey, "memory": memKey, "memory_soft": softKey, "health": path + ".healthcheck", "env": path + ".environment",
-		"count": path + ".deploy.replicas", "network": path + ".network_mode", "pull": path + ".pull_policy"}
 	if err := decodeComposeScheduling(path, keys, &want.Scheduling, named); err != nil {
+		return Service{}, nil, err
+	}
+	count, err := composeDeployRules(path, c.Deploy, &want, named)
+	if err != nil {
 		return Service{}, nil, err
 	}
 	d := pinfoldv1.NewDeployRequest(name, count, want, cpuText)
@@ -263,6 +195,128 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 		notes = append(notes, fmt.Sprintf("compose: %s: ignored keys: %s", name, strings.Join(ignored, ", ")))
 	}
 	return Service{Deploy: d, Pull: pull, Keys: named}, notes, nil
+}
+
+// readComposeService reads a compose service's keys and the part of it
+// pinfold maps, refusing a name pinfold cannot take, a compose variable
+// and a set isolation key (composeRefuse).
+func readComposeService(path, name string, raw json.RawMessage) (map[string]json.RawMessage, composeService, error) {
+	var c composeService
+	if err := model.ValidateNewServiceName(name); err != nil {
+		return nil, c, fmt.Errorf("%s: %v (pinfold's service names: lower-case letters, digits and -)", path, err)
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &keys); err != nil {
+		return nil, c, fmt.Errorf("%s: want a map of compose keys", path)
+	}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, c, fieldError(path, err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if v := string(keys[k]); strings.Contains(strings.ReplaceAll(v, "$${", ""), "${") {
+			return nil, c, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables (${...}): write the value", path, k, cutText(v, 80))
+		}
+	}
+	if c.Image == "" {
+		return nil, c, fmt.Errorf("%s.image: missing: pinfold runs images, it does not build them", path)
+	}
+	if err := composeRefuse(path, c.composeIsolation, c.composeHardening); err != nil {
+		return nil, c, err
+	}
+	return keys, c, nil
+}
+
+// composeIgnored are the service's keys, and deploy's and its
+// placement's, that pinfold does not map; x- keys are extensions (an
+// x-pinfold- one is pinfold's, read by decodeComposeScheduling).
+func composeIgnored(keys map[string]json.RawMessage) []string {
+	var ignored []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if !slices.Contains(composeMapped, k) && !isExtension(k) {
+			ignored = append(ignored, k)
+		}
+	}
+	var dk, pk map[string]json.RawMessage
+	_ = json.Unmarshal(keys["deploy"], &dk)
+	for _, k := range slices.Sorted(maps.Keys(dk)) {
+		if !slices.Contains(composeDeployMapped, k) {
+			ignored = append(ignored, "deploy."+k)
+		}
+	}
+	_ = json.Unmarshal(dk["placement"], &pk)
+	for _, k := range slices.Sorted(maps.Keys(pk)) {
+		if !slices.Contains(composePlacementMapped, k) {
+			ignored = append(ignored, "deploy.placement."+k)
+		}
+	}
+	return ignored
+}
+
+// composeSpec is the deploy's image, network, command and environment,
+// its pull policy ("" or always) and the notes on them.
+func composeSpec(name string, c composeService) (want model.Deploy, pull string, notes []string) {
+	// The deploy as wanted (model.Deploy), converted to the wire once at
+	// the end; the CPU amount stays text until the planner's share base
+	// is known.
+	want = model.Deploy{Spec: model.Spec{Image: c.Image, Network: c.NetworkMode}}
+	if c.Command != nil {
+		want.Command = *c.Command
+	}
+	if c.Entrypoint != nil && len(*c.Entrypoint) > 0 {
+		want.Command = append(slices.Clone(*c.Entrypoint), want.Command...)
+		notes = append(notes, fmt.Sprintf("compose: %s: entrypoint runs as the start of the command (an image's own ENTRYPOINT still comes first)", name))
+	}
+	if c.Environment != nil {
+		want.Env = *c.Environment
+	}
+	if c.PullPolicy == "always" {
+		pull = "always"
+	}
+	return want, pull, notes
+}
+
+// composeSize reads the service's CPUs, memory and soft memory into want,
+// each named by the key that gave it (cpus, or the deploy limit that
+// overrides it) in named; it returns the CPU amount as text.
+func composeSize(path, name string, c composeService, want *model.Deploy, named map[string]string) (string, []string, error) {
+	cpu, mem, soft := c.CPUs, c.MemLimit, c.MemReservation
+	cpuKey, memKey, softKey := path+".cpus", path+".mem_limit", path+".mem_reservation"
+	if dp := c.Deploy; dp != nil {
+		if l := dp.Resources.Limits; l.CPUs != nil {
+			cpu, cpuKey = l.CPUs, path+".deploy.resources.limits.cpus"
+		}
+		if l := dp.Resources.Limits; l.Memory != nil {
+			mem, memKey = l.Memory, path+".deploy.resources.limits.memory"
+		}
+		if r := dp.Resources.Reservations; r.Memory != nil {
+			soft, softKey = r.Memory, path+".deploy.resources.reservations.memory"
+		}
+	}
+	named["cpu"], named["memory"], named["memory_soft"] = cpuKey, memKey, softKey
+	var (
+		notes   []string
+		err     error
+		cpuText = "1"
+	)
+	if cpu != nil {
+		if cpuText, err = checkCPU(cpuKey, string(*cpu)); err != nil {
+			return "", nil, err
+		}
+	} else {
+		notes = append(notes, fmt.Sprintf("compose: %s: no CPU limit: 1 CPU (a memory-first quota)", name))
+	}
+	if mem == nil {
+		return "", nil, fmt.Errorf("%s.deploy.resources.limits.memory: missing: pinfold plans memory per instance, e.g. deploy: {resources: {limits: {memory: 256M}}}", path)
+	}
+	if want.Memory, err = checkComposeSize(memKey, string(*mem)); err != nil {
+		return "", nil, err
+	}
+	if soft != nil {
+		if want.MemorySoft, err = checkComposeSize(softKey, string(*soft)); err != nil {
+			return "", nil, err
+		}
+	}
+	return cpuText, notes, nil
 }
 
 // checkComposeSize reads a compose byte size: compose's units (b, k, m,

@@ -468,12 +468,14 @@ func fieldError(path string, err error) error {
 }
 
 // jsonPath is a decoder's field path as the file spells it: the Go names
-// of embedded structs (Scheduling.max_per_host) dropped.
+// of embedded structs (Scheduling.max_per_host,
+// composeIsolation.privileged) dropped, told by an upper-case letter no
+// key of a file's structs has.
 func jsonPath(field string) string {
 	parts := strings.Split(field, ".")
 	keep := parts[:0]
 	for _, p := range parts {
-		if p != "" && (p[0] < 'A' || p[0] > 'Z') {
+		if p != "" && strings.ToLower(p) == p {
 			keep = append(keep, p)
 		}
 	}

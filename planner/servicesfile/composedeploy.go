@@ -1,0 +1,106 @@
+package servicesfile
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/placement"
+)
+
+// composePlacement is a compose deploy's placement: swarm's constraints,
+// preferences and per-node cap.
+type composePlacement struct {
+	Constraints        []string `json:"constraints"`
+	MaxReplicasPerNode *int64   `json:"max_replicas_per_node"`
+}
+
+// composeDeployRules maps deploy.mode, deploy.placement.constraints and
+// deploy.placement.max_replicas_per_node onto want (whose x-pinfold- keys
+// are read) and returns the instance count: replicas, or 1 per host for
+// mode global (strategy each). named gets the keys of what it sets. A
+// value pinfold cannot honour is an error naming its key and value.
+func composeDeployRules(path string, dp *composeDeploy, want *model.Deploy, named map[string]string) (int, error) {
+	count := 1
+	if dp == nil {
+		return count, nil
+	}
+	if dp.Replicas != nil {
+		if *dp.Replicas < 0 || *dp.Replicas > model.MaxDeployCount {
+			return 0, fmt.Errorf("%s.deploy.replicas: %d: want 0 to %d", path, *dp.Replicas, model.MaxDeployCount)
+		}
+		count = int(*dp.Replicas)
+	}
+	switch dp.Mode {
+	case "", "replicated":
+	case "global":
+		if dp.Replicas != nil {
+			return 0, fmt.Errorf("%s.deploy.replicas: %d: deploy.mode global runs one instance per host: compose refuses both keys, remove one", path, *dp.Replicas)
+		}
+		if s := want.Strategy; s != "" && s != "each" {
+			return 0, fmt.Errorf("%s: %q: deploy.mode global is strategy each", named["strategy"], s)
+		}
+		want.Strategy, count = "each", 1
+		named["strategy"], named["count"] = path+".deploy.mode", path+".deploy.mode"
+	default:
+		return 0, fmt.Errorf("%s.deploy.mode: %q: want replicated or global (pinfold runs services, not jobs)", path, dp.Mode)
+	}
+	if n := dp.Placement.MaxReplicasPerNode; n != nil {
+		key := path + ".deploy.placement.max_replicas_per_node"
+		switch {
+		case want.MaxPerHost != 0:
+			return 0, fmt.Errorf("%s: %d: %s says %d: give one of them", key, *n, named["max_per_host"], want.MaxPerHost)
+		case *n < 0 || *n > model.MaxMaxPerHost:
+			return 0, fmt.Errorf("%s: %d: want 0 (no cap) to %d", key, *n, model.MaxMaxPerHost)
+		}
+		want.MaxPerHost, named["max_per_host"] = int(*n), key
+	}
+	var exprs []string
+	for i, c := range dp.Placement.Constraints {
+		e, err := composeConstraint(c)
+		if err != nil {
+			return 0, fmt.Errorf("%s.deploy.placement.constraints[%d]: %q: %v", path, i, c, err)
+		}
+		exprs = append(exprs, e)
+	}
+	if len(exprs) > 0 {
+		want.Rules.Constraint, named["constraint"] = strings.Join(exprs, " && "), path+".deploy.placement.constraints"
+	}
+	return count, nil
+}
+
+// composeConstraint is a swarm placement constraint (NAME == VALUE or
+// NAME != VALUE) in pinfold's constraint language: node.labels.KEY is the
+// host property KEY (pinfold host set --property KEY=VALUE), node.hostname
+// the host's name, each compared as text, as swarm compares them. Swarm's
+// other names (node.id, node.role, node.platform.*, engine.labels.*) have
+// no pinfold counterpart: an error says so.
+func composeConstraint(c string) (string, error) {
+	lhs, rhs, op := "", "", ""
+	for _, o := range []string{"==", "!="} {
+		if l, r, ok := strings.Cut(c, o); ok {
+			lhs, rhs, op = strings.TrimSpace(l), strings.TrimSpace(r), o
+			break
+		}
+	}
+	if op == "" || lhs == "" || rhs == "" {
+		return "", fmt.Errorf("want NAME == VALUE or NAME != VALUE")
+	}
+	prop := ""
+	switch {
+	case lhs == "node.hostname":
+		prop = "HostName"
+	case strings.HasPrefix(lhs, "node.labels."):
+		prop = strings.TrimPrefix(lhs, "node.labels.")
+	default:
+		return "", fmt.Errorf("pinfold hosts have no %s: pinfold maps node.labels.KEY (a host property) and node.hostname", lhs)
+	}
+	if strings.ContainsAny(rhs, `"'`) {
+		return "", fmt.Errorf("a value with a quote pinfold cannot write as a constraint")
+	}
+	e := prop + " " + op + ` "` + rhs + `"`
+	if _, err := placement.Parse(e); err != nil {
+		return "", fmt.Errorf("no pinfold constraint: %w", err)
+	}
+	return e, nil
+}

@@ -1,0 +1,173 @@
+package servicesfile
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/pinfold/pinfold/planner/model"
+)
+
+// composeWeb is a compose file of one service web with the keys given
+// (YAML flow map entries) besides its image and memory.
+func composeWeb(keys string) string {
+	return "services:\n  web: {image: a, mem_limit: 64m, " + keys + "}\n"
+}
+
+// TestComposeContainerKeys: each container key of a compose service
+// reaches the deploy's container spec (issue 38 item 4: they were dropped
+// with a note on stderr, so a hardened service ran as root with default
+// capabilities and a writable root), and is no longer named as ignored.
+func TestComposeContainerKeys(t *testing.T) {
+	tests := []struct {
+		name, keys string
+		want       model.Container
+	}{
+		{"user", `user: "999:999"`, model.Container{User: "999:999"}},
+		{"user as a number", `user: 1000`, model.Container{User: "1000"}},
+		{"read_only", `read_only: true`, model.Container{ReadOnly: true}},
+		{"read_only false", `read_only: false`, model.Container{}},
+		{"cap_add", `cap_add: [NET_ADMIN, CAP_SYS_TIME]`, model.Container{CapAdd: []string{"NET_ADMIN", "CAP_SYS_TIME"}}},
+		{"cap_drop", `cap_drop: [ALL]`, model.Container{CapDrop: []string{"ALL"}}},
+		{"working_dir", `working_dir: /srv/app`, model.Container{Workdir: "/srv/app"}},
+		{"labels as a list", `labels: [com.example.team=web, com.example.flag]`, model.Container{Labels: map[string]string{"com.example.team": "web", "com.example.flag": ""}}},
+		{"labels as a map", `labels: {com.example.team: web, com.example.tier: 2}`, model.Container{Labels: map[string]string{"com.example.team": "web", "com.example.tier": "2"}}},
+		{"logging", `logging: {driver: json-file, options: {max-size: 10m, max-file: 3}}`, model.Container{LogDriver: "json-file", LogOpts: map[string]string{"max-size": "10m", "max-file": "3"}}},
+		{"logging driver only", `logging: {driver: journald}`, model.Container{LogDriver: "journald"}},
+		{"unset isolation keys", `privileged: false, devices: [], pid: "", ipc: private, security_opt: [], userns_mode: ""`, model.Container{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := composeWeb(tt.keys)
+			want, notes, err := Decode([]byte(file))
+			if err != nil || len(want) != 1 {
+				t.Fatalf("Decode(%q) = %d services, %v", file, len(want), err)
+			}
+			if diff := cmp.Diff(tt.want, want[0].Deploy.Model(0).Container); diff != "" {
+				t.Errorf("Decode(%q): container (-want +got):\n%s", file, diff)
+			}
+			for _, n := range notes {
+				if strings.Contains(n, "ignored") {
+					t.Errorf("Decode(%q): note %q: want the key mapped, not ignored", file, n)
+				}
+			}
+		})
+	}
+}
+
+// TestComposeRefusals: a key that changes the container's isolation or
+// confinement, which pinfold cannot honour, is refused naming its path
+// and value, and no service is returned; so is a bad value of a mapped
+// key, by its compose key.
+func TestComposeRefusals(t *testing.T) {
+	tests := []struct{ name, keys, want string }{
+		{"privileged", `privileged: true`, `services.web.privileged: true: pinfold does not run privileged containers`},
+		{"privileged not a bool", `privileged: "maybe"`, `services.web.privileged: a string where true or false is wanted`},
+		{"devices", `devices: ["/dev/fuse:/dev/fuse"]`, `services.web.devices: [/dev/fuse:/dev/fuse]: pinfold passes no host devices`},
+		{"pid host", `pid: host`, `services.web.pid: "host": pinfold runs each container in a PID namespace of its own`},
+		{"pid of a service", `pid: "service:db"`, `services.web.pid: "service:db"`},
+		{"ipc host", `ipc: host`, `services.web.ipc: "host": pinfold runs each container in an IPC namespace of its own`},
+		{"userns_mode host", `userns_mode: host`, `services.web.userns_mode: "host"`},
+		{"security_opt", `security_opt: ["no-new-privileges:true"]`, `services.web.security_opt: ["no-new-privileges:true"]: pinfold sets no security options`},
+		{"cap_add ALL", `cap_add: [NET_ADMIN, ALL]`, `services.web.cap_add: "ALL": every capability is privileged in all but name`},
+		{"cap_add CAP_ALL", `cap_add: [cap_all]`, `services.web.cap_add: "cap_all": every capability`},
+		{"bad cap_drop", `cap_drop: [net-raw]`, `services.web.cap_drop: cap_drop "net-raw": want a capability's name`},
+		{"relative working_dir", `working_dir: app`, `services.web.working_dir: workdir "app": not absolute`},
+		{"bad user", `user: "a b"`, `services.web.user: user "a b": want NAME, UID`},
+		{"reserved label", `labels: [io.pinfold.x=1]`, `services.web.labels: label key "io.pinfold.x": the prefix io.pinfold. is pinfold's own`},
+		{"bad log driver", `logging: {driver: "-x"}`, `services.web.logging.driver: log_driver "-x"`},
+		{"bad log option", `logging: {driver: local, options: {"a b": 1}}`, `services.web.logging.options: log_opt key "a b"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := composeWeb(tt.keys)
+			want, _, err := Decode([]byte(file))
+			if err == nil || !strings.Contains(err.Error(), tt.want) || want != nil {
+				t.Errorf("Decode(%q) = %d services, %v; want an error containing %q and no services", file, len(want), err, tt.want)
+			}
+		})
+	}
+}
+
+// TestComposeDeployModeAndPlacement: deploy.mode global is strategy each
+// with one instance per host; deploy.placement's constraints pinfold's
+// language can say become the service's constraint, and its per-node cap
+// max_per_host; what cannot be honoured is refused naming its key.
+func TestComposeDeployModeAndPlacement(t *testing.T) {
+	tests := []struct {
+		name, keys string
+		count      int
+		want       model.Deploy // Scheduling and Rules.Constraint compared
+		err        string
+	}{
+		{name: "replicated", keys: `deploy: {mode: replicated, replicas: 3}`, count: 3},
+		{name: "global", keys: `deploy: {mode: global}`, count: 1, want: model.Deploy{Scheduling: model.Scheduling{Strategy: "each"}}},
+		{name: "global and x-pinfold-strategy each", keys: `deploy: {mode: global}, x-pinfold-strategy: each`, count: 1, want: model.Deploy{Scheduling: model.Scheduling{Strategy: "each"}}},
+		{name: "global with replicas", keys: `deploy: {mode: global, replicas: 2}`,
+			err: `services.web.deploy.replicas: 2: deploy.mode global runs one instance per host: compose refuses both keys`},
+		{name: "global and another strategy", keys: `deploy: {mode: global}, x-pinfold-strategy: fill`,
+			err: `services.web.x-pinfold-strategy: "fill": deploy.mode global is strategy each`},
+		{name: "a job", keys: `deploy: {mode: replicated-job}`, err: `services.web.deploy.mode: "replicated-job": want replicated or global`},
+		{name: "label constraints", keys: `deploy: {placement: {constraints: ["node.labels.disk == ssd", "node.labels.zone!=b"]}}`, count: 1,
+			want: model.Deploy{Rules: model.Rules{Constraint: `disk == "ssd" && zone != "b"`}}},
+		{name: "hostname constraint", keys: `deploy: {placement: {constraints: [node.hostname==h2]}}`, count: 1,
+			want: model.Deploy{Rules: model.Rules{Constraint: `HostName == "h2"`}}},
+		{name: "role constraint", keys: `deploy: {placement: {constraints: [node.role == manager]}}`,
+			err: `services.web.deploy.placement.constraints[0]: "node.role == manager": pinfold hosts have no node.role`},
+		{name: "constraint without an operator", keys: `deploy: {placement: {constraints: [node.labels.disk]}}`,
+			err: `services.web.deploy.placement.constraints[0]: "node.labels.disk": want NAME == VALUE`},
+		{name: "constraint with a quote", keys: `deploy: {placement: {constraints: ["node.labels.a == \"x\""]}}`,
+			err: `services.web.deploy.placement.constraints[0]: "node.labels.a == \"x\"": a value with a quote`},
+		{name: "max_replicas_per_node", keys: `deploy: {replicas: 4, placement: {max_replicas_per_node: 2}}`, count: 4,
+			want: model.Deploy{Scheduling: model.Scheduling{MaxPerHost: 2}}},
+		{name: "max_replicas_per_node and x-pinfold-max-per-host", keys: `deploy: {placement: {max_replicas_per_node: 2}}, x-pinfold-max-per-host: 3`,
+			err: `services.web.deploy.placement.max_replicas_per_node: 2: services.web.x-pinfold-max-per-host says 3`},
+		{name: "negative max_replicas_per_node", keys: `deploy: {placement: {max_replicas_per_node: -1}}`,
+			err: `services.web.deploy.placement.max_replicas_per_node: -1: want 0 (no cap)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := composeWeb(tt.keys)
+			want, _, err := Decode([]byte(file))
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) || want != nil {
+					t.Errorf("Decode(%q) = %d services, %v; want an error containing %q and no services", file, len(want), err, tt.err)
+				}
+				return
+			}
+			if err != nil || len(want) != 1 {
+				t.Fatalf("Decode(%q) = %d services, %v", file, len(want), err)
+			}
+			got := want[0].Deploy
+			if int(got.Count) != tt.count {
+				t.Errorf("Decode(%q): count %d, want %d", file, got.Count, tt.count)
+			}
+			m := got.Model(0)
+			if diff := cmp.Diff(tt.want.Scheduling, m.Scheduling); diff != "" {
+				t.Errorf("Decode(%q): scheduling (-want +got):\n%s", file, diff)
+			}
+			if m.Rules.Constraint != tt.want.Rules.Constraint {
+				t.Errorf("Decode(%q): constraint %q, want %q", file, m.Rules.Constraint, tt.want.Rules.Constraint)
+			}
+		})
+	}
+}
+
+// TestComposeNotesWhatItIgnores: keys pinfold has no form for (ulimits,
+// pids_limit: model.Container has neither) are named in the notes, as are
+// deploy's and its placement's; extension keys (x-) are not.
+func TestComposeNotesWhatItIgnores(t *testing.T) {
+	file := "x-defaults: &d {restart: always}\nname: shop\nservices:\n  web: {image: a, mem_limit: 64m, ulimits: {nofile: 1024}, pids_limit: 100, x-team: web,\n" +
+		"    deploy: {update_config: {parallelism: 1}, placement: {preferences: [{spread: node.labels.zone}]}}}\n"
+	_, notes, err := Decode([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"compose: ignored top-level keys: name",
+		"compose: web: no CPU limit: 1 CPU (a memory-first quota)",
+		"compose: web: ignored keys: pids_limit, ulimits, deploy.update_config, deploy.placement.preferences"}
+	if diff := cmp.Diff(want, notes); diff != "" {
+		t.Errorf("Decode(%q): notes (-want +got):\n%s", file, diff)
+	}
+}
