@@ -179,9 +179,16 @@ func Decode(data []byte) (want []Service, notes []string, err error) {
 		return nil, nil, fmt.Errorf("line %d: %s: the key %s is read as the bool %t by YAML 1.1, as services files are read (a service would be named %q): quote it, \"%s\"",
 			line, path, key, yaml11True[key], strconv.FormatBool(yaml11True[key]), key)
 	}
-	// Strict: a key given twice (two services of one name) is an error,
-	// not the last one silently.
-	js, err := yaml.YAMLToJSONStrict(data)
+	// A key given twice (two services of one name) is an error, not the
+	// last one silently; a key overriding a merged one (<<: *anchor) is
+	// not, which a strict reading would refuse.
+	if at, key, line := duplicateKey(data); key != "" {
+		if at == "" {
+			at = "the top"
+		}
+		return nil, nil, fmt.Errorf("line %d: key %q already set in map (%s): YAML would keep only the last", line, key, at)
+	}
+	js, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, nil, fmt.Errorf("not YAML or JSON: %v", err)
 	}
@@ -200,8 +207,10 @@ func Decode(data []byte) (want []Service, notes []string, err error) {
 	if isCompose(top, services) {
 		return decodeCompose(top, services)
 	}
-	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" || k == projectKey }); len(extra) > 0 {
-		return nil, nil, fmt.Errorf("unknown top-level key %q: a pinfold services file has only services and project", extra[0])
+	// x- keys are extension fields, as in a compose file: they hold YAML
+	// anchors the services use, and are not read.
+	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" || k == projectKey || isExtension(k) }); len(extra) > 0 {
+		return nil, nil, fmt.Errorf("unknown top-level key %q: a pinfold services file has services, project and x- extension keys (for YAML anchors)", extra[0])
 	}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(services)) {

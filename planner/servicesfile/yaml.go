@@ -84,3 +84,47 @@ func secondDocument(data []byte) int {
 	}
 	return 0
 }
+
+// duplicateKey finds the first key given twice in one map (two services
+// of one name: YAML would keep the last silently), as its map's path, the
+// key and its line; "" when there is none or the file is not YAML. A key
+// that overrides one a merge key (<<: *anchor) brought is no duplicate
+// (the merged keys are not the map's own): that is what merging is for,
+// and why the file is not read strictly.
+func duplicateKey(data []byte) (path, key string, line int) {
+	var doc yamlv3.Node
+	if yamlv3.Unmarshal(data, &doc) != nil {
+		return "", "", 0
+	}
+	var walk func(n *yamlv3.Node, at string) bool
+	walk = func(n *yamlv3.Node, at string) bool {
+		switch n.Kind {
+		case yamlv3.DocumentNode, yamlv3.SequenceNode:
+			for _, c := range n.Content {
+				if walk(c, at) {
+					return true
+				}
+			}
+		case yamlv3.MappingNode:
+			seen := map[string]bool{}
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				k := n.Content[i]
+				if seen[k.Value] {
+					path, key, line = at, k.Value, k.Line
+					return true
+				}
+				seen[k.Value] = true
+				p := k.Value
+				if at != "" {
+					p = at + "." + k.Value
+				}
+				if walk(n.Content[i+1], p) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	walk(&doc, "")
+	return path, key, line
+}
