@@ -124,15 +124,17 @@ func shareBaseOf(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 	return int(resp.Msg.Hosts[0].ShareBase), nil
 }
 
-// readServicesFile reads -f (- is standard input).
-func readServicesFile(cmd *cobra.Command, path string) ([]servicesfile.Service, string, error) {
+// readServicesFile reads -f (- is standard input): the services, the
+// file's project (servicesfile.Project, else defaultProject), which each
+// deploy records as its source, and the reader's notes (a compose file's
+// ignored keys), returned for the -o json document and, for the text
+// output, printed on stderr at once: a refusal further on still comes
+// after them.
+func readServicesFile(cmd *cobra.Command, path string, out outputFlag) (want []servicesfile.Service, project string, notes []string, err error) {
 	if path == "" {
-		return nil, "", badInput("-f FILE is required: a services file (YAML or JSON) or a docker compose file")
+		return nil, "", nil, badInput("-f FILE is required: a services file (YAML or JSON) or a docker compose file")
 	}
-	var (
-		data []byte
-		err  error
-	)
+	var data []byte
 	if path == "-" {
 		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), servicesfile.MaxBytes+1))
 	} else {
@@ -144,27 +146,29 @@ func readServicesFile(cmd *cobra.Command, path string) ([]servicesfile.Service, 
 		}
 	}
 	if err != nil {
-		return nil, "", badInput("-f %q: %v", path, err)
+		return nil, "", nil, badInput("-f %q: %v", path, err)
 	}
-	want, notes, err := servicesfile.Decode(data)
+	want, notes, err = servicesfile.Decode(data)
 	if err != nil {
-		return nil, "", &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
+		return nil, "", nil, &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
 	}
 	project, compose, err := servicesfile.Project(data)
 	if err != nil {
-		return nil, "", &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
+		return nil, "", nil, &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
 	}
 	if project == "" {
 		project = defaultProject(path, compose)
 	}
-	for _, n := range notes {
-		fmt.Fprintln(cmd.ErrOrStderr(), n)
+	if !out.json() {
+		for _, n := range notes {
+			fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
+		}
 	}
 	for i := range want {
 		want[i].File = path
 		want[i].Deploy.Source = project
 	}
-	return want, project, nil
+	return want, project, notes, nil
 }
 
 // defaultProject is the project of a file that names none: a compose
@@ -190,6 +194,13 @@ func defaultProject(path string, compose bool) string {
 		name = "default"
 	}
 	return name[:min(len(name), model.MaxSourceLength)]
+}
+
+// withFileNotes is d with the file's notes before its own, for the -o
+// json document (the text output printed them when the file was read).
+func withFileNotes(d servicesfile.Diff, notes []string) servicesfile.Diff {
+	d.Notes = append(append([]string{}, notes...), d.Notes...)
+	return d
 }
 
 func printDiff(cmd *cobra.Command, d servicesfile.Diff, applied bool) {
@@ -253,13 +264,21 @@ environment, network_mode, pull_policy, healthcheck, deploy.replicas,
 deploy.resources.limits.cpus and .memory, deploy.resources.reservations.memory
 (soft memory), cpus/mem_limit/mem_reservation, ports (TCP: "8080:80" is
 the static host port p80=8080:80, "80" a dynamic one named p80), volumes
-(absolute host paths and named volumes) and restart or
-deploy.restart_policy; pinfold's own strategy, max_per_host and priority
-are x-pinfold-strategy, x-pinfold-max-per-host and x-pinfold-priority.
-Every other key, and a port or volume pinfold has
-no form for (a host address, UDP, a range, a relative path), is named as
-ignored, per service. Compose services are memory-first (no bind);
-a compose variable (${...}) is refused: pinfold does not fill them in.
+(absolute host paths and named volumes), restart or
+deploy.restart_policy, user, read_only, cap_add, cap_drop, working_dir,
+labels and logging (driver, options); deploy.mode global is strategy
+each (one per host), deploy.placement.constraints on node.labels.KEY
+(a host property) and node.hostname are the constraint, and
+max_replicas_per_node is max_per_host. pinfold's own strategy,
+max_per_host and priority are x-pinfold-strategy, x-pinfold-max-per-host
+and x-pinfold-priority. privileged: true, devices, pid, ipc: host,
+userns_mode, security_opt and cap_add: [ALL] are refused: pinfold cannot
+honour them. Every other key, and a port or volume pinfold has no form
+for (a host address, UDP, a range, a relative path), is named as
+ignored, per service (a note on stderr, in "notes" with -o json).
+Compose services are memory-first (no bind); a compose variable (${...})
+is refused: pinfold does not fill them in. Top-level x- keys (in either
+kind of file) are not read: they hold YAML anchors (<<: *defaults).
 
 Compared with the planner (GetService, ListInstances), each service is:
   deploy    new: placed with its size and rules
@@ -314,7 +333,7 @@ the planner unreachable, the outcome unknown).
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			want, project, err := readServicesFile(cmd, file)
+			want, project, notes, err := readServicesFile(cmd, file, out)
 			if err != nil {
 				return err
 			}
@@ -324,7 +343,7 @@ the planner unreachable, the outcome unknown).
 					return err
 				}
 				if out.json() {
-					if err := writeJSON(cmd.OutOrStdout(), d); err != nil {
+					if err := writeJSON(cmd.OutOrStdout(), withFileNotes(d, notes)); err != nil {
 						return err
 					}
 				} else {
@@ -388,7 +407,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			want, project, err := readServicesFile(cmd, file)
+			want, project, notes, err := readServicesFile(cmd, file, out)
 			if err != nil {
 				return err
 			}
@@ -408,7 +427,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 						blocked = append(blocked, s.Service+": "+s.Detail)
 					}
 				}
-				doc := applyJSON{Diff: d, Applied: []string{}}
+				doc := applyJSON{Diff: withFileNotes(d, notes), Applied: []string{}}
 				if err := pruneAsked(d, yes); err != nil {
 					doc.Refused = []refusedStepJSON{{Action: "remove", Error: err.Error()}}
 					return jsonThen(cmd, out, doc, err)
