@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,7 +18,8 @@ import (
 // github.com/compose-spec/compose-go: that module brings 13 more modules
 // (a JSON schema validator, logrus, a yaml v4 release candidate) and reads
 // env files and paths from disk, for the handful of keys mapped here.
-// Variables (${VAR}) are not filled in: a value holding one is refused.
+// Variables ($VAR, ${VAR}) are not filled in: a value holding one is
+// refused.
 
 // isCompose tells a docker compose file from a pinfold services file: it
 // has compose's top-level keys (an x- key is either's) or compose keys in
@@ -134,6 +136,10 @@ func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawM
 	return want, notes, nil
 }
 
+// composeVariable is a compose variable, $VAR or ${...}, once $$ (a
+// dollar sign written out) is taken away.
+var composeVariable = regexp.MustCompile(`\$[{A-Za-z_]`)
+
 // isExtension tells an extension key (x-anything): compose ignores them.
 func isExtension(k string) bool { return strings.HasPrefix(k, "x-") }
 
@@ -213,8 +219,8 @@ func readComposeService(path, name string, raw json.RawMessage) (map[string]json
 		return nil, c, fieldError(path, err)
 	}
 	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if v := string(keys[k]); strings.Contains(strings.ReplaceAll(v, "$${", ""), "${") {
-			return nil, c, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables (${...}): write the value", path, k, cutText(v, 80))
+		if v := string(keys[k]); composeVariable.MatchString(strings.ReplaceAll(v, "$$", "")) {
+			return nil, c, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables ($VAR, ${...}): write the value", path, k, cutText(v, 80))
 		}
 	}
 	if c.Image == "" {

@@ -77,6 +77,10 @@ func TestComposeRefusals(t *testing.T) {
 		{"bad user", `user: "a b"`, `services.web.user: user "a b": want NAME, UID`},
 		{"reserved label", `labels: [io.pinfold.x=1]`, `services.web.labels: label key "io.pinfold.x": the prefix io.pinfold. is pinfold's own`},
 		{"bad log driver", `logging: {driver: "-x"}`, `services.web.logging.driver: log_driver "-x"`},
+		// Compose fills in $VAR as it does ${VAR}: taken as written, the
+		// directory would be the text $DIR.
+		{"variable without braces", `working_dir: "$DIR"`, `services.web.working_dir: "$DIR": pinfold does not fill in compose variables ($VAR, ${...})`},
+		{"variable in a command", `command: "echo $HOME"`, `services.web.command: "echo $HOME": pinfold does not fill in`},
 		{"bad log option", `logging: {driver: local, options: {"a b": 1}}`, `services.web.logging.options: log_opt key "a b"`},
 	}
 	for _, tt := range tests {
