@@ -232,8 +232,8 @@ func readComposeService(path, name string, raw json.RawMessage) (map[string]json
 	return keys, c, nil
 }
 
-// composeIgnored are the service's keys, and deploy's and its
-// placement's, that pinfold does not map; x- keys are extensions (an
+// composeIgnored are the service's keys, and deploy's, its placement's
+// and healthcheck's, that pinfold does not map; x- keys are extensions (an
 // x-pinfold- one is pinfold's, read by decodeComposeScheduling).
 func composeIgnored(keys map[string]json.RawMessage) []string {
 	var ignored []string
@@ -255,8 +255,19 @@ func composeIgnored(keys map[string]json.RawMessage) []string {
 			ignored = append(ignored, "deploy.placement."+k)
 		}
 	}
+	var hk map[string]json.RawMessage
+	_ = json.Unmarshal(keys["healthcheck"], &hk)
+	for _, k := range slices.Sorted(maps.Keys(hk)) {
+		if !slices.Contains(composeHealthMapped, k) {
+			ignored = append(ignored, "healthcheck."+k)
+		}
+	}
 	return ignored
 }
+
+// composeHealthMapped are the healthcheck keys mapped: pinfold's agent
+// probes on its own schedule (interval, retries, start_period are its).
+var composeHealthMapped = jsonKeys(composeHealth{})
 
 // composeSpec is the deploy's image, network, command and environment,
 // its pull policy ("" or always) and the notes on them.

@@ -160,9 +160,11 @@ func TestComposeDeployModeAndPlacement(t *testing.T) {
 
 // TestComposeNotesWhatItIgnores: keys pinfold has no form for (ulimits,
 // pids_limit: model.Container has neither) are named in the notes, as are
-// deploy's and its placement's; extension keys (x-) are not.
+// deploy's, its placement's and healthcheck's; extension keys (x-) are
+// not.
 func TestComposeNotesWhatItIgnores(t *testing.T) {
 	file := "x-defaults: &d {restart: always}\nname: shop\nservices:\n  web: {image: a, mem_limit: 64m, ulimits: {nofile: 1024}, pids_limit: 100, x-team: web,\n" +
+		"    healthcheck: {test: [CMD, ok], interval: 5s},\n" +
 		"    deploy: {update_config: {parallelism: 1}, placement: {preferences: [{spread: node.labels.zone}]}}}\n"
 	_, notes, err := Decode([]byte(file))
 	if err != nil {
@@ -170,7 +172,7 @@ func TestComposeNotesWhatItIgnores(t *testing.T) {
 	}
 	want := []string{"compose: ignored top-level keys: name",
 		"compose: web: no CPU limit: 1 CPU (a memory-first quota)",
-		"compose: web: ignored keys: pids_limit, ulimits, deploy.update_config, deploy.placement.preferences"}
+		"compose: web: ignored keys: pids_limit, ulimits, deploy.update_config, deploy.placement.preferences, healthcheck.interval"}
 	if diff := cmp.Diff(want, notes); diff != "" {
 		t.Errorf("Decode(%q): notes (-want +got):\n%s", file, diff)
 	}

@@ -107,10 +107,11 @@ func TestComposeFixtures(t *testing.T) {
 		}, notes: []string{
 			"compose: ignored top-level keys: volumes",
 			"compose: memcached: no CPU limit: 1 CPU (a memory-first quota)",
+			"compose: memcached: ignored keys: healthcheck.interval, healthcheck.retries, healthcheck.start_period",
 			"compose: postgres: entrypoint runs as the start of the command (an image's own ENTRYPOINT still comes first)",
-			`compose: postgres: ignored keys: volumes: {"read_only":true,"source":"./postgres/","target":"/opt/sentry/","type":"bind"} (an absolute host path or a volume's name is needed)`,
+			`compose: postgres: ignored keys: healthcheck.interval, healthcheck.retries, healthcheck.start_period, volumes: {"read_only":true,"source":"./postgres/","target":"/opt/sentry/","type":"bind"} (an absolute host path or a volume's name is needed)`,
 			"compose: redis: no CPU limit: 1 CPU (a memory-first quota)",
-			"compose: redis: ignored keys: ulimits",
+			"compose: redis: ignored keys: ulimits, healthcheck.interval, healthcheck.retries, healthcheck.start_period",
 			"compose: smtp: no CPU limit: 1 CPU (a memory-first quota)",
 			"compose: smtp: ignored keys: platform",
 		}},
