@@ -23,6 +23,17 @@ func FuzzServicesFile(f *testing.F) {
 		}
 		f.Add(data)
 	}
+	fixtures, err := filepath.Glob(filepath.Join("testdata", "compose", "*.yaml"))
+	if err != nil || len(fixtures) == 0 {
+		f.Fatalf("testdata/compose: %d fixtures, %v", len(fixtures), err)
+	}
+	for _, name := range fixtures {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	for _, s := range []string{
 		"services:\n  web: {image: a, memory: 64MiB, ports: [http=8080, admin], volumes: [/srv:/srv:ro], restart: always}\n",
 		"services:\n  web: {image: a, memory: 64MiB, cpu: 1.5, bind: true, count: 3, health: {http: 80/, timeout: 3s}}\n",
@@ -31,6 +42,8 @@ func FuzzServicesFile(f *testing.F) {
 		`{"services": {"web": {"image": "a", "memory": 67108864, "command": "sh -c 'echo hi'"}}}`,
 		"services:\n  y: {image: a, memory: 64MiB}\n",
 		"services: {}\n---\nservices: {}\n",
+		"x-d: &d {image: a, memory: 64MiB}\nservices:\n  web: {<<: *d, cpu: 2}\n",
+		"services:\n  web: {image: a, mem_limit: 64m, user: \"1:1\", read_only: true, cap_drop: [ALL], labels: [a=b], logging: {driver: local}, deploy: {mode: global, placement: {constraints: [node.labels.a==b]}}}\n",
 	} {
 		f.Add([]byte(s))
 	}
