@@ -118,7 +118,8 @@ func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawM
 		notes []string
 		errs  []error
 	)
-	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" || isExtension(k) }); len(extra) > 0 {
+	if extra := slices.DeleteFunc(slices.Sorted(maps.Keys(top)), func(k string) bool { return k == "services" || k == "name" || isExtension(k) }); len(extra) > 0 {
+		// name is the project's (Project): apply records it; it is not ignored.
 		notes = append(notes, fmt.Sprintf("compose: ignored top-level keys: %s", strings.Join(extra, ", ")))
 	}
 	for _, name := range slices.Sorted(maps.Keys(services)) {

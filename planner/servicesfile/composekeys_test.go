@@ -170,8 +170,7 @@ func TestComposeNotesWhatItIgnores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"compose: ignored top-level keys: name",
-		"compose: web: no CPU limit: 1 CPU (a memory-first quota)",
+	want := []string{"compose: web: no CPU limit: 1 CPU (a memory-first quota)",
 		"compose: web: ignored keys: pids_limit, ulimits, deploy.update_config, deploy.placement.preferences, healthcheck.interval"}
 	if diff := cmp.Diff(want, notes); diff != "" {
 		t.Errorf("Decode(%q): notes (-want +got):\n%s", file, diff)

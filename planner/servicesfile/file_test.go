@@ -17,7 +17,7 @@ func TestExamplesDecode(t *testing.T) {
 		notes    []string
 	}{
 		{"services.yaml", []string{"cache", "web"}, nil},
-		{"compose.yaml", []string{"api", "db"}, []string{"compose: ignored top-level keys: name, volumes",
+		{"compose.yaml", []string{"api", "db"}, []string{"compose: ignored top-level keys: volumes",
 			"compose: api: ignored keys: depends_on"}},
 	}
 	for _, tt := range tests {
