@@ -179,10 +179,13 @@ func release(rd reader, v state.InstanceView, c *state.Change, allocs map[string
 	c.DeleteInstance(in.Host, in.ID)
 }
 
-// replacementOf is the instance that replaces id (a move in flight), if any.
+// replacementOf is the instance of service that replaces id (a move in
+// flight), if any: the first by host then ID. It reads the replacement
+// index, not the service's instances (a drain of 1,000 instances of a
+// service of 50,000 sorted those 1,000 times).
 func replacementOf(rd reader, service, id string) (state.InstanceView, bool) {
-	for _, v := range rd.ServiceInstances(service) {
-		if v.Instance.Replaces == id {
+	for _, v := range rd.Replacements(id) {
+		if v.Instance.Service == service {
 			return v, true
 		}
 	}

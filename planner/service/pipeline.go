@@ -19,6 +19,7 @@ type reader interface {
 	Host(name string) (state.HostView, bool)
 	Instance(id string) (state.InstanceView, bool)
 	ServiceInstances(service string) []state.InstanceView
+	Replacements(id string) []state.InstanceView
 	Service(name string) (state.Doc[state.Service], bool)
 	PlacementSettings() placement.Settings
 	Request(id string) (state.Request, bool)

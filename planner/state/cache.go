@@ -77,6 +77,10 @@ type cache struct {
 	// moving indexes the instances with Replaces set (moves in flight):
 	// ID → host, so the leader's tick reads them without a full scan.
 	moving map[string]string
+	// replacedBy indexes the moves in flight by the instance they replace:
+	// old ID → new ID → its host, so that finding an instance's
+	// replacement reads its own entry, not its service's instances.
+	replacedBy map[string]map[string]string
 
 	// hostChange is, per host, the revision of the last change to its
 	// registration or desired instances (WatchHost).
@@ -129,6 +133,7 @@ func (c *cache) reset() {
 	c.cpuMaps = map[[32]byte]map[cpuset.CPUID]int{}
 	c.hostChange = map[string]int64{}
 	c.byService, c.where, c.moving = map[string]map[string]string{}, map[string]string{}, map[string]string{}
+	c.replacedBy = map[string]map[string]string{}
 	c.instSize, c.hostSize = map[string]int32{}, map[string]int64{}
 }
 
@@ -194,8 +199,12 @@ func (c *cache) apply(key string, val []byte, rev int64, deleted bool) effect {
 			}
 			c.byService[svc][id] = host
 			c.where[id] = host
-			if d.Value.Replaces != "" {
+			if old := d.Value.Replaces; old != "" {
 				c.moving[id] = host
+				if c.replacedBy[old] == nil {
+					c.replacedBy[old] = map[string]string{}
+				}
+				c.replacedBy[old][id] = host
 			}
 		}
 		return effect{host: host, marked: true}
@@ -297,6 +306,12 @@ func (c *cache) unindex(host, id string) {
 	}
 	if c.moving[id] == host {
 		delete(c.moving, id)
+	}
+	if old := d.Value.Replaces; old != "" && c.replacedBy[old][id] == host {
+		delete(c.replacedBy[old], id)
+		if len(c.replacedBy[old]) == 0 {
+			delete(c.replacedBy, old)
+		}
 	}
 }
 
@@ -453,6 +468,17 @@ func (c *cache) movingInstances() []InstanceView {
 	for _, id := range ids {
 		out = append(out, c.instance(c.moving[id], id))
 	}
+	return out
+}
+
+// replacements is the instances that replace id (moves in flight), from
+// the replacedBy index, sorted by host then ID.
+func (c *cache) replacements(id string) []InstanceView {
+	var out []InstanceView
+	for nid, h := range c.replacedBy[id] {
+		out = append(out, c.instance(h, nid))
+	}
+	sortInstances(out)
 	return out
 }
 

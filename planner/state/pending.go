@@ -20,6 +20,10 @@ type Pending struct {
 	// resources caches the engine view of each host with pending usage
 	// (built once per Add that changes the host, not once per read).
 	resources map[string]*alloc.Host
+	// replacedBy indexes the pending writes of instances that replace
+	// another: old ID → new IDs (a candidate only: a later write may have
+	// changed or deleted it; Replacements reads each again).
+	replacedBy map[string]map[string]bool
 }
 
 // Add lays c over the view: what c writes is what the next read sees.
@@ -27,6 +31,18 @@ func (p *Pending) Add(c *Change) {
 	p.c.Merge(c)
 	for h := range c.allocs {
 		delete(p.resources, h)
+	}
+	for id, w := range c.instances {
+		if w.in == nil || w.in.Replaces == "" {
+			continue
+		}
+		if p.replacedBy == nil {
+			p.replacedBy = map[string]map[string]bool{}
+		}
+		if p.replacedBy[w.in.Replaces] == nil {
+			p.replacedBy[w.in.Replaces] = map[string]bool{}
+		}
+		p.replacedBy[w.in.Replaces][id] = true
 	}
 }
 
@@ -132,6 +148,31 @@ func (p *Pending) overlay(base []InstanceView, match func(*model.Instance) bool)
 		if v, ok := p.Instance(id); ok {
 			out = append(out, v)
 		}
+	}
+	sortInstances(out)
+	return out
+}
+
+// Replacements returns the instances that replace instance id, with
+// pending writes, sorted by host then ID: the cache's and the pending
+// writes' candidates, each read again as it is now.
+func (p *Pending) Replacements(id string) []InstanceView {
+	seen := map[string]bool{}
+	var out []InstanceView
+	keep := func(nid string) {
+		if seen[nid] {
+			return
+		}
+		seen[nid] = true
+		if v, ok := p.Instance(nid); ok && v.Instance.Replaces == id {
+			out = append(out, v)
+		}
+	}
+	for _, v := range p.base.Replacements(id) {
+		keep(v.Instance.ID)
+	}
+	for nid := range p.replacedBy[id] {
+		keep(nid)
 	}
 	sortInstances(out)
 	return out

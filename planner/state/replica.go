@@ -300,6 +300,15 @@ func (s *replica) ServiceInstances(service string) []InstanceView {
 	return s.c.serviceInstances(service)
 }
 
+// Replacements returns the instances that replace instance id (moves in
+// flight: their Replaces is id), sorted by host then ID, from an index:
+// its cost is its answer's, not the fleet's or the service's.
+func (s *replica) Replacements(id string) []InstanceView {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.c.replacements(id)
+}
+
 func sortInstances(out []InstanceView) {
 	slices.SortFunc(out, func(a, b InstanceView) int {
 		return cmp.Or(cmp.Compare(a.Instance.Host, b.Instance.Host), cmp.Compare(a.Instance.ID, b.Instance.ID))
