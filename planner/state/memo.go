@@ -174,20 +174,12 @@ func (m *viewMemo) placedList(names []string, view func(name string) HostView) *
 type Placed struct {
 	Hosts []*placement.Host
 	revs  []Revs
-	// over holds the revisions of the hosts a Pending list replaced (its
-	// revs are the store list's, shared, not copied).
-	over  map[int]Revs
 	index *placedIndex
 	names []string // the store's sorted names the list was built from
 }
 
 // Rev is the revisions Hosts[i] was built from.
-func (p *Placed) Rev(i int) Revs {
-	if r, ok := p.over[i]; ok {
-		return r
-	}
-	return p.revs[i]
-}
+func (p *Placed) Rev(i int) Revs { return p.revs[i] }
 
 // Revs are the revisions of a host's registration and usage documents.
 type Revs struct{ Host, Alloc int64 }

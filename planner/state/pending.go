@@ -24,6 +24,13 @@ type Pending struct {
 	// another: old ID → new IDs (a candidate only: a later write may have
 	// changed or deleted it; Replacements reads each again).
 	replacedBy map[string]map[string]bool
+	// placed is the last list SchedulablePlacement built, from the store's
+	// list placedFrom; stale is the hosts whose usage an Add changed since.
+	// The next list copies it and builds only those again, instead of every
+	// host with pending usage (a drain of 1,000 instances built 1,000 views
+	// for each of its 1,000 moves).
+	placed, placedFrom *Placed
+	stale              map[string]bool
 }
 
 // Add lays c over the view: what c writes is what the next read sees.
@@ -31,6 +38,12 @@ func (p *Pending) Add(c *Change) {
 	p.c.Merge(c)
 	for h := range c.allocs {
 		delete(p.resources, h)
+		if p.placed != nil {
+			if p.stale == nil {
+				p.stale = map[string]bool{}
+			}
+			p.stale[h] = true
+		}
 	}
 	for id, w := range c.instances {
 		if w.in == nil || w.in.Replaces == "" {
@@ -58,13 +71,31 @@ func (p *Pending) Unschedulable() map[string][]string { return p.base.Unschedula
 // SchedulablePlacement is Store.SchedulablePlacement with the hosts whose
 // usage is pending replaced by their pending views (the store's list is
 // shared: it is copied before one is replaced).
+//
+// The list built last is kept while the store's list is the same one (the
+// cache has not changed): the next copies it and builds again only the
+// hosts whose usage changed since, so that a call costs the hosts' number
+// and the new changes', not every pending change again.
 func (p *Pending) SchedulablePlacement() *Placed {
 	base := p.base.SchedulablePlacement()
 	if len(p.c.allocs) == 0 {
 		return base
 	}
-	out := &Placed{Hosts: slices.Clone(base.Hosts), revs: base.revs, over: make(map[int]Revs, len(p.c.allocs)), index: base.index}
-	for h := range p.c.allocs {
+	from, changed := p.placed, p.stale
+	if from == nil || p.placedFrom != base {
+		from, changed = base, make(map[string]bool, len(p.c.allocs))
+		for h := range p.c.allocs {
+			changed[h] = true
+		}
+	}
+	if len(changed) == 0 {
+		return from
+	}
+	out := &Placed{Hosts: slices.Clone(from.Hosts), revs: make([]Revs, len(from.Hosts)), index: base.index}
+	for i := range out.revs {
+		out.revs[i] = from.Rev(i)
+	}
+	for h := range changed {
 		i, ok := out.Index(h)
 		if !ok {
 			continue // not schedulable (any more)
@@ -73,8 +104,9 @@ func (p *Pending) SchedulablePlacement() *Placed {
 		if !found {
 			continue
 		}
-		out.Hosts[i], out.over[i] = v.PlacementHost(), Revs{v.HostRev, v.AllocRev}
+		out.Hosts[i], out.revs[i] = v.PlacementHost(), Revs{v.HostRev, v.AllocRev}
 	}
+	p.placed, p.placedFrom, p.stale = out, base, nil
 	return out
 }
 
