@@ -64,21 +64,26 @@ func overbookedWarning(v state.HostView, shareBase int, overbooking map[string]f
 // down hosts that hold instances. now is the clock (health is an edge).
 func (s *Service) Health(now time.Time) []Warning {
 	var out []Warning
-	for _, b := range Verify(s.st, s.params.ShareBase) {
+	// One read of the fleet, at one revision, for the audit and the counts
+	// below (two copies of every instance cost a second at 1,000,000).
+	snap := s.st.Snapshot()
+	for _, b := range verify(snap, s.params.ShareBase) {
 		out = append(out, Warning{Kind: placement.RuleCapacity, Subject: "store", Detail: b})
 	}
 	// One pass over the instances: per service, per host.
 	per := map[string]map[string]int{} // service → host → instances
 	onHost := map[string]int{}
-	for _, iv := range s.st.Instances("") {
-		in := iv.Instance
-		if per[in.Service] == nil {
-			per[in.Service] = map[string]int{}
+	for _, ins := range snap.Instances {
+		for _, iv := range ins {
+			in := iv.Instance
+			if per[in.Service] == nil {
+				per[in.Service] = map[string]int{}
+			}
+			per[in.Service][in.Host]++
+			onHost[in.Host]++
 		}
-		per[in.Service][in.Host]++
-		onHost[in.Host]++
 	}
-	hosts := s.st.Hosts()
+	hosts := snap.Hosts
 	overbooking := s.st.PlacementSettings().Overbooking
 	byName := map[string]state.HostView{}
 	for _, v := range hosts {

@@ -30,8 +30,12 @@ func mustJSON(v any) []byte {
 // settings overbook a resource (what a replacement may use: placement's
 // adjust): what placement did is never flagged.
 func Verify(st Store, shareBase int) []string {
+	return verify(st.Snapshot(), shareBase) // one revision: usage and instances committed together are read together
+}
+
+// verify is Verify on the snapshot snap.
+func verify(snap state.Snapshot, shareBase int) []string {
 	var bad []string
-	snap := st.Snapshot() // one revision: usage and instances committed together are read together
 	ps := snap.Placement
 	limit := func(resource string, capacity int64) int64 {
 		o, ok := ps.Overbooking[resource]

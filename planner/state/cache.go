@@ -449,8 +449,13 @@ func (c *cache) instanceByID(id string) (InstanceView, bool) {
 func (c *cache) instancesOn(host string) []InstanceView {
 	var out []InstanceView
 	hosts := []string{host}
+	n := len(c.instances[host])
 	if host == "" {
 		hosts = slices.Sorted(maps.Keys(c.instances))
+		n = len(c.where)
+	}
+	if n > 0 {
+		out = make([]InstanceView, 0, n) // one copy of each view, not the doublings of append
 	}
 	for _, h := range hosts {
 		for _, id := range slices.Sorted(maps.Keys(c.instances[h])) {
