@@ -225,16 +225,20 @@ func balanceModel(rd *state.Pending, moveLocal bool) ([]balance.Host, []balance.
 	// The instances being replaced (a move in flight), found once: asking
 	// replacementOf per instance sorted the service's instances each time,
 	// O(n²) (issue 36 R1: 197.6 s of a core at 20,777 instances).
+	// Each host's instances are read once (a copy of each), for both
+	// passes.
 	moving := map[string]bool{}
-	for _, h := range hosts {
-		for _, v := range rd.Instances(h.Name) {
+	on := make([][]state.InstanceView, len(hosts))
+	for i, h := range hosts {
+		on[i] = rd.Instances(h.Name)
+		for _, v := range on[i] {
 			if r := v.Instance.Replaces; r != "" {
 				moving[r] = true
 			}
 		}
 	}
-	for _, h := range hosts {
-		for _, v := range rd.Instances(h.Name) {
+	for i := range hosts {
+		for _, v := range on[i] {
 			in := v.Instance
 			if in.Replaces != "" || moving[in.ID] {
 				continue
