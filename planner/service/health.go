@@ -101,6 +101,10 @@ func (s *Service) Health(now time.Time) []Warning {
 			out = append(out, Warning{Kind: placement.RuleDown, Subject: h.Name, Detail: fmt.Sprintf("the agent is not heartbeating: %d instances are not enforced", n)})
 		}
 	}
+	// Without a domain on any host no service is packed (domainPacking),
+	// and its room, a Capacity over every host, is not needed.
+	domains := slices.ContainsFunc(hosts, func(v state.HostView) bool { return v.Host.FaultDomain != "" || v.Host.UpgradeDomain != "" })
+	rooms := map[string]map[string]int{} // roomKey → roomFor: one Capacity per shape, not per service
 	// Per service: constraint and domain spread.
 	for _, svc := range slices.Sorted(maps.Keys(per)) {
 		d, _ := s.st.Service(svc)
@@ -113,7 +117,16 @@ func (s *Service) Health(now time.Time) []Warning {
 		if st := alloc.Strategy(d.Value.Strategy); st == alloc.Each || st == alloc.Fill {
 			continue // their counts follow the hosts, not the domains (placement spreads neither)
 		}
-		for _, w := range domainPacking(hosts, per[svc], s.roomFor(d.Value)) {
+		if !domains {
+			continue
+		}
+		key := roomKey(d.Value)
+		room, ok := rooms[key]
+		if !ok {
+			room = s.roomFor(d.Value)
+			rooms[key] = room
+		}
+		for _, w := range domainPacking(hosts, per[svc], room) {
 			w.Subject = svc
 			out = append(out, w)
 		}
@@ -134,6 +147,23 @@ func (s *Service) roomFor(d state.Service) map[string]int {
 		out[h] = room.Count
 	}
 	return out
+}
+
+// roomKey is what roomFor's answer depends on: the record's size and
+// hard rules (Capacity reads nothing else of it), and its name only under
+// a max per host (its own instances then cap a host's room).
+func roomKey(d state.Service) string {
+	k := struct {
+		Size                   model.Size
+		Constraint             string
+		Affinity, AntiAffinity model.Affinity
+		MaxPerHost             int
+		Service                string
+	}{d.Size, d.Rules.Constraint, d.Rules.Affinity, d.Rules.AntiAffinity, d.MaxPerHost, ""}
+	if d.MaxPerHost > 0 {
+		k.Service = d.Name
+	}
+	return string(mustJSON(k))
 }
 
 // domainPacking compares, as placement's max-difference rule does, the

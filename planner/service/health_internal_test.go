@@ -140,3 +140,39 @@ func TestHealthWarnsOverbookedHosts(t *testing.T) {
 		t.Errorf("Health without overbooking = %+v; want the audit's line that h2's memory is oversold, alone", got)
 	}
 }
+
+// TestRoomKeySharesOnlyEqualAnswers: Health asks Capacity once per key,
+// so two records share a key only where Capacity answers them alike: the
+// same size and hard rules, and, under a max per host, the same service
+// (its own instances cap a host's room). Control: with the name left out
+// of a capped record's key, or the constraint left out, the cases that
+// must differ share one.
+func TestRoomKeySharesOnlyEqualAnswers(t *testing.T) {
+	rec := func(name string, change func(*state.Service)) state.Service {
+		d := state.Service{Name: name, Deploy: model.Deploy{Size: model.Size{Pieces: 10, Memory: 64 << 20}}}
+		if change != nil {
+			change(&d)
+		}
+		return d
+	}
+	capped := func(d *state.Service) { d.MaxPerHost = 2 }
+	for _, tc := range []struct {
+		name string
+		a, b state.Service
+		same bool
+	}{
+		{"two services of one shape", rec("web", nil), rec("api", nil), true},
+		{"a soft rule does not count", rec("web", nil), rec("api", func(d *state.Service) { d.Rules.Policy = "spread" }), true},
+		{"another size", rec("web", nil), rec("api", func(d *state.Service) { d.Memory = 128 << 20 }), false},
+		{"another constraint", rec("web", nil), rec("api", func(d *state.Service) { d.Rules.Constraint = `HostType == "big"` }), false},
+		{"another hard anti-affinity", rec("web", nil), rec("api", func(d *state.Service) { d.Rules.AntiAffinity.Hard = []string{"db"} }), false},
+		{"capped: two services", rec("web", capped), rec("api", capped), false},
+		{"capped: one service", rec("web", capped), rec("web", capped), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if same := roomKey(tc.a) == roomKey(tc.b); same != tc.same {
+				t.Errorf("one key: %v, want %v (%s, %s)", same, tc.same, roomKey(tc.a), roomKey(tc.b))
+			}
+		})
+	}
+}
