@@ -159,7 +159,7 @@ func BenchmarkFleetPages(b *testing.B) {
 	})
 	b.Run("InstancesMiddle", func(b *testing.B) {
 		forEachFleet(b, func(b *testing.B, s *Service) {
-			token := encodeToken(instanceToken+"\x01\x01", fmt.Sprintf("h%05d", (len(s.st.Hosts())-1)/2), "")
+			token := encodeToken(instanceToken+"\x01\x01", fmt.Sprintf("h%05d", (len(s.st.Hosts())-1)/2), "-") // before its first ID
 			for range b.N {
 				if ins, _, err := s.InstancesPage("", "", 0, token); err != nil || len(ins) != DefaultPageSize {
 					b.Fatal(len(ins), err)
@@ -169,7 +169,7 @@ func BenchmarkFleetPages(b *testing.B) {
 	})
 	b.Run("ServiceMiddle", func(b *testing.B) {
 		forEachFleet(b, func(b *testing.B, s *Service) {
-			token := encodeToken(instanceToken+"\x01\x01s000", fmt.Sprintf("h%05d", (len(s.st.Hosts())-1)/2), "")
+			token := encodeToken(instanceToken+"\x01\x01s000", fmt.Sprintf("h%05d", (len(s.st.Hosts())-1)/2), "-")
 			for range b.N {
 				if ins, _, err := s.InstancesPage("", "s000", 0, token); err != nil || len(ins) != DefaultPageSize {
 					b.Fatal(len(ins), err)
