@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +37,9 @@ const (
 	fleetSvcSize     = model.MaxDeployCount
 )
 
+// fleetBenchEnv, set, runs the fleet benchmarks.
+const fleetBenchEnv = "PINFOLD_FLEET_BENCH"
+
 var (
 	fleetMu sync.Mutex
 	fleets  = map[string]*Service{}
@@ -49,6 +53,11 @@ var (
 // once per process and size, shared by the benchmarks that only read it.
 func fleet(tb testing.TB, n, hosts int) *Service {
 	tb.Helper()
+	if os.Getenv(fleetBenchEnv) == "" {
+		// Minutes and gigabytes: not in the test command's benchmark
+		// tier (go test -bench . ./planner/...), run by hand.
+		tb.Skipf("the fleet benchmarks build fleets of 100,000 and 1,000,000 instances (minutes, about 3 GB): set %s=1 to run them", fleetBenchEnv)
+	}
 	fleetMu.Lock()
 	defer fleetMu.Unlock()
 	key := fmt.Sprintf("%d/%d", n, hosts)
