@@ -25,6 +25,9 @@ echo "== lint"
 hack/lint.sh
 echo "== unit and fake-tree tiers"
 go test -race -count=1 ./...
+# The kernel model's tests, pure computation in one goroutine, skip under
+# -race (it slows them past 10 minutes and finds nothing there): here.
+go test -count=1 -run 'SharePlant' ./nodeagent/
 echo "== simulation (the control plane's seeded simulation: seeds 1-8, about 2 minutes; docs/TESTING.md)"
 hack/sim.sh --ci
 echo "== hostile tier (issues 26 and 36: N1-N12, the per-identity bounds, R1, A1, E1, AG1, N7, names and the CRL, against a planner over mutual TLS; about 70 s)"

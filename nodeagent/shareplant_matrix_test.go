@@ -58,6 +58,7 @@ const (
 // no process tree): the kernel tier measures them. Control: the capped
 // scheme with its cpu.max lifted must leave the bound somewhere.
 func TestSharePlantMatrix(t *testing.T) {
+	skipUnderRace(t)
 	var rows []string
 	checked := 0
 	for _, c := range workload.Matrix {

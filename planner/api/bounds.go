@@ -56,6 +56,7 @@ var requestBounds = map[protoreflect.FullName]bound{
 	"pinfold.v1.DeployRequest.command":            {bytes: service.MaxCommandEnvBytes, count: service.MaxCommandEnvEntries},
 	"pinfold.v1.DeployRequest.env":                {bytes: service.MaxCommandEnvBytes, count: service.MaxCommandEnvEntries},
 	"pinfold.v1.DeployRequest.cpu":                {bytes: service.MaxWordLen},
+	"pinfold.v1.DeployRequest.source":             {bytes: model.MaxSourceLength},
 	"pinfold.v1.DeployRequest.strategy":           {bytes: service.MaxWordLen},
 	"pinfold.v1.DeployRequest.constraint":         {bytes: service.MaxConstraintLen},
 	"pinfold.v1.DeployRequest.affinity_hard":      {bytes: service.MaxNameLen, count: service.MaxRuleServices},
