@@ -42,17 +42,23 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		have := countInstances(ins)
 		svc := d.Value
 		r := DeployRequest{Service: service, Deploy: svc.Deploy, recorded: svc.Strategy, scale: &scaleRead{record: svc, have: have}}
+		// Per host, the service's max per host caps the count (a host
+		// above it, from before the record's cap, comes down to it).
+		each := count
+		if svc.MaxPerHost > 0 {
+			each = min(count, svc.MaxPerHost)
+		}
 		switch {
-		case perHost(svc.Strategy) && fewestPerHost(ins) >= count:
-			// Every host holding instances holds count or more: a scale
+		case perHost(svc.Strategy) && fewestPerHost(ins) >= each:
+			// Every host holding instances holds each or more: a scale
 			// down, the excess of each host going, with no placement (a
-			// host the rules would not take now keeps count).
-			return s.scaleDown(ctx, service, perHostExcess(count))
+			// host the rules would not take now keeps each).
+			return s.scaleDown(ctx, service, perHostExcess(each))
 		case perHost(svc.Strategy):
-			// Fill tops every host the rules allow up to count, all or
-			// nothing, and leaves those holding count or more; the excess
+			// Fill tops every host the rules allow up to each, all or
+			// nothing, and leaves those holding each or more; the excess
 			// goes after, so that a refused top-up changes nothing.
-			r.Count, r.Strategy = count, string(alloc.Fill)
+			r.Count, r.Strategy = each, string(alloc.Fill)
 		case count == have:
 			return ScaleResult{Count: have}, nil
 		case count < have:
@@ -84,7 +90,7 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		if !perHost(svc.Strategy) {
 			return ScaleResult{Added: res.Instances, Count: count}, nil
 		}
-		down, err := s.scaleDown(ctx, service, perHostExcess(count))
+		down, err := s.scaleDown(ctx, service, perHostExcess(each))
 		if err != nil {
 			return ScaleResult{Added: res.Instances}, err
 		}

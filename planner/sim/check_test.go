@@ -228,11 +228,20 @@ func (w *world) checkNominalFirst(in model.Instance) {
 		return
 	}
 	w.res.Overbooked++
+	// The same host with room before the step and after it: room another
+	// host gained during the step (a settled move's old instance released
+	// after the drain planned, found on seed 4 at step 4218 of the CI
+	// run) was not there when the move was planned.
 	before, okBefore := w.nominalRoom(old.Instance, from, w.pre.Hosts)
-	after, okAfter := w.nominalRoom(old.Instance, from, w.st.SchedulablePlacement().Hosts)
-	if okBefore && okAfter {
-		w.fail("drain of %s: %s moved to %s as %s, which holds what the host has past its nominal capacity (%v), while %s had nominal room for it before the step and %s after it: the overbooking was used first",
-			from.Host.Name, old.Instance.ID, in.Host, in.ID, held, before, after)
+	var still []*placement.Host
+	for _, h := range w.st.SchedulablePlacement().Hosts {
+		if h.Name == before {
+			still = append(still, h)
+		}
+	}
+	if _, okAfter := w.nominalRoom(old.Instance, from, still); okBefore && okAfter {
+		w.fail("drain of %s: %s moved to %s as %s, which holds what the host has past its nominal capacity (%v), while %s had nominal room for it before the step and still after it: the overbooking was used first",
+			from.Host.Name, old.Instance.ID, in.Host, in.ID, held, before)
 	}
 }
 
