@@ -127,47 +127,32 @@ func (s *Store) Events(ctx context.Context, after string, limit, scan int, keep 
 	if after != "" {
 		from = eventKey(after) + "\x00"
 	}
-	end := clientv3.GetPrefixRangeEnd(EventsPrefix)
-	var out []Event
-	for scanned := 0; scanned < scan && len(out) < limit; {
-		page := min(500, scan-scanned)
-		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(page)),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
-		if err != nil {
-			return nil, fmt.Errorf("state: read events: %w", err)
-		}
-		for _, kv := range resp.Kvs {
-			scanned++
-			var ev Event
-			if json.Unmarshal(kv.Value, &ev) != nil {
-				continue
-			}
-			if keep == nil || keep(ev) {
-				out = append(out, ev)
-				if len(out) == limit {
-					break
-				}
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
-		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
-	return out, nil
+	return s.scanEvents(ctx, from, false, limit, scan, keep)
 }
 
 // LatestEvents returns the newest limit events that keep accepts (nil:
 // all), oldest first, reading at most scan events back from the newest.
 func (s *Store) LatestEvents(ctx context.Context, limit, scan int, keep func(Event) bool) ([]Event, error) {
+	out, err := s.scanEvents(ctx, EventsPrefix, true, limit, scan, keep)
+	slices.Reverse(out)
+	return out, err
+}
+
+// scanEvents reads the events from the key from to the end of the log
+// (newest first when newest), a page at a time, until limit of them keep
+// accepts or scan were read.
+func (s *Store) scanEvents(ctx context.Context, from string, newest bool, limit, scan int, keep func(Event) bool) ([]Event, error) {
 	end := clientv3.GetPrefixRangeEnd(EventsPrefix)
+	order := clientv3.SortAscend
+	if newest {
+		order = clientv3.SortDescend
+	}
 	var out []Event
 	for scanned := 0; scanned < scan && len(out) < limit; {
 		page := min(500, scan-scanned)
-		resp, err := s.cli.Get(ctx, EventsPrefix, clientv3.WithRange(end), clientv3.WithLimit(int64(page)),
-			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend))
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(int64(page)), clientv3.WithSort(clientv3.SortByKey, order))
 		if err != nil {
-			return nil, fmt.Errorf("state: read the newest events: %w", err)
+			return nil, fmt.Errorf("state: read events: %w", err)
 		}
 		for _, kv := range resp.Kvs {
 			scanned++
@@ -184,9 +169,13 @@ func (s *Store) LatestEvents(ctx context.Context, limit, scan int, keep func(Eve
 		if !resp.More || len(resp.Kvs) == 0 {
 			break
 		}
-		end = string(resp.Kvs[len(resp.Kvs)-1].Key)
+		last := string(resp.Kvs[len(resp.Kvs)-1].Key)
+		if newest {
+			end = last
+		} else {
+			from = last + "\x00"
+		}
 	}
-	slices.Reverse(out)
 	return out, nil
 }
 
