@@ -15,7 +15,9 @@ import (
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/servicesfile"
 	"github.com/pinfold/pinfold/planner/state"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // open opens the store and the service over etcd, as a planner starting.
@@ -42,7 +44,7 @@ func (w *world) pick() op {
 		{14, w.opDeploy}, {2, w.opDeployInvalid}, {6, w.opResize}, {6, w.opScale}, {4, w.opReplace}, {3, w.opRemove}, {3, w.opMove},
 		{2, w.opHostAdd}, {5, w.opHostSet}, {2, w.opHostEnable}, {2, w.opMaintenance}, {3, w.opDrain}, {1, w.opHostRemove},
 		{4, w.opRebalance}, {2, w.opSettings}, {3, w.opAgentDies}, {1, w.opRestart}, {4, w.opProbe}, {10, w.opIdle},
-		{1, w.opOverbook},
+		{1, w.opOverbook}, {2, w.opPrune},
 	}
 	total := 0
 	for _, c := range choices {
@@ -174,6 +176,7 @@ func (w *world) deployRequest(name string) service.DeployRequest {
 		k++
 	}
 	r.Priority = classes[k%len(classes)]
+	r.Source = projectOf(name, w.step)
 	if w.rng.IntN(5) == 0 { // the commonest deploy: one instance, auto, no rules (the room index's)
 		r.Count, r.Strategy, r.UseBuffer = 1, string(alloc.Auto), false
 		r.Rules = model.Rules{DomainSpread: string(pickOne(w, []placement.Spread{"", placement.SpreadOff}))}
@@ -194,6 +197,9 @@ func describe(r service.DeployRequest) string {
 	}
 	if r.UseBuffer {
 		s += " buffer"
+	}
+	if r.Source != "" {
+		s += " project " + r.Source
 	}
 	rl := r.Rules
 	if rl.Constraint != "" {
@@ -454,6 +460,93 @@ func (w *world) checkReplaced(r service.ReplaceRequest, before map[string]model.
 	}
 }
 
+// projects are the sources the simulation's deploys record ("": by hand).
+var projects = []string{"", "shop", "blog"}
+
+// projectOf is the project a deploy of name at step records: it follows
+// the name and the step (no draw: the seeds keep their runs); a deploy of
+// more keeps the record's.
+func projectOf(name string, step int) string {
+	return projects[(len(name)+step/7)%len(projects)]
+}
+
+// opPrune is `apply --prune` of a file of one project naming every other
+// deployed service (of any project): servicesfile.Compare decides from
+// the records' sources, as apply does, and the remove steps run.
+func (w *world) opPrune() (op, bool) {
+	names := w.deployed()
+	if len(names) == 0 {
+		return op{}, false
+	}
+	project := pickOne(w, projects[1:])
+	var file []servicesfile.Service
+	inFile := map[string]bool{}
+	for i, n := range names {
+		if i%2 == w.step%2 {
+			file = append(file, servicesfile.Service{Deploy: &pinfoldv1.DeployRequest{Service: n, Count: 1}})
+			inFile[n] = true
+		}
+	}
+	return op{kind: "prune", what: fmt.Sprintf("project %s, file %v", project, slices.Sorted(maps.Keys(inFile))), run: func() error {
+		before, sources := w.instancesByService(), map[string]string{}
+		var ins []*pinfoldv1.Instance
+		for _, name := range slices.Sorted(maps.Keys(before)) {
+			if d, ok := w.st.Service(name); ok {
+				sources[name] = d.Value.Source
+			}
+			for range before[name] {
+				ins = append(ins, &pinfoldv1.Instance{Service: name})
+			}
+		}
+		d := servicesfile.Compare(file, nil, ins, servicesfile.Prune{On: true, Project: project, Sources: sources})
+		for _, s := range d.Steps {
+			if s.Action != "remove" {
+				continue
+			}
+			if _, err := w.svc.Remove(w.ctx, s.Service); err != nil {
+				return err
+			}
+		}
+		w.checkPruned(project, inFile, sources, before)
+		return nil
+	}}, true
+}
+
+// instancesByService are the IDs of each service's instances.
+func (w *world) instancesByService() map[string][]string {
+	out := map[string][]string{}
+	for _, in := range w.instances() {
+		out[in.Service] = append(out[in.Service], in.ID)
+	}
+	return out
+}
+
+// checkPruned holds the invariant "a prune removes only its project's":
+// a service of project that the file does not name is gone; every other
+// service keeps exactly the instances it had.
+func (w *world) checkPruned(project string, inFile map[string]bool, sources map[string]string, before map[string][]string) {
+	if err := w.st.Sync(w.ctx); err != nil {
+		w.fail("sync: %v", err)
+	}
+	after := w.instancesByService()
+	for _, name := range slices.Sorted(maps.Keys(before)) {
+		_, exists := w.st.Service(name)
+		if sources[name] == project && !inFile[name] {
+			if exists || len(after[name]) > 0 {
+				w.fail("prune of project %s: %s (project %s, not in the file) still has a record %t and instances %v", project, name, project, exists, after[name])
+			}
+			w.res.Pruned++
+			continue
+		}
+		if !inFile[name] {
+			w.res.PruneKept++
+		}
+		if !slices.Equal(before[name], after[name]) {
+			w.fail("prune of project %s: %s (project %q, in the file %t) changed: instances %v → %v", project, name, sources[name], inFile[name], before[name], after[name])
+		}
+	}
+}
+
 func (w *world) opRemove() (op, bool) {
 	t, ok := w.target()
 	if !ok {
@@ -604,8 +697,12 @@ func (w *world) opRebalance() (op, bool) {
 
 func (w *world) opSettings() (op, bool) {
 	ps := placement.Settings{Overbooking: maps.Clone(w.overbook), Buffer: map[string]float64{}, Priorities: map[placement.Rule]placement.Priority{}}
+	// Half the settings have no buffer: the room index answers only
+	// without one (and without overbooking), and CheckIndex checks only
+	// what it answers.
+	buffers := w.rng.IntN(2) == 0
 	for _, res := range placement.Resources {
-		if _, ok := ps.Overbooking[res]; !ok && w.rng.IntN(3) == 0 {
+		if _, ok := ps.Overbooking[res]; !ok && buffers && w.rng.IntN(3) == 0 {
 			ps.Buffer[res] = pickOne(w, []float64{0.1, 0.2, 0.3})
 		}
 	}

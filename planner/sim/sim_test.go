@@ -73,8 +73,8 @@ func TestSimulation(t *testing.T) {
 		if !ok {
 			continue
 		}
-		t.Logf("seed %d: %d steps in %s (%.0f steps/s); %d moves, %d drains, %d heals settled, %d restarts, %d capacity probes, %d deploys by the room index, %d drain moves with the overbooking",
-			seed, r.Steps, r.Elapsed.Round(time.Millisecond), float64(r.Steps)/r.Elapsed.Seconds(), r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes, r.Indexed, r.Overbooked)
+		t.Logf("seed %d: %d steps in %s (%.0f steps/s); %d moves, %d drains, %d heals settled, %d restarts, %d capacity probes, %d deploys by the room index, %d drain moves with the overbooking, %d services pruned and %d of another project or by hand kept",
+			seed, r.Steps, r.Elapsed.Round(time.Millisecond), float64(r.Steps)/r.Elapsed.Seconds(), r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes, r.Indexed, r.Overbooked, r.Pruned, r.PruneKept)
 		add(&total, r)
 	}
 	if total.Steps > 0 {
@@ -208,6 +208,8 @@ func add(total *Result, r Result) {
 	total.Restarts += r.Restarts
 	total.Probes += r.Probes
 	total.Overbooked += r.Overbooked
+	total.Pruned += r.Pruned
+	total.PruneKept += r.PruneKept
 	total.Indexed += r.Indexed
 	if total.Known == nil {
 		total.Known = map[string]int{}

@@ -83,6 +83,9 @@ type Result struct {
 	// Overbooked counts the drains' moves onto a host they took past its
 	// nominal capacity (each checked: no host had nominal room for it).
 	Overbooked int
+	// Pruned counts the services prunes removed, PruneKept those of
+	// another project or by hand a prune left (each checked: checkPruned).
+	Pruned, PruneKept int
 	// Indexed counts the deploys the room index placed (each checked
 	// against the full plan: Service.CheckIndex).
 	Indexed int64
