@@ -102,6 +102,10 @@ kept, with why. --move-local-volumes lets it move, its volume left behind.`,
 				}
 				fmt.Fprintf(w, "CPUs shared in pieces: %d → %d\n", m.FragmentedBefore, m.FragmentedAfter)
 				for _, k := range m.Kept {
+					if k.Instance == "" { // a service placed per host: nothing moves it
+						fmt.Fprintf(w, "kept: %s\n", k.Why)
+						continue
+					}
 					fmt.Fprintf(w, "kept: %s (--move-local-volumes moves it)\n", k.Why)
 				}
 				if len(m.Moves) == 0 {

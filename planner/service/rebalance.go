@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/pinfold/pinfold/planner/balance"
@@ -65,6 +66,26 @@ func StaysForVolume(in model.Instance) string {
 		return fmt.Sprintf("%s stays on %s: it has a host-local volume (%s)", in.ID, in.Host, v)
 	}
 	return ""
+}
+
+// instancesText is "1 instance" or "n instances".
+func instancesText(n int) string {
+	if n == 1 {
+		return "1 instance"
+	}
+	return fmt.Sprintf("%d instances", n)
+}
+
+// isPerHost reports whether service is placed per host (strategy each or
+// fill: a count on every host, as a daemon runs): rebalance never moves
+// its instances, since a move leaves its host short and another with one
+// too many (a new user's trial: rebalance moved both of a host's `each`
+// instances to another host).
+func isPerHost(rd interface {
+	Service(string) (state.Doc[state.Service], bool)
+}, service string) bool {
+	d, ok := rd.Service(service)
+	return ok && perHost(d.Value.Strategy)
 }
 
 // Rebalance plans moves over the schedulable hosts against the cache with
@@ -162,7 +183,7 @@ func (s *Service) defragment(ctx context.Context, pend *state.Pending, o balance
 				return out
 			}
 			in := v.Instance
-			if !in.Bind || len(in.CPUs) != 1 || in.Pieces() >= s.params.ShareBase || in.Replaces != "" || !moveLocal && in.HostLocal() != "" {
+			if !in.Bind || len(in.CPUs) != 1 || in.Pieces() >= s.params.ShareBase || in.Replaces != "" || !moveLocal && in.HostLocal() != "" || isPerHost(pend, in.Service) {
 				continue
 			}
 			trial := s.st.Pending()
@@ -210,6 +231,7 @@ func balanceModel(rd *state.Pending, moveLocal bool) ([]balance.Host, []balance.
 	var hosts []balance.Host
 	var items []balance.Item
 	var kept []RebalanceMove
+	perHostKept, perHostOrder := map[string]int{}, []string(nil) // per-host services' instances
 	for _, ph := range rd.SchedulablePlacement().Hosts {
 		v, ok := rd.Host(ph.Name)
 		if !ok {
@@ -247,12 +269,27 @@ func balanceModel(rd *state.Pending, moveLocal bool) ([]balance.Host, []balance.
 				kept = append(kept, RebalanceMove{Instance: in.ID, Service: in.Service, From: in.Host, Why: why})
 				continue
 			}
+			if isPerHost(rd, in.Service) {
+				if perHostKept[in.Service] == 0 {
+					perHostOrder = append(perHostOrder, in.Service)
+				}
+				perHostKept[in.Service]++
+				continue
+			}
 			it := balance.Item{ID: in.ID, Service: in.Service, Host: in.Host, Use: map[string]int64{"memory": in.Memory}}
 			if in.Bind {
 				it.Use["cpu"] = int64(in.Pieces())
 			}
 			items = append(items, it)
 		}
+	}
+	// One line a service placed per host, not one an instance: a daemon
+	// on every host of a large fleet would fill the answer.
+	slices.Sort(perHostOrder)
+	for _, svc := range perHostOrder {
+		d, _ := rd.Service(svc)
+		kept = append(kept, RebalanceMove{Service: svc, Why: fmt.Sprintf("%s: %s stay where they are: the service is placed per host (strategy %s: a count on every host)",
+			svc, instancesText(perHostKept[svc]), d.Value.Strategy)})
 	}
 	return hosts, items, kept
 }

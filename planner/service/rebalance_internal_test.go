@@ -62,3 +62,48 @@ func TestRebalanceFillsANewHost(t *testing.T) {
 	}
 	f.verify()
 }
+
+// TestRebalanceLeavesPerHostServices (a new user's trial): a service
+// placed per host (strategy each or fill) keeps its count on every host:
+// rebalance onto a new host moves a plain service's instances, never one
+// of a per-host service's, and says once per service why they stay.
+func TestRebalanceLeavesPerHostServices(t *testing.T) {
+	for _, st := range []string{"each", "fill"} {
+		t.Run(st, func(t *testing.T) {
+			f := newHealFixture(t, "a", "b")
+			f.agent("a")
+			f.agent("b")
+			small := DeployRequest{Count: 2, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Bind: true, Memory: 64 << 20}}}
+			daemon, web := small, small
+			daemon.Service, daemon.Strategy = "daemon", st
+			web.Service, web.Count = "web", 4
+			for _, r := range []DeployRequest{daemon, web} {
+				if _, err := f.DeployWithRules(f.ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f.agent("c") // a new host: rebalance fills it
+			res, err := f.Rebalance(f.ctx, RebalanceRequest{Options: balance.Options{MaxMoves: 10}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Moves) == 0 {
+				t.Fatalf("rebalance onto a new host moved nothing: %+v", res)
+			}
+			for _, m := range res.Moves {
+				if m.Service == "daemon" {
+					t.Errorf("move %+v: an instance of a service placed per host (%s) moved", m, st)
+				}
+			}
+			var said []string
+			for _, k := range res.Kept {
+				if k.Service == "daemon" {
+					said = append(said, k.Why)
+				}
+			}
+			if want := "daemon: 4 instances stay where they are: the service is placed per host (strategy " + st; len(said) != 1 || !strings.HasPrefix(said[0], want) {
+				t.Errorf("kept says %q, want one line beginning %q", said, want)
+			}
+		})
+	}
+}
