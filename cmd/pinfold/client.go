@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -12,6 +13,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"regexp"
 	"strconv"
@@ -88,6 +90,12 @@ func (c *clientFlags) httpClient() (*http.Client, error) {
 	if (c.tlsCert == "") != (c.tlsKey == "") {
 		return nil, badInput("--tls-cert and --tls-key go together")
 	}
+	if u, err := url.Parse(base); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, badInput("--planner %q (or PINFOLD_PLANNER): want an http:// or https:// URL, or host:port", c.addr)
+	}
+	if strings.HasPrefix(base, "http://") {
+		hc.Transport = plainTransport{http.DefaultTransport}
+	}
 	if strings.HasPrefix(base, "https://") {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
 		if c.tlsCA != "" {
@@ -107,6 +115,35 @@ func (c *clientFlags) httpClient() (*http.Client, error) {
 		hc.Transport = &http.Transport{TLSClientConfig: tc}
 	}
 	return hc, nil
+}
+
+// errPlainToTLS is a plain HTTP request answered by a TLS planner: Go's
+// TLS server answers it 400 without reading it, so nothing was changed.
+var errPlainToTLS = errors.New("the planner speaks https (TLS), and this command sent plain http")
+
+// plainTransport sends plain HTTP and turns a TLS server's answer to it
+// into errPlainToTLS (the attack review of issue 38: it exited 4,
+// "internal error of the planner: 400 Bad Request; the change may or may
+// not have been made", where nothing could have been).
+type plainTransport struct{ next http.RoundTripper }
+
+func (t plainTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err != nil || resp.StatusCode != http.StatusBadRequest {
+		return resp, err
+	}
+	const tlsAnswer = "Client sent an HTTP request to an HTTPS server."
+	head := make([]byte, len(tlsAnswer))
+	n, _ := io.ReadFull(resp.Body, head)
+	if string(head[:n]) == tlsAnswer {
+		resp.Body.Close()
+		return nil, errPlainToTLS
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head[:n]), resp.Body), resp.Body}
+	return resp, nil
 }
 
 // call connects to the planner and runs f, mapping the API errors it
@@ -323,6 +360,9 @@ func apiError(err error) error {
 		return &exitError{code: exitUnknown, err: fmt.Errorf(format+"; "+check, args...)}
 	}
 	msg := ce.Message()
+	if errors.Is(err, errPlainToTLS) {
+		return &exitError{code: exitBadInput, err: fmt.Errorf("%v: give the planner as https://HOST:PORT with --tls-ca (or a bare host:port with --tls-ca or --tls-cert); nothing was changed", errPlainToTLS)}
+	}
 	if alert, ok := certificateRefused(err); ok {
 		return &exitError{code: exitBadInput, err: fmt.Errorf("the planner refused this command's TLS client certificate (%s): it is revoked, expired, issued by another CA, or none was given (--tls-cert and --tls-key, or PINFOLD_TLS_CERT and PINFOLD_TLS_KEY); nothing was changed", alert)}
 	}

@@ -474,3 +474,38 @@ func TestOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestPlannerAddressMistakes (the attack review of issue 38): a
+// --planner that names no http or https planner, and plain http to a
+// planner that speaks TLS, are the caller's configuration: exit 2,
+// saying nothing was changed (they exited 4, "the change may or may not
+// have been made", and 3).
+func TestPlannerAddressMistakes(t *testing.T) {
+	t.Parallel()
+	mux := http.NewServeMux()
+	mux.Handle(pinfoldv1connect.NewPlannerServiceHandler(failingPlanner{}))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	plain := "http://" + strings.TrimPrefix(srv.URL, "https://")
+	for _, tc := range []struct {
+		planner string
+		args    []string
+		want    string
+	}{
+		{"ftp://127.0.0.1:1", []string{"deploy", "web", "--image", "i", "--memory", "1GiB"}, `--planner "ftp://127.0.0.1:1"`},
+		{"ftp://x", []string{"ps"}, "want an http:// or https:// URL"},
+		{"http://", []string{"ps"}, "want an http:// or https:// URL"},
+		{plain, []string{"deploy", "web", "--image", "i", "--memory", "1GiB"}, "the planner speaks https"},
+		{plain, []string{"ps"}, "the planner speaks https"},
+	} {
+		t.Run(tc.planner+" "+tc.args[0], func(t *testing.T) {
+			t.Parallel()
+			_, errOut, code := runCLI(t, "", append(tc.args, "--planner", tc.planner)...)
+			if code != exitBadInput || !strings.Contains(errOut, tc.want) || !strings.Contains(errOut, "nothing was changed") && !strings.Contains(errOut, "--planner") {
+				t.Errorf("exit %d, stderr %q; want exit %d saying %q and that nothing was changed", code, errOut, exitBadInput, tc.want)
+			}
+		})
+	}
+}
