@@ -197,6 +197,7 @@ anew; a move or heal gets them on the new host.`,
 						fmt.Fprintf(cmd.ErrOrStderr(), "WARNING: soft rule %s gave way: %s\n", v.Rule, v.Detail)
 					}
 				}
+				warnNoRoom(cmd.ErrOrStderr(), args[0], resp.Msg.NoRoom)
 				if out.json() {
 					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
 				}
@@ -232,6 +233,25 @@ anew; a move or heal gets them on the new host.`,
 	_ = cmd.MarkFlagRequired("memory")
 	_ = cmd.RegisterFlagCompletionFunc("strategy", cobra.FixedCompletions([]string{"auto", "each", "fill", "global", "drained"}, cobra.ShellCompDirectiveNoFileComp))
 	return cmd
+}
+
+// warnNoRoom warns that a service placed per host (each, fill) got no
+// instance on hosts its rules allow, for want of room (on stderr, with
+// -o json too).
+func warnNoRoom(w io.Writer, service string, hosts []string) {
+	if len(hosts) == 0 {
+		return
+	}
+	shown := hosts
+	if len(shown) > 10 {
+		shown = shown[:10]
+	}
+	more := ""
+	if len(hosts) > len(shown) {
+		more = fmt.Sprintf(" and %d more", len(hosts)-len(shown))
+	}
+	fmt.Fprintf(w, "WARNING: %s is placed per host, and %s the rules allow had no room for it: %s%s (they run none; pinfold capacity shows the room)\n",
+		service, counted(len(hosts), "host"), strings.Join(shown, ", "), more)
 }
 
 func newRemoveCmd() *cobra.Command {

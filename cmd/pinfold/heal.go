@@ -193,8 +193,9 @@ per host, as its deploy's --count was: an 'each' service deployed with
 --count 1 on 7 hosts has 7 instances, and scale --count 2 gives each host
 the rules allow 2 (14 in all). When a host holding instances has fewer
 than N, scale tops every host the rules allow up to N, all or nothing like
-fill (a host that cannot take them refuses it, naming the host, and
-nothing changes), then removes any excess; when every host holding
+fill (a host the rules allow without room for them refuses it, naming
+the host, and nothing changes; a host without room for even one more
+gets none, and a WARNING names it), then removes any excess; when every host holding
 instances has N or more, it only removes each host's excess, worst placed
 first (scale --count 1 brings each back to 1). The count printed is the
 service's total.`,
@@ -218,6 +219,10 @@ service's total.`,
 					return err
 				}
 				m := resp.Msg
+				warnNoRoom(cmd.ErrOrStderr(), args[0], m.NoRoom)
+				if m.CappedPerHost > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: %s has max per host %d: --count %d per host is capped at %d\n", args[0], m.CappedPerHost, n, m.CappedPerHost)
+				}
 				if out.json() {
 					added := []instanceJSON{}
 					for _, in := range m.Added {
@@ -227,7 +232,12 @@ service's total.`,
 					if removed == nil {
 						removed = []string{}
 					}
-					return writeJSON(cmd.OutOrStdout(), map[string]any{"service": args[0], "count": m.Count, "added": added, "removed": removed})
+					noRoom := m.NoRoom
+					if noRoom == nil {
+						noRoom = []string{}
+					}
+					return writeJSON(cmd.OutOrStdout(), map[string]any{"service": args[0], "count": m.Count, "added": added, "removed": removed,
+						"no_room": noRoom, "capped_per_host": m.CappedPerHost})
 				}
 				for _, in := range m.Added {
 					fmt.Fprintf(cmd.OutOrStdout(), "added %s on %s\n", in.Id, in.Host)

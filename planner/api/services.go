@@ -37,7 +37,8 @@ func (s *Server) Scale(ctx context.Context, r *connect.Request[pinfoldv1.ScaleRe
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pinfoldv1.ScaleResponse{Added: s.plannedMsgs(res.Added), Removed: res.Removed, Count: int32(res.Count)}), nil
+	return connect.NewResponse(&pinfoldv1.ScaleResponse{Added: s.plannedMsgs(res.Added), Removed: res.Removed, Count: int32(res.Count),
+		NoRoom: res.NoRoom, CappedPerHost: int32(res.CappedPerHost)}), nil
 }
 
 func (s *Server) Rebalance(ctx context.Context, r *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error) {
@@ -84,7 +85,7 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &pinfoldv1.DeployResponse{DomainSpread: res.DomainSpread, Instances: s.plannedMsgs(res.Instances)}
+	out := &pinfoldv1.DeployResponse{DomainSpread: res.DomainSpread, Instances: s.plannedMsgs(res.Instances), NoRoom: res.NoRoom}
 	for _, v := range res.Violations {
 		out.Violations = append(out.Violations, &pinfoldv1.Violation{Rule: v.Rule, Detail: v.Detail})
 	}

@@ -85,6 +85,9 @@ type DeployResult struct {
 	Instances    []model.Instance
 	DomainSpread string
 	Violations   []placement.Violation
+	// NoRoom: for a service placed per host (each, fill), the hosts the
+	// rules allow that had no room for one more, so got none.
+	NoRoom []string
 }
 
 // Deploy plans and commits new instances, all or nothing.
@@ -148,6 +151,37 @@ func CheckDeploy(p alloc.Params, r DeployRequest) error {
 	return nil
 }
 
+// noRoom are the hosts a deploy of a service placed per host (each, fill:
+// count on every host) left short for want of room, by name: those the
+// capacity rule eliminated and the candidates that took none (each skips
+// a host without room for count), less those that already hold count
+// (fill tops up only). A new user's trial: "placed 2 instances on 2
+// hosts", the third host, full, not named.
+func noRoom(res *placement.Result, placed *state.Placed, service string, count int, st alloc.Strategy) []string {
+	short := map[string]bool{}
+	for _, e := range res.Eliminations {
+		if e.Rule == placement.RuleCapacity {
+			for _, h := range e.Hosts {
+				short[h] = true
+			}
+		}
+	}
+	if res.Result != nil {
+		for h := range res.Capacity {
+			short[h] = true
+		}
+		for _, p := range res.Placements {
+			delete(short, p.Host)
+		}
+	}
+	for h := range short {
+		if i, ok := placed.Index(h); ok && st == alloc.Fill && placed.Hosts[i].Resources.Instances[service] >= count {
+			delete(short, h)
+		}
+	}
+	return slices.Sorted(maps.Keys(short))
+}
+
 // placementRequest is what a deploy asks of placement (no seed).
 func placementRequest(r DeployRequest) placement.Request {
 	req := placement.NewRequest(r.Service, r.Count, r.Deploy)
@@ -187,6 +221,13 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		}
 		placed := rd.SchedulablePlacement()
 		settings := rd.PlacementSettings()
+		if st := req.Strategy; (st == alloc.Each || st == alloc.Fill) && r.Count*len(placed.Hosts) > MaxDeployCount {
+			// Count is per host: one transaction holds count × hosts (the
+			// attack review of issue 38: scale --count 2000 of an each
+			// service on 3 hosts added 6,000 in one call).
+			return nil, errf(Invalid, "count = %d per host (strategy %s) on %d schedulable hosts: up to %d instances, want at most %d per deploy or scale (one transaction holds them all): a smaller count, or --max-per-host",
+				r.Count, st, len(placed.Hosts), r.Count*len(placed.Hosts), MaxDeployCount)
+		}
 		// One instance, auto, no rules: the room index finds the host the
 		// full plan would without visiting every host (placement.Index).
 		res, ok := (*placement.Result)(nil), false
@@ -267,6 +308,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		}
 		c.PutService(rec)
 		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations}, len(allocs)
+		if st := req.Strategy; st == alloc.Each || st == alloc.Fill {
+			out.NoRoom = noRoom(res, placed, r.Service, r.Count, st)
+		}
 		return c, nil
 	}, func(r *state.Request) { r.Instances = idsOf(out.Instances) }))
 	if err != nil {

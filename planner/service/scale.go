@@ -16,6 +16,12 @@ type ScaleResult struct {
 	Added   []model.Instance
 	Removed []string
 	Count   int // the service's instances now
+	// A service placed per host (each, fill): NoRoom are the hosts the
+	// rules allow that had no room for one more; CappedPerHost is the
+	// service's max per host when it capped the count asked (0: it did
+	// not).
+	NoRoom        []string
+	CappedPerHost int
 }
 
 // Scale sets the number of service's instances to count: it deploys the
@@ -44,16 +50,18 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		r := DeployRequest{Service: service, Deploy: svc.Deploy, recorded: svc.Strategy, scale: &scaleRead{record: svc, have: have}}
 		// Per host, the service's max per host caps the count (a host
 		// above it, from before the record's cap, comes down to it).
-		each := count
-		if svc.MaxPerHost > 0 {
-			each = min(count, svc.MaxPerHost)
+		each, capped := count, 0
+		if svc.MaxPerHost > 0 && count > svc.MaxPerHost && perHost(svc.Strategy) {
+			each, capped = svc.MaxPerHost, svc.MaxPerHost
 		}
 		switch {
 		case perHost(svc.Strategy) && fewestPerHost(ins) >= each:
 			// Every host holding instances holds each or more: a scale
 			// down, the excess of each host going, with no placement (a
 			// host the rules would not take now keeps each).
-			return s.scaleDown(ctx, service, perHostExcess(each))
+			res, err := s.scaleDown(ctx, service, perHostExcess(each))
+			res.CappedPerHost = capped
+			return res, err
 		case perHost(svc.Strategy):
 			// Fill tops every host the rules allow up to each, all or
 			// nothing, and leaves those holding each or more; the excess
@@ -94,7 +102,7 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 		if err != nil {
 			return ScaleResult{Added: res.Instances}, err
 		}
-		return ScaleResult{Added: res.Instances, Removed: down.Removed, Count: down.Count}, nil
+		return ScaleResult{Added: res.Instances, Removed: down.Removed, Count: down.Count, NoRoom: res.NoRoom, CappedPerHost: capped}, nil
 	}
 }
 

@@ -2518,10 +2518,15 @@ func (x *ScaleRequest) GetCount() int32 {
 }
 
 type ScaleResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Added         []*Instance            `protobuf:"bytes,1,rep,name=added,proto3" json:"added,omitempty"`
-	Removed       []string               `protobuf:"bytes,2,rep,name=removed,proto3" json:"removed,omitempty"`
-	Count         int32                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Added   []*Instance            `protobuf:"bytes,1,rep,name=added,proto3" json:"added,omitempty"`
+	Removed []string               `protobuf:"bytes,2,rep,name=removed,proto3" json:"removed,omitempty"`
+	Count   int32                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	// A service placed per host (each, fill): the hosts the rules allow that
+	// had no room for one more, and the max per host that capped the count
+	// asked (0: none did).
+	NoRoom        []string `protobuf:"bytes,4,rep,name=no_room,json=noRoom,proto3" json:"no_room,omitempty"`
+	CappedPerHost int32    `protobuf:"varint,5,opt,name=capped_per_host,json=cappedPerHost,proto3" json:"capped_per_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2573,6 +2578,20 @@ func (x *ScaleResponse) GetRemoved() []string {
 func (x *ScaleResponse) GetCount() int32 {
 	if x != nil {
 		return x.Count
+	}
+	return 0
+}
+
+func (x *ScaleResponse) GetNoRoom() []string {
+	if x != nil {
+		return x.NoRoom
+	}
+	return nil
+}
+
+func (x *ScaleResponse) GetCappedPerHost() int32 {
+	if x != nil {
+		return x.CappedPerHost
 	}
 	return 0
 }
@@ -2885,10 +2904,13 @@ func (x *DeployRequest) GetPorts() []*Port {
 }
 
 type DeployResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
-	DomainSpread  string                 `protobuf:"bytes,2,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"`
-	Violations    []*Violation           `protobuf:"bytes,3,rep,name=violations,proto3" json:"violations,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Instances    []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	DomainSpread string                 `protobuf:"bytes,2,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"`
+	Violations   []*Violation           `protobuf:"bytes,3,rep,name=violations,proto3" json:"violations,omitempty"`
+	// A service placed per host (each, fill): the hosts the rules allow that
+	// had no room for one more, so got none.
+	NoRoom        []string `protobuf:"bytes,4,rep,name=no_room,json=noRoom,proto3" json:"no_room,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2940,6 +2962,13 @@ func (x *DeployResponse) GetDomainSpread() string {
 func (x *DeployResponse) GetViolations() []*Violation {
 	if x != nil {
 		return x.Violations
+	}
+	return nil
+}
+
+func (x *DeployResponse) GetNoRoom() []string {
+	if x != nil {
+		return x.NoRoom
 	}
 	return nil
 }
@@ -5307,11 +5336,13 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\">\n" +
 	"\fScaleRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x05R\x05count\"k\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"\xac\x01\n" +
 	"\rScaleResponse\x12*\n" +
 	"\x05added\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\x05added\x12\x18\n" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x05R\x05count\"<\n" +
+	"\x05count\x18\x03 \x01(\x05R\x05count\x12\x17\n" +
+	"\ano_room\x18\x04 \x03(\tR\x06noRoom\x12&\n" +
+	"\x0fcapped_per_host\x18\x05 \x01(\x05R\rcappedPerHost\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
 	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xac\a\n" +
 	"\rDeployRequest\x12\x18\n" +
@@ -5350,13 +5381,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12\x1f\n" +
 	"\vcreate_only\x18F \x01(\bR\n" +
 	"createOnly\x12&\n" +
-	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\"\xa0\x01\n" +
+	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\"\xb9\x01\n" +
 	"\x0eDeployResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12#\n" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
 	"\n" +
 	"violations\x18\x03 \x03(\v2\x15.pinfold.v1.ViolationR\n" +
-	"violations\"\xaf\x02\n" +
+	"violations\x12\x17\n" +
+	"\ano_room\x18\x04 \x03(\tR\x06noRoom\"\xaf\x02\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
