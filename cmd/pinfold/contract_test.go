@@ -125,14 +125,21 @@ func TestSettingsChangesOnlyWhatItNames(t *testing.T) {
 	if s = get(); len(s.Buffer) != 0 || len(s.Priorities) != 0 {
 		t.Errorf("after --clear buffer,priority: %+v", s)
 	}
+	pf.Must("settings", "--overbooking", "memory=25%")
+	if s = get(); s.Overbooking["memory"] != 0.25 {
+		t.Errorf("after --overbooking memory=25%%: %+v, want 0.25", s)
+	}
+	pf.Must("settings", "--overbooking", "memory=")
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"--clear", "everything"}, `--clear "everything": want buffer, overbooking or priority`},
-		{[]string{"--buffer", "disk=0.1"}, "buffer_percent.disk: unknown resource"},
+		{[]string{"--buffer", "disk=0.1"}, `--buffer "disk=0.1": unknown resource "disk"`},
 		{[]string{"--priority", "UpgradeDomain=x"}, `--priority "UpgradeDomain=x"`},
-		{[]string{"--buffer", "cpu"}, `--buffer "cpu": want KEY=NUMBER`},
+		{[]string{"--buffer", "cpu"}, `--buffer "cpu": want RES=FRACTION (0.2), RES=PERCENT (20%)`},
+		// A new user's trial: memory=20 meant 20 % and set 2,000 %.
+		{[]string{"--overbooking", "memory=20"}, "--overbooking memory=20: a fraction (0.2 = 20%): write memory=20% if 20 % is meant"},
 	} {
 		if _, errOut, code := pf.Run(append([]string{"settings"}, tc.args...)...); code != exitBadInput || !strings.Contains(errOut, tc.want) {
 			t.Errorf("settings %v: exit %d %q; want exit 2 with %q", tc.args, code, errOut, tc.want)

@@ -222,8 +222,8 @@ removes the containers of the instances that moved first.`,
 	}
 	c.register(cmd)
 	out.register(cmd)
-	cmd.Flags().StringArrayVar(&buffer, "buffer", nil, "buffer fraction per resource, RES=F (cpu=0.15; cpu= removes it)")
-	cmd.Flags().StringArrayVar(&over, "overbooking", nil, "overbooking fraction per resource, RES=F (memory=0.2; -1 unlimited; memory= removes it)")
+	cmd.Flags().StringArrayVar(&buffer, "buffer", nil, "buffer per resource, RES=F as a fraction or a percentage (cpu=0.15 or cpu=15%; cpu= removes it)")
+	cmd.Flags().StringArrayVar(&over, "overbooking", nil, "overbooking per resource, RES=F as a fraction or a percentage (memory=0.2 or memory=20%; -1 unlimited; memory= removes it)")
 	cmd.Flags().StringArrayVar(&prios, "priority", nil, "rule priority RULE=P (UpgradeDomain=0; UpgradeDomain= back to the default)")
 	cmd.Flags().StringSliceVar(&clear, "clear", nil, "empty whole maps first: buffer, overbooking, priority (comma-separated or repeated)")
 	cmd.Flags().DurationVar(&downGrace, "down-grace", 0, "how long a host's agent may be gone before its instances are placed elsewhere (default 5m)")
@@ -265,9 +265,21 @@ func (ch *settingsChange) parse(buffer, over, prios, clear []string) error {
 				*remove = append(*remove, k)
 				continue
 			}
-			f, err := strconv.ParseFloat(v, 64)
+			if !slices.Contains(placement.Resources, k) {
+				return badInput("--%s %q: unknown resource %q; want %s", flag, kv, k, strings.Join(placement.Resources, " or "))
+			}
+			// A fraction (0.2) or a percentage (20%); a bare number
+			// above 1 is refused (a new user's trial: memory=20 meant
+			// 20 % and set 2,000 %).
+			num, percent := strings.CutSuffix(v, "%")
+			f, err := strconv.ParseFloat(num, 64)
 			if !ok || err != nil {
-				return badInput("--%s %q: want KEY=NUMBER, or KEY= to remove the key", flag, kv)
+				return badInput("--%s %q: want RES=FRACTION (0.2), RES=PERCENT (20%%), or RES= to remove it", flag, kv)
+			}
+			if percent {
+				f /= 100
+			} else if f > 1 {
+				return badInput("--%s %s=%s: a fraction (0.2 = 20%%): write %s=%s%% if %s %% is meant", flag, k, v, k, v, v)
 			}
 			set[k] = f
 		}
