@@ -109,6 +109,19 @@ func TestReplaceChangesOnlyWhatItNames(t *testing.T) {
 			t.Errorf("after replace --volume-rm --log-opt-rm: %+v, want no volume and no log option, restart and label kept", in)
 		}
 	}
+	// A new user's trial: a removal that matches nothing was "no setting
+	// changes", exit 0 (a typo); a settings-only change needed --image.
+	for _, args := range [][]string{{"--volume-rm", "/nope", "--dry-run"}, {"--label-rm", "nokey", "--wait", "0"}} {
+		if errOut := pf.Fails(2, append([]string{"replace", "front"}, args...)...); !strings.Contains(errOut, "front has no such setting to remove (nothing was changed)") {
+			t.Errorf("replace front %v: %s, want it refused naming the removal", args, errOut)
+		}
+	}
+	pf.Must("replace", "front", "--restart", "no", "--wait", "0")
+	for _, in := range ps() {
+		if in.Image != "nginx:1.27" || in.Restart != "no" || in.Labels["team"] != "web" {
+			t.Errorf("after replace --restart no without --image: %+v, want the image and label kept, no restart policy", in)
+		}
+	}
 	help := pf.Must("replace", "--help")
 	for _, want := range []string{"Only what a flag names changes", "--volume-rm PATH", "--label-rm KEY", "--restart no",
 		"unless-stopped (not given: kept)", "(repeatable; the others are kept)"} {

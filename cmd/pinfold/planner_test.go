@@ -185,7 +185,7 @@ func TestPlannerCLI(t *testing.T) {
 		{[]string{"resize", ins[1].ID, "--cpu", "-9"}, "must keep more than 0"},
 		{[]string{"host", "set", "nosuch", "--memory", "+1GiB"}, `host "nosuch" is not registered`},
 		{[]string{"host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json"}, "host h1 is already registered"},
-		{[]string{"replace", "web"}, "--image is required"},
+		{[]string{"replace", "web", "--volume-rm", "/nope"}, "volumes_rm /nope: web has no such setting to remove (nothing was changed)"},
 		{[]string{"deploy", "web", "--cpu", "1", "--memory", "1GiB"}, "--image is required"},
 		{[]string{"replace", "ghost", "--image", "x"}, `no instance or service named "ghost"`},
 		{[]string{"host", "drain", "nosuch"}, `host "nosuch" is not registered`},

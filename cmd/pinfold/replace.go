@@ -31,10 +31,11 @@ func newReplaceCmd() *cobra.Command {
 		dryRun bool
 	)
 	cmd := &cobra.Command{
-		Use:   "replace (SERVICE|INSTANCE) --image IMG [--pull missing|always] [--dry-run] [-- COMMAND ARGS…]",
+		Use:   "replace (SERVICE|INSTANCE) [--image IMG] [--pull missing|always] [--dry-run] [-- COMMAND ARGS…]",
 		Short: "Replace containers blue-green with a new image, on the same CPUs and memory",
 		Long: `Record a new image (and optionally command) for an instance or a whole
-service. No resources are planned: each host's agent pauses the old
+service; without --image each instance keeps its own (replace pg
+--restart always changes the restart policy alone). No resources are planned: each host's agent pauses the old
 container, starts the new one on the same allocation, and removes the old
 one only after the new one is healthy; otherwise it removes the new one and
 resumes the old. Every replaced instance gets new containers, also when the
@@ -100,7 +101,7 @@ scaled to 0 has its record changed: the instances a scale adds get it
 	cmd.ValidArgsFunction = completeNames(&c, false, true, true)
 	c.register(cmd)
 	out.register(cmd)
-	cmd.Flags().StringVar(&image, "image", "", "the new image")
+	cmd.Flags().StringVar(&image, "image", "", "the new image (not given: each instance keeps its own)")
 	cmd.Flags().IntVar(&batch, "batch", 0, "hosts replaced at a time for a service (0: all at once)")
 	cmd.Flags().StringVar(&pull, "pull", "missing", "when hosts pull the image: missing (only when they lack it) or always")
 	cmd.Flags().DurationVar(&wait, "wait", 5*time.Minute, "wait this long for each batch (0: return once recorded)")
@@ -115,8 +116,6 @@ scaled to 0 has its record changed: the instances a scale adds get it
 // exit 2, before any call).
 func replaceRequest(cmd *cobra.Command, args []string, image, pull string, batch int, wait time.Duration, health *healthFlags, ctr *containerFlags, rm editFlags) (*pinfoldv1.ReplaceRequest, error) {
 	switch {
-	case image == "":
-		return nil, badInput("--image is required")
 	case batch < 0:
 		return nil, badInput("--batch %d: want 0 (all hosts at once) or more", batch)
 	case pull != "missing" && pull != "always":
@@ -174,7 +173,14 @@ func replaceChanges(ctx context.Context, cl pinfoldv1connect.PlannerServiceClien
 			return plan, err
 		}
 	case connect.CodeOf(err) == connect.CodeNotFound || connect.CodeOf(err) == connect.CodeInvalidArgument: // an instance
-		all, err := allInstances(ctx, cl, "", "")
+		// An instance's ID is its service's name, "-" and a suffix: read
+		// that service's instances, not the fleet's (the attack review
+		// of issue 38: a dry run of one instance listed every instance).
+		svc, _, ok := cutLast(req.Target, "-")
+		if !ok {
+			return plan, badInput("no instance or service named %q", req.Target)
+		}
+		all, err := allInstances(ctx, cl, "", svc)
 		if err != nil {
 			return plan, err
 		}
@@ -186,11 +192,38 @@ func replaceChanges(ctx context.Context, cl pinfoldv1connect.PlannerServiceClien
 	default:
 		return plan, err
 	}
+	// The planner's checks of the merge, made here too, so that a dry
+	// run answers what the replace would (the attack review of issue 38:
+	// a dry run listed 30 labels added where the replace was refused
+	// past 128): a removal that matches nothing, a merged container past
+	// a limit.
+	var cs []model.Container
+	for _, in := range plan.current {
+		cs = append(cs, in.Model().Spec.Container)
+	}
+	if len(cs) == 0 && plan.service != "" {
+		cs = append(cs, r.Msg.GetService().Model(0).Spec.Container)
+	}
+	if none := patch.Edit.Unmatched(cs); len(none) > 0 {
+		return plan, badInput("%s: %s has no such setting to remove (nothing was changed)", strings.Join(none, ", "), req.Target)
+	}
 	for _, in := range plan.current {
 		spec := in.Model().Spec
-		plan.instances = append(plan.instances, replaceTarget{ID: in.Id, Host: in.Host, Changes: nonNil(model.SpecChanges(spec, spec.Patched(patch)))})
+		next := spec.Patched(patch)
+		if err := next.Container.Validate(); err != nil {
+			return plan, badInput("instance %s: its container settings after this replace: %v", in.Id, err)
+		}
+		plan.instances = append(plan.instances, replaceTarget{ID: in.Id, Host: in.Host, Changes: nonNil(model.SpecChanges(spec, next))})
 	}
 	return plan, nil
+}
+
+// cutLast is s cut around the last sep.
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return s, "", false
 }
 
 func nonNil(s []string) []string {

@@ -206,6 +206,53 @@ func editVolumes(cur, rm, add []string) []string {
 	return out
 }
 
+// Unmatched are the removals of e that name a setting none of cs has
+// ("volumes_rm /nope", "labels_rm team"), in e's order: a replace that
+// would remove nothing anywhere is refused as a typo (a new user's trial:
+// --volume-rm /nope said "no setting changes", exit 0). A removal that
+// matches on some of cs only is fine: the instances of a service may
+// differ.
+func (e ContainerEdit) Unmatched(cs []Container) []string {
+	var out []string
+	has := func(f func(Container) bool) bool { return slices.ContainsFunc(cs, f) }
+	for _, r := range e.VolumesRm {
+		t, err := volumeTarget(r)
+		if err == nil && !has(func(c Container) bool {
+			return slices.ContainsFunc(c.Volumes, func(v string) bool { return targetOf(v) == t })
+		}) {
+			out = append(out, "volumes_rm "+r)
+		}
+	}
+	for _, l := range []struct {
+		key string
+		rm  []string
+		of  func(Container) map[string]string
+	}{{"labels_rm", e.LabelsRm, func(c Container) map[string]string { return c.Labels }},
+		{"log_opts_rm", e.LogOptsRm, func(c Container) map[string]string { return c.LogOpts }}} {
+		for _, k := range l.rm {
+			if !has(func(c Container) bool { _, ok := l.of(c)[k]; return ok }) {
+				out = append(out, l.key+" "+k)
+			}
+		}
+	}
+	for _, l := range []struct {
+		key string
+		rm  []string
+		of  func(Container) []string
+	}{{"cap_add_rm", e.CapAddRm, func(c Container) []string { return c.CapAdd }},
+		{"cap_drop_rm", e.CapDropRm, func(c Container) []string { return c.CapDrop }}} {
+		for _, name := range l.rm {
+			want, _ := Capability(name)
+			if !has(func(c Container) bool {
+				return slices.ContainsFunc(l.of(c), func(s string) bool { got, _ := Capability(s); return got == want })
+			}) {
+				out = append(out, l.key+" "+name)
+			}
+		}
+	}
+	return out
+}
+
 // editMap is cur less rm's keys, then with set's entries.
 func editMap(cur map[string]string, rm []string, set map[string]string) map[string]string {
 	if len(rm) == 0 && len(set) == 0 {

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,8 +46,8 @@ func (r ReplaceRequest) patch() model.SpecPatch {
 // Every replaced instance gets new containers, even when its image and
 // command are unchanged (a restart, or a re-pushed tag with Pull always).
 func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instance, error) {
-	if strings.TrimSpace(r.Image) == "" {
-		return nil, errf(Invalid, "image = %q: a replacement needs an image", r.Image)
+	if r.Image != "" && strings.TrimSpace(r.Image) == "" {
+		return nil, errf(Invalid, "image = %q: want an image, or none to keep each instance's", r.Image)
 	}
 	if r.Pull == "missing" {
 		r.Pull = model.PullMissing
@@ -54,7 +55,7 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 	if r.Pull != model.PullMissing && r.Pull != model.PullAlways {
 		return nil, errf(Invalid, "pull = %q: want missing (pull only when the host lacks the image) or always", r.Pull)
 	}
-	if err := validateSpec(model.Spec{Image: r.Image, Command: r.Command, Health: r.Health}); err != nil {
+	if err := validateSpec(model.Spec{Image: cmp.Or(r.Image, "kept"), Command: r.Command, Health: r.Health}); err != nil { // "": each keeps its own
 		return nil, err
 	}
 	if err := r.patch().Validate(); err != nil {
@@ -74,6 +75,9 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 					return nil, err
 				}
 			}
+			if err := removesSomething(r, []model.Container{d.Value.Container}); err != nil {
+				return nil, err
+			}
 			svc, err := replacedService(d.Value, r)
 			if err != nil {
 				return nil, err
@@ -91,6 +95,13 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 			if len(targets) == 0 {
 				return nil, errf(NotFound, "%q has no instances on hosts %s", r.Target, strings.Join(r.Hosts, ", "))
 			}
+		}
+		cs := make([]model.Container, len(targets))
+		for i, t := range targets {
+			cs[i] = t.Instance.Container
+		}
+		if err := removesSomething(r, cs); err != nil {
+			return nil, err
 		}
 		c := new(state.Change)
 		allocs := map[string]state.Alloc{}
@@ -144,6 +155,15 @@ func (s *Service) Replace(ctx context.Context, r ReplaceRequest) ([]model.Instan
 		return s.instances(o.replay.Instances), nil
 	}
 	return out, nil
+}
+
+// removesSomething refuses r when a removal its edit names matches no
+// setting of cs, the targets' containers (a typo: nothing was changed).
+func removesSomething(r ReplaceRequest, cs []model.Container) error {
+	if none := r.Edit.Unmatched(cs); len(none) > 0 {
+		return errf(Invalid, "%s: %s has no such setting to remove (nothing was changed)", strings.Join(none, ", "), r.Target)
+	}
+	return nil
 }
 
 // replacedService is svc with r's image, pull policy and, where r names

@@ -142,8 +142,13 @@ func TestDeployResizeRemove(t *testing.T) {
 			}
 		}
 	}
-	if _, err := s.Replace(ctx, service.ReplaceRequest{Target: "web"}); service.CodeOf(err) != service.Invalid {
-		t.Errorf("replace without image = %v", err)
+	if _, err := s.Replace(ctx, service.ReplaceRequest{Target: "web", Image: " "}); service.CodeOf(err) != service.Invalid {
+		t.Errorf("replace with a blank image = %v", err)
+	}
+	// No image: each instance keeps its own (a restart, or a change of
+	// settings alone).
+	if out, err := s.Replace(ctx, service.ReplaceRequest{Target: "web"}); err != nil || len(out) == 0 || out[0].Image != "busybox:2" {
+		t.Errorf("replace without image = %+v, %v; want each instance keeping its image", out, err)
 	}
 	verify(t, s)
 	ids, err := s.Remove(ctx, "web")
