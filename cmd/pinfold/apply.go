@@ -49,6 +49,11 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 		}
 		records[w.Deploy.Service] = resp.Msg.Service
 	}
+	// Another project's service of the same name is refused before any
+	// step: the whole file, so that apply changes nothing of either.
+	if err := servicesfile.Foreign(want, records, project); err != nil {
+		return servicesfile.Diff{}, &exitError{code: exitBadInput, err: fmt.Errorf("%w (nothing was changed)", err)}
+	}
 	p := servicesfile.Prune{On: prune, Project: project}
 	if prune {
 		if p.Sources, err = pruneSources(ctx, cl, want, ins); err != nil {
@@ -304,7 +309,11 @@ Each service apply deploys records the file's project (a services file's
 top-level project:, a compose file's name:; else a compose file's
 directory, or a services file's name without its extension): --prune
 removes only that project's services, never another project's or one
-deployed by hand (diff --prune names them as left alone, and why).`
+deployed by hand (diff --prune names them as left alone, and why). A
+service of the file the planner holds for another project is refused
+(exit 2, the whole file, before any change: "services.db: of project
+wp, not other"): rename it in the file, or remove it first; one deployed
+by hand is applied as the file has it.`
 
 func newDiffCmd() *cobra.Command {
 	var (

@@ -2,11 +2,13 @@ package servicesfile
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
 // projectKey is the top-level key of a pinfold services file naming its
@@ -46,4 +48,27 @@ func Project(data []byte) (name string, compose bool, err error) {
 		return "", compose, fmt.Errorf("%s: %q: %s", key, name, err.(*model.FieldError).Why)
 	}
 	return name, compose, nil
+}
+
+// Foreign refuses the services of want that the planner holds for another
+// project than project (records: the planner's record of each service of
+// want it has, as Compare takes them): compose's service names belong to
+// their project, and apply would otherwise replace, resize or recreate
+// another project's service and record it as this one's. A service
+// deployed by hand (source "") is this project's to adopt. The refusal is
+// of the whole file, before any change, naming every such service with
+// its owner; nil when there is none.
+func Foreign(want []Service, records map[string]*pinfoldv1.ServiceRecord, project string) error {
+	var errs []error
+	for _, w := range want {
+		rec := records[w.Deploy.Service]
+		if src := rec.GetSource(); src != "" && src != project {
+			key := w.Key("")
+			if w.File != "" {
+				key = w.File + ": " + key
+			}
+			errs = append(errs, fmt.Errorf("%s: of project %s, not %s: apply leaves another project's services (rename it in this file, or remove it first)", key, src, project))
+		}
+	}
+	return errors.Join(errs...)
 }

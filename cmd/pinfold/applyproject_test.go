@@ -1,0 +1,81 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeFile writes src to dir/name (dirs made as needed) and returns its
+// path.
+func writeFile(t *testing.T, dir, name, src string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// psImages is each service's images as ps -o json lists them, joined by
+// spaces in ps order.
+func psImages(t *testing.T, pf *cli) map[string]string {
+	t.Helper()
+	var ins []instanceJSON
+	if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ins); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, in := range ins {
+		out[in.Service] = strings.TrimSpace(out[in.Service] + " " + in.Image)
+	}
+	return out
+}
+
+// TestApplyLeavesAnotherProjectsService (issue 39 item 1): project wp's
+// db was replaced by another compose project's db of the same name (diff:
+// replace db: image mariadb:10.11 → mariadb:11; apply and apply
+// --recreate did it, and the record's source became other). diff and
+// apply now refuse the whole file before any change, naming the service
+// and its project; a service deployed by hand is still adopted.
+// Control: without servicesfile.Foreign in diffServices, diff exits 1
+// (replace db) and apply replaces db's image: the test fails.
+func TestApplyLeavesAnotherProjectsService(t *testing.T) {
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	dir := t.TempDir()
+	pf.Must("apply", "-f", writeFile(t, dir, "wp/compose.yaml", "services:\n  db: {image: 'mariadb:10.11', mem_limit: 16m}\n"))
+	pf.Must("deploy", "hand", "--image", "busybox:1", "--memory", "16MiB")
+	for _, tt := range []struct {
+		name, file string
+	}{
+		{"name: other", writeFile(t, dir, "x/compose.yaml", "name: other\nservices:\n  db: {image: 'mariadb:11', mem_limit: 16m}\n  web: {image: 'nginx:1', mem_limit: 16m}\n")},
+		{"directory other", writeFile(t, dir, "other/compose.yaml", "services:\n  db: {image: 'mariadb:11', mem_limit: 16m}\n  web: {image: 'nginx:1', mem_limit: 16m}\n")},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, args := range [][]string{{"diff", "-f", tt.file}, {"apply", "-f", tt.file}, {"apply", "-f", tt.file, "--recreate"}} {
+				_, errOut, code := pf.Run(args...)
+				if want := "services.db: of project wp, not other: apply leaves another project's services"; code != exitBadInput || !strings.Contains(errOut, want) || !strings.Contains(errOut, "nothing was changed") {
+					t.Errorf("pinfold %v: exit %d: %s\nwant exit %d, %q and nothing was changed", args, code, errOut, exitBadInput, want)
+				}
+			}
+			if got := psImages(t, pf); got["db"] != "mariadb:10.11" || got["web"] != "" {
+				t.Errorf("after the refused applies: images %v, want db at mariadb:10.11 and no web (the whole file refused)", got)
+			}
+		})
+	}
+	// By hand (source ""): adopted.
+	adopt := writeFile(t, dir, "other/compose.yaml", "services:\n  hand: {image: 'busybox:2', mem_limit: 16m}\n")
+	pf.Must("apply", "-f", adopt)
+	if got := psImages(t, pf); got["hand"] != "busybox:2" {
+		t.Errorf("apply of a service deployed by hand: images %v, want hand replaced to busybox:2", got)
+	}
+	// A replace does not record a source: hand stays by hand, which any
+	// project may still apply.
+	pf.Must("diff", "-f", writeFile(t, dir, "wp/compose.yaml", "services:\n  db: {image: 'mariadb:10.11', mem_limit: 16m}\n  hand: {image: 'busybox:2', mem_limit: 16m}\n"))
+}
