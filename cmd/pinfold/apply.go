@@ -134,8 +134,9 @@ func shareBaseOf(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 // deploy records as its source, and the reader's notes (a compose file's
 // ignored keys), returned for the -o json document and, for the text
 // output, printed on stderr at once: a refusal further on still comes
-// after them.
-func readServicesFile(cmd *cobra.Command, path string, out outputFlag) (want []servicesfile.Service, project string, notes []string, err error) {
+// after them. With prune, standard input must name its project: it has
+// no directory, and every file piped in would share the default one.
+func readServicesFile(cmd *cobra.Command, path string, out outputFlag, prune bool) (want []servicesfile.Service, project string, notes []string, err error) {
 	if path == "" {
 		return nil, "", nil, badInput("-f FILE is required: a services file (YAML or JSON) or a docker compose file")
 	}
@@ -161,8 +162,15 @@ func readServicesFile(cmd *cobra.Command, path string, out outputFlag) (want []s
 	if err != nil {
 		return nil, "", nil, &exitError{code: exitBadInput, err: fmt.Errorf("%s: %w (nothing was changed)", path, err)}
 	}
+	if project == "" && prune && path == "-" {
+		key := "project: NAME"
+		if compose {
+			key = "name: NAME"
+		}
+		return nil, "", nil, badInput("-f -: --prune needs the project named in the file (%s at the top): standard input has no directory to name it, and --prune removes the project's services that the file does not have (nothing was changed)", key)
+	}
 	if project == "" {
-		project = defaultProject(path, compose)
+		project = defaultProject(path)
 	}
 	if !out.json() {
 		for _, n := range notes {
@@ -176,18 +184,17 @@ func readServicesFile(cmd *cobra.Command, path string, out outputFlag) (want []s
 	return want, project, notes, nil
 }
 
-// defaultProject is the project of a file that names none: a compose
-// file's directory (as docker compose names it), a services file's name
-// without its extension, "stdin" for standard input; lower-cased, with
-// what a source may not hold left out.
-func defaultProject(path string, compose bool) string {
+// defaultProject is the project of a file that names none: its
+// directory's name (as docker compose names a project: every services.yaml
+// would otherwise share the project services, and one's --prune remove
+// another's services), "stdin" for standard input (readServicesFile
+// refuses its --prune); lower-cased, with what a source may not hold
+// left out.
+func defaultProject(path string) string {
 	name := "stdin"
 	if path != "-" {
 		abs, _ := filepath.Abs(path)
-		name = strings.TrimSuffix(filepath.Base(abs), filepath.Ext(abs))
-		if compose {
-			name = filepath.Base(filepath.Dir(abs))
-		}
+		name = filepath.Base(filepath.Dir(abs))
 	}
 	name = strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
@@ -306,8 +313,9 @@ Compared with the planner (GetService, ListInstances), each service is:
 use_buffer is used when a service is deployed and not compared.
 
 Each service apply deploys records the file's project (a services file's
-top-level project:, a compose file's name:; else a compose file's
-directory, or a services file's name without its extension): --prune
+top-level project:, a compose file's name:; else the file's directory's
+name, as docker compose names a project, and "stdin" for -f -, whose
+--prune is refused without one): --prune
 removes only that project's services, never another project's or one
 deployed by hand (diff --prune names them as left alone, and why). A
 service of the file the planner holds for another project is refused
@@ -342,7 +350,7 @@ the planner unreachable, the outcome unknown).
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			want, project, notes, err := readServicesFile(cmd, file, out)
+			want, project, notes, err := readServicesFile(cmd, file, out, prune)
 			if err != nil {
 				return err
 			}
@@ -368,7 +376,7 @@ the planner unreachable, the outcome unknown).
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the services file (YAML or JSON, or a docker compose file; - for standard input)")
-	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the services of the file's project (project: or compose name:, else the file's name) that it no longer has")
+	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the services of the file's project (project: or compose name:, else the file's directory) that it no longer has")
 	return cmd
 }
 
@@ -416,7 +424,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			want, project, notes, err := readServicesFile(cmd, file, out)
+			want, project, notes, err := readServicesFile(cmd, file, out, prune)
 			if err != nil {
 				return err
 			}
@@ -472,7 +480,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 	c.register(cmd)
 	out.register(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the services file (YAML or JSON, or a docker compose file; - for standard input)")
-	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the services of the file's project (project: or compose name:, else the file's name) that it no longer has")
+	cmd.Flags().BoolVar(&prune, "prune", false, "also remove the services of the file's project (project: or compose name:, else the file's directory) that it no longer has")
 	cmd.Flags().BoolVar(&yes, "yes", false, fmt.Sprintf("with --prune: remove more than %d instances", maxPruneUnasked))
 	cmd.Flags().BoolVar(&recreate, "recreate", false, "remove and deploy again a service whose change no live operation makes (env, network, rules, ...)")
 	return cmd

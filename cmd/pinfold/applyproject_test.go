@@ -79,3 +79,47 @@ func TestApplyLeavesAnotherProjectsService(t *testing.T) {
 	// project may still apply.
 	pf.Must("diff", "-f", writeFile(t, dir, "wp/compose.yaml", "services:\n  db: {image: 'mariadb:10.11', mem_limit: 16m}\n  hand: {image: 'busybox:2', mem_limit: 16m}\n"))
 }
+
+// TestApplyProjectIsTheFilesDirectory (issue 39 item 2): a services file
+// without project: took its project from the file's name, so every
+// services.yaml shared project services and wiki's --prune removed
+// blog's services; every -f - shared project stdin. The default is now
+// the directory's name, as compose's; -f - --prune without a named
+// project is refused, changing nothing.
+// Control: with defaultProject back to the file's name, the prune of
+// wiki/services.yaml removes blog's services and the test fails.
+func TestApplyProjectIsTheFilesDirectory(t *testing.T) {
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	dir := t.TempDir()
+	svc := func(name string) string { return "  " + name + ": {image: busybox, memory: 16MiB}\n" }
+	wiki := writeFile(t, dir, "wiki/services.yaml", "services:\n"+svc("wiki")+svc("wiki-db"))
+	pf.Must("apply", "-f", wiki)
+	pf.Must("apply", "-f", writeFile(t, dir, "blog/services.yaml", "services:\n"+svc("blog")))
+	writeFile(t, dir, "wiki/services.yaml", "services:\n"+svc("wiki"))
+	pf.Must("apply", "-f", wiki, "--prune")
+	if got := strings.Join(psServices(t, pf), " "); got != "blog wiki" {
+		t.Errorf("after apply --prune of wiki/services.yaml: services %s, want blog wiki (blog's left, wiki-db removed)", got)
+	}
+	for _, tt := range []struct {
+		name, stdin string
+		args        []string
+		code        int
+		want        string
+	}{
+		{"stdin prune unnamed", "services:\n" + svc("piped"), []string{"apply", "-f", "-", "--prune"}, exitBadInput, "--prune needs the project named in the file (project: NAME at the top)"},
+		{"stdin compose prune unnamed", "services:\n  piped: {image: busybox, mem_limit: 16m}\n", []string{"diff", "-f", "-", "--prune"}, exitBadInput, "(name: NAME at the top)"},
+		{"stdin prune named", "project: blog\nservices:\n" + svc("blog") + svc("piped"), []string{"apply", "-f", "-", "--prune"}, 0, ""},
+		{"stdin unnamed without prune", "services:\n" + svc("piped2"), []string{"apply", "-f", "-"}, 0, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, errOut, code := runCLI(t, tt.stdin, append(tt.args, pf.flags...)...)
+			if code != tt.code || !strings.Contains(errOut, tt.want) {
+				t.Errorf("pinfold %v < %q: exit %d: %s\nwant exit %d and %q", tt.args, tt.stdin, code, errOut, tt.code, tt.want)
+			}
+		})
+	}
+	if got := strings.Join(psServices(t, pf), " "); got != "blog piped piped2 wiki" {
+		t.Errorf("after the piped applies: services %s, want blog piped piped2 wiki (the refused prune changed nothing)", got)
+	}
+}

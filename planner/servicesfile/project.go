@@ -17,7 +17,7 @@ const projectKey = "project"
 
 // Project is the project data names: a services file's top-level project
 // key, a compose file's name; "" when it names none (the caller then uses
-// the file's name, as docker compose uses its directory's). apply records
+// the file's directory's name, as docker compose does). apply records
 // it as each service's source, and --prune removes only the services of
 // that project. A name that is not a valid source is an error naming the
 // key. compose reports whether data is a compose file. data is a file
