@@ -299,7 +299,8 @@ Compared with the planner (GetService, ListInstances), each service is:
             own or deployed at another size: that instance first)
   replace   image, command, health check, pull or the container settings
             (volumes, restart, ...) differ: blue-green replace
-  scale     count differs (not for each and fill, whose count is per host);
+  scale     count differs (for each and fill, per host: a host holding
+            instances holds another number than count, or none runs);
             a scale down comes before the service's resize and replace
   recreate  what no live change makes: env, network, whole_cores, a soft
             memory a resize does not leave, a removed command or health

@@ -116,9 +116,6 @@ func Compare(want []Service, records map[string]*pinfoldv1.ServiceRecord, instan
 			d.Unchanged = append(d.Unchanged, name)
 		}
 		d.Steps = append(d.Steps, steps...)
-		if s := w.Deploy.Strategy; s == "each" || s == "fill" {
-			d.Notes = append(d.Notes, fmt.Sprintf("%s: count is per host for strategy %s: the number of instances is not compared (use pinfold scale)", name, s))
-		}
 	}
 	d.Steps = append(d.Steps, recreates...)
 	d.Steps = append(d.Steps, orderDeploys(deploys)...)
@@ -205,10 +202,29 @@ func diffService(w Service, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Insta
 		return nil, blocked
 	}
 	var scale *Step
-	if s := want.Strategy; s != "each" && s != "fill" && rec.Count != want.Count {
+	down := false
+	if perHost(want.Strategy) {
+		// Each and fill count per host: the instances of every host
+		// holding any against the file's count, as scale brings them
+		// (capped at max per host); a host the rules would take that
+		// holds none is not seen here.
+		each := want.Count
+		if want.MaxPerHost > 0 {
+			each = min(each, want.MaxPerHost)
+		}
+		fewest, most := perHostCounts(ins)
+		if most == 0 && each > 0 || most > 0 && (fewest != int(each) || most != int(each)) {
+			from := strconv.Itoa(most)
+			if fewest != most {
+				from = fmt.Sprintf("%d to %d", fewest, most)
+			}
+			scale = &Step{Service: name, Action: "scale", Detail: fmt.Sprintf("count per host %s → %d", from, each), Scale: want.Count}
+			down = int(each) < most
+		}
+	} else if rec.Count != want.Count {
 		scale = &Step{Service: name, Action: "scale", Detail: fmt.Sprintf("count %d → %d", rec.Count, want.Count), Scale: want.Count}
+		down = want.Count < rec.Count
 	}
-	down := scale != nil && want.Count < rec.Count
 	if down && want.Count == 0 {
 		// None stays: no instance of its own size to bring to the
 		// service's first.
@@ -249,7 +265,7 @@ func diffService(w Service, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Insta
 		detail := strings.Join(what, ", ")
 		if len(off) > 0 {
 			n, of := counted(len(off), "instance"), ""
-			if gone := len(ins) - int(want.Count); down && gone > 0 {
+			if gone := len(ins) - int(want.Count); down && gone > 0 && !perHost(want.Strategy) {
 				// The scale down before it removes gone instances, the
 				// planner's worst placed first: of those of another size,
 				// at least lo stay and at most hi.
@@ -311,6 +327,27 @@ func diffService(w Service, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Insta
 		steps = append(steps, *scale)
 	}
 	return steps, nil
+}
+
+// perHost reports whether strategy st counts per host (each and fill:
+// deploy's and scale's count is per host).
+func perHost(st string) bool { return st == "each" || st == "fill" }
+
+// perHostCounts is the fewest and the most instances of ins one host
+// holds, among the hosts holding any (a move's replacement counted once,
+// with the instance it replaces, as scale counts them); 0, 0 for none.
+func perHostCounts(ins []*pinfoldv1.Instance) (fewest, most int) {
+	per := map[string]int{}
+	for _, in := range ins {
+		if in.Replaces == "" {
+			per[in.Host]++
+		}
+	}
+	if len(per) == 0 {
+		return 0, 0
+	}
+	counts := slices.Collect(maps.Values(per))
+	return slices.Min(counts), slices.Max(counts)
 }
 
 // cpuMode is pieces as CPUs with the mode: "1.5 (bound)", "2 (memory-first)".
@@ -437,7 +474,11 @@ func describeDeploy(d *pinfoldv1.DeployRequest) string {
 	if d.Bind {
 		mode = "bound"
 	}
-	return fmt.Sprintf("%s × %s (%s %s, %s)", counted(int(d.Count), "instance"), d.Image, cpusOf(d.Cpu), mode, alloc.FormatBytes(d.MemoryBytes))
+	count := counted(int(d.Count), "instance")
+	if perHost(d.Strategy) {
+		count = fmt.Sprintf("%d per host", d.Count)
+	}
+	return fmt.Sprintf("%s × %s (%s %s, %s)", count, d.Image, cpusOf(d.Cpu), mode, alloc.FormatBytes(d.MemoryBytes))
 }
 
 // portsLine is ports as deploy's --port flags write them ("" for none).
