@@ -54,18 +54,18 @@ func diffServices(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient,
 	if err := servicesfile.Foreign(want, records, project); err != nil {
 		return servicesfile.Diff{}, &exitError{code: exitBadInput, err: fmt.Errorf("%w (nothing was changed)", err)}
 	}
+	// The sources are read without --prune too: diff says of each service
+	// left alone what --prune would do with it.
 	p := servicesfile.Prune{On: prune, Project: project}
-	if prune {
-		if p.Sources, err = pruneSources(ctx, cl, want, ins); err != nil {
-			return servicesfile.Diff{}, err
-		}
+	if p.Sources, err = pruneSources(ctx, cl, want, ins); err != nil {
+		return servicesfile.Diff{}, err
 	}
 	return servicesfile.Compare(want, records, ins, p), nil
 }
 
 // pruneSources is the source (the project that applied it, "" by hand) of
 // each service the planner runs and want does not have: --prune removes
-// only the file's project's.
+// only the file's project's, and diff says so of each.
 func pruneSources(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, want []servicesfile.Service, ins []*pinfoldv1.Instance) (map[string]string, error) {
 	inFile := map[string]bool{}
 	for _, w := range want {
@@ -224,7 +224,7 @@ func printDiff(cmd *cobra.Command, d servicesfile.Diff, applied bool) {
 		fmt.Fprintf(w, "%-8s %s\n", "same", n)
 	}
 	for _, n := range d.LeftAlone {
-		fmt.Fprintf(w, "%-8s %s: not in the file, left alone (--prune removes it)\n", "keep", n)
+		fmt.Fprintf(w, "%-8s %s: not in the file, left alone: %s\n", "keep", n, d.LeftAloneWhy[n])
 	}
 	for _, n := range d.Notes {
 		fmt.Fprintf(cmd.ErrOrStderr(), "note: %s\n", n)
@@ -318,7 +318,8 @@ top-level project:, a compose file's name:; else the file's directory's
 name, as docker compose names a project, and "stdin" for -f -, whose
 --prune is refused without one): --prune
 removes only that project's services, never another project's or one
-deployed by hand (diff --prune names them as left alone, and why). A
+deployed by hand (diff names each service it leaves alone, whose it is
+and what --prune does with it). A
 service of the file the planner holds for another project is refused
 (exit 2, the whole file, before any change: "services.db: of project
 wp, not other"): rename it in the file, or remove it first; one deployed

@@ -123,3 +123,41 @@ func TestApplyProjectIsTheFilesDirectory(t *testing.T) {
 		t.Errorf("after the piped applies: services %s, want blog piped piped2 wiki (the refused prune changed nothing)", got)
 	}
 }
+
+// TestDiffSaysWhatPruneDoesWithEachKept (issue 39 item 4): plain diff
+// said "keep big: not in the file, left alone (--prune removes it)" of a
+// service deployed by hand, which --prune never removes (with --prune the
+// line contradicted the note). Each keep line now says whose the service
+// is and what --prune does with it, with or without --prune.
+// Control: with the sources read only under --prune (as before), plain
+// diff calls hand's and mine's services deployed by hand and the test
+// fails; with the old keep line, every row fails.
+func TestDiffSaysWhatPruneDoesWithEachKept(t *testing.T) {
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	pf.Must("deploy", "big", "--image", "busybox", "--memory", "16MiB")
+	dir := t.TempDir()
+	svc := func(name string) string { return "  " + name + ": {image: busybox, memory: 16MiB}\n" }
+	pf.Must("apply", "-f", writeFile(t, dir, "theirs/services.yaml", "services:\n"+svc("other")))
+	mine := writeFile(t, dir, "mine/services.yaml", "services:\n"+svc("web")+svc("gone"))
+	pf.Must("apply", "-f", mine)
+	writeFile(t, dir, "mine/services.yaml", "services:\n"+svc("web"))
+	for _, args := range [][]string{{"diff", "-f", mine}, {"diff", "-f", mine, "--prune"}} {
+		out, _, _ := pf.Run(args...)
+		for _, want := range []string{
+			"keep     big: not in the file, left alone: deployed by hand: --prune leaves it",
+			"keep     other: not in the file, left alone: of project theirs, not mine: --prune leaves it",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("pinfold %v:\n%s\nwant %q", args, out, want)
+			}
+		}
+		want := "keep     gone: not in the file, left alone: of project mine: --prune removes it"
+		if len(args) == 4 {
+			want = "remove   gone: not in the file"
+		}
+		if !strings.Contains(out, want) {
+			t.Errorf("pinfold %v:\n%s\nwant %q", args, out, want)
+		}
+	}
+}

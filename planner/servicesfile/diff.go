@@ -37,8 +37,13 @@ type Step struct {
 type Diff struct {
 	Steps     []Step   `json:"changes"`
 	Unchanged []string `json:"unchanged"`
-	LeftAlone []string `json:"left_alone"` // in the planner, not in the file (no --prune)
-	Notes     []string `json:"notes"`
+	LeftAlone []string `json:"left_alone"` // in the planner, not in the file, not removed
+	// LeftAloneWhy is, for each service of LeftAlone, whose it is and what
+	// --prune does with it: "deployed by hand: --prune leaves it", "of
+	// project P, not Q: --prune leaves it", "of project Q: --prune removes
+	// it".
+	LeftAloneWhy map[string]string `json:"left_alone_why"`
+	Notes        []string          `json:"notes"`
 	// Hidden counts the file's values the planner hides from this caller
 	// (a viewer), which diff does not compare.
 	Hidden int `json:"hidden"`
@@ -48,6 +53,7 @@ type Diff struct {
 // runs and the file does not have is removed when it belongs to the
 // file's Project (Sources: each such service's source, its record's);
 // services of other projects and those deployed by hand are left alone.
+// Without On, Sources still says why each is left alone (LeftAloneWhy).
 type Prune struct {
 	On      bool
 	Project string
@@ -61,7 +67,7 @@ type Prune struct {
 // runs and the file does not have is removed when prune allows it, else
 // left alone.
 func Compare(want []Service, records map[string]*pinfoldv1.ServiceRecord, instances []*pinfoldv1.Instance, prune Prune) Diff {
-	d := Diff{Steps: []Step{}, Unchanged: []string{}, LeftAlone: []string{}, Notes: []string{}}
+	d := Diff{Steps: []Step{}, Unchanged: []string{}, LeftAlone: []string{}, LeftAloneWhy: map[string]string{}, Notes: []string{}}
 	byService := map[string][]*pinfoldv1.Instance{}
 	for _, in := range instances {
 		byService[in.Service] = append(byService[in.Service], in)
@@ -75,18 +81,26 @@ func Compare(want []Service, records map[string]*pinfoldv1.ServiceRecord, instan
 		if inFile[name] {
 			continue
 		}
-		switch source := prune.Sources[name]; {
-		case prune.On && source == prune.Project:
+		source := prune.Sources[name]
+		if prune.On && source == prune.Project {
 			d.Steps = append(d.Steps, Step{Service: name, Action: "remove", Removes: len(byService[name]),
 				Detail: fmt.Sprintf("not in the file: remove its %s (project %s)", counted(len(byService[name]), "instance"), source)})
-		case prune.On && source == "":
-			d.LeftAlone = append(d.LeftAlone, name)
-			d.Notes = append(d.Notes, fmt.Sprintf("%s: deployed by hand, not by project %s: --prune leaves it", name, prune.Project))
-		case prune.On:
-			d.LeftAlone = append(d.LeftAlone, name)
-			d.Notes = append(d.Notes, fmt.Sprintf("%s: of project %s, not %s: --prune leaves it", name, source, prune.Project))
+			continue
+		}
+		d.LeftAlone = append(d.LeftAlone, name)
+		switch {
+		case source == "":
+			d.LeftAloneWhy[name] = "deployed by hand: --prune leaves it"
+			if prune.On {
+				d.Notes = append(d.Notes, fmt.Sprintf("%s: deployed by hand, not by project %s: --prune leaves it", name, prune.Project))
+			}
+		case source != prune.Project:
+			d.LeftAloneWhy[name] = fmt.Sprintf("of project %s, not %s: --prune leaves it", source, prune.Project)
+			if prune.On {
+				d.Notes = append(d.Notes, fmt.Sprintf("%s: of project %s, not %s: --prune leaves it", name, source, prune.Project))
+			}
 		default:
-			d.LeftAlone = append(d.LeftAlone, name)
+			d.LeftAloneWhy[name] = fmt.Sprintf("of project %s: --prune removes it", source)
 		}
 	}
 	var deploys, recreates []Step

@@ -140,16 +140,22 @@ func TestCompare(t *testing.T) {
 		prune            Prune
 		steps, unchanged string
 		leftAlone, notes string
+		why              string // LeftAloneWhy["old"]
 	}{
-		{"left alone", Prune{}, "deploy new", "web idle", "old", "idle: count 0 and not deployed: nothing to do"},
+		{"left alone", Prune{}, "deploy new", "web idle", "old", "idle: count 0 and not deployed: nothing to do", "deployed by hand: --prune leaves it"},
+		// Issue 39 item 4: without --prune, what --prune would do.
+		{"the project's own, no prune", Prune{Project: "shop", Sources: map[string]string{"old": "shop"}}, "deploy new", "web idle", "old",
+			"idle: count 0 and not deployed: nothing to do", "of project shop: --prune removes it"},
+		{"another project's, no prune", Prune{Project: "shop", Sources: map[string]string{"old": "shop2"}}, "deploy new", "web idle", "old",
+			"idle: count 0 and not deployed: nothing to do", "of project shop2, not shop: --prune leaves it"},
 		{"pruned: the project's own", Prune{On: true, Project: "shop", Sources: map[string]string{"old": "shop"}}, "remove old, deploy new", "web idle", "",
-			"idle: count 0 and not deployed: nothing to do"},
+			"idle: count 0 and not deployed: nothing to do", ""},
 		// Issue 38 item 3: --prune removed every service not in the
 		// file, another project's and those deployed by hand too.
 		{"another project's is left", Prune{On: true, Project: "shop", Sources: map[string]string{"old": "shop2"}}, "deploy new", "web idle", "old",
-			"old: of project shop2, not shop: --prune leaves it; idle: count 0 and not deployed: nothing to do"},
+			"old: of project shop2, not shop: --prune leaves it; idle: count 0 and not deployed: nothing to do", "of project shop2, not shop: --prune leaves it"},
 		{"one deployed by hand is left", Prune{On: true, Project: "shop"}, "deploy new", "web idle", "old",
-			"old: deployed by hand, not by project shop: --prune leaves it; idle: count 0 and not deployed: nothing to do"},
+			"old: deployed by hand, not by project shop: --prune leaves it; idle: count 0 and not deployed: nothing to do", "deployed by hand: --prune leaves it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,6 +175,9 @@ func TestCompare(t *testing.T) {
 			}
 			if got := strings.Join(d.Notes, "; "); got != tt.notes {
 				t.Errorf("notes %q, want %q", got, tt.notes)
+			}
+			if got := d.LeftAloneWhy["old"]; got != tt.why {
+				t.Errorf("left alone why of old %q, want %q", got, tt.why)
 			}
 		})
 	}
