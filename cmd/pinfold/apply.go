@@ -272,11 +272,13 @@ whole number of pieces of a CPU (0.51, not 0.505, at 1/100).
 
 A docker compose file is read too (a services map whose entries have
 compose keys such as environment or deploy): image, command, entrypoint,
-environment, network_mode, pull_policy, healthcheck, deploy.replicas,
-deploy.resources.limits.cpus and .memory, deploy.resources.reservations.memory
-(soft memory), cpus/mem_limit/mem_reservation, ports (TCP: "8080:80" is
-the static host port p80=8080:80, "80" a dynamic one named p80), volumes
-(absolute host paths and named volumes), restart or
+environment, network_mode, pull_policy, healthcheck, deploy.replicas
+(or scale, the same count), deploy.resources.limits.cpus and .memory,
+deploy.resources.reservations.memory (soft memory),
+cpus/mem_limit/mem_reservation, ports (TCP: "8080:80" is the static
+host port p80=8080:80, "80" a dynamic one named p80), volumes (absolute
+host paths and named volumes; a path relative to the file, ./data:/data,
+is refused: pinfold has no project directory on the hosts), restart or
 deploy.restart_policy, user, read_only, cap_add, cap_drop, working_dir,
 labels and logging (driver, options); deploy.mode global is strategy
 each (one per host), deploy.placement.constraints on node.labels.KEY
@@ -285,12 +287,14 @@ max_replicas_per_node is max_per_host. pinfold's own strategy,
 max_per_host and priority are x-pinfold-strategy, x-pinfold-max-per-host
 and x-pinfold-priority. privileged: true, devices, pid, ipc: host,
 userns_mode, security_opt and cap_add: [ALL] are refused: pinfold cannot
-honour them. Every other key, and a port or volume pinfold has no form
-for (a host address, UDP, a range, a relative path), is named as
+honour them; so is env_file (move the variables under environment:).
+Every other key, and a port or volume pinfold has no form for (a host
+address, UDP, a range, an anonymous volume), is named as
 ignored, per service (a note on stderr, in "notes" with -o json).
 Compose services are memory-first (no bind); a compose variable (${...})
-is refused: pinfold does not fill them in. Top-level x- keys (in either
-kind of file) are not read: they hold YAML anchors (<<: *defaults).
+is refused: pinfold does not fill them in ($$ is a literal $).
+Top-level x- keys (in either kind of file) are not read: they hold YAML
+anchors (<<: *defaults).
 
 Compared with the planner (GetService, ListInstances), each service is:
   deploy    new: placed with its size and rules

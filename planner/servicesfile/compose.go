@@ -71,6 +71,9 @@ type composeService struct {
 	Ports          json.RawMessage `json:"ports"`
 	Volumes        json.RawMessage `json:"volumes"`
 	Restart        json.RawMessage `json:"restart"`
+	Scale          *int64          `json:"scale"`
+	// EnvFile is refused when set: pinfold reads no files on the hosts.
+	EnvFile json.RawMessage `json:"env_file"`
 	composeHardening
 	composeIsolation
 }
@@ -141,6 +144,35 @@ func decodeCompose(top map[string]json.RawMessage, services map[string]json.RawM
 // dollar sign written out) is taken away.
 var composeVariable = regexp.MustCompile(`\$[{A-Za-z_]`)
 
+// unescapeDollars is raw (a JSON value) with $$ in each string value
+// made $, as compose reads it; keys are left as written (compose
+// interpolates values only).
+func unescapeDollars(raw json.RawMessage) (json.RawMessage, error) {
+	dec := json.NewDecoder(strings.NewReader(string(raw)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	var walk func(v any) any
+	walk = func(v any) any {
+		switch x := v.(type) {
+		case string:
+			return strings.ReplaceAll(x, "$$", "$")
+		case map[string]any:
+			for k, e := range x {
+				x[k] = walk(e)
+			}
+		case []any:
+			for i, e := range x {
+				x[i] = walk(e)
+			}
+		}
+		return v
+	}
+	return json.Marshal(walk(v))
+}
+
 // isExtension tells an extension key (x-anything): compose ignores them.
 func isExtension(k string) bool { return strings.HasPrefix(k, "x-") }
 
@@ -184,7 +216,7 @@ func decodeComposeService(name string, raw json.RawMessage) (Service, []string, 
 	if err := decodeComposeScheduling(path, keys, &want.Scheduling, named); err != nil {
 		return Service{}, nil, err
 	}
-	count, err := composeDeployRules(path, c.Deploy, &want, named)
+	count, err := composeDeployRules(path, c.Deploy, c.Scale, &want, named)
 	if err != nil {
 		return Service{}, nil, err
 	}
@@ -223,6 +255,21 @@ func readComposeService(path, name string, raw json.RawMessage) (map[string]json
 		if v := string(keys[k]); composeVariable.MatchString(strings.ReplaceAll(v, "$$", "")) {
 			return nil, c, fmt.Errorf("%s.%s: %s: pinfold does not fill in compose variables ($VAR, ${...}): write the value", path, k, cutText(v, 80))
 		}
+	}
+	// $$ is compose's escape of a dollar sign: the value holds one $.
+	raw, err := unescapeDollars(raw)
+	if err != nil {
+		return nil, c, fmt.Errorf("%s: want a map of compose keys", path)
+	}
+	if err := json.Unmarshal(raw, &keys); err != nil {
+		return nil, c, fmt.Errorf("%s: want a map of compose keys", path)
+	}
+	c = composeService{}
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, c, fieldError(path, err)
+	}
+	if len(c.EnvFile) > 0 && string(c.EnvFile) != "null" {
+		return nil, c, fmt.Errorf("%s.env_file: %s: pinfold reads no env files (it has no project directory on the hosts): move the variables under environment:", path, cutText(string(c.EnvFile), 80))
 	}
 	if c.Image == "" {
 		return nil, c, fmt.Errorf("%s.image: missing: pinfold runs images, it does not build them", path)
@@ -439,19 +486,21 @@ func isPort(s string) bool {
 	return err == nil && n >= 1 && n <= 65535
 }
 
-// composeVolumes maps a service's volumes: SOURCE:TARGET[:ro|rw] with an
-// absolute host path (a bind mount) or a volume's name, in the short or
-// the long syntax. It skips (and lists) paths relative to the compose
-// file and anonymous volumes, which pinfold cannot place.
-func composeVolumes(raw json.RawMessage) (volumes, skipped []string) {
+// composeVolumes maps a service's volumes (path: services.web.volumes):
+// SOURCE:TARGET[:ro|rw] with an absolute host path (a bind mount) or a
+// volume's name, in the short or the long syntax. A path relative to the
+// compose file is refused: pinfold has no project directory on the hosts,
+// and the container would run without its data. It skips (and lists)
+// anonymous volumes and other types, which pinfold cannot place.
+func composeVolumes(path string, raw json.RawMessage) (volumes, skipped []string, err error) {
 	if len(raw) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	var list []json.RawMessage
 	if json.Unmarshal(raw, &list) != nil {
-		return nil, []string{"volumes (want a list)"}
+		return nil, []string{"volumes (want a list)"}, nil
 	}
-	for _, e := range list {
+	for i, e := range list {
 		var short string
 		var long struct {
 			Type     string `json:"type"`
@@ -470,13 +519,16 @@ func composeVolumes(raw json.RawMessage) (volumes, skipped []string) {
 			}
 		}
 		src, _, two := strings.Cut(v, ":")
-		if !two || src == "" || strings.HasPrefix(src, ".") || strings.HasPrefix(src, "~") {
+		if two && (strings.HasPrefix(src, ".") || strings.HasPrefix(src, "~")) {
+			return nil, nil, fmt.Errorf("%s[%d]: %s: a host path relative to the compose file: pinfold has no project directory on the hosts (the container would start without its data): give an absolute host path or a named volume", path, i, cutText(string(e), 80))
+		}
+		if !two || src == "" {
 			skipped = append(skipped, "volumes: "+strings.Trim(string(e), `"`)+" (an absolute host path or a volume's name is needed)")
 			continue
 		}
 		volumes = append(volumes, v)
 	}
-	return volumes, skipped
+	return volumes, skipped, nil
 }
 
 // composeRestart maps restart: no, always, on-failure[:N], unless-stopped.

@@ -83,7 +83,10 @@ func rawList(list []json.RawMessage) string {
 func composeContainer(path string, c composeService) (model.Container, []string, error) {
 	var ctr model.Container
 	var skipped, s []string
-	ctr.Volumes, s = composeVolumes(c.Volumes)
+	var err error
+	if ctr.Volumes, s, err = composeVolumes(path+".volumes", c.Volumes); err != nil {
+		return model.Container{}, nil, err
+	}
 	skipped = append(skipped, s...)
 	ctr.Restart, s = composeRestart(c.Restart)
 	skipped = append(skipped, s...)

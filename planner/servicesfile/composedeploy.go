@@ -17,11 +17,24 @@ type composePlacement struct {
 
 // composeDeployRules maps deploy.mode, deploy.placement.constraints and
 // deploy.placement.max_replicas_per_node onto want (whose x-pinfold- keys
-// are read) and returns the instance count: replicas, or 1 per host for
-// mode global (strategy each). named gets the keys of what it sets. A
+// are read) and returns the instance count: the service's scale or
+// deploy.replicas (both: the same number, as compose wants), or 1 per host
+// for mode global (strategy each). named gets the keys of what it sets. A
 // value pinfold cannot honour is an error naming its key and value.
-func composeDeployRules(path string, dp *composeDeploy, want *model.Deploy, named map[string]string) (int, error) {
+func composeDeployRules(path string, dp *composeDeploy, scale *int64, want *model.Deploy, named map[string]string) (int, error) {
 	count := 1
+	if scale != nil {
+		if *scale < 0 || *scale > model.MaxDeployCount {
+			return 0, fmt.Errorf("%s.scale: %d: want 0 to %d", path, *scale, model.MaxDeployCount)
+		}
+		if dp != nil && dp.Replicas != nil && *dp.Replicas != *scale {
+			return 0, fmt.Errorf("%s.scale: %d: deploy.replicas says %d: compose refuses two counts, give one of them", path, *scale, *dp.Replicas)
+		}
+		if dp != nil && dp.Mode == "global" {
+			return 0, fmt.Errorf("%s.scale: %d: deploy.mode global runs one instance per host: remove one of the keys", path, *scale)
+		}
+		count, named["count"] = int(*scale), path+".scale"
+	}
 	if dp == nil {
 		return count, nil
 	}

@@ -82,6 +82,14 @@ func TestComposeRefusals(t *testing.T) {
 		{"variable without braces", `working_dir: "$DIR"`, `services.web.working_dir: "$DIR": pinfold does not fill in compose variables ($VAR, ${...})`},
 		{"variable in a command", `command: "echo $HOME"`, `services.web.command: "echo $HOME": pinfold does not fill in`},
 		{"bad log option", `logging: {driver: local, options: {"a b": 1}}`, `services.web.logging.options: log_opt key "a b"`},
+		// Issue 39 item 5: dropped with a note, the container started
+		// without its settings or its data.
+		{"env_file", `env_file: .env`, `services.web.env_file: ".env": pinfold reads no env files (it has no project directory on the hosts): move the variables under environment:`},
+		{"env_file list", `env_file: [a.env, b.env]`, `services.web.env_file: ["a.env","b.env"]: pinfold reads no env files`},
+		{"relative bind volume", `volumes: ["./gitea:/data"]`, `services.web.volumes[0]: "./gitea:/data": a host path relative to the compose file: pinfold has no project directory on the hosts`},
+		{"parent bind volume", `volumes: [/srv/a:/a, "../x:/x"]`, `services.web.volumes[1]: "../x:/x": a host path relative`},
+		{"home bind volume", `volumes: ["~/x:/x"]`, `services.web.volumes[0]: "~/x:/x": a host path relative`},
+		{"relative long bind volume", `volumes: [{type: bind, source: ./pg, target: /pg}]`, `services.web.volumes[0]: {"source":"./pg","target":"/pg","type":"bind"}: a host path relative`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -129,6 +137,16 @@ func TestComposeDeployModeAndPlacement(t *testing.T) {
 			err: `services.web.deploy.placement.max_replicas_per_node: 2: services.web.x-pinfold-max-per-host says 3`},
 		{name: "negative max_replicas_per_node", keys: `deploy: {placement: {max_replicas_per_node: -1}}`,
 			err: `services.web.deploy.placement.max_replicas_per_node: -1: want 0 (no cap)`},
+		// Issue 39 item 5: scale was ignored with a note (1 instance).
+		{name: "scale", keys: `scale: 3`, count: 3},
+		{name: "scale 0", keys: `scale: 0`, count: 0},
+		{name: "scale and the same replicas", keys: `scale: 3, deploy: {replicas: 3}`, count: 3},
+		{name: "scale and other replicas", keys: `scale: 3, deploy: {replicas: 2}`,
+			err: `services.web.scale: 3: deploy.replicas says 2: compose refuses two counts, give one of them`},
+		{name: "scale and global", keys: `scale: 3, deploy: {mode: global}`,
+			err: `services.web.scale: 3: deploy.mode global runs one instance per host`},
+		{name: "negative scale", keys: `scale: -1`, err: `services.web.scale: -1: want 0 to`},
+		{name: "scale not a number", keys: `scale: many`, err: `services.web.scale: a string where`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,5 +192,32 @@ func TestComposeNotesWhatItIgnores(t *testing.T) {
 		"compose: web: ignored keys: pids_limit, ulimits, deploy.update_config, deploy.placement.preferences, healthcheck.interval"}
 	if diff := cmp.Diff(want, notes); diff != "" {
 		t.Errorf("Decode(%q): notes (-want +got):\n%s", file, diff)
+	}
+}
+
+// TestComposeDollarEscape (issue 39 item 5): $$ is compose's escape of a
+// dollar sign, and the value holds one $ (PRICE: "$$5" was stored as
+// $$5); a key is left as written.
+func TestComposeDollarEscape(t *testing.T) {
+	tests := []struct{ name, keys, env, command string }{
+		{"environment map", `environment: {PRICE: "$$5"}`, "PRICE=$5", ""},
+		{"environment list", `environment: ["A=$$$$", "B=x$$y"]`, "A=$$ B=x$y", ""},
+		{"command", `command: ["sh", "-c", "echo $$HOME"]`, "", "sh -c echo $HOME"},
+		{"a lone dollar", `environment: {A: "5$"}`, "A=5$", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := composeWeb(tt.keys)
+			want, _, err := Decode([]byte(file))
+			if err != nil || len(want) != 1 {
+				t.Fatalf("Decode(%q) = %d services, %v", file, len(want), err)
+			}
+			if got := strings.Join(want[0].Deploy.Env, " "); got != tt.env {
+				t.Errorf("Decode(%q): env %q, want %q", file, got, tt.env)
+			}
+			if got := strings.Join(want[0].Deploy.Command, " "); got != tt.command {
+				t.Errorf("Decode(%q): command %q, want %q", file, got, tt.command)
+			}
+		})
 	}
 }

@@ -80,12 +80,12 @@ func TestComposePortsAndVolumes(t *testing.T) {
 	if len(skipped) != 3 {
 		t.Errorf("skipped %q, want the host address, the UDP port and the range", skipped)
 	}
-	vols, skipped := composeVolumes([]byte(`["/srv/data:/data", "cache:/cache:ro", "./rel:/x", "/anon", {"type": "bind", "source": "/etc/app", "target": "/etc/app", "read_only": true}, {"type": "tmpfs", "target": "/t"}]`))
-	if want := []string{"/srv/data:/data", "cache:/cache:ro", "/etc/app:/etc/app:ro"}; !slices.Equal(vols, want) {
-		t.Errorf("volumes %q, want %q", vols, want)
+	vols, skipped, err := composeVolumes("services.web.volumes", []byte(`["/srv/data:/data", "cache:/cache:ro", "/anon", {"type": "bind", "source": "/etc/app", "target": "/etc/app", "read_only": true}, {"type": "tmpfs", "target": "/t"}]`))
+	if want := []string{"/srv/data:/data", "cache:/cache:ro", "/etc/app:/etc/app:ro"}; err != nil || !slices.Equal(vols, want) {
+		t.Errorf("volumes %q, %v; want %q", vols, err, want)
 	}
-	if len(skipped) != 3 {
-		t.Errorf("skipped %q, want the relative path, the anonymous volume and the tmpfs", skipped)
+	if len(skipped) != 2 {
+		t.Errorf("skipped %q, want the anonymous volume and the tmpfs", skipped)
 	}
 	for raw, want := range map[string]string{`{"condition": "on-failure", "max_attempts": 3}`: "on-failure:3", `{"condition": "any"}`: "always", `{"condition": "none"}`: ""} {
 		if got, _ := composeRestartPolicy([]byte(raw)); got != want {
