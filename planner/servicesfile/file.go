@@ -455,7 +455,7 @@ func fieldError(path string, err error) error {
 		if te.Value == "array" || te.Value == "object" {
 			article = "an"
 		}
-		return fmt.Errorf("%s.%s: %s %s where %s is wanted%s", path, jsonPath(te.Field), article, te.Value, want, hint)
+		return fmt.Errorf("%s: %s %s where %s is wanted%s", joinPath(path, jsonPath(te.Field)), article, te.Value, want, hint)
 	}
 	msg := err.Error()
 	if k, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
@@ -470,10 +470,18 @@ func fieldError(path string, err error) error {
 		if _, f, ok := strings.Cut(field, "."); ok {
 			field = f
 		}
-		field = jsonPath(field)
-		return fmt.Errorf("%s.%s: %s", path, field, reason)
+		return fmt.Errorf("%s: %s", joinPath(path, jsonPath(field)), reason)
 	}
 	return fmt.Errorf("%s: %v", path, err)
+}
+
+// joinPath is path.field, or path when field is "" (the value at path
+// itself is of the wrong type: a key indented as a service).
+func joinPath(path, field string) string {
+	if field == "" {
+		return path
+	}
+	return path + "." + field
 }
 
 // jsonPath is a decoder's field path as the file spells it: the Go names

@@ -160,6 +160,9 @@ func TestServicesFileBadInput(t *testing.T) {
 		{"compose mem_reservation", "services:\n  web: {image: a, mem_limit: 64m, mem_reservation: 1x}\n", `services.web.mem_reservation: "1x"`},
 		{"service twice", "services:\n  web: {image: a, memory: 64MiB}\n  web: {image: b, memory: 64MiB}\n", `line 3: key "web" already set in map`},
 		{"key in another case", "services:\n  web: {Image: a, memory: 64MiB}\n", `services.web: unknown key "Image"`},
+		// Issue 39 item 6: the path was services.memory. (a trailing dot).
+		{"key indented as a service", "services:\n  web:\n    image: a\n  memory: 64MiB\n", `services.memory: a string where a map is wanted`},
+		{"list indented as a service", "services:\n  web: {image: a, memory: 64MiB}\n  env: [A=1]\n", `services.env: an array where a map is wanted`},
 		// A key of a nested map is named in that map, with its keys.
 		{"unknown health key", "services:\n  hz: {image: a, memory: 64MiB, health: {http: 80/, tmeout: 3s}}\n",
 			`services.hz.health: unknown key "tmeout" (known: cmd, http, tcp, timeout)`},
