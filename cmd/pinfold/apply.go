@@ -419,7 +419,9 @@ Exit code: 0 applied (or no changes), 1 not applied (a recreate without
 --recreate, or a step refused: what was changed is named), 2 bad input,
 nothing changed (3 and 4 as for every command). With -o json, stdout has
 one document: the changes (as diff prints them), "applied" (the steps
-made) and, when apply stopped, "refused" (each step not made, and why).
+made) and, when apply stopped, "refused" (each step not made, and why;
+a file refused before any step, exit 2, is one entry of action
+"check" with no changes).
 
 ` + applyFileHelp,
 		Example: `  pinfold apply -f services.yaml
@@ -432,7 +434,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 			}
 			want, project, notes, err := readServicesFile(cmd, file, out, prune)
 			if err != nil {
-				return err
+				return refusedFile(cmd, out, nil, err)
 			}
 			pulls := map[string]string{}
 			for _, w := range want {
@@ -442,7 +444,7 @@ made) and, when apply stopped, "refused" (each step not made, and why).
 				ctx := cmd.Context()
 				d, err := diffServices(ctx, cl, want, project, prune)
 				if err != nil {
-					return err
+					return refusedFile(cmd, out, notes, err)
 				}
 				var blocked []string
 				for _, s := range d.Steps {
@@ -506,6 +508,21 @@ type refusedStepJSON struct {
 	Action  string `json:"action"`
 	Service string `json:"service"`
 	Error   string `json:"error"`
+}
+
+// refusedFile is apply's err when the file was refused before any step
+// (exit 2: a bad value, the planner's check of a service, another
+// project's service): with -o json stdout still has the one document,
+// with no changes and the refusal, action "check", as for a step the
+// planner refused. Other errors (the planner unreachable) are err alone.
+func refusedFile(cmd *cobra.Command, out outputFlag, notes []string, err error) error {
+	var ee *exitError
+	if !out.json() || !errors.As(err, &ee) || ee.code != exitBadInput {
+		return err
+	}
+	d := servicesfile.Diff{Steps: []servicesfile.Step{}, Unchanged: []string{}, LeftAlone: []string{}, LeftAloneWhy: map[string]string{}}
+	doc := applyJSON{Diff: withFileNotes(d, notes), Applied: []string{}, Refused: []refusedStepJSON{{Action: "check", Error: err.Error()}}}
+	return jsonThen(cmd, out, doc, err)
 }
 
 // jsonThen writes doc when out asks for JSON, then returns err: a script

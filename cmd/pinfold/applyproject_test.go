@@ -161,3 +161,41 @@ func TestDiffSaysWhatPruneDoesWithEachKept(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyJSONOfARefusedFile (issue 39 item 6): apply -o json of a file
+// refused before any step printed nothing on stdout, while a step the
+// planner refused has a document (applied, refused). A refused file now
+// has one too: no changes, nothing applied, the refusal of action check.
+// Control: with refusedFile returning err alone, stdout is empty and
+// every row fails.
+func TestApplyJSONOfARefusedFile(t *testing.T) {
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	dir := t.TempDir()
+	pf.Must("apply", "-f", writeFile(t, dir, "wp/compose.yaml", "services:\n  db: {image: 'mariadb:10.11', mem_limit: 16m}\n"))
+	for _, tt := range []struct {
+		name, file, want string
+	}{
+		{"a bad value", writeFile(t, dir, "a/services.yaml", "services:\n  web: {image: a, memory: 64MiB, cpu: abc}\n"), `services.web.cpu: "abc" is not a number`},
+		{"the planner's check", writeFile(t, dir, "b/services.yaml", "services:\n  hz: {image: a, memory: 64MiB, health: {http: abc}}\n"), `services.hz.health.http: "abc"`},
+		{"another project's service", writeFile(t, dir, "c/compose.yaml", "services:\n  db: {image: 'mariadb:11', mem_limit: 16m}\n"), "services.db: of project wp, not c"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, code := pf.Run("apply", "-f", tt.file, "-o", "json")
+			var doc struct {
+				Changes []any    `json:"changes"`
+				Applied []string `json:"applied"`
+				Refused []struct {
+					Action, Error string
+				} `json:"refused"`
+			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil || code != exitBadInput {
+				t.Fatalf("apply -o json: exit %d, stdout %q (%v), stderr %s; want exit 2 and one document", code, out, err, errOut)
+			}
+			if doc.Changes == nil || len(doc.Changes) != 0 || doc.Applied == nil || len(doc.Applied) != 0 || len(doc.Refused) != 1 ||
+				doc.Refused[0].Action != "check" || !strings.Contains(doc.Refused[0].Error, tt.want) {
+				t.Errorf("apply -o json: %s\nwant no changes, applied [], one refusal of action check containing %q", out, tt.want)
+			}
+		})
+	}
+}
