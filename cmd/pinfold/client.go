@@ -165,7 +165,13 @@ func (c *clientFlags) call(f func(cl pinfoldv1connect.PlannerServiceClient) erro
 	if err != nil {
 		return err
 	}
-	return apiError(f(cl))
+	err = f(cl)
+	if _, refused := certificateRefused(err); refused && c.tlsCert == "" {
+		// The planner wants a client certificate and this command gave
+		// none: say that, not every reason a certificate is refused.
+		return &exitError{code: exitBadInput, err: errors.New("the planner requires a TLS client certificate and this command gave none: --tls-cert and --tls-key (or PINFOLD_TLS_CERT and PINFOLD_TLS_KEY), from pinfold pki issue ROLE NAME; nothing was changed")}
+	}
+	return apiError(err)
 }
 
 // newRequestID is a request ID no other run makes: "cli-" and 16 random

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -97,7 +98,7 @@ that holds instances. Exit code 0 when there are none, 1 otherwise.`,
 					}
 				}
 				if len(ws) > 0 {
-					return &exitError{code: exitUnmet, err: fmt.Errorf("%d health warnings", len(ws))}
+					return &exitError{code: exitUnmet, err: errors.New(counted(len(ws), "health warning"))}
 				}
 				return nil
 			})

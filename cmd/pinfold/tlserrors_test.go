@@ -27,15 +27,15 @@ func TestTLSRefusalsSayWhy(t *testing.T) {
 	}{
 		{"a bare host:port with --tls-ca is https", func() (string, string, int) {
 			return runCLI(t, "", "host", "list", "--planner", addr, "--tls-ca", ca)
-		}, exitBadInput, "refused this command's TLS client certificate (tls: certificate required)"},
+		}, exitBadInput, "the planner requires a TLS client certificate and this command gave none"},
 		{"another CA in --tls-ca", func() (string, string, int) {
 			other := t.TempDir() + "/other"
 			runCLI(t, "", "pki", "init", "--dir", other)
 			return runCLI(t, "", "host", "list", "--planner", addr, "--tls-ca", other+"/ca.pem")
 		}, exitBadInput, "the planner's TLS certificate does not verify against --tls-ca"},
-		{"control: http:// to a TLS planner", func() (string, string, int) {
+		{"http:// to a TLS planner", func() (string, string, int) {
 			return runCLI(t, "", "host", "list", "--planner", "http://"+addr)
-		}, exitUnknown, "400 Bad Request"},
+		}, exitBadInput, "the planner speaks https (TLS), and this command sent plain http"},
 		{"a viewer's change", func() (string, string, int) {
 			return viewer.Run("deploy", "web", "--cpu", "0.1", "--memory", "64MiB", "--image", "busybox")
 		}, exitDenied, "permission denied: identity viewer:bob may not call Deploy (the certificate's role does not allow it: an admin certificate does"},

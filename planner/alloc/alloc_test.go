@@ -289,7 +289,7 @@ func TestMaxPerHost(t *testing.T) {
 		t.Errorf("max_per_host (-want +got):\n%s", diff)
 	}
 	_, err = alloc.Plan(alloc.DefaultParams(), hosts, alloc.Request{Service: "web", Count: 6, MemoryBytes: GiB, MaxPerHost: 4})
-	if err == nil || !slices.Contains([]string{err.Error()}, "alloc: need 6 instances of web, the hosts can take 5: A takes 1 (max_per_host), B takes 4 (max_per_host)") {
+	if err == nil || !slices.Contains([]string{err.Error()}, "need 6 instances of web, the hosts can take 5: A takes 1 (max_per_host), B takes 4 (max_per_host)") {
 		t.Errorf("max_per_host shortage error = %v", err)
 	}
 }

@@ -42,7 +42,9 @@ type Error struct {
 // Message starts with ("" for errors that are not CodeInvalid).
 func (e *Error) Reason() string { return e.reason }
 
-func (e *Error) Error() string { return "alloc: " + e.Message }
+// Error is Message: it names the field and value for the user (no
+// package prefix: a new user's trial read "alloc: strategy = …").
+func (e *Error) Error() string { return e.Message }
 
 // Unwrap lets errors.Is(err, ErrInsufficient) match capacity errors.
 func (e *Error) Unwrap() error {
