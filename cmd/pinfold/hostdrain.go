@@ -146,6 +146,9 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 				if line != last && !asJSON {
 					fmt.Fprintln(cmd.ErrOrStderr(), line)
 				}
+				if !asJSON { // the moves made may have used the overbooking
+					_ = printOverbooked(cmd, cl, name, before)
+				}
 				return &exitError{code: exitUnmet, err: fmt.Errorf("drain of %s is parked: %s; the planner tries again in the background ('pinfold host show %s'; 'pinfold host drain %s --cancel' stops it)", name, s, name, name)}
 			}
 		}
@@ -154,6 +157,9 @@ func waitDrain(cmd *cobra.Command, cl pinfoldv1connect.PlannerServiceClient, nam
 			last = line
 		}
 		if local := hostLocal(resp.Msg.Instances); !moveLocal && left > 0 && len(local) == left && resp.Msg.Host.Draining {
+			if !asJSON {
+				_ = printOverbooked(cmd, cl, name, before)
+			}
 			return &exitError{code: exitUnmet, err: fmt.Errorf("drain of %s: %d instances stay, each with a host-local volume (%s); 'pinfold host drain %s --move-local-volumes' moves them (their data stays behind), '--cancel' ends the drain",
 				name, left, strings.Join(local, ", "), name)}
 		}

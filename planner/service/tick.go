@@ -70,11 +70,13 @@ func stuckReason(what string, err error, parked bool) string {
 	if len(msg) > 1000 {
 		msg = textclip.Text(msg, 1000)
 	}
-	r := what + ": " + msg
+	// The parked note before the error: an error may end in an
+	// elimination table, which the note ran on from (a new user's trial).
+	r := what
 	if parked {
 		r += fmt.Sprintf(" (parked after %d failures in a row: tried again every %s)", parkAfter, parkFor)
 	}
-	return r
+	return r + ": " + msg
 }
 
 // setStuck writes reason, a reason of kind ("heal" or "drain", its first
