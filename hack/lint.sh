@@ -12,7 +12,7 @@ go vet ./... || fail=1
 go vet -tags kernel,e2e,hostile ./... || fail=1
 mod=github.com/pinfold/pinfold
 # Pure packages: no I/O, no clock, no randomness, no logging, no edges.
-for pkg in planner/clip planner/cpuset planner/topology planner/model planner/alloc planner/placement planner/balance planner/servicesfile; do
+for pkg in planner/clip planner/cpuset planner/topology planner/model planner/alloc planner/placement planner/balance planner/servicesfile planner/preempt; do
   [ -d "$pkg" ] || continue
   bad=$(go list -f '{{join .Imports "\n"}}' "./$pkg" | grep -E "^(os|os/exec|net|net/.*|log|log/slog|math/rand|math/rand/v2|syscall|$mod/(numa|cgroup|docker|nodeagent).*)$" || true)
   if [ -n "$bad" ]; then echo "lint: pure package $pkg imports: $bad"; fail=1; fi
