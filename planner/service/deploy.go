@@ -30,6 +30,11 @@ type DeployRequest struct {
 	// CreateOnly refuses the deploy (Exists) when the service exists
 	// already: a new service is created once, however many callers try.
 	CreateOnly bool
+	// NoPreempt: when the deploy does not fit, fail rather than stop
+	// instances of lower-priority services to make room (planPreempt).
+	NoPreempt bool
+	// DryRun plans the deploy, victims included, and commits nothing.
+	DryRun bool
 	// recorded, when set, is the strategy kept in the service's record
 	// instead of Strategy (scale adds instances with auto to a service
 	// deployed with a per-host strategy, which stays its strategy).
@@ -62,12 +67,13 @@ type deployDigest struct {
 	CreateOnly bool
 	Priority   model.Priority `json:",omitempty"`
 	Source     string         `json:",omitempty"`
+	NoPreempt  bool           `json:",omitempty"`
 }
 
 func (r DeployRequest) digestForm() deployDigest {
 	return deployDigest{Service: r.Service, Spec: r.Spec, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores,
 		Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: r.Strategy, MaxPerHost: r.MaxPerHost, Rules: r.Rules,
-		UseBuffer: r.UseBuffer, CreateOnly: r.CreateOnly, Priority: r.Priority, Source: r.Source}
+		UseBuffer: r.UseBuffer, CreateOnly: r.CreateOnly, Priority: r.Priority, Source: r.Source, NoPreempt: r.NoPreempt}
 }
 
 // scaleRead is the service's record and instance count a scale read.
@@ -88,6 +94,12 @@ type DeployResult struct {
 	// NoRoom: for a service placed per host (each, fill), the hosts the
 	// rules allow that had no room for one more, so got none.
 	NoRoom []string
+	// Preempted are the instances of lower-priority services the deploy
+	// stopped to make room, by host then ID (a dry run's: would stop).
+	// A repeated request reports their IDs only.
+	Preempted []Victim
+	// DryRun: nothing was committed.
+	DryRun bool
 }
 
 // Deploy plans and commits new instances, all or nothing.
@@ -209,6 +221,9 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 	var out DeployResult
 	var hosts int
 	o := s.once(ctx, "Deploy", r.digestForm())
+	if r.DryRun {
+		o.call = nil // a dry run neither records its request ID nor replays it
+	}
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		hit("deploy")
 		var scaled state.Doc[state.Service]
@@ -243,10 +258,17 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 				return nil, fmt.Errorf("room index: placed %v, the full plan %v (error %v)", res.Placements, placementsOf(full), err)
 			}
 		}
+		var pre preemption
 		if !ok {
 			var err error
 			if res, err = placement.PlanValid(s.params, settings, placed.Hosts, req); err != nil { // validated above, once
-				return nil, s.placementError(rd, err)
+				var found bool
+				if r.NoPreempt || !isNoRoom(err) {
+					return nil, s.placementError(rd, err)
+				}
+				if pre, res, found = planPreempt(s.params, rd, placed, settings, req); !found {
+					return nil, s.placementError(rd, err)
+				}
 			}
 		}
 		c := new(state.Change)
@@ -268,20 +290,43 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		allocs := map[string]state.Alloc{}
 		desired := map[string]int64{} // each host's desired set with the new instances (DesiredSize)
 		docSize := int64(0)           // one new instance's document, measured once: they differ in IDs and CPUs only
+		// open is host's usage as this change leaves it so far.
+		open := func(host string) (state.Alloc, error) {
+			if a, ok := allocs[host]; ok {
+				return a, nil
+			}
+			// The host's documents now, which must be the ones the
+			// plan read: otherwise plan again from the new ones.
+			v, found := rd.Host(host)
+			i, planned := placed.Index(host)
+			if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Rev(i) {
+				return state.Alloc{}, state.ErrConflict
+			}
+			c.GuardView(v)
+			desired[host] = v.DesiredBytes
+			return v.Alloc.Clone(), nil
+		}
+		// The victims go in the same change as the instances that take
+		// their room: no commit ever has both (nothing is oversold), and
+		// each victim's agent stops its container when it leaves the
+		// host's desired set.
+		for _, v := range pre.victims {
+			a, err := open(v.Instance.Host)
+			if err != nil {
+				return nil, err
+			}
+			a.Add(v.Instance, -1)
+			allocs[v.Instance.Host] = a
+			c.GuardInstance(v.Instance.Host, v.Instance.ID, v.Rev)
+			c.DeleteInstance(v.Instance.Host, v.Instance.ID)
+			c.PutEvent(s.stamp(state.Event{Identity: "planner", Kind: "Preempted", Subject: v.Instance.ID, Host: v.Instance.Host, Service: v.Instance.Service,
+				Outcome: fmt.Sprintf("preempted by %s (priority %s) for its deploy: %s has priority %s", r.Service, r.Priority, v.Instance.Service, priorityOf(rd, v.Instance.Service))}))
+		}
 		var ins []model.Instance
 		for _, p := range res.Placements {
-			a, ok := allocs[p.Host]
-			if !ok {
-				// The host's documents now, which must be the ones the
-				// plan read: otherwise plan again from the new ones.
-				v, found := rd.Host(p.Host)
-				i, planned := placed.Index(p.Host)
-				if !found || !planned || (state.Revs{Host: v.HostRev, Alloc: v.AllocRev}) != placed.Rev(i) {
-					return nil, state.ErrConflict
-				}
-				a = v.Alloc.Clone()
-				c.GuardView(v)
-				desired[p.Host] = v.DesiredBytes
+			a, err := open(p.Host)
+			if err != nil {
+				return nil, err
 			}
 			in := model.Instance{ID: newID(r.Service), Service: r.Service, Host: p.Host, Spec: r.Spec, Generation: 1, Allocation: p.Allocation}
 			in.MemorySoft = r.MemorySoft
@@ -307,17 +352,36 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			rec.Source = d.Value.Source // more instances: the service's project stays
 		}
 		c.PutService(rec)
-		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations}, len(allocs)
+		out, hosts = DeployResult{Instances: ins, DomainSpread: string(res.Spread), Violations: res.Violations, Preempted: pre.Victims(rd)}, len(allocs)
 		if st := req.Strategy; st == alloc.Each || st == alloc.Fill {
 			out.NoRoom = noRoom(res, placed, r.Service, r.Count, st)
 		}
+		if r.DryRun {
+			out.DryRun = true
+			return new(state.Change), nil // nothing to write
+		}
 		return c, nil
-	}, func(r *state.Request) { r.Instances = idsOf(out.Instances) }))
+	}, func(rec *state.Request) {
+		rec.Instances = idsOf(out.Instances)
+		for _, v := range out.Preempted {
+			rec.Removed = append(rec.Removed, v.ID)
+		}
+	}))
 	if err != nil {
 		return DeployResult{}, err
 	}
 	if o.repeated() {
-		return DeployResult{Instances: s.instances(o.replay.Instances)}, nil
+		var pre []Victim
+		for _, id := range o.replay.Removed {
+			pre = append(pre, Victim{ID: id})
+		}
+		return DeployResult{Instances: s.instances(o.replay.Instances), Preempted: pre}, nil
+	}
+	if out.DryRun {
+		return out, nil
+	}
+	if len(out.Preempted) > 0 {
+		s.log.Info("preempted", "service", r.Service, "priority", r.Priority.String(), "victims", victimList(out.Preempted))
 	}
 	s.log.Info("deployed", "service", r.Service, "instances", len(out.Instances), "hosts", hosts, "domain_spread", out.DomainSpread, "violations", len(out.Violations))
 	return out, nil

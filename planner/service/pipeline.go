@@ -18,6 +18,7 @@ type reader interface {
 	Unschedulable() map[string][]string
 	Host(name string) (state.HostView, bool)
 	Instance(id string) (state.InstanceView, bool)
+	Instances(host string) []state.InstanceView
 	ServiceInstances(service string) []state.InstanceView
 	Replacements(id string) []state.InstanceView
 	Service(name string) (state.Doc[state.Service], bool)

@@ -1,0 +1,186 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/placement"
+	"github.com/pinfold/pinfold/planner/preempt"
+	"github.com/pinfold/pinfold/planner/state"
+)
+
+// Victim is an instance a request stops to make room (preemption, issue
+// 40 item 2): deleted in the same commit that places the preemptor, so
+// that no CPU is ever promised twice.
+type Victim struct {
+	ID       string         `json:"id"`
+	Service  string         `json:"service"`
+	Host     string         `json:"host"`
+	Priority model.Priority `json:"priority"`
+}
+
+// preemption is what a request that does not fit stops, and the
+// schedulable hosts as they are once those have stopped.
+type preemption struct {
+	victims []state.InstanceView // sorted by host, then ID
+	hosts   []*placement.Host    // placed.Hosts, the victims' hosts without them
+	gone    map[string]state.Alloc
+}
+
+// Victims is p's victims as the caller reports them, with their
+// services' priorities.
+func (p preemption) Victims(rd reader) []Victim {
+	out := make([]Victim, 0, len(p.victims))
+	for _, v := range p.victims {
+		out = append(out, Victim{ID: v.Instance.ID, Service: v.Instance.Service, Host: v.Instance.Host, Priority: priorityOf(rd, v.Instance.Service)})
+	}
+	return out
+}
+
+// isNoRoom is whether a placement failure may be a lack of room
+// (preemption may help), not a bad request.
+func isNoRoom(err error) bool {
+	var pe *placement.Error
+	return errors.As(err, &pe) && !pe.Invalid
+}
+
+// priorityOf is service's priority (production without a record).
+func priorityOf(rd reader, service string) model.Priority {
+	d, _ := rd.Service(service)
+	return d.Value.Priority
+}
+
+// preemptible is whether an instance may be stopped for another: not one
+// in a move (it replaces another, or another replaces it), whose
+// bookkeeping the drain or rebalance owns.
+func preemptible(rd reader, v state.InstanceView) bool {
+	return v.Instance.Replaces == "" && len(rd.Replacements(v.Instance.ID)) == 0
+}
+
+// planPreempt looks for room for req, which does not fit placed as it is,
+// by stopping instances of services of strictly lower priority than
+// req's: one instance at a time, it asks preempt.Choose for the host and
+// the fewest victims that let one more instance fit (each host as it is
+// after the victims and instances chosen before), then plans the whole
+// request on the hosts without the victims. With a count of 1 the
+// victims are the fewest; with more they are chosen greedily, one
+// instance after another. False when no lower-priority work can make
+// room (or the whole request still does not fit without it).
+func planPreempt(p alloc.Params, rd reader, placed *state.Placed, settings placement.Settings, req placement.Request) (preemption, *placement.Result, bool) {
+	one := req
+	one.Count = 1
+	views := map[string]state.HostView{}
+	view := func(host string) (state.HostView, bool) {
+		v, ok := views[host]
+		if !ok {
+			if v, ok = rd.Host(host); ok {
+				views[host] = v
+			}
+		}
+		return v, ok
+	}
+	// work: each changed host's usage with the victims gone and this
+	// request's instances chosen so far charged; gone: the victims only.
+	work, gone := map[string]state.Alloc{}, map[string]state.Alloc{}
+	usage := func(m map[string]state.Alloc, host string) state.Alloc {
+		if a, ok := m[host]; ok {
+			return a
+		}
+		v, _ := view(host)
+		return v.Alloc
+	}
+	instances := map[string]state.InstanceView{}
+	stopped := map[string]bool{}
+	without := func(a state.Alloc, ids []string) state.Alloc {
+		a = a.Clone()
+		for _, id := range ids {
+			a.Add(instances[id].Instance, -1)
+		}
+		return a
+	}
+	phost := func(host string, a state.Alloc) *placement.Host {
+		v, _ := view(host)
+		v.Alloc, v.Resources = a, state.AllocHost(v.Host, a)
+		return v.PlacementHost()
+	}
+	var cands []preempt.Host
+	for _, h := range placed.Hosts {
+		ch := preempt.Host{Name: h.Name}
+		for _, in := range rd.Instances(h.Name) {
+			if !preemptible(rd, in) {
+				continue
+			}
+			instances[in.Instance.ID] = in
+			ch.Instances = append(ch.Instances, preempt.Candidate{ID: in.Instance.ID, Service: in.Instance.Service, Priority: priorityOf(rd, in.Instance.Service)})
+		}
+		cands = append(cands, ch)
+	}
+	var victims []string
+	for range req.Count {
+		placedOne := map[string]*placement.Result{} // by host, for the fits of this round
+		fits := func(host string, ids []string) bool {
+			res, err := placement.PlanValid(p, settings, []*placement.Host{phost(host, without(usage(work, host), ids))}, one)
+			if err == nil {
+				placedOne[host+"\x00"+strings.Join(ids, ",")] = res
+			}
+			return err == nil
+		}
+		for i := range cands {
+			cands[i].Instances = slices.DeleteFunc(cands[i].Instances, func(c preempt.Candidate) bool { return stopped[c.ID] })
+		}
+		c, ok := preempt.Choose(cands, req.Priority, fits, 0)
+		if !ok {
+			return preemption{}, nil, false
+		}
+		ids := c.IDs()
+		res := placedOne[c.Host+"\x00"+strings.Join(ids, ",")]
+		if res == nil || len(res.Placements) != 1 {
+			return preemption{}, nil, false
+		}
+		a := without(usage(work, c.Host), ids)
+		a.Add(model.Instance{Service: req.Service, Allocation: res.Placements[0].Allocation}, +1)
+		work[c.Host] = a
+		if len(ids) > 0 {
+			gone[c.Host] = without(usage(gone, c.Host), ids)
+		}
+		for _, id := range ids {
+			stopped[id] = true
+			victims = append(victims, id)
+		}
+	}
+	if len(victims) == 0 {
+		return preemption{}, nil, false // room without stopping anything: not this path's
+	}
+	hosts := slices.Clone(placed.Hosts)
+	for _, h := range slices.Sorted(maps.Keys(gone)) {
+		i, _ := placed.Index(h)
+		hosts[i] = phost(h, gone[h])
+	}
+	res, err := placement.PlanValid(p, settings, hosts, req)
+	if err != nil {
+		return preemption{}, nil, false
+	}
+	out := preemption{hosts: hosts, gone: gone}
+	for _, id := range victims {
+		out.victims = append(out.victims, instances[id])
+	}
+	slices.SortFunc(out.victims, func(a, b state.InstanceView) int {
+		return strings.Compare(a.Instance.Host+"\x00"+a.Instance.ID, b.Instance.Host+"\x00"+b.Instance.ID)
+	})
+	return out, res, true
+}
+
+// victimList is victims for people: "ID (service, priority) on host", by
+// host then ID.
+func victimList(vs []Victim) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf("%s (%s, %s) on %s", v.ID, v.Service, v.Priority, v.Host)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,124 @@
+package service_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"testing/cryptotest"
+
+	"github.com/pinfold/pinfold/planner/model"
+	"github.com/pinfold/pinfold/planner/service"
+	"github.com/pinfold/pinfold/planner/topology/topologytest"
+)
+
+// fullOfBatch is two 8-CPU hosts full of 16 one-CPU bound instances of
+// the batch service "b".
+func fullOfBatch(t *testing.T) planner {
+	t.Helper()
+	cryptotest.SetGlobalRandom(t, 7) // instance IDs, so that victims repeat
+	s := newMemService(t)
+	ctx := context.Background()
+	register(t, s, "h1", topologytest.Laptop().Topology())
+	register(t, s, "h2", topologytest.Laptop().Topology())
+	d := model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB / 2}, Scheduling: model.Scheduling{Priority: model.PriorityBatch}}
+	if _, err := s.Deploy(ctx, service.DeployRequest{Service: "b", Count: 16, Deploy: d}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func prodDeploy(count, pieces int, prio model.Priority) service.DeployRequest {
+	return service.DeployRequest{Service: "web", Count: count, Deploy: model.Deploy{Spec: model.Spec{Image: "i"},
+		Size: model.Size{Pieces: pieces, Bind: true, Memory: GiB}, Scheduling: model.Scheduling{Priority: prio}}}
+}
+
+func instanceIDs(s planner, service string) []string {
+	var ids []string
+	for _, v := range s.Store().Instances("") {
+		if v.Instance.Service == service {
+			ids = append(ids, v.Instance.ID)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// TestDeployPreempts: a deploy that does not fit stops the fewest
+// instances of lower-priority services, on the host it then takes, in
+// the same commit (the store's invariants hold: nothing oversold); a dry
+// run names the same victims and changes nothing; --no-preempt and an
+// equal priority fail as before; events name preemptor and victims.
+func TestDeployPreempts(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name    string
+		req     service.DeployRequest
+		victims int // 0: the deploy fails for want of room
+	}{
+		{"production-2cpu-stops-2-batch", prodDeploy(1, 200, model.PriorityProduction), 2},
+		{"production-half-cpu-stops-1-batch", prodDeploy(1, 50, model.PriorityProduction), 1},
+		{"production-2x3cpu-stops-6-batch", prodDeploy(2, 300, model.PriorityProduction), 6},
+		{"batch-never-preempts-batch", prodDeploy(1, 100, model.PriorityBatch), 0},
+		{"no-preempt", func() service.DeployRequest {
+			r := prodDeploy(1, 100, model.PriorityProduction)
+			r.NoPreempt = true
+			return r
+		}(), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := fullOfBatch(t)
+			before := instanceIDs(s, "b")
+			dry := tt.req
+			dry.DryRun = true
+			dres, derr := s.DeployWithRules(ctx, dry)
+			if got := instanceIDs(s, "b"); !slices.Equal(got, before) || len(instanceIDs(s, "web")) != 0 {
+				t.Fatalf("dry run changed the store: b %d -> %d instances, web %d", len(before), len(got), len(instanceIDs(s, "web")))
+			}
+			res, err := s.DeployWithRules(ctx, tt.req)
+			if tt.victims == 0 {
+				if service.CodeOf(err) != service.Exhausted || service.CodeOf(derr) != service.Exhausted {
+					t.Fatalf("Deploy(%s) = %v (dry run %v), want resource_exhausted", tt.name, err, derr)
+				}
+				if got := instanceIDs(s, "b"); !slices.Equal(got, before) {
+					t.Errorf("a failed deploy stopped %d instances", len(before)-len(got))
+				}
+				return
+			}
+			if err != nil || derr != nil {
+				t.Fatalf("Deploy(%s) = %v (dry run %v), want it placed by preemption", tt.name, err, derr)
+			}
+			if len(res.Preempted) != tt.victims || !slices.Equal(res.Preempted, dres.Preempted) {
+				t.Errorf("Deploy(%s) preempted %v, dry run %v; want %d, the same", tt.name, res.Preempted, dres.Preempted, tt.victims)
+			}
+			hosts := map[string]bool{}
+			for _, in := range res.Instances {
+				hosts[in.Host] = true
+			}
+			after := instanceIDs(s, "b")
+			for _, v := range res.Preempted {
+				if v.Service != "b" || v.Priority != model.PriorityBatch || !hosts[v.Host] || slices.Contains(after, v.ID) {
+					t.Errorf("victim %+v: want a stopped batch instance of b on a host web took (%v)", v, hosts)
+				}
+			}
+			if len(after) != len(before)-tt.victims {
+				t.Errorf("b has %d instances, want %d", len(after), len(before)-tt.victims)
+			}
+			verify(t, s)
+			evs, err := s.Events(ctx, service.EventQuery{Service: "b"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, ev := range evs {
+				if ev.Kind == "Preempted" && strings.Contains(ev.Outcome, "preempted by web") {
+					n++
+				}
+			}
+			if n != tt.victims {
+				t.Errorf("%d Preempted events naming web, want %d: %+v", n, tt.victims, evs)
+			}
+		})
+	}
+}
