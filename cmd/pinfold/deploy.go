@@ -48,6 +48,8 @@ func newDeployCmd() *cobra.Command {
 		strategy   string
 		maxPerHost int32
 		priority   string
+		noPreempt  bool
+		dryRun     bool
 		image      string
 		env        []string
 		network    string
@@ -118,7 +120,16 @@ instance's host. :CONTAINER names the container port (default: the host
 port). --health-port NAME points the health check at that port: alone a
 TCP check, with --health-http /PATH an HTTP one. A replace keeps static
 ports (the agent stops the old container first) and gives dynamic ones
-anew; a move or heal gets them on the new host.`,
+anew; a move or heal gets them on the new host.
+
+A deploy that does not fit preempts: it stops the fewest instances of
+services of strictly lower --priority (best-effort before batch, then
+fewest, then by ID) in the same commit that places it, and lists them
+("preempted ID (service, priority) on HOST"; -o json: each instance's
+preempted) and in the events (kind Preempted, naming the preemptor).
+The victims are not placed again. --dry-run shows where the deploy would
+go and which instances it would stop, changing nothing; --no-preempt
+fails instead.`,
 		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
   pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB --image redis:7
   pinfold deploy db --count 2 --cpu 4 --bind --whole-cores --memory 8GiB --image postgres:16
@@ -170,7 +181,8 @@ anew; a move or heal gets them on the new host.`,
 			}
 			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image, Priority: int32(prio),
 				Command: args[1:], Env: env, Network: network, Count: count, Cpu: cpuS, Bind: bind, WholeCores: wholeCores, MemoryBytes: mem, MemorySoftBytes: soft,
-				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc, Container: cs, Ports: pinfoldv1.NewPorts(ports)}
+				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc, Container: cs, Ports: pinfoldv1.NewPorts(ports),
+				NoPreempt: noPreempt, DryRun: dryRun}
 			if err := rules.apply(dreq); err != nil {
 				return err
 			}
@@ -199,11 +211,22 @@ anew; a move or heal gets them on the new host.`,
 				}
 				warnNoRoom(cmd.ErrOrStderr(), args[0], resp.Msg.NoRoom)
 				if out.json() {
-					return writeJSON(cmd.OutOrStdout(), instancesJSON(resp.Msg.Instances))
+					return writeJSON(cmd.OutOrStdout(), deployJSON(resp.Msg))
 				}
 				hosts := map[string]bool{}
 				for _, in := range resp.Msg.Instances {
 					hosts[in.Host] = true
+				}
+				verb := "preempted"
+				if resp.Msg.DryRun {
+					verb = "would preempt"
+				}
+				for _, v := range resp.Msg.Preempted {
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s %s (%s, priority %s) on %s\n", verb, v.Id, v.Service, model.Priority(v.Priority), v.Host)
+				}
+				if resp.Msg.DryRun {
+					fmt.Fprintf(cmd.ErrOrStderr(), "dry run: would place %s on %s; nothing was changed\n", counted(len(resp.Msg.Instances), "instance"), counted(len(hosts), "host"))
+					return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
 				}
 				fmt.Fprintf(cmd.ErrOrStderr(), "placed %s on %s in %s\n", counted(len(resp.Msg.Instances), "instance"), counted(len(hosts), "host"), time.Since(t0).Round(time.Millisecond))
 				warnUnenforced(cmd.Context(), cl, cmd.ErrOrStderr(), slices.Sorted(maps.Keys(hosts)))
@@ -222,7 +245,9 @@ anew; a move or heal gets them on the new host.`,
 	f.StringVar(&memorySoft, "memory-soft", "", "soft memory limit (reservation), at most --memory")
 	f.StringVar(&strategy, "strategy", "auto", "auto, each, fill, global or drained")
 	f.Int32Var(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
-	f.StringVar(&priority, "priority", "production", "the service's priority: system (1000), production (0), batch (-500), best-effort (-1000) or an integer from -100000 to 100000; kept in its record and files, more instances are deployed at the same priority; nothing acts on it yet (preemption is planned)")
+	f.StringVar(&priority, "priority", "production", "the service's priority: system (1000), production (0), batch (-500), best-effort (-1000) or an integer from -100000 to 100000; kept in its record and files, more instances are deployed at the same priority; a deploy that does not fit stops the fewest instances of strictly lower priority (see --no-preempt)")
+	f.BoolVar(&noPreempt, "no-preempt", false, "when the deploy does not fit, fail rather than stop instances of lower-priority services to make room")
+	f.BoolVar(&dryRun, "dry-run", false, "plan the deploy and say where it would go and which instances it would preempt; change nothing")
 	f.StringVar(&image, "image", "", "container image the instances run (required), e.g. debian:12")
 	f.StringArrayVar(&env, "env", nil, "environment variable K=V (repeatable)")
 	f.StringVar(&network, "network", "", "Docker network mode: host, none, bridge or a network's name (default: the engine's)")
@@ -310,4 +335,24 @@ func warnUnenforced(ctx context.Context, cl pinfoldv1connect.PlannerServiceClien
 			fmt.Fprintf(w, "WARNING: host %s: %s\n", name, why)
 		}
 	}
+}
+
+// deployJSON is a deploy's instances as ps -o json writes them, each
+// host's victims (resp.Preempted) on the first instance placed there.
+func deployJSON(resp *pinfoldv1.DeployResponse) []instanceJSON {
+	out := instancesJSON(resp.Instances)
+	first := map[string]int{}
+	for i := len(out) - 1; i >= 0; i-- {
+		first[out[i].Host] = i
+	}
+	for _, v := range resp.Preempted {
+		i, ok := first[v.Host]
+		if !ok {
+			i = 0 // a victim's room taken on another host's (not expected)
+		}
+		if len(out) > 0 {
+			out[i].Preempted = append(out[i].Preempted, victimJSON{ID: v.Id, Service: v.Service, Host: v.Host, Priority: v.Priority})
+		}
+	}
+	return out
 }

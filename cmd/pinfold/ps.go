@@ -57,6 +57,18 @@ type instanceJSON struct {
 	// Ports are the host ports the instance holds (its container gets
 	// each as PINFOLD_PORT_<NAME>).
 	Ports []portJSON `json:"ports,omitempty"`
+	// Preempted (deploy only) are the instances of lower-priority
+	// services the deploy stopped on this instance's host to make room,
+	// listed on the first instance it placed there.
+	Preempted []victimJSON `json:"preempted,omitempty"`
+}
+
+// victimJSON is an instance stopped by preemption.
+type victimJSON struct {
+	ID       string `json:"id"`
+	Service  string `json:"service"`
+	Host     string `json:"host"`
+	Priority int32  `json:"priority"`
 }
 
 // portJSON is one host port an instance holds.

@@ -73,7 +73,8 @@ func DeployRequestOf(m *pinfoldv1.DeployRequest, shareBase int) (service.DeployR
 	}
 	d := m.Model(p)
 	d.Strategy = string(st)
-	return service.DeployRequest{Service: m.Service, Deploy: d, Count: int(m.Count), UseBuffer: m.UseBuffer, CreateOnly: m.CreateOnly}, nil
+	return service.DeployRequest{Service: m.Service, Deploy: d, Count: int(m.Count), UseBuffer: m.UseBuffer, CreateOnly: m.CreateOnly,
+		NoPreempt: m.NoPreempt, DryRun: m.DryRun}, nil
 }
 
 func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.DeployRequest]) (*connect.Response[pinfoldv1.DeployResponse], error) {
@@ -85,9 +86,12 @@ func (s *Server) Deploy(ctx context.Context, r *connect.Request[pinfoldv1.Deploy
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &pinfoldv1.DeployResponse{DomainSpread: res.DomainSpread, Instances: s.plannedMsgs(res.Instances), NoRoom: res.NoRoom}
+	out := &pinfoldv1.DeployResponse{DomainSpread: res.DomainSpread, Instances: s.plannedMsgs(res.Instances), DryRun: res.DryRun, NoRoom: res.NoRoom}
 	for _, v := range res.Violations {
 		out.Violations = append(out.Violations, &pinfoldv1.Violation{Rule: v.Rule, Detail: v.Detail})
+	}
+	for _, v := range res.Preempted {
+		out.Preempted = append(out.Preempted, &pinfoldv1.Victim{Id: v.ID, Service: v.Service, Host: v.Host, Priority: int32(v.Priority)})
 	}
 	return connect.NewResponse(out), nil
 }

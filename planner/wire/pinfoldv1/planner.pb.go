@@ -2655,20 +2655,25 @@ type DeployRequest struct {
 	MaxPerHost      int32                  `protobuf:"varint,11,opt,name=max_per_host,json=maxPerHost,proto3" json:"max_per_host,omitempty"`
 	Health          *HealthCheck           `protobuf:"bytes,12,opt,name=health,proto3" json:"health,omitempty"`
 	// Placement rules (seeds 000-003).
-	Constraint       string         `protobuf:"bytes,13,opt,name=constraint,proto3" json:"constraint,omitempty"`
-	AffinityHard     []string       `protobuf:"bytes,14,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
-	AffinitySoft     []string       `protobuf:"bytes,15,rep,name=affinity_soft,json=affinitySoft,proto3" json:"affinity_soft,omitempty"`
-	AntiAffinityHard []string       `protobuf:"bytes,16,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
-	AntiAffinitySoft []string       `protobuf:"bytes,17,rep,name=anti_affinity_soft,json=antiAffinitySoft,proto3" json:"anti_affinity_soft,omitempty"`
-	PlacementPolicy  string         `protobuf:"bytes,18,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"` // nodes_order, load_avg, spread
-	HostsOrder       []string       `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
-	DomainSpread     string         `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
-	UseBuffer        bool           `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
-	Network          string         `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
-	WholeCores       bool           `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
-	Priority         int32          `protobuf:"varint,24,opt,name=priority,proto3" json:"priority,omitempty"`                       // higher first when room is short; 0 production, 1000 system, -500 batch, -1000 best-effort
-	Source           string         `protobuf:"bytes,25,opt,name=source,proto3" json:"source,omitempty"`                            // the services or compose file project applying it ("": by hand); kept by later deploys
-	Container        *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                      // volumes, restart, labels, user, …
+	Constraint       string   `protobuf:"bytes,13,opt,name=constraint,proto3" json:"constraint,omitempty"`
+	AffinityHard     []string `protobuf:"bytes,14,rep,name=affinity_hard,json=affinityHard,proto3" json:"affinity_hard,omitempty"`
+	AffinitySoft     []string `protobuf:"bytes,15,rep,name=affinity_soft,json=affinitySoft,proto3" json:"affinity_soft,omitempty"`
+	AntiAffinityHard []string `protobuf:"bytes,16,rep,name=anti_affinity_hard,json=antiAffinityHard,proto3" json:"anti_affinity_hard,omitempty"`
+	AntiAffinitySoft []string `protobuf:"bytes,17,rep,name=anti_affinity_soft,json=antiAffinitySoft,proto3" json:"anti_affinity_soft,omitempty"`
+	PlacementPolicy  string   `protobuf:"bytes,18,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"` // nodes_order, load_avg, spread
+	HostsOrder       []string `protobuf:"bytes,19,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
+	DomainSpread     string   `protobuf:"bytes,20,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"` // adaptive, max_difference, quorum_safe, off
+	UseBuffer        bool     `protobuf:"varint,21,opt,name=use_buffer,json=useBuffer,proto3" json:"use_buffer,omitempty"`
+	Network          string   `protobuf:"bytes,22,opt,name=network,proto3" json:"network,omitempty"`                          // Docker network mode: host, none, bridge or a network's name
+	WholeCores       bool     `protobuf:"varint,23,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"` // whole physical cores only (bind, whole CPUs): no SMT sibling shared
+	Priority         int32    `protobuf:"varint,24,opt,name=priority,proto3" json:"priority,omitempty"`                       // higher first when room is short; 0 production, 1000 system, -500 batch, -1000 best-effort
+	Source           string   `protobuf:"bytes,25,opt,name=source,proto3" json:"source,omitempty"`                            // the services or compose file project applying it ("": by hand); kept by later deploys
+	// no_preempt: when the deploy does not fit, fail rather than stop
+	// instances of strictly lower-priority services to make room.
+	NoPreempt bool `protobuf:"varint,26,opt,name=no_preempt,json=noPreempt,proto3" json:"no_preempt,omitempty"`
+	// dry_run: plan the deploy, victims included, and commit nothing.
+	DryRun    bool           `protobuf:"varint,27,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	Container *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"` // volumes, restart, labels, user, …
 	// create_only: refused (already_exists) when the service exists, so two
 	// runs of one apply never both add a new service's instances.
 	CreateOnly    bool    `protobuf:"varint,70,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
@@ -2882,6 +2887,20 @@ func (x *DeployRequest) GetSource() string {
 	return ""
 }
 
+func (x *DeployRequest) GetNoPreempt() bool {
+	if x != nil {
+		return x.NoPreempt
+	}
+	return false
+}
+
+func (x *DeployRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 func (x *DeployRequest) GetContainer() *ContainerSpec {
 	if x != nil {
 		return x.Container
@@ -2908,9 +2927,14 @@ type DeployResponse struct {
 	Instances    []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
 	DomainSpread string                 `protobuf:"bytes,2,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"`
 	Violations   []*Violation           `protobuf:"bytes,3,rep,name=violations,proto3" json:"violations,omitempty"`
+	// preempted: the instances of lower-priority services the deploy stopped
+	// to make room (a dry run's: would stop), by host then ID; a repeated
+	// request (same request ID) gives their ids only.
+	Preempted []*Victim `protobuf:"bytes,4,rep,name=preempted,proto3" json:"preempted,omitempty"`
+	DryRun    bool      `protobuf:"varint,5,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"` // nothing was committed
 	// A service placed per host (each, fill): the hosts the rules allow that
 	// had no room for one more, so got none.
-	NoRoom        []string `protobuf:"bytes,4,rep,name=no_room,json=noRoom,proto3" json:"no_room,omitempty"`
+	NoRoom        []string `protobuf:"bytes,6,rep,name=no_room,json=noRoom,proto3" json:"no_room,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2966,11 +2990,94 @@ func (x *DeployResponse) GetViolations() []*Violation {
 	return nil
 }
 
+func (x *DeployResponse) GetPreempted() []*Victim {
+	if x != nil {
+		return x.Preempted
+	}
+	return nil
+}
+
+func (x *DeployResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 func (x *DeployResponse) GetNoRoom() []string {
 	if x != nil {
 		return x.NoRoom
 	}
 	return nil
+}
+
+// Victim is an instance stopped by preemption.
+type Victim struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Service       string                 `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	Host          string                 `protobuf:"bytes,3,opt,name=host,proto3" json:"host,omitempty"`
+	Priority      int32                  `protobuf:"varint,4,opt,name=priority,proto3" json:"priority,omitempty"` // its service's
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Victim) Reset() {
+	*x = Victim{}
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Victim) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Victim) ProtoMessage() {}
+
+func (x *Victim) ProtoReflect() protoreflect.Message {
+	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Victim.ProtoReflect.Descriptor instead.
+func (*Victim) Descriptor() ([]byte, []int) {
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *Victim) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Victim) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *Victim) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *Victim) GetPriority() int32 {
+	if x != nil {
+		return x.Priority
+	}
+	return 0
 }
 
 type ResizeRequest struct {
@@ -2997,7 +3104,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3009,7 +3116,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[37]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3022,7 +3129,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{37}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ResizeRequest) GetTarget() string {
@@ -3090,7 +3197,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3209,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[38]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3222,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{38}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ResizeResponse) GetInstances() []*Instance {
@@ -3146,7 +3253,7 @@ type ReplaceRequest struct {
 
 func (x *ReplaceRequest) Reset() {
 	*x = ReplaceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3158,7 +3265,7 @@ func (x *ReplaceRequest) String() string {
 func (*ReplaceRequest) ProtoMessage() {}
 
 func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[39]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3171,7 +3278,7 @@ func (x *ReplaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceRequest.ProtoReflect.Descriptor instead.
 func (*ReplaceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{39}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReplaceRequest) GetTarget() string {
@@ -3256,7 +3363,7 @@ type ContainerEdit struct {
 
 func (x *ContainerEdit) Reset() {
 	*x = ContainerEdit{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3375,7 @@ func (x *ContainerEdit) String() string {
 func (*ContainerEdit) ProtoMessage() {}
 
 func (x *ContainerEdit) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[40]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3388,7 @@ func (x *ContainerEdit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerEdit.ProtoReflect.Descriptor instead.
 func (*ContainerEdit) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{40}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ContainerEdit) GetVolumes() []string {
@@ -3398,7 +3505,7 @@ type ReplaceResponse struct {
 
 func (x *ReplaceResponse) Reset() {
 	*x = ReplaceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3517,7 @@ func (x *ReplaceResponse) String() string {
 func (*ReplaceResponse) ProtoMessage() {}
 
 func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[41]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3530,7 @@ func (x *ReplaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplaceResponse.ProtoReflect.Descriptor instead.
 func (*ReplaceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{41}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReplaceResponse) GetInstances() []*Instance {
@@ -3442,7 +3549,7 @@ type GetServiceRequest struct {
 
 func (x *GetServiceRequest) Reset() {
 	*x = GetServiceRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3454,7 +3561,7 @@ func (x *GetServiceRequest) String() string {
 func (*GetServiceRequest) ProtoMessage() {}
 
 func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[42]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3467,7 +3574,7 @@ func (x *GetServiceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceRequest.ProtoReflect.Descriptor instead.
 func (*GetServiceRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{42}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetServiceRequest) GetName() string {
@@ -3486,7 +3593,7 @@ type GetServiceResponse struct {
 
 func (x *GetServiceResponse) Reset() {
 	*x = GetServiceResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3498,7 +3605,7 @@ func (x *GetServiceResponse) String() string {
 func (*GetServiceResponse) ProtoMessage() {}
 
 func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[43]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3511,7 +3618,7 @@ func (x *GetServiceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetServiceResponse.ProtoReflect.Descriptor instead.
 func (*GetServiceResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{43}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetServiceResponse) GetService() *ServiceRecord {
@@ -3560,7 +3667,7 @@ type ServiceRecord struct {
 
 func (x *ServiceRecord) Reset() {
 	*x = ServiceRecord{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +3679,7 @@ func (x *ServiceRecord) String() string {
 func (*ServiceRecord) ProtoMessage() {}
 
 func (x *ServiceRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[44]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +3692,7 @@ func (x *ServiceRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceRecord.ProtoReflect.Descriptor instead.
 func (*ServiceRecord) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{44}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ServiceRecord) GetName() string {
@@ -3793,7 +3900,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3805,7 +3912,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[45]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3818,7 +3925,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{45}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RemoveRequest) GetTarget() string {
@@ -3837,7 +3944,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3849,7 +3956,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[46]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3862,7 +3969,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{46}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RemoveResponse) GetIds() []string {
@@ -3884,7 +3991,7 @@ type ListInstancesRequest struct {
 
 func (x *ListInstancesRequest) Reset() {
 	*x = ListInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4003,7 @@ func (x *ListInstancesRequest) String() string {
 func (*ListInstancesRequest) ProtoMessage() {}
 
 func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[47]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4016,7 @@ func (x *ListInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesRequest.ProtoReflect.Descriptor instead.
 func (*ListInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{47}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListInstancesRequest) GetHost() string {
@@ -3950,7 +4057,7 @@ type ListInstancesResponse struct {
 
 func (x *ListInstancesResponse) Reset() {
 	*x = ListInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4069,7 @@ func (x *ListInstancesResponse) String() string {
 func (*ListInstancesResponse) ProtoMessage() {}
 
 func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[48]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4082,7 @@ func (x *ListInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListInstancesResponse.ProtoReflect.Descriptor instead.
 func (*ListInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{48}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListInstancesResponse) GetInstances() []*Instance {
@@ -4011,7 +4118,7 @@ type CapacityRequest struct {
 
 func (x *CapacityRequest) Reset() {
 	*x = CapacityRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4023,7 +4130,7 @@ func (x *CapacityRequest) String() string {
 func (*CapacityRequest) ProtoMessage() {}
 
 func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[49]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4036,7 +4143,7 @@ func (x *CapacityRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityRequest.ProtoReflect.Descriptor instead.
 func (*CapacityRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{49}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CapacityRequest) GetCpu() string {
@@ -4117,7 +4224,7 @@ type ExportPlanRequest struct {
 
 func (x *ExportPlanRequest) Reset() {
 	*x = ExportPlanRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4129,7 +4236,7 @@ func (x *ExportPlanRequest) String() string {
 func (*ExportPlanRequest) ProtoMessage() {}
 
 func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[50]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4142,7 +4249,7 @@ func (x *ExportPlanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanRequest.ProtoReflect.Descriptor instead.
 func (*ExportPlanRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{50}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
 }
 
 // ExportPlan streams the plan file (docs/PLAN.md, without a request) in
@@ -4157,7 +4264,7 @@ type ExportPlanResponse struct {
 
 func (x *ExportPlanResponse) Reset() {
 	*x = ExportPlanResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4169,7 +4276,7 @@ func (x *ExportPlanResponse) String() string {
 func (*ExportPlanResponse) ProtoMessage() {}
 
 func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[51]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4182,7 +4289,7 @@ func (x *ExportPlanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPlanResponse.ProtoReflect.Descriptor instead.
 func (*ExportPlanResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{51}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExportPlanResponse) GetPlanJson() []byte {
@@ -4203,7 +4310,7 @@ type CapacityResponse struct {
 
 func (x *CapacityResponse) Reset() {
 	*x = CapacityResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4215,7 +4322,7 @@ func (x *CapacityResponse) String() string {
 func (*CapacityResponse) ProtoMessage() {}
 
 func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[52]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4228,7 +4335,7 @@ func (x *CapacityResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapacityResponse.ProtoReflect.Descriptor instead.
 func (*CapacityResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{52}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CapacityResponse) GetCapacity() map[string]int32 {
@@ -4265,7 +4372,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4277,7 +4384,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[53]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4290,7 +4397,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{53}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HeartbeatRequest) GetHost() string {
@@ -4337,7 +4444,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4349,7 +4456,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[54]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4362,7 +4469,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{54}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HeartbeatResponse) GetPlannerProtocol() int32 {
@@ -4391,7 +4498,7 @@ type ReportStatusRequest struct {
 
 func (x *ReportStatusRequest) Reset() {
 	*x = ReportStatusRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4403,7 +4510,7 @@ func (x *ReportStatusRequest) String() string {
 func (*ReportStatusRequest) ProtoMessage() {}
 
 func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[55]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4416,7 +4523,7 @@ func (x *ReportStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusRequest.ProtoReflect.Descriptor instead.
 func (*ReportStatusRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{55}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReportStatusRequest) GetHost() string {
@@ -4510,7 +4617,7 @@ type Applied struct {
 
 func (x *Applied) Reset() {
 	*x = Applied{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4522,7 +4629,7 @@ func (x *Applied) String() string {
 func (*Applied) ProtoMessage() {}
 
 func (x *Applied) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[56]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4535,7 +4642,7 @@ func (x *Applied) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Applied.ProtoReflect.Descriptor instead.
 func (*Applied) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{56}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Applied) GetCpus() string {
@@ -4581,7 +4688,7 @@ type ReportStatusResponse struct {
 
 func (x *ReportStatusResponse) Reset() {
 	*x = ReportStatusResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4593,7 +4700,7 @@ func (x *ReportStatusResponse) String() string {
 func (*ReportStatusResponse) ProtoMessage() {}
 
 func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[57]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4606,7 +4713,7 @@ func (x *ReportStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportStatusResponse.ProtoReflect.Descriptor instead.
 func (*ReportStatusResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{57}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
 }
 
 type WatchInstancesRequest struct {
@@ -4618,7 +4725,7 @@ type WatchInstancesRequest struct {
 
 func (x *WatchInstancesRequest) Reset() {
 	*x = WatchInstancesRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4630,7 +4737,7 @@ func (x *WatchInstancesRequest) String() string {
 func (*WatchInstancesRequest) ProtoMessage() {}
 
 func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[58]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4643,7 +4750,7 @@ func (x *WatchInstancesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesRequest.ProtoReflect.Descriptor instead.
 func (*WatchInstancesRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{58}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WatchInstancesRequest) GetHost() string {
@@ -4669,7 +4776,7 @@ type WatchInstancesResponse struct {
 
 func (x *WatchInstancesResponse) Reset() {
 	*x = WatchInstancesResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +4788,7 @@ func (x *WatchInstancesResponse) String() string {
 func (*WatchInstancesResponse) ProtoMessage() {}
 
 func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[59]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +4801,7 @@ func (x *WatchInstancesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchInstancesResponse.ProtoReflect.Descriptor instead.
 func (*WatchInstancesResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{59}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WatchInstancesResponse) GetInstances() []*Instance {
@@ -4744,7 +4851,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4756,7 +4863,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[60]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4769,7 +4876,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{60}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Event) GetId() string {
@@ -4849,7 +4956,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4861,7 +4968,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[61]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4874,7 +4981,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{61}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListEventsRequest) GetService() string {
@@ -4921,7 +5028,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[62]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4933,7 +5040,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[62]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4946,7 +5053,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{62}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -4979,7 +5086,7 @@ type ContainerSpec struct {
 
 func (x *ContainerSpec) Reset() {
 	*x = ContainerSpec{}
-	mi := &file_pinfold_v1_planner_proto_msgTypes[63]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4991,7 +5098,7 @@ func (x *ContainerSpec) String() string {
 func (*ContainerSpec) ProtoMessage() {}
 
 func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_pinfold_v1_planner_proto_msgTypes[63]
+	mi := &file_pinfold_v1_planner_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5004,7 +5111,7 @@ func (x *ContainerSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerSpec.ProtoReflect.Descriptor instead.
 func (*ContainerSpec) Descriptor() ([]byte, []int) {
-	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{63}
+	return file_pinfold_v1_planner_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ContainerSpec) GetVolumes() []string {
@@ -5344,7 +5451,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\ano_room\x18\x04 \x03(\tR\x06noRoom\x12&\n" +
 	"\x0fcapped_per_host\x18\x05 \x01(\x05R\rcappedPerHost\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
-	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xac\a\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xe4\a\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5377,18 +5484,28 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\vwhole_cores\x18\x17 \x01(\bR\n" +
 	"wholeCores\x12\x1a\n" +
 	"\bpriority\x18\x18 \x01(\x05R\bpriority\x12\x16\n" +
-	"\x06source\x18\x19 \x01(\tR\x06source\x127\n" +
+	"\x06source\x18\x19 \x01(\tR\x06source\x12\x1d\n" +
+	"\n" +
+	"no_preempt\x18\x1a \x01(\bR\tnoPreempt\x12\x17\n" +
+	"\adry_run\x18\x1b \x01(\bR\x06dryRun\x127\n" +
 	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12\x1f\n" +
 	"\vcreate_only\x18F \x01(\bR\n" +
 	"createOnly\x12&\n" +
-	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\"\xb9\x01\n" +
+	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\"\x84\x02\n" +
 	"\x0eDeployResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x12#\n" +
 	"\rdomain_spread\x18\x02 \x01(\tR\fdomainSpread\x125\n" +
 	"\n" +
 	"violations\x18\x03 \x03(\v2\x15.pinfold.v1.ViolationR\n" +
-	"violations\x12\x17\n" +
-	"\ano_room\x18\x04 \x03(\tR\x06noRoom\"\xaf\x02\n" +
+	"violations\x120\n" +
+	"\tpreempted\x18\x04 \x03(\v2\x12.pinfold.v1.VictimR\tpreempted\x12\x17\n" +
+	"\adry_run\x18\x05 \x01(\bR\x06dryRun\x12\x17\n" +
+	"\ano_room\x18\x06 \x03(\tR\x06noRoom\"b\n" +
+	"\x06Victim\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
+	"\x04host\x18\x03 \x01(\tR\x04host\x12\x1a\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\"\xaf\x02\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
@@ -5650,7 +5767,7 @@ func file_pinfold_v1_planner_proto_rawDescGZIP() []byte {
 	return file_pinfold_v1_planner_proto_rawDescData
 }
 
-var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 83)
+var file_pinfold_v1_planner_proto_msgTypes = make([]protoimpl.MessageInfo, 84)
 var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*NUMANode)(nil),                    // 0: pinfold.v1.NUMANode
 	(*Host)(nil),                        // 1: pinfold.v1.Host
@@ -5689,168 +5806,170 @@ var file_pinfold_v1_planner_proto_goTypes = []any{
 	(*RemoveHostResponse)(nil),          // 34: pinfold.v1.RemoveHostResponse
 	(*DeployRequest)(nil),               // 35: pinfold.v1.DeployRequest
 	(*DeployResponse)(nil),              // 36: pinfold.v1.DeployResponse
-	(*ResizeRequest)(nil),               // 37: pinfold.v1.ResizeRequest
-	(*ResizeResponse)(nil),              // 38: pinfold.v1.ResizeResponse
-	(*ReplaceRequest)(nil),              // 39: pinfold.v1.ReplaceRequest
-	(*ContainerEdit)(nil),               // 40: pinfold.v1.ContainerEdit
-	(*ReplaceResponse)(nil),             // 41: pinfold.v1.ReplaceResponse
-	(*GetServiceRequest)(nil),           // 42: pinfold.v1.GetServiceRequest
-	(*GetServiceResponse)(nil),          // 43: pinfold.v1.GetServiceResponse
-	(*ServiceRecord)(nil),               // 44: pinfold.v1.ServiceRecord
-	(*RemoveRequest)(nil),               // 45: pinfold.v1.RemoveRequest
-	(*RemoveResponse)(nil),              // 46: pinfold.v1.RemoveResponse
-	(*ListInstancesRequest)(nil),        // 47: pinfold.v1.ListInstancesRequest
-	(*ListInstancesResponse)(nil),       // 48: pinfold.v1.ListInstancesResponse
-	(*CapacityRequest)(nil),             // 49: pinfold.v1.CapacityRequest
-	(*ExportPlanRequest)(nil),           // 50: pinfold.v1.ExportPlanRequest
-	(*ExportPlanResponse)(nil),          // 51: pinfold.v1.ExportPlanResponse
-	(*CapacityResponse)(nil),            // 52: pinfold.v1.CapacityResponse
-	(*HeartbeatRequest)(nil),            // 53: pinfold.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 54: pinfold.v1.HeartbeatResponse
-	(*ReportStatusRequest)(nil),         // 55: pinfold.v1.ReportStatusRequest
-	(*Applied)(nil),                     // 56: pinfold.v1.Applied
-	(*ReportStatusResponse)(nil),        // 57: pinfold.v1.ReportStatusResponse
-	(*WatchInstancesRequest)(nil),       // 58: pinfold.v1.WatchInstancesRequest
-	(*WatchInstancesResponse)(nil),      // 59: pinfold.v1.WatchInstancesResponse
-	(*Event)(nil),                       // 60: pinfold.v1.Event
-	(*ListEventsRequest)(nil),           // 61: pinfold.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),          // 62: pinfold.v1.ListEventsResponse
-	(*ContainerSpec)(nil),               // 63: pinfold.v1.ContainerSpec
-	nil,                                 // 64: pinfold.v1.Host.CapacityCpusEntry
-	nil,                                 // 65: pinfold.v1.Host.UsedCpusEntry
-	nil,                                 // 66: pinfold.v1.Host.InstancesEntry
-	nil,                                 // 67: pinfold.v1.Host.PropertiesEntry
-	nil,                                 // 68: pinfold.v1.PlacementSettings.BufferPercentEntry
-	nil,                                 // 69: pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	nil,                                 // 70: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
-	nil,                                 // 71: pinfold.v1.Instance.CpusEntry
-	nil,                                 // 72: pinfold.v1.SetHostRequest.AddCpusEntry
-	nil,                                 // 73: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	nil,                                 // 74: pinfold.v1.SetHostRequest.SetPropertiesEntry
-	nil,                                 // 75: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	nil,                                 // 76: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
-	nil,                                 // 77: pinfold.v1.ContainerEdit.LabelsEntry
-	nil,                                 // 78: pinfold.v1.ContainerEdit.LogOptsEntry
-	nil,                                 // 79: pinfold.v1.CapacityResponse.CapacityEntry
-	nil,                                 // 80: pinfold.v1.CapacityResponse.LimitEntry
-	nil,                                 // 81: pinfold.v1.ContainerSpec.LabelsEntry
-	nil,                                 // 82: pinfold.v1.ContainerSpec.LogOptsEntry
+	(*Victim)(nil),                      // 37: pinfold.v1.Victim
+	(*ResizeRequest)(nil),               // 38: pinfold.v1.ResizeRequest
+	(*ResizeResponse)(nil),              // 39: pinfold.v1.ResizeResponse
+	(*ReplaceRequest)(nil),              // 40: pinfold.v1.ReplaceRequest
+	(*ContainerEdit)(nil),               // 41: pinfold.v1.ContainerEdit
+	(*ReplaceResponse)(nil),             // 42: pinfold.v1.ReplaceResponse
+	(*GetServiceRequest)(nil),           // 43: pinfold.v1.GetServiceRequest
+	(*GetServiceResponse)(nil),          // 44: pinfold.v1.GetServiceResponse
+	(*ServiceRecord)(nil),               // 45: pinfold.v1.ServiceRecord
+	(*RemoveRequest)(nil),               // 46: pinfold.v1.RemoveRequest
+	(*RemoveResponse)(nil),              // 47: pinfold.v1.RemoveResponse
+	(*ListInstancesRequest)(nil),        // 48: pinfold.v1.ListInstancesRequest
+	(*ListInstancesResponse)(nil),       // 49: pinfold.v1.ListInstancesResponse
+	(*CapacityRequest)(nil),             // 50: pinfold.v1.CapacityRequest
+	(*ExportPlanRequest)(nil),           // 51: pinfold.v1.ExportPlanRequest
+	(*ExportPlanResponse)(nil),          // 52: pinfold.v1.ExportPlanResponse
+	(*CapacityResponse)(nil),            // 53: pinfold.v1.CapacityResponse
+	(*HeartbeatRequest)(nil),            // 54: pinfold.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 55: pinfold.v1.HeartbeatResponse
+	(*ReportStatusRequest)(nil),         // 56: pinfold.v1.ReportStatusRequest
+	(*Applied)(nil),                     // 57: pinfold.v1.Applied
+	(*ReportStatusResponse)(nil),        // 58: pinfold.v1.ReportStatusResponse
+	(*WatchInstancesRequest)(nil),       // 59: pinfold.v1.WatchInstancesRequest
+	(*WatchInstancesResponse)(nil),      // 60: pinfold.v1.WatchInstancesResponse
+	(*Event)(nil),                       // 61: pinfold.v1.Event
+	(*ListEventsRequest)(nil),           // 62: pinfold.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),          // 63: pinfold.v1.ListEventsResponse
+	(*ContainerSpec)(nil),               // 64: pinfold.v1.ContainerSpec
+	nil,                                 // 65: pinfold.v1.Host.CapacityCpusEntry
+	nil,                                 // 66: pinfold.v1.Host.UsedCpusEntry
+	nil,                                 // 67: pinfold.v1.Host.InstancesEntry
+	nil,                                 // 68: pinfold.v1.Host.PropertiesEntry
+	nil,                                 // 69: pinfold.v1.PlacementSettings.BufferPercentEntry
+	nil,                                 // 70: pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	nil,                                 // 71: pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	nil,                                 // 72: pinfold.v1.Instance.CpusEntry
+	nil,                                 // 73: pinfold.v1.SetHostRequest.AddCpusEntry
+	nil,                                 // 74: pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	nil,                                 // 75: pinfold.v1.SetHostRequest.SetPropertiesEntry
+	nil,                                 // 76: pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	nil,                                 // 77: pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	nil,                                 // 78: pinfold.v1.ContainerEdit.LabelsEntry
+	nil,                                 // 79: pinfold.v1.ContainerEdit.LogOptsEntry
+	nil,                                 // 80: pinfold.v1.CapacityResponse.CapacityEntry
+	nil,                                 // 81: pinfold.v1.CapacityResponse.LimitEntry
+	nil,                                 // 82: pinfold.v1.ContainerSpec.LabelsEntry
+	nil,                                 // 83: pinfold.v1.ContainerSpec.LogOptsEntry
 }
 var file_pinfold_v1_planner_proto_depIdxs = []int32{
-	64, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
-	65, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
+	65, // 0: pinfold.v1.Host.capacity_cpus:type_name -> pinfold.v1.Host.CapacityCpusEntry
+	66, // 1: pinfold.v1.Host.used_cpus:type_name -> pinfold.v1.Host.UsedCpusEntry
 	0,  // 2: pinfold.v1.Host.numa_nodes:type_name -> pinfold.v1.NUMANode
-	66, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
+	67, // 3: pinfold.v1.Host.instances:type_name -> pinfold.v1.Host.InstancesEntry
 	12, // 4: pinfold.v1.Host.metrics:type_name -> pinfold.v1.HostMetrics
-	67, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
+	68, // 5: pinfold.v1.Host.properties:type_name -> pinfold.v1.Host.PropertiesEntry
 	1,  // 6: pinfold.v1.SetHostMaintenanceResponse.host:type_name -> pinfold.v1.Host
-	68, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
-	69, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
-	70, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
+	69, // 7: pinfold.v1.PlacementSettings.buffer_percent:type_name -> pinfold.v1.PlacementSettings.BufferPercentEntry
+	70, // 8: pinfold.v1.PlacementSettings.overbooking_percent:type_name -> pinfold.v1.PlacementSettings.OverbookingPercentEntry
+	71, // 9: pinfold.v1.PlacementSettings.constraint_priorities:type_name -> pinfold.v1.PlacementSettings.ConstraintPrioritiesEntry
 	7,  // 10: pinfold.v1.HealthResponse.warnings:type_name -> pinfold.v1.HealthWarning
 	9,  // 11: pinfold.v1.PlacementFailure.eliminations:type_name -> pinfold.v1.Elimination
-	71, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
+	72, // 12: pinfold.v1.Instance.cpus:type_name -> pinfold.v1.Instance.CpusEntry
 	13, // 13: pinfold.v1.Instance.health:type_name -> pinfold.v1.HealthCheck
-	56, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
-	63, // 15: pinfold.v1.Instance.container:type_name -> pinfold.v1.ContainerSpec
+	57, // 14: pinfold.v1.Instance.applied:type_name -> pinfold.v1.Applied
+	64, // 15: pinfold.v1.Instance.container:type_name -> pinfold.v1.ContainerSpec
 	14, // 16: pinfold.v1.Instance.ports:type_name -> pinfold.v1.Port
 	14, // 17: pinfold.v1.Instance.host_ports:type_name -> pinfold.v1.Port
 	1,  // 18: pinfold.v1.RegisterHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 19: pinfold.v1.ListHostsResponse.hosts:type_name -> pinfold.v1.Host
 	1,  // 20: pinfold.v1.GetHostResponse.host:type_name -> pinfold.v1.Host
 	15, // 21: pinfold.v1.GetHostResponse.instances:type_name -> pinfold.v1.Instance
-	72, // 22: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
-	73, // 23: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
-	74, // 24: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
+	73, // 22: pinfold.v1.SetHostRequest.add_cpus:type_name -> pinfold.v1.SetHostRequest.AddCpusEntry
+	74, // 23: pinfold.v1.SetHostRequest.numa_memory_bytes:type_name -> pinfold.v1.SetHostRequest.NumaMemoryBytesEntry
+	75, // 24: pinfold.v1.SetHostRequest.set_properties:type_name -> pinfold.v1.SetHostRequest.SetPropertiesEntry
 	1,  // 25: pinfold.v1.SetHostResponse.host:type_name -> pinfold.v1.Host
 	1,  // 26: pinfold.v1.SetHostEnabledResponse.host:type_name -> pinfold.v1.Host
 	1,  // 27: pinfold.v1.DrainHostResponse.host:type_name -> pinfold.v1.Host
 	30, // 28: pinfold.v1.RebalanceResponse.moves:type_name -> pinfold.v1.Move
-	75, // 29: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
-	76, // 30: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
+	76, // 29: pinfold.v1.RebalanceResponse.imbalance_before:type_name -> pinfold.v1.RebalanceResponse.ImbalanceBeforeEntry
+	77, // 30: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
 	30, // 31: pinfold.v1.RebalanceResponse.kept:type_name -> pinfold.v1.Move
 	15, // 32: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
 	30, // 33: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
 	13, // 34: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	63, // 35: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
+	64, // 35: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
 	14, // 36: pinfold.v1.DeployRequest.ports:type_name -> pinfold.v1.Port
 	15, // 37: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
 	11, // 38: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
-	15, // 39: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	13, // 40: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	63, // 41: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
-	40, // 42: pinfold.v1.ReplaceRequest.edit:type_name -> pinfold.v1.ContainerEdit
-	77, // 43: pinfold.v1.ContainerEdit.labels:type_name -> pinfold.v1.ContainerEdit.LabelsEntry
-	78, // 44: pinfold.v1.ContainerEdit.log_opts:type_name -> pinfold.v1.ContainerEdit.LogOptsEntry
-	15, // 45: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	44, // 46: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
-	13, // 47: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
-	63, // 48: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
-	14, // 49: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
-	15, // 50: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	79, // 51: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	80, // 52: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 53: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	56, // 54: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	15, // 55: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	60, // 56: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	81, // 57: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
-	82, // 58: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
-	16, // 59: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	18, // 60: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	20, // 61: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	22, // 62: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	24, // 63: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	26, // 64: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	27, // 65: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 66: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 67: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 68: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 69: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	35, // 70: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	37, // 71: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	45, // 72: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	39, // 73: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	47, // 74: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	49, // 75: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	50, // 76: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	32, // 77: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	29, // 78: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	61, // 79: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	42, // 80: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
-	53, // 81: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	55, // 82: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	58, // 83: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	17, // 84: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	19, // 85: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	21, // 86: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	23, // 87: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	25, // 88: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	34, // 89: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	28, // 90: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 91: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 92: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 93: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 94: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	36, // 95: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	38, // 96: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	46, // 97: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	41, // 98: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	48, // 99: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	52, // 100: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	51, // 101: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	33, // 102: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	31, // 103: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	62, // 104: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	43, // 105: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
-	54, // 106: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	57, // 107: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	59, // 108: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	84, // [84:109] is the sub-list for method output_type
-	59, // [59:84] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	37, // 39: pinfold.v1.DeployResponse.preempted:type_name -> pinfold.v1.Victim
+	15, // 40: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	13, // 41: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	64, // 42: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
+	41, // 43: pinfold.v1.ReplaceRequest.edit:type_name -> pinfold.v1.ContainerEdit
+	78, // 44: pinfold.v1.ContainerEdit.labels:type_name -> pinfold.v1.ContainerEdit.LabelsEntry
+	79, // 45: pinfold.v1.ContainerEdit.log_opts:type_name -> pinfold.v1.ContainerEdit.LogOptsEntry
+	15, // 46: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	45, // 47: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
+	13, // 48: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
+	64, // 49: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 50: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
+	15, // 51: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	80, // 52: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	81, // 53: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 54: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	57, // 55: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	15, // 56: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	61, // 57: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	82, // 58: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
+	83, // 59: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
+	16, // 60: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	18, // 61: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	20, // 62: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	22, // 63: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	24, // 64: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	26, // 65: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	27, // 66: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 67: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 68: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 69: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 70: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	35, // 71: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	38, // 72: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	46, // 73: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	40, // 74: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	48, // 75: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	50, // 76: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	51, // 77: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	32, // 78: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	29, // 79: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	62, // 80: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	43, // 81: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
+	54, // 82: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	56, // 83: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	59, // 84: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	17, // 85: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	19, // 86: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	21, // 87: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	23, // 88: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	25, // 89: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	34, // 90: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	28, // 91: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 92: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 93: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 94: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 95: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	36, // 96: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	39, // 97: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	47, // 98: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	42, // 99: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	49, // 100: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	53, // 101: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	52, // 102: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	33, // 103: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	31, // 104: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	63, // 105: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	44, // 106: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
+	55, // 107: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	58, // 108: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	60, // 109: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	85, // [85:110] is the sub-list for method output_type
+	60, // [60:85] is the sub-list for method input_type
+	60, // [60:60] is the sub-list for extension type_name
+	60, // [60:60] is the sub-list for extension extendee
+	0,  // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
@@ -5859,15 +5978,15 @@ func file_pinfold_v1_planner_proto_init() {
 		return
 	}
 	file_pinfold_v1_planner_proto_msgTypes[22].OneofWrappers = []any{}
-	file_pinfold_v1_planner_proto_msgTypes[37].OneofWrappers = []any{}
-	file_pinfold_v1_planner_proto_msgTypes[40].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[38].OneofWrappers = []any{}
+	file_pinfold_v1_planner_proto_msgTypes[41].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pinfold_v1_planner_proto_rawDesc), len(file_pinfold_v1_planner_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   83,
+			NumMessages:   84,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
