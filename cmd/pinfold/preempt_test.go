@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -79,5 +80,53 @@ func TestDeployPreemptsEndToEnd(t *testing.T) {
 		if !strings.Contains(evs, id) || !strings.Contains(evs, "preempted by web") {
 			t.Errorf("events of crunch:\n%s\nwant Preempted naming %s and web", evs, id)
 		}
+	}
+}
+
+// TestResizePreemptsEndToEnd (issue 40 item 2): a production instance
+// resized by +1 CPU on a host full of batch work stops one batch instance,
+// on that host only, listed in its output; --no-preempt is refused and
+// stops nothing. Control: with the service's resize preemption off the
+// resize is refused.
+func TestResizePreemptsEndToEnd(t *testing.T) {
+	pf := plannerCLI(t)
+	topo := topologyFile(t, "laptop-i7-1185g7")
+	pf.Must("host", "add", "a", "--topology", topo)
+	pf.Must("host", "add", "b", "--topology", topo)
+	var web []instanceJSON
+	if err := json.Unmarshal([]byte(pf.Must("deploy", "web", "--image", "busybox", "--cpu", "1", "--bind", "--memory", "256MiB", "-o", "json")), &web); err != nil || len(web) != 1 {
+		t.Fatalf("deploy web: %v %v", err, web)
+	}
+	pf.Must("deploy", "crunch", "--count", "15", "--image", "busybox", "--cpu", "1", "--bind", "--memory", "256MiB", "--priority", "batch")
+	onHost := func() map[string]int {
+		t.Helper()
+		var ins []instanceJSON
+		if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ins); err != nil {
+			t.Fatal(err)
+		}
+		n := map[string]int{}
+		for _, in := range ins {
+			if in.Service == "crunch" {
+				n[in.Host]++
+			}
+		}
+		return n
+	}
+	before := onHost()
+	args := []string{"resize", web[0].ID, "--cpu", "+1", "--wait", "0"}
+	if _, errOut, code := pf.Run(append(args, "--no-preempt")...); code == 0 {
+		t.Errorf("resize --no-preempt: exit 0 (%s); want it refused", errOut)
+	}
+	if got := onHost(); !maps.Equal(got, before) {
+		t.Fatalf("resize --no-preempt: crunch per host %v -> %v", before, got)
+	}
+	_, errOut, code := pf.Run(args...)
+	if code != 0 || strings.Count(errOut, "preempted crunch-") != 1 || !strings.Contains(errOut, " on "+web[0].Host) {
+		t.Fatalf("resize +1: exit %d: %s; want one 'preempted crunch-… on %s'", code, errOut, web[0].Host)
+	}
+	want := maps.Clone(before)
+	want[web[0].Host]--
+	if got := onHost(); !maps.Equal(got, want) {
+		t.Errorf("crunch per host after the resize = %v, want %v (one fewer on %s only)", got, want, web[0].Host)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1/pinfoldv1connect"
 )
@@ -35,6 +36,7 @@ func newResizeCmd() *cobra.Command {
 		cpu, memory  string
 		bind, noBind bool
 		force        bool
+		noPreempt    bool
 		wait         time.Duration
 	)
 	cmd := &cobra.Command{
@@ -63,7 +65,12 @@ back with the reason.
 The command waits (--wait) until every agent has applied the change. If a
 host refuses it (Docker or the kernel says no), the planner rolls the
 instance back to its previous allocation and the command fails with the
-host's reason (exit 1).`,
+host's reason (exit 1).
+
+An instance that does not grow on its own host stops the fewest
+instances of strictly lower-priority services there, in the same commit
+("preempted ID (service, priority) on HOST"; -o json: preempted on the
+first instance of that host), unless --no-preempt.`,
 		Example: `  pinfold resize web-3f2a9c0d1e --cpu +0.7 --memory +64MiB
   pinfold resize web --cpu -0.5
   pinfold resize cache --no-bind
@@ -73,7 +80,7 @@ host's reason (exit 1).`,
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			req := &pinfoldv1.ResizeRequest{Target: args[0]}
+			req := &pinfoldv1.ResizeRequest{Target: args[0], NoPreempt: noPreempt}
 			var err error
 			if cpu != "" {
 				if req.CpuDelta, err = parseCPUDelta(cpu); err != nil {
@@ -100,6 +107,11 @@ host's reason (exit 1).`,
 					return err
 				}
 				ins := resp.Msg.Instances
+				if !out.json() {
+					for _, v := range resp.Msg.Preempted {
+						fmt.Fprintf(cmd.ErrOrStderr(), "preempted %s (%s, priority %s) on %s\n", v.Id, v.Service, model.Priority(v.Priority), v.Host)
+					}
+				}
 				var werr error
 				if wait > 0 && len(ins) > 0 { // none: a service at count 0, its record alone changed
 					var progress io.Writer
@@ -119,7 +131,7 @@ host's reason (exit 1).`,
 						return err
 					}
 				case out.json():
-					if err := writeJSON(cmd.OutOrStdout(), instancesJSON(ins)); err != nil {
+					if err := writeJSON(cmd.OutOrStdout(), deployJSON(&pinfoldv1.DeployResponse{Instances: ins, Preempted: resp.Msg.Preempted})); err != nil {
 						return err
 					}
 				case len(ins) == 0:
@@ -149,6 +161,7 @@ host's reason (exit 1).`,
 	cmd.Flags().StringVar(&memory, "memory", "", "memory change, signed: +64MiB or -1GiB")
 	cmd.Flags().BoolVar(&bind, "bind", false, "switch to CPU-bound")
 	cmd.Flags().BoolVar(&noBind, "no-bind", false, "switch to memory-first")
+	cmd.Flags().BoolVar(&noPreempt, "no-preempt", false, "an instance that does not grow on its host fails the resize rather than stop instances of lower-priority services there")
 	cmd.Flags().BoolVar(&force, "force", false, "")
 	_ = cmd.Flags().MarkDeprecated("force", "it is no longer needed: memory below current use is shrunk by the agent guided by memory.pressure, or rolled back")
 	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "wait this long for the hosts to apply the change (0: return once planned)")

@@ -72,7 +72,7 @@ type Changes interface {
 	Rebalance(ctx context.Context, r service.RebalanceRequest) (service.RebalanceResult, error)
 	SetPlacementSettings(context.Context, placement.Settings) (placement.Settings, error)
 	DeployWithRules(context.Context, service.DeployRequest) (service.DeployResult, error)
-	Resize(context.Context, service.ResizeRequest) ([]model.Instance, error)
+	ResizePreempting(context.Context, service.ResizeRequest) ([]model.Instance, []service.Victim, error)
 	Replace(context.Context, service.ReplaceRequest) ([]model.Instance, error)
 	Remove(ctx context.Context, target string) ([]string, error)
 }

@@ -103,9 +103,9 @@ func (p *resizePlanner) Params() alloc.Params {
 	return alloc.Params{ShareBase: cmp.Or(p.sb, 100), MaxFragmentCores: -1}
 }
 
-func (p *resizePlanner) Resize(_ context.Context, r service.ResizeRequest) ([]model.Instance, error) {
+func (p *resizePlanner) ResizePreempting(_ context.Context, r service.ResizeRequest) ([]model.Instance, []service.Victim, error) {
 	p.got = append(p.got, r)
-	return nil, nil
+	return nil, nil, nil
 }
 
 // TestResizeRefusesNoChange: a JSON or gRPC caller's resize that changes

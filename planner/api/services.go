@@ -138,12 +138,16 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 	if m.ExpectMemoryBytes < 0 {
 		return nil, invalid("expect_memory_bytes = %d: want a size in bytes, or 0 for none", m.ExpectMemoryBytes)
 	}
-	ins, err := s.changes.Resize(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind,
-		ExpectPieces: expect, ExpectMemory: m.ExpectMemoryBytes, To: to})
+	ins, victims, err := s.changes.ResizePreempting(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind,
+		ExpectPieces: expect, ExpectMemory: m.ExpectMemoryBytes, To: to, NoPreempt: m.NoPreempt})
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pinfoldv1.ResizeResponse{Instances: s.plannedMsgs(ins)}), nil
+	out := &pinfoldv1.ResizeResponse{Instances: s.plannedMsgs(ins)}
+	for _, v := range victims {
+		out.Preempted = append(out.Preempted, &pinfoldv1.Victim{Id: v.ID, Service: v.Service, Host: v.Host, Priority: int32(v.Priority)})
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (s *Server) Replace(ctx context.Context, r *connect.Request[pinfoldv1.ReplaceRequest]) (*connect.Response[pinfoldv1.ReplaceResponse], error) {

@@ -231,6 +231,9 @@ type ResizeRequest struct {
 	// size by its own delta, one already at it (and at Bind) is left alone,
 	// and a service's record takes it.
 	To *ResizeTo
+	// NoPreempt: an instance that does not grow on its host fails the
+	// resize rather than stop lower-priority instances there.
+	NoPreempt bool `json:",omitempty"`
 }
 
 // ResizeTo is a size a resize brings its targets to.
@@ -243,10 +246,22 @@ type ResizeTo struct {
 // nothing changes. Lowering memory below an instance's use is planned like
 // any resize; its agent shrinks it guided by pressure, or refuses.
 func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance, error) {
+	out, _, err := s.ResizePreempting(ctx, r)
+	return out, err
+}
+
+// ResizePreempting is Resize, with the instances it stopped: an instance
+// that does not fit its host at the new size stops the fewest instances of
+// strictly lower-priority services on that host (preempt.OnHost), unless
+// r.NoPreempt; the victims leave in the same change. A repeated request
+// gives the victims' IDs only.
+func (s *Service) ResizePreempting(ctx context.Context, r ResizeRequest) ([]model.Instance, []Victim, error) {
 	var out []model.Instance
+	var victims []Victim
 	o := s.once(ctx, "Resize", r)
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
-		out = nil
+		out, victims = nil, nil
+		stopped := map[string]bool{}
 		targets, err := targets(rd, r.Target)
 		if _, ok := rd.Service(r.Target); ok && CodeOf(err) == NotFound {
 			targets, err = nil, nil // scaled to 0: the record alone changes (below)
@@ -299,8 +314,24 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 					continue // at the size already: no change for its host
 				}
 			}
-			pl, err := alloc.PlanResize(s.params, state.AllocHost(v.Host, a), alloc.Resize{Host: in.Host, Current: in.Allocation,
-				CPUDelta: cpuDelta, MemoryDelta: memDelta, Bind: bind})
+			rz := alloc.Resize{Host: in.Host, Current: in.Allocation, CPUDelta: cpuDelta, MemoryDelta: memDelta, Bind: bind}
+			pl, err := alloc.PlanResize(s.params, state.AllocHost(v.Host, a), rz)
+			if ae := (*alloc.Error)(nil); err != nil && errors.As(err, &ae) && ae.Code == alloc.CodeResizeNoFit && !r.NoPreempt {
+				// Room on its own host: stop lower-priority instances there.
+				if vs, without, found := resizeVictims(s.params, rd, v, a, in, rz, targets, stopped); found {
+					a = without
+					for _, vv := range vs {
+						stopped[vv.Instance.ID] = true
+						c.GuardInstance(vv.Instance.Host, vv.Instance.ID, vv.Rev)
+						c.DeleteInstance(vv.Instance.Host, vv.Instance.ID)
+						prio := priorityOf(rd, vv.Instance.Service)
+						c.PutEvent(s.stamp(state.Event{Identity: "planner", Kind: "Preempted", Subject: vv.Instance.ID, Host: vv.Instance.Host, Service: vv.Instance.Service,
+							Outcome: fmt.Sprintf("preempted by %s (%s, priority %s) for its resize: %s has priority %s", in.ID, in.Service, priorityOf(rd, in.Service), vv.Instance.Service, prio)}))
+						victims = append(victims, Victim{ID: vv.Instance.ID, Service: vv.Instance.Service, Host: vv.Instance.Host, Priority: prio})
+					}
+					pl, err = alloc.PlanResize(s.params, state.AllocHost(v.Host, a), rz)
+				}
+			}
 			if err != nil {
 				return nil, s.toSizeErr(fromAlloc(err), r, in, bind)
 			}
@@ -373,14 +404,26 @@ func (s *Service) Resize(ctx context.Context, r ResizeRequest) ([]model.Instance
 			c.PutService(svc)
 		}
 		return c, nil
-	}, func(rec *state.Request) { rec.Instances = idsOf(out) }))
+	}, func(rec *state.Request) {
+		rec.Instances = idsOf(out)
+		for _, v := range victims {
+			rec.Removed = append(rec.Removed, v.ID)
+		}
+	}))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if o.repeated() {
-		return s.instances(o.replay.Instances), nil
+		var vs []Victim
+		for _, id := range o.replay.Removed {
+			vs = append(vs, Victim{ID: id})
+		}
+		return s.instances(o.replay.Instances), vs, nil
 	}
-	return out, nil
+	if len(victims) > 0 {
+		s.log.Info("preempted", "resize", r.Target, "victims", victimList(victims))
+	}
+	return out, victims, nil
 }
 
 // toSizeErr puts the size a resize to a size asked for, and the

@@ -175,6 +175,47 @@ func planPreempt(p alloc.Params, rd reader, placed *state.Placed, settings place
 	return out, res, true
 }
 
+// resizeVictims finds on in's host (v, whose usage this change has made
+// a) the fewest instances of strictly lower priority than in's service
+// whose removal lets rz fit (preempt.OnHost): never one of the resize's
+// own targets, one stopped already, or one in a move. It returns them,
+// sorted by ID, and a without them.
+func resizeVictims(p alloc.Params, rd reader, v state.HostView, a state.Alloc, in model.Instance, rz alloc.Resize, targets []state.InstanceView, stopped map[string]bool) ([]state.InstanceView, state.Alloc, bool) {
+	own := map[string]bool{}
+	for _, t := range targets {
+		own[t.Instance.ID] = true
+	}
+	byID := map[string]state.InstanceView{}
+	h := preempt.Host{Name: v.Host.Name}
+	for _, x := range rd.Instances(v.Host.Name) {
+		if own[x.Instance.ID] || stopped[x.Instance.ID] || !preemptible(rd, x) {
+			continue
+		}
+		byID[x.Instance.ID] = x
+		h.Instances = append(h.Instances, preempt.Candidate{ID: x.Instance.ID, Service: x.Instance.Service, Priority: priorityOf(rd, x.Instance.Service)})
+	}
+	without := func(ids []string) state.Alloc {
+		b := a.Clone()
+		for _, id := range ids {
+			b.Add(byID[id].Instance, -1)
+		}
+		return b
+	}
+	fits := func(_ string, ids []string) bool {
+		_, err := alloc.PlanResize(p, state.AllocHost(v.Host, without(ids)), rz)
+		return err == nil
+	}
+	c, ok := preempt.OnHost(h, priorityOf(rd, in.Service), fits, 0)
+	if !ok || len(c.Victims) == 0 {
+		return nil, a, false
+	}
+	var out []state.InstanceView
+	for _, id := range c.IDs() {
+		out = append(out, byID[id])
+	}
+	return out, without(c.IDs()), true
+}
+
 // victimList is victims for people: "ID (service, priority) on host", by
 // host then ID.
 func victimList(vs []Victim) string {

@@ -122,3 +122,60 @@ func TestDeployPreempts(t *testing.T) {
 		})
 	}
 }
+
+// TestResizePreempts: a live resize that does not fit its host stops the
+// fewest lower-priority instances on that host only, in the same commit
+// (Verify: nothing oversold); NoPreempt, and a resize of an instance of
+// the same priority as everything around it, fail and stop nothing.
+func TestResizePreempts(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name      string
+		prio      model.Priority // the resized service's
+		delta     int
+		noPreempt bool
+		victims   int // 0: refused
+	}{
+		{"production-plus-1-cpu-stops-1-batch", model.PriorityProduction, 100, false, 1},
+		{"production-plus-3-cpus-stops-3-batch", model.PriorityProduction, 300, false, 3},
+		{"no-preempt", model.PriorityProduction, 100, true, 0},
+		{"batch-never-preempts-batch", model.PriorityBatch, 100, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cryptotest.SetGlobalRandom(t, 7)
+			s := newMemService(t)
+			register(t, s, "h1", topologytest.Laptop().Topology())
+			register(t, s, "h2", topologytest.Laptop().Topology())
+			ins, err := s.Deploy(ctx, prodDeploy(1, 100, tt.prio))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB / 2}, Scheduling: model.Scheduling{Priority: model.PriorityBatch}}
+			if _, err := s.Deploy(ctx, service.DeployRequest{Service: "b", Count: 15, Deploy: d}); err != nil {
+				t.Fatal(err)
+			}
+			before := instanceIDs(s, "b")
+			host := ins[0].Host
+			_, victims, err := s.ResizePreempting(ctx, service.ResizeRequest{Target: ins[0].ID, CPUDelta: tt.delta, NoPreempt: tt.noPreempt})
+			if tt.victims == 0 {
+				if service.CodeOf(err) != service.Exhausted || len(instanceIDs(s, "b")) != len(before) {
+					t.Fatalf("ResizePreempting(%s) = %v, b %d -> %d; want resource_exhausted, nothing stopped", tt.name, err, len(before), len(instanceIDs(s, "b")))
+				}
+				return
+			}
+			if err != nil || len(victims) != tt.victims {
+				t.Fatalf("ResizePreempting(%s) = %v, victims %v; want %d", tt.name, err, victims, tt.victims)
+			}
+			for _, v := range victims {
+				if v.Host != host || v.Service != "b" {
+					t.Errorf("victim %+v: want an instance of b on %s, the resized instance's host", v, host)
+				}
+			}
+			if got := len(instanceIDs(s, "b")); got != len(before)-tt.victims {
+				t.Errorf("b has %d instances, want %d", got, len(before)-tt.victims)
+			}
+			verify(t, s)
+		})
+	}
+}

@@ -3086,6 +3086,9 @@ type ResizeRequest struct {
 	CpuDelta         string                 `protobuf:"bytes,2,opt,name=cpu_delta,json=cpuDelta,proto3" json:"cpu_delta,omitempty"` // decimal CPUs, may be negative
 	MemoryDeltaBytes int64                  `protobuf:"varint,3,opt,name=memory_delta_bytes,json=memoryDeltaBytes,proto3" json:"memory_delta_bytes,omitempty"`
 	Bind             *bool                  `protobuf:"varint,4,opt,name=bind,proto3,oneof" json:"bind,omitempty"`
+	// no_preempt: an instance that does not grow on its host fails the
+	// resize rather than stop lower-priority instances there.
+	NoPreempt bool `protobuf:"varint,6,opt,name=no_preempt,json=noPreempt,proto3" json:"no_preempt,omitempty"`
 	// A resize may name the size it expects the service (its record) or the instance to have
 	// (expect_cpu in decimal CPUs; both unset: none): another size is
 	// refused (aborted), so a delta computed from a read is added once.
@@ -3160,6 +3163,13 @@ func (x *ResizeRequest) GetBind() bool {
 	return false
 }
 
+func (x *ResizeRequest) GetNoPreempt() bool {
+	if x != nil {
+		return x.NoPreempt
+	}
+	return false
+}
+
 func (x *ResizeRequest) GetExpectCpu() string {
 	if x != nil {
 		return x.ExpectCpu
@@ -3189,8 +3199,11 @@ func (x *ResizeRequest) GetToMemoryBytes() int64 {
 }
 
 type ResizeResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Instances     []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Instances []*Instance            `protobuf:"bytes,1,rep,name=instances,proto3" json:"instances,omitempty"`
+	// preempted: the instances of lower-priority services stopped on the
+	// resized instances' hosts to make room, by host then ID.
+	Preempted     []*Victim `protobuf:"bytes,2,rep,name=preempted,proto3" json:"preempted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3228,6 +3241,13 @@ func (*ResizeResponse) Descriptor() ([]byte, []int) {
 func (x *ResizeResponse) GetInstances() []*Instance {
 	if x != nil {
 		return x.Instances
+	}
+	return nil
+}
+
+func (x *ResizeResponse) GetPreempted() []*Victim {
+	if x != nil {
+		return x.Preempted
 	}
 	return nil
 }
@@ -5505,20 +5525,23 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x12\x1a\n" +
-	"\bpriority\x18\x04 \x01(\x05R\bpriority\"\xaf\x02\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\"\xce\x02\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
 	"\x12memory_delta_bytes\x18\x03 \x01(\x03R\x10memoryDeltaBytes\x12\x17\n" +
 	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01\x12\x1d\n" +
 	"\n" +
+	"no_preempt\x18\x06 \x01(\bR\tnoPreempt\x12\x1d\n" +
+	"\n" +
 	"expect_cpu\x18F \x01(\tR\texpectCpu\x12.\n" +
 	"\x13expect_memory_bytes\x18G \x01(\x03R\x11expectMemoryBytes\x12\x15\n" +
 	"\x06to_cpu\x18H \x01(\tR\x05toCpu\x12&\n" +
 	"\x0fto_memory_bytes\x18I \x01(\x03R\rtoMemoryBytesB\a\n" +
-	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"D\n" +
+	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"v\n" +
 	"\x0eResizeResponse\x122\n" +
-	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\"\x9b\x02\n" +
+	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x120\n" +
+	"\tpreempted\x18\x02 \x03(\v2\x12.pinfold.v1.VictimR\tpreempted\"\x9b\x02\n" +
 	"\x0eReplaceRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5896,80 +5919,81 @@ var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	11, // 38: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
 	37, // 39: pinfold.v1.DeployResponse.preempted:type_name -> pinfold.v1.Victim
 	15, // 40: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	13, // 41: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	64, // 42: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
-	41, // 43: pinfold.v1.ReplaceRequest.edit:type_name -> pinfold.v1.ContainerEdit
-	78, // 44: pinfold.v1.ContainerEdit.labels:type_name -> pinfold.v1.ContainerEdit.LabelsEntry
-	79, // 45: pinfold.v1.ContainerEdit.log_opts:type_name -> pinfold.v1.ContainerEdit.LogOptsEntry
-	15, // 46: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	45, // 47: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
-	13, // 48: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
-	64, // 49: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
-	14, // 50: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
-	15, // 51: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	80, // 52: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	81, // 53: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 54: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	57, // 55: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	15, // 56: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	61, // 57: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	82, // 58: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
-	83, // 59: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
-	16, // 60: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	18, // 61: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	20, // 62: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	22, // 63: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	24, // 64: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	26, // 65: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	27, // 66: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 67: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 68: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 69: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 70: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	35, // 71: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	38, // 72: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	46, // 73: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	40, // 74: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	48, // 75: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	50, // 76: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	51, // 77: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	32, // 78: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	29, // 79: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	62, // 80: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	43, // 81: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
-	54, // 82: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	56, // 83: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	59, // 84: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	17, // 85: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	19, // 86: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	21, // 87: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	23, // 88: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	25, // 89: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	34, // 90: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	28, // 91: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 92: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 93: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 94: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 95: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	36, // 96: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	39, // 97: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	47, // 98: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	42, // 99: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	49, // 100: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	53, // 101: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	52, // 102: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	33, // 103: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	31, // 104: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	63, // 105: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	44, // 106: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
-	55, // 107: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	58, // 108: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	60, // 109: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	85, // [85:110] is the sub-list for method output_type
-	60, // [60:85] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	37, // 41: pinfold.v1.ResizeResponse.preempted:type_name -> pinfold.v1.Victim
+	13, // 42: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	64, // 43: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
+	41, // 44: pinfold.v1.ReplaceRequest.edit:type_name -> pinfold.v1.ContainerEdit
+	78, // 45: pinfold.v1.ContainerEdit.labels:type_name -> pinfold.v1.ContainerEdit.LabelsEntry
+	79, // 46: pinfold.v1.ContainerEdit.log_opts:type_name -> pinfold.v1.ContainerEdit.LogOptsEntry
+	15, // 47: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	45, // 48: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
+	13, // 49: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
+	64, // 50: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 51: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
+	15, // 52: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	80, // 53: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	81, // 54: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 55: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	57, // 56: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	15, // 57: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	61, // 58: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	82, // 59: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
+	83, // 60: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
+	16, // 61: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	18, // 62: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	20, // 63: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	22, // 64: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	24, // 65: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	26, // 66: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	27, // 67: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 68: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 69: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 70: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 71: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	35, // 72: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	38, // 73: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	46, // 74: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	40, // 75: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	48, // 76: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	50, // 77: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	51, // 78: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	32, // 79: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	29, // 80: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	62, // 81: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	43, // 82: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
+	54, // 83: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	56, // 84: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	59, // 85: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	17, // 86: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	19, // 87: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	21, // 88: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	23, // 89: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	25, // 90: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	34, // 91: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	28, // 92: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 93: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 94: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 95: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 96: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	36, // 97: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	39, // 98: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	47, // 99: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	42, // 100: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	49, // 101: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	53, // 102: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	52, // 103: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	33, // 104: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	31, // 105: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	63, // 106: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	44, // 107: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
+	55, // 108: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	58, // 109: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	60, // 110: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	86, // [86:111] is the sub-list for method output_type
+	61, // [61:86] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
