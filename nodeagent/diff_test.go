@@ -300,6 +300,38 @@ func TestDiffOrder(t *testing.T) {
 	}
 }
 
+// TestDiffPreemptionOrder (issue 40 item 2): a preemption commits the
+// victim's removal and the preemptor's placement on the victim's CPUs in
+// one change, so one pass sees both; the victim's container ("z", sorting
+// last) is removed before the preemptor's ("a") is created or grown onto
+// its CPU. Control: with the orphans appended after the other actions in
+// Diff, both rows fail.
+func TestDiffPreemptionOrder(t *testing.T) {
+	t.Parallel()
+	victim := inst("z", map[cpuset.CPUID]int{2: 100}, 0)
+	mz := Map(host6, victim, SchemeCapped, host6.CPUs).Resources
+	a0 := inst("a", map[cpuset.CPUID]int{0: 100}, 0)
+	ma := Map(host6, a0, SchemeCapped, host6.CPUs).Resources
+	grown := inst("a", map[cpuset.CPUID]int{0: 100, 2: 100}, 0)
+	for _, tt := range []struct {
+		name     string
+		desired  []model.Instance
+		observed []Observed
+		want     []string
+	}{
+		{"deploy", []model.Instance{inst("a", map[cpuset.CPUID]int{2: 100}, 0)}, []Observed{obs("cz", "z", "img", 1, mz, true, false)}, []string{"remove:cz", "create"}},
+		{"resize", []model.Instance{grown}, []Observed{obs("ca", "a", "img", 1, ma, true, false), obs("cz", "z", "img", 1, mz, true, false)}, []string{"remove:cz", "update:ca"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got := kinds(Diff(host6, tt.desired, tt.observed, SchemeCapped, Known{}))
+			if len(got) < len(tt.want) || !slices.Equal(got[:len(tt.want)], tt.want) {
+				t.Errorf("Diff = %v, want it to begin %v (the victim's container goes first)", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestKernelDrift: cgroup files written behind Docker's back (its stored
 // config still matches the plan) make the pass re-assert them, saying
 // which file drifted; page rounding of memory.max is no drift.
