@@ -15,7 +15,12 @@
 // why, the capacity a dry run reports is what a deploy places, and every
 // move, drain and heal settles or is parked with a reason within a bounded
 // number of steps, and a drain's move uses the overbooking only when no
-// host had nominal room for it. A panic, an internal error or a broken invariant fails
+// host had nominal room for it; and a preempt step (opPreempt, its own
+// random stream) deploys at a higher priority what does not fit, checking
+// that no victim has the preemptor's priority or a higher one, that the
+// victims are the fewest of the lowest priorities (brute force over every
+// subset on small fleets), that a dry run names them and changes nothing,
+// and that the audit is clean right after (nothing oversold). A panic, an internal error or a broken invariant fails
 // the run with its seed, its step and the operations that led there.
 //
 // The simulation is all in this package's tests (it starts etcd through

@@ -46,6 +46,12 @@ func (w *world) pick() op {
 		{4, w.opRebalance}, {2, w.opSettings}, {3, w.opAgentDies}, {1, w.opRestart}, {4, w.opProbe}, {10, w.opIdle},
 		{1, w.opOverbook}, {2, w.opPrune},
 	}
+	// The preempt step, about one step in 25, draws from its own source.
+	if w.preempting.IntN(25) == 0 {
+		if o, ok := w.opPreempt(); ok {
+			return o
+		}
+	}
 	total := 0
 	for _, c := range choices {
 		total += c.weight
@@ -791,6 +797,9 @@ func (w *world) opProbe() (op, bool) {
 	r.UseBuffer = w.rng.IntN(5) == 0
 	// Capacity does not count the domain spread (placement.Capacity).
 	r.Rules.DomainSpread = string(placement.SpreadOff)
+	// Capacity is the room without stopping anything: the probe (a
+	// production service) would otherwise preempt lower-priority work.
+	r.NoPreempt = true
 	what := describe(r)
 	rooms, err := w.svc.Capacity(r)
 	if err != nil {

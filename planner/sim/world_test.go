@@ -150,11 +150,14 @@ type world struct {
 	// sized draws whether a resize brings its targets to a size (apply's
 	// resize) instead of deltas, and the size: its own stream, so that
 	// the other draws of a seed, and the seeds kept as regressions, stay.
-	sized   *rand.Rand
-	step    int
-	stepNow atomic.Int64
-	now     time.Time
-	ctx     context.Context
+	sized *rand.Rand
+	// preempting draws the preempt step and its request (opPreempt), so
+	// that the other operations' draws stay as they were.
+	preempting *rand.Rand
+	step       int
+	stepNow    atomic.Int64
+	now        time.Time
+	ctx        context.Context
 
 	cluster *statetest.Cluster
 	st      *state.Store
@@ -182,8 +185,9 @@ func newWorld(t testing.TB, cfg Config) *world {
 		cfg.VerifyEvery = 1
 	}
 	w := &world{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		empty: rand.New(rand.NewPCG(cfg.Seed^0x5bd1e995, cfg.Seed)),
-		sized: rand.New(rand.NewPCG(cfg.Seed^0x27d4eb2f, cfg.Seed)),
+		empty:      rand.New(rand.NewPCG(cfg.Seed^0x5bd1e995, cfg.Seed)),
+		sized:      rand.New(rand.NewPCG(cfg.Seed^0x27d4eb2f, cfg.Seed)),
+		preempting: rand.New(rand.NewPCG(cfg.Seed^0x85ebca6b, cfg.Seed)),
 		// SetMaintenance reads the real clock: the simulated one starts
 		// there (and runs ahead, a few seconds a step).
 		now: time.Now().UTC().Truncate(time.Second), ctx: context.Background(),
