@@ -179,3 +179,32 @@ func TestResizePreempts(t *testing.T) {
 		})
 	}
 }
+
+// TestDeployPreemptsOnce: a preempting deploy repeated with its request
+// ID stops nothing more and gives the same victims' IDs (the request
+// record's Removed). Control: without recording the victims as Removed,
+// the repeat reports none.
+func TestDeployPreemptsOnce(t *testing.T) {
+	s := fullOfBatch(t)
+	victimIDs := func(vs []service.Victim) []string {
+		var out []string
+		for _, v := range vs {
+			out = append(out, v.ID)
+		}
+		return out
+	}
+	ctx, _ := withID("preempt-once")
+	first, err := s.DeployWithRules(ctx, prodDeploy(1, 200, model.PriorityProduction))
+	if err != nil || len(first.Preempted) != 2 {
+		t.Fatalf("Deploy = %v, victims %v; want 2", err, first.Preempted)
+	}
+	left := instanceIDs(s, "b")
+	ctx, _ = withID("preempt-once")
+	again, err := s.DeployWithRules(ctx, prodDeploy(1, 200, model.PriorityProduction))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := victimIDs(again.Preempted), victimIDs(first.Preempted); !slices.Equal(got, want) || !slices.Equal(instanceIDs(s, "b"), left) || len(instanceIDs(s, "web")) != 1 {
+		t.Errorf("repeat: victims %v, want %v; b %d -> %d instances, web %d", got, want, len(left), len(instanceIDs(s, "b")), len(instanceIDs(s, "web")))
+	}
+}
