@@ -356,6 +356,21 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 		if st := req.Strategy; st == alloc.Each || st == alloc.Fill {
 			out.NoRoom = noRoom(res, placed, r.Service, r.Count, st)
 		}
+		if r.scale != nil {
+			// A scale tops up the hosts the service runs on, all or
+			// nothing (seed 5 of the CI simulation: a scale to 3 per host
+			// answered done with every host left at 2, the capacity rule
+			// having set them aside); a host it does not run on yet may
+			// stay empty, named in NoRoom.
+			for _, h := range out.NoRoom {
+				if i, ok := placed.Index(h); ok && placed.Hosts[i].Resources.Instances[r.Service] > 0 {
+					e := errf(Exhausted, "scale of %s to %d per host: host %s runs %d and has no room for more; nothing was changed",
+						r.Service, r.Count, h, placed.Hosts[i].Resources.Instances[r.Service])
+					e.Eliminations = []placement.Elimination{{Rule: placement.RuleCapacity, Hosts: []string{h}}}
+					return nil, e
+				}
+			}
+		}
 		if r.DryRun {
 			out.DryRun = true
 			return new(state.Change), nil // nothing to write
