@@ -333,3 +333,32 @@ func webInstances(t *testing.T, pf *cli) []webInstance {
 	}
 	return ins
 }
+
+// TestApplyRepairsAnInstancesOwnContainerSettings: an instance given
+// container settings of its own (replace INSTANCE --cap-add SYS_ADMIN
+// --volume /:/host) after an apply was "same … no changes" to diff, and
+// apply never repaired it. diff now names the instance and what differs,
+// and apply replaces it back to the file's settings.
+// Control: without containerDrift in diffService, diff says no changes
+// (exit 0) and the test fails.
+func TestApplyRepairsAnInstancesOwnContainerSettings(t *testing.T) {
+	addr := startPlanner(t)
+	pf := newCLI(t, addr)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	file, write := webFile(t, "")
+	write("busybox:1", "1", 2)
+	pf.Must("apply", "-f", file)
+	ins := webInstances(t, pf)
+	if len(ins) != 2 {
+		t.Fatalf("web: %+v, want 2 instances", ins)
+	}
+	pf.Must("replace", ins[1].ID, "--cap-add", "SYS_ADMIN", "--volume", "/:/host", "--wait", "0")
+	out, _, code := pf.Run("diff", "-f", file)
+	if want := "instance " + ins[1].ID + ": volumes /:/host removed, cap_add SYS_ADMIN removed"; code != exitUnmet || !strings.Contains(out, want) || strings.Contains(out, "instance "+ins[0].ID) {
+		t.Errorf("diff after replace %s --cap-add --volume: exit %d:\n%s\nwant exit %d and a replace naming %q alone", ins[1].ID, code, out, exitUnmet, want)
+	}
+	pf.Must("apply", "-f", file)
+	if out := pf.Must("diff", "-f", file); !strings.Contains(out, "no changes") {
+		t.Errorf("diff after apply:\n%s\nwant no changes (the instance's own settings replaced by the file's)", out)
+	}
+}

@@ -333,6 +333,19 @@ func diffService(w Service, rec *pinfoldv1.ServiceRecord, ins []*pinfoldv1.Insta
 			}
 		}
 	}
+	if ctr == nil {
+		// An instance whose container settings were replaced on its own
+		// (replace INSTANCE --cap-add …): the record is the file's, so
+		// only the file's settings sent as a whole bring it back (a
+		// replace without them keeps each instance's own).
+		if drift := containerDrift(ins, want.Container); len(drift) > 0 {
+			what = append(what, drift...)
+			ctr = want.Container
+			if ctr == nil {
+				ctr = &pinfoldv1.ContainerSpec{}
+			}
+		}
+	}
 	if len(what) > 0 {
 		steps = append(steps, Step{Service: name, Action: "replace", Detail: strings.Join(what, ", "),
 			Replace: &pinfoldv1.ReplaceRequest{Target: name, Image: want.Image, Command: want.Command, Health: want.Health, Pull: orDefault(w.Pull, "missing"), Container: ctr}})
@@ -460,6 +473,22 @@ func seenContainer(cur, want *pinfoldv1.ContainerSpec) (*pinfoldv1.ContainerSpec
 		}
 	}
 	return out, n
+}
+
+// containerDrift says, for each instance of ins whose container settings
+// differ from the file's (want), what a replace with the file's settings
+// changes there: "instance u-2: cap_add SYS_ADMIN removed, volumes
+// /:/host removed (its own: the file's are not these)". A value the
+// planner hides from this caller (seenContainer) is no difference.
+func containerDrift(ins []*pinfoldv1.Instance, want *pinfoldv1.ContainerSpec) []string {
+	var out []string
+	for _, in := range ins {
+		seen, _ := seenContainer(in.Container, want)
+		if changes := model.ContainerChanges(in.Container.Model(), seen.Model()); len(changes) > 0 {
+			out = append(out, fmt.Sprintf("instance %s: %s (its own settings differ from the file)", in.Id, strings.Join(changes, ", ")))
+		}
+	}
+	return out
 }
 
 // hiddenValues counts the values of want that rec hides from this caller

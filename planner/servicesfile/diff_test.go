@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/pinfold/pinfold/planner/wire/pinfoldv1"
 )
 
@@ -215,6 +217,54 @@ func TestDiffShowsContainerSettingsOneByOne(t *testing.T) {
 			}
 			if len(steps) != 1 || steps[0].Action != "replace" || steps[0].Detail != tt.detail || steps[0].Replace.Container == nil {
 				t.Fatalf("steps %+v, want one replace with the settings as a whole: %s", steps, tt.detail)
+			}
+		})
+	}
+}
+
+// TestDiffSeesAnInstancesOwnContainerSettings: an instance whose
+// container settings were replaced on its own (replace u-2 --cap-add
+// SYS_ADMIN --volume /:/host) differs from the file even though the
+// record does not: diff said "same" and apply never repaired it. Now it
+// is a replace with the file's settings as a whole, naming the instance
+// and what changes; a value the planner hides from a viewer (log option,
+// secret label) is no difference.
+func TestDiffSeesAnInstancesOwnContainerSettings(t *testing.T) {
+	file := &pinfoldv1.ContainerSpec{Restart: "always", LogOpts: map[string]string{"splunk-token": "s3cret"}}
+	rec := &pinfoldv1.ServiceRecord{Name: "u", Image: "img", Cpu: "1", MemoryBytes: 1 << 30, Strategy: "auto", Count: 2, ShareBase: 100, Container: file}
+	in := func(id, image string, c *pinfoldv1.ContainerSpec) *pinfoldv1.Instance {
+		return &pinfoldv1.Instance{Id: id, Service: "u", Image: image, MemoryBytes: 1 << 30, CpuQuotaPieces: 100, ShareBase: 100, Container: c}
+	}
+	drifted := &pinfoldv1.ContainerSpec{Restart: "always", LogOpts: file.LogOpts, CapAdd: []string{"SYS_ADMIN"}, Volumes: []string{"/:/host"}}
+	hidden := &pinfoldv1.ContainerSpec{Restart: "always", LogOpts: map[string]string{"splunk-token": ""}} // as a viewer sees it
+	for _, tt := range []struct {
+		name   string
+		ins    []*pinfoldv1.Instance
+		detail string // "": no step
+	}{
+		{"as the file", []*pinfoldv1.Instance{in("u-1", "img", file), in("u-2", "img", file)}, ""},
+		{"a value hidden from a viewer", []*pinfoldv1.Instance{in("u-1", "img", hidden), in("u-2", "img", hidden)}, ""},
+		{"one with its own cap_add and volume", []*pinfoldv1.Instance{in("u-1", "img", file), in("u-2", "img", drifted)},
+			"instance u-2: volumes /:/host removed, cap_add SYS_ADMIN removed (its own settings differ from the file)"},
+		{"one with none", []*pinfoldv1.Instance{in("u-1", "img", nil), in("u-2", "img", file)},
+			"instance u-1: restart no → always, log_opts splunk-token=\"s3cret\" added (its own settings differ from the file)"},
+		{"another image too", []*pinfoldv1.Instance{in("u-1", "img", file), in("u-2", "img0", drifted)},
+			"instance u-2 runs img0, instance u-2: volumes /:/host removed, cap_add SYS_ADMIN removed (its own settings differ from the file)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			want := Service{Deploy: &pinfoldv1.DeployRequest{Service: "u", Image: "img", Cpu: "1", MemoryBytes: 1 << 30, Count: 2, Container: file}}
+			steps, blocked := diffService(want, rec, tt.ins)
+			if len(blocked) > 0 {
+				t.Fatalf("blocked %q, want none", blocked)
+			}
+			if tt.detail == "" {
+				if len(steps) != 0 {
+					t.Errorf("steps %+v, want none", steps)
+				}
+				return
+			}
+			if len(steps) != 1 || steps[0].Action != "replace" || steps[0].Detail != tt.detail || !proto.Equal(steps[0].Replace.Container, file) {
+				t.Fatalf("steps %+v, want one replace with the file's settings as a whole: %s", steps, tt.detail)
 			}
 		})
 	}
