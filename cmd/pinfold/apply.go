@@ -286,11 +286,14 @@ each (one per host), deploy.placement.constraints on node.labels.KEY
 max_replicas_per_node is max_per_host. pinfold's own strategy,
 max_per_host and priority are x-pinfold-strategy, x-pinfold-max-per-host
 and x-pinfold-priority. privileged: true, devices, pid, ipc: host,
-userns_mode, security_opt and cap_add: [ALL] are refused: pinfold cannot
-honour them; so is env_file (move the variables under environment:).
-Every other key, and a port or volume pinfold has no form for (a host
-address, UDP, a range, an anonymous volume), is named as
-ignored, per service (a note on stderr, in "notes" with -o json).
+userns_mode, security_opt, cap_add: [ALL] and
+deploy.resources.reservations.devices and .generic_resources (GPUs) are
+refused: pinfold cannot honour them; so is env_file (move the variables
+under environment:). Every other key (pids_limit and
+deploy.resources.limits.pids: pinfold sets no PID limit;
+deploy.resources.reservations.cpus, a hint), and a port or volume pinfold
+has no form for (a host address, UDP, a range, an anonymous volume), is
+named as ignored, per service (a note on stderr, in "notes" with -o json).
 Compose services are memory-first (no bind); a compose variable (${...})
 is refused: pinfold does not fill them in ($$ is a literal $).
 Top-level x- keys (in either kind of file) are not read: they hold YAML

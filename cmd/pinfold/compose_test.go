@@ -95,3 +95,36 @@ func TestApplyComposeHardenedAndGlobal(t *testing.T) {
 		t.Errorf("diff after the refused apply:\n%s\nwant no changes", out)
 	}
 }
+
+// TestApplyComposeResourceKeys: deploy.resources keys pinfold cannot
+// honour were dropped without a note. A reserved device (a GPU) is
+// refused naming its key path, exit 2 and nothing deployed; limits.pids
+// and reservations.cpus are in -o json's notes.
+// Control: without composeRefuseResources the GPU file is applied (exit
+// 0); without the deploy.resources walk of composeIgnored the notes lack
+// the keys.
+func TestApplyComposeResourceKeys(t *testing.T) {
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "h1", "--topology", "../../numa/testdata/want/laptop-i7-1185g7.json")
+	dir := t.TempDir()
+	gpu := writeFile(t, dir, "gpu/compose.yaml", "services:\n  w:\n    image: busybox:1\n    deploy:\n      resources:\n        limits: {memory: 64M}\n"+
+		"        reservations: {devices: [{driver: nvidia, count: 1, capabilities: [gpu]}]}\n")
+	for _, cmd := range []string{"diff", "apply"} {
+		if errOut := pf.Fails(exitBadInput, cmd, "-f", gpu); !strings.Contains(errOut, "services.w.deploy.resources.reservations.devices: ") || !strings.Contains(errOut, "pinfold passes no devices") {
+			t.Errorf("%s of a service reserving a GPU: %q, want the refusal naming services.w.deploy.resources.reservations.devices", cmd, errOut)
+		}
+	}
+	if got := psImages(t, pf); len(got) != 0 {
+		t.Errorf("after the refused apply: images %v, want none", got)
+	}
+	hints := writeFile(t, dir, "hints/compose.yaml", "services:\n  w:\n    image: busybox:1\n    deploy:\n      resources:\n        limits: {memory: 64M, pids: 100}\n"+
+		"        reservations: {cpus: '0.5', memory: 32M}\n")
+	const ignored = "compose: w: ignored keys: deploy.resources.limits.pids, deploy.resources.reservations.cpus"
+	out, _, code := pf.Run("apply", "-f", hints, "-o", "json")
+	var doc struct {
+		Notes []string `json:"notes"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != 0 || !slices.Contains(doc.Notes, ignored) {
+		t.Errorf("apply -o json: exit %d, notes %q (%v), want exit 0 and %q among them", code, doc.Notes, err, ignored)
+	}
+}

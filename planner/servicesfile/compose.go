@@ -85,19 +85,37 @@ type composeHealth struct {
 }
 
 type composeDeploy struct {
-	Mode      string `json:"mode"`
-	Replicas  *int64 `json:"replicas"`
-	Resources struct {
-		Limits struct {
-			CPUs   *flexString `json:"cpus"`
-			Memory *flexString `json:"memory"`
-		} `json:"limits"`
-		Reservations struct {
-			Memory *flexString `json:"memory"`
-		} `json:"reservations"`
-	} `json:"resources"`
+	Mode          string           `json:"mode"`
+	Replicas      *int64           `json:"replicas"`
+	Resources     composeResources `json:"resources"`
 	RestartPolicy json.RawMessage  `json:"restart_policy"`
 	Placement     composePlacement `json:"placement"`
+}
+
+// composeResources is deploy.resources: the limits are the size pinfold
+// plans, reservations.memory its soft memory. Reserved devices and
+// generic resources (GPUs) are refused (composeRefuseResources); the
+// keys pinfold does not map (limits.pids, as the service's pids_limit;
+// reservations.cpus, a hint pinfold plans no CPUs from; any unknown
+// key) are listed as ignored.
+type composeResources struct {
+	Limits struct {
+		CPUs   *flexString `json:"cpus"`
+		Memory *flexString `json:"memory"`
+	} `json:"limits"`
+	Reservations struct {
+		Memory           *flexString       `json:"memory"`
+		Devices          []json.RawMessage `json:"devices"`
+		GenericResources []json.RawMessage `json:"generic_resources"`
+	} `json:"reservations"`
+}
+
+// composeResourcesMapped are deploy.resources' keys, and its limits' and
+// reservations', mapped or refused when set; others are ignored.
+var composeResourcesMapped = map[string][]string{
+	"":             {"limits", "reservations"},
+	"limits":       {"cpus", "memory"},
+	"reservations": {"memory", "devices", "generic_resources"},
 }
 
 // composeMapped are the service keys decodeCompose maps (or, for ports,
@@ -277,6 +295,9 @@ func readComposeService(path, name string, raw json.RawMessage) (map[string]json
 	if err := composeRefuse(path, c.composeIsolation, c.composeHardening); err != nil {
 		return nil, c, err
 	}
+	if err := composeRefuseResources(path, c.Deploy); err != nil {
+		return nil, c, err
+	}
 	return keys, c, nil
 }
 
@@ -295,6 +316,21 @@ func composeIgnored(keys map[string]json.RawMessage) []string {
 	for _, k := range slices.Sorted(maps.Keys(dk)) {
 		if !slices.Contains(composeDeployMapped, k) {
 			ignored = append(ignored, "deploy."+k)
+		}
+	}
+	var rk map[string]json.RawMessage
+	_ = json.Unmarshal(dk["resources"], &rk)
+	for _, k := range slices.Sorted(maps.Keys(rk)) {
+		if !slices.Contains(composeResourcesMapped[""], k) {
+			ignored = append(ignored, "deploy.resources."+k)
+			continue
+		}
+		var sub map[string]json.RawMessage
+		_ = json.Unmarshal(rk[k], &sub)
+		for _, s := range slices.Sorted(maps.Keys(sub)) {
+			if !slices.Contains(composeResourcesMapped[k], s) {
+				ignored = append(ignored, "deploy.resources."+k+"."+s)
+			}
 		}
 	}
 	_ = json.Unmarshal(dk["placement"], &pk)

@@ -82,6 +82,25 @@ func composeDeployRules(path string, dp *composeDeploy, scale *int64, want *mode
 	return count, nil
 }
 
+// composeRefuseResources refuses the reservations of deploy.resources a
+// container needs to run as the file says and pinfold cannot give:
+// devices (a GPU job run without its GPU fails, or runs on the CPU,
+// worse than not at all) and generic resources, by their path and value.
+// An empty list is what pinfold runs: no refusal.
+func composeRefuseResources(path string, dp *composeDeploy) error {
+	if dp == nil {
+		return nil
+	}
+	r := dp.Resources.Reservations
+	switch key := path + ".deploy.resources.reservations"; {
+	case len(r.Devices) > 0:
+		return fmt.Errorf("%s.devices: %s: pinfold passes no devices (GPUs or others) into a container, and one run without the devices it reserves is not the file's: remove the key, or run the service outside pinfold", key, cutText(rawList(r.Devices), 80))
+	case len(r.GenericResources) > 0:
+		return fmt.Errorf("%s.generic_resources: %s: pinfold plans CPUs and memory only (no generic resources such as GPUs): remove the key, or run the service outside pinfold", key, cutText(rawList(r.GenericResources), 80))
+	}
+	return nil
+}
+
 // composeConstraint is a swarm placement constraint (NAME == VALUE or
 // NAME != VALUE) in pinfold's constraint language: node.labels.KEY is the
 // host property KEY (pinfold host set --property KEY=VALUE), node.hostname

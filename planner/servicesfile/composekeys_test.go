@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/pinfold/pinfold/planner/alloc"
 	"github.com/pinfold/pinfold/planner/model"
 )
 
@@ -89,6 +90,12 @@ func TestComposeRefusals(t *testing.T) {
 		{"relative bind volume", `volumes: ["./gitea:/data"]`, `services.web.volumes[0]: "./gitea:/data": a host path relative to the compose file: pinfold has no project directory on the hosts`},
 		{"parent bind volume", `volumes: [/srv/a:/a, "../x:/x"]`, `services.web.volumes[1]: "../x:/x": a host path relative`},
 		{"home bind volume", `volumes: ["~/x:/x"]`, `services.web.volumes[0]: "~/x:/x": a host path relative`},
+		// A GPU job run without its GPU: the reservation was dropped
+		// without a note.
+		{"reserved devices", `deploy: {resources: {reservations: {devices: [{driver: nvidia, count: 1, capabilities: [gpu]}]}}}`,
+			`services.web.deploy.resources.reservations.devices: [{"capabilities":["gpu"],"count":1,"driver":"nvidia"}]: pinfold passes no devices (GPUs or others) into a container`},
+		{"reserved generic resources", `deploy: {resources: {reservations: {generic_resources: [{discrete_resource_spec: {kind: gpu, value: 2}}]}}}`,
+			`services.web.deploy.resources.reservations.generic_resources: [{"discrete_resource_spec":{"kind":"gpu","value":2}}]: pinfold plans CPUs and memory only`},
 		{"relative long bind volume", `volumes: [{type: bind, source: ./pg, target: /pg}]`, `services.web.volumes[0]: {"source":"./pg","target":"/pg","type":"bind"}: a host path relative`},
 	}
 	for _, tt := range tests {
@@ -217,6 +224,46 @@ func TestComposeDollarEscape(t *testing.T) {
 			}
 			if got := strings.Join(want[0].Deploy.Command, " "); got != tt.command {
 				t.Errorf("Decode(%q): command %q, want %q", file, got, tt.command)
+			}
+		})
+	}
+}
+
+// TestComposeNotesResourceKeys: deploy.resources keys pinfold does not
+// map are named in the notes (they were dropped without one):
+// limits.pids (as pids_limit: pinfold sets no PID limit),
+// reservations.cpus (a hint; pinfold plans the CPU limit), and any
+// unknown key; reservations.memory is the soft memory, and empty device
+// lists are what pinfold runs: no note.
+func TestComposeNotesResourceKeys(t *testing.T) {
+	tests := []struct {
+		name, keys, ignored string // ignored: "" for no note
+		soft                string
+	}{
+		{"limits.pids", `deploy: {resources: {limits: {pids: 100}}}`, "deploy.resources.limits.pids", ""},
+		{"reservations.cpus", `deploy: {resources: {reservations: {cpus: "0.5", memory: 32m}}}`, "deploy.resources.reservations.cpus", "32 MiB"},
+		{"an unknown key in limits", `deploy: {resources: {limits: {gpus: 1}}}`, "deploy.resources.limits.gpus", ""},
+		{"an unknown key in resources", `deploy: {resources: {claims: [a]}}`, "deploy.resources.claims", ""},
+		{"reservations.memory, empty devices", `deploy: {resources: {reservations: {memory: 32m, devices: [], generic_resources: []}}}`, "", "32 MiB"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := composeWeb(tt.keys)
+			want, notes, err := Decode([]byte(file))
+			if err != nil || len(want) != 1 {
+				t.Fatalf("Decode(%q) = %d services, %v", file, len(want), err)
+			}
+			var got string
+			for _, n := range notes {
+				if k, ok := strings.CutPrefix(n, "compose: web: ignored keys: "); ok {
+					got = k
+				}
+			}
+			if got != tt.ignored {
+				t.Errorf("Decode(%q): ignored keys %q (notes %q), want %q", file, got, notes, tt.ignored)
+			}
+			if soft := alloc.FormatBytes(want[0].Deploy.MemorySoftBytes); tt.soft != "" && soft != tt.soft {
+				t.Errorf("Decode(%q): memory_soft %s, want %s", file, soft, tt.soft)
 			}
 		})
 	}
