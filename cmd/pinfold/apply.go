@@ -305,7 +305,8 @@ Compared with the planner (GetService, ListInstances), each service is:
             (an instance of another size than its service, resized on its
             own or deployed at another size: that instance first)
   replace   image, command, health check, pull or the container settings
-            (volumes, restart, ...) differ: blue-green replace
+            (volumes, restart, ...) differ, the service's or an instance's
+            own (replace INSTANCE --cap-add ...): blue-green replace
   scale     count differs (for each and fill, per host: a host holding
             instances holds another number than count, or none runs);
             a scale down comes before the service's resize and replace
