@@ -275,7 +275,8 @@ compose keys such as environment or deploy): image, command, entrypoint,
 environment, network_mode, pull_policy, healthcheck, deploy.replicas
 (or scale, the same count), deploy.resources.limits.cpus and .memory,
 deploy.resources.reservations.memory (soft memory),
-cpus/mem_limit/mem_reservation, ports (TCP: "8080:80" is the static
+cpus/mem_limit/mem_reservation (given with the deploy key too: the same
+value, or refused), ports (TCP: "8080:80" is the static
 host port p80=8080:80, "80" a dynamic one named p80), volumes (absolute
 host paths and named volumes; a path relative to the file, ./data:/data,
 is refused: pinfold has no project directory on the hosts), restart or

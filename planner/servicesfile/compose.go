@@ -382,6 +382,9 @@ func composeSpec(name string, c composeService) (want model.Deploy, pull string,
 func composeSize(path, name string, c composeService, want *model.Deploy, named map[string]string) (string, []string, error) {
 	cpu, mem, soft := c.CPUs, c.MemLimit, c.MemReservation
 	cpuKey, memKey, softKey := path+".cpus", path+".mem_limit", path+".mem_reservation"
+	if err := composeSameSize(path, c); err != nil {
+		return "", nil, err
+	}
 	if dp := c.Deploy; dp != nil {
 		if l := dp.Resources.Limits; l.CPUs != nil {
 			cpu, cpuKey = l.CPUs, path+".deploy.resources.limits.cpus"
@@ -418,6 +421,54 @@ func composeSize(path, name string, c composeService, want *model.Deploy, named 
 		}
 	}
 	return cpuText, notes, nil
+}
+
+// composeSameSize refuses a size given twice with two values: cpus,
+// mem_limit or mem_reservation and the deploy.resources key for the same
+// (compose refuses them too; the deploy key was used without a word). The
+// same value under both is taken. Each value is read first, so that a bad
+// one is named by its own key.
+func composeSameSize(path string, c composeService) error {
+	if c.Deploy == nil {
+		return nil
+	}
+	l, r := c.Deploy.Resources.Limits, c.Deploy.Resources.Reservations
+	cpus := func(key, s string) (float64, error) {
+		t, err := checkCPU(key, s)
+		if err != nil {
+			return 0, err
+		}
+		return strconv.ParseFloat(t, 64)
+	}
+	bytes := func(key, s string) (float64, error) {
+		n, err := checkComposeSize(key, s)
+		return float64(n), err
+	}
+	for _, p := range []struct {
+		short, long string
+		a, b        *flexString
+		read        func(key, s string) (float64, error)
+	}{
+		{"cpus", "deploy.resources.limits.cpus", c.CPUs, l.CPUs, cpus},
+		{"mem_limit", "deploy.resources.limits.memory", c.MemLimit, l.Memory, bytes},
+		{"mem_reservation", "deploy.resources.reservations.memory", c.MemReservation, r.Memory, bytes},
+	} {
+		if p.a == nil || p.b == nil {
+			continue
+		}
+		a, err := p.read(path+"."+p.short, string(*p.a))
+		if err != nil {
+			return err
+		}
+		b, err := p.read(path+"."+p.long, string(*p.b))
+		if err != nil {
+			return err
+		}
+		if a != b {
+			return fmt.Errorf("%s.%s: %q: %s says %q: compose refuses two values of one limit, give one of them", path, p.short, string(*p.a), p.long, string(*p.b))
+		}
+	}
+	return nil
 }
 
 // checkComposeSize reads a compose byte size: compose's units (b, k, m,

@@ -268,3 +268,39 @@ func TestComposeNotesResourceKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestComposeSizeGivenTwice: cpus, mem_limit or mem_reservation with a
+// deploy.resources key of another value for the same limit was taken
+// from the deploy key without a word; it is refused naming both keys, as
+// compose refuses it. The same value, however written, is taken.
+func TestComposeSizeGivenTwice(t *testing.T) {
+	tests := []struct {
+		name, keys string
+		want       string // "": decoded
+	}{
+		{"cpus", `cpus: 1, deploy: {resources: {limits: {cpus: "2"}}}`,
+			`services.web.cpus: "1": deploy.resources.limits.cpus says "2": compose refuses two values of one limit, give one of them`},
+		{"mem_limit", `deploy: {resources: {limits: {memory: 128m}}}`,
+			`services.web.mem_limit: "64m": deploy.resources.limits.memory says "128m": compose refuses two values`},
+		{"mem_reservation", `mem_reservation: 32m, deploy: {resources: {reservations: {memory: 16m}}}`,
+			`services.web.mem_reservation: "32m": deploy.resources.reservations.memory says "16m"`},
+		{"a bad value under the deploy key", `cpus: 1, deploy: {resources: {limits: {cpus: "x"}}}`,
+			`services.web.deploy.resources.limits.cpus: "x" is not a number`},
+		{"the same values", `cpus: 1.0, mem_reservation: 32m, deploy: {resources: {limits: {cpus: "1", memory: 64MiB}, reservations: {memory: 32M}}}`, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			file := composeWeb(tt.keys)
+			want, _, err := Decode([]byte(file))
+			if tt.want == "" {
+				if err != nil || len(want) != 1 {
+					t.Errorf("Decode(%q) = %d services, %v; want the service", file, len(want), err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.want) || want != nil {
+				t.Errorf("Decode(%q) = %d services, %v; want an error containing %q and no services", file, len(want), err, tt.want)
+			}
+		})
+	}
+}
