@@ -323,7 +323,9 @@ Compared with the planner (GetService, ListInstances), each service is:
 use_buffer is used when a service is deployed and not compared.
 
 Each service apply deploys records the file's project (a services file's
-top-level project:, a compose file's name:; else the file's directory's
+top-level project:, a compose file's name:, as compose spells one:
+lower-case letters, digits, - and _, starting with a letter or digit; an
+empty name is refused; else the file's directory's
 name, as docker compose names a project, and "stdin" for -f -, whose
 --prune is refused without one): --prune
 removes only that project's services, never another project's or one

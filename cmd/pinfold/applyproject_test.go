@@ -199,3 +199,27 @@ func TestApplyJSONOfARefusedFile(t *testing.T) {
 		})
 	}
 }
+
+// TestApplyRefusesABadProjectName: name: "" fell back to the default
+// project (the directory's) and name: "..." or "-x" were recorded as
+// projects; each is refused now, exit 2 naming the key, nothing deployed.
+// Control: without projectNameWhy in servicesfile.Project, the applies
+// exit 0 and deploy web.
+func TestApplyRefusesABadProjectName(t *testing.T) {
+	pf := plannerCLI(t)
+	pf.Must("host", "add", "a", "--topology", topologyFile(t, "dual-xeon-gold-6230"))
+	dir := t.TempDir()
+	for _, tt := range []struct{ name, want string }{
+		{`""`, `name: "": an empty name`},
+		{`"..."`, `name: "...": want lower-case letters, digits, '-' and '_', starting with a letter or digit`},
+		{`"-x"`, `name: "-x": want lower-case letters`},
+	} {
+		file := writeFile(t, dir, "p/compose.yaml", "name: "+tt.name+"\nservices:\n  web: {image: 'busybox:1', mem_limit: 16m}\n")
+		if errOut := pf.Fails(exitBadInput, "apply", "-f", file); !strings.Contains(errOut, tt.want) || !strings.Contains(errOut, "nothing was changed") {
+			t.Errorf("apply of name: %s: %q, want %q and nothing was changed", tt.name, errOut, tt.want)
+		}
+	}
+	if got := psImages(t, pf); len(got) != 0 {
+		t.Errorf("after the refused applies: images %v, want none", got)
+	}
+}

@@ -41,13 +41,35 @@ func Project(data []byte) (name string, compose bool, err error) {
 	if !ok {
 		return "", compose, nil
 	}
-	if err := json.Unmarshal(raw, &name); err != nil {
+	if err := json.Unmarshal(raw, &name); err != nil || string(raw) == "null" {
 		return "", compose, fmt.Errorf("%s: %s: want a project name (a string)", key, cutText(string(raw), 40))
 	}
 	if err := model.ValidateSource(name); err != nil {
 		return "", compose, fmt.Errorf("%s: %q: %s", key, name, err.(*model.FieldError).Why)
 	}
+	if why := projectNameWhy(name); why != "" {
+		return "", compose, fmt.Errorf("%s: %q: %s", key, name, why)
+	}
 	return name, compose, nil
+}
+
+// projectNameWhy says what is wrong with a project name a file gives,
+// "" when nothing: compose's rule (lower-case letters, digits, - and _,
+// starting with a letter or digit), stricter than a source's
+// (model.ValidateSource, which the directory's name is also held to).
+// An empty name is a mistake, not the default project: a file naming
+// none leaves the key out.
+func projectNameWhy(name string) string {
+	const rule = "want lower-case letters, digits, '-' and '_', starting with a letter or digit (a compose project name)"
+	if name == "" {
+		return "an empty name: name the project, or leave the key out (the file's directory names it then)"
+	}
+	for i, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || i > 0 && (r == '-' || r == '_')) {
+			return rule
+		}
+	}
+	return ""
 }
 
 // Foreign refuses the services of want that the planner holds for another
