@@ -478,18 +478,31 @@ func seenContainer(cur, want *pinfoldv1.ContainerSpec) (*pinfoldv1.ContainerSpec
 // containerDrift says, for each instance of ins whose container settings
 // differ from the file's (want), what a replace with the file's settings
 // changes there: "instance u-2: cap_add SYS_ADMIN removed, volumes
-// /:/host removed (its own: the file's are not these)". A value the
-// planner hides from this caller (seenContainer) is no difference.
+// /:/host removed (its own settings differ from the file)"; past
+// maxDriftShown instances, how many more. A value the planner hides from
+// this caller (seenContainer) is no difference.
 func containerDrift(ins []*pinfoldv1.Instance, want *pinfoldv1.ContainerSpec) []string {
 	var out []string
+	more := 0
 	for _, in := range ins {
 		seen, _ := seenContainer(in.Container, want)
 		if changes := model.ContainerChanges(in.Container.Model(), seen.Model()); len(changes) > 0 {
+			if len(out) == maxDriftShown {
+				more++
+				continue
+			}
 			out = append(out, fmt.Sprintf("instance %s: %s (its own settings differ from the file)", in.Id, strings.Join(changes, ", ")))
 		}
 	}
+	if more > 0 {
+		out = append(out, fmt.Sprintf("and %s with settings of their own", strings.Replace(counted(more, "instance"), " ", " more ", 1)))
+	}
 	return out
 }
+
+// maxDriftShown is how many instances with settings of their own diff
+// names one by one (a service of hundreds would fill the screen).
+const maxDriftShown = 3
 
 // hiddenValues counts the values of want that rec hides from this caller
 // (a viewer): env values, log option and secret label values, a health

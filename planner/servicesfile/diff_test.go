@@ -248,6 +248,10 @@ func TestDiffSeesAnInstancesOwnContainerSettings(t *testing.T) {
 			"instance u-2: volumes /:/host removed, cap_add SYS_ADMIN removed (its own settings differ from the file)"},
 		{"one with none", []*pinfoldv1.Instance{in("u-1", "img", nil), in("u-2", "img", file)},
 			"instance u-1: restart no → always, log_opts splunk-token=\"s3cret\" added (its own settings differ from the file)"},
+		{"five with their own", []*pinfoldv1.Instance{in("u-1", "img", nil), in("u-2", "img", nil), in("u-3", "img", nil), in("u-4", "img", nil), in("u-5", "img", nil)},
+			"instance u-1: restart no → always, log_opts splunk-token=\"s3cret\" added (its own settings differ from the file), " +
+				"instance u-2: restart no → always, log_opts splunk-token=\"s3cret\" added (its own settings differ from the file), " +
+				"instance u-3: restart no → always, log_opts splunk-token=\"s3cret\" added (its own settings differ from the file), and 2 more instances with settings of their own"},
 		{"another image too", []*pinfoldv1.Instance{in("u-1", "img", file), in("u-2", "img0", drifted)},
 			"instance u-2 runs img0, instance u-2: volumes /:/host removed, cap_add SYS_ADMIN removed (its own settings differ from the file)"},
 	} {
