@@ -23,6 +23,7 @@ type Index struct {
 	hosts   []*Host
 	hash    []uint64 // alloc.NameHash of each host's name
 	domains int      // hosts that may take work and have a fault or upgrade domain
+	noAgent int      // hosts registered by hand (Host.NoAgent)
 
 	mu    sync.Mutex
 	rooms map[roomKey][]int32 // per request size: each host's room, -1 where it may take no work
@@ -70,6 +71,9 @@ func NewIndex(p alloc.Params, hosts []*Host, prev *Index) *Index {
 	for _, h := range hosts {
 		if usable(h) && (h.FaultDomain != "" || h.UpgradeDomain != "") {
 			x.domains++
+		}
+		if h.NoAgent {
+			x.noAgent++
 		}
 	}
 	return x
@@ -142,17 +146,36 @@ const firstCandidates = 32
 // First places a Plain request as Plan would, over hosts: the index's own
 // list, or a copy of it in which some hosts were replaced (the planner's
 // pending changes). ok is false when it cannot say (the request is not
-// Plain, or none of the best hosts is free of the service): plan in full
-// then. Its Result holds what a deploy reads (Placements, no Violations,
-// no Spread); Eliminations and the engine's per-host Capacity are not
-// worked out.
+// Plain, or the hosts are another list): plan in full then. Its Result
+// holds what a deploy reads (Placements, no Violations, no Spread);
+// Eliminations and the engine's per-host Capacity are not worked out.
 //
 // Auto puts one instance on the host with the fewest instances of the
 // service, then the most room, then the least tie key: any host without
 // the service beats every host with it. First keeps, in one scan of the
 // flat arrays, the best hosts by room and tie key, and takes the first of
-// them that runs none of the service (TestIndexIsTheFullPlan).
+// them that runs none of the service; when each of those runs some, one
+// more scan finds the least host in auto's whole order (the count of the
+// service read from every host with room: each host's map, not the flat
+// arrays). TestIndexIsTheFullPlan.
 func (x *Index) First(p alloc.Params, s Settings, hosts []*Host, r Request) (*Result, bool) {
+	return x.first(p, s, hosts, r, "")
+}
+
+// FirstWithout is First over hosts without the host named skip (a move's
+// or a heal's: the instance never goes back to the host it leaves), as
+// Plan over the list with that host removed would place
+// (TestIndexWithoutIsTheFullPlan). A skip the list does not name removes
+// nothing.
+func (x *Index) FirstWithout(p alloc.Params, s Settings, hosts []*Host, r Request, skip string) (*Result, bool) {
+	return x.first(p, s, hosts, r, skip)
+}
+
+// NoAgent is how many of the index's hosts were registered by hand
+// (Host.NoAgent).
+func (x *Index) NoAgent() int { return x.noAgent }
+
+func (x *Index) first(p alloc.Params, s Settings, hosts []*Host, r Request, skip string) (*Result, bool) {
 	if !x.Plain(s, r) || len(hosts) != len(x.hosts) {
 		return nil, false
 	}
@@ -176,22 +199,35 @@ func (x *Index) First(p alloc.Params, s Settings, hosts []*Host, r Request) (*Re
 		capAt = int32(r.MaxPerHost)
 	}
 	spread, _ := ParseSpread(string(r.DomainSpread))
-	top := make([]cand, 0, firstCandidates)
-	worst := 0 // the index in top of its worst when full
-	for i, room := range rooms {
+	// room is host i's room for r (0: none), ok false where the index
+	// cannot say.
+	room := func(i int) (int32, bool) {
+		room := rooms[i]
 		if h := hosts[i]; h != x.hosts[i] { // a pending change replaced it
-			if h.Name != x.hosts[i].Name || spread != SpreadOff && usable(h) && (h.FaultDomain != "" || h.UpgradeDomain != "") {
-				return nil, false // another list, or domains the index did not count
+			if h.Name != x.hosts[i].Name || h.NoAgent != x.hosts[i].NoAgent || spread != SpreadOff && usable(h) && (h.FaultDomain != "" || h.UpgradeDomain != "") {
+				return 0, false // another list, or hosts the index did not count
 			}
 			if !sameRoom(h, x.hosts[i]) {
 				room = roomOf(p, h, r.Request)
 			}
 		}
-		if room <= 0 {
-			continue
-		}
 		if room >= roomCap { // rooms this large are not told apart here
+			return 0, false
+		}
+		if room <= 0 || skip != "" && hosts[i].Name == skip {
+			return 0, true
+		}
+		return room, true
+	}
+	top := make([]cand, 0, firstCandidates)
+	worst := 0 // the index in top of its worst when full
+	for i := range rooms {
+		room, ok := room(i)
+		if !ok {
 			return nil, false
+		}
+		if room == 0 {
+			continue
 		}
 		if capAt > 0 && room > capAt {
 			room = capAt
@@ -218,20 +254,51 @@ func (x *Index) First(p alloc.Params, s Settings, hosts []*Host, r Request) (*Re
 		}
 		return 1
 	})
+	pick := -1
 	for _, c := range top {
-		h := hosts[c.i]
-		if h.Resources.Instances[r.Service] > 0 {
-			continue
+		if hosts[c.i].Resources.Instances[r.Service] <= 0 {
+			pick = c.i
+			break
 		}
-		req := r.Request
-		req.Strategy = alloc.Auto
-		ar, err := alloc.PlanValid(p, []*alloc.Host{h.Resources}, req)
-		if err != nil || len(ar.Placements) != 1 {
-			return nil, false
-		}
-		return &Result{Result: &alloc.Result{Placements: ar.Placements}}, true
 	}
-	return nil, false
+	if pick < 0 {
+		// Each of the best (every host with room, when fewer) runs the
+		// service: auto's whole order, the count of the service first (a
+		// count below 0 is none, as the engine has it), each host's room
+		// capped at max per host less that count.
+		type full struct {
+			cand
+			existing int
+		}
+		var best full
+		for i := range rooms {
+			room, _ := room(i) // every host was read above
+			if room == 0 {
+				continue
+			}
+			existing := max(0, hosts[i].Resources.Instances[r.Service])
+			if r.MaxPerHost > 0 && int64(existing)+int64(room) > int64(r.MaxPerHost) {
+				room = int32(max(r.MaxPerHost-existing, 0))
+				if room == 0 {
+					continue
+				}
+			}
+			c := full{cand{room, alloc.TieKey(r.Seed, x.hash[i]), i}, existing}
+			if pick < 0 || c.existing < best.existing || c.existing == best.existing && better(c.cand, best.cand) {
+				best, pick = c, i
+			}
+		}
+	}
+	if pick < 0 {
+		return nil, false
+	}
+	req := r.Request
+	req.Strategy = alloc.Auto
+	ar, err := alloc.PlanValid(p, []*alloc.Host{hosts[pick].Resources}, req)
+	if err != nil || len(ar.Placements) != 1 {
+		return nil, false
+	}
+	return &Result{Result: &alloc.Result{Placements: ar.Placements}}, true
 }
 
 // worstOf is the index of the worst of top.

@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -148,4 +149,105 @@ func TestIndexIsTheFullPlan(t *testing.T) {
 		t.Errorf("the index answered %d of %d plain requests: the test checks too little", answered, plain)
 	}
 	t.Logf("the index answered %d of %d plain requests", answered, plain)
+}
+
+// TestIndexWithoutIsTheFullPlan: FirstWithout places exactly what the full
+// plan places over the list with the skipped host removed (a move's or a
+// heal's), over random fleets in which most hosts may run the service
+// already (auto's whole order, not only the best hosts without it), through
+// a replaced host and through an index built from the one before. Guards:
+// it answers most plain requests; in some answers the skipped host is the
+// one the plan over the whole list takes (the skip decided); in some the
+// host taken runs the service already (the order's count came first).
+func TestIndexWithoutIsTheFullPlan(t *testing.T) {
+	answered, plain, skipDecided, ranAlready := 0, 0, 0, 0
+	for seed := range uint64(2000) {
+		rng := rand.New(rand.NewPCG(seed, 11))
+		n := 1 + rng.IntN(40)
+		if rng.IntN(3) == 0 {
+			n = 33 + rng.IntN(40) // more hosts than the candidates kept
+		}
+		hs := indexFleet(rng, n)
+		if rng.IntN(2) == 0 { // most hosts run the service
+			for _, h := range hs {
+				if rng.IntN(8) != 0 {
+					h.Resources.Instances["svc"] = 1 + rng.IntN(3)
+				}
+			}
+		}
+		x := NewIndex(params, hs, nil)
+		r := Request{Request: alloc.Request{Service: "svc", Count: 1, Pieces: 10 * (1 + rng.IntN(30)), Bind: rng.IntN(5) != 0, MemoryBytes: int64(1+rng.IntN(8)) << 28},
+			UseBuffer: rng.IntN(2) == 0, NominalFirst: rng.IntN(2) == 0}
+		if rng.IntN(3) > 0 {
+			r.Seed = rng.Uint64()
+		}
+		if rng.IntN(4) == 0 {
+			r.MaxPerHost = 1 + rng.IntN(3)
+		}
+		if rng.IntN(6) == 0 {
+			r.DomainSpread = SpreadOff
+		}
+		if rng.IntN(10) == 0 { // not plain: the index must decline
+			r.Constraint = "x == 1"
+		}
+		s := Settings{}
+		if rng.IntN(10) == 0 {
+			s.Overbooking = map[string]float64{"memory": 0.2}
+		}
+		next := changedHosts(rng, hs)
+		for li, list := range [][]*Host{hs, next, next} {
+			idx := x
+			if li == 2 {
+				idx = NewIndex(params, next, x)
+			}
+			skip := ""
+			switch rng.IntN(4) {
+			case 0: // none
+			case 1:
+				skip = "nowhere"
+			case 2: // the host the whole list's plan takes
+				if all, err := Plan(params, s, list, r); err == nil {
+					skip = all.Placements[0].Host
+				}
+			default:
+				skip = list[rng.IntN(len(list))].Name
+			}
+			t.Run(fmt.Sprintf("seed %d list %d skip %q", seed, li, skip), func(t *testing.T) {
+				got, ok := idx.FirstWithout(params, s, list, r, skip)
+				if idx.Plain(s, r) {
+					plain++
+				} else if ok {
+					t.Fatalf("answered a request that is not plain: %+v", r)
+				}
+				if !ok {
+					return
+				}
+				answered++
+				without := slices.DeleteFunc(slices.Clone(list), func(h *Host) bool { return h.Name == skip })
+				want, err := Plan(params, s, without, r)
+				if err != nil {
+					t.Fatalf("the index placed %v; the full plan without %q refused: %v", got.Placements, skip, err)
+				}
+				if d := cmp.Diff(want.Placements, got.Placements); d != "" {
+					t.Fatalf("%+v without %q: the index's placement differs from the full plan's (-full +index):\n%s", r, skip, d)
+				}
+				if len(want.Violations) > 0 || want.Spread != "" || want.Overbooked {
+					t.Fatalf("the full plan has violations %v, spread %q, overbooked %v: the request was not plain", want.Violations, want.Spread, want.Overbooked)
+				}
+				if all, err := Plan(params, s, list, r); err == nil && all.Placements[0].Host == skip {
+					skipDecided++
+				}
+				for _, h := range list {
+					if h.Name == got.Placements[0].Host && h.Resources.Instances["svc"] > 0 {
+						ranAlready++
+					}
+				}
+			})
+		}
+	}
+	if answered < plain*3/4 || skipDecided < 200 || ranAlready < 200 {
+		t.Errorf("the index answered %d of %d plain requests, %d where the skipped host was the whole list's choice, %d on a host running the service: the test checks too little",
+			answered, plain, skipDecided, ranAlready)
+	}
+	t.Logf("the index answered %d of %d plain requests (%d decided by the skip, %d on a host running the service)", answered, plain, skipDecided, ranAlready)
 }

@@ -65,7 +65,11 @@ type Host struct {
 	UpgradeDomain string
 	Disabled      bool
 	Maintenance   bool // keeps its instances, receives nothing new
-	LoadAvg       float64
+	// NoAgent: registered by hand, no agent reports what runs there (no
+	// rule of Plan reads it: the service keeps a blue-green move's new
+	// instance off such hosts, RuleNoAgent).
+	NoAgent bool
+	LoadAvg float64
 	// Resources is the host for the allocation engine; its Instances is
 	// every service's instance count there (for affinity and domains).
 	Resources *alloc.Host

@@ -222,7 +222,7 @@ func (v HostView) PlacementHost() *placement.Host {
 	}
 	h := &placement.Host{Name: v.Host.Name, Type: v.Host.Type, Properties: v.Host.Properties, FaultDomain: v.Host.FaultDomain,
 		UpgradeDomain: v.Host.UpgradeDomain, Disabled: v.Host.Disabled, Maintenance: !v.Host.MaintenanceUntil.IsZero(),
-		Resources: res}
+		NoAgent: !v.Host.Agent, Resources: res}
 	if v.Metrics != nil {
 		h.LoadAvg = v.Metrics.Load1
 	}
