@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -57,51 +58,34 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 		return model.Instance{}, nil, fromAlloc(err)
 	}
 	placed := rd.SchedulablePlacement()
-	hosts := make([]*placement.Host, 0, len(placed.Hosts))
-	domains, skipped := false, false
-	for _, h := range placed.Hosts {
-		domains = domains || h.FaultDomain != "" || h.UpgradeDomain != ""
-		if h.Name != skip {
-			hosts = append(hosts, h)
-		} else {
-			skipped = true
-		}
-	}
+	settings := rd.PlacementSettings()
+	agentOnly := false
 	if from, ok := rd.Host(old.Host); move && ok && from.Host.Agent {
-		var byHand []string
-		hosts = slices.DeleteFunc(hosts, func(h *placement.Host) bool {
-			v, ok := rd.Host(h.Name)
-			if !ok || !v.Host.Agent {
-				byHand = append(byHand, h.Name)
-				return true
-			}
-			return false
-		})
-		if len(hosts) == 0 && len(byHand) > 0 {
-			e := errf(Exhausted, "instance %s runs under the agent of %s: a move is blue-green, and no other schedulable host has an agent to confirm the new instance runs (%s eliminated %d registered by hand)",
-				old.ID, old.Host, placement.RuleNoAgent, len(byHand))
-			e.Eliminations = []placement.Elimination{{Rule: placement.RuleNoAgent, Hosts: byHand}}
-			return model.Instance{}, nil, e
+		agentOnly = true
+	}
+	// One instance, auto, no rules, anywhere (a drain's, a heal's, a
+	// rebalance's commonest move): the room index finds the host the full
+	// plan over every host but skip would, without visiting each
+	// (placement.Index.FirstWithout); over hosts that all have an agent
+	// when only those may take it.
+	var res *placement.Result
+	if x := placed.RoomIndex(s.params); x != nil && to == "" && (!agentOnly || x.NoAgent() == 0) {
+		if r, ok := x.FirstWithout(s.params, settings, placed.Hosts, req, skip); ok {
+			res = r
+			s.indexedMoves.Add(1)
 		}
 	}
-	if spread, _ := placement.ParseSpread(string(req.DomainSpread)); spread == placement.SpreadOff {
-		domains = false
-	}
-	if to != "" && !domains {
-		// Every rule but the domain spread is decided host by host.
-		hosts = slices.DeleteFunc(hosts, func(h *placement.Host) bool { return h.Name != to })
-	}
-	res, err := placement.Plan(s.params, rd.PlacementSettings(), hosts, req)
-	if err != nil {
-		err = s.placementError(rd, err)
-		var se *Error
-		if skipped && errors.As(err, &se) && se.Code == Exhausted {
-			// The host it leaves was eliminated first: say so, so that a
-			// refusal over a single host names the rule that binds.
-			se.Eliminations = append([]placement.Elimination{{Rule: placement.RuleOwnHost, Hosts: []string{skip}}}, se.Eliminations...)
-			se.Message += fmt.Sprintf("\n%s eliminated %s: the host the instance leaves", placement.RuleOwnHost, skip)
+	if res == nil || s.checkIndex {
+		full, err := s.planLike(rd, placed, settings, old, req, skip, to, agentOnly)
+		if res != nil && (err != nil || !reflect.DeepEqual(full.Placements, res.Placements) || full.Spread != "" || len(full.Violations) > 0 || full.Overbooked) {
+			return model.Instance{}, nil, fmt.Errorf("room index: placed %v like %s, the full plan %v (error %v)", res.Placements, old.ID, placementsOf(full), err)
 		}
-		return model.Instance{}, nil, err
+		if err != nil {
+			return model.Instance{}, nil, err
+		}
+		if res == nil {
+			res = full
+		}
 	}
 	if len(res.Placements) != 1 {
 		// Plan places Count (1) or fails; anything else is a planner
@@ -130,6 +114,60 @@ func (s *Service) placeLike(rd reader, old model.Instance, skip, to, replaces st
 		over = alloc.OverNominal(state.AllocHost(v.Host, a), s.params.ShareBase)
 	}
 	return in, over, nil
+}
+
+// planLike is placeLike's full plan: over every schedulable host but
+// skip (only those with an agent when agentOnly; only to when to is not
+// "" and no domain spread applies), with the elimination report of a
+// refusal.
+func (s *Service) planLike(rd reader, placed *state.Placed, settings placement.Settings, old model.Instance, req placement.Request, skip, to string, agentOnly bool) (*placement.Result, error) {
+	hosts := make([]*placement.Host, 0, len(placed.Hosts))
+	domains, skipped := false, false
+	for _, h := range placed.Hosts {
+		domains = domains || h.FaultDomain != "" || h.UpgradeDomain != ""
+		if h.Name != skip {
+			hosts = append(hosts, h)
+		} else {
+			skipped = true
+		}
+	}
+	if agentOnly {
+		var byHand []string
+		hosts = slices.DeleteFunc(hosts, func(h *placement.Host) bool {
+			v, ok := rd.Host(h.Name)
+			if !ok || !v.Host.Agent {
+				byHand = append(byHand, h.Name)
+				return true
+			}
+			return false
+		})
+		if len(hosts) == 0 && len(byHand) > 0 {
+			e := errf(Exhausted, "instance %s runs under the agent of %s: a move is blue-green, and no other schedulable host has an agent to confirm the new instance runs (%s eliminated %d registered by hand)",
+				old.ID, old.Host, placement.RuleNoAgent, len(byHand))
+			e.Eliminations = []placement.Elimination{{Rule: placement.RuleNoAgent, Hosts: byHand}}
+			return nil, e
+		}
+	}
+	if spread, _ := placement.ParseSpread(string(req.DomainSpread)); spread == placement.SpreadOff {
+		domains = false
+	}
+	if to != "" && !domains {
+		// Every rule but the domain spread is decided host by host.
+		hosts = slices.DeleteFunc(hosts, func(h *placement.Host) bool { return h.Name != to })
+	}
+	res, err := placement.Plan(s.params, settings, hosts, req)
+	if err != nil {
+		err = s.placementError(rd, err)
+		var se *Error
+		if skipped && errors.As(err, &se) && se.Code == Exhausted {
+			// The host it leaves was eliminated first: say so, so that a
+			// refusal over a single host names the rule that binds.
+			se.Eliminations = append([]placement.Elimination{{Rule: placement.RuleOwnHost, Hosts: []string{skip}}}, se.Eliminations...)
+			se.Message += fmt.Sprintf("\n%s eliminated %s: the host the instance leaves", placement.RuleOwnHost, skip)
+		}
+		return nil, err
+	}
+	return res, nil
 }
 
 // oneMore is the strategy that places one more instance of a service

@@ -34,6 +34,8 @@ type Service struct {
 	checkIndex bool
 	// indexed counts the deploys the room index placed.
 	indexed atomic.Int64
+	// indexedMoves counts the moves and heals it placed (placeLike).
+	indexedMoves atomic.Int64
 	// versions: when each host's record was last rewritten for an agent's
 	// new version or protocol (AgentRecordEvery).
 	versions hostTimes
@@ -55,9 +57,13 @@ func (s *Service) clock() time.Time {
 // IndexAnswers is how many deploys the room index placed since New.
 func (s *Service) IndexAnswers() int64 { return s.indexed.Load() }
 
-// CheckIndex makes every deploy the room index answers also be planned in
-// full, and fail with an internal error naming both placements when they
-// differ. For tests and the simulation: it costs the full plan again.
+// IndexMoves is how many moves and heals (a drain's, a rebalance's, a
+// heal's new instances) the room index placed since New.
+func (s *Service) IndexMoves() int64 { return s.indexedMoves.Load() }
+
+// CheckIndex makes every deploy, move and heal the room index answers also
+// be planned in full, and fail with an internal error naming both
+// placements when they differ. For tests and the simulation: it costs the full plan again.
 func (s *Service) CheckIndex() { s.checkIndex = true }
 
 // New returns a Service over st.

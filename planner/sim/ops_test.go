@@ -28,7 +28,7 @@ func (w *world) open() {
 	}
 	w.st = st
 	w.svc = service.New(st, slog.New(w.logs))
-	w.svc.CheckIndex() // every deploy the room index answers is planned in full too
+	w.svc.CheckIndex() // every deploy, move and heal the room index answers is planned in full too
 	w.ticker = w.svc.NewTicker()
 }
 

@@ -73,8 +73,8 @@ func TestSimulation(t *testing.T) {
 		if !ok {
 			continue
 		}
-		t.Logf("seed %d: %d steps in %s (%.0f steps/s); %d moves, %d drains, %d heals settled, %d restarts, %d capacity probes, %d deploys by the room index, %d drain moves with the overbooking, %d services pruned and %d of another project or by hand kept",
-			seed, r.Steps, r.Elapsed.Round(time.Millisecond), float64(r.Steps)/r.Elapsed.Seconds(), r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes, r.Indexed, r.Overbooked, r.Pruned, r.PruneKept)
+		t.Logf("seed %d: %d steps in %s (%.0f steps/s); %d moves, %d drains, %d heals settled, %d restarts, %d capacity probes, %d deploys and %d moves or heals by the room index, %d drain moves with the overbooking, %d services pruned and %d of another project or by hand kept",
+			seed, r.Steps, r.Elapsed.Round(time.Millisecond), float64(r.Steps)/r.Elapsed.Seconds(), r.Moves, r.Drains, r.Heals, r.Restarts, r.Probes, r.Indexed, r.IndexedMoves, r.Overbooked, r.Pruned, r.PruneKept)
 		add(&total, r)
 	}
 	if total.Steps > 0 {
@@ -211,6 +211,7 @@ func add(total *Result, r Result) {
 	total.Pruned += r.Pruned
 	total.PruneKept += r.PruneKept
 	total.Indexed += r.Indexed
+	total.IndexedMoves += r.IndexedMoves
 	if total.Known == nil {
 		total.Known = map[string]int{}
 	}

@@ -86,9 +86,10 @@ type Result struct {
 	// Pruned counts the services prunes removed, PruneKept those of
 	// another project or by hand a prune left (each checked: checkPruned).
 	Pruned, PruneKept int
-	// Indexed counts the deploys the room index placed (each checked
-	// against the full plan: Service.CheckIndex).
-	Indexed int64
+	// Indexed counts the deploys the room index placed, IndexedMoves
+	// the moves and heals (each checked against the full plan:
+	// Service.CheckIndex).
+	Indexed, IndexedMoves int64
 	// Known counts the open defects (knownDefects) the run met; KnownAt
 	// is where each was first met, with the operations before it.
 	Known   map[string]int
@@ -222,6 +223,7 @@ func newWorld(t testing.TB, cfg Config) *world {
 // the same etcd: the new leader's memory starts empty.
 func (w *world) restart() {
 	w.res.Indexed += w.svc.IndexAnswers()
+	w.res.IndexedMoves += w.svc.IndexMoves()
 	w.st.Close()
 	w.open()
 	w.down = map[string]time.Time{}
@@ -256,6 +258,7 @@ func (w *world) run() Result {
 	w.res.Steps = w.step
 	w.res.Elapsed = time.Since(start)
 	w.res.Indexed += w.svc.IndexAnswers()
+	w.res.IndexedMoves += w.svc.IndexMoves()
 	return w.res
 }
 
