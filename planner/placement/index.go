@@ -27,7 +27,21 @@ type Index struct {
 
 	mu    sync.Mutex
 	rooms map[roomKey][]int32 // per request size: each host's room, -1 where it may take no work
+	// replaced is, per request size, the room of hosts that replaced the
+	// list's in a pending copy (a Host never changes: its room stays); a
+	// drain's moves ask again for every host its earlier moves changed.
+	replaced map[replacedKey]int32
 }
+
+// replacedKey is a replacing host and a request size.
+type replacedKey struct {
+	h *Host
+	k roomKey
+}
+
+// maxReplaced bounds the rooms of replacing hosts an index keeps (each
+// keeps its host, usage and all, from the collector).
+const maxReplaced = 4096
 
 // roomKey is a request size: what a host's room depends on.
 type roomKey struct {
@@ -44,7 +58,7 @@ const maxRoomSizes = 8
 // when not nil, is the index of the list these hosts replace, whose rooms
 // it carries over when the two lists name the same hosts.
 func NewIndex(p alloc.Params, hosts []*Host, prev *Index) *Index {
-	x := &Index{hosts: hosts, rooms: map[roomKey][]int32{}}
+	x := &Index{hosts: hosts, rooms: map[roomKey][]int32{}, replaced: map[replacedKey]int32{}}
 	same := prev != nil && len(prev.hosts) == len(hosts)
 	for i := 0; same && i < len(hosts); i++ {
 		same = hosts[i] == prev.hosts[i] || hosts[i].Name == prev.hosts[i].Name
@@ -104,6 +118,26 @@ const roomCap = 1 << 30
 // request is a one-instance request of size k.
 func (k roomKey) request() alloc.Request {
 	return alloc.Request{Count: 1, Pieces: k.pieces, Bind: k.bind, WholeCores: k.cores, MemoryBytes: k.memory}
+}
+
+// replacedRoom is the room for r of h, which replaced one of the index's
+// hosts in a pending copy: counted once, then kept.
+func (x *Index) replacedRoom(p alloc.Params, h *Host, r alloc.Request) int32 {
+	k := roomKey{r.Pieces, r.Bind, r.WholeCores && r.Bind, r.MemoryBytes}
+	x.mu.Lock()
+	room, ok := x.replaced[replacedKey{h, k}]
+	x.mu.Unlock()
+	if ok {
+		return room
+	}
+	room = roomOf(p, h, k.request())
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if len(x.replaced) >= maxReplaced {
+		clear(x.replaced)
+	}
+	x.replaced[replacedKey{h, k}] = room
+	return room
 }
 
 // roomsFor is every host's room for r's size: kept (carried over from the
@@ -208,7 +242,7 @@ func (x *Index) first(p alloc.Params, s Settings, hosts []*Host, r Request, skip
 				return 0, false // another list, or hosts the index did not count
 			}
 			if !sameRoom(h, x.hosts[i]) {
-				room = roomOf(p, h, r.Request)
+				room = x.replacedRoom(p, h, r.Request)
 			}
 		}
 		if room >= roomCap { // rooms this large are not told apart here
