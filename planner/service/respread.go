@@ -29,6 +29,18 @@ const respreadTries = 8
 // pend as they are kept.
 func (s *Service) respread(ctx context.Context, pend *state.Pending, limit, done int, moveLocal bool) []RebalanceMove {
 	views := s.st.Hosts()
+	if !slices.ContainsFunc(views, func(v state.HostView) bool { return v.Host.FaultDomain != "" || v.Host.UpgradeDomain != "" }) {
+		// No host has a domain: domainPacking finds nothing packed for any
+		// service, so there is nothing to read (every instance, each
+		// service's room over every host: most of a dry run at 1,000,000
+		// instances). TestRespreadWithoutDomains.
+		return nil
+	}
+	return s.respreadOver(ctx, pend, views, limit, done, moveLocal)
+}
+
+// respreadOver is respread over views (s.st.Hosts()), read in full.
+func (s *Service) respreadOver(ctx context.Context, pend *state.Pending, views []state.HostView, limit, done int, moveLocal bool) []RebalanceMove {
 	onHost := map[string]map[string]int{} // service → host → instances
 	for _, ph := range pend.SchedulablePlacement().Hosts {
 		for _, v := range pend.Instances(ph.Name) {

@@ -1,10 +1,14 @@
 package service
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/pinfold/pinfold/planner/balance"
 	"github.com/pinfold/pinfold/planner/model"
@@ -101,4 +105,59 @@ func TestRebalanceSaysWhyNoMove(t *testing.T) {
 		!regexp.MustCompile(`refused: big-\w+ from a to b: PlacementConstraint eliminated b`).MatchString(why) {
 		t.Errorf("a host held by its constraint: moves %+v, why:\n%s\nwant no move naming the constraint that eliminated b", held.Moves, why)
 	}
+}
+
+// TestRespreadWithoutDomains (issue 39): respread returns at once when no
+// host has a fault or upgrade domain; over random fleets (no domains,
+// fault domains only, upgrade domains only, both), each service deployed
+// while some hosts were disabled (packed), it proposes exactly what the
+// full read (respreadOver) proposes. Guards: in some fleets with only
+// upgrade domains and in some with fault domains the full read proposes
+// moves (a shortcut that skipped them would fail).
+func TestRespreadWithoutDomains(t *testing.T) {
+	withMoves := map[string]int{}
+	for seed := range uint64(24) {
+		rng := rand.New(rand.NewPCG(seed, 38))
+		kind := []string{"none", "fault", "upgrade", "both"}[seed%4]
+		hosts := []string{"a1", "a2", "a3", "b1", "b2", "b3"}
+		f := newHealFixture(t, hosts...)
+		for _, h := range hosts {
+			r := SetHostRequest{Name: h}
+			fd, ud := "fd:/dc"+h[:1], "ud"+h[:1]
+			if kind == "fault" || kind == "both" {
+				r.FaultDomain = &fd
+			}
+			if kind == "upgrade" || kind == "both" {
+				r.UpgradeDomain = &ud
+			}
+			if _, err := f.SetHost(f.ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 2 + rng.IntN(3) {
+			off := hosts[3:]
+			if rng.IntN(2) == 0 {
+				off = hosts[:3]
+			}
+			for _, h := range off {
+				f.set(h, false)
+			}
+			_, _ = f.Deploy(f.ctx, DeployRequest{Service: fmt.Sprintf("s%d", i), Count: 2 + rng.IntN(6), Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 10, Memory: 64 << 20}}})
+			for _, h := range off {
+				f.set(h, true)
+			}
+		}
+		got := f.respread(f.ctx, f.st.Pending(), 100, 0, false)
+		want := f.respreadOver(f.ctx, f.st.Pending(), f.st.Hosts(), 100, 0, false)
+		if d := cmp.Diff(want, got); d != "" {
+			t.Fatalf("seed %d (%s domains): respread differs from the full read (-full +respread):\n%s", seed, kind, d)
+		}
+		if len(want) > 0 {
+			withMoves[kind]++
+		}
+	}
+	if withMoves["upgrade"] == 0 || withMoves["fault"] == 0 || withMoves["both"] == 0 {
+		t.Errorf("fleets whose full read proposes moves, by domains: %v: the test checks too little", withMoves)
+	}
+	t.Logf("fleets whose full read proposes moves, by domains: %v", withMoves)
 }
