@@ -41,7 +41,9 @@ func (h Host) Share(r string) float64 {
 	return float64(h.Used[r]) / float64(h.Capacity[r])
 }
 
-// Item is an instance that may move: its host and what it uses.
+// Item is an instance that may move: its host and what it uses. Plan
+// reads Use and never writes it, so items may share one map
+// (TestPlanLeavesUseAlone).
 type Item struct {
 	ID      string
 	Service string

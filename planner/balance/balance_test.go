@@ -218,3 +218,29 @@ func BenchmarkPlan10kHosts(b *testing.B) {
 		b.ReportMetric(float64(tries), "tries/op")
 	})
 }
+
+// TestPlanLeavesUseAlone: items that share one Use map (the service
+// interns them: one map per size) get the moves items with their own
+// maps get, and the shared map is as it was afterwards. Guard: the plans
+// move something.
+func TestPlanLeavesUseAlone(t *testing.T) {
+	t.Parallel()
+	per := map[string][]int64{"a": {100, 100, 100, 100, 100, 100}, "b": {100}, "c": {}, "d": {100, 100}}
+	hosts, own := cluster(per)
+	_, shared := cluster(per)
+	one := map[string]int64{"cpu": 100, "memory": 1 << 30}
+	for i := range shared {
+		shared[i].Use = one
+	}
+	want, _ := Plan(hosts, own, Options{}, accept(nil))
+	got, _ := Plan(hosts, shared, Options{}, accept(nil))
+	if len(want) == 0 {
+		t.Fatal("the plan moved nothing: the test checks nothing")
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("with one shared Use map Plan = %+v, with a map per item %+v", got, want)
+	}
+	if !reflect.DeepEqual(one, map[string]int64{"cpu": 100, "memory": 1 << 30}) {
+		t.Errorf("Plan wrote the shared Use map: %v", one)
+	}
+}

@@ -259,6 +259,14 @@ func balanceModel(rd *state.Pending, moveLocal bool) ([]balance.Host, []balance.
 			}
 		}
 	}
+	// Items of one use share one Use map (balance reads it, never writes
+	// it): a map per instance was most of a dry run's allocations, and a
+	// fleet has few sizes.
+	type use struct {
+		memory, cpu int64
+		bind        bool
+	}
+	uses := map[use]map[string]int64{}
 	for i := range hosts {
 		for _, v := range on[i] {
 			in := v.Instance
@@ -276,11 +284,19 @@ func balanceModel(rd *state.Pending, moveLocal bool) ([]balance.Host, []balance.
 				perHostKept[in.Service]++
 				continue
 			}
-			it := balance.Item{ID: in.ID, Service: in.Service, Host: in.Host, Use: map[string]int64{"memory": in.Memory}}
+			k := use{memory: in.Memory, bind: in.Bind}
 			if in.Bind {
-				it.Use["cpu"] = int64(in.Pieces())
+				k.cpu = int64(in.Pieces())
 			}
-			items = append(items, it)
+			m, ok := uses[k]
+			if !ok {
+				m = map[string]int64{"memory": k.memory}
+				if k.bind {
+					m["cpu"] = k.cpu
+				}
+				uses[k] = m
+			}
+			items = append(items, balance.Item{ID: in.ID, Service: in.Service, Host: in.Host, Use: m})
 		}
 	}
 	// One line a service placed per host, not one an instance: a daemon
