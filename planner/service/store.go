@@ -46,6 +46,7 @@ type Store interface {
 	PlacementSettings() placement.Settings
 	SchedulablePlacement() *state.Placed
 	Snapshot() state.Snapshot
+	ReadFleet(fn func(state.Fleet))
 	Pending() *state.Pending
 	WatchHost(ctx context.Context, host string, send func(rev int64) error) error
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -40,6 +41,7 @@ type contractStore interface {
 	Unschedulable() map[string][]string
 	SchedulablePlacement() *Placed
 	Snapshot() Snapshot
+	ReadFleet(fn func(Fleet))
 	Pending() *Pending
 	WatchHost(ctx context.Context, host string, send func(rev int64) error) error
 	Commit(ctx context.Context, c *Change) (int64, error)
@@ -305,6 +307,30 @@ func TestStoreContract(t *testing.T) {
 			snap := st.Snapshot()
 			if snap.Rev != st.Rev() || len(snap.Hosts) != 2 || len(snap.Instances["h1"]) != 2 {
 				t.Errorf("Snapshot() = rev %d, %d hosts, %d instances on h1; want rev %d, 2, 2", snap.Rev, len(snap.Hosts), len(snap.Instances["h1"]), st.Rev())
+			}
+			// ReadFleet reads what Snapshot copies: the same revision, hosts
+			// in order, and each host's instances (in any order).
+			calls := 0
+			st.ReadFleet(func(f Fleet) {
+				calls++
+				var hosts []string
+				for v := range f.Hosts() {
+					hosts = append(hosts, v.Host.Name)
+					var got []string
+					for in := range f.Instances(v.Host.Name) {
+						got = append(got, in.ID)
+					}
+					slices.Sort(got)
+					if want := ids(snap.Instances[v.Host.Name]); !slices.Equal(got, want) {
+						t.Errorf("ReadFleet: Instances(%s) = %v, want %v", v.Host.Name, got, want)
+					}
+				}
+				if f.Rev() != snap.Rev || !slices.Equal(hosts, names(snap.Hosts)) || !reflect.DeepEqual(f.Placement(), snap.Placement) {
+					t.Errorf("ReadFleet: rev %d, hosts %v, placement %+v; want %d, %v, %+v", f.Rev(), hosts, f.Placement(), snap.Rev, names(snap.Hosts), snap.Placement)
+				}
+			})
+			if calls != 1 {
+				t.Errorf("ReadFleet called its function %d times, want 1", calls)
 			}
 		}},
 		{"hosts a page at a time", func(t *testing.T, st contractStore) {

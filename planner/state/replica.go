@@ -3,6 +3,8 @@ package state
 import (
 	"cmp"
 	"context"
+	"iter"
+	"maps"
 	"slices"
 	"sync"
 
@@ -422,3 +424,50 @@ func (s *replica) Request(id string) (Request, bool) {
 
 // Pending returns an empty overlay over the cache.
 func (s *replica) Pending() *Pending { return &Pending{base: s} }
+
+// Fleet is the cache at one revision, read in place: what ReadFleet passes
+// its function. It is valid only during that call (the cache's read lock
+// is held), and what it yields shares maps with the cache and must not be
+// changed or kept.
+type Fleet struct{ c *cache }
+
+// Rev is the revision the fleet is read at.
+func (f Fleet) Rev() int64 { return f.c.rev }
+
+// Placement is the placement settings at the fleet's revision.
+func (f Fleet) Placement() placement.Settings { return f.c.placement }
+
+// Hosts yields every registered host's view, sorted by name (as Hosts).
+func (f Fleet) Hosts() iter.Seq[HostView] {
+	return func(yield func(HostView) bool) {
+		for _, name := range slices.Sorted(maps.Keys(f.c.hosts)) {
+			if !yield(f.c.view(name)) {
+				return
+			}
+		}
+	}
+}
+
+// Instances yields host's instances in no set order (the cache's map
+// order: a caller that reports them sorts what it reports), without their
+// statuses or revisions, and without a copy of the host's list.
+func (f Fleet) Instances(host string) iter.Seq[model.Instance] {
+	return func(yield func(model.Instance) bool) {
+		for _, d := range f.c.instances[host] {
+			if !yield(d.Value) {
+				return
+			}
+		}
+	}
+}
+
+// ReadFleet calls fn with the cache at one revision, under the read lock:
+// the audit and health read every instance this way, where Snapshot's
+// copy of each (sorted, with its status) was half their time at 1,000,000
+// instances (issue 39). fn must not call the store (a writer waiting on
+// the lock would deadlock a second read lock) and should not block.
+func (s *replica) ReadFleet(fn func(Fleet)) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	fn(Fleet{s.c})
+}
