@@ -29,10 +29,36 @@ const KindOverbooked = "Overbooked"
 // (alloc.OverNominal), nil when it is within it.
 func OverNominal(v state.HostView, shareBase int) []alloc.Overuse {
 	h := v.Resources
+	if h == nil && !mayBeOverNominal(v) {
+		return nil
+	}
 	if h == nil {
 		h = state.AllocHost(v.Host, v.Alloc)
 	}
 	return alloc.OverNominal(h, shareBase)
+}
+
+// mayBeOverNominal is false when nothing of host v's usage (v.Alloc) is
+// above its nominal capacity: host memory, each NUMA node's, each CPU's
+// pieces. Then OverNominal is nil, and the engine view it would build (a
+// host's CPUs sorted, its maps cloned: most of health's time per host)
+// is not needed. True is only a maybe: OverNominal tells.
+func mayBeOverNominal(v state.HostView) bool {
+	h, a := v.Host, v.Alloc
+	if a.MemoryUsed > h.MemoryBytes {
+		return true
+	}
+	for n, used := range a.NUMAUsed {
+		if used > h.NUMAMemory[n] {
+			return true
+		}
+	}
+	for id, used := range a.Used {
+		if c, ok := h.CPUs[id]; ok && used > c {
+			return true
+		}
+	}
+	return false
 }
 
 // overbookedWarning warns of host v above its nominal capacity in a
@@ -72,34 +98,29 @@ func (s *Service) Health(now time.Time) []Warning {
 	var hosts []state.HostView
 	var overbooking map[string]float64
 	s.st.ReadFleet(func(f state.Fleet) {
-		for _, b := range verifyFleet(f, s.params.ShareBase) {
-			out = append(out, Warning{Kind: placement.RuleCapacity, Subject: "store", Detail: b})
-		}
-		overbooking = f.Placement().Overbooking
-		// One pass over each host's instances, counted per service on
-		// the host first (one small map, reused) and then per service.
-		// Instances on a host not registered count nowhere below (no
-		// host's warning, no constraint's, no domain's), and are skipped.
-		here := map[string]int{}
-		for v := range f.Hosts() {
+		// The audit's pass over each host's instances counts them per
+		// service too. Instances on a host not registered count nowhere
+		// below (no host's warning, no constraint's, no domain's): the
+		// audit, which reads registered hosts only, skips them.
+		bad := verifyFleet(f, s.params.ShareBase, func(v state.HostView, here map[string]int) {
 			hosts = append(hosts, v)
 			name := v.Host.Name
-			clear(here)
 			n := 0
-			for in := range f.Instances(name) {
-				here[in.Service]++
-				n++
-			}
-			if n > 0 {
-				onHost[name] = n
-			}
 			for svc, c := range here {
 				if per[svc] == nil {
 					per[svc] = map[string]int{}
 				}
 				per[svc][name] = c
+				n += c
 			}
+			if n > 0 {
+				onHost[name] = n
+			}
+		})
+		for _, b := range bad {
+			out = append(out, Warning{Kind: placement.RuleCapacity, Subject: "store", Detail: b})
 		}
+		overbooking = f.Placement().Overbooking
 	})
 	byName := map[string]state.HostView{}
 	for _, v := range hosts {

@@ -330,7 +330,7 @@ func TestReadFleetOracleControl(t *testing.T) {
 	unsorted := func(f state.Fleet, shareBase int) []string {
 		var bad []string
 		for v := range f.Hosts() {
-			bad = append(bad, auditHost(v, f.Instances(v.Host.Name), f.Placement(), shareBase)...)
+			bad = append(bad, auditHost(v, f.Instances(v.Host.Name), f.Placement(), shareBase, nil)...)
 		}
 		return bad
 	}
@@ -342,7 +342,7 @@ func TestReadFleetOracleControl(t *testing.T) {
 		}
 		for v := range f.Hosts() {
 			if v.Host.Name != last {
-				bad = append(bad, auditHost(v, f.Instances(v.Host.Name), f.Placement(), shareBase)...)
+				bad = append(bad, auditHost(v, f.Instances(v.Host.Name), f.Placement(), shareBase, nil)...)
 			}
 		}
 		return bad
@@ -364,5 +364,81 @@ func TestReadFleetOracleControl(t *testing.T) {
 		if !caught {
 			t.Errorf("%s: the oracle's fleets never tell it from the snapshot audit", name)
 		}
+	}
+}
+
+// TestShortcutsAreTheEngineView: poolShort and mayBeOverNominal, which
+// spare the audit and health an engine view (AllocHost) a host, against
+// that view, on the oracle fleets' hosts under random usage: poolShort
+// equal to the view's pool check, and mayBeOverNominal false only where
+// OverNominal over the view is empty. The guard: both answers of each
+// were seen often enough. The control: a pool check that forgets the
+// legacy quota, and a nominal check of host memory only,
+// each told apart. (The laptops isolate no CPU: the isolated check is
+// the fleet oracle's only, through the audit.)
+func TestShortcutsAreTheEngineView(t *testing.T) {
+	viewShort := func(h state.Host, a state.Alloc, shareBase int) bool {
+		ah := state.AllocHost(h, a)
+		return ah.PoolFloor() > ah.SharedPool().Len()*shareBase
+	}
+	r := rand.New(rand.NewPCG(39, 2))
+	seen := map[string]int{}
+	wrongPool := func(h state.Host, a state.Alloc, shareBase int) bool {
+		a.MemoryFirstQuota = 0 // the legacy quota forgotten
+		return poolShort(h, a, shareBase)
+	}
+	wrongNominal := func(v state.HostView) bool { return v.Alloc.MemoryUsed > v.Host.MemoryBytes }
+	caughtPool, caughtNominal := false, false
+	for seed := range uint64(20) {
+		f := oracleFleet(t, seed)
+		for _, v := range f.Hosts() {
+			for range 50 {
+				a := state.NewAlloc()
+				for id := range v.Host.CPUs {
+					if r.IntN(3) == 0 {
+						a.Used[id] = []int{0, 50, 100, 150}[r.IntN(4)]
+					}
+				}
+				switch r.IntN(3) {
+				case 0:
+					a.MemoryFirst = map[int]int{r.IntN(8) * 100: r.IntN(2), r.IntN(4) * 100: 1}
+				case 1: // a usage document from before the counts by quota
+					a.MemoryFirst, a.MemoryFirstQuota = nil, r.IntN(10)*100
+				}
+				a.MemoryUsed = r.Int64N(2 * max(v.Host.MemoryBytes, 1))
+				for n, m := range v.Host.NUMAMemory {
+					if r.IntN(2) == 0 {
+						a.NUMAUsed[n] = r.Int64N(2*max(m, 1)) + 1
+					}
+				}
+				host := v.Host
+				if r.IntN(4) == 0 {
+					host.Topology = nil
+				}
+				want := viewShort(host, a, f.params.ShareBase)
+				if got := poolShort(host, a, f.params.ShareBase); got != want {
+					t.Fatalf("host %s usage %+v: poolShort = %v, the engine view's pool check %v", host.Name, a, got, want)
+				}
+				seen[fmt.Sprintf("pool %v", want)]++
+				caughtPool = caughtPool || wrongPool(host, a, f.params.ShareBase) != want
+				hv := state.HostView{Host: host, Alloc: a}
+				over := len(alloc.OverNominal(state.AllocHost(host, a), f.params.ShareBase)) > 0
+				may := mayBeOverNominal(hv)
+				if over && !may {
+					t.Fatalf("host %s usage %+v: OverNominal = %v, but mayBeOverNominal false", host.Name, a, alloc.OverNominal(state.AllocHost(host, a), f.params.ShareBase))
+				}
+				seen[fmt.Sprintf("over %v may %v", over, may)]++
+				caughtNominal = caughtNominal || (over && !wrongNominal(hv))
+			}
+		}
+	}
+	t.Logf("outcomes: %v", seen)
+	for _, k := range []string{"pool true", "pool false", "over true may true", "over false may false"} {
+		if seen[k] < 50 {
+			t.Errorf("%q seen %d times: the oracle checked too little", k, seen[k])
+		}
+	}
+	if !caughtPool || !caughtNominal {
+		t.Errorf("control: a pool check without the legacy quota caught %v, a memory-only nominal check caught %v; want both", caughtPool, caughtNominal)
 	}
 }

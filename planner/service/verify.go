@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/pinfold/pinfold/planner/alloc"
+	"github.com/pinfold/pinfold/planner/cpuset"
 	"github.com/pinfold/pinfold/planner/model"
 	"github.com/pinfold/pinfold/planner/placement"
 	"github.com/pinfold/pinfold/planner/state"
@@ -35,33 +36,45 @@ func Verify(st Store, shareBase int) []string {
 	var bad []string
 	// One revision: usage and instances committed together are read
 	// together; in place, without a copy of every instance (issue 39).
-	st.ReadFleet(func(f state.Fleet) { bad = verifyFleet(f, shareBase) })
+	st.ReadFleet(func(f state.Fleet) { bad = verifyFleet(f, shareBase, nil) })
 	return bad
 }
 
 // verifyFleet is Verify on the fleet f. Each host's instances are read in
 // the cache's order, which is not the same every time; a host with
 // anything to report (rare) is audited again with its instances sorted by
-// ID, so that what is reported is in one order.
-func verifyFleet(f state.Fleet, shareBase int) []string {
+// ID, so that what is reported is in one order. each, when not nil, is
+// called with every host, in order, and its instances counted per
+// service (health's counts, in the same pass; the map is reused).
+func verifyFleet(f state.Fleet, shareBase int, each func(v state.HostView, perService map[string]int)) []string {
 	var bad []string
 	ps := f.Placement()
 	var sorted []model.Instance // reused: one buffer for the hosts reported
+	var count map[string]int
+	if each != nil {
+		count = map[string]int{}
+	}
 	for v := range f.Hosts() {
 		name := v.Host.Name
-		if len(auditHost(v, f.Instances(name), ps, shareBase)) == 0 {
+		clear(count)
+		found := auditHost(v, f.Instances(name), ps, shareBase, count)
+		if each != nil {
+			each(v, count)
+		}
+		if len(found) == 0 {
 			continue
 		}
 		sorted = slices.AppendSeq(sorted[:0], f.Instances(name))
 		slices.SortFunc(sorted, func(a, b model.Instance) int { return strings.Compare(a.ID, b.ID) })
-		bad = append(bad, auditHost(v, slices.Values(sorted), ps, shareBase)...)
+		bad = append(bad, auditHost(v, slices.Values(sorted), ps, shareBase, nil)...)
 	}
 	return bad
 }
 
 // auditHost is the audit of host v whose instances are instances (read
-// twice when two of them hold one host port), in their order.
-func auditHost(v state.HostView, instances iter.Seq[model.Instance], ps placement.Settings, shareBase int) []string {
+// twice when two of them hold one host port), in their order; it counts
+// them per service in count, when not nil.
+func auditHost(v state.HostView, instances iter.Seq[model.Instance], ps placement.Settings, shareBase int, count map[string]int) []string {
 	var bad []string
 	limit := func(resource string, capacity int64) int64 {
 		o, ok := ps.Overbooking[resource]
@@ -77,6 +90,9 @@ func auditHost(v state.HostView, instances iter.Seq[model.Instance], ps placemen
 	sum := state.NewAlloc()
 	var wholeCores []model.Instance
 	for in := range instances {
+		if count != nil {
+			count[in.Service]++
+		}
 		sum.Add(in, +1)
 		for id, p := range in.CPUs {
 			if p > shareBase {
@@ -122,13 +138,26 @@ func auditHost(v state.HostView, instances iter.Seq[model.Instance], ps placemen
 			bad = append(bad, fmt.Sprintf("host %s: host port %d held by %d instances: %s", name, port, sum.Ports[port], strings.Join(holders, ", ")))
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(sum.Used)) {
-		if int64(sum.Used[id]) > limit("cpu", int64(v.Host.CPUs[id])) {
-			bad = append(bad, fmt.Sprintf("host %s: CPU %d oversold: %d of %d pieces", name, id, sum.Used[id], v.Host.CPUs[id]))
+	oversold := func(id cpuset.CPUID) bool { return int64(sum.Used[id]) > limit("cpu", int64(v.Host.CPUs[id])) }
+	someOversold := false
+	for id := range sum.Used { // sorted only to report
+		if oversold(id) {
+			someOversold = true
+			break
 		}
 	}
-	// The shared pool holds every memory-first quota on the host.
-	if ah := state.AllocHost(v.Host, sum); ah.PoolFloor() > ah.SharedPool().Len()*shareBase {
+	if someOversold {
+		for _, id := range slices.Sorted(maps.Keys(sum.Used)) {
+			if oversold(id) {
+				bad = append(bad, fmt.Sprintf("host %s: CPU %d oversold: %d of %d pieces", name, id, sum.Used[id], v.Host.CPUs[id]))
+			}
+		}
+	}
+	// The shared pool holds every memory-first quota on the host (counted
+	// here as AllocHost would, which is built only for the message: one
+	// engine view a host was a fifth of the audit).
+	if poolShort(v.Host, sum, shareBase) {
+		ah := state.AllocHost(v.Host, sum)
 		pool := ah.SharedPool()
 		bad = append(bad, fmt.Sprintf("host %s: a memory-first quota of %s CPUs does not fit the shared pool of %d CPUs (%q)",
 			name, alloc.FormatPieces(ah.PoolFloor(), shareBase), pool.Len(), pool.String()))
@@ -142,4 +171,29 @@ func auditHost(v state.HostView, instances iter.Seq[model.Instance], ps placemen
 		}
 	}
 	return bad
+}
+
+// poolShort is whether host h with usage a has a memory-first quota
+// larger than its shared pool: AllocHost(h, a).PoolFloor() >
+// SharedPool().Len()*shareBase, without building the engine view.
+func poolShort(h state.Host, a state.Alloc, shareBase int) bool {
+	floor := 0
+	for q, n := range a.MemoryFirst {
+		if n > 0 {
+			floor = max(floor, q)
+		}
+	}
+	if a.MemoryFirst == nil && a.MemoryFirstQuota > 0 {
+		floor = a.MemoryFirstQuota // a usage document from before the counts by quota (AllocHost)
+	}
+	if floor == 0 {
+		return false
+	}
+	pool := 0
+	for id, capacity := range h.CPUs {
+		if a.Used[id] == 0 && capacity > 0 && (h.Topology == nil || !h.Topology.Isolated.Contains(id)) {
+			pool++
+		}
+	}
+	return floor > pool*shareBase
 }
