@@ -12,10 +12,13 @@ type Candidate struct {
 	ID       string
 	Service  string
 	Priority model.Priority
+	// NeverPreempted: its service may never be preempted
+	// (model.Scheduling.NeverPreempted); never a victim.
+	NeverPreempted bool
 }
 
 // Host is a host and every instance on it; Choose keeps only those of
-// strictly lower priority than the request's.
+// strictly lower priority than the request's that may be preempted.
 type Host struct {
 	Name      string
 	Instances []Candidate
@@ -81,7 +84,7 @@ func Compare(a, b Choice) int {
 }
 
 // Choose returns, across hosts, the best choice (Compare) of instances of
-// priority strictly below prio whose removal makes the request fit; false
+// priority strictly below prio, none never preempted, whose removal makes the request fit; false
 // when no host has one. A host where the request fits as it is comes out
 // with no victims. budget bounds each host's Fits calls (<= 0:
 // DefaultBudget).
@@ -119,7 +122,7 @@ func OnHost(h Host, prio model.Priority, fits Fits, budget int) (Choice, bool) {
 	}
 	var cands []Candidate
 	for _, c := range h.Instances {
-		if c.Priority < prio {
+		if c.Priority < prio && !c.NeverPreempted {
 			cands = append(cands, c)
 		}
 	}

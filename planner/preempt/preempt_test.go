@@ -50,6 +50,17 @@ func build(need [2]int, hosts map[string][2]int, ins map[string][]inst) (fleet, 
 	return f, out
 }
 
+// neverPreempt marks the instances ids of hosts never preempted.
+func neverPreempt(hosts []preempt.Host, ids ...string) {
+	for i := range hosts {
+		for j, c := range hosts[i].Instances {
+			if slices.Contains(ids, c.ID) {
+				hosts[i].Instances[j].NeverPreempted = true
+			}
+		}
+	}
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	var ks []string
 	for k := range m {
@@ -74,7 +85,8 @@ func TestChoose(t *testing.T) {
 		prio  model.Priority
 		hosts map[string][2]int
 		ins   map[string][]inst
-		want  string // "host: id id" or "none"
+		never []string // IDs of instances never preempted
+		want  string   // "host: id id" or "none"
 	}{
 		{name: "fits-as-is", need: [2]int{1, 1}, prio: prod,
 			hosts: map[string][2]int{"a": {0, 0}, "b": {1, 1}},
@@ -114,11 +126,28 @@ func TestChoose(t *testing.T) {
 			hosts: map[string][2]int{"a": {0, 0}},
 			ins:   map[string][]inst{"a": {{"a1", be, 1, 1}, {"a2", prod, 2, 2}, {"a3", batch, 1, 1}}},
 			want:  "a: a1 a2"}, // a production victim is needed; then by ID
+		{name: "never-preempted-skipped", need: [2]int{2, 2}, prio: sys,
+			hosts: map[string][2]int{"a": {0, 0}},
+			ins:   map[string][]inst{"a": {{"a1", prod, 2, 2}, {"a2", prod, 1, 1}, {"a3", prod, 1, 1}}},
+			never: []string{"a1"},
+			want:  "a: a2 a3"}, // a1 alone would be the fewest
+		{name: "never-preempted-other-host", need: [2]int{2, 2}, prio: sys,
+			hosts: map[string][2]int{"a": {0, 0}, "b": {0, 0}},
+			ins: map[string][]inst{"a": {{"a1", be, 2, 2}},
+				"b": {{"b1", prod, 2, 2}}},
+			never: []string{"a1"},
+			want:  "b: b1"}, // a1 is best-effort, yet never preempted
+		{name: "never-preempted-none", need: [2]int{2, 2}, prio: sys,
+			hosts: map[string][2]int{"a": {0, 0}},
+			ins:   map[string][]inst{"a": {{"a1", prod, 2, 2}, {"a2", prod, 1, 1}}},
+			never: []string{"a1", "a2"},
+			want:  "none"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			f, hosts := build(tt.need, tt.hosts, tt.ins)
+			neverPreempt(hosts, tt.never...)
 			c, ok := preempt.Choose(hosts, tt.prio, f.fits, 0)
 			if got := show(c, ok); got != tt.want {
 				t.Errorf("Choose(%v, prio %s, need %v) = %q, want %q", tt.ins, tt.prio, tt.need, got, tt.want)
@@ -139,14 +168,15 @@ func show(c preempt.Choice, ok bool) string {
 }
 
 // oracle is the best choice by brute force: every subset of every host's
-// strictly lower instances, the best that fits by preempt.Compare.
+// strictly lower instances that may be preempted, the best that fits by
+// preempt.Compare.
 func oracle(hosts []preempt.Host, prio model.Priority, fits preempt.Fits) (preempt.Choice, bool) {
 	var best preempt.Choice
 	found := false
 	for _, h := range hosts {
 		var cands []preempt.Candidate
 		for _, c := range h.Instances {
-			if c.Priority < prio {
+			if c.Priority < prio && !c.NeverPreempted {
 				cands = append(cands, c)
 			}
 		}
@@ -179,7 +209,7 @@ func compareStr(a, b string) int {
 
 // TestChooseMatchesBruteForce compares Choose with the brute-force oracle
 // on random small fleets: the same host and victims, never an instance of
-// equal or higher priority, and the search exact (the budget is ample).
+// equal or higher priority nor one never preempted, and the search exact (the budget is ample).
 func TestChooseMatchesBruteForce(t *testing.T) {
 	t.Parallel()
 	prios := []model.Priority{sys, prod, batch, be, -700}
@@ -201,6 +231,15 @@ func TestChooseMatchesBruteForce(t *testing.T) {
 			need := [2]int{1 + r.IntN(8), 1 + r.IntN(8)}
 			prio := prios[r.IntN(len(prios))]
 			f, hs := build(need, hosts, ins)
+			var never []string // every fifth instance, by a rule of its own: the draws above stay as they were
+			for _, h := range hs {
+				for i, c := range h.Instances {
+					if i%5 == 4 {
+						never = append(never, c.ID)
+					}
+				}
+			}
+			neverPreempt(hs, never...)
 			got, gok := preempt.Choose(hs, prio, f.fits, 0)
 			want, wok := oracle(hs, prio, f.fits)
 			if show(got, gok) != show(want, wok) {
@@ -212,6 +251,9 @@ func TestChooseMatchesBruteForce(t *testing.T) {
 			for _, v := range got.Victims {
 				if v.Priority >= prio {
 					t.Errorf("Choose(prio %s): victim %s has priority %s", prio, v.ID, v.Priority)
+				}
+				if v.NeverPreempted {
+					t.Errorf("Choose(prio %s): victim %s is never preempted", prio, v.ID)
 				}
 			}
 		})
