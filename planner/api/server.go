@@ -58,6 +58,7 @@ type Reads interface {
 	PlacementSettings() placement.Settings
 	ServiceRecord(name string) (state.Service, int, bool)
 	Priority(service string) model.Priority
+	NeverPreempted(service string) bool
 }
 
 // Changes is what only an admin may change; Rebalance too, which a viewer

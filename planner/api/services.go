@@ -200,17 +200,21 @@ func (s *Server) ListInstances(ctx context.Context, r *connect.Request[pinfoldv1
 	return connect.NewResponse(out), nil
 }
 
-// withPriorities sets each listed instance's priority, its service's
-// (read once per service of the list).
+// withPriorities sets each listed instance's priority and whether it is
+// never preempted, its service's (read once per service of the list).
 func (s *Server) withPriorities(ins []*pinfoldv1.Instance) {
-	of := map[string]int32{}
+	type prio struct {
+		p     int32
+		never bool
+	}
+	of := map[string]prio{}
 	for _, m := range ins {
 		p, ok := of[m.Service]
 		if !ok {
-			p = int32(s.reads.Priority(m.Service))
+			p = prio{int32(s.reads.Priority(m.Service)), s.reads.NeverPreempted(m.Service)}
 			of[m.Service] = p
 		}
-		m.Priority = p
+		m.Priority, m.NeverPreempted = p.p, p.never
 	}
 }
 

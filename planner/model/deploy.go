@@ -74,6 +74,11 @@ type Scheduling struct {
 	// Priority orders services when room is short, higher first; 0 is
 	// the production class.
 	Priority Priority `json:"priority,omitempty" zero:"production"`
+	// NeverPreempted: no instance of the service is ever stopped to make
+	// room for another, whatever that one's priority (issue 40: "never
+	// preempt me" for the highest class). Only for a priority of
+	// production or higher (Validate).
+	NeverPreempted bool `json:"never_preempted,omitempty" zero:"false"`
 }
 
 // Priority is a service's priority: an integer from MinPriority to
@@ -159,6 +164,12 @@ func (s Scheduling) Validate() error {
 	}
 	if s.Priority < MinPriority || s.Priority > MaxPriority {
 		return &FieldError{Key: "priority", Value: fmt.Sprint(int(s.Priority)), Why: fmt.Sprintf("want %d to %d", MinPriority, MaxPriority)}
+	}
+	if s.NeverPreempted && s.Priority < PriorityProduction {
+		// A service of a class that gives way when room is short (batch,
+		// best-effort) that may never give way contradicts its class.
+		return &FieldError{Key: "never_preempted", Value: "true",
+			Why: fmt.Sprintf("only for a priority of production (0) or higher, not %s", s.Priority)}
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
@@ -50,5 +51,44 @@ func TestParsePriority(t *testing.T) {
 	}
 	if err := (Scheduling{Priority: MaxPriority + 1}).Validate(); err == nil {
 		t.Errorf("Validate took a priority out of range")
+	}
+}
+
+// TestNeverPreemptedValidate: never_preempted only for a priority of
+// production or higher; below, refused naming the key, its value and the
+// priority.
+func TestNeverPreemptedValidate(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		s    Scheduling
+		ok   bool
+	}{
+		{"system", Scheduling{Priority: PrioritySystem, NeverPreempted: true}, true},
+		{"production", Scheduling{NeverPreempted: true}, true},
+		{"just-below-production", Scheduling{Priority: -1, NeverPreempted: true}, false},
+		{"batch", Scheduling{Priority: PriorityBatch, NeverPreempted: true}, false},
+		{"best-effort", Scheduling{Priority: PriorityBestEffort, NeverPreempted: true}, false},
+		{"best-effort-preemptible", Scheduling{Priority: PriorityBestEffort}, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.s.Validate()
+			if (err == nil) != tt.ok {
+				t.Fatalf("Validate(%+v) = %v; want ok %t", tt.s, err, tt.ok)
+			}
+			if err == nil {
+				return
+			}
+			fe, isField := err.(*FieldError)
+			if !isField || fe.Key != "never_preempted" || fe.Value != "true" || !strings.Contains(fe.Why, tt.s.Priority.String()) {
+				t.Errorf("Validate(%+v) = %v; want key never_preempted, value true and the priority %s named", tt.s, err, tt.s.Priority)
+			}
+		})
+	}
+	if b, _ := json.Marshal(Scheduling{Strategy: "auto"}); strings.Contains(string(b), "never_preempted") {
+		t.Errorf("a service that may be preempted is written %s: want the key left out, as records before it", b)
+	}
+	var s Scheduling
+	if err := json.Unmarshal([]byte(`{"never_preempted":true,"priority":"system"}`), &s); err != nil || !s.NeverPreempted {
+		t.Errorf("never_preempted read: %+v, %v", s, err)
 	}
 }

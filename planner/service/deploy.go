@@ -68,12 +68,14 @@ type deployDigest struct {
 	Priority   model.Priority `json:",omitempty"`
 	Source     string         `json:",omitempty"`
 	NoPreempt  bool           `json:",omitempty"`
+	// NeverPreempted is model.Scheduling's.
+	NeverPreempted bool `json:",omitempty"`
 }
 
 func (r DeployRequest) digestForm() deployDigest {
 	return deployDigest{Service: r.Service, Spec: r.Spec, Count: r.Count, Pieces: r.Pieces, Bind: r.Bind, WholeCores: r.WholeCores,
 		Memory: r.Memory, MemorySoft: r.MemorySoft, Strategy: r.Strategy, MaxPerHost: r.MaxPerHost, Rules: r.Rules,
-		UseBuffer: r.UseBuffer, CreateOnly: r.CreateOnly, Priority: r.Priority, Source: r.Source, NoPreempt: r.NoPreempt}
+		UseBuffer: r.UseBuffer, CreateOnly: r.CreateOnly, Priority: r.Priority, Source: r.Source, NoPreempt: r.NoPreempt, NeverPreempted: r.NeverPreempted}
 }
 
 // scaleRead is the service's record and instance count a scale read.
@@ -286,6 +288,12 @@ func (s *Service) DeployWithRules(ctx context.Context, r DeployRequest) (DeployR
 			// lower (or raise) the priority of the instances running.
 			return nil, errf(Invalid, "priority = %s: service %q runs with priority %s: deploy more with --priority %s, or remove and deploy it (apply --recreate) to change it",
 				r.Priority, r.Service, d.Value.Priority, d.Value.Priority)
+		}
+		if d, ok := rd.Service(r.Service); ok && d.Value.NeverPreempted != r.NeverPreempted && r.scale == nil {
+			// Likewise whether its instances may be preempted: one
+			// record, one answer for all of them.
+			return nil, errf(Invalid, "never_preempted = %t: service %q runs with never_preempted %t: deploy more with it %t, or remove and deploy it (apply --recreate) to change it",
+				r.NeverPreempted, r.Service, d.Value.NeverPreempted, d.Value.NeverPreempted)
 		}
 		allocs := map[string]state.Alloc{}
 		desired := map[string]int64{} // each host's desired set with the new instances (DesiredSize)

@@ -55,6 +55,14 @@ func priorityOf(rd reader, service string) model.Priority {
 	return d.Value.Priority
 }
 
+// candidate is v as the victim search sees it: its service's priority
+// and whether that service is never preempted (production without a
+// record).
+func candidate(rd reader, v state.InstanceView) preempt.Candidate {
+	d, _ := rd.Service(v.Instance.Service)
+	return preempt.Candidate{ID: v.Instance.ID, Service: v.Instance.Service, Priority: d.Value.Priority, NeverPreempted: d.Value.NeverPreempted}
+}
+
 // preemptible is whether an instance may be stopped for another: not one
 // in a move (it replaces another, or another replaces it), whose
 // bookkeeping the drain or rebalance owns.
@@ -64,7 +72,7 @@ func preemptible(rd reader, v state.InstanceView) bool {
 
 // planPreempt looks for room for req, which does not fit placed as it is,
 // by stopping instances of services of strictly lower priority than
-// req's: one instance at a time, it asks preempt.Choose for the host and
+// req's, none of a service never preempted: one instance at a time, it asks preempt.Choose for the host and
 // the fewest victims that let one more instance fit (each host as it is
 // after the victims and instances chosen before), then plans the whole
 // request on the hosts without the victims. With a count of 1 the
@@ -116,7 +124,7 @@ func planPreempt(p alloc.Params, rd reader, placed *state.Placed, settings place
 				continue
 			}
 			instances[in.Instance.ID] = in
-			ch.Instances = append(ch.Instances, preempt.Candidate{ID: in.Instance.ID, Service: in.Instance.Service, Priority: priorityOf(rd, in.Instance.Service)})
+			ch.Instances = append(ch.Instances, candidate(rd, in))
 		}
 		cands = append(cands, ch)
 	}
@@ -178,7 +186,8 @@ func planPreempt(p alloc.Params, rd reader, placed *state.Placed, settings place
 // resizeVictims finds on in's host (v, whose usage this change has made
 // a) the fewest instances of strictly lower priority than in's service
 // whose removal lets rz fit (preempt.OnHost): never one of the resize's
-// own targets, one stopped already, or one in a move. It returns them,
+// own targets, one stopped already, one in a move, or one of a service
+// never preempted. It returns them,
 // sorted by ID, and a without them.
 func resizeVictims(p alloc.Params, rd reader, v state.HostView, a state.Alloc, in model.Instance, rz alloc.Resize, targets []state.InstanceView, stopped map[string]bool) ([]state.InstanceView, state.Alloc, bool) {
 	own := map[string]bool{}
@@ -192,7 +201,7 @@ func resizeVictims(p alloc.Params, rd reader, v state.HostView, a state.Alloc, i
 			continue
 		}
 		byID[x.Instance.ID] = x
-		h.Instances = append(h.Instances, preempt.Candidate{ID: x.Instance.ID, Service: x.Instance.Service, Priority: priorityOf(rd, x.Instance.Service)})
+		h.Instances = append(h.Instances, candidate(rd, x))
 	}
 	without := func(ids []string) state.Alloc {
 		b := a.Clone()

@@ -208,3 +208,149 @@ func TestDeployPreemptsOnce(t *testing.T) {
 		t.Errorf("repeat: victims %v, want %v; b %d -> %d instances, web %d", got, want, len(left), len(instanceIDs(s, "b")), len(instanceIDs(s, "web")))
 	}
 }
+
+// TestNeverPreempted: an instance of a service deployed never preempted
+// is no victim of a deploy or a resize of any priority; where such
+// instances would be the fewest victims, others are chosen, and where
+// they are all there is the request fails for want of room. Each row's
+// control is the same cluster with the flag off. Batch and best-effort
+// services may not ask for it, nor may a deploy of more instances change
+// it.
+func TestNeverPreempted(t *testing.T) {
+	ctx := context.Background()
+	guardDeploy := func(count, pieces int, never bool) service.DeployRequest {
+		return service.DeployRequest{Service: "guard", Count: count, Deploy: model.Deploy{Spec: model.Spec{Image: "i"},
+			Size: model.Size{Pieces: pieces, Bind: true, Memory: GiB / 4}, Scheduling: model.Scheduling{NeverPreempted: never}}}
+	}
+	t.Run("deploy", func(t *testing.T) {
+		// h1 holds 4 guard instances of 2 CPUs, h2 8 of b (production) of
+		// 1 CPU: a system deploy of 2 CPUs stops 1 guard instance (the
+		// fewest) unless guard is never preempted, then 2 of b.
+		for _, tt := range []struct {
+			name        string
+			never       bool
+			wantService string
+			wantVictims int
+		}{
+			{"never-preempted", true, "b", 2},
+			{"control-preemptible", false, "guard", 1},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				cryptotest.SetGlobalRandom(t, 7)
+				s := newMemService(t)
+				register(t, s, "h1", topologytest.Laptop().Topology())
+				if _, err := s.Deploy(ctx, guardDeploy(4, 200, tt.never)); err != nil {
+					t.Fatal(err)
+				}
+				register(t, s, "h2", topologytest.Laptop().Topology())
+				b := service.DeployRequest{Service: "b", Count: 8, Deploy: model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB / 4}}}
+				if _, err := s.Deploy(ctx, b); err != nil {
+					t.Fatal(err)
+				}
+				res, err := s.DeployWithRules(ctx, prodDeploy(1, 200, model.PrioritySystem))
+				if err != nil || len(res.Preempted) != tt.wantVictims {
+					t.Fatalf("Deploy(system, 2 CPUs) = %v, victims %v; want %d of %s", err, res.Preempted, tt.wantVictims, tt.wantService)
+				}
+				for _, v := range res.Preempted {
+					if v.Service != tt.wantService {
+						t.Errorf("victim %+v: want one of %s (guard never preempted: %t)", v, tt.wantService, tt.never)
+					}
+				}
+				verify(t, s)
+			})
+		}
+	})
+	t.Run("deploy-nothing-else", func(t *testing.T) {
+		for _, tt := range []struct {
+			name  string
+			never bool
+		}{{"never-preempted", true}, {"control-preemptible", false}} {
+			t.Run(tt.name, func(t *testing.T) {
+				cryptotest.SetGlobalRandom(t, 7)
+				s := newMemService(t)
+				register(t, s, "h1", topologytest.Laptop().Topology())
+				if _, err := s.Deploy(ctx, guardDeploy(8, 100, tt.never)); err != nil {
+					t.Fatal(err)
+				}
+				before := instanceIDs(s, "guard")
+				dry := prodDeploy(1, 100, model.PrioritySystem)
+				dry.DryRun = true
+				_, derr := s.DeployWithRules(ctx, dry)
+				_, err := s.DeployWithRules(ctx, prodDeploy(1, 100, model.PrioritySystem))
+				if tt.never {
+					if service.CodeOf(err) != service.Exhausted || service.CodeOf(derr) != service.Exhausted || !slices.Equal(instanceIDs(s, "guard"), before) {
+						t.Fatalf("Deploy(system) = %v (dry run %v), guard %d -> %d; want resource_exhausted, guard untouched", err, derr, len(before), len(instanceIDs(s, "guard")))
+					}
+					return
+				}
+				if err != nil || derr != nil || len(instanceIDs(s, "guard")) != len(before)-1 {
+					t.Fatalf("Deploy(system) = %v (dry run %v), guard %d -> %d; want one guard instance preempted", err, derr, len(before), len(instanceIDs(s, "guard")))
+				}
+			})
+		}
+	})
+	t.Run("resize", func(t *testing.T) {
+		for _, tt := range []struct {
+			name  string
+			never bool
+		}{{"never-preempted", true}, {"control-preemptible", false}} {
+			t.Run(tt.name, func(t *testing.T) {
+				cryptotest.SetGlobalRandom(t, 7)
+				s := newMemService(t)
+				register(t, s, "h1", topologytest.Laptop().Topology())
+				ins, err := s.Deploy(ctx, prodDeploy(1, 100, model.PrioritySystem))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Deploy(ctx, guardDeploy(7, 100, tt.never)); err != nil {
+					t.Fatal(err)
+				}
+				_, victims, err := s.ResizePreempting(ctx, service.ResizeRequest{Target: ins[0].ID, CPUDelta: 100})
+				if tt.never {
+					if service.CodeOf(err) != service.Exhausted || len(instanceIDs(s, "guard")) != 7 {
+						t.Fatalf("ResizePreempting(+1 CPU) = %v, victims %v, guard %d; want resource_exhausted, guard untouched", err, victims, len(instanceIDs(s, "guard")))
+					}
+					return
+				}
+				if err != nil || len(victims) != 1 || victims[0].Service != "guard" {
+					t.Fatalf("ResizePreempting(+1 CPU) = %v, victims %v; want one guard instance", err, victims)
+				}
+			})
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		for _, tt := range []struct {
+			name string
+			prio model.Priority
+			want string
+		}{
+			{"batch", model.PriorityBatch, "never_preempted = true: only for a priority of production (0) or higher, not batch"},
+			{"best-effort", model.PriorityBestEffort, "never_preempted = true: only for a priority of production (0) or higher, not best-effort"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				s := newMemService(t)
+				register(t, s, "h1", topologytest.Laptop().Topology())
+				r := guardDeploy(1, 100, true)
+				r.Priority = tt.prio
+				_, err := s.Deploy(ctx, r)
+				if service.CodeOf(err) != service.Invalid || err == nil || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("Deploy(%s, never preempted) = %v; want invalid_argument with %q", tt.prio, err, tt.want)
+				}
+			})
+		}
+		t.Run("another-answer-than-the-record", func(t *testing.T) {
+			s := newMemService(t)
+			register(t, s, "h1", topologytest.Laptop().Topology())
+			if _, err := s.Deploy(ctx, guardDeploy(1, 100, true)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := s.Deploy(ctx, guardDeploy(1, 100, false))
+			if service.CodeOf(err) != service.Invalid || !strings.Contains(err.Error(), "runs with never_preempted true") {
+				t.Fatalf("Deploy(guard, preemptible) after a never-preempted deploy = %v; want invalid_argument naming the record's", err)
+			}
+			if d, _ := s.Store().Service("guard"); !d.Value.NeverPreempted {
+				t.Errorf("the record lost never_preempted: %+v", d.Value.Scheduling)
+			}
+		})
+	})
+}

@@ -157,6 +157,13 @@ func (s *Service) Priority(service string) model.Priority {
 	return d.Value.Priority
 }
 
+// NeverPreempted is whether service's instances are never preempted
+// (false when it has no record).
+func (s *Service) NeverPreempted(service string) bool {
+	d, _ := s.st.Service(service)
+	return d.Value.NeverPreempted
+}
+
 // ServiceRecord returns a deployed service's record and its count of
 // instances (an instance and the one replacing it in a move count once);
 // false when no service of that name is deployed.

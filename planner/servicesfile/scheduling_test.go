@@ -25,6 +25,7 @@ func TestSchedulingKeys(t *testing.T) {
 		{"strategy", "fill", "fill", func(s model.Scheduling) bool { return s.Strategy == "fill" }},
 		{"max_per_host", "3", "3", func(s model.Scheduling) bool { return s.MaxPerHost == 3 }},
 		{"priority", "batch", "-200", func(s model.Scheduling) bool { return s.Priority == model.PriorityBatch || s.Priority == -200 }},
+		{"never_preempted", "true", "true", func(s model.Scheduling) bool { return s.NeverPreempted }},
 	}
 	for _, tt := range tests {
 		covered[tt.key] = true
@@ -66,7 +67,10 @@ func TestSchedulingKeys(t *testing.T) {
 		{"max_per_host past int32", "services:\n  web: {image: a, memory: 64MiB, max_per_host: 3000000000}\n", `services.web.max_per_host: 3000000000: want 0 (no cap) to 2147483647`},
 		{"priority a fraction", "services:\n  web: {image: a, memory: 64MiB, priority: 1.5}\n", `services.web.priority: 1.5: want system, production, batch, best-effort or an integer`},
 		{"max_per_host a word", "services:\n  web: {image: a, memory: 64MiB, max_per_host: many}\n", `services.web.max_per_host: a string where a whole number is wanted`},
-		{"unknown x-pinfold key", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-prio: 1}\n", `services.web: unknown key "x-pinfold-prio" (pinfold's compose keys: x-pinfold-max-per-host, x-pinfold-priority, x-pinfold-strategy)`},
+		{"unknown x-pinfold key", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-prio: 1}\n", `services.web: unknown key "x-pinfold-prio" (pinfold's compose keys: x-pinfold-max-per-host, x-pinfold-never-preempted, x-pinfold-priority, x-pinfold-strategy)`},
+		{"never_preempted for batch", "services:\n  web: {image: a, memory: 64MiB, priority: batch, never_preempted: true}\n", `services.web.never_preempted: true: only for a priority of production (0) or higher, not batch`},
+		{"compose never-preempted for best-effort", "services:\n  web: {image: a, mem_limit: 64m, x-pinfold-priority: best-effort, x-pinfold-never-preempted: true}\n", `services.web.x-pinfold-never-preempted: true: only for a priority of production (0) or higher, not best-effort`},
+		{"never_preempted a word", "services:\n  web: {image: a, memory: 64MiB, never_preempted: always}\n", `services.web.never_preempted`},
 		{"known keys list it", "services:\n  web: {image: a, memory: 64MiB, prio: 1}\n", `priority`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,6 +96,7 @@ func TestSchedulingChanges(t *testing.T) {
 		{"strategy", func(d *pinfoldv1.DeployRequest) { d.Strategy = "drained" }, "strategy auto → drained"},
 		{"max per host", func(d *pinfoldv1.DeployRequest) { d.MaxPerHost = 2 }, "max_per_host no cap → 2"},
 		{"priority", func(d *pinfoldv1.DeployRequest) { d.Priority = int32(model.PriorityBatch) }, "priority production → batch"},
+		{"never preempted", func(d *pinfoldv1.DeployRequest) { d.NeverPreempted = true }, "never_preempted false → true"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d := &pinfoldv1.DeployRequest{Service: "web", Image: "img", Cpu: "1", MemoryBytes: 1 << 30, Count: 1}

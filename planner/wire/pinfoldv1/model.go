@@ -170,7 +170,7 @@ func (m *DeployRequest) Model(pieces int) model.Deploy {
 	return model.Deploy{Spec: model.Spec{Image: m.GetImage(), Command: m.GetCommand(), Env: m.GetEnv(), Network: m.GetNetwork(), Health: m.GetHealth().Model(),
 		Container: m.GetContainer().Model(), Ports: PortsModel(m.GetPorts())}, Size: model.Size{Pieces: pieces, Bind: m.GetBind(), WholeCores: m.GetWholeCores(), Memory: m.GetMemoryBytes(), MemorySoft: m.GetMemorySoftBytes()}, Rules: model.Rules{Constraint: m.GetConstraint(), Affinity: model.Affinity{Hard: m.GetAffinityHard(), Soft: m.GetAffinitySoft()},
 		AntiAffinity: model.Affinity{Hard: m.GetAntiAffinityHard(), Soft: m.GetAntiAffinitySoft()},
-		Policy:       m.GetPlacementPolicy(), HostsOrder: m.GetHostsOrder(), DomainSpread: m.GetDomainSpread()}, Scheduling: model.Scheduling{Strategy: m.GetStrategy(), MaxPerHost: int(m.GetMaxPerHost()), Priority: model.Priority(m.GetPriority())},
+		Policy:       m.GetPlacementPolicy(), HostsOrder: m.GetHostsOrder(), DomainSpread: m.GetDomainSpread()}, Scheduling: model.Scheduling{Strategy: m.GetStrategy(), MaxPerHost: int(m.GetMaxPerHost()), Priority: model.Priority(m.GetPriority()), NeverPreempted: m.GetNeverPreempted()},
 		Source: m.GetSource()}
 }
 
@@ -182,7 +182,7 @@ func NewDeployRequest(service string, count int, d model.Deploy, cpu string) *De
 	return &DeployRequest{Service: service, Count: int32(min(max(count, 0), math.MaxInt32)),
 		Image: d.Image, Command: d.Command, Env: d.Env, Network: d.Network, Health: NewHealthCheck(d.Health), Container: NewContainerSpec(d.Container),
 		Ports: NewPorts(d.Ports), Cpu: cpu, Bind: d.Bind, WholeCores: d.WholeCores, MemoryBytes: d.Memory, MemorySoftBytes: d.MemorySoft,
-		Strategy: d.Strategy, MaxPerHost: int32(min(max(d.MaxPerHost, 0), model.MaxMaxPerHost)), Priority: int32(d.Priority),
+		Strategy: d.Strategy, MaxPerHost: int32(min(max(d.MaxPerHost, 0), model.MaxMaxPerHost)), Priority: int32(d.Priority), NeverPreempted: d.NeverPreempted,
 		Constraint: d.Rules.Constraint, AffinityHard: d.Rules.Affinity.Hard, AffinitySoft: d.Rules.Affinity.Soft,
 		AntiAffinityHard: d.Rules.AntiAffinity.Hard, AntiAffinitySoft: d.Rules.AntiAffinity.Soft,
 		PlacementPolicy: d.Rules.Policy, HostsOrder: d.Rules.HostsOrder, DomainSpread: d.Rules.DomainSpread, Source: d.Source}
@@ -193,7 +193,7 @@ func NewDeployRequest(service string, count int, d model.Deploy, cpu string) *De
 func NewServiceRecord(name string, d model.Deploy, cpu string, count, shareBase int) *ServiceRecord {
 	return &ServiceRecord{Name: name, Image: d.Image, Command: d.Command, Env: d.Env, Network: d.Network,
 		Health: NewHealthCheck(d.Health), Pull: d.Pull, Cpu: cpu, Bind: d.Bind, WholeCores: d.WholeCores, MemoryBytes: d.Memory,
-		MemorySoftBytes: d.MemorySoft, Strategy: d.Strategy, MaxPerHost: int32(min(max(d.MaxPerHost, 0), model.MaxMaxPerHost)), Priority: int32(d.Priority),
+		MemorySoftBytes: d.MemorySoft, Strategy: d.Strategy, MaxPerHost: int32(min(max(d.MaxPerHost, 0), model.MaxMaxPerHost)), Priority: int32(d.Priority), NeverPreempted: d.NeverPreempted,
 		Count: int32(min(max(count, 0), math.MaxInt32)), ShareBase: int32(shareBase),
 		Container: NewContainerSpec(d.Container), Ports: NewPorts(d.Ports),
 		Constraint: d.Rules.Constraint, AffinityHard: d.Rules.Affinity.Hard, AffinitySoft: d.Rules.Affinity.Soft,
@@ -208,7 +208,7 @@ func (m *ServiceRecord) Model(pieces int) model.Deploy {
 		Spec: model.Spec{Image: m.GetImage(), Command: m.GetCommand(), Env: m.GetEnv(), Network: m.GetNetwork(), Health: m.GetHealth().Model(),
 			Pull: m.GetPull(), Container: m.GetContainer().Model(), Ports: PortsModel(m.GetPorts())},
 		Size:       model.Size{Pieces: pieces, Bind: m.GetBind(), WholeCores: m.GetWholeCores(), Memory: m.GetMemoryBytes(), MemorySoft: m.GetMemorySoftBytes()},
-		Scheduling: model.Scheduling{Strategy: m.GetStrategy(), MaxPerHost: int(m.GetMaxPerHost()), Priority: model.Priority(m.GetPriority())},
+		Scheduling: model.Scheduling{Strategy: m.GetStrategy(), MaxPerHost: int(m.GetMaxPerHost()), Priority: model.Priority(m.GetPriority()), NeverPreempted: m.GetNeverPreempted()},
 		Rules: model.Rules{Constraint: m.GetConstraint(), Affinity: model.Affinity{Hard: m.GetAffinityHard(), Soft: m.GetAffinitySoft()},
 			AntiAffinity: model.Affinity{Hard: m.GetAntiAffinityHard(), Soft: m.GetAntiAffinitySoft()},
 			Policy:       m.GetPlacementPolicy(), HostsOrder: m.GetHostsOrder(), DomainSpread: m.GetDomainSpread()},

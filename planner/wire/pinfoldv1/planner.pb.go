@@ -1120,12 +1120,15 @@ type Instance struct {
 	WholeCores         bool                   `protobuf:"varint,32,opt,name=whole_cores,json=wholeCores,proto3" json:"whole_cores,omitempty"`               // bound to whole physical cores (no SMT sibling shared)
 	// priority is the service's (model.Priority), in listings (ListInstances,
 	// GetHost); 0 (production) in what the agents are sent.
-	Priority      int32          `protobuf:"varint,33,opt,name=priority,proto3" json:"priority,omitempty"`
-	Container     *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                  // volumes, restart, labels, user, …; nil: none
-	Ports         []*Port        `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                          // the ports the instance asks for
-	HostPorts     []*Port        `protobuf:"bytes,61,rep,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"` // the host ports it holds on its host, in the order of ports
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Priority int32 `protobuf:"varint,33,opt,name=priority,proto3" json:"priority,omitempty"`
+	// never_preempted is the service's (model.Scheduling.NeverPreempted), in
+	// listings as priority is; false in what the agents are sent.
+	NeverPreempted bool           `protobuf:"varint,34,opt,name=never_preempted,json=neverPreempted,proto3" json:"never_preempted,omitempty"`
+	Container      *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                  // volumes, restart, labels, user, …; nil: none
+	Ports          []*Port        `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                          // the ports the instance asks for
+	HostPorts      []*Port        `protobuf:"bytes,61,rep,name=host_ports,json=hostPorts,proto3" json:"host_ports,omitempty"` // the host ports it holds on its host, in the order of ports
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Instance) Reset() {
@@ -1373,6 +1376,13 @@ func (x *Instance) GetPriority() int32 {
 		return x.Priority
 	}
 	return 0
+}
+
+func (x *Instance) GetNeverPreempted() bool {
+	if x != nil {
+		return x.NeverPreempted
+	}
+	return false
 }
 
 func (x *Instance) GetContainer() *ContainerSpec {
@@ -2672,8 +2682,11 @@ type DeployRequest struct {
 	// instances of strictly lower-priority services to make room.
 	NoPreempt bool `protobuf:"varint,26,opt,name=no_preempt,json=noPreempt,proto3" json:"no_preempt,omitempty"`
 	// dry_run: plan the deploy, victims included, and commit nothing.
-	DryRun    bool           `protobuf:"varint,27,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
-	Container *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"` // volumes, restart, labels, user, …
+	DryRun bool `protobuf:"varint,27,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
+	// never_preempted: no instance of the service is ever stopped to make
+	// room for another; only with a priority of production or higher.
+	NeverPreempted bool           `protobuf:"varint,28,opt,name=never_preempted,json=neverPreempted,proto3" json:"never_preempted,omitempty"`
+	Container      *ContainerSpec `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"` // volumes, restart, labels, user, …
 	// create_only: refused (already_exists) when the service exists, so two
 	// runs of one apply never both add a new service's instances.
 	CreateOnly    bool    `protobuf:"varint,70,opt,name=create_only,json=createOnly,proto3" json:"create_only,omitempty"`
@@ -2897,6 +2910,13 @@ func (x *DeployRequest) GetNoPreempt() bool {
 func (x *DeployRequest) GetDryRun() bool {
 	if x != nil {
 		return x.DryRun
+	}
+	return false
+}
+
+func (x *DeployRequest) GetNeverPreempted() bool {
+	if x != nil {
+		return x.NeverPreempted
 	}
 	return false
 }
@@ -3675,12 +3695,13 @@ type ServiceRecord struct {
 	PlacementPolicy  string                 `protobuf:"bytes,20,opt,name=placement_policy,json=placementPolicy,proto3" json:"placement_policy,omitempty"`
 	HostsOrder       []string               `protobuf:"bytes,21,rep,name=hosts_order,json=hostsOrder,proto3" json:"hosts_order,omitempty"`
 	DomainSpread     string                 `protobuf:"bytes,22,opt,name=domain_spread,json=domainSpread,proto3" json:"domain_spread,omitempty"`
-	Count            int32                  `protobuf:"varint,23,opt,name=count,proto3" json:"count,omitempty"`                          // its instances now (a move in flight counts once)
-	ShareBase        int32                  `protobuf:"varint,24,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"` // pieces per CPU: cpu is a whole number of them
-	Priority         int32                  `protobuf:"varint,25,opt,name=priority,proto3" json:"priority,omitempty"`                    // as DeployRequest.priority
-	Source           string                 `protobuf:"bytes,26,opt,name=source,proto3" json:"source,omitempty"`                         // as DeployRequest.source: apply --prune removes only its project's services
-	Container        *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                   // volumes, restart, labels, user, …; nil: none
-	Ports            []*Port                `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                           // the named host ports each instance asks for
+	Count            int32                  `protobuf:"varint,23,opt,name=count,proto3" json:"count,omitempty"`                                         // its instances now (a move in flight counts once)
+	ShareBase        int32                  `protobuf:"varint,24,opt,name=share_base,json=shareBase,proto3" json:"share_base,omitempty"`                // pieces per CPU: cpu is a whole number of them
+	Priority         int32                  `protobuf:"varint,25,opt,name=priority,proto3" json:"priority,omitempty"`                                   // as DeployRequest.priority
+	Source           string                 `protobuf:"bytes,26,opt,name=source,proto3" json:"source,omitempty"`                                        // as DeployRequest.source: apply --prune removes only its project's services
+	NeverPreempted   bool                   `protobuf:"varint,27,opt,name=never_preempted,json=neverPreempted,proto3" json:"never_preempted,omitempty"` // as DeployRequest.never_preempted
+	Container        *ContainerSpec         `protobuf:"bytes,40,opt,name=container,proto3" json:"container,omitempty"`                                  // volumes, restart, labels, user, …; nil: none
+	Ports            []*Port                `protobuf:"bytes,60,rep,name=ports,proto3" json:"ports,omitempty"`                                          // the named host ports each instance asks for
 	unknownFields    protoimpl.UnknownFields
 	sizeCache        protoimpl.SizeCache
 }
@@ -3895,6 +3916,13 @@ func (x *ServiceRecord) GetSource() string {
 		return x.Source
 	}
 	return ""
+}
+
+func (x *ServiceRecord) GetNeverPreempted() bool {
+	if x != nil {
+		return x.NeverPreempted
+	}
+	return false
 }
 
 func (x *ServiceRecord) GetContainer() *ContainerSpec {
@@ -5312,7 +5340,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04Port\x12\x12\n" +
 	"\x04name\x18< \x01(\tR\x04name\x12\x12\n" +
 	"\x04host\x18= \x01(\x05R\x04host\x12\x1c\n" +
-	"\tcontainer\x18> \x01(\x05R\tcontainer\"\xc8\t\n" +
+	"\tcontainer\x18> \x01(\x05R\tcontainer\"\xf1\t\n" +
 	"\bInstance\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
@@ -5350,7 +5378,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x04pull\x18\x1f \x01(\tR\x04pull\x12\x1f\n" +
 	"\vwhole_cores\x18  \x01(\bR\n" +
 	"wholeCores\x12\x1a\n" +
-	"\bpriority\x18! \x01(\x05R\bpriority\x127\n" +
+	"\bpriority\x18! \x01(\x05R\bpriority\x12'\n" +
+	"\x0fnever_preempted\x18\" \x01(\bR\x0eneverPreempted\x127\n" +
 	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12&\n" +
 	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\x12/\n" +
 	"\n" +
@@ -5471,7 +5500,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\ano_room\x18\x04 \x03(\tR\x06noRoom\x12&\n" +
 	"\x0fcapped_per_host\x18\x05 \x01(\x05R\rcappedPerHost\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
-	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\xe4\a\n" +
+	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\x8d\b\n" +
 	"\rDeployRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5507,7 +5536,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x06source\x18\x19 \x01(\tR\x06source\x12\x1d\n" +
 	"\n" +
 	"no_preempt\x18\x1a \x01(\bR\tnoPreempt\x12\x17\n" +
-	"\adry_run\x18\x1b \x01(\bR\x06dryRun\x127\n" +
+	"\adry_run\x18\x1b \x01(\bR\x06dryRun\x12'\n" +
+	"\x0fnever_preempted\x18\x1c \x01(\bR\x0eneverPreempted\x127\n" +
 	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12\x1f\n" +
 	"\vcreate_only\x18F \x01(\bR\n" +
 	"createOnly\x12&\n" +
@@ -5590,7 +5620,7 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x11GetServiceRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"I\n" +
 	"\x12GetServiceResponse\x123\n" +
-	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\x99\a\n" +
+	"\aservice\x18\x01 \x01(\v2\x19.pinfold.v1.ServiceRecordR\aservice\"\xc2\a\n" +
 	"\rServiceRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
@@ -5624,7 +5654,8 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\n" +
 	"share_base\x18\x18 \x01(\x05R\tshareBase\x12\x1a\n" +
 	"\bpriority\x18\x19 \x01(\x05R\bpriority\x12\x16\n" +
-	"\x06source\x18\x1a \x01(\tR\x06source\x127\n" +
+	"\x06source\x18\x1a \x01(\tR\x06source\x12'\n" +
+	"\x0fnever_preempted\x18\x1b \x01(\bR\x0eneverPreempted\x127\n" +
 	"\tcontainer\x18( \x01(\v2\x19.pinfold.v1.ContainerSpecR\tcontainer\x12&\n" +
 	"\x05ports\x18< \x03(\v2\x10.pinfold.v1.PortR\x05ports\"'\n" +
 	"\rRemoveRequest\x12\x16\n" +
