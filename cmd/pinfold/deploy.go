@@ -49,6 +49,7 @@ func newDeployCmd() *cobra.Command {
 		maxPerHost int32
 		priority   string
 		noPreempt  bool
+		never      bool
 		dryRun     bool
 		image      string
 		env        []string
@@ -129,7 +130,8 @@ fewest, then by ID) in the same commit that places it, and lists them
 preempted) and in the events (kind Preempted, naming the preemptor).
 The victims are not placed again. --dry-run shows where the deploy would
 go and which instances it would stop, changing nothing; --no-preempt
-fails instead.`,
+fails instead. A service deployed --never-preempted (production or
+higher) is never stopped for another, whatever that one's priority.`,
 		Example: `  pinfold deploy web --count 3 --cpu 1.7 --bind --memory 1GiB --image nginx
   pinfold deploy cache --count 2 --cpu 0.5 --memory 4GiB --memory-soft 2GiB --image redis:7
   pinfold deploy db --count 2 --cpu 4 --bind --whole-cores --memory 8GiB --image postgres:16
@@ -179,10 +181,13 @@ fails instead.`,
 			if err != nil {
 				return badInput("--priority %q: want system, production, batch, best-effort or an integer from %d to %d", priority, model.MinPriority, model.MaxPriority)
 			}
+			if never && prio < model.PriorityProduction {
+				return badInput("--never-preempted with --priority %s: only for a priority of production (0) or higher (a %s service gives way when room is short)", prio, prio)
+			}
 			dreq := &pinfoldv1.DeployRequest{Service: args[0], Image: image, Priority: int32(prio),
 				Command: args[1:], Env: env, Network: network, Count: count, Cpu: cpuS, Bind: bind, WholeCores: wholeCores, MemoryBytes: mem, MemorySoftBytes: soft,
 				Strategy: strategy, MaxPerHost: maxPerHost, Health: hc, Container: cs, Ports: pinfoldv1.NewPorts(ports),
-				NoPreempt: noPreempt, DryRun: dryRun}
+				NoPreempt: noPreempt, DryRun: dryRun, NeverPreempted: never}
 			if err := rules.apply(dreq); err != nil {
 				return err
 			}
@@ -246,6 +251,7 @@ fails instead.`,
 	f.StringVar(&strategy, "strategy", "auto", "auto, each, fill, global or drained")
 	f.Int32Var(&maxPerHost, "max-per-host", 0, "cap on the service's instances per host (0: none)")
 	f.StringVar(&priority, "priority", "production", "the service's priority: system (1000), production (0), batch (-500), best-effort (-1000) or an integer from -100000 to 100000; kept in its record and files, more instances are deployed at the same priority; a deploy that does not fit stops the fewest instances of strictly lower priority (see --no-preempt)")
+	f.BoolVar(&never, "never-preempted", false, "no instance of the service is ever stopped to make room for another, whatever its priority; only with --priority production or higher; kept in its record (services file never_preempted, compose x-pinfold-never-preempted)")
 	f.BoolVar(&noPreempt, "no-preempt", false, "when the deploy does not fit, fail rather than stop instances of lower-priority services to make room")
 	f.BoolVar(&dryRun, "dry-run", false, "plan the deploy and say where it would go and which instances it would preempt; change nothing")
 	f.StringVar(&image, "image", "", "container image the instances run (required), e.g. debian:12")

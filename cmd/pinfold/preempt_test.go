@@ -3,6 +3,9 @@ package main
 import (
 	"encoding/json"
 	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -128,5 +131,114 @@ func TestResizePreemptsEndToEnd(t *testing.T) {
 	want[web[0].Host]--
 	if got := onHost(); !maps.Equal(got, want) {
 		t.Errorf("crunch per host after the resize = %v, want %v (one fewer on %s only)", got, want, web[0].Host)
+	}
+}
+
+// TestNeverPreemptedEndToEnd (issue 40, "never preempt me" for the
+// highest class): deploy --never-preempted keeps it in the record, ps and
+// host show say it where they say the priority, a services file
+// (never_preempted) and a compose file (x-pinfold-never-preempted) that
+// say it diff to no changes; a system deploy on a host full of the
+// service's instances is refused, dry run too, and stops none; with a
+// second host full of a preemptible production service, the same deploy
+// stops one of that one's instances, never the guarded one's (the
+// control: preemption itself works here). Batch or best-effort with it is
+// refused (exit 2), by the flag and by a file.
+func TestNeverPreemptedEndToEnd(t *testing.T) {
+	pf := plannerCLI(t)
+	topo := topologyFile(t, "laptop-i7-1185g7")
+	pf.Must("host", "add", "a", "--topology", topo)
+	pf.Must("deploy", "guard", "--count", "8", "--image", "busybox", "--cpu", "1", "--bind", "--memory", "256MiB", "--never-preempted")
+	count := func(service string) int {
+		t.Helper()
+		var ins []instanceJSON
+		if err := json.Unmarshal([]byte(pf.Must("ps", "-o", "json")), &ins); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, in := range ins {
+			if in.Service == service {
+				n++
+				if in.NeverPreempted != (service == "guard") {
+					t.Errorf("ps -o json: %s never_preempted %t", in.ID, in.NeverPreempted)
+				}
+			}
+		}
+		return n
+	}
+	if n := count("guard"); n != 8 {
+		t.Fatalf("guard has %d instances, want 8", n)
+	}
+	for _, args := range [][]string{{"ps"}, {"host", "show", "a"}} {
+		if out := pf.Must(args...); !strings.Contains(out, "PRIORITY") || !regexp.MustCompile(`guard\s+production, never preempted\s`).MatchString(out) {
+			t.Errorf("%s:\n%s\nwant guard's PRIORITY production, never preempted", strings.Join(args, " "), out)
+		}
+	}
+	sys := []string{"deploy", "sys", "--image", "busybox", "--cpu", "1", "--bind", "--memory", "256MiB", "--priority", "system"}
+	for _, extra := range [][]string{{"--dry-run"}, nil} {
+		if _, errOut, code := pf.Run(append(slices.Clone(sys), extra...)...); code == 0 {
+			t.Errorf("%s %v on a host full of guard: exit 0 (%s); want it refused", strings.Join(sys, " "), extra, errOut)
+		}
+	}
+	if n := count("guard"); n != 8 {
+		t.Fatalf("a refused system deploy left guard %d instances, want 8", n)
+	}
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		t.Helper()
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	same := write("same.yaml", "services:\n  guard: {image: busybox, memory: 256MiB, cpu: 1, bind: true, count: 8, never_preempted: true}\n")
+	if out := pf.MustCombined("diff", "-f", same); !strings.Contains(out, "no changes") {
+		t.Errorf("diff -f same.yaml:\n%s\nwant no changes", out)
+	}
+	// A compose file cannot bind (its diff names that); never preempted
+	// it says with x-pinfold-never-preempted, and its diff names that
+	// only when the key is left out.
+	for _, tt := range []struct{ key, want string }{{" x-pinfold-never-preempted: true,", ""}, {"", "never_preempted true → false"}} {
+		f := write("compose.yaml", "services:\n  guard: {image: busybox, mem_limit: 256m, cpus: 1,"+tt.key+" deploy: {replicas: 8}}\n")
+		out, _ := pf.Combined("diff", "-f", f)
+		if strings.Contains(out, "never_preempted") != (tt.want != "") || !strings.Contains(out, tt.want) {
+			t.Errorf("diff of a compose file with%q:\n%s\nwant %q named", tt.key, out, tt.want)
+		}
+	}
+	off := write("off.yaml", "services:\n  guard: {image: busybox, memory: 256MiB, cpu: 1, bind: true, count: 8}\n")
+	if out, code := pf.Combined("diff", "-f", off); code != exitUnmet || !strings.Contains(out, "never_preempted true → false") {
+		t.Errorf("diff of a file without never_preempted: exit %d:\n%s\nwant exit 1 naming never_preempted true → false", code, out)
+	}
+	if _, errOut, code := pf.Run("deploy", "x", "--image", "busybox", "--memory", "64MiB", "--priority", "batch", "--never-preempted"); code != exitBadInput ||
+		!strings.Contains(errOut, "--never-preempted with --priority batch") {
+		t.Errorf("deploy --priority batch --never-preempted: exit %d: %s; want exit 2 naming both", code, errOut)
+	}
+	bad := write("bad.yaml", "services:\n  x: {image: busybox, memory: 64MiB, priority: best-effort, never_preempted: true}\n")
+	if _, errOut, code := pf.Run("apply", "-f", bad); code != exitBadInput || !strings.Contains(errOut, "never_preempted: true: only for a priority of production (0) or higher, not best-effort") {
+		t.Errorf("apply of a best-effort service never preempted: exit %d: %s; want exit 2 naming never_preempted and the priority", code, errOut)
+	}
+	badCompose := write("bad-compose.yaml", "services:\n  x: {image: busybox, mem_limit: 64m, x-pinfold-priority: batch, x-pinfold-never-preempted: true}\n")
+	if _, errOut, code := pf.Run("apply", "-f", badCompose); code != exitBadInput || !strings.Contains(errOut, "services.x.x-pinfold-never-preempted: true: only for a priority of production (0) or higher, not batch") {
+		t.Errorf("apply of a compose batch service never preempted: exit %d: %s; want exit 2 naming x-pinfold-never-preempted and the priority", code, errOut)
+	}
+	// The control: a host full of a preemptible production service gives
+	// the system deploy its room, from that service only.
+	pf.Must("host", "add", "b", "--topology", topo)
+	pf.Must("deploy", "plain", "--count", "8", "--image", "busybox", "--cpu", "1", "--bind", "--memory", "256MiB")
+	out := pf.Must(append(sys, "-o", "json")...)
+	var placed []instanceJSON
+	if err := json.Unmarshal([]byte(out), &placed); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	var victims []victimJSON
+	for _, in := range placed {
+		victims = append(victims, in.Preempted...)
+	}
+	if len(victims) != 1 || victims[0].Service != "plain" || victims[0].Host != "b" {
+		t.Errorf("system deploy with plain on b: victims %+v; want one instance of plain on b", victims)
+	}
+	if n := count("guard"); n != 8 {
+		t.Errorf("guard has %d instances after the system deploy, want 8", n)
 	}
 }

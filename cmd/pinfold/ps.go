@@ -24,9 +24,12 @@ type instanceJSON struct {
 	Service string `json:"service"`
 	// Priority is the service's (0 production, 1000 system, -500 batch,
 	// -1000 best-effort, or another whole number).
-	Priority int32            `json:"priority"`
-	Host     string           `json:"host"`
-	CPUs     map[string]int32 `json:"cpus"`
+	Priority int32 `json:"priority"`
+	// NeverPreempted: the service's instances are never stopped to make
+	// room for another (deploy --never-preempted).
+	NeverPreempted bool             `json:"never_preempted,omitempty"`
+	Host           string           `json:"host"`
+	CPUs           map[string]int32 `json:"cpus"`
 	// CPUQuota, CPUPlanned and CPUGot are JSON numbers written exactly
 	// as decimals of pieces (1.7, never 1.7000000000000002).
 	CPUQuota json.Number `json:"cpu_quota,omitempty"`
@@ -121,7 +124,7 @@ func toInstanceJSON(in *pinfoldv1.Instance) instanceJSON {
 		n := json.Number(cpuAmount(int64(in.CpuGotPieces), in.ShareBase))
 		got = &n
 	}
-	return instanceJSON{Container: in.Container.Model(), Applied: ap, ID: in.Id, Service: in.Service, Priority: in.Priority, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
+	return instanceJSON{Container: in.Container.Model(), Applied: ap, ID: in.Id, Service: in.Service, Priority: in.Priority, NeverPreempted: in.NeverPreempted, Host: in.Host, CPUs: cpuMapJSON(in.Cpus), CPUQuota: json.Number(quotaOf(in)),
 		CPUPlanned: json.Number(cpuAmount(int64(plannedPieces(in)), in.ShareBase)), CPUGot: got,
 		NUMANode: in.NumaNode, Memory: in.MemoryBytes, MemorySoft: in.MemorySoftBytes, Bind: in.Bind, WholeCores: in.WholeCores, Image: in.Image,
 		Network: in.Network, State: in.State, Generation: in.Generation, ContainerID: in.ContainerId, PID: in.Pid, Error: in.Error,
@@ -149,14 +152,25 @@ func instancesJSON(ins []*pinfoldv1.Instance) []instanceJSON {
 	return out
 }
 
+// priorityText is in's service's priority, and whether it is never
+// preempted.
+func priorityText(in *pinfoldv1.Instance) string {
+	s := model.Priority(in.Priority).String()
+	if in.NeverPreempted {
+		s += ", never preempted"
+	}
+	return s
+}
+
 func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	// A VOLUMES column only when some instance has one, PORTS only when
 	// an instance holds some.
 	vols := slices.ContainsFunc(ins, func(in *pinfoldv1.Instance) bool { return len(in.GetContainer().GetVolumes()) > 0 })
 	withPorts := slices.ContainsFunc(ins, func(in *pinfoldv1.Instance) bool { return len(in.HostPorts) > 0 })
-	// A PRIORITY column only when a service is not production.
-	withPriority := slices.ContainsFunc(ins, func(in *pinfoldv1.Instance) bool { return in.Priority != 0 })
+	// A PRIORITY column only when a service is not production, or is
+	// never preempted ("production, never preempted").
+	withPriority := slices.ContainsFunc(ins, func(in *pinfoldv1.Instance) bool { return in.Priority != 0 || in.NeverPreempted })
 	priority := func(s string) string {
 		if !withPriority {
 			return ""
@@ -197,7 +211,7 @@ func printInstances(w io.Writer, ins []*pinfoldv1.Instance) error {
 		if in.State == "running" {
 			got = cpuAmount(int64(in.CpuGotPieces), in.ShareBase)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\t%s\t%s\t%s/%s\t%s\t%s%s", in.Id, in.Service, priority(model.Priority(in.Priority).String()), in.Host, numa, orDash(strings.Join(cpus, " ")),
+		fmt.Fprintf(tw, "%s\t%s\t%s%s\t%s\t%s\t%s\t%s/%s\t%s\t%s%s", in.Id, in.Service, priority(priorityText(in)), in.Host, numa, orDash(strings.Join(cpus, " ")),
 			orDash(quotaOf(in)), cpuAmount(int64(plannedPieces(in)), in.ShareBase), got, formatBytes(in.MemoryBytes), ports(orDash(portsText(in))), state)
 		if vols {
 			fmt.Fprintf(tw, "\t%s", orDash(strings.Join(in.GetContainer().GetVolumes(), " ")))
