@@ -17,7 +17,8 @@
 // number of steps, and a drain's move uses the overbooking only when no
 // host had nominal room for it; and a preempt step (opPreempt, its own
 // random stream) deploys at a higher priority what does not fit, checking
-// that no victim has the preemptor's priority or a higher one, that the
+// that no victim has the preemptor's priority or a higher one nor is of a
+// service never preempted, that the
 // victims are the fewest of the lowest priorities (brute force over every
 // subset on small fleets), that a dry run names them and changes nothing,
 // and that the audit is clean right after (nothing oversold). A panic, an internal error or a broken invariant fails

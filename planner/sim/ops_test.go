@@ -182,6 +182,11 @@ func (w *world) deployRequest(name string) service.DeployRequest {
 		k++
 	}
 	r.Priority = classes[k%len(classes)]
+	// Never preempted follows the name and the priority too (no draw):
+	// api, batch, cache and db at production or higher, so that the
+	// preempt step meets production work it may not stop (api, on every
+	// seventh step) beside work it may (web).
+	r.NeverPreempted = r.Priority >= model.PriorityProduction && name[0] <= 'd'
 	r.Source = projectOf(name, w.step)
 	if w.rng.IntN(5) == 0 { // the commonest deploy: one instance, auto, no rules (the room index's)
 		r.Count, r.Strategy, r.UseBuffer = 1, string(alloc.Auto), false
@@ -197,6 +202,9 @@ func describe(r service.DeployRequest) string {
 	}
 	if r.Priority != model.PriorityProduction {
 		s += " priority " + r.Priority.String()
+	}
+	if r.NeverPreempted {
+		s += " never-preempted"
 	}
 	for _, p := range r.Spec.Ports {
 		s += " port " + p.String()

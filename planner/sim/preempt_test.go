@@ -21,7 +21,8 @@ const maxBruteForce = 10
 // anything, and checks preemption's invariants:
 //   - a dry run names the victims the deploy then stops, and changes
 //     nothing;
-//   - no victim's service has the preemptor's priority or a higher one;
+//   - no victim's service has the preemptor's priority or a higher one,
+//     nor is never preempted;
 //   - the victims are on the host the instance takes, and the audit is
 //     clean right after (nothing oversold while both were planned);
 //   - on small fleets (at most maxBruteForce candidates a host), no set of
@@ -33,10 +34,12 @@ const maxBruteForce = 10
 // The probe is removed after.
 func (w *world) opPreempt() (op, bool) {
 	prio := map[string]model.Priority{}
+	never := map[string]bool{}
 	lowest := model.MaxPriority
 	for _, in := range w.instances() {
 		d, _ := w.st.Service(in.Service)
 		prio[in.Service] = d.Value.Priority
+		never[in.Service] = d.Value.NeverPreempted
 		lowest = min(lowest, d.Value.Priority)
 	}
 	var above []model.Priority
@@ -91,6 +94,9 @@ func (w *world) opPreempt() (op, bool) {
 		if v.Priority >= r.Priority || prio[v.Service] != v.Priority {
 			w.fail("preempt: %s (priority %s) stopped %s of %s at priority %s (recorded %s)", what, r.Priority, v.ID, v.Service, v.Priority, prio[v.Service])
 		}
+		if never[v.Service] {
+			w.fail("preempt: %s stopped %s of %s, which is never preempted", what, v.ID, v.Service)
+		}
 		if v.Host != res.Instances[0].Host {
 			w.fail("preempt: %s took %s and stopped %s on %s", what, res.Instances[0].Host, v.ID, v.Host)
 		}
@@ -122,7 +128,8 @@ type choice struct {
 }
 
 // preemptOracle is the best victim set for r over every subset of every
-// schedulable host's instances of lower priority (not in a move), each
+// schedulable host's instances of lower priority (not in a move, not of
+// a service never preempted), each
 // tried with a single-host plan of one instance of r on the host without
 // them; false when some host has more than maxBruteForce candidates.
 func (w *world) preemptOracle(r service.DeployRequest) (choice, bool) {
@@ -138,7 +145,7 @@ func (w *world) preemptOracle(r service.DeployRequest) (choice, bool) {
 		var prios []model.Priority
 		for _, x := range w.st.Instances(ph.Name) {
 			d, _ := w.st.Service(x.Instance.Service)
-			if d.Value.Priority >= r.Priority || x.Instance.Replaces != "" || len(w.st.Replacements(x.Instance.ID)) > 0 {
+			if d.Value.Priority >= r.Priority || d.Value.NeverPreempted || x.Instance.Replaces != "" || len(w.st.Replacements(x.Instance.ID)) > 0 {
 				continue
 			}
 			cands, prios = append(cands, x.Instance), append(prios, d.Value.Priority)
