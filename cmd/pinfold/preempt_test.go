@@ -123,9 +123,29 @@ func TestResizePreemptsEndToEnd(t *testing.T) {
 	if got := onHost(); !maps.Equal(got, before) {
 		t.Fatalf("resize --no-preempt: crunch per host %v -> %v", before, got)
 	}
+	// --dry-run: the new size and the victim, nothing changed; the
+	// resize then stops that very instance.
+	var dry []instanceJSON
+	if err := json.Unmarshal([]byte(pf.Must(append(args, "--dry-run", "-o", "json")...)), &dry); err != nil || len(dry) != 1 ||
+		dry[0].ID != web[0].ID || dry[0].CPUPlanned != "2" || len(dry[0].Preempted) != 1 || dry[0].Preempted[0].Host != web[0].Host {
+		t.Fatalf("resize --dry-run -o json: %v %+v; want %s at 2 CPUs with one victim on %s", err, dry, web[0].ID, web[0].Host)
+	}
+	if _, text, code := pf.Run(append(args, "--dry-run")...); code != 0 || strings.Count(text, "would preempt "+dry[0].Preempted[0].ID) != 1 || !strings.Contains(text, "nothing was changed") {
+		t.Errorf("resize --dry-run: exit %d:\n%s\nwant 'would preempt %s' and nothing changed", code, text, dry[0].Preempted[0].ID)
+	}
+	if got := onHost(); !maps.Equal(got, before) {
+		t.Fatalf("resize --dry-run: crunch per host %v -> %v", before, got)
+	}
+	var now []instanceJSON
+	if err := json.Unmarshal([]byte(pf.Must("ps", "--service", "web", "-o", "json")), &now); err != nil || len(now) != 1 || now[0].CPUPlanned != "1" {
+		t.Errorf("after resize --dry-run web is %v %+v; want it at 1 CPU still", err, now)
+	}
 	_, errOut, code := pf.Run(args...)
 	if code != 0 || strings.Count(errOut, "preempted crunch-") != 1 || !strings.Contains(errOut, " on "+web[0].Host) {
 		t.Fatalf("resize +1: exit %d: %s; want one 'preempted crunch-… on %s'", code, errOut, web[0].Host)
+	}
+	if !strings.Contains(errOut, "preempted "+dry[0].Preempted[0].ID+" ") {
+		t.Errorf("resize +1 stopped another instance than its dry run named (%s): %s", dry[0].Preempted[0].ID, errOut)
 	}
 	want := maps.Clone(before)
 	want[web[0].Host]--

@@ -37,6 +37,7 @@ func newResizeCmd() *cobra.Command {
 		bind, noBind bool
 		force        bool
 		noPreempt    bool
+		dryRun       bool
 		wait         time.Duration
 	)
 	cmd := &cobra.Command{
@@ -70,7 +71,9 @@ host's reason (exit 1).
 An instance that does not grow on its own host stops the fewest
 instances of strictly lower-priority services there, in the same commit
 ("preempted ID (service, priority) on HOST"; -o json: preempted on the
-first instance of that host), unless --no-preempt.`,
+first instance of that host), unless --no-preempt. --dry-run plans the
+resize and prints the instances at their new size and the instances it
+would preempt ("would preempt ..."), changing nothing.`,
 		Example: `  pinfold resize web-3f2a9c0d1e --cpu +0.7 --memory +64MiB
   pinfold resize web --cpu -0.5
   pinfold resize cache --no-bind
@@ -80,7 +83,7 @@ first instance of that host), unless --no-preempt.`,
 			if err := out.validate(cmd); err != nil {
 				return err
 			}
-			req := &pinfoldv1.ResizeRequest{Target: args[0], NoPreempt: noPreempt}
+			req := &pinfoldv1.ResizeRequest{Target: args[0], NoPreempt: noPreempt, DryRun: dryRun}
 			var err error
 			if cpu != "" {
 				if req.CpuDelta, err = parseCPUDelta(cpu); err != nil {
@@ -108,9 +111,22 @@ first instance of that host), unless --no-preempt.`,
 				}
 				ins := resp.Msg.Instances
 				if !out.json() {
-					for _, v := range resp.Msg.Preempted {
-						fmt.Fprintf(cmd.ErrOrStderr(), "preempted %s (%s, priority %s) on %s\n", v.Id, v.Service, model.Priority(v.Priority), v.Host)
+					verb := "preempted"
+					if resp.Msg.DryRun {
+						verb = "would preempt"
 					}
+					for _, v := range resp.Msg.Preempted {
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s %s (%s, priority %s) on %s\n", verb, v.Id, v.Service, model.Priority(v.Priority), v.Host)
+					}
+				}
+				if resp.Msg.DryRun {
+					// The plan alone: no host applies anything, and a
+					// service at count 0 has no instance to show.
+					if out.json() {
+						return writeJSON(cmd.OutOrStdout(), deployJSON(&pinfoldv1.DeployResponse{Instances: ins, Preempted: resp.Msg.Preempted, DryRun: true}))
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "dry run: would resize %s, preempting %d; nothing was changed\n", instances(len(ins)), len(resp.Msg.Preempted))
+					return printInstances(cmd.OutOrStdout(), ins)
 				}
 				var werr error
 				if wait > 0 && len(ins) > 0 { // none: a service at count 0, its record alone changed
@@ -162,6 +178,7 @@ first instance of that host), unless --no-preempt.`,
 	cmd.Flags().BoolVar(&bind, "bind", false, "switch to CPU-bound")
 	cmd.Flags().BoolVar(&noBind, "no-bind", false, "switch to memory-first")
 	cmd.Flags().BoolVar(&noPreempt, "no-preempt", false, "an instance that does not grow on its host fails the resize rather than stop instances of lower-priority services there")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "plan the resize and print the new sizes and the instances it would preempt; change nothing")
 	cmd.Flags().BoolVar(&force, "force", false, "")
 	_ = cmd.Flags().MarkDeprecated("force", "it is no longer needed: memory below current use is shrunk by the agent guided by memory.pressure, or rolled back")
 	cmd.Flags().DurationVar(&wait, "wait", time.Minute, "wait this long for the hosts to apply the change (0: return once planned)")

@@ -139,11 +139,11 @@ func (s *Server) Resize(ctx context.Context, r *connect.Request[pinfoldv1.Resize
 		return nil, invalid("expect_memory_bytes = %d: want a size in bytes, or 0 for none", m.ExpectMemoryBytes)
 	}
 	ins, victims, err := s.changes.ResizePreempting(ctx, service.ResizeRequest{Target: m.Target, CPUDelta: d, MemoryDelta: m.MemoryDeltaBytes, Bind: m.Bind,
-		ExpectPieces: expect, ExpectMemory: m.ExpectMemoryBytes, To: to, NoPreempt: m.NoPreempt})
+		ExpectPieces: expect, ExpectMemory: m.ExpectMemoryBytes, To: to, NoPreempt: m.NoPreempt, DryRun: m.DryRun})
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &pinfoldv1.ResizeResponse{Instances: s.plannedMsgs(ins)}
+	out := &pinfoldv1.ResizeResponse{Instances: s.plannedMsgs(ins), DryRun: m.DryRun}
 	for _, v := range victims {
 		out.Preempted = append(out.Preempted, &pinfoldv1.Victim{Id: v.ID, Service: v.Service, Host: v.Host, Priority: int32(v.Priority)})
 	}

@@ -234,6 +234,10 @@ type ResizeRequest struct {
 	// NoPreempt: an instance that does not grow on its host fails the
 	// resize rather than stop lower-priority instances there.
 	NoPreempt bool `json:",omitempty"`
+	// DryRun plans the resize, victims included, and commits nothing: the
+	// instances at their new size and the victims, as the resize would
+	// give them. It neither records nor replays a request ID.
+	DryRun bool `json:",omitempty"`
 }
 
 // ResizeTo is a size a resize brings its targets to.
@@ -259,6 +263,9 @@ func (s *Service) ResizePreempting(ctx context.Context, r ResizeRequest) ([]mode
 	var out []model.Instance
 	var victims []Victim
 	o := s.once(ctx, "Resize", r)
+	if r.DryRun {
+		o.call = nil // a dry run neither records its request ID nor replays it
+	}
 	err := s.pipe.do(ctx, o.wrap(func(rd reader) (*state.Change, error) {
 		out, victims = nil, nil
 		stopped := map[string]bool{}
@@ -403,6 +410,9 @@ func (s *Service) ResizePreempting(ctx context.Context, r ResizeRequest) ([]mode
 			c.GuardService(svc.Name, d.Rev)
 			c.PutService(svc)
 		}
+		if r.DryRun {
+			return new(state.Change), nil // planned, victims chosen: nothing to write
+		}
 		return c, nil
 	}, func(rec *state.Request) {
 		rec.Instances = idsOf(out)
@@ -419,6 +429,9 @@ func (s *Service) ResizePreempting(ctx context.Context, r ResizeRequest) ([]mode
 			vs = append(vs, Victim{ID: id})
 		}
 		return s.instances(o.replay.Instances), vs, nil
+	}
+	if r.DryRun {
+		return out, victims, nil
 	}
 	if len(victims) > 0 {
 		s.log.Info("preempted", "resize", r.Target, "victims", victimList(victims))

@@ -354,3 +354,66 @@ func TestNeverPreempted(t *testing.T) {
 		})
 	})
 }
+
+// TestResizeDryRun: a resize's dry run gives the instances at their new
+// size and the victims the resize then stops, and changes nothing (the
+// store, the resized instance's size, its generation); a dry run of a
+// resize that is refused is refused alike.
+func TestResizeDryRun(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name      string
+		delta     int
+		noPreempt bool
+		victims   int // 0: refused
+	}{
+		{"plus-1-cpu-stops-1", 100, false, 1},
+		{"plus-3-cpus-stops-3", 300, false, 3},
+		{"no-preempt-refused", 100, true, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cryptotest.SetGlobalRandom(t, 7)
+			s := newMemService(t)
+			register(t, s, "h1", topologytest.Laptop().Topology())
+			register(t, s, "h2", topologytest.Laptop().Topology())
+			ins, err := s.Deploy(ctx, prodDeploy(1, 100, model.PriorityProduction))
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB / 2}, Scheduling: model.Scheduling{Priority: model.PriorityBatch}}
+			if _, err := s.Deploy(ctx, service.DeployRequest{Service: "b", Count: 15, Deploy: d}); err != nil {
+				t.Fatal(err)
+			}
+			before := instanceIDs(s, "b")
+			r := service.ResizeRequest{Target: ins[0].ID, CPUDelta: tt.delta, NoPreempt: tt.noPreempt}
+			dry := r
+			dry.DryRun = true
+			dout, dvictims, derr := s.ResizePreempting(ctx, dry)
+			if got := instanceIDs(s, "b"); !slices.Equal(got, before) {
+				t.Fatalf("dry run stopped %d instances", len(before)-len(got))
+			}
+			for _, v := range s.Store().Instances("") {
+				if v.Instance.ID == ins[0].ID && (v.Instance.Pieces() != 100 || v.Instance.Generation != ins[0].Generation) {
+					t.Fatalf("dry run changed %s: %d pieces, generation %d", ins[0].ID, v.Instance.Pieces(), v.Instance.Generation)
+				}
+			}
+			out, victims, err := s.ResizePreempting(ctx, r)
+			if tt.victims == 0 {
+				if service.CodeOf(err) != service.Exhausted || service.CodeOf(derr) != service.Exhausted {
+					t.Fatalf("ResizePreempting(%s) = %v, dry run %v; want both resource_exhausted", tt.name, err, derr)
+				}
+				return
+			}
+			if err != nil || derr != nil {
+				t.Fatalf("ResizePreempting(%s) = %v, dry run %v", tt.name, err, derr)
+			}
+			if len(victims) != tt.victims || !slices.Equal(victims, dvictims) {
+				t.Errorf("ResizePreempting(%s) stopped %v, dry run named %v; want %d, the same", tt.name, victims, dvictims, tt.victims)
+			}
+			if len(dout) != 1 || len(out) != 1 || dout[0].Pieces() != 100+tt.delta || dout[0].Pieces() != out[0].Pieces() {
+				t.Errorf("dry run sized %v, the resize %v; want both at %d pieces", dout, out, 100+tt.delta)
+			}
+			verify(t, s)
+		})
+	}
+}

@@ -3109,6 +3109,8 @@ type ResizeRequest struct {
 	// no_preempt: an instance that does not grow on its host fails the
 	// resize rather than stop lower-priority instances there.
 	NoPreempt bool `protobuf:"varint,6,opt,name=no_preempt,json=noPreempt,proto3" json:"no_preempt,omitempty"`
+	// dry_run: plan the resize, victims included, and commit nothing.
+	DryRun bool `protobuf:"varint,7,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	// A resize may name the size it expects the service (its record) or the instance to have
 	// (expect_cpu in decimal CPUs; both unset: none): another size is
 	// refused (aborted), so a delta computed from a read is added once.
@@ -3190,6 +3192,13 @@ func (x *ResizeRequest) GetNoPreempt() bool {
 	return false
 }
 
+func (x *ResizeRequest) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
+}
+
 func (x *ResizeRequest) GetExpectCpu() string {
 	if x != nil {
 		return x.ExpectCpu
@@ -3224,6 +3233,7 @@ type ResizeResponse struct {
 	// preempted: the instances of lower-priority services stopped on the
 	// resized instances' hosts to make room, by host then ID.
 	Preempted     []*Victim `protobuf:"bytes,2,rep,name=preempted,proto3" json:"preempted,omitempty"`
+	DryRun        bool      `protobuf:"varint,3,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"` // nothing was committed: the instances at the size they would have
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3270,6 +3280,13 @@ func (x *ResizeResponse) GetPreempted() []*Victim {
 		return x.Preempted
 	}
 	return nil
+}
+
+func (x *ResizeResponse) GetDryRun() bool {
+	if x != nil {
+		return x.DryRun
+	}
+	return false
 }
 
 type ReplaceRequest struct {
@@ -5555,23 +5572,25 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aservice\x18\x02 \x01(\tR\aservice\x12\x12\n" +
 	"\x04host\x18\x03 \x01(\tR\x04host\x12\x1a\n" +
-	"\bpriority\x18\x04 \x01(\x05R\bpriority\"\xce\x02\n" +
+	"\bpriority\x18\x04 \x01(\x05R\bpriority\"\xe7\x02\n" +
 	"\rResizeRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x1b\n" +
 	"\tcpu_delta\x18\x02 \x01(\tR\bcpuDelta\x12,\n" +
 	"\x12memory_delta_bytes\x18\x03 \x01(\x03R\x10memoryDeltaBytes\x12\x17\n" +
 	"\x04bind\x18\x04 \x01(\bH\x00R\x04bind\x88\x01\x01\x12\x1d\n" +
 	"\n" +
-	"no_preempt\x18\x06 \x01(\bR\tnoPreempt\x12\x1d\n" +
+	"no_preempt\x18\x06 \x01(\bR\tnoPreempt\x12\x17\n" +
+	"\adry_run\x18\a \x01(\bR\x06dryRun\x12\x1d\n" +
 	"\n" +
 	"expect_cpu\x18F \x01(\tR\texpectCpu\x12.\n" +
 	"\x13expect_memory_bytes\x18G \x01(\x03R\x11expectMemoryBytes\x12\x15\n" +
 	"\x06to_cpu\x18H \x01(\tR\x05toCpu\x12&\n" +
 	"\x0fto_memory_bytes\x18I \x01(\x03R\rtoMemoryBytesB\a\n" +
-	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"v\n" +
+	"\x05_bindJ\x04\b\x05\x10\x06R\x05force\"\x8f\x01\n" +
 	"\x0eResizeResponse\x122\n" +
 	"\tinstances\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\tinstances\x120\n" +
-	"\tpreempted\x18\x02 \x03(\v2\x12.pinfold.v1.VictimR\tpreempted\"\x9b\x02\n" +
+	"\tpreempted\x18\x02 \x03(\v2\x12.pinfold.v1.VictimR\tpreempted\x12\x17\n" +
+	"\adry_run\x18\x03 \x01(\bR\x06dryRun\"\x9b\x02\n" +
 	"\x0eReplaceRequest\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\tR\x06target\x12\x14\n" +
 	"\x05image\x18\x02 \x01(\tR\x05image\x12\x18\n" +
