@@ -473,7 +473,14 @@ a file refused before any step, exit 2, is one entry of action
 					return jsonThen(cmd, out, doc, &exitError{code: exitUnmet, err: fmt.Errorf("nothing was changed: %s", strings.Join(blocked, "\n  "))})
 				}
 				for _, s := range d.Steps {
-					if err := applyStep(ctx, cl, s, pulls[s.Service]); err != nil {
+					victims, err := applyStep(ctx, cl, s, pulls[s.Service])
+					for _, v := range victims {
+						doc.Preempted = append(doc.Preempted, victimJSON{ID: v.Id, Service: v.Service, Host: v.Host, Priority: v.Priority})
+					}
+					if !out.json() {
+						printVictims(cmd.ErrOrStderr(), "preempted", victims)
+					}
+					if err != nil {
 						err = stepFailed(s, err, doc.Applied)
 						doc.Refused = []refusedStepJSON{{Action: s.Action, Service: s.Service, Error: err.Error()}}
 						return jsonThen(cmd, out, doc, err)
@@ -508,6 +515,10 @@ type applyJSON struct {
 	servicesfile.Diff
 	Applied []string          `json:"applied"`
 	Refused []refusedStepJSON `json:"refused,omitempty"`
+	// Preempted are the instances of lower-priority services the steps
+	// stopped to make room (deploy, recreate, scale, resize), in step
+	// order, each step's by host then ID.
+	Preempted []victimJSON `json:"preempted,omitempty"`
 }
 
 // refusedStepJSON is a step apply did not make, and why.
@@ -599,55 +610,65 @@ func placedHosts(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, 
 	return slices.Sorted(maps.Keys(hosts))
 }
 
-// applyStep makes one step through the API.
-func applyStep(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, s servicesfile.Step, pull string) error {
+// applyStep makes one step through the API, and returns the instances
+// its deploy, scale or resize preempted (those of a deploy whose pull
+// replace failed after it too).
+func applyStep(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, s servicesfile.Step, pull string) ([]*pinfoldv1.Victim, error) {
 	var err error
+	var victims []*pinfoldv1.Victim
 	switch s.Action {
 	case "remove":
 		_, err = cl.Remove(ctx, connect.NewRequest(&pinfoldv1.RemoveRequest{Target: s.Service}))
 	case "resize":
-		_, err = cl.Resize(ctx, connect.NewRequest(s.Resize))
+		var resp *connect.Response[pinfoldv1.ResizeResponse]
+		if resp, err = cl.Resize(ctx, connect.NewRequest(s.Resize)); err == nil {
+			victims = resp.Msg.Preempted
+		}
 	case "replace":
 		_, err = cl.Replace(ctx, connect.NewRequest(s.Replace))
 	case "scale":
-		_, err = cl.Scale(ctx, connect.NewRequest(&pinfoldv1.ScaleRequest{Service: s.Service, Count: s.Scale}))
+		var resp *connect.Response[pinfoldv1.ScaleResponse]
+		if resp, err = cl.Scale(ctx, connect.NewRequest(&pinfoldv1.ScaleRequest{Service: s.Service, Count: s.Scale})); err == nil {
+			victims = resp.Msg.Preempted
+		}
 	case "recreate":
 		if _, err = cl.Remove(ctx, connect.NewRequest(&pinfoldv1.RemoveRequest{Target: s.Service})); err != nil {
-			return err
+			return nil, err
 		}
 		s.Deploy.CreateOnly = true
-		if err = deployWithPull(ctx, cl, s.Deploy, pull); err != nil {
+		if victims, err = deployWithPull(ctx, cl, s.Deploy, pull); err != nil {
 			made := "remove " + s.Service
 			if p := (*partialStep)(nil); errors.As(err, &p) {
 				made, err = made+", "+p.made, p.err
 			}
-			return &partialStep{made: made, err: err}
+			return victims, &partialStep{made: made, err: err}
 		}
 	case "deploy":
 		// Created once: a second apply at the same time is refused
 		// (already_exists) instead of adding the instances again.
 		s.Deploy.CreateOnly = true
-		err = deployWithPull(ctx, cl, s.Deploy, pull)
+		victims, err = deployWithPull(ctx, cl, s.Deploy, pull)
 	default:
 		err = fmt.Errorf("unknown step %q", s.Action)
 	}
-	return err
+	return victims, err
 }
 
 // deployWithPull deploys d; a deploy takes no pull policy, so pull always
 // is recorded by a replace that follows (the instances are new: their
 // containers are created once the hosts see the replace).
-func deployWithPull(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, d *pinfoldv1.DeployRequest, pull string) error {
+func deployWithPull(ctx context.Context, cl pinfoldv1connect.PlannerServiceClient, d *pinfoldv1.DeployRequest, pull string) ([]*pinfoldv1.Victim, error) {
 	if d.Count == 0 {
-		return fmt.Errorf("count 0: a new service needs at least one instance to be deployed (scale it to 0 afterwards)")
+		return nil, fmt.Errorf("count 0: a new service needs at least one instance to be deployed (scale it to 0 afterwards)")
 	}
-	if _, err := cl.Deploy(ctx, connect.NewRequest(d)); err != nil {
-		return err
+	resp, err := cl.Deploy(ctx, connect.NewRequest(d))
+	if err != nil {
+		return nil, err
 	}
 	if pull == "always" {
 		if _, err := cl.Replace(ctx, connect.NewRequest(&pinfoldv1.ReplaceRequest{Target: d.Service, Image: d.Image, Command: d.Command, Health: d.Health, Pull: pull})); err != nil {
-			return &partialStep{made: "deploy " + d.Service + " (its pull: always not recorded)", err: err}
+			return resp.Msg.Preempted, &partialStep{made: "deploy " + d.Service + " (its pull: always not recorded)", err: err}
 		}
 	}
-	return nil
+	return resp.Msg.Preempted, nil
 }

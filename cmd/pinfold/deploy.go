@@ -226,9 +226,7 @@ higher) is never stopped for another, whatever that one's priority.`,
 				if resp.Msg.DryRun {
 					verb = "would preempt"
 				}
-				for _, v := range resp.Msg.Preempted {
-					fmt.Fprintf(cmd.ErrOrStderr(), "%s %s (%s, priority %s) on %s\n", verb, v.Id, v.Service, model.Priority(v.Priority), v.Host)
-				}
+				printVictims(cmd.ErrOrStderr(), verb, resp.Msg.Preempted)
 				if resp.Msg.DryRun {
 					fmt.Fprintf(cmd.ErrOrStderr(), "dry run: would place %s on %s; nothing was changed\n", counted(len(resp.Msg.Instances), "instance"), counted(len(hosts), "host"))
 					return printInstances(cmd.OutOrStdout(), resp.Msg.Instances)
@@ -345,6 +343,14 @@ func warnUnenforced(ctx context.Context, cl pinfoldv1connect.PlannerServiceClien
 
 // deployJSON is a deploy's instances as ps -o json writes them, each
 // host's victims (resp.Preempted) on the first instance placed there.
+// printVictims writes one line per victim of a preemption: "VERB ID
+// (service, priority P) on HOST" (VERB: preempted, would preempt).
+func printVictims(w io.Writer, verb string, vs []*pinfoldv1.Victim) {
+	for _, v := range vs {
+		fmt.Fprintf(w, "%s %s (%s, priority %s) on %s\n", verb, v.Id, v.Service, model.Priority(v.Priority), v.Host)
+	}
+}
+
 func deployJSON(resp *pinfoldv1.DeployResponse) []instanceJSON {
 	out := instancesJSON(resp.Instances)
 	first := map[string]int{}

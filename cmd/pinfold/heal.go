@@ -228,6 +228,10 @@ service's total.`,
 					for _, in := range m.Added {
 						added = append(added, toInstanceJSON(in))
 					}
+					preempted := []victimJSON{}
+					for _, v := range m.Preempted {
+						preempted = append(preempted, victimJSON{ID: v.Id, Service: v.Service, Host: v.Host, Priority: v.Priority})
+					}
 					removed := m.Removed
 					if removed == nil {
 						removed = []string{}
@@ -237,8 +241,9 @@ service's total.`,
 						noRoom = []string{}
 					}
 					return writeJSON(cmd.OutOrStdout(), map[string]any{"service": args[0], "count": m.Count, "added": added, "removed": removed,
-						"no_room": noRoom, "capped_per_host": m.CappedPerHost})
+						"no_room": noRoom, "capped_per_host": m.CappedPerHost, "preempted": preempted})
 				}
+				printVictims(cmd.ErrOrStderr(), "preempted", m.Preempted)
 				for _, in := range m.Added {
 					fmt.Fprintf(cmd.OutOrStdout(), "added %s on %s\n", in.Id, in.Host)
 				}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -260,5 +261,119 @@ func TestNeverPreemptedEndToEnd(t *testing.T) {
 	}
 	if n := count("guard"); n != 8 {
 		t.Errorf("guard has %d instances after the system deploy, want 8", n)
+	}
+}
+
+// TestScaleApplyPreemptEndToEnd (issue 40): scale and apply list the
+// instances their deploys preempted, as deploy does: a line "preempted ID
+// (service, priority P) on HOST" each, and in -o json (scale: its
+// object's preempted; apply: the document's preempted); the IDs listed are
+// those stopped. Control: without the lists in the scale response and in
+// apply's steps, every check of a victim fails.
+func TestScaleApplyPreemptEndToEnd(t *testing.T) {
+	pf := plannerCLI(t)
+	topo := topologyFile(t, "laptop-i7-1185g7")
+	pf.Must("host", "add", "a", "--topology", topo)
+	pf.Must("host", "add", "b", "--topology", topo)
+	pf.Must("deploy", "web", "--image", "busybox", "--cpu", "1", "--bind", "--memory", "256MiB")
+	pf.Must("deploy", "crunch", "--count", "15", "--image", "busybox", "--cpu", "1", "--bind", "--memory", "256MiB", "--priority", "batch")
+	crunch := func() []string {
+		t.Helper()
+		var ins []instanceJSON
+		if err := json.Unmarshal([]byte(pf.Must("ps", "--service", "crunch", "-o", "json")), &ins); err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, in := range ins {
+			ids = append(ids, in.ID)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	stopped := func(before []string) []string {
+		t.Helper()
+		var gone []string
+		for _, id := range before {
+			if !slices.Contains(crunch(), id) {
+				gone = append(gone, id)
+			}
+		}
+		return gone
+	}
+	victimIDs := regexp.MustCompile(`(?m)^preempted (crunch-[0-9a-f]+) \(crunch, priority batch\) on [ab]$`)
+	listed := func(text string) []string {
+		var ids []string
+		for _, m := range victimIDs.FindAllStringSubmatch(text, -1) {
+			ids = append(ids, m[1])
+		}
+		slices.Sort(ids)
+		return ids
+	}
+
+	before := crunch()
+	_, errOut, code := pf.Run("scale", "web", "--count", "2")
+	if got, gone := listed(errOut), stopped(before); code != 0 || len(gone) != 1 || !slices.Equal(got, gone) {
+		t.Errorf("scale web --count 2: exit %d: %s; listed %v, stopped %v: want the one stopped listed", code, errOut, got, gone)
+	}
+
+	before = crunch()
+	var scaled struct {
+		Preempted []victimJSON `json:"preempted"`
+	}
+	if err := json.Unmarshal([]byte(pf.Must("scale", "web", "--count", "3", "-o", "json")), &scaled); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, v := range scaled.Preempted {
+		got = append(got, v.ID)
+		if v.Service != "crunch" || v.Priority != -500 {
+			t.Errorf("scale -o json victim %+v: want crunch at -500", v)
+		}
+	}
+	if gone := stopped(before); len(gone) != 1 || !slices.Equal(got, gone) {
+		t.Errorf("scale web --count 3 -o json: preempted %v, stopped %v: want the one stopped", got, gone)
+	}
+
+	dir := t.TempDir()
+	file := func(webCount, apiCount int) string {
+		f := filepath.Join(dir, "services.yaml")
+		s := "services:\n" +
+			"  web: {image: busybox, cpu: 1, bind: true, memory: 256MiB, count: " + strconv.Itoa(webCount) + "}\n" +
+			"  crunch: {image: busybox, cpu: 1, bind: true, memory: 256MiB, priority: batch, count: " + strconv.Itoa(len(crunch())) + "}\n"
+		if apiCount > 0 {
+			s += "  api: {image: busybox, cpu: 1, bind: true, memory: 256MiB, count: " + strconv.Itoa(apiCount) + "}\n"
+		}
+		if err := os.WriteFile(f, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	// A scale step (web 3 -> 4) and a deploy step (api, new) preempt one
+	// each; crunch's count in the file is the one it has (no step).
+	before = crunch()
+	var doc struct {
+		Applied   []string     `json:"applied"`
+		Preempted []victimJSON `json:"preempted"`
+	}
+	out := pf.Must("apply", "-f", file(4, 1), "-o", "json")
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got = nil
+	for _, v := range doc.Preempted {
+		got = append(got, v.ID)
+	}
+	slices.Sort(got)
+	if gone := stopped(before); len(gone) != 2 || !slices.Equal(got, gone) {
+		t.Errorf("apply -o json (applied %v): preempted %v, stopped %v: want the 2 stopped", doc.Applied, got, gone)
+	}
+	// The text form: web 4 -> 5 its one step (the file says crunch's
+	// count as it is before the apply: the diff, made first, has no step
+	// for it).
+	before = crunch()
+	f := file(5, 1)
+	_, errOut, code = pf.Run("apply", "-f", f)
+	if got, gone := listed(errOut), stopped(before); code != 0 || len(gone) != 1 || !slices.Equal(got, gone) {
+		t.Errorf("apply (web 4 -> 5): exit %d: %s; listed %v, stopped %v: want the one stopped listed", code, errOut, got, gone)
 	}
 }

@@ -37,8 +37,12 @@ func (s *Server) Scale(ctx context.Context, r *connect.Request[pinfoldv1.ScaleRe
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&pinfoldv1.ScaleResponse{Added: s.plannedMsgs(res.Added), Removed: res.Removed, Count: int32(res.Count),
-		NoRoom: res.NoRoom, CappedPerHost: int32(res.CappedPerHost)}), nil
+	out := &pinfoldv1.ScaleResponse{Added: s.plannedMsgs(res.Added), Removed: res.Removed, Count: int32(res.Count),
+		NoRoom: res.NoRoom, CappedPerHost: int32(res.CappedPerHost)}
+	for _, v := range res.Preempted {
+		out.Preempted = append(out.Preempted, &pinfoldv1.Victim{Id: v.ID, Service: v.Service, Host: v.Host, Priority: int32(v.Priority)})
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (s *Server) Rebalance(ctx context.Context, r *connect.Request[pinfoldv1.RebalanceRequest]) (*connect.Response[pinfoldv1.RebalanceResponse], error) {

@@ -417,3 +417,52 @@ func TestResizeDryRun(t *testing.T) {
 		})
 	}
 }
+
+// TestScalePreempts: a scale whose deploy preempts returns the victims
+// (ScaleResult.Preempted), the instances it stopped; one that fits
+// without preempting returns none. Control: without Preempted in the
+// result the first row fails.
+func TestScalePreempts(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name    string
+		batch   int // b's instances, 1 CPU each, on two 8-CPU hosts with web's 1
+		victims int
+	}{
+		{"full-stops-1", 15, 1},
+		{"room-stops-none", 14, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cryptotest.SetGlobalRandom(t, 7)
+			s := newMemService(t)
+			register(t, s, "h1", topologytest.Laptop().Topology())
+			register(t, s, "h2", topologytest.Laptop().Topology())
+			if _, err := s.Deploy(ctx, prodDeploy(1, 100, model.PriorityProduction)); err != nil {
+				t.Fatal(err)
+			}
+			d := model.Deploy{Spec: model.Spec{Image: "i"}, Size: model.Size{Pieces: 100, Bind: true, Memory: GiB / 2}, Scheduling: model.Scheduling{Priority: model.PriorityBatch}}
+			if _, err := s.Deploy(ctx, service.DeployRequest{Service: "b", Count: tt.batch, Deploy: d}); err != nil {
+				t.Fatal(err)
+			}
+			before := instanceIDs(s, "b")
+			res, err := s.Scale(ctx, "web", 2)
+			if err != nil || len(res.Added) != 1 {
+				t.Fatalf("Scale(web, 2) = %+v, %v; want one added", res, err)
+			}
+			var listed []string
+			for _, v := range res.Preempted {
+				listed = append(listed, v.ID)
+			}
+			var gone []string
+			for _, id := range before {
+				if !slices.Contains(instanceIDs(s, "b"), id) {
+					gone = append(gone, id)
+				}
+			}
+			if len(gone) != tt.victims || !slices.Equal(listed, gone) {
+				t.Errorf("Scale(web, 2) listed %v, stopped %v; want %d, the same", listed, gone, tt.victims)
+			}
+			verify(t, s)
+		})
+	}
+}

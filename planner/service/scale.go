@@ -22,6 +22,9 @@ type ScaleResult struct {
 	// not).
 	NoRoom        []string
 	CappedPerHost int
+	// Preempted are the instances of lower-priority services the scale's
+	// deploy stopped to make room (DeployResult.Preempted).
+	Preempted []Victim
 }
 
 // Scale sets the number of service's instances to count: it deploys the
@@ -96,13 +99,13 @@ func (s *Service) Scale(ctx context.Context, service string, count int) (ScaleRe
 			return ScaleResult{}, err
 		}
 		if !perHost(svc.Strategy) {
-			return ScaleResult{Added: res.Instances, Count: count}, nil
+			return ScaleResult{Added: res.Instances, Count: count, Preempted: res.Preempted}, nil
 		}
 		down, err := s.scaleDown(ctx, service, perHostExcess(each))
 		if err != nil {
-			return ScaleResult{Added: res.Instances}, err
+			return ScaleResult{Added: res.Instances, Preempted: res.Preempted}, err
 		}
-		return ScaleResult{Added: res.Instances, Removed: down.Removed, Count: down.Count, NoRoom: res.NoRoom, CappedPerHost: capped}, nil
+		return ScaleResult{Added: res.Instances, Removed: down.Removed, Count: down.Count, NoRoom: res.NoRoom, CappedPerHost: capped, Preempted: res.Preempted}, nil
 	}
 }
 

@@ -2537,6 +2537,9 @@ type ScaleResponse struct {
 	// asked (0: none did).
 	NoRoom        []string `protobuf:"bytes,4,rep,name=no_room,json=noRoom,proto3" json:"no_room,omitempty"`
 	CappedPerHost int32    `protobuf:"varint,5,opt,name=capped_per_host,json=cappedPerHost,proto3" json:"capped_per_host,omitempty"`
+	// preempted: the instances of lower-priority services the scale's
+	// deploy stopped to make room, by host then ID.
+	Preempted     []*Victim `protobuf:"bytes,6,rep,name=preempted,proto3" json:"preempted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2604,6 +2607,13 @@ func (x *ScaleResponse) GetCappedPerHost() int32 {
 		return x.CappedPerHost
 	}
 	return 0
+}
+
+func (x *ScaleResponse) GetPreempted() []*Victim {
+	if x != nil {
+		return x.Preempted
+	}
+	return nil
 }
 
 type RemoveHostResponse struct {
@@ -5509,13 +5519,14 @@ const file_pinfold_v1_planner_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\">\n" +
 	"\fScaleRequest\x12\x18\n" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x05R\x05count\"\xac\x01\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\"\xde\x01\n" +
 	"\rScaleResponse\x12*\n" +
 	"\x05added\x18\x01 \x03(\v2\x14.pinfold.v1.InstanceR\x05added\x12\x18\n" +
 	"\aremoved\x18\x02 \x03(\tR\aremoved\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x05R\x05count\x12\x17\n" +
 	"\ano_room\x18\x04 \x03(\tR\x06noRoom\x12&\n" +
-	"\x0fcapped_per_host\x18\x05 \x01(\x05R\rcappedPerHost\"<\n" +
+	"\x0fcapped_per_host\x18\x05 \x01(\x05R\rcappedPerHost\x120\n" +
+	"\tpreempted\x18\x06 \x03(\v2\x12.pinfold.v1.VictimR\tpreempted\"<\n" +
 	"\x12RemoveHostResponse\x12&\n" +
 	"\x05moved\x18\x01 \x03(\v2\x10.pinfold.v1.MoveR\x05moved\"\x8d\b\n" +
 	"\rDeployRequest\x12\x18\n" +
@@ -5961,89 +5972,90 @@ var file_pinfold_v1_planner_proto_depIdxs = []int32{
 	77, // 30: pinfold.v1.RebalanceResponse.imbalance_after:type_name -> pinfold.v1.RebalanceResponse.ImbalanceAfterEntry
 	30, // 31: pinfold.v1.RebalanceResponse.kept:type_name -> pinfold.v1.Move
 	15, // 32: pinfold.v1.ScaleResponse.added:type_name -> pinfold.v1.Instance
-	30, // 33: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
-	13, // 34: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
-	64, // 35: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
-	14, // 36: pinfold.v1.DeployRequest.ports:type_name -> pinfold.v1.Port
-	15, // 37: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
-	11, // 38: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
-	37, // 39: pinfold.v1.DeployResponse.preempted:type_name -> pinfold.v1.Victim
-	15, // 40: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
-	37, // 41: pinfold.v1.ResizeResponse.preempted:type_name -> pinfold.v1.Victim
-	13, // 42: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
-	64, // 43: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
-	41, // 44: pinfold.v1.ReplaceRequest.edit:type_name -> pinfold.v1.ContainerEdit
-	78, // 45: pinfold.v1.ContainerEdit.labels:type_name -> pinfold.v1.ContainerEdit.LabelsEntry
-	79, // 46: pinfold.v1.ContainerEdit.log_opts:type_name -> pinfold.v1.ContainerEdit.LogOptsEntry
-	15, // 47: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
-	45, // 48: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
-	13, // 49: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
-	64, // 50: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
-	14, // 51: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
-	15, // 52: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	80, // 53: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
-	81, // 54: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
-	12, // 55: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
-	57, // 56: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
-	15, // 57: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
-	61, // 58: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
-	82, // 59: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
-	83, // 60: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
-	16, // 61: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
-	18, // 62: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
-	20, // 63: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
-	22, // 64: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
-	24, // 65: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
-	26, // 66: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
-	27, // 67: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
-	2,  // 68: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
-	5,  // 69: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
-	4,  // 70: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
-	6,  // 71: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
-	35, // 72: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
-	38, // 73: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
-	46, // 74: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
-	40, // 75: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
-	48, // 76: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
-	50, // 77: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
-	51, // 78: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
-	32, // 79: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
-	29, // 80: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
-	62, // 81: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
-	43, // 82: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
-	54, // 83: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
-	56, // 84: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
-	59, // 85: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
-	17, // 86: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
-	19, // 87: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
-	21, // 88: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
-	23, // 89: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
-	25, // 90: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
-	34, // 91: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
-	28, // 92: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
-	3,  // 93: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
-	4,  // 94: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	4,  // 95: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
-	8,  // 96: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
-	36, // 97: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
-	39, // 98: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
-	47, // 99: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
-	42, // 100: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
-	49, // 101: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
-	53, // 102: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
-	52, // 103: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
-	33, // 104: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
-	31, // 105: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
-	63, // 106: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
-	44, // 107: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
-	55, // 108: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
-	58, // 109: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
-	60, // 110: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
-	86, // [86:111] is the sub-list for method output_type
-	61, // [61:86] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	37, // 33: pinfold.v1.ScaleResponse.preempted:type_name -> pinfold.v1.Victim
+	30, // 34: pinfold.v1.RemoveHostResponse.moved:type_name -> pinfold.v1.Move
+	13, // 35: pinfold.v1.DeployRequest.health:type_name -> pinfold.v1.HealthCheck
+	64, // 36: pinfold.v1.DeployRequest.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 37: pinfold.v1.DeployRequest.ports:type_name -> pinfold.v1.Port
+	15, // 38: pinfold.v1.DeployResponse.instances:type_name -> pinfold.v1.Instance
+	11, // 39: pinfold.v1.DeployResponse.violations:type_name -> pinfold.v1.Violation
+	37, // 40: pinfold.v1.DeployResponse.preempted:type_name -> pinfold.v1.Victim
+	15, // 41: pinfold.v1.ResizeResponse.instances:type_name -> pinfold.v1.Instance
+	37, // 42: pinfold.v1.ResizeResponse.preempted:type_name -> pinfold.v1.Victim
+	13, // 43: pinfold.v1.ReplaceRequest.health:type_name -> pinfold.v1.HealthCheck
+	64, // 44: pinfold.v1.ReplaceRequest.container:type_name -> pinfold.v1.ContainerSpec
+	41, // 45: pinfold.v1.ReplaceRequest.edit:type_name -> pinfold.v1.ContainerEdit
+	78, // 46: pinfold.v1.ContainerEdit.labels:type_name -> pinfold.v1.ContainerEdit.LabelsEntry
+	79, // 47: pinfold.v1.ContainerEdit.log_opts:type_name -> pinfold.v1.ContainerEdit.LogOptsEntry
+	15, // 48: pinfold.v1.ReplaceResponse.instances:type_name -> pinfold.v1.Instance
+	45, // 49: pinfold.v1.GetServiceResponse.service:type_name -> pinfold.v1.ServiceRecord
+	13, // 50: pinfold.v1.ServiceRecord.health:type_name -> pinfold.v1.HealthCheck
+	64, // 51: pinfold.v1.ServiceRecord.container:type_name -> pinfold.v1.ContainerSpec
+	14, // 52: pinfold.v1.ServiceRecord.ports:type_name -> pinfold.v1.Port
+	15, // 53: pinfold.v1.ListInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	80, // 54: pinfold.v1.CapacityResponse.capacity:type_name -> pinfold.v1.CapacityResponse.CapacityEntry
+	81, // 55: pinfold.v1.CapacityResponse.limit:type_name -> pinfold.v1.CapacityResponse.LimitEntry
+	12, // 56: pinfold.v1.HeartbeatRequest.metrics:type_name -> pinfold.v1.HostMetrics
+	57, // 57: pinfold.v1.ReportStatusRequest.applied:type_name -> pinfold.v1.Applied
+	15, // 58: pinfold.v1.WatchInstancesResponse.instances:type_name -> pinfold.v1.Instance
+	61, // 59: pinfold.v1.ListEventsResponse.events:type_name -> pinfold.v1.Event
+	82, // 60: pinfold.v1.ContainerSpec.labels:type_name -> pinfold.v1.ContainerSpec.LabelsEntry
+	83, // 61: pinfold.v1.ContainerSpec.log_opts:type_name -> pinfold.v1.ContainerSpec.LogOptsEntry
+	16, // 62: pinfold.v1.PlannerService.RegisterHost:input_type -> pinfold.v1.RegisterHostRequest
+	18, // 63: pinfold.v1.PlannerService.ListHosts:input_type -> pinfold.v1.ListHostsRequest
+	20, // 64: pinfold.v1.PlannerService.GetHost:input_type -> pinfold.v1.GetHostRequest
+	22, // 65: pinfold.v1.PlannerService.SetHost:input_type -> pinfold.v1.SetHostRequest
+	24, // 66: pinfold.v1.PlannerService.SetHostEnabled:input_type -> pinfold.v1.SetHostEnabledRequest
+	26, // 67: pinfold.v1.PlannerService.RemoveHost:input_type -> pinfold.v1.RemoveHostRequest
+	27, // 68: pinfold.v1.PlannerService.DrainHost:input_type -> pinfold.v1.DrainHostRequest
+	2,  // 69: pinfold.v1.PlannerService.SetHostMaintenance:input_type -> pinfold.v1.SetHostMaintenanceRequest
+	5,  // 70: pinfold.v1.PlannerService.GetPlacementSettings:input_type -> pinfold.v1.GetPlacementSettingsRequest
+	4,  // 71: pinfold.v1.PlannerService.SetPlacementSettings:input_type -> pinfold.v1.PlacementSettings
+	6,  // 72: pinfold.v1.PlannerService.Health:input_type -> pinfold.v1.HealthRequest
+	35, // 73: pinfold.v1.PlannerService.Deploy:input_type -> pinfold.v1.DeployRequest
+	38, // 74: pinfold.v1.PlannerService.Resize:input_type -> pinfold.v1.ResizeRequest
+	46, // 75: pinfold.v1.PlannerService.Remove:input_type -> pinfold.v1.RemoveRequest
+	40, // 76: pinfold.v1.PlannerService.Replace:input_type -> pinfold.v1.ReplaceRequest
+	48, // 77: pinfold.v1.PlannerService.ListInstances:input_type -> pinfold.v1.ListInstancesRequest
+	50, // 78: pinfold.v1.PlannerService.Capacity:input_type -> pinfold.v1.CapacityRequest
+	51, // 79: pinfold.v1.PlannerService.ExportPlan:input_type -> pinfold.v1.ExportPlanRequest
+	32, // 80: pinfold.v1.PlannerService.Scale:input_type -> pinfold.v1.ScaleRequest
+	29, // 81: pinfold.v1.PlannerService.Rebalance:input_type -> pinfold.v1.RebalanceRequest
+	62, // 82: pinfold.v1.PlannerService.ListEvents:input_type -> pinfold.v1.ListEventsRequest
+	43, // 83: pinfold.v1.PlannerService.GetService:input_type -> pinfold.v1.GetServiceRequest
+	54, // 84: pinfold.v1.PlannerService.Heartbeat:input_type -> pinfold.v1.HeartbeatRequest
+	56, // 85: pinfold.v1.PlannerService.ReportStatus:input_type -> pinfold.v1.ReportStatusRequest
+	59, // 86: pinfold.v1.PlannerService.WatchInstances:input_type -> pinfold.v1.WatchInstancesRequest
+	17, // 87: pinfold.v1.PlannerService.RegisterHost:output_type -> pinfold.v1.RegisterHostResponse
+	19, // 88: pinfold.v1.PlannerService.ListHosts:output_type -> pinfold.v1.ListHostsResponse
+	21, // 89: pinfold.v1.PlannerService.GetHost:output_type -> pinfold.v1.GetHostResponse
+	23, // 90: pinfold.v1.PlannerService.SetHost:output_type -> pinfold.v1.SetHostResponse
+	25, // 91: pinfold.v1.PlannerService.SetHostEnabled:output_type -> pinfold.v1.SetHostEnabledResponse
+	34, // 92: pinfold.v1.PlannerService.RemoveHost:output_type -> pinfold.v1.RemoveHostResponse
+	28, // 93: pinfold.v1.PlannerService.DrainHost:output_type -> pinfold.v1.DrainHostResponse
+	3,  // 94: pinfold.v1.PlannerService.SetHostMaintenance:output_type -> pinfold.v1.SetHostMaintenanceResponse
+	4,  // 95: pinfold.v1.PlannerService.GetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	4,  // 96: pinfold.v1.PlannerService.SetPlacementSettings:output_type -> pinfold.v1.PlacementSettings
+	8,  // 97: pinfold.v1.PlannerService.Health:output_type -> pinfold.v1.HealthResponse
+	36, // 98: pinfold.v1.PlannerService.Deploy:output_type -> pinfold.v1.DeployResponse
+	39, // 99: pinfold.v1.PlannerService.Resize:output_type -> pinfold.v1.ResizeResponse
+	47, // 100: pinfold.v1.PlannerService.Remove:output_type -> pinfold.v1.RemoveResponse
+	42, // 101: pinfold.v1.PlannerService.Replace:output_type -> pinfold.v1.ReplaceResponse
+	49, // 102: pinfold.v1.PlannerService.ListInstances:output_type -> pinfold.v1.ListInstancesResponse
+	53, // 103: pinfold.v1.PlannerService.Capacity:output_type -> pinfold.v1.CapacityResponse
+	52, // 104: pinfold.v1.PlannerService.ExportPlan:output_type -> pinfold.v1.ExportPlanResponse
+	33, // 105: pinfold.v1.PlannerService.Scale:output_type -> pinfold.v1.ScaleResponse
+	31, // 106: pinfold.v1.PlannerService.Rebalance:output_type -> pinfold.v1.RebalanceResponse
+	63, // 107: pinfold.v1.PlannerService.ListEvents:output_type -> pinfold.v1.ListEventsResponse
+	44, // 108: pinfold.v1.PlannerService.GetService:output_type -> pinfold.v1.GetServiceResponse
+	55, // 109: pinfold.v1.PlannerService.Heartbeat:output_type -> pinfold.v1.HeartbeatResponse
+	58, // 110: pinfold.v1.PlannerService.ReportStatus:output_type -> pinfold.v1.ReportStatusResponse
+	60, // 111: pinfold.v1.PlannerService.WatchInstances:output_type -> pinfold.v1.WatchInstancesResponse
+	87, // [87:112] is the sub-list for method output_type
+	62, // [62:87] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_pinfold_v1_planner_proto_init() }
