@@ -45,7 +45,6 @@ type Store interface {
 	Request(id string) (state.Request, bool)
 	PlacementSettings() placement.Settings
 	SchedulablePlacement() *state.Placed
-	Snapshot() state.Snapshot
 	ReadFleet(fn func(state.Fleet))
 	Pending() *state.Pending
 	WatchHost(ctx context.Context, host string, send func(rev int64) error) error
