@@ -70,6 +70,14 @@ func preemptible(rd reader, v state.InstanceView) bool {
 	return v.Instance.Replaces == "" && len(rd.Replacements(v.Instance.ID)) == 0
 }
 
+// maxPreemptFits bounds the one-host plans a deploy's or resize's
+// preemption search makes over the whole fleet and count (preempt.Choose
+// bounds each host's exact search to DefaultBudget, but a fleet of hosts
+// and a count of instances multiplied it: 10,000 full hosts could cost
+// tens of millions of plans inside the commit pipeline). A search past
+// it refuses, as if no lower-priority work made room. A var for tests.
+var maxPreemptFits = 50_000
+
 // planPreempt looks for room for req, which does not fit placed as it is,
 // by stopping instances of services of strictly lower priority than
 // req's, none of a service never preempted: one instance at a time, it asks preempt.Choose for the host and
@@ -129,9 +137,13 @@ func planPreempt(p alloc.Params, rd reader, placed *state.Placed, settings place
 		cands = append(cands, ch)
 	}
 	var victims []string
+	calls := 0 // fits of the whole request: bounded (maxPreemptFits)
 	for range req.Count {
 		placedOne := map[string]*placement.Result{} // by host, for the fits of this round
 		fits := func(host string, ids []string) bool {
+			if calls++; calls > maxPreemptFits {
+				return false
+			}
 			res, err := placement.PlanValid(p, settings, []*placement.Host{phost(host, without(usage(work, host), ids))}, one)
 			if err == nil {
 				placedOne[host+"\x00"+strings.Join(ids, ",")] = res
@@ -142,7 +154,9 @@ func planPreempt(p alloc.Params, rd reader, placed *state.Placed, settings place
 			cands[i].Instances = slices.DeleteFunc(cands[i].Instances, func(c preempt.Candidate) bool { return stopped[c.ID] })
 		}
 		c, ok := preempt.Choose(cands, req.Priority, fits, 0)
-		if !ok {
+		if !ok || calls > maxPreemptFits {
+			// Past the bound a choice is not known to be the fewest:
+			// refused as not fitting, nothing stopped.
 			return preemption{}, nil, false
 		}
 		ids := c.IDs()
